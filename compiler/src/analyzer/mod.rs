@@ -1,0 +1,364 @@
+//! Analyzer: from the YAML documents to a checked [`Group`], applying every
+//! rule of the language. Structure is the schemas' job ([`crate::schema`]);
+//! what a schema cannot say lives here, one subject per module.
+
+mod header;
+mod hostnames;
+mod names;
+mod resources;
+mod task;
+
+use crate::ir::{Group, InterConnection, Role};
+use crate::schema;
+use crate::yaml::{Document, Node, Value};
+use crate::{Diagnostic, Diagnostics, Rule, Source, Span};
+use header::Header;
+use hostnames::TaskTable;
+use task::TaskContext;
+
+/// What a check or build is given besides the file.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// `--env KEY=VALUE`, applied to every task as SkyPilot's CLI does.
+    pub env: Vec<(String, String)>,
+}
+
+pub(crate) struct Analyzer<'a> {
+    source: &'a Source,
+    options: &'a Options,
+    diagnostics: &'a mut Diagnostics,
+}
+
+impl<'a> Analyzer<'a> {
+    pub(crate) fn analyze(
+        source: &'a Source,
+        documents: &[Document],
+        options: &'a Options,
+        diagnostics: &'a mut Diagnostics,
+    ) -> Option<Group> {
+        let mut analyzer = Analyzer {
+            source,
+            options,
+            diagnostics,
+        };
+        if is_job_group(documents) {
+            analyzer.group(&documents[0], &documents[1..])
+        } else {
+            analyzer.single(documents)
+        }
+    }
+
+    fn push(&mut self, diagnostic: Diagnostic) {
+        self.diagnostics.push(diagnostic);
+    }
+
+    /// A Job Group: the header, then one task per non-empty document.
+    fn group(&mut self, header_doc: &Document, task_docs: &[Document]) -> Option<Group> {
+        let header = Header::analyze(&header_doc.root, self.diagnostics);
+        let mut tasks = Vec::new();
+        let mut seen: Vec<(String, Span)> = Vec::new();
+        let mut any_document = false;
+        for (i, doc) in task_docs.iter().enumerate() {
+            if doc.root.is_null() {
+                continue;
+            }
+            any_document = true;
+            if doc.root.as_map().is_none() {
+                self.push(not_a_mapping(&doc.root, "a task"));
+                continue;
+            }
+            let name = self.group_task_name(&doc.root, i + 1, doc.start);
+            if let Some((name, span)) = &name {
+                if let Some((_, first)) = seen.iter().find(|(n, _)| n == name) {
+                    self.push(
+                        Diagnostic::new(
+                            Rule::DuplicateTaskName,
+                            *span,
+                            format!("a task named `{name}` is already defined"),
+                        )
+                        .label("second definition")
+                        .with_secondary(*first, "first defined here")
+                        .help("task names must be unique within a group: they name the hosts"),
+                    );
+                } else {
+                    seen.push((name.clone(), *span));
+                }
+            }
+            let ctx = TaskContext {
+                source: self.source,
+                options: self.options,
+                in_group: true,
+            };
+            if let Some(task) = task::analyze(&ctx, &doc.root, self.diagnostics) {
+                tasks.push(task);
+            }
+        }
+        if !any_document {
+            self.push(
+                Diagnostic::new(
+                    Rule::GroupWithoutTasks,
+                    Span::at(self.source.text().len()),
+                    "the Job Group has a header but no task",
+                )
+                .label("expected a task document after the header")
+                .help("add `---` and a task (`name:`, `run:`, ...) after the header"),
+            );
+        }
+        let header = header?;
+        header.check_references(&seen, self.diagnostics);
+        let group = header.to_group(tasks);
+        let references = self.check_group(&group, task_docs);
+        header.check_hostnames_enabled(references, self.diagnostics);
+        (!self.diagnostics.has_errors()).then_some(group)
+    }
+
+    /// The `name` of a task in a group, checked as `_load_job_group` and
+    /// `Task.validate_name` check it.
+    fn group_task_name(
+        &mut self,
+        root: &Node,
+        index: usize,
+        start: Span,
+    ) -> Option<(String, Span)> {
+        let Some(entry) = root.entry("name").filter(|e| !e.value.is_null()) else {
+            self.push(
+                Diagnostic::new(
+                    Rule::MissingTaskName,
+                    if start.is_empty() {
+                        Span::at(root.span.start as usize)
+                    } else {
+                        start
+                    },
+                    format!("task {index} of the Job Group has no `name`"),
+                )
+                .label("this task needs a `name`")
+                .help("every task of a group is named: the name is its hostname prefix"),
+            );
+            return None;
+        };
+        // A non-string name is a schema error, reported there.
+        let name = entry.value.as_str()?;
+        let span = entry.value.span;
+        if !names::is_group_name(name) || !names::is_task_name(name) {
+            self.push(
+                Diagnostic::new(
+                    Rule::InvalidTaskName,
+                    span,
+                    format!("invalid task name `{name}`"),
+                )
+                .label("not a valid task name")
+                .help(
+                    "a task name in a group has only letters, digits, `-` and `_`, starts \
+                     and ends with a letter or digit, and has at most two separators in a row",
+                ),
+            );
+        }
+        Some((name.to_owned(), span))
+    }
+
+    /// A file that is not a Job Group: one task (possibly under a
+    /// name-only pipeline header), run as a one-task group.
+    fn single(&mut self, documents: &[Document]) -> Option<Group> {
+        let present: Vec<&Document> = documents
+            .iter()
+            .filter(|d| !d.root.is_null() && d.root.as_map().is_none_or(|m| !m.is_empty()))
+            .collect();
+        let Some(first) = present.first() else {
+            self.push(
+                Diagnostic::new(Rule::EmptyFile, Span::at(0), "the file holds no task")
+                    .label("expected a task here")
+                    .help("a task needs at least a `run:` (or `setup:`) field"),
+            );
+            return None;
+        };
+        let header_keys = first.root.as_map().map(|entries| {
+            let mut keys: Vec<&str> = entries.iter().filter_map(|e| e.key.as_str()).collect();
+            keys.sort_unstable();
+            keys
+        });
+        let is_header = matches!(
+            header_keys.as_deref(),
+            Some(["name"] | ["execution", "name"])
+        );
+        let mut tasks: Vec<&Document> = present.clone();
+        if is_header {
+            if let Some(execution) = first.root.get("execution") {
+                self.check_pipeline_execution(execution, documents.len());
+            }
+            if present.len() > 1 {
+                tasks.remove(0);
+            }
+        }
+        if tasks.len() > 1 {
+            let second = tasks[1];
+            self.push(
+                Diagnostic::new(
+                    Rule::UnsupportedPipeline,
+                    second.start,
+                    "this file is a SkyPilot pipeline (tasks run one after another), which skyc does not run",
+                )
+                .label("a second task starts here")
+                .help(
+                    "to run the tasks together, start the file with a Job Group header: \
+                     `name: <group>` and `execution: parallel`",
+                ),
+            );
+            return None;
+        }
+        let doc = tasks[0];
+        if doc.root.as_map().is_none() {
+            self.push(not_a_mapping(&doc.root, "a task"));
+            return None;
+        }
+        if let Some(name) = doc.root.get("name").and_then(Node::as_str)
+            && !names::is_task_name(name)
+        {
+            self.push(
+                Diagnostic::new(
+                    Rule::InvalidTaskName,
+                    doc.root.get("name").map_or(doc.start, |n| n.span),
+                    format!("invalid task name `{name}`"),
+                )
+                .label("not a valid task name")
+                .help(
+                    "a task name has letters and digits, with `.`, `_` or `-` (at most two \
+                     in a row) between them",
+                ),
+            );
+        }
+        let ctx = TaskContext {
+            source: self.source,
+            options: self.options,
+            in_group: false,
+        };
+        let mut task = task::analyze(&ctx, &doc.root, self.diagnostics)?;
+        if task.name.is_empty() {
+            "task".clone_into(&mut task.name);
+        }
+        task.role = Role::Primary;
+        let group = Group {
+            name: task.name.clone(),
+            name_span: None,
+            inter_connection: InterConnection::Auto,
+            tasks: vec![task],
+        };
+        self.check_group(&group, std::slice::from_ref(doc));
+        (!self.diagnostics.has_errors()).then_some(group)
+    }
+
+    fn check_pipeline_execution(&mut self, execution: &Node, documents: usize) {
+        if execution.as_str() == Some("serial") {
+            return;
+        }
+        let shown = schema::shown(Some(execution));
+        let (message, help) = if execution.as_str() == Some("parallel") && documents < 2 {
+            (
+                "a Job Group (`execution: parallel`) needs at least one task after the header"
+                    .to_owned(),
+                "add `---` and a task document after the header",
+            )
+        } else {
+            (
+                format!("invalid execution mode {shown}"),
+                "use `execution: parallel` for a Job Group; pipelines (`serial`) are not run by skyc",
+            )
+        };
+        self.push(
+            Diagnostic::new(Rule::InvalidExecution, execution.span, message)
+                .label("here")
+                .help(help),
+        );
+    }
+
+    /// Rules over the whole group: hostnames in scripts, DNS labels.
+    /// Returns how many group hostnames the scripts use.
+    fn check_group(&mut self, group: &Group, task_docs: &[Document]) -> usize {
+        let table = TaskTable {
+            group: &group.name,
+            tasks: group
+                .tasks
+                .iter()
+                .map(|t| (t.name.as_str(), t.num_nodes))
+                .collect(),
+        };
+        let mut found = Vec::new();
+        let mut references = 0;
+        for doc in task_docs {
+            for field in ["run", "setup"] {
+                if let Some(node) = doc.root.get(field)
+                    && let Some(text) = node.as_str()
+                {
+                    references +=
+                        hostnames::check_text(self.source, node, text, &table, &mut found);
+                }
+            }
+            if let Some(envs) = doc.root.get("envs").and_then(Node::as_map) {
+                for e in envs {
+                    if let Value::String(text) = &e.value.value {
+                        references +=
+                            hostnames::check_text(self.source, &e.value, text, &table, &mut found);
+                    }
+                }
+            }
+        }
+        for d in found {
+            self.push(d);
+        }
+        if let Some(span) = group.name_span {
+            if !names::is_dns_label(&group.name) {
+                self.push(not_dns_label("group", &group.name, span));
+            }
+        }
+        for task in &group.tasks {
+            if task.name_span != Span::default() && !names::is_dns_label(&task.name) {
+                self.push(not_dns_label("task", &task.name, task.name_span));
+            } else if task.name.len() + 1 + (task.num_nodes - 1).to_string().len() > 63 {
+                self.push(
+                    Diagnostic::new(
+                        Rule::NotDnsLabel,
+                        task.name_span,
+                        format!(
+                            "the hostname label `{}-{}` is longer than 63 characters",
+                            task.name,
+                            task.num_nodes - 1
+                        ),
+                    )
+                    .label("name too long for a DNS label"),
+                );
+            }
+        }
+        references
+    }
+}
+
+fn not_dns_label(what: &str, name: &str, span: Span) -> Diagnostic {
+    Diagnostic::new(
+        Rule::NotDnsLabel,
+        span,
+        format!("the {what} name `{name}` is not a DNS label, so its group hostnames fail on DNS-based targets (Kubernetes)"),
+    )
+    .label("not a DNS label")
+    .help(format!(
+        "use lower-case letters, digits and `-` (at most 63), e.g. `{}`",
+        names::dns_suggestion(name)
+    ))
+}
+
+fn not_a_mapping(node: &Node, what: &str) -> Diagnostic {
+    Diagnostic::new(
+        Rule::NotAMapping,
+        node.span,
+        format!(
+            "this document must be {what} (a mapping of fields), found {}",
+            node.type_name()
+        ),
+    )
+    .label(format!("expected {what}"))
+}
+
+/// SkyPilot's detection: at least two documents, and the first has
+/// `execution: parallel` (the exact string).
+fn is_job_group(documents: &[Document]) -> bool {
+    documents.len() >= 2
+        && documents[0].root.get("execution").and_then(Node::as_str) == Some("parallel")
+}

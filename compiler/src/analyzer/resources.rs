@@ -1,0 +1,567 @@
+//! `resources`: every field SkyPilot parses without a catalog, normalised
+//! into candidates, and the task's recovery policy.
+
+use crate::ir::{Accelerator, Candidate, Image, Infra, PortRange, Recovery, Resources};
+use crate::units;
+use crate::yaml::{Node, Value};
+use crate::{Diagnostic, Diagnostics, Rule, Span};
+
+/// Strategies SkyPilot ships; others come from plugins.
+const STRATEGIES: [&str; 2] = ["EAGER_NEXT_REGION", "FAILOVER"];
+const DEFAULT_STRATEGY: &str = "EAGER_NEXT_REGION";
+const DISK_TIERS: [&str; 5] = ["low", "medium", "high", "ultra", "best"];
+const NETWORK_TIERS: [&str; 2] = ["standard", "best"];
+
+pub(super) fn analyze(node: Option<&Node>, out: &mut Diagnostics) -> (Resources, Recovery) {
+    let Some(node) = node.filter(|n| n.as_map().is_some()) else {
+        return (
+            Resources {
+                ordered: false,
+                candidates: vec![Candidate::default()],
+            },
+            Recovery {
+                strategy: Some(DEFAULT_STRATEGY.to_owned()),
+                ..Recovery::default()
+            },
+        );
+    };
+    check_fields(node, out);
+    let any_of = node.entry("any_of").filter(|e| !e.value.is_null());
+    let ordered = node.entry("ordered").filter(|e| !e.value.is_null());
+    if let (Some(a), Some(o)) = (any_of, ordered) {
+        out.push(
+            Diagnostic::new(
+                Rule::ConflictingFields,
+                o.key.span,
+                "`any_of` and `ordered` cannot both be set",
+            )
+            .label("second candidate list")
+            .with_secondary(a.key.span, "first candidate list")
+            .help("`any_of` takes any candidate; `ordered` tries them in order: pick one"),
+        );
+    }
+    let base = candidate(node, out);
+    let accelerators = accelerator_choices(node, out);
+    let options = any_of.or(ordered).and_then(|e| e.value.as_seq());
+    if let Some(accs) = &accelerators {
+        if accs.names.len() > 1 && ordered.is_some() {
+            out.push(
+                Diagnostic::new(
+                    Rule::ConflictingFields,
+                    accs.span,
+                    "several `accelerators` cannot be combined with `ordered`",
+                )
+                .label("several accelerators")
+                .help("list each accelerator as its own entry of `ordered`"),
+            );
+        } else if accs.names.len() > 1 && accs.ordered && any_of.is_some() {
+            out.push(
+                Diagnostic::new(
+                    Rule::ConflictingFields,
+                    accs.span,
+                    "a preference list of `accelerators` cannot be combined with `any_of`",
+                )
+                .label("a list is an order of preference")
+                .help("write the accelerators as a mapping (`{A100: 1, V100: 1}`), or move them into `any_of`"),
+            );
+        }
+    }
+    let recovery = recovery(node, options.unwrap_or_default(), out);
+    let (ordered_flag, candidates) = match options {
+        Some(options) if !options.is_empty() => {
+            let mut candidates = Vec::new();
+            for option in options {
+                if option.as_map().is_none() {
+                    continue;
+                }
+                check_fields(option, out);
+                let mut c = merge(&base, option, out);
+                if let Some(choices) =
+                    accelerator_choices(option, out).or_else(|| accelerators.clone())
+                {
+                    for (name, count) in choices.names {
+                        c.accelerator = Some(Accelerator { name, count });
+                        candidates.push(c.clone());
+                    }
+                } else {
+                    candidates.push(c);
+                }
+            }
+            (ordered.is_some(), candidates)
+        }
+        _ => match accelerators {
+            Some(choices) => (
+                choices.ordered && choices.names.len() > 1,
+                choices
+                    .names
+                    .into_iter()
+                    .map(|(name, count)| Candidate {
+                        accelerator: Some(Accelerator { name, count }),
+                        ..base.clone()
+                    })
+                    .collect(),
+            ),
+            None => (false, vec![base]),
+        },
+    };
+    let candidates = if candidates.is_empty() {
+        vec![Candidate::default()]
+    } else {
+        candidates
+    };
+    (
+        Resources {
+            ordered: ordered_flag,
+            candidates,
+        },
+        recovery,
+    )
+}
+
+/// Field rules of one resources mapping (the base, or an `any_of` or
+/// `ordered` entry).
+fn check_fields(node: &Node, out: &mut Diagnostics) {
+    if let (Some(g), Some(a)) = (node.entry("gpus"), node.entry("accelerators")) {
+        out.push(
+            Diagnostic::new(
+                Rule::ConflictingFields,
+                g.key.span,
+                "`gpus` and `accelerators` cannot both be set",
+            )
+            .label("`gpus` is an alias of `accelerators`")
+            .with_secondary(a.key.span, "already set here"),
+        );
+    }
+    let legacy: Vec<&crate::yaml::Entry> = ["cloud", "region", "zone"]
+        .iter()
+        .filter_map(|k| node.entry(k))
+        .filter(|e| !e.value.is_null())
+        .collect();
+    if let (Some(infra), Some(first)) = (
+        node.entry("infra").filter(|e| !e.value.is_null()),
+        legacy.first(),
+    ) {
+        out.push(
+            Diagnostic::new(
+                Rule::ConflictingFields,
+                first.key.span,
+                "`infra` cannot be combined with `cloud`, `region` or `zone`",
+            )
+            .label("deprecated location field")
+            .with_secondary(infra.key.span, "`infra` set here")
+            .help("write the whole location in `infra: cloud/region/zone`"),
+        );
+    } else if let Some(first) = legacy.first() {
+        out.push(
+            Diagnostic::new(
+                Rule::DeprecatedField,
+                first.key.span,
+                "`cloud`, `region` and `zone` are deprecated",
+            )
+            .label("deprecated")
+            .help("use `infra: cloud/region/zone`"),
+        );
+    }
+    for (field, allowed) in [
+        ("disk_tier", &DISK_TIERS[..]),
+        ("network_tier", &NETWORK_TIERS[..]),
+    ] {
+        if let Some(n) = node.get(field)
+            && let Some(s) = n.as_str()
+            && !allowed.contains(&s.to_ascii_lowercase().as_str())
+        {
+            out.push(
+                Diagnostic::new(Rule::InvalidValue, n.span, format!("invalid {field} `{s}`"))
+                    .label("unknown tier")
+                    .help(format!("`{field}` is one of: {}", allowed.join(", "))),
+            );
+        }
+    }
+}
+
+/// The scalar fields of one resources mapping.
+fn candidate(node: &Node, out: &mut Diagnostics) -> Candidate {
+    let mut c = Candidate::default();
+    apply(&mut c, node, out);
+    c
+}
+
+/// `option` merged over `base`, as SkyPilot's `_override_resources` does
+/// (labels merged key by key).
+fn merge(base: &Candidate, option: &Node, out: &mut Diagnostics) -> Candidate {
+    let mut c = base.clone();
+    let base_labels = std::mem::take(&mut c.labels);
+    apply(&mut c, option, out);
+    let mut labels = base_labels;
+    for (k, v) in std::mem::take(&mut c.labels) {
+        match labels.iter_mut().find(|(key, _)| *key == k) {
+            Some(slot) => slot.1 = v,
+            None => labels.push((k, v)),
+        }
+    }
+    c.labels = labels;
+    c
+}
+
+fn apply(c: &mut Candidate, node: &Node, out: &mut Diagnostics) {
+    let text = |n: &Node| -> Option<String> {
+        match &n.value {
+            Value::String(s) => Some(s.clone()),
+            Value::Int(_) | Value::Float(_) => n.python_str(),
+            _ => None,
+        }
+    };
+    if let Some(n) = node.get_present("cpus")
+        && let Some(t) = text(n)
+    {
+        match units::parse_cpus(&t) {
+            Ok(q) => c.cpus = Some(q),
+            Err(why) => out.push(
+                Diagnostic::new(Rule::InvalidCpus, n.span, format!("invalid `cpus`: {why}"))
+                    .label("expected a positive number or `N+`")
+                    .help("e.g. `cpus: 4` (exactly 4) or `cpus: 4+` (at least 4)"),
+            ),
+        }
+    }
+    if let Some(n) = node.get_present("memory")
+        && let Some(t) = text(n)
+    {
+        match units::parse_memory(&t) {
+            Ok(q) => c.memory_gb = Some(q),
+            Err(why) => out.push(
+                Diagnostic::new(
+                    Rule::InvalidMemory,
+                    n.span,
+                    format!("invalid `memory`: {why}"),
+                )
+                .label("expected a positive size"),
+            ),
+        }
+    }
+    if let Some(n) = node.get_present("disk_size")
+        && let Some(t) = text(n)
+    {
+        match units::parse_disk_size(&t) {
+            // 256 GB is SkyPilot's default and means "unset".
+            Ok(256) => c.disk_size_gb = None,
+            Ok(gb) => c.disk_size_gb = Some(gb),
+            Err(why) => out.push(
+                Diagnostic::new(
+                    Rule::InvalidDiskSize,
+                    n.span,
+                    format!("invalid `disk_size`: {why}"),
+                )
+                .label("expected a positive whole number of GB"),
+            ),
+        }
+    }
+    if let Some(n) = node.get_present("ports") {
+        c.ports = ports(n, out);
+    }
+    if let Some(n) = node.get_present("infra")
+        && let Some(s) = n.as_str()
+    {
+        c.infra = Some(infra(s));
+    } else if let Some(cloud) = node.get_present("cloud").and_then(Node::as_str) {
+        c.infra = Some(Infra {
+            cloud: Some(normalise_cloud(cloud)),
+            region: node
+                .get_present("region")
+                .and_then(Node::as_str)
+                .map(str::to_owned),
+            zone: node
+                .get_present("zone")
+                .and_then(Node::as_str)
+                .map(str::to_owned),
+        });
+    }
+    if let Some(s) = node.get_present("instance_type").and_then(Node::as_str) {
+        c.instance_type = Some(s.to_owned());
+    }
+    if let Some(Value::Bool(b)) = node.get_present("use_spot").map(|n| &n.value) {
+        c.use_spot = *b;
+    }
+    if let Some(s) = node.get_present("disk_tier").and_then(Node::as_str) {
+        c.disk_tier = Some(s.to_ascii_lowercase());
+    }
+    if let Some(s) = node.get_present("network_tier").and_then(Node::as_str) {
+        c.network_tier = Some(s.to_ascii_lowercase());
+    }
+    if let Some(n) = node.get_present("image_id") {
+        c.image = image(n);
+    }
+    if let Some(labels) = node.get_present("labels").and_then(Node::as_map) {
+        c.labels = labels
+            .iter()
+            .filter_map(|e| Some((e.key.python_str()?, e.value.as_str()?.to_owned())))
+            .collect();
+    }
+}
+
+fn normalise_cloud(cloud: &str) -> String {
+    let lower = cloud.to_ascii_lowercase();
+    if lower == "k8s" {
+        "kubernetes".to_owned()
+    } else {
+        lower
+    }
+}
+
+/// `cloud[/region[/zone]]`, `*` wildcards, `kubernetes[/context]` (the
+/// context may itself contain `/`), `ssh/<pool>`. The form was checked by
+/// the schema's pattern.
+fn infra(text: &str) -> Infra {
+    let (cloud, rest) = match text.split_once('/') {
+        Some((c, r)) => (c, Some(r)),
+        None => (text, None),
+    };
+    let cloud = normalise_cloud(cloud);
+    if cloud == "kubernetes" {
+        return Infra {
+            cloud: Some(cloud),
+            region: rest.map(str::to_owned),
+            zone: None,
+        };
+    }
+    let (region, zone) =
+        match rest.map(|r| r.split_once('/').map_or((r, None), |(a, b)| (a, Some(b)))) {
+            Some((r, z)) => (Some(r), z),
+            None => (None, None),
+        };
+    let wildcard = |s: &str| (s != "*").then(|| s.to_owned());
+    let region = region.and_then(wildcard);
+    Infra {
+        region: if cloud == "ssh" {
+            region.map(|r| format!("ssh-{r}"))
+        } else {
+            region
+        },
+        cloud: wildcard(&cloud),
+        zone: zone.and_then(wildcard),
+    }
+}
+
+fn image(node: &Node) -> Option<Image> {
+    let s = match &node.value {
+        Value::String(s) => s.as_str(),
+        // A per-region map: the `docker` key, or any value, stands for all.
+        Value::Map(entries) => entries
+            .iter()
+            .find(|e| e.key.as_str() == Some("docker"))
+            .or_else(|| entries.first())
+            .and_then(|e| e.value.as_str())?,
+        _ => return None,
+    };
+    Some(match s.strip_prefix("docker:") {
+        Some(image) => Image::Docker(image.to_owned()),
+        None => Image::Cloud(s.to_owned()),
+    })
+}
+
+fn ports(node: &Node, out: &mut Diagnostics) -> Vec<PortRange> {
+    let items: Vec<&Node> = match &node.value {
+        Value::Seq(items) => items.iter().collect(),
+        _ => vec![node],
+    };
+    let mut ranges: Vec<PortRange> = Vec::new();
+    for item in items {
+        let Some(text) = item.python_str() else {
+            continue;
+        };
+        for token in text.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+            match units::parse_port_range(token) {
+                Ok(r) => ranges.push(r),
+                Err(why) => out.push(
+                    Diagnostic::new(
+                        Rule::InvalidPorts,
+                        item.span,
+                        format!("invalid `ports`: {why}"),
+                    )
+                    .label("expected a port (1-65535) or a `from-to` range"),
+                ),
+            }
+        }
+    }
+    // Merge overlapping and adjacent ranges, as SkyPilot's simplify_ports.
+    ranges.sort_by_key(|r| (r.start, r.end));
+    let mut merged: Vec<PortRange> = Vec::new();
+    for r in ranges {
+        match merged.last_mut() {
+            Some(last) if u32::from(r.start) <= u32::from(last.end) + 1 => {
+                last.end = last.end.max(r.end);
+            }
+            _ => merged.push(r),
+        }
+    }
+    merged
+}
+
+#[derive(Clone)]
+struct Choices {
+    span: Span,
+    ordered: bool,
+    names: Vec<(String, f64)>,
+}
+
+/// `accelerators` (or `gpus`): one, several unordered (a mapping), or a
+/// preference list.
+fn accelerator_choices(node: &Node, out: &mut Diagnostics) -> Option<Choices> {
+    let n = node
+        .get_present("accelerators")
+        .or_else(|| node.get_present("gpus"))?;
+    let mut names = Vec::new();
+    let mut push =
+        |text: &str, span: Span, out: &mut Diagnostics| match units::parse_accelerator(text) {
+            Ok((name, count)) => {
+                if !names
+                    .iter()
+                    .any(|(n, c): &(String, f64)| *n == name && *c == count)
+                {
+                    names.push((name, count));
+                }
+            }
+            Err(why) => out.push(
+                Diagnostic::new(
+                    Rule::InvalidAccelerators,
+                    span,
+                    format!("invalid `accelerators`: {why}"),
+                )
+                .label("expected `NAME` or `NAME:COUNT`"),
+            ),
+        };
+    let ordered = match &n.value {
+        Value::String(s) => {
+            push(s, n.span, out);
+            false
+        }
+        Value::Map(entries) => {
+            for e in entries {
+                let Some(name) = e.key.python_str() else {
+                    continue;
+                };
+                let text = match &e.value.value {
+                    Value::Null => name,
+                    Value::Int(_) | Value::Float(_) => {
+                        format!("{name}:{}", e.value.python_str().unwrap_or_default())
+                    }
+                    _ => continue,
+                };
+                push(&text, e.key.span, out);
+            }
+            false
+        }
+        Value::Seq(items) => {
+            for item in items {
+                if let Some(s) = item.as_str() {
+                    push(s, item.span, out);
+                }
+            }
+            true
+        }
+        _ => return None,
+    };
+    (!names.is_empty()).then_some(Choices {
+        span: n.span,
+        ordered,
+        names,
+    })
+}
+
+/// `job_recovery`: one policy per task, so every candidate must agree.
+fn recovery(base: &Node, options: &[Node], out: &mut Diagnostics) -> Recovery {
+    let base_policy = base
+        .get_present("job_recovery")
+        .map(|n| (n, policy(n, out)));
+    let mut chosen = base_policy.as_ref().map(|(_, p)| p.clone());
+    let mut chosen_span = base_policy.as_ref().map(|(n, _)| n.span);
+    for option in options {
+        let Some(n) = option.get_present("job_recovery") else {
+            continue;
+        };
+        let p = policy(n, out);
+        match (&chosen, chosen_span) {
+            (Some(existing), Some(first)) if *existing != p => out.push(
+                Diagnostic::new(
+                    Rule::InvalidJobRecovery,
+                    n.span,
+                    "every resource candidate of a task must use the same `job_recovery`",
+                )
+                .label("differs from the first")
+                .with_secondary(first, "first `job_recovery`")
+                .help("set `job_recovery` once, at the top of `resources`"),
+            ),
+            (None, _) => {
+                chosen = Some(p);
+                chosen_span = Some(n.span);
+            }
+            _ => {}
+        }
+    }
+    chosen.unwrap_or_else(|| Recovery {
+        strategy: Some(DEFAULT_STRATEGY.to_owned()),
+        ..Recovery::default()
+    })
+}
+
+fn policy(node: &Node, out: &mut Diagnostics) -> Recovery {
+    let mut r = Recovery {
+        strategy: Some(DEFAULT_STRATEGY.to_owned()),
+        ..Recovery::default()
+    };
+    let strategy_node = match &node.value {
+        Value::String(_) => Some(node),
+        Value::Map(_) => node.get("strategy"),
+        _ => None,
+    };
+    if let Some(s) = strategy_node.and_then(Node::as_str) {
+        let upper = s.to_ascii_uppercase();
+        if upper == "NONE" {
+            r.strategy = None;
+        } else {
+            if !STRATEGIES.contains(&upper.as_str()) {
+                out.push(
+                    Diagnostic::new(
+                        Rule::UnknownRecoveryStrategy,
+                        strategy_node.map_or(node.span, |n| n.span),
+                        format!("`{s}` is not a recovery strategy SkyPilot ships"),
+                    )
+                    .label("unknown strategy")
+                    .help(format!(
+                        "the built-in strategies are {}, or `none`; a SkyPilot API server \
+                         without the plugin that provides `{upper}` rejects it",
+                        STRATEGIES.join(", ")
+                    )),
+                );
+            }
+            r.strategy = Some(upper);
+        }
+    }
+    if let Some(n) = node
+        .get_present("max_restarts_on_errors")
+        .and_then(Node::as_i64)
+    {
+        r.max_restarts_on_errors = u32::try_from(n).unwrap_or(0);
+    }
+    if let Some(n) = node.get_present("recover_on_exit_codes") {
+        let codes: Vec<&Node> = match &n.value {
+            Value::Seq(items) => items.iter().collect(),
+            _ => vec![n],
+        };
+        r.recover_on_exit_codes = codes
+            .iter()
+            .filter_map(|c| c.as_i64().and_then(|i| u8::try_from(i).ok()))
+            .collect();
+        if r.recover_on_exit_codes.contains(&0) {
+            out.push(
+                Diagnostic::new(
+                    Rule::InvalidJobRecovery,
+                    n.span,
+                    "exit code 0 is success; it cannot trigger a recovery",
+                )
+                .severity(crate::Severity::Warning)
+                .label("includes 0"),
+            );
+        }
+    }
+    r
+}

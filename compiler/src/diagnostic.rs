@@ -1,0 +1,122 @@
+//! The one diagnostic model every stage reports through and every renderer
+//! reads.
+
+use crate::{Rule, Span};
+use serde::Serialize;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Warning,
+    Error,
+}
+
+impl Severity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+        }
+    }
+}
+
+/// A span with an optional message, drawn under the source line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Label {
+    pub span: Span,
+    pub message: String,
+}
+
+/// One finding: which rule, where, and what to do about it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Diagnostic {
+    pub rule: Rule,
+    pub severity: Severity,
+    pub message: String,
+    pub primary: Label,
+    pub secondary: Vec<Label>,
+    pub help: Option<String>,
+}
+
+impl Diagnostic {
+    /// A diagnostic of `rule` at `span`, with the rule's default severity.
+    pub fn new(rule: Rule, span: Span, message: impl Into<String>) -> Self {
+        Self {
+            rule,
+            severity: rule.severity(),
+            message: message.into(),
+            primary: Label {
+                span,
+                message: String::new(),
+            },
+            secondary: Vec::new(),
+            help: None,
+        }
+    }
+
+    /// Sets the text drawn under the primary span.
+    #[must_use]
+    pub fn label(mut self, message: impl Into<String>) -> Self {
+        self.primary.message = message.into();
+        self
+    }
+
+    /// Adds a secondary span, e.g. "first defined here".
+    #[must_use]
+    pub fn with_secondary(mut self, span: Span, message: impl Into<String>) -> Self {
+        self.secondary.push(Label {
+            span,
+            message: message.into(),
+        });
+        self
+    }
+
+    #[must_use]
+    pub fn help(mut self, help: impl Into<String>) -> Self {
+        self.help = Some(help.into());
+        self
+    }
+
+    #[must_use]
+    pub fn severity(mut self, severity: Severity) -> Self {
+        self.severity = severity;
+        self
+    }
+
+    pub fn is_error(&self) -> bool {
+        self.severity == Severity::Error
+    }
+}
+
+/// Collects diagnostics for one source, in the order they are found.
+#[derive(Debug, Default)]
+pub struct Diagnostics {
+    items: Vec<Diagnostic>,
+}
+
+impl Diagnostics {
+    pub fn push(&mut self, diagnostic: Diagnostic) {
+        self.items.push(diagnostic);
+    }
+
+    pub fn has_errors(&self) -> bool {
+        self.items.iter().any(Diagnostic::is_error)
+    }
+
+    /// Sorted by position, then rule; duplicates (same rule, span and
+    /// message, e.g. from a merged alias) dropped.
+    pub fn into_sorted(mut self) -> Vec<Diagnostic> {
+        self.items.sort_by(|a, b| {
+            (a.primary.span.start, a.primary.span.end, a.rule, &a.message).cmp(&(
+                b.primary.span.start,
+                b.primary.span.end,
+                b.rule,
+                &b.message,
+            ))
+        });
+        self.items.dedup_by(|a, b| {
+            a.rule == b.rule && a.primary.span == b.primary.span && a.message == b.message
+        });
+        self.items
+    }
+}

@@ -1,0 +1,165 @@
+//! The IR: one Job Group, normalised, that every target lowers from.
+//!
+//! Deterministic (no maps with random order) and free of YAML details;
+//! spans are kept for targets that must report an error at the source, but
+//! are not part of the serialised form.
+
+use crate::Span;
+use serde::Serialize;
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Group {
+    pub name: String,
+    /// `None` when the file was a single task (run as a one-task group).
+    #[serde(skip)]
+    pub name_span: Option<Span>,
+    pub inter_connection: InterConnection,
+    pub tasks: Vec<Task>,
+}
+
+/// Whether tasks must reach each other by group hostname.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InterConnection {
+    /// Unset: networking where the target can provide it.
+    Auto,
+    /// `true`: required; a target that cannot provide it must fail.
+    Required,
+    /// `false`: none.
+    Disabled,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Primary,
+    Auxiliary,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Task {
+    pub name: String,
+    #[serde(skip)]
+    pub name_span: Span,
+    pub role: Role,
+    pub num_nodes: u32,
+    /// Seconds an auxiliary keeps running after every primary succeeded;
+    /// `None` for primaries.
+    pub termination_delay_secs: Option<u64>,
+    pub resources: Resources,
+    pub recovery: Recovery,
+    pub envs: Vec<EnvVar>,
+    /// Names of secret variables; values never enter the IR.
+    pub secrets: Vec<String>,
+    pub setup: Option<String>,
+    pub run: Option<String>,
+    pub workdir: Option<Workdir>,
+    pub file_mounts: Vec<FileMount>,
+    pub volumes: Vec<VolumeMount>,
+    /// Per-task config overrides (`config:`), as written, for targets.
+    pub config: Option<serde_json::Value>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct EnvVar {
+    pub name: String,
+    pub value: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Resources {
+    /// `true` when candidates are a preference order (`ordered` or a list
+    /// of accelerators), `false` when any will do.
+    pub ordered: bool,
+    /// At least one.
+    pub candidates: Vec<Candidate>,
+}
+
+/// One acceptable shape for every node of the task.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Candidate {
+    pub infra: Option<Infra>,
+    pub accelerator: Option<Accelerator>,
+    pub cpus: Option<Quantity>,
+    /// In GiB, as SkyPilot reads `memory` (GB means GiB there).
+    pub memory_gb: Option<Quantity>,
+    pub instance_type: Option<String>,
+    pub use_spot: bool,
+    pub disk_size_gb: Option<u64>,
+    pub disk_tier: Option<String>,
+    pub network_tier: Option<String>,
+    pub ports: Vec<PortRange>,
+    pub image: Option<Image>,
+    pub labels: Vec<(String, String)>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Infra {
+    /// Lower-case cloud name, `kubernetes` for `k8s`; `None` for `*`.
+    pub cloud: Option<String>,
+    /// Region, or the Kubernetes context.
+    pub region: Option<String>,
+    pub zone: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Accelerator {
+    /// As written (SkyPilot canonicalises names against its catalog).
+    pub name: String,
+    /// Per node; may be fractional.
+    pub count: f64,
+}
+
+/// A minimum (`4+`) or an exact amount (`4`).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Quantity {
+    pub value: f64,
+    pub at_least: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct PortRange {
+    pub start: u16,
+    pub end: u16,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", content = "ref", rename_all = "snake_case")]
+pub enum Image {
+    /// `docker:<image>`.
+    Docker(String),
+    /// Any other image id (a cloud image, `skypilot:<tag>`).
+    Cloud(String),
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Recovery {
+    /// Upper-case strategy name; `None` when recovery is off (`none`), the
+    /// default being `EAGER_NEXT_REGION`.
+    pub strategy: Option<String>,
+    pub max_restarts_on_errors: u32,
+    pub recover_on_exit_codes: Vec<u8>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Workdir {
+    Local { path: String },
+    Git { url: String, r#ref: Option<String> },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FileMount {
+    pub destination: String,
+    /// A local path or bucket URI; `None` for a storage spec with no source.
+    pub source: Option<String>,
+    /// The storage spec's bucket name, mode, store, as written.
+    pub storage: Option<serde_json::Value>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct VolumeMount {
+    pub path: String,
+    /// A volume name, or the inline spec as written.
+    pub volume: serde_json::Value,
+}

@@ -1,0 +1,27 @@
+//! skyc's compiler: a SkyPilot Job Group file in, diagnostics and the IR out.
+//!
+//! Stages, each a noun in its own module: the [`yaml::Reader`] (text to
+//! spanned YAML trees, with PyYAML's scalar rules), the validator
+//! (`schema`: the JSON Schemas in `schemas/`), and the `Analyzer` (every
+//! semantic rule, and lowering to the [`ir`]). [`compile`] runs them;
+//! [`render`] prints what they found. Nothing here does I/O or reads the
+//! clock.
+
+mod analyzer;
+mod compilation;
+mod diagnostic;
+pub mod ir;
+pub mod render;
+mod rule;
+mod schema;
+mod source;
+mod suggest;
+mod units;
+pub mod yaml;
+
+pub use analyzer::Options;
+pub use compilation::{Compilation, MAX_FILE_BYTES, compile};
+pub use diagnostic::{Diagnostic, Diagnostics, Label, Severity};
+pub use rule::Rule;
+pub use schema::editor_schema;
+pub use source::{Position, Source, Span};

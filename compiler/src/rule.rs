@@ -1,0 +1,92 @@
+//! Every rule skyc checks, with its stable name and default severity.
+//!
+//! The name is what users see (`error[duplicate-task-name]`), what
+//! `--format json|sarif` reports, and what the fixtures refer to. Never rename
+//! one; add a new rule instead.
+
+use crate::Severity;
+
+macro_rules! rules {
+    ($($variant:ident = $name:literal, $severity:ident, $summary:literal;)*) => {
+        /// A rule of the Job Group language.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub enum Rule { $($variant,)* }
+
+        impl Rule {
+            pub const ALL: &[Rule] = &[$(Rule::$variant,)*];
+
+            pub fn name(self) -> &'static str {
+                match self { $(Rule::$variant => $name,)* }
+            }
+
+            pub fn severity(self) -> Severity {
+                match self { $(Rule::$variant => Severity::$severity,)* }
+            }
+
+            pub fn summary(self) -> &'static str {
+                match self { $(Rule::$variant => $summary,)* }
+            }
+        }
+    };
+}
+
+rules! {
+    // Reading the file.
+    InvalidUtf8 = "invalid-utf8", Error, "The file is not UTF-8 text.";
+    FileTooLarge = "file-too-large", Error, "The file is larger than skyc reads.";
+    YamlSyntax = "yaml-syntax", Error, "The file is not well-formed YAML.";
+    YamlLimit = "yaml-limit", Error, "The YAML nests too deeply or expands too many aliases.";
+    UnsupportedTag = "unsupported-tag", Error, "A YAML tag SkyPilot's safe loader cannot construct.";
+    DuplicateKey = "duplicate-key", Error, "A mapping defines the same key twice.";
+    NonStringKey = "non-string-key", Error, "A mapping key is not a string.";
+    // The shape of the stream.
+    NotAMapping = "not-a-mapping", Error, "A document is not a mapping.";
+    EmptyFile = "empty-file", Error, "The file holds no task.";
+    GroupWithoutTasks = "group-without-tasks", Error, "A Job Group header is not followed by any task.";
+    EmptyHeader = "empty-header", Error, "The Job Group header document is empty.";
+    InvalidExecution = "invalid-execution", Error, "`execution` is not `parallel`.";
+    UnsupportedPipeline = "unsupported-pipeline", Error, "A serial pipeline, which skyc does not run.";
+    // Structure (the JSON Schemas in schemas/).
+    UnknownField = "unknown-field", Error, "A field the schema does not define.";
+    MissingField = "missing-field", Error, "A required field is missing.";
+    InvalidType = "invalid-type", Error, "A value has the wrong type.";
+    InvalidValue = "invalid-value", Error, "A value is outside what the field accepts.";
+    // The Job Group header.
+    UnknownHeaderField = "unknown-header-field", Warning, "A header field SkyPilot ignores.";
+    InvalidGroupName = "invalid-group-name", Error, "The group name has characters other than letters, digits, `-` and `_`.";
+    UnknownPrimaryTask = "unknown-primary-task", Error, "`primary_tasks` names a task that does not exist.";
+    InvalidDuration = "invalid-duration", Error, "A duration is not NUMBER[s|m|h|d|w].";
+    UnknownDelayTask = "unknown-delay-task", Error, "A `termination_delay` key names no task.";
+    UnusedTerminationDelay = "unused-termination-delay", Warning, "A `termination_delay` that can never apply.";
+    // Tasks.
+    MissingTaskName = "missing-task-name", Error, "A task in a Job Group has no name.";
+    InvalidTaskName = "invalid-task-name", Error, "A task name SkyPilot rejects.";
+    DuplicateTaskName = "duplicate-task-name", Error, "Two tasks share a name.";
+    NotDnsLabel = "not-dns-label", Warning, "A name that cannot be a DNS label, so its hostnames fail on DNS-based targets.";
+    InvalidNumNodes = "invalid-num-nodes", Error, "`num_nodes` is not a positive integer.";
+    MissingEnvValue = "missing-env-value", Error, "An environment variable has no value and none was given with --env.";
+    InvalidSecret = "invalid-secret", Error, "A malformed `secrets` entry.";
+    ConflictingFields = "conflicting-fields", Error, "Two fields that cannot be set together.";
+    InvalidFileMount = "invalid-file-mount", Error, "A file mount SkyPilot rejects.";
+    InvalidVolume = "invalid-volume", Error, "A volume mount SkyPilot rejects.";
+    // Resources.
+    InvalidCpus = "invalid-cpus", Error, "`cpus` is not a positive number or `N+`.";
+    InvalidMemory = "invalid-memory", Error, "`memory` is not a positive size or `N+`.";
+    InvalidAccelerators = "invalid-accelerators", Error, "`accelerators` is malformed.";
+    InvalidInfra = "invalid-infra", Error, "`infra` is malformed.";
+    InvalidPorts = "invalid-ports", Error, "`ports` is malformed or out of range.";
+    InvalidDiskSize = "invalid-disk-size", Error, "`disk_size` is not a positive size.";
+    InvalidJobRecovery = "invalid-job-recovery", Error, "`job_recovery` is malformed.";
+    UnknownRecoveryStrategy = "unknown-recovery-strategy", Warning, "A recovery strategy SkyPilot does not ship (a plugin may provide it).";
+    DeprecatedField = "deprecated-field", Warning, "A field SkyPilot has deprecated.";
+    // Checks SkyPilot does not make.
+    UnknownHostTask = "unknown-host-task", Error, "A group hostname names a task that does not exist.";
+    HostIndexOutOfRange = "host-index-out-of-range", Error, "A group hostname names a node the task does not have.";
+    HostnamesDisabled = "hostnames-disabled", Warning, "Scripts use group hostnames that `inter_connection: false` turns off.";
+}
+
+impl std::fmt::Display for Rule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}

@@ -1,0 +1,677 @@
+//! Validator: the JSON Schemas in `schemas/` applied to each document, every
+//! error mapped back to the YAML span at fault.
+//!
+//! The schemas are the source of truth for structure; they are embedded at
+//! build time and compiled once per process.
+
+use crate::suggest::did_you_mean;
+use crate::yaml::{Node, Value};
+use crate::{Diagnostic, Diagnostics, Rule, Span};
+use jsonschema::error::{TypeKind, ValidationErrorKind};
+use jsonschema::paths::LocationSegment;
+use jsonschema::{ValidationError, Validator};
+use serde_json::{Map, Value as Json};
+use std::sync::LazyLock;
+
+const BASE: &str = "https://skyc.dev/schemas/";
+const SOURCES: [(&str, &str); 4] = [
+    ("header.json", include_str!("../../schemas/header.json")),
+    ("task.json", include_str!("../../schemas/task.json")),
+    (
+        "resources.json",
+        include_str!("../../schemas/resources.json"),
+    ),
+    ("skyc.json", include_str!("../../schemas/skyc.json")),
+];
+
+struct Schemas {
+    header: Validator,
+    task: Validator,
+    /// Parsed schema documents, for field-name suggestions.
+    task_json: Json,
+    resources_json: Json,
+}
+
+fn parse(name: &str) -> Json {
+    let text = SOURCES
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map_or("{}", |(_, t)| t);
+    serde_json::from_str(text).expect("embedded schemas are valid JSON (checked by tests)")
+}
+
+static SCHEMAS: LazyLock<Schemas> = LazyLock::new(|| {
+    let resources_json = parse("resources.json");
+    let registry = jsonschema::Registry::new()
+        .add(format!("{BASE}resources.json"), resources_json.clone())
+        .and_then(|r| r.prepare())
+        .expect("embedded schemas register (checked by tests)");
+    let build = |schema: &Json| {
+        jsonschema::options()
+            .with_registry(&registry)
+            .build(schema)
+            .expect("embedded schemas compile (checked by tests)")
+    };
+    let task_json = parse("task.json");
+    Schemas {
+        header: build(&parse("header.json")),
+        task: build(&task_json),
+        task_json,
+        resources_json,
+    }
+});
+
+/// Which schema a document is checked against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum DocumentKind {
+    Header,
+    Task,
+}
+
+/// Validates `root` and reports every structural error. Returns whether
+/// the document is structurally valid.
+pub(crate) fn validate(kind: DocumentKind, root: &Node, diagnostics: &mut Diagnostics) -> bool {
+    let schemas = &*SCHEMAS;
+    let instance = to_json(root, kind, &mut Vec::new());
+    let validator = match kind {
+        DocumentKind::Header => &schemas.header,
+        DocumentKind::Task => &schemas.task,
+    };
+    let mut valid = true;
+    for error in validator.iter_errors(&instance) {
+        valid = false;
+        report(&error, kind, root, diagnostics);
+    }
+    valid
+}
+
+/// The schema for editors: one document (header or task, chosen by the
+/// presence of `execution`) with every schema bundled under `$defs`.
+pub fn editor_schema() -> Json {
+    let mut defs = Map::new();
+    for (name, _) in &SOURCES[..3] {
+        let mut schema = parse(name);
+        if let Json::Object(obj) = &mut schema {
+            obj.remove("$schema");
+            obj.remove("$id");
+        }
+        let key = name.trim_end_matches(".json");
+        defs.insert(key.to_owned(), rewrite_refs(schema, key));
+    }
+    let mut root = parse("skyc.json");
+    if let Json::Object(obj) = &mut root {
+        obj.insert("then".into(), serde_json::json!({"$ref": "#/$defs/header"}));
+        obj.insert("else".into(), serde_json::json!({"$ref": "#/$defs/task"}));
+        obj.insert("$defs".into(), Json::Object(defs));
+    }
+    root
+}
+
+/// Rewrites references so a schema nested at `#/$defs/{owner}` still
+/// resolves: local `#/...` gains the prefix, `x.json#/...` points at x.
+fn rewrite_refs(value: Json, owner: &str) -> Json {
+    match value {
+        Json::Object(obj) => Json::Object(
+            obj.into_iter()
+                .map(|(k, v)| {
+                    if k == "$ref" {
+                        if let Json::String(r) = &v {
+                            let r = r.strip_prefix(BASE).unwrap_or(r);
+                            let target = match r.split_once('#') {
+                                Some(("", frag)) => format!("#/$defs/{owner}{frag}"),
+                                Some((file, frag)) => {
+                                    format!("#/$defs/{}{frag}", file.trim_end_matches(".json"))
+                                }
+                                None => format!("#/$defs/{}", r.trim_end_matches(".json")),
+                            };
+                            return (k, Json::String(target));
+                        }
+                    }
+                    (k, rewrite_refs(v, owner))
+                })
+                .collect(),
+        ),
+        Json::Array(items) => {
+            Json::Array(items.into_iter().map(|v| rewrite_refs(v, owner)).collect())
+        }
+        other => other,
+    }
+}
+
+/// The JSON value SkyPilot's schema check sees for `node`: keys and env
+/// values stringified as `str()` does, non-finite floats as their text.
+fn to_json(node: &Node, kind: DocumentKind, path: &mut Vec<String>) -> Json {
+    match &node.value {
+        Value::Null => Json::Null,
+        Value::Bool(b) => Json::Bool(*b),
+        Value::Int(i) => Json::from(*i),
+        Value::Float(f) => serde_json::Number::from_f64(*f).map_or_else(
+            || Json::String(crate::yaml::python_float_repr(*f)),
+            Json::Number,
+        ),
+        Value::String(s) => Json::String(s.clone()),
+        Value::Seq(items) => Json::Array(
+            items
+                .iter()
+                .enumerate()
+                .map(|(i, n)| {
+                    path.push(i.to_string());
+                    let v = to_json(n, kind, path);
+                    path.pop();
+                    v
+                })
+                .collect(),
+        ),
+        Value::Map(entries) => {
+            let stringify = kind == DocumentKind::Task
+                && path.len() == 1
+                && matches!(path[0].as_str(), "envs" | "secrets");
+            let mut map = Map::with_capacity(entries.len());
+            for e in entries {
+                let key = e.key.python_str().unwrap_or_default();
+                let value = if stringify && !e.value.is_null() {
+                    Json::String(python_literal(&e.value))
+                } else {
+                    path.push(key.clone());
+                    let v = to_json(&e.value, kind, path);
+                    path.pop();
+                    v
+                };
+                map.insert(key, value);
+            }
+            Json::Object(map)
+        }
+    }
+}
+
+/// Python's `str()` of a loaded YAML value, for env values SkyPilot
+/// stringifies before validation.
+pub(crate) fn python_literal(node: &Node) -> String {
+    if let Some(s) = node.python_str() {
+        return s;
+    }
+    let inner = |n: &Node| match &n.value {
+        Value::String(s) => format!("'{s}'"),
+        _ => python_literal(n),
+    };
+    match &node.value {
+        Value::Seq(items) => format!(
+            "[{}]",
+            items.iter().map(inner).collect::<Vec<_>>().join(", ")
+        ),
+        Value::Map(entries) => format!(
+            "{{{}}}",
+            entries
+                .iter()
+                .map(|e| format!("{}: {}", inner(&e.key), inner(&e.value)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        _ => String::new(),
+    }
+}
+
+/// Where an instance path lands in the YAML tree.
+struct Target<'a> {
+    node: Option<&'a Node>,
+    /// The span of the key under which the node sits, if any.
+    key_span: Option<Span>,
+    /// The dotted field name for messages (`resources.any_of[0].cpus`).
+    field: String,
+}
+
+fn locate<'a>(root: &'a Node, path: &jsonschema::paths::Location) -> Target<'a> {
+    let mut node = Some(root);
+    let mut key_span = None;
+    let mut field = String::new();
+    for segment in path {
+        match segment {
+            LocationSegment::Property(name) => {
+                if !field.is_empty() {
+                    field.push('.');
+                }
+                field.push_str(&name);
+                let entry = node.and_then(Node::as_map).and_then(|entries| {
+                    entries
+                        .iter()
+                        .find(|e| e.key.python_str().as_deref() == Some(&*name))
+                });
+                key_span = entry.map(|e| e.key.span);
+                node = entry.map(|e| &e.value);
+            }
+            LocationSegment::Index(i) => {
+                field.push_str(&format!("[{i}]"));
+                node = node.and_then(Node::as_seq).and_then(|items| items.get(i));
+                key_span = None;
+            }
+        }
+    }
+    Target {
+        node,
+        key_span,
+        field,
+    }
+}
+
+fn report(error: &ValidationError<'_>, kind: DocumentKind, root: &Node, out: &mut Diagnostics) {
+    let target = locate(root, error.instance_path());
+    let span = target
+        .node
+        .map_or(target.key_span.unwrap_or(root.span), |n| n.span);
+    let field = if target.field.is_empty() {
+        match kind {
+            DocumentKind::Header => "the Job Group header".to_owned(),
+            DocumentKind::Task => "the task".to_owned(),
+        }
+    } else {
+        format!("`{}`", target.field)
+    };
+    let found = target.node.map_or("nothing", Node::type_name);
+    match error.kind() {
+        ValidationErrorKind::AdditionalProperties { unexpected } => {
+            for name in unexpected {
+                out.push(unknown_field(root, &target, name, kind));
+            }
+        }
+        ValidationErrorKind::Required { property } => {
+            let property = property.as_str().unwrap_or_default();
+            let at = target.key_span.unwrap_or(Span::at(span.start as usize));
+            out.push(
+                Diagnostic::new(
+                    Rule::MissingField,
+                    at,
+                    format!("{field} is missing the required field `{property}`"),
+                )
+                .label(format!("`{property}` is required here")),
+            );
+        }
+        ValidationErrorKind::Type { kind: expected } => {
+            let expected = describe_types(expected);
+            out.push(
+                Diagnostic::new(
+                    field_rule(&target.field, Rule::InvalidType),
+                    span,
+                    format!("{field} must be {expected}, found {found}"),
+                )
+                .label(format!("expected {expected}")),
+            );
+        }
+        ValidationErrorKind::AnyOf { context } | ValidationErrorKind::OneOfNotValid { context } => {
+            // Report the branch whose type the value has; if none or
+            // several, say which types would do.
+            let matching: Vec<&Vec<ValidationError<'static>>> = context
+                .iter()
+                .filter(|branch| {
+                    !branch.iter().any(|e| {
+                        matches!(e.kind(), ValidationErrorKind::Type { .. })
+                            && e.instance_path() == error.instance_path()
+                    })
+                })
+                .collect();
+            if let [branch] = matching.as_slice() {
+                for e in branch.iter() {
+                    report(e, kind, root, out);
+                }
+            } else {
+                let mut types: Vec<String> = context
+                    .iter()
+                    .flat_map(|branch| branch.iter())
+                    .filter(|e| e.instance_path() == error.instance_path())
+                    .filter_map(|e| match e.kind() {
+                        ValidationErrorKind::Type { kind } => Some(describe_types(kind)),
+                        _ => None,
+                    })
+                    .collect();
+                types.dedup();
+                let expected = if types.is_empty() {
+                    "one of the accepted forms".to_owned()
+                } else {
+                    join_or(&types)
+                };
+                out.push(
+                    Diagnostic::new(
+                        field_rule(&target.field, Rule::InvalidType),
+                        span,
+                        format!("{field} must be {expected}, found {found}"),
+                    )
+                    .label(format!("expected {expected}")),
+                );
+            }
+        }
+        ValidationErrorKind::Pattern { .. } => out.push(pattern_error(&target, &field, span)),
+        ValidationErrorKind::Constant { expected_value } => out.push(
+            Diagnostic::new(
+                Rule::InvalidValue,
+                span,
+                format!("{field} must be `{}`", display_json(expected_value)),
+            )
+            .label(format!("found {}", shown(target.node))),
+        ),
+        ValidationErrorKind::Enum { options } => out.push(
+            Diagnostic::new(
+                Rule::InvalidValue,
+                span,
+                format!("{field} must be one of {}", display_json(options)),
+            )
+            .label(format!("found {}", shown(target.node))),
+        ),
+        ValidationErrorKind::Minimum { limit } => {
+            out.push(bound(&target, &field, span, format!("at least {limit}")))
+        }
+        ValidationErrorKind::Maximum { limit } => {
+            out.push(bound(&target, &field, span, format!("at most {limit}")))
+        }
+        ValidationErrorKind::ExclusiveMinimum { limit } => out.push(bound(
+            &target,
+            &field,
+            span,
+            format!("greater than {limit}"),
+        )),
+        ValidationErrorKind::ExclusiveMaximum { limit } => {
+            out.push(bound(&target, &field, span, format!("less than {limit}")))
+        }
+        ValidationErrorKind::MinLength { limit } => out.push(bound(
+            &target,
+            &field,
+            span,
+            format!("at least {limit} characters long"),
+        )),
+        ValidationErrorKind::MaxLength { limit } => out.push(bound(
+            &target,
+            &field,
+            span,
+            format!("at most {limit} characters long"),
+        )),
+        ValidationErrorKind::MinItems { limit } => out.push(bound(
+            &target,
+            &field,
+            span,
+            format!("a list of at least {limit} items"),
+        )),
+        ValidationErrorKind::MaxItems { limit } => out.push(bound(
+            &target,
+            &field,
+            span,
+            format!("a list of at most {limit} items"),
+        )),
+        ValidationErrorKind::MaxProperties { limit } => {
+            let message =
+                if target.field.ends_with("accelerators") || target.field.ends_with("gpus") {
+                    format!(
+                        "{field} may name only one accelerator inside `any_of` or `ordered`; \
+                     list the alternatives as separate entries"
+                    )
+                } else {
+                    format!("{field} may have at most {limit} entries")
+                };
+            out.push(
+                Diagnostic::new(field_rule(&target.field, Rule::InvalidValue), span, message)
+                    .label("too many entries"),
+            );
+        }
+        ValidationErrorKind::MinProperties { limit } => out.push(bound(
+            &target,
+            &field,
+            span,
+            format!("a mapping of at least {limit} entries"),
+        )),
+        ValidationErrorKind::UniqueItems => out.push(
+            Diagnostic::new(
+                field_rule(&target.field, Rule::InvalidValue),
+                span,
+                format!("{field} lists the same value twice"),
+            )
+            .label("duplicate values"),
+        ),
+        ValidationErrorKind::Not { .. } if target.field.ends_with("custom_metadata") => out.push(
+            Diagnostic::new(
+                Rule::InvalidValue,
+                span,
+                format!("{field} must not set `name` or `namespace`"),
+            )
+            .label("SkyPilot owns these"),
+        ),
+        _ => out.push(
+            Diagnostic::new(
+                field_rule(&target.field, Rule::InvalidValue),
+                span,
+                format!("{field} is invalid: {}", error.masked()),
+            )
+            .label("invalid value"),
+        ),
+    }
+}
+
+fn unknown_field(root: &Node, target: &Target<'_>, name: &str, kind: DocumentKind) -> Diagnostic {
+    let key_span = target
+        .node
+        .and_then(Node::as_map)
+        .and_then(|entries| {
+            entries
+                .iter()
+                .find(|e| e.key.python_str().as_deref() == Some(name))
+        })
+        .map_or(root.span, |e| e.key.span);
+    let context = if target.field.is_empty() {
+        "task".to_owned()
+    } else {
+        format!("`{}`", target.field)
+    };
+    if target.field == "envs" || target.field == "secrets" {
+        return Diagnostic::new(
+            Rule::InvalidValue,
+            key_span,
+            format!("`{name}` is not a valid environment variable name"),
+        )
+        .label("invalid name")
+        .help("names are letters, digits and `_`, not starting with a digit");
+    }
+    let mut d = Diagnostic::new(
+        Rule::UnknownField,
+        key_span,
+        format!("unknown field `{name}` in {context}"),
+    )
+    .label("not a field SkyPilot knows");
+    if target.field == "resources" && name == "hooks" {
+        return d.help("hooks are task-scoped: move them to `config.hooks`");
+    }
+    let candidates = fields_at(kind, &target.field);
+    if let Some(suggestion) = did_you_mean(name, candidates.iter().map(String::as_str)) {
+        d = d.help(format!("did you mean `{suggestion}`?"));
+    }
+    d
+}
+
+/// The property names the schema defines for the object at `field`.
+fn fields_at(kind: DocumentKind, field: &str) -> Vec<String> {
+    let schemas = &*SCHEMAS;
+    if kind == DocumentKind::Header {
+        return Vec::new();
+    }
+    let mut schema = &schemas.task_json;
+    let mut in_resources = false;
+    for part in field.split('.').filter(|p| !p.is_empty()) {
+        let (name, indexed) = match part.split_once('[') {
+            Some((n, _)) => (n, true),
+            None => (part, false),
+        };
+        let next = schema.get("properties").and_then(|p| p.get(name));
+        schema = match next {
+            Some(s) if s.get("$ref").is_some() && name == "resources" => {
+                in_resources = true;
+                &schemas.resources_json
+            }
+            Some(s) => s,
+            None => return Vec::new(),
+        };
+        if indexed {
+            schema = match schema.get("items") {
+                Some(items) if items.get("$ref").is_some() && in_resources => {
+                    &schemas.resources_json["$defs"]["option"]
+                }
+                Some(items) => items,
+                None => return Vec::new(),
+            };
+        }
+    }
+    schema
+        .get("properties")
+        .and_then(Json::as_object)
+        .map(|p| p.keys().filter(|k| !k.starts_with('_')).cloned().collect())
+        .unwrap_or_default()
+}
+
+/// Field-specific rules, so a bad `infra` reads as an infra error.
+fn field_rule(field: &str, default: Rule) -> Rule {
+    let last = field.rsplit('.').next().unwrap_or(field);
+    let last = last.split('[').next().unwrap_or(last);
+    match last {
+        "infra" => Rule::InvalidInfra,
+        "cpus" => Rule::InvalidCpus,
+        "memory" => Rule::InvalidMemory,
+        "accelerators" | "gpus" => Rule::InvalidAccelerators,
+        "ports" => Rule::InvalidPorts,
+        "disk_size" => Rule::InvalidDiskSize,
+        "job_recovery" | "max_restarts_on_errors" | "recover_on_exit_codes" => {
+            Rule::InvalidJobRecovery
+        }
+        "termination_delay" => Rule::InvalidDuration,
+        "num_nodes" => Rule::InvalidNumNodes,
+        _ => default,
+    }
+}
+
+fn pattern_error(target: &Target<'_>, field: &str, span: Span) -> Diagnostic {
+    let value = shown(target.node);
+    let last = target.field.rsplit('.').next().unwrap_or("");
+    let (rule, message, help): (Rule, String, &str) = match last {
+        "infra" => (
+            Rule::InvalidInfra,
+            format!("invalid infra {value}"),
+            "use `cloud[/region[/zone]]` (e.g. `aws/us-east-1`), `*/region`, or `kubernetes[/context]`",
+        ),
+        "disk_size" => (
+            Rule::InvalidDiskSize,
+            format!("invalid disk size {value}"),
+            "use a whole number of GB, optionally with a unit: `100`, `100GB`, `1TB`",
+        ),
+        "name" if target.field == "name" => (
+            Rule::InvalidGroupName,
+            format!("invalid Job Group name {value}"),
+            "a group name has only letters, digits, `-` and `_`",
+        ),
+        "cloud" => (
+            Rule::InvalidInfra,
+            format!("unknown cloud {value}"),
+            "prefer `infra: <cloud>[/<region>]`",
+        ),
+        _ if target.field.contains("termination_delay") => (
+            Rule::InvalidDuration,
+            format!("invalid duration {value} in {field}"),
+            "use NUMBER[s|m|h|d|w], e.g. `30s`, `5m`, `1h`; a bare number is seconds",
+        ),
+        _ => (
+            Rule::InvalidValue,
+            format!("{field} has an invalid value {value}"),
+            "",
+        ),
+    };
+    let d = Diagnostic::new(rule, span, message).label("invalid value");
+    if help.is_empty() { d } else { d.help(help) }
+}
+
+fn bound(target: &Target<'_>, field: &str, span: Span, what: String) -> Diagnostic {
+    Diagnostic::new(
+        field_rule(&target.field, Rule::InvalidValue),
+        span,
+        format!("{field} must be {what}"),
+    )
+    .label(format!("found {}", shown(target.node)))
+}
+
+/// A scalar shown in a message: `` `4++` ``, or its type for collections.
+pub(crate) fn shown(node: Option<&Node>) -> String {
+    match node {
+        Some(n) => match &n.value {
+            Value::String(s) => format!("`{s}`"),
+            Value::Seq(_) | Value::Map(_) => n.type_name().to_owned(),
+            Value::Null => "null".to_owned(),
+            _ => format!("`{}`", n.python_str().unwrap_or_default()),
+        },
+        None => "nothing".to_owned(),
+    }
+}
+
+fn describe_types(kind: &TypeKind) -> String {
+    let names: Vec<String> = match kind {
+        TypeKind::Single(t) => vec![type_phrase(&t.to_string())],
+        TypeKind::Multiple(set) => set
+            .into_iter()
+            .map(|t| type_phrase(&t.to_string()))
+            .collect(),
+    };
+    join_or(&names)
+}
+
+fn type_phrase(json_type: &str) -> String {
+    match json_type {
+        "string" => "a string",
+        "integer" => "an integer",
+        "number" => "a number",
+        "boolean" => "a boolean",
+        "array" => "a list",
+        "object" => "a mapping",
+        "null" => "null",
+        other => other,
+    }
+    .to_owned()
+}
+
+fn join_or(items: &[String]) -> String {
+    match items {
+        [] => String::new(),
+        [one] => one.clone(),
+        [init @ .., last] => format!("{} or {last}", init.join(", ")),
+    }
+}
+
+fn display_json(value: &Json) -> String {
+    match value {
+        Json::String(s) => s.clone(),
+        Json::Array(items) => items
+            .iter()
+            .map(|i| format!("`{}`", display_json(i)))
+            .collect::<Vec<_>>()
+            .join(", "),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_schemas_are_valid_2020_12() {
+        for (name, text) in SOURCES {
+            let schema: Json = serde_json::from_str(text).unwrap();
+            jsonschema::meta::validate(&schema).unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+        let _ = &*SCHEMAS;
+    }
+
+    #[test]
+    fn editor_schema_is_self_contained() {
+        let bundled = editor_schema();
+        let text = bundled.to_string();
+        assert!(!text.contains(BASE), "external refs left in the bundle");
+        let validator = jsonschema::validator_for(&bundled).expect("bundle compiles");
+        let task = serde_json::json!({"name": "t", "resources": {"cpus": "4+", "any_of": [{"infra": "aws"}]}});
+        assert!(validator.is_valid(&task));
+        let bad = serde_json::json!({"name": "t", "resources": {"any_of": [{"bogus": 1}]}});
+        assert!(!validator.is_valid(&bad));
+        let header =
+            serde_json::json!({"name": "g", "execution": "parallel", "termination_delay": "30s"});
+        assert!(validator.is_valid(&header));
+    }
+}

@@ -1,0 +1,67 @@
+//! The command line: one module per subcommand.
+
+mod build;
+mod check;
+mod input;
+mod schema;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// Exit status: success.
+pub(crate) const OK: u8 = 0;
+/// Exit status: the input has errors.
+pub(crate) const INVALID: u8 = 1;
+/// Exit status: bad usage, or a file could not be read or written.
+pub(crate) const USAGE: u8 = 2;
+
+#[derive(Parser)]
+#[command(
+    name = "skyc",
+    version,
+    about = "Compiler and runtime for SkyPilot Job Groups",
+    long_about = "skyc checks SkyPilot Job Group files, lowers them to manifests for \
+                  Kubernetes, Slurm and clouds, and runs them."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    Check(check::Args),
+    Build(build::Args),
+    Schema(schema::Args),
+}
+
+pub(crate) fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { USAGE } else { OK });
+        }
+    };
+    let code = match cli.command {
+        Command::Check(args) => check::run(&args),
+        Command::Build(args) => build::run(&args),
+        Command::Schema(args) => schema::run(&args),
+    };
+    ExitCode::from(code)
+}
+
+/// `--env KEY=VALUE`.
+pub(crate) fn parse_env(s: &str) -> Result<(String, String), String> {
+    let (k, v) = s
+        .split_once('=')
+        .ok_or_else(|| format!("`{s}` is not KEY=VALUE"))?;
+    let valid = k
+        .bytes()
+        .enumerate()
+        .all(|(i, b)| b == b'_' || b.is_ascii_alphabetic() || (i > 0 && b.is_ascii_digit()));
+    if k.is_empty() || !valid {
+        return Err(format!("`{k}` is not an environment variable name"));
+    }
+    Ok((k.to_owned(), v.to_owned()))
+}
