@@ -132,13 +132,23 @@ pub enum Image {
     Cloud(String),
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Recovery {
-    /// Upper-case strategy name; `None` when recovery is off (`none`), the
-    /// default being `EAGER_NEXT_REGION`.
-    pub strategy: Option<String>,
+    /// Upper-case strategy for preemptions and lost nodes; SkyPilot always
+    /// recovers managed jobs, `EAGER_NEXT_REGION` by default.
+    pub strategy: String,
     pub max_restarts_on_errors: u32,
     pub recover_on_exit_codes: Vec<u8>,
+}
+
+impl Default for Recovery {
+    fn default() -> Self {
+        Self {
+            strategy: "EAGER_NEXT_REGION".to_owned(),
+            max_restarts_on_errors: 0,
+            recover_on_exit_codes: Vec::new(),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

@@ -79,6 +79,7 @@ rules! {
     InvalidJobRecovery = "invalid-job-recovery", Error, "`job_recovery` is malformed.";
     UnknownRecoveryStrategy = "unknown-recovery-strategy", Warning, "A recovery strategy SkyPilot does not ship (a plugin may provide it).";
     DeprecatedField = "deprecated-field", Warning, "A field SkyPilot has deprecated.";
+    IneffectiveSetting = "ineffective-setting", Warning, "A setting that does not do what it says.";
     // Checks SkyPilot does not make.
     UnknownHostTask = "unknown-host-task", Error, "A group hostname names a task that does not exist.";
     HostIndexOutOfRange = "host-index-out-of-range", Error, "A group hostname names a node the task does not have.";

@@ -14,13 +14,15 @@ use serde_json::{Map, Value as Json};
 use std::sync::LazyLock;
 
 const BASE: &str = "https://skyc.dev/schemas/";
-const SOURCES: [(&str, &str); 4] = [
+/// The schemas; `skyc.json`, the editor's entry point, comes last.
+const SOURCES: [(&str, &str); 5] = [
     ("header.json", include_str!("../../schemas/header.json")),
     ("task.json", include_str!("../../schemas/task.json")),
     (
         "resources.json",
         include_str!("../../schemas/resources.json"),
     ),
+    ("storage.json", include_str!("../../schemas/storage.json")),
     ("skyc.json", include_str!("../../schemas/skyc.json")),
 ];
 
@@ -44,6 +46,7 @@ static SCHEMAS: LazyLock<Schemas> = LazyLock::new(|| {
     let resources_json = parse("resources.json");
     let registry = jsonschema::Registry::new()
         .add(format!("{BASE}resources.json"), resources_json.clone())
+        .and_then(|r| r.add(format!("{BASE}storage.json"), parse("storage.json")))
         .and_then(|r| r.prepare())
         .expect("embedded schemas register (checked by tests)");
     let build = |schema: &Json| {
@@ -89,7 +92,7 @@ pub(crate) fn validate(kind: DocumentKind, root: &Node, diagnostics: &mut Diagno
 /// presence of `execution`) with every schema bundled under `$defs`.
 pub fn editor_schema() -> Json {
     let mut defs = Map::new();
-    for (name, _) in &SOURCES[..3] {
+    for (name, _) in &SOURCES[..SOURCES.len() - 1] {
         let mut schema = parse(name);
         if let Json::Object(obj) = &mut schema {
             obj.remove("$schema");
@@ -166,9 +169,15 @@ fn to_json(node: &Node, kind: DocumentKind, path: &mut Vec<String>) -> Json {
             let stringify = kind == DocumentKind::Task
                 && path.len() == 1
                 && matches!(path[0].as_str(), "envs" | "secrets");
+            // SkyPilot drops top-level fields whose value is null before
+            // validating a task; an unknown field is still reported.
+            let drop_nulls = kind == DocumentKind::Task && path.is_empty();
             let mut map = Map::with_capacity(entries.len());
             for e in entries {
                 let key = e.key.python_str().unwrap_or_default();
+                if drop_nulls && e.value.is_null() && KNOWN_NULLABLE.contains(&key.as_str()) {
+                    continue;
+                }
                 let value = if stringify && !e.value.is_null() {
                     Json::String(python_literal(&e.value))
                 } else {
@@ -183,6 +192,28 @@ fn to_json(node: &Node, kind: DocumentKind, path: &mut Vec<String>) -> Json {
         }
     }
 }
+
+/// Top-level task fields that may be written with no value. (`envs:` with
+/// no value crashes SkyPilot's loader, so it is not among them.)
+const KNOWN_NULLABLE: &[&str] = &[
+    "name",
+    "workdir",
+    "event_callback",
+    "num_nodes",
+    "resources",
+    "file_mounts",
+    "service",
+    "pool",
+    "setup",
+    "run",
+    "secrets",
+    "managed_secrets",
+    "inputs",
+    "outputs",
+    "config",
+    "volumes",
+    "api_server_access",
+];
 
 /// Python's `str()` of a loaded YAML value, for env values SkyPilot
 /// stringifies before validation.
@@ -664,7 +695,10 @@ mod tests {
     fn editor_schema_is_self_contained() {
         let bundled = editor_schema();
         let text = bundled.to_string();
-        assert!(!text.contains(BASE), "external refs left in the bundle");
+        assert!(
+            !text.contains(&format!("\"$ref\":\"{BASE}")),
+            "external refs left in the bundle"
+        );
         let validator = jsonschema::validator_for(&bundled).expect("bundle compiles");
         let task = serde_json::json!({"name": "t", "resources": {"cpus": "4+", "any_of": [{"infra": "aws"}]}});
         assert!(validator.is_valid(&task));

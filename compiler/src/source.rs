@@ -132,8 +132,8 @@ mod tests {
         let src = Source::new("f", "a: 1\nnäme: x\n");
         assert_eq!(src.position(0), Position { line: 1, column: 1 });
         assert_eq!(src.position(5), Position { line: 2, column: 1 });
-        // 'x' sits after the two-byte 'ä': byte 13, character column 7.
-        assert_eq!(src.position(13), Position { line: 2, column: 7 });
+        // 'x' sits after the two-byte 'ä': byte 12, character column 7.
+        assert_eq!(src.position(12), Position { line: 2, column: 7 });
         assert_eq!(src.position(1000).line, 3);
     }
 }

@@ -41,6 +41,9 @@ fn underscores_between_digits(s: &str) -> bool {
 
 /// `termination_delay` and other `NUMBER[s|m|h|d|w]` durations, in seconds.
 pub(crate) fn parse_duration(text: &str) -> Option<u64> {
+    // SkyPilot's check is a Python `re.match` ending in `$`, which allows
+    // one trailing newline (a block scalar `|` gives one).
+    let text = text.strip_suffix('\n').unwrap_or(text);
     let (digits, unit) = match text.as_bytes().last()? {
         b'0'..=b'9' => (text, 1),
         c => (
@@ -88,7 +91,7 @@ const MEMORY_UNITS: [(&str, f64); 10] = [
 
 /// `memory`: GB (binary, as SkyPilot computes it), with an optional unit
 /// (`kb ki mb mi gb gi tb ti pb pi`, any case) and an optional `+`.
-pub(crate) fn parse_memory(text: &str) -> Result<Quantity, String> {
+pub(crate) fn parse_memory(text: &str, allow_zero: bool) -> Result<Quantity, String> {
     let (body, at_least) = match text.strip_suffix('+') {
         Some(b) => (b, true),
         None => (text, false),
@@ -110,7 +113,9 @@ pub(crate) fn parse_memory(text: &str) -> Result<Quantity, String> {
             python_float(number).ok_or_else(bad)? * factor
         }
     };
-    check_positive(value, text)?;
+    if !(allow_zero && value == 0.0) {
+        check_positive(value, text)?;
+    }
     Ok(Quantity { value, at_least })
 }
 
@@ -242,19 +247,25 @@ mod tests {
         }
     }
 
+    fn parse_memory_t(text: &str) -> Result<Quantity, String> {
+        parse_memory(text, false)
+    }
+
     #[test]
     fn memory_and_cpus() {
         assert_eq!(
-            parse_memory("16+").unwrap(),
+            parse_memory_t("16+").unwrap(),
             Quantity {
                 value: 16.0,
                 at_least: true
             }
         );
-        assert_eq!(parse_memory("512Mi").unwrap().value, 0.5);
-        assert_eq!(parse_memory("1TB").unwrap().value, 1024.0);
-        assert!(parse_memory("0").is_err());
-        assert!(parse_memory("16 GB").is_err());
+        assert_eq!(parse_memory_t("512Mi").unwrap().value, 0.5);
+        assert_eq!(parse_memory_t("1TB").unwrap().value, 1024.0);
+        assert!(parse_memory_t("0").is_err());
+        // Python's float() takes the space: SkyPilot reads "16 GB" as 16.
+        assert_eq!(parse_memory_t("16 GB").unwrap().value, 16.0);
+        assert!(parse_memory_t("16 G B").is_err());
         assert_eq!(parse_cpus("0.5").unwrap().value, 0.5);
         assert!(parse_cpus("4++").is_err());
         assert!(parse_cpus("-1").is_err());

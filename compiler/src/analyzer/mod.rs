@@ -104,12 +104,42 @@ impl<'a> Analyzer<'a> {
                 .help("add `---` and a task (`name:`, `run:`, ...) after the header"),
             );
         }
+        self.check_priorities(task_docs);
         let header = header?;
         header.check_references(&seen, self.diagnostics);
         let group = header.to_group(tasks);
         let references = self.check_group(&group, task_docs);
         header.check_hostnames_enabled(references, self.diagnostics);
         (!self.diagnostics.has_errors()).then_some(group)
+    }
+
+    /// A group is one managed job, which has one priority: SkyPilot's API
+    /// server rejects tasks that set different ones.
+    fn check_priorities(&mut self, task_docs: &[Document]) {
+        let mut first: Option<&Node> = None;
+        for doc in task_docs {
+            let Some(p) = doc
+                .root
+                .get("resources")
+                .and_then(|r| r.get_present("priority"))
+            else {
+                continue;
+            };
+            match first {
+                None => first = Some(p),
+                Some(f) if f.value != p.value => self.push(
+                    Diagnostic::new(
+                        Rule::ConflictingFields,
+                        p.span,
+                        "the tasks of a Job Group must share one `priority`",
+                    )
+                    .label("differs from the first task's")
+                    .with_secondary(f.span, "first priority")
+                    .help("a group is scheduled as one job; set the same priority on every task, or on none"),
+                ),
+                Some(_) => {}
+            }
+        }
     }
 
     /// The `name` of a task in a group, checked as `_load_job_group` and

@@ -8,7 +8,6 @@ use crate::{Diagnostic, Diagnostics, Rule, Span};
 
 /// Strategies SkyPilot ships; others come from plugins.
 const STRATEGIES: [&str; 2] = ["EAGER_NEXT_REGION", "FAILOVER"];
-const DEFAULT_STRATEGY: &str = "EAGER_NEXT_REGION";
 const DISK_TIERS: [&str; 5] = ["low", "medium", "high", "ultra", "best"];
 const NETWORK_TIERS: [&str; 2] = ["standard", "best"];
 
@@ -19,10 +18,7 @@ pub(super) fn analyze(node: Option<&Node>, out: &mut Diagnostics) -> (Resources,
                 ordered: false,
                 candidates: vec![Candidate::default()],
             },
-            Recovery {
-                strategy: Some(DEFAULT_STRATEGY.to_owned()),
-                ..Recovery::default()
-            },
+            Recovery::default(),
         );
     };
     check_fields(node, out);
@@ -67,6 +63,7 @@ pub(super) fn analyze(node: Option<&Node>, out: &mut Diagnostics) -> (Resources,
         }
     }
     let recovery = recovery(node, options.unwrap_or_default(), out);
+    check_priority(node, options.unwrap_or_default(), out);
     let (ordered_flag, candidates) = match options {
         Some(options) if !options.is_empty() => {
             let mut candidates = Vec::new();
@@ -104,6 +101,7 @@ pub(super) fn analyze(node: Option<&Node>, out: &mut Diagnostics) -> (Resources,
             None => (false, vec![base]),
         },
     };
+    check_tpus(node, &candidates, out);
     let candidates = if candidates.is_empty() {
         vec![Candidate::default()]
     } else {
@@ -118,9 +116,43 @@ pub(super) fn analyze(node: Option<&Node>, out: &mut Diagnostics) -> (Resources,
     )
 }
 
+/// TPUs exist only on GCP and Kubernetes (SkyPilot's test: `tpu` anywhere
+/// in the accelerator name).
+fn check_tpus(node: &Node, candidates: &[Candidate], out: &mut Diagnostics) {
+    for c in candidates {
+        let (Some(acc), Some(cloud)) = (
+            &c.accelerator,
+            c.infra.as_ref().and_then(|i| i.cloud.as_deref()),
+        ) else {
+            continue;
+        };
+        if acc.name.to_ascii_lowercase().contains("tpu") && !matches!(cloud, "gcp" | "kubernetes") {
+            let span = node
+                .get_present("accelerators")
+                .or_else(|| node.get_present("gpus"))
+                .map_or(node.span, |n| n.span);
+            out.push(
+                Diagnostic::new(
+                    Rule::InvalidAccelerators,
+                    span,
+                    format!(
+                        "the TPU `{}` cannot run on {cloud}: TPUs are on GCP or Kubernetes only",
+                        acc.name
+                    ),
+                )
+                .label("TPU on a cloud without TPUs")
+                .help("use `infra: gcp` or `infra: kubernetes` for this candidate"),
+            );
+            return;
+        }
+    }
+}
+
 /// Field rules of one resources mapping (the base, or an `any_of` or
 /// `ordered` entry).
 fn check_fields(node: &Node, out: &mut Diagnostics) {
+    check_local_disk(node, out);
+    check_image(node, out);
     if let (Some(g), Some(a)) = (node.entry("gpus"), node.entry("accelerators")) {
         out.push(
             Diagnostic::new(
@@ -179,6 +211,74 @@ fn check_fields(node: &Node, out: &mut Diagnostics) {
     }
 }
 
+/// `local_disk`: `mode[:size[+]]` or `size[+]`, mode `nvme` or `ssd`.
+fn check_local_disk(node: &Node, out: &mut Diagnostics) {
+    let Some(n) = node.get_present("local_disk") else {
+        return;
+    };
+    let Some(text) = n.as_str() else { return };
+    let lower = text.trim().to_ascii_lowercase();
+    let parts: Vec<&str> = lower.split(':').collect();
+    let size_ok = |s: &str| {
+        let s = s.strip_suffix('+').unwrap_or(s);
+        units::python_float(s).is_some_and(|v| v > 0.0)
+    };
+    let mode_ok = |m: &str| matches!(m, "nvme" | "ssd");
+    let valid = match parts.as_slice() {
+        [one] => mode_ok(one) || size_ok(one),
+        [mode, size] => mode_ok(mode) && size_ok(size),
+        _ => false,
+    };
+    if !valid {
+        out.push(
+            Diagnostic::new(
+                Rule::InvalidValue,
+                n.span,
+                format!("invalid `local_disk` `{text}`"),
+            )
+            .label("expected `mode:size[+]`, `mode` or `size[+]`")
+            .help("mode is `nvme` or `ssd`; size is positive GB, e.g. `nvme:1000+`, `ssd`, `500`"),
+        );
+    }
+}
+
+/// `image_id` as a per-region mapping: string values, and the Docker
+/// image given one way only.
+fn check_image(node: &Node, out: &mut Diagnostics) {
+    let Some(entries) = node.get_present("image_id").and_then(Node::as_map) else {
+        return;
+    };
+    let docker_key = entries.iter().find(|e| e.key.as_str() == Some("docker"));
+    for e in entries {
+        let Some(value) = e.value.as_str() else {
+            out.push(
+                Diagnostic::new(
+                    Rule::InvalidValue,
+                    e.value.span,
+                    "each `image_id` entry must be an image name (a string)",
+                )
+                .label(format!("found {}", e.value.type_name())),
+            );
+            continue;
+        };
+        if let Some(docker) = docker_key
+            && e.key.as_str() != Some("docker")
+            && value.trim().starts_with("docker:")
+        {
+            out.push(
+                Diagnostic::new(
+                    Rule::ConflictingFields,
+                    e.value.span,
+                    "`image_id` gives a Docker image both with the `docker` key and as a `docker:` region value",
+                )
+                .label("`docker:` region value")
+                .with_secondary(docker.key.span, "`docker` key")
+                .help("use only one way to name the Docker image"),
+            );
+        }
+    }
+}
+
 /// The scalar fields of one resources mapping.
 fn candidate(node: &Node, out: &mut Diagnostics) -> Candidate {
     let mut c = Candidate::default();
@@ -211,6 +311,34 @@ fn apply(c: &mut Candidate, node: &Node, out: &mut Diagnostics) {
             _ => None,
         }
     };
+    if let Some(n) = node.get_present("infra")
+        && let Some(s) = n.as_str()
+    {
+        match infra(s) {
+            Ok(i) => c.infra = Some(i),
+            Err(why) => out.push(
+                Diagnostic::new(
+                    Rule::InvalidInfra,
+                    n.span,
+                    format!("invalid infra `{s}`: {why}"),
+                )
+                .label("empty part")
+                .help("use `cloud[/region[/zone]]` or `kubernetes[/context]`"),
+            ),
+        }
+    } else if let Some(cloud) = node.get_present("cloud").and_then(Node::as_str) {
+        c.infra = Some(Infra {
+            cloud: Some(normalise_cloud(cloud)),
+            region: node
+                .get_present("region")
+                .and_then(Node::as_str)
+                .map(str::to_owned),
+            zone: node
+                .get_present("zone")
+                .and_then(Node::as_str)
+                .map(str::to_owned),
+        });
+    }
     if let Some(n) = node.get_present("cpus")
         && let Some(t) = text(n)
     {
@@ -226,7 +354,9 @@ fn apply(c: &mut Candidate, node: &Node, out: &mut Diagnostics) {
     if let Some(n) = node.get_present("memory")
         && let Some(t) = text(n)
     {
-        match units::parse_memory(&t) {
+        // Slurm takes `memory: 0` to mean "whatever the node has".
+        let on_slurm = c.infra.as_ref().and_then(|i| i.cloud.as_deref()) == Some("slurm");
+        match units::parse_memory(&t, on_slurm) {
             Ok(q) => c.memory_gb = Some(q),
             Err(why) => out.push(
                 Diagnostic::new(
@@ -257,23 +387,6 @@ fn apply(c: &mut Candidate, node: &Node, out: &mut Diagnostics) {
     }
     if let Some(n) = node.get_present("ports") {
         c.ports = ports(n, out);
-    }
-    if let Some(n) = node.get_present("infra")
-        && let Some(s) = n.as_str()
-    {
-        c.infra = Some(infra(s));
-    } else if let Some(cloud) = node.get_present("cloud").and_then(Node::as_str) {
-        c.infra = Some(Infra {
-            cloud: Some(normalise_cloud(cloud)),
-            region: node
-                .get_present("region")
-                .and_then(Node::as_str)
-                .map(str::to_owned),
-            zone: node
-                .get_present("zone")
-                .and_then(Node::as_str)
-                .map(str::to_owned),
-        });
     }
     if let Some(s) = node.get_present("instance_type").and_then(Node::as_str) {
         c.instance_type = Some(s.to_owned());
@@ -310,18 +423,22 @@ fn normalise_cloud(cloud: &str) -> String {
 /// `cloud[/region[/zone]]`, `*` wildcards, `kubernetes[/context]` (the
 /// context may itself contain `/`), `ssh/<pool>`. The form was checked by
 /// the schema's pattern.
-fn infra(text: &str) -> Infra {
+fn infra(text: &str) -> Result<Infra, String> {
+    let text = text.trim().trim_matches('/');
+    if text.split('/').any(|part| part.trim().is_empty()) {
+        return Err("a part between slashes is empty".to_owned());
+    }
     let (cloud, rest) = match text.split_once('/') {
         Some((c, r)) => (c, Some(r)),
         None => (text, None),
     };
     let cloud = normalise_cloud(cloud);
     if cloud == "kubernetes" {
-        return Infra {
+        return Ok(Infra {
             cloud: Some(cloud),
             region: rest.map(str::to_owned),
             zone: None,
-        };
+        });
     }
     let (region, zone) =
         match rest.map(|r| r.split_once('/').map_or((r, None), |(a, b)| (a, Some(b)))) {
@@ -330,7 +447,7 @@ fn infra(text: &str) -> Infra {
         };
     let wildcard = |s: &str| (s != "*").then(|| s.to_owned());
     let region = region.and_then(wildcard);
-    Infra {
+    Ok(Infra {
         region: if cloud == "ssh" {
             region.map(|r| format!("ssh-{r}"))
         } else {
@@ -338,7 +455,7 @@ fn infra(text: &str) -> Infra {
         },
         cloud: wildcard(&cloud),
         zone: zone.and_then(wildcard),
-    }
+    })
 }
 
 fn image(node: &Node) -> Option<Image> {
@@ -467,47 +584,75 @@ fn accelerator_choices(node: &Node, out: &mut Diagnostics) -> Option<Choices> {
     })
 }
 
-/// `job_recovery`: one policy per task, so every candidate must agree.
+/// `job_recovery`: one policy per task. Each candidate's is its own or the
+/// base's, with SkyPilot's launch default filled in; all must agree.
 fn recovery(base: &Node, options: &[Node], out: &mut Diagnostics) -> Recovery {
-    let base_policy = base
-        .get_present("job_recovery")
-        .map(|n| (n, policy(n, out)));
-    let mut chosen = base_policy.as_ref().map(|(_, p)| p.clone());
-    let mut chosen_span = base_policy.as_ref().map(|(n, _)| n.span);
-    for option in options {
-        let Some(n) = option.get_present("job_recovery") else {
-            continue;
-        };
-        let p = policy(n, out);
-        match (&chosen, chosen_span) {
-            (Some(existing), Some(first)) if *existing != p => out.push(
+    let base_node = base.get_present("job_recovery");
+    let base_policy = base_node.map(|n| policy(n, out));
+    let mut first: Option<(Recovery, Span)> = None;
+    let effective: Vec<(Recovery, Span)> = if options.is_empty() {
+        vec![(
+            base_policy.clone().unwrap_or_default(),
+            base_node.map_or(base.span, |n| n.span),
+        )]
+    } else {
+        options
+            .iter()
+            .map(|o| match o.get_present("job_recovery") {
+                Some(n) => (policy(n, out), n.span),
+                None => (
+                    base_policy.clone().unwrap_or_default(),
+                    base_node.map_or(o.span, |n| n.span),
+                ),
+            })
+            .collect()
+    };
+    for (policy, span) in effective {
+        match &first {
+            None => first = Some((policy, span)),
+            Some((p, first_span)) if *p != policy => out.push(
                 Diagnostic::new(
                     Rule::InvalidJobRecovery,
-                    n.span,
+                    span,
                     "every resource candidate of a task must use the same `job_recovery`",
                 )
-                .label("differs from the first")
-                .with_secondary(first, "first `job_recovery`")
+                .label("differs from the first candidate's")
+                .with_secondary(*first_span, "first candidate's recovery")
                 .help("set `job_recovery` once, at the top of `resources`"),
             ),
-            (None, _) => {
-                chosen = Some(p);
-                chosen_span = Some(n.span);
-            }
-            _ => {}
+            Some(_) => {}
         }
     }
-    chosen.unwrap_or_else(|| Recovery {
-        strategy: Some(DEFAULT_STRATEGY.to_owned()),
-        ..Recovery::default()
-    })
+    first.map(|(p, _)| p).unwrap_or_default()
+}
+
+/// `priority`: one per task, like `job_recovery` (unset candidates agree
+/// with any).
+fn check_priority(base: &Node, options: &[Node], out: &mut Diagnostics) {
+    let base_priority = base.get_present("priority");
+    let mut first: Option<&Node> = None;
+    for option in options {
+        let Some(p) = option.get_present("priority").or(base_priority) else {
+            continue;
+        };
+        match first {
+            None => first = Some(p),
+            Some(f) if f.value != p.value => out.push(
+                Diagnostic::new(
+                    Rule::ConflictingFields,
+                    p.span,
+                    "every resource candidate of a task must use the same `priority`",
+                )
+                .label("differs from the first candidate's")
+                .with_secondary(f.span, "first priority"),
+            ),
+            Some(_) => {}
+        }
+    }
 }
 
 fn policy(node: &Node, out: &mut Diagnostics) -> Recovery {
-    let mut r = Recovery {
-        strategy: Some(DEFAULT_STRATEGY.to_owned()),
-        ..Recovery::default()
-    };
+    let mut r = Recovery::default();
     let strategy_node = match &node.value {
         Value::String(_) => Some(node),
         Value::Map(_) => node.get("strategy"),
@@ -515,8 +660,16 @@ fn policy(node: &Node, out: &mut Diagnostics) -> Recovery {
     };
     if let Some(s) = strategy_node.and_then(Node::as_str) {
         let upper = s.to_ascii_uppercase();
-        if upper == "NONE" {
-            r.strategy = None;
+        if s == "none" {
+            out.push(
+                Diagnostic::new(
+                    Rule::IneffectiveSetting,
+                    strategy_node.map_or(node.span, |n| n.span),
+                    "`job_recovery: none` does not turn recovery off: SkyPilot fills in EAGER_NEXT_REGION when it launches a managed job",
+                )
+                .label("ignored at launch")
+                .help("to stop restarts on errors, leave `max_restarts_on_errors` at 0"),
+            );
         } else {
             if !STRATEGIES.contains(&upper.as_str()) {
                 out.push(
@@ -533,7 +686,7 @@ fn policy(node: &Node, out: &mut Diagnostics) -> Recovery {
                     )),
                 );
             }
-            r.strategy = Some(upper);
+            r.strategy = upper;
         }
     }
     if let Some(n) = node

@@ -25,6 +25,21 @@ pub(super) fn analyze(ctx: &TaskContext<'_>, root: &Node, out: &mut Diagnostics)
     let secrets = secrets(root, out);
     let (resources, recovery) = resources::analyze(root.get_present("resources"), out);
     check_exclusive(ctx, root, out);
+    check_file_mounts(root, out);
+    for field in ["inputs", "outputs"] {
+        if let Some(e) = root.entry(field)
+            && e.value.as_map().is_some_and(<[_]>::is_empty)
+        {
+            out.push(
+                Diagnostic::new(
+                    Rule::InvalidValue,
+                    e.value.span,
+                    format!("`{field}` must name exactly one entry"),
+                )
+                .label("empty mapping"),
+            );
+        }
+    }
     let text = |key: &str| {
         root.get_present(key)
             .and_then(Node::as_str)
@@ -73,6 +88,21 @@ fn num_nodes(root: &Node, out: &mut Diagnostics) -> u32 {
                     format!("`num_nodes` must be a positive integer, found {i}"),
                 )
                 .label("expected 1 or more"),
+            );
+            1
+        }
+        // `2.0` passes the schema's integer check but not SkyPilot's setter.
+        Value::Float(f) => {
+            out.push(
+                Diagnostic::new(
+                    Rule::InvalidNumNodes,
+                    n.span,
+                    format!(
+                        "`num_nodes` must be a whole number written without a fraction, found `{f}`"
+                    ),
+                )
+                .label("expected an integer such as 2")
+                .help(format!("write `num_nodes: {}`", f.trunc())),
             );
             1
         }
@@ -214,6 +244,81 @@ fn check_exclusive(ctx: &TaskContext<'_>, root: &Node, out: &mut Diagnostics) {
                 )
                 .label("pools are not supported in Job Groups"),
             );
+        }
+    }
+}
+
+/// What SkyPilot checks of `file_mounts` when loading: each source is a
+/// path or URI string, or a storage mapping (whose fields the schema
+/// checked) with consistent mode options.
+fn check_file_mounts(root: &Node, out: &mut Diagnostics) {
+    for e in root
+        .get_present("file_mounts")
+        .and_then(Node::as_map)
+        .unwrap_or_default()
+    {
+        let dst = e.key.python_str().unwrap_or_default();
+        match &e.value.value {
+            Value::String(_) | Value::Map(_) => {}
+            _ => {
+                out.push(
+                    Diagnostic::new(
+                        Rule::InvalidFileMount,
+                        e.value.span,
+                        format!("the file mount `{dst}` must be a path or URI string, or a storage mapping"),
+                    )
+                    .label(format!("found {}", e.value.type_name())),
+                );
+                continue;
+            }
+        }
+        let field = |k: &str| {
+            e.value
+                .get_present(k)
+                .and_then(Node::as_str)
+                .map(str::to_ascii_uppercase)
+        };
+        if field("store").as_deref() == Some("VOLUME") {
+            if e.value.get_present("name").is_none() {
+                out.push(
+                    Diagnostic::new(
+                        Rule::InvalidVolume,
+                        e.key.span,
+                        format!("the volume mounted at `{dst}` has no `name`"),
+                    )
+                    .label("`store: volume` needs the volume's `name`"),
+                );
+            }
+            continue;
+        }
+        let mode = field("mode").unwrap_or_else(|| "MOUNT".to_owned());
+        let config = e.value.get_present("config");
+        let needs = |present: bool, what: &str, wanted: &str, span: Span, out: &mut Diagnostics| {
+            if present && mode != wanted {
+                out.push(
+                    Diagnostic::new(
+                        Rule::InvalidFileMount,
+                        span,
+                        format!("{what} can only be set when `mode` is {wanted}, not {mode}"),
+                    )
+                    .label("not allowed with this mode"),
+                );
+            }
+        };
+        if let Some(t) = e.value.get_present("type") {
+            needs(true, "`type`", "MOUNT_CACHED", t.span, out);
+        }
+        if let Some(c) = config.and_then(|c| c.entry("mount_cached")) {
+            needs(
+                true,
+                "`config.mount_cached`",
+                "MOUNT_CACHED",
+                c.key.span,
+                out,
+            );
+        }
+        if let Some(c) = config.and_then(|c| c.entry("mount")) {
+            needs(true, "`config.mount`", "MOUNT", c.key.span, out);
         }
     }
 }

@@ -1,0 +1,8 @@
+//! Integration tests of skyc, compiled into one test binary.
+
+mod support;
+
+mod cli;
+mod conformance;
+mod examples;
+mod hostile;
