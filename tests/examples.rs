@@ -1,0 +1,89 @@
+//! SkyPilot's own Job Group examples: skyc accepts what SkyPilot accepts,
+//! and the IR of each is snapshotted for review.
+
+use crate::support::{render_human, root, snapshots, yaml_files};
+use skyc_compiler::{Options, compile};
+
+fn examples_dir() -> std::path::PathBuf {
+    root().join("tests/fixtures/skypilot-examples")
+}
+
+/// SkyPilot's verdict per file, from MANIFEST.md (`ACCEPT...`, `REJECT...`,
+/// or `template`).
+fn manifest() -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(examples_dir().join("MANIFEST.md")).unwrap();
+    text.lines()
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            (cells.len() >= 4 && cells[1].ends_with(".yaml"))
+                .then(|| (cells[1].to_owned(), cells[3].to_owned()))
+        })
+        .collect()
+}
+
+/// The smoke-test templates' Jinja placeholders, filled as SkyPilot's smoke
+/// suite would.
+fn render_template(text: &str) -> String {
+    [
+        ("{{name}}", "jg-smoke"),
+        ("{{cloud}}", "kubernetes"),
+        ("{{delay}}", "10s"),
+        ("{{image_id}}", "docker:ubuntu:22.04"),
+        ("{{primary_tasks}}", "trainer"),
+        ("{{suffix}}", "-x1"),
+        (
+            "{{trainer_run | indent(2, true)}}",
+            "  sky jobs launch -y nested.yaml",
+        ),
+        ("{{watcher_run | indent(2, true)}}", "  sky jobs queue"),
+    ]
+    .iter()
+    .fold(text.to_owned(), |t, (from, to)| t.replace(from, to))
+}
+
+/// Serial pipelines are SkyPilot input that skyc deliberately does not run.
+const PIPELINES: &[&str] = &["test_job_groups__smoke_pipeline_status.yaml"];
+
+#[test]
+fn skyc_agrees_with_skypilot_on_every_example() {
+    let verdicts = manifest();
+    let files = yaml_files(&examples_dir());
+    assert_eq!(
+        verdicts.len(),
+        files.len(),
+        "MANIFEST.md lists every example"
+    );
+    let mut problems = Vec::new();
+    for (file, verdict) in &verdicts {
+        let raw = std::fs::read_to_string(examples_dir().join(file)).unwrap();
+        let template = verdict.starts_with("template");
+        let text = if template { render_template(&raw) } else { raw };
+        assert!(!text.contains("{{"), "{file}: placeholder left");
+        let c = compile(file, text.as_bytes(), &Options::default());
+        let expect_accept =
+            (template || verdict.starts_with("ACCEPT")) && !PIPELINES.contains(&file.as_str());
+        if c.has_errors() == expect_accept {
+            problems.push(format!("{file} ({verdict}):\n{}", render_human(&c)));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn ir_of_every_accepted_example() {
+    let settings = snapshots("ir");
+    settings.bind(|| {
+        for (file, verdict) in manifest() {
+            let raw = std::fs::read_to_string(examples_dir().join(&file)).unwrap();
+            let text = if verdict.starts_with("template") {
+                render_template(&raw)
+            } else {
+                raw
+            };
+            let c = compile(&file, text.as_bytes(), &Options::default());
+            if let Some(group) = c.group {
+                insta::assert_json_snapshot!(file.trim_end_matches(".yaml").to_owned(), group);
+            }
+        }
+    });
+}
