@@ -117,18 +117,18 @@ fn rewrite_refs(value: Json, owner: &str) -> Json {
         Json::Object(obj) => Json::Object(
             obj.into_iter()
                 .map(|(k, v)| {
-                    if k == "$ref" {
-                        if let Json::String(r) = &v {
-                            let r = r.strip_prefix(BASE).unwrap_or(r);
-                            let target = match r.split_once('#') {
-                                Some(("", frag)) => format!("#/$defs/{owner}{frag}"),
-                                Some((file, frag)) => {
-                                    format!("#/$defs/{}{frag}", file.trim_end_matches(".json"))
-                                }
-                                None => format!("#/$defs/{}", r.trim_end_matches(".json")),
-                            };
-                            return (k, Json::String(target));
-                        }
+                    if k == "$ref"
+                        && let Json::String(r) = &v
+                    {
+                        let r = r.strip_prefix(BASE).unwrap_or(r);
+                        let target = match r.split_once('#') {
+                            Some(("", frag)) => format!("#/$defs/{owner}{frag}"),
+                            Some((file, frag)) => {
+                                format!("#/$defs/{}{frag}", file.trim_end_matches(".json"))
+                            }
+                            None => format!("#/$defs/{}", r.trim_end_matches(".json")),
+                        };
+                        return (k, Json::String(target));
                     }
                     (k, rewrite_refs(v, owner))
                 })

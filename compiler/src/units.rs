@@ -149,7 +149,7 @@ pub(crate) fn parse_disk_size(text: &str) -> Result<u64, String> {
         _ => return Err(format!("`{text}` has an unknown unit")),
     };
     let bytes = u128::from(number) * bytes_per_unit;
-    if bytes % (1 << 30) != 0 {
+    if !bytes.is_multiple_of(1 << 30) {
         return Err(format!("`{text}` is not a whole number of GB"));
     }
     let gb = u64::try_from(bytes >> 30).map_err(|_| format!("`{text}` is too large"))?;

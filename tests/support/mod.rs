@@ -7,12 +7,6 @@ pub(crate) fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The shared reference material beside the repository, if present.
-pub(crate) fn shared() -> Option<PathBuf> {
-    let p = root().join("../shared");
-    p.join("reference").is_dir().then_some(p)
-}
-
 /// Every `*.yaml` file directly in `dir`, sorted.
 pub(crate) fn yaml_files(dir: &Path) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)

@@ -334,10 +334,10 @@ impl<'a> Analyzer<'a> {
         for d in found {
             self.push(d);
         }
-        if let Some(span) = group.name_span {
-            if !names::is_dns_label(&group.name) {
-                self.push(not_dns_label("group", &group.name, span));
-            }
+        if let Some(span) = group.name_span
+            && !names::is_dns_label(&group.name)
+        {
+            self.push(not_dns_label("group", &group.name, span));
         }
         for task in &group.tasks {
             if task.name_span != Span::default() && !names::is_dns_label(&task.name) {

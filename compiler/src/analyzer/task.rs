@@ -234,17 +234,17 @@ fn check_exclusive(ctx: &TaskContext<'_>, root: &Node, out: &mut Diagnostics) {
             .with_secondary(s.key.span, "first"),
         );
     }
-    if ctx.in_group {
-        if let Some(p) = pool {
-            out.push(
-                Diagnostic::new(
-                    Rule::ConflictingFields,
-                    p.key.span,
-                    "tasks of a Job Group cannot use a pool",
-                )
-                .label("pools are not supported in Job Groups"),
-            );
-        }
+    if ctx.in_group
+        && let Some(p) = pool
+    {
+        out.push(
+            Diagnostic::new(
+                Rule::ConflictingFields,
+                p.key.span,
+                "tasks of a Job Group cannot use a pool",
+            )
+            .label("pools are not supported in Job Groups"),
+        );
     }
 }
 
