@@ -330,30 +330,22 @@ fn report(error: &ValidationError<'_>, kind: DocumentKind, root: &Node, out: &mu
         ValidationErrorKind::AnyOf { context } | ValidationErrorKind::OneOfNotValid { context } => {
             // Report the branch whose type the value has; if none or
             // several, say which types would do.
+            let path = error.instance_path();
             let matching: Vec<&Vec<ValidationError<'static>>> = context
                 .iter()
-                .filter(|branch| {
-                    !branch.iter().any(|e| {
-                        matches!(e.kind(), ValidationErrorKind::Type { .. })
-                            && e.instance_path() == error.instance_path()
-                    })
-                })
+                .filter(|branch| !branch.iter().any(|e| is_type_mismatch(e, path)))
                 .collect();
             if let [branch] = matching.as_slice() {
                 for e in branch.iter() {
                     report(e, kind, root, out);
                 }
             } else {
-                let mut types: Vec<String> = context
-                    .iter()
-                    .flat_map(|branch| branch.iter())
-                    .filter(|e| e.instance_path() == error.instance_path())
-                    .filter_map(|e| match e.kind() {
-                        ValidationErrorKind::Type { kind } => Some(describe_types(kind)),
-                        _ => None,
-                    })
-                    .collect();
-                types.dedup();
+                let mut types = Vec::new();
+                for branch in context {
+                    for e in branch {
+                        expected_types(e, path, &mut types);
+                    }
+                }
                 let expected = if types.is_empty() {
                     "one of the accepted forms".to_owned()
                 } else {
@@ -586,10 +578,20 @@ fn pattern_error(target: &Target<'_>, field: &str, span: Span) -> Diagnostic {
             format!("invalid disk size {value}"),
             "use a whole number of GB, optionally with a unit: `100`, `100GB`, `1TB`",
         ),
+        "name" if target.field == "name" && value == "``" => (
+            Rule::InvalidGroupName,
+            "the Job Group name is empty".to_owned(),
+            "name the group: letters, digits, `-` and `_`",
+        ),
         "name" if target.field == "name" => (
             Rule::InvalidGroupName,
             format!("invalid Job Group name {value}"),
             "a group name has only letters, digits, `-` and `_`",
+        ),
+        "autostop" => (
+            Rule::InvalidValue,
+            format!("invalid `autostop` {value}"),
+            "autostop takes idle minutes: `30`, or with a unit `30m`, `2h`, `1d`, `1w`",
         ),
         "cloud" => (
             Rule::InvalidInfra,
@@ -630,6 +632,50 @@ pub(crate) fn shown(node: Option<&Node>) -> String {
             _ => format!("`{}`", n.python_str().unwrap_or_default()),
         },
         None => "nothing".to_owned(),
+    }
+}
+
+/// Whether `e` says the value at `path` has the wrong type (directly, or in
+/// every branch of a nested `anyOf`).
+fn is_type_mismatch(e: &ValidationError<'_>, path: &jsonschema::paths::Location) -> bool {
+    if e.instance_path() != path {
+        return false;
+    }
+    match e.kind() {
+        ValidationErrorKind::Type { .. } => true,
+        ValidationErrorKind::AnyOf { context } | ValidationErrorKind::OneOfNotValid { context } => {
+            context
+                .iter()
+                .all(|branch| branch.iter().any(|e| is_type_mismatch(e, path)))
+        }
+        _ => false,
+    }
+}
+
+/// The types the errors at `path` ask for, in schema order, without repeats.
+fn expected_types(
+    e: &ValidationError<'_>,
+    path: &jsonschema::paths::Location,
+    out: &mut Vec<String>,
+) {
+    if e.instance_path() != path {
+        return;
+    }
+    match e.kind() {
+        ValidationErrorKind::Type { kind } => {
+            let t = describe_types(kind);
+            if !out.contains(&t) {
+                out.push(t);
+            }
+        }
+        ValidationErrorKind::AnyOf { context } | ValidationErrorKind::OneOfNotValid { context } => {
+            for branch in context {
+                for e in branch {
+                    expected_types(e, path, out);
+                }
+            }
+        }
+        _ => {}
     }
 }
 

@@ -170,17 +170,18 @@ impl<'a> Analyzer<'a> {
         let name = entry.value.as_str()?;
         let span = entry.value.span;
         if !names::is_group_name(name) || !names::is_task_name(name) {
+            let message = if name.is_empty() {
+                "a task name cannot be empty".to_owned()
+            } else {
+                format!("invalid task name `{name}`")
+            };
             self.push(
-                Diagnostic::new(
-                    Rule::InvalidTaskName,
-                    span,
-                    format!("invalid task name `{name}`"),
-                )
-                .label("not a valid task name")
-                .help(
-                    "a task name in a group has only letters, digits, `-` and `_`, starts \
+                Diagnostic::new(Rule::InvalidTaskName, span, message)
+                    .label("not a valid task name")
+                    .help(
+                        "a task name in a group has only letters, digits, `-` and `_`, starts \
                      and ends with a letter or digit, and has at most two separators in a row",
-                ),
+                    ),
             );
         }
         Some((name.to_owned(), span))
@@ -210,6 +211,9 @@ impl<'a> Analyzer<'a> {
             header_keys.as_deref(),
             Some(["name"] | ["execution", "name"])
         );
+        if !is_header && self.misses_execution(&first.root) {
+            return None;
+        }
         let mut tasks: Vec<&Document> = present.clone();
         if is_header {
             if let Some(execution) = first.root.get("execution") {
@@ -217,6 +221,9 @@ impl<'a> Analyzer<'a> {
             }
             if present.len() > 1 {
                 tasks.remove(0);
+            } else {
+                // A header alone: SkyPilot makes a task of just its name.
+                return self.header_only_task(&first.root);
             }
         }
         if tasks.len() > 1 {
@@ -235,7 +242,11 @@ impl<'a> Analyzer<'a> {
             );
             return None;
         }
-        let doc = tasks[0];
+        self.single_task(tasks[0])
+    }
+
+    /// One task document, run as a one-task group.
+    fn single_task(&mut self, doc: &Document) -> Option<Group> {
         if doc.root.as_map().is_none() {
             self.push(not_a_mapping(&doc.root, "a task"));
             return None;
@@ -274,6 +285,66 @@ impl<'a> Analyzer<'a> {
         };
         self.check_group(&group, std::slice::from_ref(doc));
         (!self.diagnostics.has_errors()).then_some(group)
+    }
+
+    /// A first document with Job Group header fields but without
+    /// `execution: parallel` is a header the user forgot to mark, not a task.
+    fn misses_execution(&mut self, root: &Node) -> bool {
+        let Some(entries) = root.as_map() else {
+            return false;
+        };
+        let Some(field) = entries.iter().find(|e| {
+            matches!(
+                e.key.as_str(),
+                Some("primary_tasks" | "termination_delay" | "inter_connection")
+            )
+        }) else {
+            return false;
+        };
+        let key = field.key.as_str().unwrap_or_default();
+        let (span, message) = match root.get("execution") {
+            Some(execution) => (
+                execution.span,
+                format!(
+                    "`{key}` belongs to a Job Group header, which needs `execution: parallel`, found {}",
+                    schema::shown(Some(execution))
+                ),
+            ),
+            None => (
+                field.key.span,
+                format!("`{key}` belongs to a Job Group header, which needs `execution: parallel`"),
+            ),
+        };
+        self.push(
+            Diagnostic::new(Rule::InvalidExecution, span, message)
+                .label("header without `execution: parallel`")
+                .help("add `execution: parallel` to the first document"),
+        );
+        true
+    }
+
+    /// `name: x` (and `execution`) alone: one task with that name and
+    /// nothing to run.
+    fn header_only_task(&mut self, root: &Node) -> Option<Group> {
+        if self.diagnostics.has_errors() {
+            return None;
+        }
+        let entries = root.as_map().unwrap_or_default();
+        let only_name = Node::new(
+            Value::Map(
+                entries
+                    .iter()
+                    .filter(|e| e.key.as_str() == Some("name"))
+                    .cloned()
+                    .collect(),
+            ),
+            root.span,
+        );
+        let doc = Document {
+            root: only_name,
+            start: root.span,
+        };
+        self.single_task(&doc)
     }
 
     fn check_pipeline_execution(&mut self, execution: &Node, documents: usize) {
@@ -334,13 +405,18 @@ impl<'a> Analyzer<'a> {
         for d in found {
             self.push(d);
         }
+        // Names that are invalid anyway have their error already.
         if let Some(span) = group.name_span
+            && names::is_group_name(&group.name)
             && !names::is_dns_label(&group.name)
         {
             self.push(not_dns_label("group", &group.name, span));
         }
         for task in &group.tasks {
-            if task.name_span != Span::default() && !names::is_dns_label(&task.name) {
+            if task.name_span == Span::default() || !names::is_task_name(&task.name) {
+                continue;
+            }
+            if !names::is_dns_label(&task.name) {
                 self.push(not_dns_label("task", &task.name, task.name_span));
             } else if task.name.len() + 1 + (task.num_nodes - 1).to_string().len() > 63 {
                 self.push(
@@ -362,15 +438,27 @@ impl<'a> Analyzer<'a> {
 }
 
 fn not_dns_label(what: &str, name: &str, span: Span) -> Diagnostic {
+    let why = if name.len() > 63 {
+        format!(
+            "is {} characters long, more than a DNS label's 63",
+            name.len()
+        )
+    } else {
+        "is not a DNS label".to_owned()
+    };
+    let mut suggestion = names::dns_suggestion(name);
+    suggestion.truncate(63);
     Diagnostic::new(
         Rule::NotDnsLabel,
         span,
-        format!("the {what} name `{name}` is not a DNS label, so its group hostnames fail on DNS-based targets (Kubernetes)"),
+        format!(
+            "the {what} name `{name}` {why}, so its group hostnames fail on DNS-based targets (Kubernetes)"
+        ),
     )
     .label("not a DNS label")
     .help(format!(
-        "use lower-case letters, digits and `-` (at most 63), e.g. `{}`",
-        names::dns_suggestion(name)
+        "use lower-case letters, digits and `-`, at most 63 characters, e.g. `{}`",
+        suggestion.trim_end_matches('-')
     ))
 }
 

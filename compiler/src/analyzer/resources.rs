@@ -184,6 +184,16 @@ fn check_fields(node: &Node, out: &mut Diagnostics) {
             .help("write the whole location in `infra: cloud/region/zone`"),
         );
     } else if let Some(first) = legacy.first() {
+        let part = |k: &str| node.get_present(k).and_then(Node::python_str);
+        let infra = match (part("cloud"), part("region"), part("zone")) {
+            (c, r, Some(z)) => format!(
+                "{}/{}/{z}",
+                c.unwrap_or_else(|| "*".into()),
+                r.unwrap_or_else(|| "*".into())
+            ),
+            (c, Some(r), None) => format!("{}/{r}", c.unwrap_or_else(|| "*".into())),
+            (c, None, None) => c.unwrap_or_else(|| "*".into()),
+        };
         out.push(
             Diagnostic::new(
                 Rule::DeprecatedField,
@@ -191,7 +201,10 @@ fn check_fields(node: &Node, out: &mut Diagnostics) {
                 "`cloud`, `region` and `zone` are deprecated",
             )
             .label("deprecated")
-            .help("use `infra: cloud/region/zone`"),
+            .help(format!(
+                "write `infra: {}` instead",
+                infra.to_ascii_lowercase()
+            )),
         );
     }
     for (field, allowed) in [

@@ -16,8 +16,9 @@ pub(super) struct TaskContext<'a> {
 
 pub(super) fn analyze(ctx: &TaskContext<'_>, root: &Node, out: &mut Diagnostics) -> Option<Task> {
     schema::validate(DocumentKind::Task, root, out);
-    let (name, name_span) = match root.get("name") {
-        Some(n) => (n.as_str().unwrap_or_default().to_owned(), n.span),
+    // A name of another type is a schema error; the task is then unnamed.
+    let (name, name_span) = match root.get("name").and_then(|n| Some((n.as_str()?, n.span))) {
+        Some((n, span)) => (n.to_owned(), span),
         None => (String::new(), Span::default()),
     };
     let num_nodes = num_nodes(root, out);
@@ -91,8 +92,9 @@ fn num_nodes(root: &Node, out: &mut Diagnostics) -> u32 {
             );
             1
         }
-        // `2.0` passes the schema's integer check but not SkyPilot's setter.
-        Value::Float(f) => {
+        // `2.0` passes the schema's integer check but not SkyPilot's setter
+        // (other floats are schema errors).
+        Value::Float(f) if f.fract() == 0.0 => {
             out.push(
                 Diagnostic::new(
                     Rule::InvalidNumNodes,
@@ -258,19 +260,9 @@ fn check_file_mounts(root: &Node, out: &mut Diagnostics) {
         .unwrap_or_default()
     {
         let dst = e.key.python_str().unwrap_or_default();
-        match &e.value.value {
-            Value::String(_) | Value::Map(_) => {}
-            _ => {
-                out.push(
-                    Diagnostic::new(
-                        Rule::InvalidFileMount,
-                        e.value.span,
-                        format!("the file mount `{dst}` must be a path or URI string, or a storage mapping"),
-                    )
-                    .label(format!("found {}", e.value.type_name())),
-                );
-                continue;
-            }
+        // Other types are schema errors.
+        if e.value.as_map().is_none() {
+            continue;
         }
         let field = |k: &str| {
             e.value
