@@ -1,0 +1,9 @@
+//! skyc's runtime.
+//!
+//! [`policy`] is the one policy engine every backend shares: the group's
+//! state machine, fed events (a node started, exited, was lost; a timer
+//! fired; cancel) and answering with actions (start, terminate, kill, set a
+//! timer, record a status). It does no I/O and reads no clock; backends turn
+//! actions into processes, API calls or commands, and report back.
+
+pub mod policy;
