@@ -13,6 +13,7 @@ use skyc_compiler::{Options, compile};
 use std::fmt::Write as _;
 use std::hint::black_box;
 use std::path::PathBuf;
+use std::time::Duration;
 
 const RLHF: &str = "rl-post-training-jobgroup__rlhf-math-jobgroup.yaml";
 
@@ -104,8 +105,10 @@ fn benches(c: &mut Criterion) {
             compilation.diagnostics
         );
         group.throughput(bytes(&input));
-        if n >= 1000 {
+        if n >= 100 {
+            // Milliseconds per iteration: fewer, longer samples.
             group.sample_size(30);
+            group.measurement_time(Duration::from_secs(10));
         }
         group.bench_with_input(
             BenchmarkId::new("generated-tasks", n),

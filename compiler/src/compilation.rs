@@ -48,11 +48,12 @@ pub fn compile(name: &str, bytes: &[u8], options: &Options) -> Compilation {
         Err(e) => {
             let at = e.valid_up_to();
             let source = Source::new(name, String::from_utf8_lossy(bytes).into_owned());
-            // The lossy text keeps valid prefixes byte-for-byte.
+            // The lossy text keeps valid prefixes byte-for-byte; the bad
+            // bytes became one U+FFFD there, so the span covers that char.
             diagnostics.push(
                 Diagnostic::new(
                     Rule::InvalidUtf8,
-                    Span::new(at, at + 1),
+                    Span::new(at, at + char::REPLACEMENT_CHARACTER.len_utf8()),
                     format!("the file is not UTF-8 text: invalid byte at offset {at}"),
                 )
                 .label("not UTF-8"),

@@ -7,9 +7,9 @@
 use crate::suggest::did_you_mean;
 use crate::yaml::{Node, Value};
 use crate::{Diagnostic, Diagnostics, Rule, Span};
+use jsonschema::ValidationError;
 use jsonschema::error::{TypeKind, ValidationErrorKind};
 use jsonschema::paths::LocationSegment;
-use jsonschema::{ValidationError, Validator};
 use serde_json::{Map, Value as Json};
 use std::sync::LazyLock;
 
@@ -26,10 +26,25 @@ const SOURCES: [(&str, &str); 5] = [
     ("skyc.json", include_str!("../../schemas/skyc.json")),
 ];
 
+/// The header schema, compiled into Rust at build time by jsonschema's
+/// `validator` macro: no schema compilation at run time, and each `pattern`
+/// regex is built on first use only.
+#[jsonschema::validator(path = "../schemas/header.json", pattern_options = { engine = regex })]
+struct HeaderSchema;
+
+/// The task schema, with the schemas it references.
+#[jsonschema::validator(
+    path = "../schemas/task.json",
+    resources = {
+        "https://skyc.dev/schemas/resources.json" => { path = "../schemas/resources.json" },
+        "https://skyc.dev/schemas/storage.json" => { path = "../schemas/storage.json" },
+    },
+    pattern_options = { engine = regex }
+)]
+struct TaskSchema;
+
+/// Parsed schema documents, for field-name suggestions (error paths only).
 struct Schemas {
-    header: Validator,
-    task: Validator,
-    /// Parsed schema documents, for field-name suggestions.
     task_json: Json,
     resources_json: Json,
 }
@@ -42,26 +57,9 @@ fn parse(name: &str) -> Json {
     serde_json::from_str(text).expect("embedded schemas are valid JSON (checked by tests)")
 }
 
-static SCHEMAS: LazyLock<Schemas> = LazyLock::new(|| {
-    let resources_json = parse("resources.json");
-    let registry = jsonschema::Registry::new()
-        .add(format!("{BASE}resources.json"), resources_json.clone())
-        .and_then(|r| r.add(format!("{BASE}storage.json"), parse("storage.json")))
-        .and_then(|r| r.prepare())
-        .expect("embedded schemas register (checked by tests)");
-    let build = |schema: &Json| {
-        jsonschema::options()
-            .with_registry(&registry)
-            .build(schema)
-            .expect("embedded schemas compile (checked by tests)")
-    };
-    let task_json = parse("task.json");
-    Schemas {
-        header: build(&parse("header.json")),
-        task: build(&task_json),
-        task_json,
-        resources_json,
-    }
+static SCHEMAS: LazyLock<Schemas> = LazyLock::new(|| Schemas {
+    task_json: parse("task.json"),
+    resources_json: parse("resources.json"),
 });
 
 /// Which schema a document is checked against.
@@ -74,14 +72,13 @@ pub(crate) enum DocumentKind {
 /// Validates `root` and reports every structural error. Returns whether
 /// the document is structurally valid.
 pub(crate) fn validate(kind: DocumentKind, root: &Node, diagnostics: &mut Diagnostics) -> bool {
-    let schemas = &*SCHEMAS;
     let instance = to_json(root, kind, &mut Vec::new());
-    let validator = match kind {
-        DocumentKind::Header => &schemas.header,
-        DocumentKind::Task => &schemas.task,
+    let errors = match kind {
+        DocumentKind::Header => HeaderSchema::iter_errors(&instance),
+        DocumentKind::Task => TaskSchema::iter_errors(&instance),
     };
     let mut valid = true;
-    for error in validator.iter_errors(&instance) {
+    for error in errors {
         valid = false;
         report(&error, kind, root, diagnostics);
     }
@@ -262,11 +259,9 @@ fn locate<'a>(root: &'a Node, path: &jsonschema::paths::Location) -> Target<'a> 
                     field.push('.');
                 }
                 field.push_str(&name);
-                let entry = node.and_then(Node::as_map).and_then(|entries| {
-                    entries
-                        .iter()
-                        .find(|e| e.key.python_str().as_deref() == Some(&*name))
-                });
+                let entry = node
+                    .and_then(Node::as_map)
+                    .and_then(|entries| entries.iter().find(|e| key_is(&e.key, &name)));
                 key_span = entry.map(|e| e.key.span);
                 node = entry.map(|e| &e.value);
             }
@@ -465,15 +460,20 @@ fn report(error: &ValidationError<'_>, kind: DocumentKind, root: &Node, out: &mu
     }
 }
 
+/// Whether `key` reads as `name` (its Python `str()`), without building
+/// that string for string keys: this runs per key per error.
+fn key_is(key: &Node, name: &str) -> bool {
+    match key.as_str() {
+        Some(s) => s == name,
+        None => key.python_str().as_deref() == Some(name),
+    }
+}
+
 fn unknown_field(root: &Node, target: &Target<'_>, name: &str, kind: DocumentKind) -> Diagnostic {
     let key_span = target
         .node
         .and_then(Node::as_map)
-        .and_then(|entries| {
-            entries
-                .iter()
-                .find(|e| e.key.python_str().as_deref() == Some(name))
-        })
+        .and_then(|entries| entries.iter().find(|e| key_is(&e.key, name)))
         .map_or(root.span, |e| e.key.span);
     let context = if target.field.is_empty() {
         "task".to_owned()

@@ -3,7 +3,7 @@
 
 use crate::ir::{Group, InterConnection, Role, Task};
 use crate::schema::{self, DocumentKind};
-use crate::suggest::did_you_mean;
+use crate::suggest::{did_you_mean, some_of};
 use crate::units::parse_duration;
 use crate::yaml::{Node, Value};
 use crate::{Diagnostic, Diagnostics, Rule, Span};
@@ -58,7 +58,22 @@ impl Header {
             }
         }
         let name_node = root.get("name")?;
-        let name = name_node.as_str()?.to_owned();
+        let Some(name) = name_node.as_str().map(str::to_owned) else {
+            // The schema reports a non-string name, except a non-finite
+            // float (`.inf`), which it sees as text: without this, no
+            // group and no error.
+            if !out.has_errors() {
+                out.push(
+                    Diagnostic::new(
+                        Rule::InvalidType,
+                        name_node.span,
+                        format!("`name` must be a string, found {}", name_node.type_name()),
+                    )
+                    .label("expected a string"),
+                );
+            }
+            return None;
+        };
         let primary = root.get_present("primary_tasks").and_then(|p| {
             let items = p.as_seq()?;
             let names: Vec<(String, Span)> = items
@@ -106,7 +121,10 @@ impl Header {
             .label("unknown task");
             d = match did_you_mean(name, names.iter().copied()) {
                 Some(s) => d.help(format!("did you mean `{s}`?")),
-                None => d.help(format!("the group's tasks are: {}", names.join(", "))),
+                None => d.help(format!(
+                    "the group's tasks are: {}",
+                    some_of(names.iter().copied())
+                )),
             };
             d
         };

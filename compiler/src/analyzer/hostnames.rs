@@ -4,7 +4,7 @@
 //! time, so a typo in a task name or an index past `num_nodes` surfaces
 //! hours in as a connection failure; skyc reports it at check.
 
-use crate::suggest::did_you_mean;
+use crate::suggest::{did_you_mean, some_of};
 use crate::yaml::Node;
 use crate::{Diagnostic, Rule, Source, Span};
 
@@ -115,6 +115,23 @@ fn find_arith_open(bytes: &[u8], end: usize) -> Option<usize> {
 pub(crate) struct TaskTable<'a> {
     pub group: &'a str,
     pub tasks: Vec<(&'a str, u32)>,
+    /// Node count by name (the first task of a name), for lookups that
+    /// would be quadratic in a big group's references.
+    nodes: std::collections::HashMap<&'a str, u32>,
+}
+
+impl<'a> TaskTable<'a> {
+    pub(crate) fn new(group: &'a str, tasks: Vec<(&'a str, u32)>) -> Self {
+        let mut nodes = std::collections::HashMap::with_capacity(tasks.len());
+        for &(name, n) in &tasks {
+            nodes.entry(name).or_insert(n);
+        }
+        Self {
+            group,
+            tasks,
+            nodes,
+        }
+    }
 }
 
 /// Checks every reference in the string `node` (a `run`, `setup` or env
@@ -129,7 +146,7 @@ pub(crate) fn check_text(
     let references = find_references(text, table.group);
     for r in &references {
         let name = &text[r.task.clone()];
-        match table.tasks.iter().find(|(t, _)| *t == name) {
+        match table.nodes.get(name) {
             None => {
                 let span = locate(source, node, text, r.task.clone());
                 let mut d = Diagnostic::new(
@@ -141,12 +158,12 @@ pub(crate) fn check_text(
                 if let Some(s) = did_you_mean(name, table.tasks.iter().map(|(t, _)| *t)) {
                     d = d.help(format!("did you mean `{s}`?"));
                 } else {
-                    let names: Vec<&str> = table.tasks.iter().map(|(t, _)| *t).collect();
-                    d = d.help(format!("the group's tasks are: {}", names.join(", ")));
+                    let names = table.tasks.iter().map(|(t, _)| *t);
+                    d = d.help(format!("the group's tasks are: {}", some_of(names)));
                 }
                 out.push(d);
             }
-            Some((_, nodes)) => {
+            Some(nodes) => {
                 if let Some(i) = r.literal_index.filter(|&i| i >= u64::from(*nodes)) {
                     let span = locate(source, node, text, r.index.clone());
                     let last = nodes.saturating_sub(1);

@@ -57,6 +57,9 @@ impl<'a> Analyzer<'a> {
         let header = Header::analyze(&header_doc.root, self.diagnostics);
         let mut tasks = Vec::new();
         let mut seen: Vec<(String, Span)> = Vec::new();
+        // Name to its first definition: a scan of `seen` per task is
+        // quadratic in a hostile file's 100,000 tasks.
+        let mut first_seen: std::collections::HashMap<String, Span> = Default::default();
         let mut any_document = false;
         for (i, doc) in task_docs.iter().enumerate() {
             if doc.root.is_null() {
@@ -69,7 +72,7 @@ impl<'a> Analyzer<'a> {
             }
             let name = self.group_task_name(&doc.root, i + 1, doc.start);
             if let Some((name, span)) = &name {
-                if let Some((_, first)) = seen.iter().find(|(n, _)| n == name) {
+                if let Some(first) = first_seen.get(name) {
                     self.push(
                         Diagnostic::new(
                             Rule::DuplicateTaskName,
@@ -81,6 +84,7 @@ impl<'a> Analyzer<'a> {
                         .help("task names must be unique within a group: they name the hosts"),
                     );
                 } else {
+                    first_seen.insert(name.clone(), *span);
                     seen.push((name.clone(), *span));
                 }
             }
@@ -374,14 +378,14 @@ impl<'a> Analyzer<'a> {
     /// Rules over the whole group: hostnames in scripts, DNS labels.
     /// Returns how many group hostnames the scripts use.
     fn check_group(&mut self, group: &Group, task_docs: &[Document]) -> usize {
-        let table = TaskTable {
-            group: &group.name,
-            tasks: group
+        let table = TaskTable::new(
+            &group.name,
+            group
                 .tasks
                 .iter()
                 .map(|t| (t.name.as_str(), t.num_nodes))
                 .collect(),
-        };
+        );
         let mut found = Vec::new();
         let mut references = 0;
         for doc in task_docs {

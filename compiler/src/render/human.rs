@@ -16,24 +16,47 @@ pub(super) fn render(compilations: &[Compilation], color: bool) -> String {
                 Severity::Error => Level::ERROR,
                 Severity::Warning => Level::WARNING,
             };
-            let text = c.source.text();
+            let full = c.source.text();
+            // Only the lines the labels touch (annotate-snippets walks all
+            // of its source, per diagnostic), from the line before when a
+            // label starts a line, which renders as the whole text did.
+            let labels = std::iter::once(&d.primary).chain(&d.secondary);
+            let ranges: Vec<_> = labels.map(|l| clamp(l.span.range(), full)).collect();
+            let lo = ranges.iter().map(|r| r.start).min().unwrap_or(0);
+            let hi = ranges.iter().map(|r| r.end).max().unwrap_or(0);
+            let bytes = full.as_bytes();
+            let lo = bytes[..lo.saturating_sub(1)]
+                .iter()
+                .rposition(|&b| b == b'\n')
+                .map_or(0, |i| i + 1);
+            let hi = bytes[hi..]
+                .iter()
+                .position(|&b| b == b'\n')
+                .map_or(full.len(), |i| hi + i + 1);
+            let text = &full[lo..hi];
             let mut title = level.primary_title(d.message.as_str()).id(d.rule.name());
-            let mut snippet = Snippet::source(text).path(c.source.name());
-            let primary = clamp(d.primary.span.range(), text);
+            let mut snippet = Snippet::source(text)
+                .line_start(
+                    c.source
+                        .position(u32::try_from(lo).unwrap_or(u32::MAX))
+                        .line,
+                )
+                .path(c.source.name());
+            let shift = |r: &std::ops::Range<usize>| r.start - lo..r.end - lo;
             snippet = snippet.annotation(
                 AnnotationKind::Primary
-                    .span(primary)
+                    .span(shift(&ranges[0]))
                     .label(non_empty(&d.primary.message)),
             );
-            for s in &d.secondary {
+            for (s, r) in d.secondary.iter().zip(&ranges[1..]) {
                 snippet = snippet.annotation(
                     AnnotationKind::Context
-                        .span(clamp(s.span.range(), text))
+                        .span(shift(r))
                         .label(non_empty(&s.message)),
                 );
             }
             let mut groups: Vec<Group<'_>> = Vec::new();
-            if text.is_empty() {
+            if full.is_empty() {
                 title = title.id(d.rule.name());
                 groups.push(Group::with_title(title));
             } else {

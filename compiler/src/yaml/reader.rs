@@ -29,7 +29,7 @@ impl Default for Budget {
         Self {
             max_depth: 64,
             max_nodes: 500_000,
-            max_bytes: 64 << 20,
+            max_bytes: 16 << 20,
         }
     }
 }
@@ -63,9 +63,9 @@ enum Frame {
     Map {
         start: usize,
         anchor: usize,
-        entries: Vec<Entry>,
+        entries: Keyed,
         /// Entries brought in by `<<`, applied when the mapping closes.
-        merged: Vec<Entry>,
+        merged: Keyed,
         pending_key: Option<Node>,
         /// The pending key is a plain `<<`.
         pending_merge: bool,
@@ -192,8 +192,8 @@ impl<'a> Reader<'a> {
                     stack.push(Frame::Map {
                         start: span.start as usize,
                         anchor,
-                        entries: Vec::new(),
-                        merged: Vec::new(),
+                        entries: Keyed::default(),
+                        merged: Keyed::default(),
                         pending_key: None,
                         pending_merge: false,
                         height: 0,
@@ -224,13 +224,15 @@ impl<'a> Reader<'a> {
                     }) => {
                         // Explicit keys win over merged ones; earlier merges
                         // win over later ones (PyYAML's flatten_mapping).
-                        for m in merged {
-                            if !entries.iter().any(|e| e.key.value == m.key.value) {
+                        for m in merged.entries {
+                            if entries.find(&m.key.value).is_none() {
                                 entries.push(m);
                             }
                         }
-                        let node =
-                            Node::new(Value::Map(entries), Span::new(start, span.end as usize));
+                        let node = Node::new(
+                            Value::Map(entries.entries),
+                            Span::new(start, span.end as usize),
+                        );
                         Some(self.finish(node, anchor, height + 1))
                     }
                     _ => None,
@@ -281,8 +283,8 @@ impl<'a> Reader<'a> {
 
     fn insert(
         diagnostics: &mut Diagnostics,
-        entries: &mut Vec<Entry>,
-        merged: &mut Vec<Entry>,
+        entries: &mut Keyed,
+        merged: &mut Keyed,
         key: Node,
         is_merge: bool,
         value: Node,
@@ -306,7 +308,7 @@ impl<'a> Reader<'a> {
             }
             for source in sources {
                 for entry in source.as_map().unwrap_or_default() {
-                    if !merged.iter().any(|m| m.key.value == entry.key.value) {
+                    if merged.find(&entry.key.value).is_none() {
                         merged.push(entry.clone());
                     }
                 }
@@ -324,7 +326,7 @@ impl<'a> Reader<'a> {
             );
             return Ok(());
         }
-        if let Some(first) = entries.iter().find(|e| e.key.value == key.value) {
+        if let Some(first) = entries.find(&key.value) {
             let shown = key.python_str().unwrap_or_default();
             diagnostics.push(
                 Diagnostic::new(
@@ -493,6 +495,53 @@ impl<'a> Reader<'a> {
                 .map_or(self.text.len(), |(i, _)| i)
         })
     }
+}
+
+/// The entries of a mapping being read, indexed by key, so that duplicate
+/// and merge checks cost O(1) per key instead of a scan (quadratic on a
+/// hostile mapping of 100,000 keys). Equality stays `Value`'s `==`.
+#[derive(Default)]
+struct Keyed {
+    entries: Vec<Entry>,
+    /// Key hash to the first entry with that hash.
+    index: HashMap<u64, usize>,
+}
+
+impl Keyed {
+    fn find(&self, key: &Value) -> Option<&Entry> {
+        let first = *self.index.get(&key_hash(key)?)?;
+        if self.entries[first].key.value == *key {
+            return Some(&self.entries[first]);
+        }
+        // A hash collision: rare enough to scan.
+        self.entries.iter().find(|e| e.key.value == *key)
+    }
+
+    fn push(&mut self, entry: Entry) {
+        if let Some(hash) = key_hash(&entry.key.value) {
+            self.index.entry(hash).or_insert(self.entries.len());
+        }
+        self.entries.push(entry);
+    }
+}
+
+/// A hash consistent with `Value`'s `==` on keys; `None` for NaN, which
+/// equals nothing.
+fn key_hash(value: &Value) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    match value {
+        Value::Null => 0u8.hash(&mut h),
+        Value::Bool(b) => (1u8, b).hash(&mut h),
+        Value::Int(i) => (2u8, i).hash(&mut h),
+        Value::Float(f) if f.is_nan() => return None,
+        // 0.0 == -0.0.
+        Value::Float(f) => (3u8, if *f == 0.0 { 0 } else { f.to_bits() }).hash(&mut h),
+        Value::String(s) => (4u8, s).hash(&mut h),
+        // Never stored as keys (rejected first); one bucket keeps `==`.
+        Value::Seq(_) | Value::Map(_) => 5u8.hash(&mut h),
+    }
+    Some(h.finish())
 }
 
 fn measure(node: &Node) -> (usize, usize) {
