@@ -88,23 +88,46 @@ impl Diagnostic {
     }
 }
 
-/// Collects diagnostics for one source, in the order they are found.
+/// The most diagnostics one file reports. A file with more is broken
+/// wholesale (a generated file gone wrong, the wrong file); listing every
+/// problem would cost minutes and gigabytes and help no one.
+pub const MAX_DIAGNOSTICS: usize = 200;
+
+/// Collects diagnostics for one source, in the order they are found, up to
+/// [`MAX_DIAGNOSTICS`]; the rest are counted.
 #[derive(Debug, Default)]
 pub struct Diagnostics {
     items: Vec<Diagnostic>,
+    errors: usize,
+    dropped: usize,
 }
 
 impl Diagnostics {
     pub fn push(&mut self, diagnostic: Diagnostic) {
-        self.items.push(diagnostic);
+        if diagnostic.is_error() {
+            self.errors += 1;
+        }
+        if self.is_full() {
+            self.dropped += 1;
+        } else {
+            self.items.push(diagnostic);
+        }
     }
 
+    /// Whether any error was pushed (counted ones included).
     pub fn has_errors(&self) -> bool {
-        self.items.iter().any(Diagnostic::is_error)
+        self.errors > 0
+    }
+
+    /// No more diagnostics will be kept: producers may skip the work of
+    /// building them.
+    pub fn is_full(&self) -> bool {
+        self.items.len() >= MAX_DIAGNOSTICS
     }
 
     /// Sorted by position, then rule; duplicates (same rule, span and
-    /// message, e.g. from a merged alias) dropped.
+    /// message, e.g. from a merged alias) dropped; a last note says how
+    /// many were not kept.
     pub fn into_sorted(mut self) -> Vec<Diagnostic> {
         self.items.sort_by(|a, b| {
             (a.primary.span.start, a.primary.span.end, a.rule, &a.message).cmp(&(
@@ -117,6 +140,23 @@ impl Diagnostics {
         self.items.dedup_by(|a, b| {
             a.rule == b.rule && a.primary.span == b.primary.span && a.message == b.message
         });
+        if self.dropped > 0 {
+            let span = self
+                .items
+                .last()
+                .map_or(Span::default(), |d| d.primary.span);
+            self.items.push(
+                Diagnostic::new(
+                    Rule::TooManyDiagnostics,
+                    span,
+                    format!(
+                        "{} more problems not shown: skyc reports the first {MAX_DIAGNOSTICS} of a file",
+                        self.dropped
+                    ),
+                )
+                .label("the last one shown"),
+            );
+        }
         self.items
     }
 }

@@ -21,7 +21,7 @@ pub mod yaml;
 
 pub use analyzer::Options;
 pub use compilation::{Compilation, MAX_FILE_BYTES, compile};
-pub use diagnostic::{Diagnostic, Diagnostics, Label, Severity};
+pub use diagnostic::{Diagnostic, Diagnostics, Label, MAX_DIAGNOSTICS, Severity};
 pub use rule::Rule;
 pub use schema::editor_schema;
 pub use source::{Position, Source, Span};

@@ -34,6 +34,7 @@ rules! {
     // Reading the file.
     InvalidUtf8 = "invalid-utf8", Error, "The file is not UTF-8 text.";
     FileTooLarge = "file-too-large", Error, "The file is larger than skyc reads.";
+    TooManyDiagnostics = "too-many-diagnostics", Warning, "The file has more problems than skyc lists.";
     YamlSyntax = "yaml-syntax", Error, "The file is not well-formed YAML.";
     YamlLimit = "yaml-limit", Error, "The YAML nests too deeply or expands too many aliases.";
     UnsupportedTag = "unsupported-tag", Error, "A YAML tag SkyPilot's safe loader cannot construct.";

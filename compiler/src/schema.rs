@@ -80,6 +80,15 @@ pub(crate) fn validate(kind: DocumentKind, root: &Node, diagnostics: &mut Diagno
     let mut valid = true;
     for error in errors {
         valid = false;
+        if diagnostics.is_full() {
+            // Still counted as an error; not worth building.
+            diagnostics.push(Diagnostic::new(
+                Rule::InvalidValue,
+                root.span,
+                String::new(),
+            ));
+            continue;
+        }
         report(&error, kind, root, diagnostics);
     }
     valid
@@ -296,6 +305,11 @@ fn report(error: &ValidationError<'_>, kind: DocumentKind, root: &Node, out: &mu
     match error.kind() {
         ValidationErrorKind::AdditionalProperties { unexpected } => {
             for name in unexpected {
+                // Finding each key is a scan of its mapping: stop once
+                // nothing more would be shown.
+                if out.is_full() {
+                    break;
+                }
                 out.push(unknown_field(root, &target, name, kind));
             }
         }

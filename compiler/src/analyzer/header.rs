@@ -7,6 +7,7 @@ use crate::suggest::{did_you_mean, some_of};
 use crate::units::parse_duration;
 use crate::yaml::{Node, Value};
 use crate::{Diagnostic, Diagnostics, Rule, Span};
+use std::collections::HashSet;
 
 const FIELDS: [&str; 5] = [
     "name",
@@ -21,6 +22,8 @@ pub(super) struct Header {
     name_span: Span,
     /// `None` (or empty in the file): every task is primary.
     primary: Option<Vec<(String, Span)>>,
+    /// The same names, for lookups (a group may have thousands of tasks).
+    primary_set: HashSet<String>,
     delay: Option<Delay>,
     inter_connection: InterConnection,
     inter_connection_span: Option<Span>,
@@ -92,10 +95,12 @@ impl Header {
             Some(Value::Bool(false)) => InterConnection::Disabled,
             _ => InterConnection::Auto,
         };
+        let primary_set = primary.iter().flatten().map(|(n, _)| n.clone()).collect();
         Some(Header {
             name,
             name_span: name_node.span,
             primary,
+            primary_set,
             delay,
             inter_connection,
             inter_connection_span: root.entry("inter_connection").map(|e| e.key.span),
@@ -103,15 +108,14 @@ impl Header {
     }
 
     fn is_primary(&self, task: &str) -> bool {
-        self.primary
-            .as_ref()
-            .is_none_or(|p| p.iter().any(|(n, _)| n == task))
+        self.primary.is_none() || self.primary_set.contains(task)
     }
 
     /// `primary_tasks` and `termination_delay` keys name real tasks; a delay
     /// that can never apply is reported.
     pub(super) fn check_references(&self, tasks: &[(String, Span)], out: &mut Diagnostics) {
         let names: Vec<&str> = tasks.iter().map(|(n, _)| n.as_str()).collect();
+        let known: HashSet<&str> = names.iter().copied().collect();
         let unknown = |rule: Rule, name: &str, span: Span, what: &str| {
             let mut d = Diagnostic::new(
                 rule,
@@ -130,7 +134,7 @@ impl Header {
         };
         if let Some(primary) = &self.primary {
             for (name, span) in primary {
-                if !names.contains(&name.as_str()) {
+                if !known.contains(name.as_str()) {
                     out.push(unknown(
                         Rule::UnknownPrimaryTask,
                         name,
@@ -142,7 +146,7 @@ impl Header {
         }
         let Some(delay) = &self.delay else { return };
         for (name, span, _) in &delay.per_task {
-            if !names.contains(&name.as_str()) {
+            if !known.contains(name.as_str()) {
                 out.push(unknown(
                     Rule::UnknownDelayTask,
                     name,

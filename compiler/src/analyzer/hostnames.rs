@@ -145,6 +145,10 @@ pub(crate) fn check_text(
 ) -> usize {
     let references = find_references(text, table.group);
     for r in &references {
+        if out.len() >= crate::MAX_DIAGNOSTICS {
+            // Locating each one is the costly part; none would be shown.
+            break;
+        }
         let name = &text[r.task.clone()];
         match table.nodes.get(name) {
             None => {

@@ -28,7 +28,7 @@ impl Default for Budget {
     fn default() -> Self {
         Self {
             max_depth: 64,
-            max_nodes: 500_000,
+            max_nodes: 250_000,
             max_bytes: 16 << 20,
         }
     }
