@@ -388,44 +388,45 @@ fn report(error: &ValidationError<'_>, kind: DocumentKind, root: &Node, out: &mu
             .label(format!("found {}", shown(target.node))),
         ),
         ValidationErrorKind::Minimum { limit } => {
-            out.push(bound(&target, &field, span, format!("at least {limit}")))
+            bound(out, &target, &field, span, format!("at least {limit}"))
         }
         ValidationErrorKind::Maximum { limit } => {
-            out.push(bound(&target, &field, span, format!("at most {limit}")))
+            bound(out, &target, &field, span, format!("at most {limit}"))
         }
-        ValidationErrorKind::ExclusiveMinimum { limit } => out.push(bound(
-            &target,
-            &field,
-            span,
-            format!("greater than {limit}"),
-        )),
+        ValidationErrorKind::ExclusiveMinimum { limit } => {
+            bound(out, &target, &field, span, format!("greater than {limit}"))
+        }
         ValidationErrorKind::ExclusiveMaximum { limit } => {
-            out.push(bound(&target, &field, span, format!("less than {limit}")))
+            bound(out, &target, &field, span, format!("less than {limit}"))
         }
-        ValidationErrorKind::MinLength { limit } => out.push(bound(
+        ValidationErrorKind::MinLength { limit } => bound(
+            out,
             &target,
             &field,
             span,
             format!("at least {limit} characters long"),
-        )),
-        ValidationErrorKind::MaxLength { limit } => out.push(bound(
+        ),
+        ValidationErrorKind::MaxLength { limit } => bound(
+            out,
             &target,
             &field,
             span,
             format!("at most {limit} characters long"),
-        )),
-        ValidationErrorKind::MinItems { limit } => out.push(bound(
+        ),
+        ValidationErrorKind::MinItems { limit } => bound(
+            out,
             &target,
             &field,
             span,
             format!("a list of at least {limit} items"),
-        )),
-        ValidationErrorKind::MaxItems { limit } => out.push(bound(
+        ),
+        ValidationErrorKind::MaxItems { limit } => bound(
+            out,
             &target,
             &field,
             span,
             format!("a list of at most {limit} items"),
-        )),
+        ),
         ValidationErrorKind::MaxProperties { limit } => {
             let message =
                 if target.field.ends_with("accelerators") || target.field.ends_with("gpus") {
@@ -441,12 +442,13 @@ fn report(error: &ValidationError<'_>, kind: DocumentKind, root: &Node, out: &mu
                     .label("too many entries"),
             );
         }
-        ValidationErrorKind::MinProperties { limit } => out.push(bound(
+        ValidationErrorKind::MinProperties { limit } => bound(
+            out,
             &target,
             &field,
             span,
             format!("a mapping of at least {limit} entries"),
-        )),
+        ),
         ValidationErrorKind::UniqueItems => out.push(
             Diagnostic::new(
                 field_rule(&target.field, Rule::InvalidValue),
@@ -627,13 +629,16 @@ fn pattern_error(target: &Target<'_>, field: &str, span: Span) -> Diagnostic {
     if help.is_empty() { d } else { d.help(help) }
 }
 
-fn bound(target: &Target<'_>, field: &str, span: Span, what: String) -> Diagnostic {
-    Diagnostic::new(
-        field_rule(&target.field, Rule::InvalidValue),
-        span,
-        format!("{field} must be {what}"),
-    )
-    .label(format!("found {}", shown(target.node)))
+/// "`field` must be {what}": a value outside a numeric or size bound.
+fn bound(out: &mut Diagnostics, target: &Target<'_>, field: &str, span: Span, what: String) {
+    out.push(
+        Diagnostic::new(
+            field_rule(&target.field, Rule::InvalidValue),
+            span,
+            format!("{field} must be {what}"),
+        )
+        .label(format!("found {}", shown(target.node))),
+    );
 }
 
 /// A scalar shown in a message: `` `4++` ``, or its type for collections.

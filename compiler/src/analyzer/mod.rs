@@ -120,29 +120,22 @@ impl<'a> Analyzer<'a> {
     /// A group is one managed job, which has one priority: SkyPilot's API
     /// server rejects tasks that set different ones.
     fn check_priorities(&mut self, task_docs: &[Document]) {
-        let mut first: Option<&Node> = None;
-        for doc in task_docs {
-            let Some(p) = doc
-                .root
+        let priorities = task_docs.iter().filter_map(|doc| {
+            doc.root
                 .get("resources")
                 .and_then(|r| r.get_present("priority"))
-            else {
-                continue;
-            };
-            match first {
-                None => first = Some(p),
-                Some(f) if f.value != p.value => self.push(
-                    Diagnostic::new(
-                        Rule::ConflictingFields,
-                        p.span,
-                        "the tasks of a Job Group must share one `priority`",
-                    )
-                    .label("differs from the first task's")
-                    .with_secondary(f.span, "first priority")
-                    .help("a group is scheduled as one job; set the same priority on every task, or on none"),
-                ),
-                Some(_) => {}
-            }
+        });
+        for (first, differing) in resources::disagreements(priorities) {
+            self.push(
+                Diagnostic::new(
+                    Rule::ConflictingFields,
+                    differing.span,
+                    "the tasks of a Job Group must share one `priority`",
+                )
+                .label("differs from the first task's")
+                .with_secondary(first.span, "first priority")
+                .help("a group is scheduled as one job; set the same priority on every task, or on none"),
+            );
         }
     }
 

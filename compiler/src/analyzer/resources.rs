@@ -643,25 +643,28 @@ fn recovery(base: &Node, options: &[Node], out: &mut Diagnostics) -> Recovery {
 /// with any).
 fn check_priority(base: &Node, options: &[Node], out: &mut Diagnostics) {
     let base_priority = base.get_present("priority");
-    let mut first: Option<&Node> = None;
-    for option in options {
-        let Some(p) = option.get_present("priority").or(base_priority) else {
-            continue;
-        };
-        match first {
-            None => first = Some(p),
-            Some(f) if f.value != p.value => out.push(
-                Diagnostic::new(
-                    Rule::ConflictingFields,
-                    p.span,
-                    "every resource candidate of a task must use the same `priority`",
-                )
-                .label("differs from the first candidate's")
-                .with_secondary(f.span, "first priority"),
-            ),
-            Some(_) => {}
-        }
+    let priorities = options
+        .iter()
+        .filter_map(|o| o.get_present("priority").or(base_priority));
+    for (first, differing) in disagreements(priorities) {
+        out.push(
+            Diagnostic::new(
+                Rule::ConflictingFields,
+                differing.span,
+                "every resource candidate of a task must use the same `priority`",
+            )
+            .label("differs from the first candidate's")
+            .with_secondary(first.span, "first priority"),
+        );
     }
+}
+
+/// Each value that differs from the first one, paired with that first one.
+pub(super) fn disagreements<'n>(
+    mut values: impl Iterator<Item = &'n Node>,
+) -> impl Iterator<Item = (&'n Node, &'n Node)> {
+    let first = values.next();
+    values.filter_map(move |v| first.filter(|f| f.value != v.value).map(|f| (f, v)))
 }
 
 fn policy(node: &Node, out: &mut Diagnostics) -> Recovery {
