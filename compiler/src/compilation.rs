@@ -33,9 +33,10 @@ pub fn compile(name: &str, bytes: &[u8], options: &Options) -> Compilation {
             Diagnostic::new(
                 Rule::FileTooLarge,
                 Span::at(0),
+                // The CLI reads one byte past the limit, so the size shown
+                // would be that, not the file's.
                 format!(
-                    "the file is {} bytes; skyc reads group files of up to {} MiB",
-                    bytes.len(),
+                    "the file is larger than {} MiB, the most skyc reads of a group file",
                     MAX_FILE_BYTES >> 20
                 ),
             )

@@ -34,7 +34,14 @@ pub(super) fn render(compilations: &[Compilation], color: bool) -> String {
                 .position(|&b| b == b'\n')
                 .map_or(full.len(), |i| hi + i + 1);
             let text = &full[lo..hi];
-            let mut title = level.primary_title(d.message.as_str()).id(d.rule.name());
+            // No text to show (an empty or unread file): the title names
+            // the file instead of a source excerpt.
+            let headline = if full.is_empty() {
+                format!("{}: {}", c.source.name(), d.message)
+            } else {
+                d.message.clone()
+            };
+            let title = level.primary_title(headline.as_str()).id(d.rule.name());
             let mut snippet = Snippet::source(text)
                 .line_start(
                     c.source
@@ -57,7 +64,6 @@ pub(super) fn render(compilations: &[Compilation], color: bool) -> String {
             }
             let mut groups: Vec<Group<'_>> = Vec::new();
             if full.is_empty() {
-                title = title.id(d.rule.name());
                 groups.push(Group::with_title(title));
             } else {
                 groups.push(title.element(snippet));
