@@ -28,8 +28,7 @@ use crate::support;
 use proptest::prelude::*;
 use proptest::sample::Index;
 use proptest::test_runner::{Config, TestRunner};
-use skyc_compiler::render::{Format, render};
-use skyc_compiler::{Compilation, MAX_FILE_BYTES, Options, Severity, compile};
+use skyc_compiler::{MAX_FILE_BYTES, Options, compile};
 use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::fs::{self, File};
@@ -717,64 +716,11 @@ setup: pip install ray
 run: python replay.py --peer trainer-1.rl-group
 ";
 
-/// Every span inside the text, on character boundaries; every format
-/// renders; the verdict and the IR agree.
+/// `Compilation::check_invariants`: spans inside the text on character
+/// boundaries, verdict and IR agreeing, every format rendering.
 fn check_compilation(bytes: &[u8]) -> Result<(), TestCaseError> {
     let c = compile("fuzz.yaml", bytes, &Options::default());
-    let text = c.source.text();
-    for d in &c.diagnostics {
-        for label in std::iter::once(&d.primary).chain(&d.secondary) {
-            let s = label.span;
-            prop_assert!(s.start <= s.end, "{:?}: {s:?} is reversed", d.rule);
-            prop_assert!(
-                s.end as usize <= text.len(),
-                "{:?}: {s:?} ends past the text ({} bytes)",
-                d.rule,
-                text.len()
-            );
-            prop_assert!(
-                text.is_char_boundary(s.start as usize) && text.is_char_boundary(s.end as usize),
-                "{:?}: {s:?} splits a character in {:?}",
-                d.rule,
-                &text[text.len().min(s.start as usize).saturating_sub(8)..]
-                    .chars()
-                    .take(24)
-                    .collect::<String>()
-            );
-        }
-    }
-    let errors = c.diagnostics.iter().any(|d| d.severity == Severity::Error);
-    prop_assert_eq!(c.has_errors(), errors);
-    prop_assert_eq!(
-        c.group.is_some(),
-        !errors,
-        "an IR exactly when there is no error"
-    );
-    if let Some(group) = &c.group {
-        prop_assert!(serde_json::to_string(group).is_ok());
-    }
-    render_all(&c)?;
-    Ok(())
-}
-
-fn render_all(c: &Compilation) -> Result<(), TestCaseError> {
-    let one = std::slice::from_ref(c);
-    for format in [
-        Format::Human { color: false },
-        Format::Human { color: true },
-        Format::Json,
-        Format::Sarif,
-        Format::Github,
-    ] {
-        let out = render(format, one);
-        if matches!(format, Format::Json | Format::Sarif) {
-            prop_assert!(serde_json::from_str::<serde_json::Value>(&out).is_ok());
-        }
-        if !c.diagnostics.is_empty() && format == (Format::Human { color: false }) {
-            prop_assert!(out.contains("error") || out.contains("warning"));
-        }
-    }
-    Ok(())
+    c.check_invariants().map_err(TestCaseError::fail)
 }
 
 #[test]

@@ -80,3 +80,68 @@ fn done(source: Source, diagnostics: Diagnostics, group: Option<Group>) -> Compi
         group: if has_errors { None } else { group },
     }
 }
+
+impl Compilation {
+    /// What must hold of every compilation, whatever the input: each
+    /// label's span lies within the text on character boundaries; the
+    /// verdict, the diagnostics and the IR agree; the IR serialises; every
+    /// format renders, the JSON ones as valid JSON. Returns the first
+    /// violation. The fuzz target and the randomized tests check this.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        use crate::render::{Format, render};
+        let text = self.source.text();
+        for d in &self.diagnostics {
+            for label in std::iter::once(&d.primary).chain(&d.secondary) {
+                let (start, end) = (label.span.start as usize, label.span.end as usize);
+                if start > end || end > text.len() {
+                    return Err(format!(
+                        "{}: span {start}..{end} outside the text ({} bytes)",
+                        d.rule,
+                        text.len()
+                    ));
+                }
+                if !text.is_char_boundary(start) || !text.is_char_boundary(end) {
+                    return Err(format!(
+                        "{}: span {start}..{end} splits a character",
+                        d.rule
+                    ));
+                }
+            }
+        }
+        let errors = self.diagnostics.iter().any(Diagnostic::is_error);
+        if self.has_errors() != errors || self.group.is_some() == errors {
+            return Err(format!(
+                "verdict disagrees: {errors} errors listed, an IR {}",
+                if self.group.is_some() {
+                    "present"
+                } else {
+                    "absent"
+                }
+            ));
+        }
+        if let Some(group) = &self.group {
+            serde_json::to_string(group).map_err(|e| format!("the IR does not serialise: {e}"))?;
+        }
+        let one = std::slice::from_ref(self);
+        for format in [
+            Format::Human { color: false },
+            Format::Human { color: true },
+            Format::Json,
+            Format::Sarif,
+            Format::Github,
+        ] {
+            let out = render(format, one);
+            if matches!(format, Format::Json | Format::Sarif) {
+                serde_json::from_str::<serde_json::Value>(&out)
+                    .map_err(|e| format!("{format:?} output is not JSON: {e}"))?;
+            }
+            if format == (Format::Human { color: false })
+                && !self.diagnostics.is_empty()
+                && !(out.contains("error") || out.contains("warning"))
+            {
+                return Err("human output lost the diagnostics".to_owned());
+            }
+        }
+        Ok(())
+    }
+}
