@@ -114,6 +114,12 @@ impl Diagnostics {
         }
     }
 
+    /// Counts an error found past the cap without building it.
+    pub fn count_unshown_error(&mut self) {
+        self.errors += 1;
+        self.dropped += 1;
+    }
+
     /// Whether any error was pushed (counted ones included).
     pub fn has_errors(&self) -> bool {
         self.errors > 0

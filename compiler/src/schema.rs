@@ -69,29 +69,21 @@ pub(crate) enum DocumentKind {
     Task,
 }
 
-/// Validates `root` and reports every structural error. Returns whether
-/// the document is structurally valid.
-pub(crate) fn validate(kind: DocumentKind, root: &Node, diagnostics: &mut Diagnostics) -> bool {
+/// Validates `root` and reports every structural error.
+pub(crate) fn validate(kind: DocumentKind, root: &Node, diagnostics: &mut Diagnostics) {
     let instance = to_json(root, kind, &mut Vec::new());
     let errors = match kind {
         DocumentKind::Header => HeaderSchema::iter_errors(&instance),
         DocumentKind::Task => TaskSchema::iter_errors(&instance),
     };
-    let mut valid = true;
     for error in errors {
-        valid = false;
         if diagnostics.is_full() {
-            // Still counted as an error; not worth building.
-            diagnostics.push(Diagnostic::new(
-                Rule::InvalidValue,
-                root.span,
-                String::new(),
-            ));
-            continue;
+            // Counted, but not worth building: it would not be shown.
+            diagnostics.count_unshown_error();
+        } else {
+            report(&error, kind, root, diagnostics);
         }
-        report(&error, kind, root, diagnostics);
     }
-    valid
 }
 
 /// The schema for editors: one document (header or task, chosen by the
@@ -185,7 +177,7 @@ fn to_json(node: &Node, kind: DocumentKind, path: &mut Vec<String>) -> Json {
                     continue;
                 }
                 let value = if stringify && !e.value.is_null() {
-                    Json::String(python_literal(&e.value))
+                    Json::String(e.value.python_literal())
                 } else {
                     path.push(key.clone());
                     let v = to_json(&e.value, kind, path);
@@ -220,33 +212,6 @@ const KNOWN_NULLABLE: &[&str] = &[
     "volumes",
     "api_server_access",
 ];
-
-/// Python's `str()` of a loaded YAML value, for env values SkyPilot
-/// stringifies before validation.
-pub(crate) fn python_literal(node: &Node) -> String {
-    if let Some(s) = node.python_str() {
-        return s;
-    }
-    let inner = |n: &Node| match &n.value {
-        Value::String(s) => format!("'{s}'"),
-        _ => python_literal(n),
-    };
-    match &node.value {
-        Value::Seq(items) => format!(
-            "[{}]",
-            items.iter().map(inner).collect::<Vec<_>>().join(", ")
-        ),
-        Value::Map(entries) => format!(
-            "{{{}}}",
-            entries
-                .iter()
-                .map(|e| format!("{}: {}", inner(&e.key), inner(&e.value)))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-        _ => String::new(),
-    }
-}
 
 /// Where an instance path lands in the YAML tree.
 struct Target<'a> {

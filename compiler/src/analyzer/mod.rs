@@ -89,7 +89,6 @@ impl<'a> Analyzer<'a> {
                 }
             }
             let ctx = TaskContext {
-                source: self.source,
                 options: self.options,
                 in_group: true,
             };
@@ -265,7 +264,6 @@ impl<'a> Analyzer<'a> {
             );
         }
         let ctx = TaskContext {
-            source: self.source,
             options: self.options,
             in_group: false,
         };

@@ -2,14 +2,12 @@
 
 use super::Options;
 use super::resources;
-use crate::ir::{EnvVar, FileMount, Recovery, Role, Task, VolumeMount, Workdir};
+use crate::ir::{EnvVar, FileMount, Role, Task, VolumeMount, Workdir};
 use crate::schema::{self, DocumentKind};
 use crate::yaml::{Node, Value};
-use crate::{Diagnostic, Diagnostics, Rule, Source, Span};
+use crate::{Diagnostic, Diagnostics, Rule, Span};
 
 pub(super) struct TaskContext<'a> {
-    #[allow(dead_code)]
-    pub source: &'a Source,
     pub options: &'a Options,
     pub in_group: bool,
 }
@@ -53,7 +51,7 @@ pub(super) fn analyze(ctx: &TaskContext<'_>, root: &Node, out: &mut Diagnostics)
         num_nodes,
         termination_delay_secs: None,
         resources,
-        recovery: Recovery { ..recovery },
+        recovery,
         envs,
         secrets,
         setup: text("setup"),
@@ -142,7 +140,7 @@ fn envs(ctx: &TaskContext<'_>, root: &Node, out: &mut Diagnostics) -> Vec<EnvVar
                 );
                 continue;
             }
-            _ => schema::python_literal(&e.value),
+            _ => e.value.python_literal(),
         };
         vars.push(EnvVar { name: key, value });
     }

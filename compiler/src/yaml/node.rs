@@ -99,6 +99,36 @@ impl Node {
     }
 }
 
+impl Node {
+    /// Python's `str()` of any loaded value (lists and mappings as their
+    /// repr): SkyPilot stringifies `envs` and `secrets` values this way
+    /// before validating them.
+    pub fn python_literal(&self) -> String {
+        if let Some(s) = self.python_str() {
+            return s;
+        }
+        let inner = |n: &Node| match &n.value {
+            Value::String(s) => format!("'{s}'"),
+            _ => n.python_literal(),
+        };
+        match &self.value {
+            Value::Seq(items) => format!(
+                "[{}]",
+                items.iter().map(inner).collect::<Vec<_>>().join(", ")
+            ),
+            Value::Map(entries) => format!(
+                "{{{}}}",
+                entries
+                    .iter()
+                    .map(|e| format!("{}: {}", inner(&e.key), inner(&e.value)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            _ => String::new(),
+        }
+    }
+}
+
 impl Value {
     pub fn type_name(&self) -> &'static str {
         match self {

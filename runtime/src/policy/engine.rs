@@ -315,13 +315,12 @@ impl Engine {
                 }
                 None => t.then = Then::Restart { uses_budget: false },
             }
-            // The attempt is over: stop its other nodes.
-            let restarting = matches!(t.then, Then::Restart { .. });
-            let any_live = t.live.iter().any(|&l| l);
-            if restarting {
+            // A failure or a loss ends the attempt: its other nodes stop.
+            let (then, any_live) = (t.then, t.live.iter().any(|&l| l));
+            if matches!(then, Then::Restart { .. }) {
                 self.set_status(task, Status::Recovering, out);
             }
-            if t_then_ended(&self.tasks[task].then) && any_live {
+            if then != Then::Continue && any_live {
                 self.stop_attempt(task, Reason::AttemptEnded, out);
             }
         }
@@ -434,9 +433,4 @@ impl Engine {
             out.push(Action::GroupStatus(status));
         }
     }
-}
-
-/// Whether the attempt is over (its remaining nodes must stop).
-fn t_then_ended(then: &Then) -> bool {
-    !matches!(then, Then::Continue)
 }
