@@ -85,6 +85,11 @@ rules! {
     UnknownHostTask = "unknown-host-task", Error, "A group hostname names a task that does not exist.";
     HostIndexOutOfRange = "host-index-out-of-range", Error, "A group hostname names a node the task does not have.";
     HostnamesDisabled = "hostnames-disabled", Warning, "Scripts use group hostnames that `inter_connection: false` turns off.";
+    // The local target.
+    ExceedsLocalCapacity = "exceeds-local-capacity", Error, "A task needs more than this machine offers.";
+    MissingSecretValue = "missing-secret-value", Error, "A task's secret has no value.";
+    NotAppliedLocally = "not-applied-locally", Warning, "A setting the local target does not apply.";
+    UnsupportedLocally = "unsupported-locally", Error, "A setting the local target cannot run.";
 }
 
 impl std::fmt::Display for Rule {

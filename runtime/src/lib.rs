@@ -5,5 +5,10 @@
 //! fired; cancel) and answering with actions (start, terminate, kill, set a
 //! timer, record a status). It does no I/O and reads no clock; backends turn
 //! actions into processes, API calls or commands, and report back.
+//!
+//! [`store`] keeps every group's state in SQLite; [`local`] is the backend
+//! that runs groups on this machine.
 
+pub mod local;
 pub mod policy;
+pub mod store;

@@ -1,9 +1,15 @@
 //! The command line: one module per subcommand.
 
 mod build;
+mod cancel;
 mod check;
+mod follow;
 mod input;
+mod logs;
+mod run;
 mod schema;
+mod state;
+mod status;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -32,10 +38,22 @@ struct Cli {
 enum Command {
     Check(check::Args),
     Build(build::Args),
+    Run(run::Args),
+    Status(status::Args),
+    Logs(logs::Args),
+    Cancel(cancel::Args),
     Schema(schema::Args),
 }
 
 pub(crate) fn main() -> ExitCode {
+    // The runtime's own processes, started by skyc itself: dispatched
+    // before argument parsing, so a node shim stays small.
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    match args.get(1).and_then(|a| a.to_str()) {
+        Some("__shim") => return internal_shim(&args[2..]),
+        Some("__supervise") => return internal_supervise(&args[2..]),
+        _ => {}
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -46,6 +64,10 @@ pub(crate) fn main() -> ExitCode {
     let code = match cli.command {
         Command::Check(args) => check::run(&args),
         Command::Build(args) => build::run(&args),
+        Command::Run(args) => run::run(&args),
+        Command::Status(args) => status::run(&args),
+        Command::Logs(args) => logs::run(&args),
+        Command::Cancel(args) => cancel::run(&args),
         Command::Schema(args) => schema::run(&args),
     };
     ExitCode::from(code)
@@ -64,4 +86,34 @@ pub(crate) fn parse_env(s: &str) -> Result<(String, String), String> {
         return Err(format!("`{k}` is not an environment variable name"));
     }
     Ok((k.to_owned(), v.to_owned()))
+}
+
+/// `skyc __shim DIR -- COMMAND...`: a node shim.
+fn internal_shim(args: &[std::ffi::OsString]) -> ExitCode {
+    let (Some(dir), Some(sep)) = (args.first(), args.get(1)) else {
+        return ExitCode::from(USAGE);
+    };
+    if sep != "--" {
+        return ExitCode::from(USAGE);
+    }
+    let argv: Vec<String> = args[2..]
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let code = skyc_runtime::local::shim::main(std::path::Path::new(dir), &argv);
+    ExitCode::from(u8::try_from(code).unwrap_or(1))
+}
+
+/// `skyc __supervise DIR`: the supervisor of a state directory.
+fn internal_supervise(args: &[std::ffi::OsString]) -> ExitCode {
+    let Some(dir) = args.first() else {
+        return ExitCode::from(USAGE);
+    };
+    match skyc_runtime::local::supervisor::main(std::path::Path::new(dir)) {
+        Ok(()) => ExitCode::from(OK),
+        Err(e) => {
+            eprintln!("skyc supervisor: {e}");
+            ExitCode::from(INVALID)
+        }
+    }
 }

@@ -180,6 +180,16 @@ impl Engine {
         (self.tasks[task].restarts, self.tasks[task].restarts_used)
     }
 
+    /// Whether the backend still owes an answer for this node of the
+    /// task's current attempt.
+    pub fn node_live(&self, task: TaskId, node: u32) -> bool {
+        self.tasks[task]
+            .live
+            .get(node as usize)
+            .copied()
+            .unwrap_or(false)
+    }
+
     /// Every task is terminal.
     pub fn is_finished(&self) -> bool {
         self.tasks.iter().all(|t| t.status.is_terminal())

@@ -1,0 +1,106 @@
+//! The environment contract of a node (SkyPilot's managed-job variables),
+//! in one place.
+
+use super::capacity::Grant;
+use super::network::GroupNetwork;
+use super::plan::Plan;
+use crate::policy::Phase;
+
+/// A node's environment, in the order it is applied: the submitting
+/// client's environment, SkyPilot's variables, then the task's `envs`
+/// (with `--env` overrides) and secrets, which win.
+pub fn node_env(
+    plan: &Plan,
+    group_id: i64,
+    net: &GroupNetwork,
+    grant: &Grant,
+    task: usize,
+    rank: u32,
+    phase: Phase,
+) -> Vec<(String, String)> {
+    let t = &plan.tasks[task];
+    let task_id = |i: usize| {
+        format!(
+            "sky-managed-{}_{}_{}_{group_id}-{i}",
+            plan.submitted, plan.group, plan.tasks[i].name
+        )
+    };
+    let ips = net
+        .task_ips(task)
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("\n");
+    let gpus = t.demand.gpus_per_node().to_string();
+    let mut env: Vec<(String, String)> = plan.base_env.clone();
+    let mut set = |k: &str, v: String| env.push((k.to_owned(), v));
+    set("SKYPILOT_JOBGROUP_NAME", plan.group.clone());
+    set("SKYPILOT_ROOT_JOB_ID", group_id.to_string());
+    set("SKYPILOT_MANAGED_JOB_ID", group_id.to_string());
+    set("SKYPILOT_INTERNAL_JOB_ID", group_id.to_string());
+    set("SKYPILOT_JOB_RANK", "0".into());
+    set("SKYPILOT_TASK_ID", task_id(task));
+    set(
+        "SKYPILOT_TASK_IDS",
+        (0..plan.tasks.len())
+            .map(task_id)
+            .collect::<Vec<_>>()
+            .join("\n"),
+    );
+    set("SKYPILOT_NUM_NODES", t.num_nodes.to_string());
+    match phase {
+        Phase::Setup => {
+            set("SKYPILOT_SETUP_NODE_RANK", rank.to_string());
+            set("SKYPILOT_SETUP_NODE_IPS", ips);
+            set("SKYPILOT_SETUP_NUM_GPUS_PER_NODE", gpus);
+        }
+        Phase::Run => {
+            set("SKYPILOT_NODE_RANK", rank.to_string());
+            set("SKYPILOT_NODE_IPS", ips);
+            set("SKYPILOT_NUM_GPUS_PER_NODE", gpus);
+        }
+    }
+    set(
+        "SKYPILOT_CLUSTER_INFO",
+        serde_json::json!({
+            "cluster_name": format!("{}-{group_id}", t.name),
+            "cloud": "local",
+            "region": null,
+            "zone": null,
+        })
+        .to_string(),
+    );
+    if let Ok(user) = std::env::var("USER") {
+        set("SKYPILOT_USER", user);
+    }
+    // A node sees only its own GPUs, and none when it asked for none.
+    let visible = grant
+        .gpus
+        .get(rank as usize)
+        .map(|g| {
+            g.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .unwrap_or_default();
+    set("CUDA_VISIBLE_DEVICES", visible);
+    env.extend(t.envs.iter().cloned());
+    dedup_last_wins(env)
+}
+
+/// Keeps the last value of each name, in first-seen order.
+fn dedup_last_wins(env: Vec<(String, String)>) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::with_capacity(env.len());
+    let mut index = std::collections::HashMap::new();
+    for (k, v) in env {
+        match index.get(&k) {
+            Some(&i) => out[i] = (k, v),
+            None => {
+                index.insert(k.clone(), out.len());
+                out.push((k, v));
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,20 @@
+//! The local target: a group's nodes as process trees on this machine.
+//!
+//! - [`plan`]: what to run, made from the IR by the client;
+//! - [`capacity`]: the machine as a one-node cluster (cpus, memory, GPUs);
+//! - [`network`]: a network identity per node and the group's hostnames;
+//! - [`env`]: the environment contract of a node;
+//! - [`shim`]: the per-node process that outlives the supervisor;
+//! - [`supervisor`]: the event loop that feeds the policy engine.
+
+pub mod capacity;
+pub mod env;
+pub mod network;
+pub mod paths;
+pub mod plan;
+pub mod shim;
+pub mod supervisor;
+
+/// Set in every node process to its attempt directory: how the processes
+/// of a lost node are found.
+pub const NODE_MARKER_VAR: &str = "SKYC_NODE_DIR";

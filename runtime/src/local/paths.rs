@@ -1,0 +1,66 @@
+//! Where a group's files live in the state directory.
+//!
+//! ```text
+//! groups/<id>/hosts                         the group's hosts file
+//! groups/<id>/scripts/<task>.{setup,run}.sh
+//! groups/<id>/logs/<task name>-<rank>.log   setup and run output, all attempts
+//! groups/<id>/nodes/<task>/grant-<attempt>.json
+//! groups/<id>/nodes/<task>/<rank>/work/     the node's working directory
+//! groups/<id>/nodes/<task>/<rank>/a<attempt>-<phase>/   one shim's files
+//! ```
+
+use crate::policy::{Attempt, Phase, TaskId};
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+pub fn group_dir(state: &Path, gid: i64) -> PathBuf {
+    state.join("groups").join(gid.to_string())
+}
+
+pub fn task_dir(group: &Path, task: TaskId) -> PathBuf {
+    group.join("nodes").join(task.to_string())
+}
+
+pub fn node_dir(group: &Path, task: TaskId, rank: u32) -> PathBuf {
+    task_dir(group, task).join(rank.to_string())
+}
+
+pub fn attempt_dir(node: &Path, attempt: Attempt, phase: Phase) -> PathBuf {
+    node.join(format!("a{attempt}-{}", phase_name(phase)))
+}
+
+pub fn script(group: &Path, task: TaskId, phase: Phase) -> PathBuf {
+    group
+        .join("scripts")
+        .join(format!("{task}.{}.sh", phase_name(phase)))
+}
+
+pub fn log(group: &Path, task_name: &str, rank: u32) -> PathBuf {
+    // Task names are checked by the compiler; keep the path safe anyway.
+    let safe: String = task_name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "._-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    group.join("logs").join(format!("{safe}-{rank}.log"))
+}
+
+pub fn open_log(group: &Path, task_name: &str, rank: u32) -> io::Result<fs::File> {
+    fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log(group, task_name, rank))
+}
+
+pub fn phase_name(phase: Phase) -> &'static str {
+    match phase {
+        Phase::Setup => "setup",
+        Phase::Run => "run",
+    }
+}

@@ -1,0 +1,261 @@
+//! The plan: what the supervisor needs to run a group on this machine,
+//! made from the IR by the submitting client and stored with the group.
+
+use super::capacity::{Capacity, Demand};
+use crate::policy::GroupSpec;
+use serde::{Deserialize, Serialize};
+use skyc_compiler::ir::{Group, InterConnection, Task, Workdir};
+use skyc_compiler::{Diagnostic, Rule};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    pub group: String,
+    /// Submission time, as SkyPilot writes it in task ids.
+    pub submitted: String,
+    pub spec: GroupSpec,
+    pub network: NetworkRequest,
+    /// Hostnames are wanted (`inter_connection` unset or `true`).
+    pub hostnames: bool,
+    /// Hostnames are required (`inter_connection: true`).
+    pub hostnames_required: bool,
+    /// The submitting client's environment, the base of every node's.
+    pub base_env: Vec<(String, String)>,
+    pub tasks: Vec<TaskPlan>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TaskPlan {
+    pub name: String,
+    pub num_nodes: u32,
+    pub setup: Option<String>,
+    pub run: Option<String>,
+    /// The task's `envs`, `--env` overrides applied, then its secrets.
+    pub envs: Vec<(String, String)>,
+    /// Where the task's commands run; a per-node directory when `None`.
+    pub workdir: Option<PathBuf>,
+    pub demand: Demand,
+}
+
+/// How nodes get their network identity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NetworkRequest {
+    /// Namespaces when this machine allows them, else loopback addresses.
+    Auto,
+    /// A network namespace per node on a bridge; fail if not possible.
+    Netns,
+    /// A loopback address per node, sharing the host's network.
+    Loopback,
+}
+
+pub struct PlanOptions<'a> {
+    pub grace: Duration,
+    pub network: NetworkRequest,
+    pub base_env: Vec<(String, String)>,
+    /// Values for the tasks' `secrets`, by name.
+    pub secrets: &'a [(String, String)],
+    /// The directory of the group file, for relative `workdir`s.
+    pub base_dir: &'a Path,
+    pub submitted: String,
+    pub capacity: &'a Capacity,
+}
+
+impl Plan {
+    /// Plans a compiled group for this machine: picks, per task, the first
+    /// resource candidate the machine can hold. Diagnostics point at the
+    /// task at fault; the plan is `None` when one is an error.
+    pub fn new(group: &Group, options: &PlanOptions<'_>) -> (Option<Self>, Vec<Diagnostic>) {
+        let mut diagnostics = Vec::new();
+        let mut tasks = Vec::new();
+        for task in &group.tasks {
+            let at = task.name_span;
+            let mut report = |rule: Rule, message: String| {
+                diagnostics.push(Diagnostic::new(rule, at, message).label("this task"));
+            };
+            let demands: Vec<Demand> = task.resources.candidates.iter().map(Demand::of).collect();
+            let demand = demands.iter().find(|d| options.capacity.holds(d)).copied();
+            if demand.is_none() {
+                let wanted = demands
+                    .iter()
+                    .map(Demand::describe)
+                    .collect::<Vec<_>>()
+                    .join(" or ");
+                report(
+                    Rule::ExceedsLocalCapacity,
+                    format!(
+                        "task `{}` needs {wanted} per node; this machine offers {}",
+                        task.name,
+                        options.capacity.describe()
+                    ),
+                );
+            }
+            let mut envs: Vec<(String, String)> = task
+                .envs
+                .iter()
+                .map(|e| (e.name.clone(), e.value.clone()))
+                .collect();
+            for name in &task.secrets {
+                match options.secrets.iter().find(|(k, _)| k == name) {
+                    Some((k, v)) => envs.push((k.clone(), v.clone())),
+                    None => report(
+                        Rule::MissingSecretValue,
+                        format!(
+                            "task `{}` needs the secret `{name}`: pass `--secret {name}=VALUE` \
+                             or set `{name}` in the environment",
+                            task.name
+                        ),
+                    ),
+                }
+            }
+            let workdir = match &task.workdir {
+                Some(Workdir::Local { path }) => Some(options.base_dir.join(expand_home(path))),
+                Some(Workdir::Git { url, .. }) => {
+                    report(
+                        Rule::UnsupportedLocally,
+                        format!(
+                            "task `{}` has a git workdir ({url}); the local target runs tasks \
+                             in a local directory only",
+                            task.name
+                        ),
+                    );
+                    None
+                }
+                None => None,
+            };
+            for ignored in not_applied(task) {
+                report(
+                    Rule::NotAppliedLocally,
+                    format!("task `{}`: {ignored}", task.name),
+                );
+            }
+            tasks.push(TaskPlan {
+                name: task.name.clone(),
+                num_nodes: task.num_nodes,
+                setup: task.setup.clone(),
+                run: task.run.clone(),
+                envs,
+                workdir,
+                demand: demand.unwrap_or_default(),
+            });
+        }
+        if diagnostics.iter().any(Diagnostic::is_error) {
+            return (None, diagnostics);
+        }
+        let plan = Self {
+            group: group.name.clone(),
+            submitted: options.submitted.clone(),
+            spec: GroupSpec::from_ir(group, options.grace),
+            network: options.network,
+            hostnames: group.inter_connection != InterConnection::Disabled,
+            hostnames_required: group.inter_connection == InterConnection::Required,
+            base_env: options.base_env.clone(),
+            tasks,
+        };
+        (Some(plan), diagnostics)
+    }
+
+    /// `{task}-{rank}.{group}`: the contract on every target.
+    pub fn hostname(&self, task: usize, rank: u32) -> String {
+        format!("{}-{rank}.{}", self.tasks[task].name, self.group)
+    }
+
+    pub fn primary(&self, task: usize) -> bool {
+        self.spec.tasks[task].primary
+    }
+
+    /// Every (task, rank) of the group, in order.
+    pub fn nodes(&self) -> impl Iterator<Item = (usize, u32)> + '_ {
+        self.tasks
+            .iter()
+            .enumerate()
+            .flat_map(|(t, task)| (0..task.num_nodes).map(move |r| (t, r)))
+    }
+}
+
+/// What of a task this machine does not do, said once per kind.
+fn not_applied(task: &Task) -> Vec<String> {
+    let mut out = Vec::new();
+    let any =
+        |f: &dyn Fn(&skyc_compiler::ir::Candidate) -> bool| task.resources.candidates.iter().any(f);
+    if any(&|c| c.infra.as_ref().is_some_and(|i| i.cloud.is_some())) {
+        out.push("`infra` is not applied: the local target runs on this machine".to_owned());
+    }
+    if any(&|c| c.use_spot) {
+        out.push("`use_spot` is not applied: local nodes are never preempted".to_owned());
+    }
+    if any(&|c| c.image.is_some()) {
+        out.push(
+            "`image_id` is not applied: commands run on this machine, not in the image".to_owned(),
+        );
+    }
+    if any(&|c| c.instance_type.is_some() || c.disk_tier.is_some() || c.network_tier.is_some()) {
+        out.push("instance types and disk or network tiers are not applied locally".to_owned());
+    }
+    if any(&|c| c.accelerator.is_some()) {
+        out.push(
+            "the accelerator type is not checked locally; only the count is reserved from this \
+             machine's GPUs"
+                .to_owned(),
+        );
+    }
+    if !task.file_mounts.is_empty() || !task.volumes.is_empty() {
+        out.push(
+            "`file_mounts` and `volumes` are not applied: nodes see this machine's files"
+                .to_owned(),
+        );
+    }
+    out
+}
+
+fn expand_home(path: &str) -> PathBuf {
+    match (path.strip_prefix("~/"), std::env::var_os("HOME")) {
+        (Some(rest), Some(home)) => PathBuf::from(home).join(rest),
+        _ => PathBuf::from(path),
+    }
+}
+
+/// SkyPilot's run timestamp: `2026-11-21-09-30-00-123456`.
+pub fn run_timestamp(unix_ms: i64) -> String {
+    let secs = unix_ms.div_euclid(1000);
+    let micros = unix_ms.rem_euclid(1000) * 1000;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02}-{:02}-{:02}-{:02}-{micros:06}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// Days since 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's
+/// algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps() {
+        assert_eq!(run_timestamp(0), "1970-01-01-00-00-00-000000");
+        assert_eq!(
+            run_timestamp(1_795_254_600_123),
+            "2026-11-21-09-50-00-123000"
+        );
+        assert_eq!(run_timestamp(951_782_400_000), "2000-02-29-00-00-00-000000");
+    }
+}

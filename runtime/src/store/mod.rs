@@ -1,0 +1,410 @@
+//! The state store: one SQLite database (WAL) per state directory.
+//!
+//! It holds every group, its tasks and nodes, the engine's state, pending
+//! actions, timers and the event history. The supervisor is the only writer
+//! of group state; clients insert groups and set cancel requests. Every
+//! change the supervisor makes for one batch of events is one transaction,
+//! written before the batch's actions are carried out, so a supervisor that
+//! dies at any point resumes from a consistent record.
+
+mod schema;
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub use rusqlite::Error;
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// A group as the store records it.
+#[derive(Clone, Debug, Serialize)]
+pub struct GroupRow {
+    pub id: i64,
+    pub name: String,
+    pub status: String,
+    /// The file the group came from, as given to `skyc run`.
+    pub source: String,
+    pub submitted_at_ms: i64,
+    pub finished_at_ms: Option<i64>,
+    pub cancel_requested: bool,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct TaskRow {
+    pub index: i64,
+    pub name: String,
+    pub role: String,
+    pub status: String,
+    pub attempt: i64,
+    pub restarts: i64,
+    pub restarts_on_errors: i64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct NodeRow {
+    pub task: i64,
+    pub rank: i64,
+    pub hostname: String,
+    pub ip: String,
+    /// The node's shim, while one runs.
+    pub pid: Option<i64>,
+    pub attempt: i64,
+    pub phase: Option<String>,
+    pub exit_code: Option<i64>,
+}
+
+pub struct Store {
+    conn: Connection,
+}
+
+impl Store {
+    /// Opens (creating if needed) the database of a state directory.
+    pub fn open(dir: &Path) -> Result<Self> {
+        let conn = Connection::open(dir.join("state.db"))?;
+        conn.busy_timeout(Duration::from_secs(10))?;
+        // WAL: readers (`skyc status`) never block the supervisor.
+        // synchronous=NORMAL: a commit survives a crash of any process;
+        // only a power loss may drop the last transactions.
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        schema::migrate(&conn)?;
+        Ok(Self { conn })
+    }
+
+    /// Runs `f` in one IMMEDIATE transaction.
+    pub fn transaction<T>(&mut self, f: impl FnOnce(&Tx<'_>) -> Result<T>) -> Result<T> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let out = f(&Tx(&tx))?;
+        tx.commit()?;
+        Ok(out)
+    }
+
+    /// Records a new group and its tasks; returns its id.
+    pub fn insert_group(&mut self, new: &NewGroup<'_>) -> Result<i64> {
+        self.transaction(|tx| {
+            tx.0.execute(
+                "INSERT INTO groups (name, source, status, submitted_at_ms, plan) \
+                 VALUES (?1, ?2, 'PENDING', ?3, ?4)",
+                params![new.name, new.source, new.submitted_at_ms, new.plan],
+            )?;
+            let id = tx.0.last_insert_rowid();
+            for (index, (name, primary)) in new.tasks.iter().enumerate() {
+                tx.0.execute(
+                    "INSERT INTO tasks (group_id, idx, name, role, status) \
+                     VALUES (?1, ?2, ?3, ?4, 'PENDING')",
+                    params![
+                        id,
+                        index as i64,
+                        name,
+                        if *primary { "primary" } else { "auxiliary" }
+                    ],
+                )?;
+            }
+            Ok(id)
+        })
+    }
+
+    pub fn request_cancel(&mut self, id: i64) -> Result<bool> {
+        let n = self.conn.execute(
+            "UPDATE groups SET cancel_requested = 1 WHERE id = ?1 AND finished_at_ms IS NULL",
+            params![id],
+        )?;
+        Ok(n > 0)
+    }
+
+    pub fn group(&self, id: i64) -> Result<Option<GroupRow>> {
+        self.conn
+            .query_row(
+                &format!("{GROUP_COLUMNS} WHERE id = ?1"),
+                params![id],
+                group_row,
+            )
+            .optional()
+    }
+
+    /// Every group, newest first.
+    pub fn groups(&self) -> Result<Vec<GroupRow>> {
+        let mut stmt = self
+            .conn
+            .prepare(&format!("{GROUP_COLUMNS} ORDER BY id DESC"))?;
+        stmt.query_map([], group_row)?.collect()
+    }
+
+    /// Ids of groups that are not finished.
+    pub fn live_groups(&self) -> Result<Vec<i64>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT id FROM groups WHERE finished_at_ms IS NULL ORDER BY id")?;
+        stmt.query_map([], |r| r.get(0))?.collect()
+    }
+
+    pub fn tasks(&self, id: i64) -> Result<Vec<TaskRow>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT idx, name, role, status, attempt, restarts, restarts_on_errors \
+             FROM tasks WHERE group_id = ?1 ORDER BY idx",
+        )?;
+        stmt.query_map(params![id], |r| {
+            Ok(TaskRow {
+                index: r.get(0)?,
+                name: r.get(1)?,
+                role: r.get(2)?,
+                status: r.get(3)?,
+                attempt: r.get(4)?,
+                restarts: r.get(5)?,
+                restarts_on_errors: r.get(6)?,
+            })
+        })?
+        .collect()
+    }
+
+    pub fn nodes(&self, id: i64) -> Result<Vec<NodeRow>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT task, rank, hostname, ip, pid, attempt, phase, exit_code \
+             FROM nodes WHERE group_id = ?1 ORDER BY task, rank",
+        )?;
+        stmt.query_map(params![id], |r| {
+            Ok(NodeRow {
+                task: r.get(0)?,
+                rank: r.get(1)?,
+                hostname: r.get(2)?,
+                ip: r.get(3)?,
+                pid: r.get(4)?,
+                attempt: r.get(5)?,
+                phase: r.get(6)?,
+                exit_code: r.get(7)?,
+            })
+        })?
+        .collect()
+    }
+
+    /// The group's plan, as the submitting client wrote it.
+    pub fn plan(&self, id: i64) -> Result<String> {
+        self.conn
+            .query_row("SELECT plan FROM groups WHERE id = ?1", params![id], |r| {
+                r.get(0)
+            })
+    }
+
+    /// The supervisor's record of a group: engine, pending actions, network.
+    pub fn runtime_state(&self, id: i64) -> Result<RuntimeState> {
+        self.conn.query_row(
+            "SELECT engine, pending, network, cancel_requested, cancel_seen \
+             FROM groups WHERE id = ?1",
+            params![id],
+            |r| {
+                Ok(RuntimeState {
+                    engine: r.get(0)?,
+                    pending: r.get(1)?,
+                    network: r.get(2)?,
+                    cancel_requested: r.get::<_, i64>(3)? != 0,
+                    cancel_seen: r.get::<_, i64>(4)? != 0,
+                })
+            },
+        )
+    }
+
+    /// Finished groups whose network was not torn down.
+    pub fn finished_with_network(&self) -> Result<Vec<(i64, String)>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT id, network FROM groups WHERE finished_at_ms IS NOT NULL \
+             AND network IS NOT NULL",
+        )?;
+        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect()
+    }
+
+    pub fn timers(&self, id: i64) -> Result<Vec<(String, i64)>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT timer, deadline_ms FROM timers WHERE group_id = ?1")?;
+        stmt.query_map(params![id], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect()
+    }
+
+    /// Event history of a group, oldest first: (time, JSON).
+    pub fn events(&self, id: i64) -> Result<Vec<(i64, String)>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT at_ms, event FROM events WHERE group_id = ?1 ORDER BY seq")?;
+        stmt.query_map(params![id], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect()
+    }
+}
+
+/// What a client writes to submit a group.
+pub struct NewGroup<'a> {
+    pub name: &'a str,
+    pub source: &'a str,
+    pub submitted_at_ms: i64,
+    /// The backend's plan, as JSON.
+    pub plan: &'a str,
+    /// Per task: name, primary.
+    pub tasks: Vec<(&'a str, bool)>,
+}
+
+/// What the supervisor persists per group.
+#[derive(Clone, Debug, Default)]
+pub struct RuntimeState {
+    pub engine: Option<String>,
+    pub pending: Option<String>,
+    pub network: Option<String>,
+    pub cancel_requested: bool,
+    pub cancel_seen: bool,
+}
+
+/// The supervisor's writes, inside one transaction.
+pub struct Tx<'a>(&'a rusqlite::Transaction<'a>);
+
+impl Tx<'_> {
+    pub fn save_runtime(&self, id: i64, engine: &str, pending: Option<&str>) -> Result<()> {
+        self.0.execute(
+            "UPDATE groups SET engine = ?2, pending = ?3 WHERE id = ?1",
+            params![id, engine, pending],
+        )?;
+        Ok(())
+    }
+
+    pub fn save_network(&self, id: i64, network: &str) -> Result<()> {
+        self.0.execute(
+            "UPDATE groups SET network = ?2 WHERE id = ?1",
+            params![id, network],
+        )?;
+        Ok(())
+    }
+
+    pub fn clear_network(&self, id: i64) -> Result<()> {
+        self.0.execute(
+            "UPDATE groups SET network = NULL WHERE id = ?1",
+            params![id],
+        )?;
+        Ok(())
+    }
+
+    pub fn mark_cancel_seen(&self, id: i64) -> Result<()> {
+        self.0.execute(
+            "UPDATE groups SET cancel_seen = 1 WHERE id = ?1",
+            params![id],
+        )?;
+        Ok(())
+    }
+
+    pub fn set_group_status(&self, id: i64, status: &str) -> Result<()> {
+        self.0.execute(
+            "UPDATE groups SET status = ?2 WHERE id = ?1",
+            params![id, status],
+        )?;
+        Ok(())
+    }
+
+    pub fn finish_group(&self, id: i64, at_ms: i64) -> Result<()> {
+        self.0.execute(
+            "UPDATE groups SET finished_at_ms = ?2, pending = NULL WHERE id = ?1",
+            params![id, at_ms],
+        )?;
+        self.0
+            .execute("DELETE FROM timers WHERE group_id = ?1", params![id])?;
+        Ok(())
+    }
+
+    pub fn set_task(
+        &self,
+        id: i64,
+        task: usize,
+        status: &str,
+        attempt: u32,
+        restarts: (u32, u32),
+    ) -> Result<()> {
+        self.0.execute(
+            "UPDATE tasks SET status = ?3, attempt = ?4, restarts = ?5, restarts_on_errors = ?6 \
+             WHERE group_id = ?1 AND idx = ?2",
+            params![id, task as i64, status, attempt, restarts.0, restarts.1],
+        )?;
+        Ok(())
+    }
+
+    pub fn upsert_node(&self, id: i64, node: &NodeRow) -> Result<()> {
+        self.0.execute(
+            "INSERT INTO nodes (group_id, task, rank, hostname, ip, pid, attempt, phase, exit_code) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) \
+             ON CONFLICT (group_id, task, rank) DO UPDATE SET hostname = ?4, ip = ?5, pid = ?6, \
+             attempt = ?7, phase = ?8, exit_code = ?9",
+            params![
+                id,
+                node.task,
+                node.rank,
+                node.hostname,
+                node.ip,
+                node.pid,
+                node.attempt,
+                node.phase,
+                node.exit_code
+            ],
+        )?;
+        Ok(())
+    }
+
+    pub fn set_timer(&self, id: i64, timer: &str, deadline_ms: i64) -> Result<()> {
+        self.0.execute(
+            "INSERT INTO timers (group_id, timer, deadline_ms) VALUES (?1, ?2, ?3) \
+             ON CONFLICT (group_id, timer) DO UPDATE SET deadline_ms = ?3",
+            params![id, timer, deadline_ms],
+        )?;
+        Ok(())
+    }
+
+    pub fn delete_timer(&self, id: i64, timer: &str) -> Result<()> {
+        self.0.execute(
+            "DELETE FROM timers WHERE group_id = ?1 AND timer = ?2",
+            params![id, timer],
+        )?;
+        Ok(())
+    }
+
+    pub fn append_event(&self, id: i64, at_ms: i64, event: &str) -> Result<()> {
+        self.0.execute(
+            "INSERT INTO events (group_id, at_ms, event) VALUES (?1, ?2, ?3)",
+            params![id, at_ms, event],
+        )?;
+        Ok(())
+    }
+}
+
+const GROUP_COLUMNS: &str = "SELECT id, name, status, source, submitted_at_ms, finished_at_ms, \
+                             cancel_requested FROM groups";
+
+fn group_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<GroupRow> {
+    Ok(GroupRow {
+        id: r.get(0)?,
+        name: r.get(1)?,
+        status: r.get(2)?,
+        source: r.get(3)?,
+        submitted_at_ms: r.get(4)?,
+        finished_at_ms: r.get(5)?,
+        cancel_requested: r.get::<_, i64>(6)? != 0,
+    })
+}
+
+/// The state directory: `--state-dir`, else `$SKYC_STATE_DIR`, else
+/// `$XDG_STATE_HOME/skyc`, else `~/.local/state/skyc`.
+pub fn default_state_dir() -> PathBuf {
+    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+    if let Some(dir) = var("SKYC_STATE_DIR") {
+        return dir.into();
+    }
+    if let Some(xdg) = var("XDG_STATE_HOME") {
+        return PathBuf::from(xdg).join("skyc");
+    }
+    let home = var("HOME").map_or_else(|| PathBuf::from("/tmp"), PathBuf::from);
+    home.join(".local/state/skyc")
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}

@@ -1,0 +1,77 @@
+//! The database schema, versioned with `PRAGMA user_version`.
+
+use rusqlite::Connection;
+
+/// Each entry upgrades the schema from its index to the next version.
+const MIGRATIONS: &[&str] = &[r"
+CREATE TABLE groups (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    name TEXT NOT NULL,
+    source TEXT NOT NULL,
+    status TEXT NOT NULL,
+    submitted_at_ms INTEGER NOT NULL,
+    finished_at_ms INTEGER,
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
+    cancel_seen INTEGER NOT NULL DEFAULT 0,
+    -- the backend's plan (JSON), written once by the client
+    plan TEXT NOT NULL,
+    -- the policy engine's state (JSON), written by the supervisor
+    engine TEXT,
+    -- actions decided but maybe not yet carried out (JSON)
+    pending TEXT,
+    -- addresses and namespaces held by the group (JSON)
+    network TEXT
+);
+CREATE TABLE tasks (
+    group_id INTEGER NOT NULL REFERENCES groups(id),
+    idx INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    role TEXT NOT NULL,
+    status TEXT NOT NULL,
+    attempt INTEGER NOT NULL DEFAULT 0,
+    restarts INTEGER NOT NULL DEFAULT 0,
+    restarts_on_errors INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (group_id, idx)
+);
+CREATE TABLE nodes (
+    group_id INTEGER NOT NULL REFERENCES groups(id),
+    task INTEGER NOT NULL,
+    rank INTEGER NOT NULL,
+    hostname TEXT NOT NULL,
+    ip TEXT NOT NULL,
+    pid INTEGER,
+    attempt INTEGER NOT NULL,
+    phase TEXT,
+    exit_code INTEGER,
+    PRIMARY KEY (group_id, task, rank)
+);
+CREATE TABLE timers (
+    group_id INTEGER NOT NULL REFERENCES groups(id),
+    timer TEXT NOT NULL,
+    deadline_ms INTEGER NOT NULL,
+    PRIMARY KEY (group_id, timer)
+);
+CREATE TABLE events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    group_id INTEGER NOT NULL REFERENCES groups(id),
+    at_ms INTEGER NOT NULL,
+    event TEXT NOT NULL
+);
+CREATE INDEX events_by_group ON events (group_id, seq);
+"];
+
+pub(super) fn migrate(conn: &Connection) -> rusqlite::Result<()> {
+    // IMMEDIATE, and the version read inside: two processes opening a new
+    // state directory at once migrate it once.
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    let result = (|| {
+        let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+        for (i, sql) in (0i64..).zip(MIGRATIONS).skip(version as usize) {
+            conn.execute_batch(sql)?;
+            conn.pragma_update(None, "user_version", i + 1)?;
+        }
+        Ok(())
+    })();
+    conn.execute_batch(if result.is_ok() { "COMMIT" } else { "ROLLBACK" })?;
+    result
+}

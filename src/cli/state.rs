@@ -1,0 +1,57 @@
+//! The state directory shared by `run`, `status`, `logs` and `cancel`.
+
+use skyc_runtime::local::supervisor;
+use skyc_runtime::store::{Store, default_state_dir};
+use std::os::unix::fs::DirBuilderExt;
+use std::path::PathBuf;
+
+/// `--state-dir`, common to the runtime commands.
+#[derive(clap::Args, Clone)]
+pub(crate) struct StateArgs {
+    /// Where groups, logs and the supervisor live [default:
+    /// $SKYC_STATE_DIR, else $XDG_STATE_HOME/skyc, else ~/.local/state/skyc].
+    #[arg(long, value_name = "DIR")]
+    pub(crate) state_dir: Option<PathBuf>,
+}
+
+impl StateArgs {
+    pub(crate) fn dir(&self) -> PathBuf {
+        self.state_dir.clone().unwrap_or_else(default_state_dir)
+    }
+
+    /// Opens the store, creating the directory (private: it holds secrets
+    /// and environments) when needed.
+    pub(crate) fn open(&self) -> Result<(PathBuf, Store), String> {
+        let dir = self.dir();
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| format!("{}: {e}", dir.display()))?;
+        let store = Store::open(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        Ok((dir, store))
+    }
+
+    /// Opens the store and makes sure a supervisor runs when a group is
+    /// live: a supervisor that died is replaced by the next command.
+    pub(crate) fn open_supervised(&self) -> Result<(PathBuf, Store), String> {
+        let (dir, store) = self.open()?;
+        let live = store.live_groups().map_err(|e| e.to_string())?;
+        if !live.is_empty() {
+            supervisor::wake(&dir).map_err(|e| format!("supervisor: {e}"))?;
+        }
+        Ok((dir, store))
+    }
+}
+
+/// The pid of the live supervisor of `dir`, if any.
+pub(crate) fn supervisor_pid(dir: &std::path::Path) -> Option<i64> {
+    let pid: i32 = std::fs::read_to_string(dir.join("supervisor.pid"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    std::path::Path::new(&format!("/proc/{pid}"))
+        .exists()
+        .then_some(i64::from(pid))
+}
