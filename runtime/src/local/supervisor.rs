@@ -41,8 +41,9 @@ pub struct Supervisor {
     listener: UnixListener,
     allocator: Allocator,
     groups: BTreeMap<i64, GroupRun>,
-    /// Task attempts waiting for capacity, oldest first.
-    queue: VecDeque<(i64, TaskId, Attempt)>,
+    /// Task attempts waiting for capacity, oldest first, and whether the
+    /// wait was reported (as `TaskQueued`).
+    queue: VecDeque<(i64, TaskId, Attempt, bool)>,
     /// Node rows to write at the end of the turn.
     dirty: Vec<(i64, NodeRow)>,
 }
@@ -418,7 +419,7 @@ impl Supervisor {
             }
             self.barrier(gid, g, task);
         } else {
-            self.queue.push_back((gid, task, attempt));
+            self.queue.push_back((gid, task, attempt, false));
         }
     }
 
@@ -524,7 +525,7 @@ impl Supervisor {
                     if attempt > 0 {
                         note_restart(&g, task, attempt);
                     }
-                    self.queue.push_back((gid, task, attempt));
+                    self.queue.push_back((gid, task, attempt, false));
                     self.groups.insert(gid, g);
                     self.try_queue();
                     continue;
@@ -544,8 +545,9 @@ impl Supervisor {
     /// Signals the running nodes of an attempt; nodes with nothing running
     /// are answered for at once.
     fn stop(&mut self, gid: i64, g: &mut GroupRun, task: TaskId, attempt: Attempt, signal: Signal) {
-        let queued = self.queue.iter().any(|q| *q == (gid, task, attempt));
-        self.queue.retain(|q| *q != (gid, task, attempt));
+        let this = |q: &(i64, TaskId, Attempt, bool)| (q.0, q.1, q.2) == (gid, task, attempt);
+        let queued = self.queue.iter().any(this);
+        self.queue.retain(|q| !this(q));
         for rank in 0..g.nodes[task].len() {
             let node = &mut g.nodes[task][rank];
             if node.attempt != attempt {
@@ -585,7 +587,7 @@ impl Supervisor {
     fn try_queue(&mut self) {
         let mut waiting = std::mem::take(&mut self.queue);
         let mut still = VecDeque::new();
-        while let Some((gid, task, attempt)) = waiting.pop_front() {
+        while let Some((gid, task, attempt, reported)) = waiting.pop_front() {
             let Some(mut g) = self.groups.remove(&gid) else {
                 continue;
             };
@@ -605,8 +607,10 @@ impl Supervisor {
                     g.inbox.push_back(Event::TaskStarted { task, attempt });
                 }
                 None => {
-                    g.inbox.push_back(Event::TaskQueued { task, attempt });
-                    still.push_back((gid, task, attempt));
+                    if !reported {
+                        g.inbox.push_back(Event::TaskQueued { task, attempt });
+                    }
+                    still.push_back((gid, task, attempt, true));
                 }
             }
             self.groups.insert(gid, g);
@@ -811,7 +815,11 @@ impl Supervisor {
         let tasks = self.store.tasks(gid).map_err(io::Error::other)?;
         let dir = paths::group_dir(&self.dir, gid);
         let _ = fs::create_dir_all(dir.join("logs"));
-        if let Ok(Ok(plan)) = self.store.plan(gid).map(|p| serde_json::from_str::<Plan>(&p)) {
+        if let Ok(Ok(plan)) = self
+            .store
+            .plan(gid)
+            .map(|p| serde_json::from_str::<Plan>(&p))
+        {
             for (task, rank) in plan.nodes() {
                 if let Ok(mut f) = paths::open_log(&dir, &plan.tasks[task].name, rank) {
                     let _ = writeln!(f, "skyc: the group cannot start: {reason}");

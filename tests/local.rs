@@ -1,0 +1,646 @@
+//! End-to-end tests of `skyc run` on the local target: real supervisors,
+//! shims and node processes, each test in a state directory of its own.
+
+use crate::support;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// A scratch directory with a state directory inside; removed on drop
+/// after cancelling whatever still runs.
+struct Scratch {
+    dir: PathBuf,
+}
+
+impl Scratch {
+    fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("skyc-e2e-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("scratch dir");
+        Self { dir }
+    }
+
+    fn state(&self) -> PathBuf {
+        self.dir.join("state")
+    }
+
+    fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.dir.join(name);
+        std::fs::write(&path, text).expect("write");
+        path
+    }
+
+    fn skyc(&self, args: &[&str]) -> Command {
+        let mut cmd = support::skyc();
+        cmd.args(args)
+            .arg("--state-dir")
+            .arg(self.state())
+            .current_dir(&self.dir)
+            .env("SCRATCH", &self.dir);
+        cmd
+    }
+
+    fn run(&self, file: &str, extra: &[&str]) -> Output {
+        let mut args = vec!["run", file];
+        args.extend_from_slice(extra);
+        self.skyc(&args).output().expect("skyc run")
+    }
+
+    fn detach(&self, file: &str) -> i64 {
+        let out = self.run(file, &["-d"]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout).trim().parse().expect("group id")
+    }
+
+    fn status(&self, id: i64) -> Value {
+        let out = self
+            .skyc(&["status", &id.to_string(), "--json"])
+            .output()
+            .expect("skyc status");
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        serde_json::from_slice(&out.stdout).expect("status JSON")
+    }
+
+    /// The status, or `Null` while the group is not yet submitted.
+    fn try_status(&self, id: i64) -> Value {
+        let out = self
+            .skyc(&["status", &id.to_string(), "--json"])
+            .output()
+            .expect("skyc status");
+        serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
+    }
+
+    /// Polls the group until `done` holds, or fails after `limit`.
+    fn wait_for(&self, id: i64, limit: Duration, done: impl Fn(&Value) -> bool) -> Value {
+        let start = Instant::now();
+        loop {
+            let status = self.try_status(id);
+            if !status.is_null() && done(&status) {
+                return status;
+            }
+            assert!(
+                start.elapsed() < limit,
+                "timed out; last status: {status:#}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn wait_finished(&self, id: i64) -> Value {
+        self.wait_for(id, Duration::from_secs(60), |s| {
+            !s["finished_at_ms"].is_null()
+        })
+    }
+
+    fn read(&self, name: &str) -> String {
+        std::fs::read_to_string(self.dir.join(name)).unwrap_or_default()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = self.skyc(&["cancel", "--all"]).output();
+        let start = Instant::now();
+        // Wait for the supervisor to finish the groups (and free their
+        // addresses) before the directory goes.
+        while self.state().join("supervisor.sock").exists() && start.elapsed().as_secs() < 15 {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn task<'a>(status: &'a Value, name: &str) -> &'a Value {
+    status["tasks"]
+        .as_array()
+        .and_then(|ts| ts.iter().find(|t| t["name"] == name))
+        .unwrap_or_else(|| panic!("no task {name} in {status:#}"))
+}
+
+/// Seconds since the epoch written by `date +%s.%N` into a file.
+fn stamp(s: &Scratch, name: &str) -> f64 {
+    s.read(name)
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{name}: {:?}", s.read(name)))
+}
+
+/// Processes anywhere on the machine started for a node of `state`.
+fn node_processes(state: &Path) -> Vec<i32> {
+    let marker = format!("SKYC_NODE_DIR={}", state.display());
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+            let environ = std::fs::read(e.path().join("environ")).ok()?;
+            environ
+                .split(|&b| b == 0)
+                .any(|v| v.starts_with(marker.as_bytes()))
+                .then_some(pid)
+        })
+        .collect()
+}
+
+/// A server on each node of `server` (all on port 8080, each on its own
+/// address), and a primary client that reaches every one by group
+/// hostname.
+const SAME_PORT: &str = r#"name: ports
+execution: parallel
+primary_tasks: [client]
+---
+name: server
+num_nodes: 2
+run: |
+  me=$(echo "$SKYPILOT_NODE_IPS" | sed -n "$((SKYPILOT_NODE_RANK + 1))p")
+  exec python3 -c '
+  import http.server, sys
+  class H(http.server.BaseHTTPRequestHandler):
+      def do_GET(self):
+          self.send_response(200); self.end_headers()
+          self.wfile.write(sys.argv[2].encode())
+      def log_message(self, *a): pass
+  http.server.HTTPServer((sys.argv[1], 8080), H).serve_forever()
+  ' "$me" "server-$SKYPILOT_NODE_RANK"
+---
+name: client
+run: |
+  getent hosts server-0.$SKYPILOT_JOBGROUP_NAME server-1.$SKYPILOT_JOBGROUP_NAME
+  python3 -c '
+  import time, urllib.request
+  for i in range(2):
+      url = f"http://server-{i}.ports:8080/"
+      for _ in range(100):
+          try:
+              print(urllib.request.urlopen(url, timeout=2).read().decode(), "answered", url)
+              break
+          except OSError:
+              time.sleep(0.1)
+      else:
+          raise SystemExit(f"no answer from {url}")
+  '
+"#;
+
+fn same_port_servers(network: &str) {
+    let s = Scratch::new(&format!("ports-{network}"));
+    s.write("g.yaml", SAME_PORT);
+    let out = s.run("g.yaml", &["--network", network]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    assert!(stdout.contains("(client-0) server-0 answered http://server-0.ports:8080/"));
+    assert!(stdout.contains("(client-0) server-1 answered http://server-1.ports:8080/"));
+    assert!(stdout.contains("server-0.ports"), "getent: {stdout}");
+}
+
+#[test]
+fn same_port_servers_are_reached_by_group_hostname() {
+    same_port_servers("auto");
+}
+
+#[test]
+fn same_port_servers_on_loopback_addresses() {
+    same_port_servers("loopback");
+}
+
+#[test]
+fn auxiliary_gets_sigterm_after_its_delay() {
+    let s = Scratch::new("delay");
+    s.write(
+        "g.yaml",
+        r#"name: delay
+execution: parallel
+primary_tasks: [main]
+termination_delay: 1s
+---
+name: main
+run: sleep 0.3; date +%s.%N > "$SCRATCH/primary-exit"
+---
+name: helper
+run: |
+  trap 'date +%s.%N > "$SCRATCH/helper-term"; exit 0' TERM
+  while true; do sleep 0.05; done
+"#,
+    );
+    let out = s.run("g.yaml", &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let delay = stamp(&s, "helper-term") - stamp(&s, "primary-exit");
+    assert!(
+        (0.7..=1.3).contains(&delay),
+        "SIGTERM {delay:.3}s after the primary, want 1s ± 0.3s"
+    );
+    let status = s.status(1);
+    assert_eq!(status["status"], "SUCCEEDED");
+    assert_eq!(task(&status, "helper")["status"], "CANCELLED");
+}
+
+#[test]
+fn failing_primary_terminates_auxiliaries_at_once() {
+    let s = Scratch::new("primary-fails");
+    s.write(
+        "g.yaml",
+        r#"name: fails
+execution: parallel
+primary_tasks: [main]
+termination_delay: 30s
+---
+name: main
+run: sleep 0.3; date +%s.%N > "$SCRATCH/primary-exit"; exit 7
+---
+name: helper
+run: |
+  trap 'date +%s.%N > "$SCRATCH/helper-term"; exit 0' TERM
+  while true; do sleep 0.05; done
+"#,
+    );
+    let out = s.run("g.yaml", &[]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    let delay = stamp(&s, "helper-term") - stamp(&s, "primary-exit");
+    assert!(delay < 0.5, "SIGTERM {delay:.3}s after the failure");
+    let status = s.status(1);
+    assert_eq!(status["status"], "FAILED");
+    assert_eq!(task(&status, "main")["nodes"][0]["exit_code"], 7);
+    assert_eq!(task(&status, "helper")["status"], "CANCELLED");
+}
+
+#[test]
+fn restarts_within_budget_and_on_listed_exit_codes() {
+    let s = Scratch::new("restarts");
+    // Attempts exit 42 (listed), 1, 1 (budget of 2), then succeed.
+    s.write(
+        "g.yaml",
+        r#"name: restarts
+---
+name: flaky
+resources:
+  job_recovery:
+    max_restarts_on_errors: 2
+    recover_on_exit_codes: [42]
+run: |
+  n=$(cat "$SCRATCH/count" 2>/dev/null || echo 0)
+  echo $((n + 1)) > "$SCRATCH/count"
+  case $n in 0) exit 42;; 1|2) exit 1;; *) echo done;; esac
+"#,
+    );
+    let out = s.run("g.yaml", &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let status = s.status(1);
+    let flaky = task(&status, "flaky");
+    assert_eq!(flaky["status"], "SUCCEEDED");
+    assert_eq!(
+        (
+            flaky["restarts"].as_i64(),
+            flaky["restarts_on_errors"].as_i64()
+        ),
+        (Some(3), Some(2))
+    );
+    assert_eq!(s.read("count").trim(), "4");
+}
+
+#[test]
+fn exhausted_budget_fails_the_task_but_not_its_sibling() {
+    let s = Scratch::new("budget");
+    s.write(
+        "g.yaml",
+        r#"name: budget
+execution: parallel
+---
+name: broken
+resources:
+  job_recovery:
+    max_restarts_on_errors: 1
+run: echo attempt >> "$SCRATCH/broken"; exit 1
+---
+name: steady
+run: sleep 1.5; echo finished > "$SCRATCH/steady"
+"#,
+    );
+    let out = s.run("g.yaml", &[]);
+    assert_eq!(out.status.code(), Some(3));
+    let status = s.status(1);
+    assert_eq!(status["status"], "FAILED");
+    assert_eq!(task(&status, "broken")["status"], "FAILED");
+    assert_eq!(task(&status, "broken")["restarts_on_errors"], 1);
+    assert_eq!(s.read("broken").lines().count(), 2);
+    assert_eq!(task(&status, "steady")["status"], "SUCCEEDED");
+    assert_eq!(task(&status, "steady")["restarts"], 0);
+    assert_eq!(s.read("steady").trim(), "finished");
+}
+
+#[test]
+fn a_lost_node_restarts_only_its_task() {
+    let s = Scratch::new("lost");
+    s.write(
+        "g.yaml",
+        r#"name: lost
+execution: parallel
+---
+name: victim
+num_nodes: 2
+run: |
+  echo "start $SKYPILOT_NODE_RANK" >> "$SCRATCH/victim"
+  if [ -e "$SCRATCH/go" ]; then exit 0; fi
+  sleep 30
+---
+name: bystander
+run: until [ -e "$SCRATCH/go" ]; do sleep 0.05; done
+"#,
+    );
+    let id = s.detach("g.yaml");
+    let status = s.wait_for(id, Duration::from_secs(20), |s| {
+        s["tasks"][0]["nodes"]
+            .as_array()
+            .is_some_and(|n| n.len() == 2 && n.iter().all(|n| n["phase"] == "run"))
+            && s["tasks"][1]["status"] == "RUNNING"
+    });
+    while s.read("victim").lines().count() < 2 {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::fs::write(s.dir.join("go"), "").expect("go");
+    // The machine of node 1 goes away: its shim dies with SIGKILL.
+    let shim = task(&status, "victim")["nodes"][1]["pid"]
+        .as_i64()
+        .expect("pid");
+    let killed = Command::new("kill")
+        .args(["-KILL", &shim.to_string()])
+        .status();
+    assert!(killed.is_ok_and(|s| s.success()));
+    let status = s.wait_finished(id);
+    assert_eq!(status["status"], "SUCCEEDED", "{status:#}");
+    let victim = task(&status, "victim");
+    assert_eq!(
+        (
+            victim["restarts"].as_i64(),
+            victim["restarts_on_errors"].as_i64()
+        ),
+        (Some(1), Some(0))
+    );
+    assert_eq!(s.read("victim").lines().count(), 4, "both nodes restart");
+    assert_eq!(task(&status, "bystander")["restarts"], 0);
+    assert!(node_processes(&s.state()).is_empty());
+}
+
+#[test]
+fn supervisor_sigkill_loses_nothing() {
+    let s = Scratch::new("crash");
+    // 40 numbered lines per node over ~2 s, and an auxiliary whose delay
+    // outlives the supervisor.
+    s.write(
+        "g.yaml",
+        r#"name: crash
+execution: parallel
+primary_tasks: [writer]
+termination_delay: 1s
+---
+name: writer
+num_nodes: 2
+setup: echo "setup $SKYPILOT_SETUP_NODE_RANK" >> "$SCRATCH/starts"
+run: |
+  echo "run $SKYPILOT_NODE_RANK" >> "$SCRATCH/starts"
+  for i in $(seq 1 40); do echo "line $i"; sleep 0.05; done
+---
+name: helper
+run: |
+  echo helper >> "$SCRATCH/starts"
+  trap 'echo helper-term >> "$SCRATCH/starts"; exit 0' TERM
+  while true; do sleep 0.05; done
+"#,
+    );
+    let id = s.detach("g.yaml");
+    let status = s.wait_for(id, Duration::from_secs(20), |s| {
+        s["tasks"][0]["nodes"]
+            .as_array()
+            .is_some_and(|n| n.iter().any(|n| n["phase"] == "run"))
+    });
+    let kill = |status: &Value| {
+        let pid = status["supervisor_pid"].as_i64().expect("supervisor pid");
+        assert!(
+            Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status()
+                .is_ok_and(|s| s.success())
+        );
+        pid
+    };
+    let first = kill(&status);
+    std::thread::sleep(Duration::from_millis(800));
+    // The next command notices and starts a new supervisor.
+    let status = s.status(id);
+    let second = status["supervisor_pid"].as_i64().expect("new supervisor");
+    assert_ne!(first, second);
+    // Again while the auxiliary waits out its delay.
+    let status = s.wait_for(id, Duration::from_secs(20), |s| {
+        task(s, "writer")["status"] == "SUCCEEDED"
+    });
+    kill(&status);
+    let status = s.wait_finished(id);
+    assert_eq!(status["status"], "SUCCEEDED", "{status:#}");
+    assert_eq!(task(&status, "helper")["status"], "CANCELLED");
+    let mut starts: Vec<String> = s.read("starts").lines().map(String::from).collect();
+    starts.sort();
+    assert_eq!(
+        starts,
+        [
+            "helper",
+            "helper-term",
+            "run 0",
+            "run 1",
+            "setup 0",
+            "setup 1"
+        ],
+        "no node started twice"
+    );
+    let logs = s
+        .skyc(&["logs", &id.to_string(), "writer"])
+        .output()
+        .expect("logs");
+    let logs = text(&logs.stdout);
+    for rank in 0..2 {
+        let lines: Vec<_> = logs
+            .lines()
+            .filter_map(|l| l.strip_prefix(&format!("(writer-{rank}) line ")))
+            .collect();
+        let want: Vec<String> = (1..=40).map(|i| i.to_string()).collect();
+        assert_eq!(lines, want, "every line of writer-{rank}");
+    }
+    assert!(node_processes(&s.state()).is_empty(), "no orphan");
+}
+
+#[test]
+fn environment_contract() {
+    let s = Scratch::new("env");
+    s.write(
+        "g.yaml",
+        r#"name: envs
+execution: parallel
+---
+name: trainer
+num_nodes: 2
+resources:
+  accelerators: A100:1
+envs:
+  MODEL: small
+  STEPS: 10
+setup: echo "setup rank=$SKYPILOT_SETUP_NODE_RANK"
+run: |
+  echo "rank=$SKYPILOT_NODE_RANK nodes=$SKYPILOT_NUM_NODES gpus=$SKYPILOT_NUM_GPUS_PER_NODE cuda=$CUDA_VISIBLE_DEVICES"
+  echo "group=$SKYPILOT_JOBGROUP_NAME model=$MODEL steps=$STEPS ips=$(echo "$SKYPILOT_NODE_IPS" | wc -l)"
+  echo "task_id=$SKYPILOT_TASK_ID"
+  echo "task_ids=$(echo "$SKYPILOT_TASK_IDS" | wc -l)"
+---
+name: eval
+run: echo "eval cuda=[$CUDA_VISIBLE_DEVICES] gpus=$SKYPILOT_NUM_GPUS_PER_NODE"
+"#,
+    );
+    let out = s
+        .skyc(&["run", "g.yaml", "--env", "STEPS=99"])
+        .env("SKYC_LOCAL_GPUS", "2")
+        .output()
+        .expect("run");
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    for want in [
+        "(trainer-0) setup rank=0",
+        "(trainer-1) setup rank=1",
+        "(trainer-0) rank=0 nodes=2 gpus=1 cuda=0",
+        "(trainer-1) rank=1 nodes=2 gpus=1 cuda=1",
+        "(trainer-0) group=envs model=small steps=99 ips=2",
+        "(trainer-0) task_ids=2",
+        "(eval-0) eval cuda=[] gpus=0",
+    ] {
+        assert!(stdout.contains(want), "missing `{want}` in:\n{stdout}");
+    }
+    let task_id = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("(trainer-0) task_id="))
+        .expect("task id");
+    assert!(
+        task_id.starts_with("sky-managed-20") && task_id.ends_with("_envs_trainer_1-0"),
+        "{task_id}"
+    );
+}
+
+#[test]
+fn groups_that_do_not_fit_wait_pending() {
+    let s = Scratch::new("pending");
+    s.write(
+        "g.yaml",
+        r#"name: big
+---
+name: work
+resources:
+  cpus: 2
+run: |
+  date +%s.%N >> "$SCRATCH/starts"
+  sleep 1
+"#,
+    );
+    let with_cpus = |args: &[&str]| {
+        let mut c = s.skyc(args);
+        c.env("SKYC_LOCAL_CPUS", "3")
+            .env("SKYC_LOCAL_MEMORY_GB", "16")
+            .env("SKYC_LOCAL_GPUS", "0");
+        c
+    };
+    let a = with_cpus(&["run", "g.yaml", "-d"]).output().expect("run");
+    let b = with_cpus(&["run", "g.yaml", "-d"]).output().expect("run");
+    assert!(a.status.success() && b.status.success());
+    let second: i64 = text(&b.stdout).trim().parse().expect("id");
+    let status = s.wait_for(second, Duration::from_secs(10), |s| {
+        s["status"] != "STARTING"
+    });
+    assert_eq!(status["status"], "PENDING", "{status:#}");
+    let status = s.wait_finished(second);
+    assert_eq!(status["status"], "SUCCEEDED");
+    let starts: Vec<f64> = s
+        .read("starts")
+        .lines()
+        .filter_map(|l| l.parse().ok())
+        .collect();
+    assert_eq!(starts.len(), 2);
+    assert!(
+        starts[1] - starts[0] >= 0.9,
+        "the second waited for the first: {starts:?}"
+    );
+
+    // A task no machine of this size can hold is an error before it runs.
+    s.write(
+        "huge.yaml",
+        "name: huge\nresources:\n  cpus: 64\n  accelerators: H100:8\nrun: echo never\n",
+    );
+    let out = with_cpus(&["run", "huge.yaml"]).output().expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    support::snapshots("local").bind(|| insta::assert_snapshot!("exceeds_capacity", stderr));
+}
+
+#[test]
+fn cancel_terminates_every_task() {
+    let s = Scratch::new("cancel");
+    s.write(
+        "g.yaml",
+        r#"name: cancelled
+execution: parallel
+---
+name: a
+num_nodes: 2
+run: sleep 60
+---
+name: b
+run: |
+  trap 'echo b-term >> "$SCRATCH/terms"; exit 0' TERM
+  while true; do sleep 0.05; done
+"#,
+    );
+    let id = s.detach("g.yaml");
+    s.wait_for(id, Duration::from_secs(20), |s| {
+        s["status"] == "RUNNING" && s["tasks"][1]["status"] == "RUNNING"
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let out = s
+        .skyc(&["cancel", &id.to_string()])
+        .output()
+        .expect("cancel");
+    assert!(out.status.success());
+    let status = s.wait_finished(id);
+    assert_eq!(status["status"], "CANCELLED");
+    assert!(
+        status["tasks"]
+            .as_array()
+            .is_some_and(|t| t.iter().all(|t| t["status"] == "CANCELLED"))
+    );
+    assert_eq!(s.read("terms").trim(), "b-term");
+    assert!(node_processes(&s.state()).is_empty());
+}
+
+#[test]
+fn ctrl_c_cancels_a_foreground_run() {
+    let s = Scratch::new("ctrl-c");
+    s.write("g.yaml", "name: interrupted\nrun: sleep 60\n");
+    let mut child = s
+        .skyc(&["run", "g.yaml"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run");
+    let status = s.wait_for(1, Duration::from_secs(20), |s| s["status"] == "RUNNING");
+    assert_eq!(status["name"], "interrupted");
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .is_ok_and(|s| s.success())
+    );
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("CANCELLED"));
+    assert_eq!(s.status(1)["status"], "CANCELLED");
+}
