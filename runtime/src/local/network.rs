@@ -134,17 +134,26 @@ fn is_root() -> bool {
     rustix::process::geteuid().is_root()
 }
 
-/// Picks the mode this machine allows for a request.
+/// Picks the mode this machine allows for a request. Cheap (no process
+/// is started when running as root): clients call it on every `run`.
 pub fn resolve(request: NetworkRequest) -> Result<Mode, String> {
-    let netns_ok = || is_root() && Command::new("ip").arg("-V").output().is_ok();
+    let netns_ok = || is_root() && on_path("ip");
     match request {
         NetworkRequest::Netns if netns_ok() => Ok(Mode::Netns),
-        NetworkRequest::Netns => {
-            Err("network namespaces need root and iproute2's `ip`; use `--network loopback`".into())
-        }
+        NetworkRequest::Netns => Err(
+            "network namespaces need root and iproute2's `ip`; use `--network loopback`".into(),
+        ),
         NetworkRequest::Auto if netns_ok() => Ok(Mode::Netns),
         NetworkRequest::Auto | NetworkRequest::Loopback => Ok(loopback_mode()),
     }
+}
+
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .chain(["/usr/sbin".into(), "/sbin".into()])
+        .any(|dir| dir.join(program).is_file())
 }
 
 fn loopback_mode() -> Mode {
@@ -158,7 +167,7 @@ fn loopback_mode() -> Mode {
             .status()
             .is_ok_and(|s| s.success())
     };
-    if is_root() && works(&["--mount"]) {
+    if is_root() && on_path("unshare") {
         Mode::LoopbackMount
     } else if works(&["--user", "--map-root-user", "--mount"]) {
         Mode::LoopbackUserns
@@ -318,7 +327,7 @@ fn ip(args: &[&str], batch: Option<&str>) -> Result<(), String> {
 }
 
 fn ensure_bridge(range: &Range) -> Result<(), String> {
-    if ip(&["link", "show", BRIDGE], None).is_ok() {
+    if Path::new("/sys/class/net").join(BRIDGE).exists() {
         return Ok(());
     }
     let cidr = format!("{}/{}", range.gateway(), range.prefix);
@@ -352,16 +361,25 @@ fn build_namespaces(net: &GroupNetwork, hosts: &str) -> Result<(), String> {
         ));
     }
     ip(&["-batch", "-"], Some(&batch))?;
+    // The inside of each namespace, configured by one `ip` per namespace,
+    // all at once.
     let gateway = net.range.gateway();
-    for node in &net.nodes {
-        ip(
-            &["-n", &node.netns(), "-batch", "-"],
-            Some(&format!(
+    let jobs: Vec<_> = net
+        .nodes
+        .iter()
+        .map(|node| {
+            let ns = node.netns();
+            let batch = format!(
                 "link set lo up\naddr add {}/{} dev eth0\nlink set eth0 up\n\
                  route add default via {gateway}\n",
                 node.ip, net.range.prefix
-            )),
-        )?;
+            );
+            std::thread::spawn(move || ip(&["-n", &ns, "-batch", "-"], Some(&batch)))
+        })
+        .collect();
+    for job in jobs {
+        job.join()
+            .unwrap_or_else(|_| Err("ip: a configuration thread panicked".into()))?;
     }
     Ok(())
 }

@@ -1010,7 +1010,7 @@ pub fn wake(dir: &Path) -> io::Result<()> {
         .stderr(log)
         .spawn()?;
     let mut last = None;
-    for _ in 0..200 {
+    for _ in 0..1000 {
         match ask() {
             Ok(()) => {
                 // Reaped by a thread, so a long-running client leaves no
@@ -1029,7 +1029,7 @@ pub fn wake(dir: &Path) -> io::Result<()> {
                 dir.join("supervisor.log").display()
             )));
         }
-        std::thread::sleep(Duration::from_millis(25));
+        std::thread::sleep(Duration::from_millis(5));
     }
     Err(last.unwrap_or_else(|| io::Error::other("the supervisor did not start")))
 }

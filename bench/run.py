@@ -1,0 +1,207 @@
+#!/usr/bin/env python3
+"""Whole-process benchmarks of `skyc run` on the local target (release build).
+
+  start     `skyc run -d` of a 5-task group, to every node started (the
+            moment its `run` script begins); no supervisor running before,
+            so one is started each time.
+  sigterm   a primary's exit to the SIGTERM of an auxiliary with delay 0.
+  memory    100 five-task groups of `sleep`: the supervisor's RSS, and the
+            proportional memory (PSS) of the 500 node shims.
+
+Usage: bench/run.py [--runs N] [--network auto|loopback] [--groups N]
+Environment: SKYC_BENCH_BIN (a skyc binary; default: cargo build --release).
+Targets: start <= 100 ms, sigterm <= 50 ms, supervisor <= 50 MB.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def skyc_binary():
+    if os.environ.get("SKYC_BENCH_BIN"):
+        return os.environ["SKYC_BENCH_BIN"]
+    subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=ROOT, check=True)
+    target = os.environ.get("CARGO_TARGET_DIR", str(ROOT / "target"))
+    return str(Path(target) / "release" / "skyc")
+
+
+def wait_idle(state):
+    """Waits for the supervisor of `state` to exit (it does when idle)."""
+    for _ in range(200):
+        if not (state / "supervisor.sock").exists():
+            return
+        time.sleep(0.05)
+
+
+def start_group(tmp):
+    tasks = []
+    for i in range(5):
+        tasks.append(
+            f"---\nname: t{i}\nrun: |\n"
+            f'  date +%s%N > "$BENCH/started-$SKYPILOT_TASK_ID-$SKYPILOT_NODE_RANK"\n'
+            f"  sleep 0.2\n"
+        )
+    text = "name: start\nexecution: parallel\n" + "".join(tasks)
+    path = tmp / "start.yaml"
+    path.write_text(text)
+    return path
+
+
+def bench_start(skyc, tmp, runs, network):
+    group = start_group(tmp)
+    samples = []
+    state = tmp / "state-start"
+    for i in range(runs):
+        marks = tmp / f"marks-{i}"
+        marks.mkdir()
+        env = dict(os.environ, BENCH=str(marks))
+        t0 = time.time_ns()
+        subprocess.run(
+            [skyc, "run", "-d", str(group), "--state-dir", str(state), "--network", network],
+            env=env, check=True, stdout=subprocess.DEVNULL,
+        )
+        while len(list(marks.iterdir())) < 5:
+            time.sleep(0.001)
+        time.sleep(0.05)
+        last = max(int(p.read_text()) for p in marks.iterdir())
+        samples.append((last - t0) / 1e6)
+        wait_idle(state)
+    return samples
+
+
+def bench_sigterm(skyc, tmp, runs, network):
+    text = """name: term
+execution: parallel
+primary_tasks: [main]
+termination_delay: 0s
+---
+name: main
+run: |
+  sleep 0.3
+  date +%s%N > "$BENCH/exit"
+---
+name: aux
+run: |
+  trap 'date +%s%N > "$BENCH/term"; exit 0' TERM
+  while true; do sleep 0.01; done
+"""
+    group = tmp / "term.yaml"
+    group.write_text(text)
+    samples = []
+    for i in range(runs):
+        state = tmp / f"state-term-{i}"
+        marks = tmp / f"term-{i}"
+        marks.mkdir()
+        env = dict(os.environ, BENCH=str(marks))
+        subprocess.run(
+            [skyc, "run", str(group), "--state-dir", str(state), "--network", network],
+            env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        exit_ns = int((marks / "exit").read_text())
+        term_ns = int((marks / "term").read_text())
+        samples.append((term_ns - exit_ns) / 1e6)
+        wait_idle(state)
+    return samples
+
+
+def kib(path, key):
+    try:
+        for line in Path(path).read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def bench_memory(skyc, tmp, groups, network):
+    tasks = "".join(f"---\nname: t{i}\nrun: sleep 600\n" for i in range(5))
+    group = tmp / "mem.yaml"
+    group.write_text("name: mem\nexecution: parallel\n" + tasks)
+    state = tmp / "state-mem"
+    t0 = time.time()
+    for _ in range(groups):
+        subprocess.run(
+            [skyc, "run", "-d", str(group), "--state-dir", str(state), "--network", network],
+            check=True, stdout=subprocess.DEVNULL,
+        )
+    submit = time.time() - t0
+    status = json.loads(subprocess.run(
+        [skyc, "status", "--json", "--state-dir", str(state)],
+        check=True, capture_output=True, text=True).stdout)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        status = json.loads(subprocess.run(
+            [skyc, "status", "--json", "--state-dir", str(state)],
+            check=True, capture_output=True, text=True).stdout)
+        if all(g["status"] == "RUNNING" for g in status):
+            break
+        time.sleep(0.2)
+    running = sum(g["status"] == "RUNNING" for g in status)
+    supervisor = status[0]["supervisor_pid"]
+    time.sleep(1)
+    sup_rss = kib(f"/proc/{supervisor}/status", "VmRSS")
+    sup_hwm = kib(f"/proc/{supervisor}/status", "VmHWM")
+    shims = [n["pid"] for g in status for t in g["tasks"] for n in t["nodes"] if n["pid"]]
+    shim_pss = sum(kib(f"/proc/{p}/smaps_rollup", "Pss") for p in shims)
+    shim_rss = sum(kib(f"/proc/{p}/status", "VmRSS") for p in shims)
+    subprocess.run([skyc, "cancel", "--all", "--state-dir", str(state)],
+                   check=True, stderr=subprocess.DEVNULL)
+    wait_idle(state)
+    return {
+        "groups": groups, "running": running, "submit_s": submit,
+        "supervisor_rss_mib": sup_rss / 1024, "supervisor_peak_mib": sup_hwm / 1024,
+        "shims": len(shims), "shim_pss_mib": shim_pss / 1024, "shim_rss_mib": shim_rss / 1024,
+    }
+
+
+def summary(name, samples, target):
+    samples = sorted(samples)
+    med = statistics.median(samples)
+    p90 = samples[int(len(samples) * 0.9) - 1] if len(samples) >= 10 else samples[-1]
+    verdict = "met" if med <= target else "MISSED"
+    print(f"{name:8} median {med:7.1f} ms  p90 {p90:7.1f} ms  min {samples[0]:7.1f}  "
+          f"max {samples[-1]:7.1f}  (n={len(samples)}; target <= {target} ms: {verdict})")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--groups", type=int, default=100)
+    ap.add_argument("--network", default="auto")
+    ap.add_argument("--only", choices=["start", "sigterm", "memory"])
+    args = ap.parse_args()
+    skyc = skyc_binary()
+    tmp = Path(tempfile.mkdtemp(prefix="skyc-bench-"))
+    try:
+        print(f"skyc run benchmarks ({args.network} network, {os.cpu_count()} cpus)")
+        if args.only in (None, "start"):
+            summary("start", bench_start(skyc, tmp, args.runs, args.network), 100)
+        if args.only in (None, "sigterm"):
+            summary("sigterm", bench_sigterm(skyc, tmp, args.runs, args.network), 50)
+        if args.only in (None, "memory"):
+            m = bench_memory(skyc, tmp, args.groups, args.network)
+            verdict = "met" if m["supervisor_rss_mib"] <= 50 else "MISSED"
+            print(f"memory   {m['running']}/{m['groups']} groups running ({m['shims']} nodes), "
+                  f"submitted in {m['submit_s']:.1f} s")
+            print(f"         supervisor RSS {m['supervisor_rss_mib']:.1f} MiB "
+                  f"(peak {m['supervisor_peak_mib']:.1f}; target <= 50 MB: {verdict})")
+            print(f"         node shims: PSS {m['shim_pss_mib']:.1f} MiB in all "
+                  f"({m['shim_pss_mib'] * 1024 / max(m['shims'], 1):.0f} KiB each), "
+                  f"RSS {m['shim_rss_mib']:.1f} MiB counting shared pages")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
