@@ -85,6 +85,12 @@ rules! {
     UnknownHostTask = "unknown-host-task", Error, "A group hostname names a task that does not exist.";
     HostIndexOutOfRange = "host-index-out-of-range", Error, "A group hostname names a node the task does not have.";
     HostnamesDisabled = "hostnames-disabled", Warning, "Scripts use group hostnames that `inter_connection: false` turns off.";
+    // Lowering to Kubernetes (`skyc build --target k8s`).
+    K8sInvalidName = "k8s-invalid-name", Error, "A name Kubernetes cannot use for the objects or hostnames built from it.";
+    K8sIgnoredSetting = "k8s-ignored-setting", Warning, "A setting with no Kubernetes meaning, or one the manifests cannot carry; it is not applied.";
+    K8sUnsupported = "k8s-unsupported", Error, "A setting the Kubernetes target cannot honour.";
+    K8sPodSetCap = "k8s-podset-cap", Warning, "More replicated Jobs than Kueue admits in one workload.";
+    K8sTooLarge = "k8s-too-large", Error, "An object larger than the Kubernetes API server stores.";
 }
 
 impl std::fmt::Display for Rule {
