@@ -136,13 +136,13 @@ fn is_plain_key(s: &str) -> bool {
 }
 
 /// A literal block keeps scripts readable. It cannot carry every string:
-/// not control characters or Unicode line breaks, not a first line that
-/// starts with white space (its indentation would be misread), not
+/// not control characters or Unicode line breaks, not a first non-empty line
+/// that starts with white space (its indentation would be misread), not
 /// white-space-only lines (readers fold them into empty ones).
 fn literal_block_fits(s: &str) -> bool {
     s.contains('\n')
         && !s.trim_matches('\n').is_empty()
-        && !s.starts_with([' ', '\t'])
+        && !s.trim_start_matches('\n').starts_with([' ', '\t'])
         && s.chars().all(|c| {
             c == '\n'
                 || c == '\t'
@@ -254,5 +254,86 @@ mod tests {
             document(&v),
             "a: |-\n  x\n  y\nb: |+\n  x\n\nc: \"  indented\\nfirst\"\n"
         );
+    }
+
+    /// Reads YAML back as SkyPilot's PyYAML rules do (the strictest reader
+    /// at hand: YAML 1.1 booleans, octals, sexagesimals).
+    fn read_back(text: &str) -> Vec<Value> {
+        use skyc_compiler::yaml::{Budget, Node, Reader, Value as Y};
+        fn to_json(n: &Node) -> Value {
+            match &n.value {
+                Y::Null => Value::Null,
+                Y::Bool(b) => Value::Bool(*b),
+                Y::Int(i) => json!(i),
+                Y::Float(f) => json!(f),
+                Y::String(s) => json!(s),
+                Y::Seq(items) => Value::Array(items.iter().map(to_json).collect()),
+                Y::Map(entries) => Value::Object(
+                    entries
+                        .iter()
+                        .map(|e| (e.key.as_str().expect("string key").to_owned(), to_json(&e.value)))
+                        .collect(),
+                ),
+            }
+        }
+        let mut d = skyc_compiler::Diagnostics::default();
+        let docs = Reader::read(text, Budget::default(), &mut d);
+        assert!(!d.has_errors(), "{text}\n{:?}", d.into_sorted());
+        docs.iter().map(|doc| to_json(&doc.root)).collect()
+    }
+
+    fn tricky() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        prop_oneof![
+            any::<String>(),
+            "[a-zA-Z0-9 :#/._\\-]{0,12}",
+            "[ \\t\\n#a:-]{0,10}",
+            Just("yes".to_owned()),
+            Just("0o17".to_owned()),
+            Just("1:30".to_owned()),
+            Just("~".to_owned()),
+            Just("- x".to_owned()),
+            Just("a\n\n".to_owned()),
+            Just("\n".to_owned()),
+            Just("a\n \nb".to_owned()),
+            Just("x\u{85}y\n".to_owned()),
+        ]
+    }
+
+    fn values() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(|i| json!(i)),
+            tricky().prop_map(Value::String),
+        ];
+        leaf.prop_recursive(4, 48, 6, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
+                proptest::collection::vec((tricky(), inner), 0..5)
+                    .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn round_trips(docs in proptest::collection::vec(values(), 1..3)) {
+            // Top-level documents are objects, as manifests are.
+            let docs: Vec<Value> = docs
+                .into_iter()
+                .map(|v| json!({"v": v}))
+                .collect();
+            let text = stream(&docs);
+            proptest::prop_assert_eq!(read_back(&text), docs);
+        }
+    }
+
+    #[test]
+    fn scalars_round_trip_at_top_level() {
+        for v in [json!("a\nb"), json!(1), json!(null), json!([]), json!({})] {
+            assert_eq!(read_back(&document(&v)), vec![v]);
+        }
     }
 }
