@@ -6,3 +6,4 @@ mod cli;
 mod conformance;
 mod examples;
 mod hostile;
+mod k8s;

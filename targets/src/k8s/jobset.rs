@@ -5,6 +5,7 @@
 
 use super::names::{self, CONTAINER};
 use super::pod::node_labels;
+use super::recovery::recovery;
 use super::{KUEUE_MAX_PODSETS, Lowerer, MAX_OBJECT_BYTES, metadata};
 use serde_json::{Map, Value, json};
 use skyc_compiler::ir::Role;
@@ -21,6 +22,7 @@ impl Lowerer<'_> {
                 continue;
             };
             let parts = self.task_parts(task);
+            self.check_strategy(task);
             gate_image.get_or_insert_with(|| shape.image.clone());
             for i in 0..task.num_nodes {
                 let rjob = names::node_name(&task.name, i);
@@ -33,7 +35,7 @@ impl Lowerer<'_> {
                 spec.insert("completionMode".into(), json!("NonIndexed"));
                 spec.insert("completions".into(), json!(1));
                 spec.insert("parallelism".into(), json!(1));
-                self.recovery(task, &mut spec);
+                recovery(task, &mut spec);
                 spec.insert("template".into(), self.pod(task, i, &shape, &parts));
                 let mut annotations = Map::new();
                 annotations.insert(

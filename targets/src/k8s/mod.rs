@@ -239,7 +239,7 @@ impl Lowerer<'_> {
         }
         for task in &self.group.tasks {
             let last = names::node_name(&task.name, task.num_nodes.saturating_sub(1));
-            let pod = names::webhook_pod_name(g, &last);
+            let job = names::job_name(g, &last);
             if !names::is_dns1123_label(&last) {
                 self.error(
                     Rule::K8sInvalidName,
@@ -250,24 +250,24 @@ impl Lowerer<'_> {
                     "not a DNS label",
                     Some("use lower-case letters, digits and `-`, starting and ending with a letter or digit"),
                 );
-            } else if pod.len() > 63 {
+            } else if job.len() > 63 {
                 self.error(
                     Rule::K8sInvalidName,
                     task,
                     format!(
-                        "`{pod}` is {} characters; JobSet requires `{{group}}-{{task}}-{{node}}-0` to fit 63",
-                        pod.len()
+                        "the Job `{job}` is {} characters; JobSet requires `{{group}}-{{task}}-{{node}}-0` to fit 63",
+                        job.len()
                     ),
                     "name too long",
                     Some(&format!(
                         "shorten the group or task name by {} characters",
-                        pod.len() - 63
+                        job.len() - 63
                     )),
                 );
             }
         }
         if self.needs_gate() {
-            let gate = names::webhook_pod_name(g, names::GATE);
+            let gate = names::job_name(g, names::GATE);
             if gate.len() > 63 {
                 self.push(
                     Diagnostic::new(

@@ -73,15 +73,10 @@ pub fn node_name(task: &str, i: u32) -> String {
 }
 
 /// The child Job JobSet creates for a replicated Job (`replicas: 1`, so
-/// index 0).
+/// index 0): `{group}-{task}-{i}-0`. The JobSet webhook requires it to be
+/// a DNS-1035 label, so at most 63 characters.
 pub fn job_name(group: &str, rjob: &str) -> String {
     format!("{group}-{rjob}-0")
-}
-
-/// The name the JobSet webhook checks against 63 characters: the Job name
-/// plus a pod index, `{group}-{rjob}-0-0`.
-pub fn webhook_pod_name(group: &str, rjob: &str) -> String {
-    format!("{group}-{rjob}-0-0")
 }
 
 /// The ConfigMap holding the entrypoint and every task's scripts.

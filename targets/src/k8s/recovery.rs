@@ -23,9 +23,8 @@ use skyc_compiler::ir::Task;
 const BUILT_IN: &[&str] = &["EAGER_NEXT_REGION", "FAILOVER"];
 
 impl Lowerer<'_> {
-    /// Inserts `backoffLimit`, `podReplacementPolicy` and
-    /// `podFailurePolicy` into a Job spec.
-    pub(super) fn recovery(&mut self, task: &Task, spec: &mut Map<String, Value>) {
+    /// Reports a strategy Kubernetes cannot follow; once per task.
+    pub(super) fn check_strategy(&mut self, task: &Task) {
         let r = &task.recovery;
         if !BUILT_IN.contains(&r.strategy.as_str()) {
             self.warn(
@@ -36,27 +35,33 @@ impl Lowerer<'_> {
                 ),
             );
         }
-        spec.insert("backoffLimit".into(), json!(r.max_restarts_on_errors));
-        spec.insert("podReplacementPolicy".into(), json!("Failed"));
-        let mut rules = vec![json!({
-            "action": "Ignore",
-            "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
-        })];
-        // Exit code 0 is success, and the API server forbids it in `In`.
-        let mut codes: Vec<u8> = r
-            .recover_on_exit_codes
-            .iter()
-            .copied()
-            .filter(|&c| c != 0)
-            .collect();
-        codes.sort_unstable();
-        codes.dedup();
-        if !codes.is_empty() {
-            rules.push(json!({
-                "action": "Ignore",
-                "onExitCodes": {"containerName": CONTAINER, "operator": "In", "values": codes},
-            }));
-        }
-        spec.insert("podFailurePolicy".into(), json!({ "rules": rules }));
     }
+}
+
+/// Inserts `backoffLimit`, `podReplacementPolicy` and `podFailurePolicy`
+/// into a node's Job spec.
+pub(super) fn recovery(task: &Task, spec: &mut Map<String, Value>) {
+    let r = &task.recovery;
+    spec.insert("backoffLimit".into(), json!(r.max_restarts_on_errors));
+    spec.insert("podReplacementPolicy".into(), json!("Failed"));
+    let mut rules = vec![json!({
+        "action": "Ignore",
+        "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+    })];
+    // Exit code 0 is success, and the API server forbids it in `In`.
+    let mut codes: Vec<u8> = r
+        .recover_on_exit_codes
+        .iter()
+        .copied()
+        .filter(|&c| c != 0)
+        .collect();
+    codes.sort_unstable();
+    codes.dedup();
+    if !codes.is_empty() {
+        rules.push(json!({
+            "action": "Ignore",
+            "onExitCodes": {"containerName": CONTAINER, "operator": "In", "values": codes},
+        }));
+    }
+    spec.insert("podFailurePolicy".into(), json!({ "rules": rules }));
 }

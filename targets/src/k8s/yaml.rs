@@ -271,7 +271,12 @@ mod tests {
                 Y::Map(entries) => Value::Object(
                     entries
                         .iter()
-                        .map(|e| (e.key.as_str().expect("string key").to_owned(), to_json(&e.value)))
+                        .map(|e| {
+                            (
+                                e.key.as_str().expect("string key").to_owned(),
+                                to_json(&e.value),
+                            )
+                        })
                         .collect(),
                 ),
             }
