@@ -488,12 +488,8 @@ fn cli_exit_codes() {
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(stdin.as_bytes())
-            .unwrap();
+        // A usage error exits before reading: the pipe may be closed.
+        let _ = child.stdin.take().unwrap().write_all(stdin.as_bytes());
         child.wait_with_output().unwrap()
     };
     let bad = "name: g\nexecution: parallel\n---\nname: a_b\nrun: x\n";
@@ -514,4 +510,216 @@ fn cli_exit_codes() {
         warn,
     );
     assert_eq!(o.status.code(), Some(2));
+}
+
+mod shapes {
+    //! Random IR shapes, beyond what the fixtures hold: lowering never
+    //! panics, and either builds valid manifests or reports located errors.
+
+    use super::problems;
+    use proptest::prelude::*;
+    use serde_json::json;
+    use skyc_compiler::Span;
+    use skyc_compiler::ir::*;
+    use skyc_targets::k8s;
+
+    fn name() -> impl Strategy<Value = String> {
+        prop_oneof![
+            30 => "[a-z][a-z0-9-]{0,8}[a-z0-9]",
+            1 => Just("x".repeat(40)),
+            1 => Just("Bad_Name".to_owned()),
+            1 => Just("0lead".to_owned()),
+        ]
+    }
+
+    fn candidate() -> impl Strategy<Value = Candidate> {
+        (
+            prop_oneof![6 => Just(None), 6 => Just(Some("kubernetes")), 1 => Just(Some("aws"))],
+            proptest::option::of((
+                prop_oneof![
+                    8 => Just("H100"),
+                    8 => Just("T4"),
+                    4 => Just("MI300X"),
+                    1 => Just("tpu-v5"),
+                    1 => Just("80GB+")
+                ],
+                prop_oneof![Just(0.5), Just(1.0), Just(8.0)],
+            )),
+            proptest::option::of((0.25f64..64.0, any::<bool>())),
+            proptest::option::of((0.5f64..512.0, any::<bool>())),
+            any::<bool>(),
+            proptest::collection::vec((1u16..20000, 0u16..100), 0..3),
+            proptest::option::of(prop_oneof![
+                Just(Image::Docker("nvcr.io/nvidia/pytorch:24.01".into())),
+                Just(Image::Cloud("ami-123".into())),
+            ]),
+            proptest::collection::vec(
+                prop_oneof![
+                    10 => Just(("team", "ml")),
+                    1 => Just(("skyc.io/x", "y")),
+                    1 => Just(("a b", "c"))
+                ],
+                0..2,
+            ),
+        )
+            .prop_map(
+                |(cloud, acc, cpus, mem, spot, ports, image, labels)| Candidate {
+                    infra: cloud.map(|c| Infra {
+                        cloud: Some(c.to_owned()),
+                        region: None,
+                        zone: None,
+                    }),
+                    accelerator: acc.map(|(n, c)| Accelerator {
+                        name: n.to_owned(),
+                        count: c,
+                    }),
+                    cpus: cpus.map(|(value, at_least)| Quantity { value, at_least }),
+                    memory_gb: mem.map(|(value, at_least)| Quantity { value, at_least }),
+                    use_spot: spot,
+                    ports: ports
+                        .into_iter()
+                        .map(|(s, w)| PortRange {
+                            start: s,
+                            end: s.saturating_add(w),
+                        })
+                        .collect(),
+                    image,
+                    labels: labels
+                        .into_iter()
+                        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                        .collect(),
+                    ..Candidate::default()
+                },
+            )
+    }
+
+    fn task() -> impl Strategy<Value = Task> {
+        (
+            name(),
+            any::<bool>(),
+            1u32..4,
+            proptest::option::of(0u64..100),
+            proptest::collection::vec(candidate(), 1..3),
+            (0u32..4, proptest::collection::vec(any::<u8>(), 0..4)),
+            proptest::option::of("[a-z $\n]{0,20}"),
+            proptest::option::of("[a-z $(){}\n]{0,20}"),
+            any::<bool>(),
+            proptest::collection::vec(
+                prop_oneof![
+                    8 => Just(json!("ckpt")),
+                    8 => Just(json!({"size": "10Gi", "storage_class": "fast"})),
+                    1 => Just(json!({"type": "k8s-pvc"})),
+                    1 => Just(json!("Not_A_Claim")),
+                    1 => Just(json!(3)),
+                ],
+                0..2,
+            ),
+        )
+            .prop_map(
+                |(
+                    name,
+                    primary,
+                    nodes,
+                    delay,
+                    candidates,
+                    (restarts, codes),
+                    setup,
+                    run,
+                    mounts,
+                    vols,
+                )| Task {
+                    name,
+                    name_span: Span::new(0, 1),
+                    role: if primary {
+                        Role::Primary
+                    } else {
+                        Role::Auxiliary
+                    },
+                    num_nodes: nodes,
+                    termination_delay_secs: if primary { None } else { delay },
+                    resources: Resources {
+                        ordered: primary,
+                        candidates,
+                    },
+                    recovery: Recovery {
+                        max_restarts_on_errors: restarts,
+                        recover_on_exit_codes: codes,
+                        ..Recovery::default()
+                    },
+                    envs: vec![EnvVar {
+                        name: "SKYPILOT_NODE_RANK".into(),
+                        value: "$x".into(),
+                    }],
+                    secrets: vec!["TOKEN".into()],
+                    setup,
+                    run,
+                    workdir: mounts.then(|| Workdir::Local { path: ".".into() }),
+                    file_mounts: if mounts {
+                        vec![FileMount {
+                            destination: "/d".into(),
+                            source: None,
+                            storage: Some(json!({"name": "b"})),
+                        }]
+                    } else {
+                        Vec::new()
+                    },
+                    volumes: vols
+                        .into_iter()
+                        .enumerate()
+                        .map(|(i, volume)| VolumeMount {
+                            path: format!("/v{i}"),
+                            volume,
+                        })
+                        .collect(),
+                    config: mounts.then(|| json!({"kubernetes": {}})),
+                },
+            )
+    }
+
+    fn group() -> impl Strategy<Value = Group> {
+        (
+            name(),
+            proptest::collection::vec(task(), 1..4),
+            any::<bool>(),
+        )
+            .prop_map(|(name, mut tasks, net)| {
+                // Task names are unique and at least one task is primary, as
+                // the front end guarantees.
+                for (i, t) in tasks.iter_mut().enumerate() {
+                    t.name = format!("{}{i}", t.name);
+                }
+                tasks[0].role = Role::Primary;
+                tasks[0].termination_delay_secs = None;
+                Group {
+                    name,
+                    name_span: Some(Span::new(0, 1)),
+                    inter_connection: if net {
+                        InterConnection::Auto
+                    } else {
+                        InterConnection::Disabled
+                    },
+                    tasks,
+                }
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn any_group_builds_valid_manifests_or_fails_located(g in group(), queue in any::<bool>()) {
+            let options = k8s::Options {
+                queue: queue.then(|| "q".to_owned()),
+                namespace: Some("ns".into()),
+                ..k8s::Options::default()
+            };
+            let m = k8s::lower(&g, &options);
+            if m.has_errors() {
+                prop_assert!(m.objects.is_empty());
+                prop_assert!(m.diagnostics.iter().all(|d| !d.primary.span.is_empty()));
+            } else {
+                let p = problems(&g, &options, &m.objects);
+                prop_assert!(p.is_empty(), "{}", p.join("\n"));
+            }
+        }
+    }
 }
