@@ -57,6 +57,17 @@ def start_group(tmp):
     return path
 
 
+def read_ns(path):
+    """A `date +%s%N` stamp; the shell may have created the file and not
+    yet written it."""
+    for _ in range(1000):
+        text = path.read_text().strip()
+        if text:
+            return int(text)
+        time.sleep(0.001)
+    raise RuntimeError(f"{path} stays empty")
+
+
 def bench_start(skyc, tmp, runs, network):
     group = start_group(tmp)
     samples = []
@@ -72,8 +83,7 @@ def bench_start(skyc, tmp, runs, network):
         )
         while len(list(marks.iterdir())) < 5:
             time.sleep(0.001)
-        time.sleep(0.05)
-        last = max(int(p.read_text()) for p in marks.iterdir())
+        last = max(read_ns(p) for p in marks.iterdir())
         samples.append((last - t0) / 1e6)
         wait_idle(state)
     return samples
@@ -107,8 +117,8 @@ run: |
             [skyc, "run", str(group), "--state-dir", str(state), "--network", network],
             env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
-        exit_ns = int((marks / "exit").read_text())
-        term_ns = int((marks / "term").read_text())
+        exit_ns = read_ns(marks / "exit")
+        term_ns = read_ns(marks / "term")
         samples.append((term_ns - exit_ns) / 1e6)
         wait_idle(state)
     return samples

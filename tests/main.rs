@@ -7,3 +7,4 @@ mod conformance;
 mod examples;
 mod hostile;
 mod local;
+mod k8s;

@@ -90,6 +90,12 @@ rules! {
     MissingSecretValue = "missing-secret-value", Error, "A task's secret has no value.";
     NotAppliedLocally = "not-applied-locally", Warning, "A setting the local target does not apply.";
     UnsupportedLocally = "unsupported-locally", Error, "A setting the local target cannot run.";
+    // Lowering to Kubernetes (`skyc build --target k8s`).
+    K8sInvalidName = "k8s-invalid-name", Error, "A name Kubernetes cannot use for the objects or hostnames built from it.";
+    K8sIgnoredSetting = "k8s-ignored-setting", Warning, "A setting with no Kubernetes meaning, or one the manifests cannot carry; it is not applied.";
+    K8sUnsupported = "k8s-unsupported", Error, "A setting the Kubernetes target cannot honour.";
+    K8sPodSetCap = "k8s-podset-cap", Warning, "More replicated Jobs than Kueue admits in one workload.";
+    K8sTooLarge = "k8s-too-large", Error, "An object larger than the Kubernetes API server stores.";
 }
 
 impl std::fmt::Display for Rule {

@@ -4,8 +4,10 @@ use super::check::Color;
 use super::{INVALID, OK, USAGE, input, parse_env};
 use clap::ValueEnum;
 use skyc_compiler::render::{Format, render};
-use skyc_compiler::{Options, compile};
+use skyc_compiler::{Compilation, Diagnostic, Options, compile};
+use skyc_targets::k8s;
 use std::io::Write;
+use std::path::{Path, PathBuf};
 
 /// Lower a Job Group to what a target runs.
 #[derive(clap::Args)]
@@ -22,15 +24,61 @@ pub(crate) struct Args {
     /// When to colour diagnostics.
     #[arg(long, value_enum, default_value_t = Color::Auto)]
     color: Color,
+    /// Output format of the manifests (k8s).
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Yaml)]
+    output: Output,
+    /// Write one file per object into DIR instead of standard output (k8s).
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// Namespace of every object (k8s); default: kubectl's current one.
+    #[arg(long, value_name = "NAME")]
+    namespace: Option<String>,
+    /// Kueue LocalQueue to submit to, as the `kueue.x-k8s.io/queue-name` label (k8s).
+    #[arg(long, value_name = "NAME")]
+    queue: Option<String>,
+    /// Container image of tasks without `image_id: docker:...` (k8s).
+    #[arg(long, value_name = "IMAGE", default_value = k8s::DEFAULT_IMAGE)]
+    image: String,
+    /// Node label that carries the accelerator type (k8s).
+    #[arg(
+        long,
+        value_name = "KEY",
+        default_value = "cloud.google.com/gke-accelerator"
+    )]
+    gpu_label_key: String,
+    /// The Secret that `secrets` are read from (k8s); default `{group}-secrets`.
+    #[arg(long, value_name = "NAME")]
+    secret_name: Option<String>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
 enum Target {
     /// skyc's intermediate representation, as JSON.
     Ir,
+    /// A JobSet and the ConfigMap its pods run from, for Kubernetes.
+    K8s,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Output {
+    Yaml,
+    Json,
 }
 
 pub(crate) fn run(args: &Args) -> u8 {
+    let k8s_options = k8s::Options {
+        namespace: args.namespace.clone(),
+        queue: args.queue.clone(),
+        image: args.image.clone(),
+        gpu_label_key: args.gpu_label_key.clone(),
+        secret_name: args.secret_name.clone(),
+    };
+    if matches!(args.target, Target::K8s)
+        && let Err(message) = k8s_options.validate()
+    {
+        eprintln!("error: {message}");
+        return USAGE;
+    }
     let (name, bytes) = match input::read(&args.file) {
         Ok(read) => read,
         Err(message) => {
@@ -41,7 +89,13 @@ pub(crate) fn run(args: &Args) -> u8 {
     let options = Options {
         env: args.env.clone(),
     };
-    let compilation = compile(&name, &bytes, &options);
+    let mut compilation = compile(&name, &bytes, &options);
+    let mut objects = Vec::new();
+    if let (Some(group), Target::K8s) = (&compilation.group, args.target) {
+        let manifests = k8s::lower(group, &k8s_options);
+        add_diagnostics(&mut compilation, manifests.diagnostics);
+        objects = manifests.objects;
+    }
     let diagnostics = render(
         Format::Human {
             color: args.color.enabled(),
@@ -52,13 +106,54 @@ pub(crate) fn run(args: &Args) -> u8 {
     let Some(group) = &compilation.group else {
         return INVALID;
     };
+    if compilation.has_errors() {
+        return INVALID;
+    }
     match args.target {
         Target::Ir => {
             let mut json = serde_json::to_string_pretty(group).unwrap_or_default();
             json.push('\n');
-            if std::io::stdout().write_all(json.as_bytes()).is_err() {
-                return USAGE;
+            write_stdout(&json)
+        }
+        Target::K8s => {
+            let format = match args.output {
+                Output::Yaml => k8s::emit::Format::Yaml,
+                Output::Json => k8s::emit::Format::Json,
+            };
+            match &args.out {
+                Some(dir) => write_files(dir, &k8s::emit::files(&objects, format)),
+                None => write_stdout(&k8s::emit::render(&objects, format)),
             }
+        }
+    }
+}
+
+/// Target diagnostics join the front end's, in source order, so they
+/// render (and count) as one list.
+fn add_diagnostics(compilation: &mut Compilation, more: Vec<Diagnostic>) {
+    compilation.diagnostics.extend(more);
+    compilation
+        .diagnostics
+        .sort_by_key(|d| (d.primary.span.start, d.primary.span.end, d.rule));
+}
+
+fn write_stdout(text: &str) -> u8 {
+    if std::io::stdout().write_all(text.as_bytes()).is_err() {
+        return USAGE;
+    }
+    OK
+}
+
+fn write_files(dir: &Path, files: &[(String, String)]) -> u8 {
+    if let Err(e) = std::fs::create_dir_all(dir) {
+        eprintln!("error: cannot create {}: {e}", dir.display());
+        return USAGE;
+    }
+    for (name, text) in files {
+        let path = dir.join(name);
+        if let Err(e) = std::fs::write(&path, text) {
+            eprintln!("error: cannot write {}: {e}", path.display());
+            return USAGE;
         }
     }
     OK

@@ -1,0 +1,177 @@
+//! The ConfigMap every pod of the group runs from: one entrypoint, and
+//! each task's `setup` and `run` as written.
+//!
+//! Scripts live in a ConfigMap rather than in the JobSet so the JobSet
+//! (one pod template per node) stays small, and so the scripts are read
+//! verbatim, with no quoting for YAML, JSON or `$(VAR)` expansion.
+
+use super::names::{self, config_map};
+use super::{Lowerer, MAX_CONFIG_MAP_BYTES, metadata};
+use serde_json::{Map, Value, json};
+use skyc_compiler::ir::InterConnection;
+use skyc_compiler::{Diagnostic, Rule};
+
+/// ConfigMap keys of a task's scripts.
+pub(super) fn setup_key(task: &str) -> String {
+    format!("{task}.setup.sh")
+}
+
+pub(super) fn run_key(task: &str) -> String {
+    format!("{task}.run.sh")
+}
+
+impl Lowerer<'_> {
+    pub(super) fn config_map(&mut self) -> Value {
+        let g = self.group;
+        let mut data = Map::new();
+        data.insert("entrypoint.sh".into(), json!(self.entrypoint()));
+        for task in &g.tasks {
+            if let Some(setup) = &task.setup {
+                data.insert(setup_key(&task.name), json!(setup));
+            }
+            if let Some(run) = &task.run {
+                data.insert(run_key(&task.name), json!(run));
+            }
+        }
+        let size: usize = data
+            .iter()
+            .map(|(k, v)| k.len() + v.as_str().map_or(0, str::len))
+            .sum();
+        if size > MAX_CONFIG_MAP_BYTES {
+            self.push(
+                Diagnostic::new(
+                    Rule::K8sTooLarge,
+                    self.group_span(),
+                    format!(
+                        "the scripts of this group take {size} bytes; a ConfigMap holds at most {MAX_CONFIG_MAP_BYTES}"
+                    ),
+                )
+                .label("scripts too large")
+                .help("move large scripts into the image or a volume"),
+            );
+        }
+        json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": metadata(&config_map(&g.name), self.options, json!({"skyc.io/group": g.name})),
+            "data": data,
+        })
+    }
+
+    /// The container command of every task pod. Tasks are named by
+    /// `SKYC_TASK`; the node's rank and the task's size come from the env.
+    fn entrypoint(&self) -> String {
+        let g = self.group;
+        let tasks: Vec<String> = g.tasks.iter().map(|t| t.name.clone()).collect();
+        let networking = u8::from(g.inter_connection != InterConnection::Disabled);
+        ENTRYPOINT
+            .replace("@GROUP@", &g.name)
+            .replace("@TASKS@", &tasks.join(" "))
+            .replace("@NETWORKING@", &networking.to_string())
+            .replace("@DIR@", names::SCRIPTS_DIR)
+    }
+}
+
+/// Waits for the group's hostnames (as SkyPilot's networking prelude
+/// does), derives the rest of SkyPilot's environment contract, then runs
+/// setup and run, each in its own process group so that pod termination
+/// (SIGTERM) reaches every process they started: bash as PID 1 neither
+/// forwards signals nor dies of an untrapped SIGTERM.
+const ENTRYPOINT: &str = r#"#!/bin/bash
+# skyc entrypoint for the Job Group @GROUP@: wait for the group's hostnames,
+# then run the task's setup and run, as SkyPilot does on every node.
+set -uo pipefail
+dir=@DIR@
+group=@GROUP@
+tasks=(@TASKS@)
+networking=@NETWORKING@
+task=$SKYC_TASK
+
+child=
+on_term() {
+  if [ -n "$child" ]; then
+    kill -TERM -- "-$child" 2>/dev/null
+  else
+    exit 143
+  fi
+}
+trap on_term TERM INT
+
+# Runs a script in its own process group; returns its exit code.
+step() {
+  set -m
+  bash "$1" &
+  child=$!
+  set +m
+  while kill -0 "$child" 2>/dev/null; do
+    wait "$child"
+  done
+  wait "$child"
+  local code=$?
+  child=
+  return "$code"
+}
+
+# Prints the address of $1 once it resolves; gives up after $2 seconds.
+await() {
+  local deadline=$((SECONDS + $2)) ip rest
+  until read -r ip rest < <(getent hosts "$1") && [ -n "$ip" ]; do
+    if ((SECONDS >= deadline)); then
+      echo "skyc: $1 did not resolve within $2 s" >&2
+      return 1
+    fi
+    sleep 1
+  done
+  printf '%s\n' "$ip"
+}
+
+# Task ids are stable across restarts: the JobSet's uid does not change.
+ids=()
+for i in "${!tasks[@]}"; do
+  ids+=("skyc-${SKYC_JOBSET_UID}_${group}_${tasks[$i]}-$i")
+  if [ "${tasks[$i]}" = "$task" ]; then
+    export SKYPILOT_TASK_ID="${ids[$i]}"
+  fi
+done
+SKYPILOT_TASK_IDS=$(printf '%s\n' "${ids[@]}")
+export SKYPILOT_TASK_IDS
+
+# The task's own nodes, in rank order, as SKYPILOT_NODE_IPS.
+ips=()
+for ((i = 0; i < SKYPILOT_NUM_NODES; i++)); do
+  ip=$(await "$task-$i.$group" 300) || exit 1
+  ips+=("$ip")
+done
+SKYPILOT_NODE_IPS=$(printf '%s\n' "${ips[@]}")
+export SKYPILOT_NODE_IPS
+
+# Every other task's head node must resolve before setup, as in SkyPilot.
+if ((networking)); then
+  for peer in "${tasks[@]}"; do
+    if [ "$peer" != "$task" ]; then
+      await "$peer-0.$group" 300 >/dev/null || exit 1
+    fi
+  done
+fi
+
+cd "${HOME:-/}" 2>/dev/null || cd /
+
+if [ -f "$dir/$task.setup.sh" ]; then
+  export SKYPILOT_SETUP_NODE_RANK=$SKYPILOT_NODE_RANK
+  export SKYPILOT_SETUP_NODE_IPS=$SKYPILOT_NODE_IPS
+  export SKYPILOT_SETUP_NUM_GPUS_PER_NODE=$SKYPILOT_NUM_GPUS_PER_NODE
+  step "$dir/$task.setup.sh"
+  code=$?
+  if ((code != 0)); then
+    echo "skyc: setup of $task failed with exit code $code" >&2
+    exit "$code"
+  fi
+  unset SKYPILOT_SETUP_NODE_RANK SKYPILOT_SETUP_NODE_IPS SKYPILOT_SETUP_NUM_GPUS_PER_NODE
+fi
+
+if [ -f "$dir/$task.run.sh" ]; then
+  step "$dir/$task.run.sh"
+  exit $?
+fi
+exit 0
+"#;

@@ -1,0 +1,5 @@
+//! skyc's targets: each lowers the IR ([`skyc_compiler::ir::Group`]) to what
+//! one kind of cluster runs. Pure: IR in, objects and diagnostics out; no
+//! I/O, no clock, so the same group always builds the same bytes.
+
+pub mod k8s;

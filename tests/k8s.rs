@@ -1,0 +1,725 @@
+//! The Kubernetes target (`skyc build --target k8s`): manifests of every
+//! example, validated against the JobSet CRD and Kubernetes' schemas, the
+//! rules no schema states, and a DNS model proving that every node's
+//! `{task}-{i}.{group}` resolves.
+
+mod dns;
+mod schema;
+mod semantics;
+
+use crate::examples::{examples_dir, manifest, render_template};
+use crate::support::{render_human, root, skyc, snapshots, yaml_files};
+use serde_json::{Value, json};
+use skyc_compiler::ir::Group;
+use skyc_compiler::{Compilation, Options, Rule, compile};
+use skyc_targets::k8s::{self, Manifests, emit};
+
+/// Compiles and lowers; the lowering's diagnostics are merged into the
+/// compilation, as the CLI does.
+fn build(name: &str, text: &str, options: &k8s::Options) -> (Compilation, Option<Manifests>) {
+    let mut c = compile(name, text.as_bytes(), &Options::default());
+    let manifests = c.group.as_ref().map(|g| k8s::lower(g, options));
+    if let Some(m) = &manifests {
+        c.diagnostics.extend(m.diagnostics.iter().cloned());
+        c.diagnostics
+            .sort_by_key(|d| (d.primary.span.start, d.primary.span.end, d.rule));
+        if m.has_errors() {
+            c.group = None;
+        }
+    }
+    (c, manifests)
+}
+
+/// Everything the emitted objects must satisfy.
+fn problems(group: &Group, options: &k8s::Options, objects: &[Value]) -> Vec<String> {
+    let mut out = schema::validate(objects);
+    out.extend(semantics::check(objects));
+    out.extend(dns_problems(group, objects));
+    if !group.tasks.iter().all(|t| t.secrets.is_empty()) {
+        let values: Vec<(String, String)> = group
+            .tasks
+            .iter()
+            .flat_map(|t| t.secrets.iter().map(|s| (s.clone(), "value".to_owned())))
+            .collect();
+        out.extend(schema::validate(&[k8s::secret(group, options, &values)]));
+    }
+    // What a kubectl apply reads back must be what was built.
+    let text = emit::render(objects, emit::Format::Yaml);
+    let mut d = skyc_compiler::Diagnostics::default();
+    let docs = skyc_compiler::yaml::Reader::read(
+        &text,
+        skyc_compiler::yaml::Budget {
+            max_nodes: 10_000_000,
+            max_bytes: 256 << 20,
+            ..Default::default()
+        },
+        &mut d,
+    );
+    if d.has_errors() || docs.len() != objects.len() {
+        out.push("the YAML stream does not read back".to_owned());
+    }
+    out
+}
+
+/// For every node of every task, `{task}-{i}.{group}` resolves, from every
+/// pod of the group, to exactly that node's pod; and no other group
+/// hostname exists.
+fn dns_problems(group: &Group, objects: &[Value]) -> Vec<String> {
+    let cluster = dns::Cluster::from_objects(objects, "default");
+    let mut out = Vec::new();
+    for s in &cluster.services {
+        out.extend(schema::validate(std::slice::from_ref(&s.object)));
+    }
+    let mut expected = 0;
+    for task in &group.tasks {
+        for i in 0..task.num_nodes {
+            expected += 1;
+            let name = format!("{}-{i}.{}", task.name, group.name);
+            for from in &cluster.pods {
+                let answer = cluster.resolve(from, &name);
+                let ok = match answer.as_slice() {
+                    [p] => {
+                        let l = &cluster.pods[*p].labels;
+                        l["skyc.io/task"] == json!(task.name)
+                            && l["skyc.io/node-index"] == json!(i.to_string())
+                    }
+                    _ => false,
+                };
+                if !ok {
+                    out.push(format!("{name} resolves to pods {answer:?} from a pod"));
+                    break;
+                }
+            }
+        }
+    }
+    let records = cluster.records();
+    if records.len() != expected || records.values().any(|pods| pods.len() != 1) {
+        out.push(format!(
+            "{} DNS names for {expected} nodes: {:?}",
+            records.len(),
+            records.keys().collect::<Vec<_>>()
+        ));
+    }
+    out
+}
+
+/// The accepted examples, rendered, with their names.
+fn examples() -> Vec<(String, String)> {
+    manifest()
+        .into_iter()
+        .filter(|(_, verdict)| verdict.starts_with("ACCEPT") || verdict.starts_with("template"))
+        .filter(|(file, _)| file != "test_job_groups__smoke_pipeline_status.yaml")
+        .map(|(file, verdict)| {
+            let raw = std::fs::read_to_string(examples_dir().join(&file)).unwrap();
+            let text = if verdict.starts_with("template") {
+                render_template(&raw)
+            } else {
+                raw
+            };
+            (file, text)
+        })
+        .collect()
+}
+
+#[test]
+fn manifests_of_every_example() {
+    let settings = snapshots("k8s");
+    let options = k8s::Options::default();
+    settings.bind(|| {
+        for (file, text) in examples() {
+            let (c, manifests) = build(&file, &text, &options);
+            let manifests = manifests.unwrap_or_else(|| panic!("{file}: {}", render_human(&c)));
+            let mut snap = render_human(&c);
+            if manifests.has_errors() {
+                assert!(manifests.objects.is_empty());
+            } else {
+                let group = c.group.as_ref().unwrap();
+                let p = problems(group, &options, &manifests.objects);
+                assert!(p.is_empty(), "{file}:\n{}", p.join("\n"));
+                snap.push_str(&emit::render(&manifests.objects, emit::Format::Yaml));
+            }
+            insta::assert_snapshot!(file.trim_end_matches(".yaml").to_owned(), snap);
+        }
+    });
+}
+
+#[test]
+fn namespace_and_queue() {
+    let options = k8s::Options {
+        namespace: Some("team-a".into()),
+        queue: Some("user-queue".into()),
+        ..k8s::Options::default()
+    };
+    let text = std::fs::read_to_string(
+        examples_dir().join("rl-post-training-jobgroup__rlhf-math-jobgroup-cpu.yaml"),
+    )
+    .unwrap();
+    let (c, m) = build("cpu.yaml", &text, &options);
+    let m = m.unwrap();
+    let group = c.group.as_ref().unwrap();
+    assert!(problems(group, &options, &m.objects).is_empty());
+    for o in &m.objects {
+        assert_eq!(o["metadata"]["namespace"], "team-a");
+    }
+    let js = &m.objects[1];
+    assert_eq!(
+        js["metadata"]["labels"]["kueue.x-k8s.io/queue-name"],
+        "user-queue"
+    );
+    // Names resolve in the JobSet's namespace.
+    let cluster = dns::Cluster::from_objects(&m.objects, "default");
+    assert!(cluster.pods.iter().all(|p| p.namespace == "team-a"));
+    assert!(
+        cluster
+            .records()
+            .keys()
+            .all(|k| k.ends_with(".rlhf-math-cpu.team-a.svc.cluster.local"))
+    );
+}
+
+/// Every accepted conformance fixture either builds valid manifests or
+/// fails with located diagnostics; none panics.
+#[test]
+fn every_accepted_fixture_builds_or_fails_located() {
+    let options = k8s::Options {
+        queue: Some("q".into()),
+        ..k8s::Options::default()
+    };
+    let mut built = 0;
+    let mut refused = 0;
+    for path in yaml_files(&root().join("tests/fixtures/check/accept")) {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let file = path.file_name().unwrap().to_string_lossy().into_owned();
+        let (c, m) = build(&file, &text, &options);
+        c.check_invariants()
+            .unwrap_or_else(|e| panic!("{file}: {e}"));
+        let Some(m) = m else { continue };
+        if m.has_errors() {
+            refused += 1;
+            assert!(m.objects.is_empty(), "{file}");
+            for d in m.diagnostics.iter().filter(|d| d.is_error()) {
+                assert!(
+                    !d.primary.span.is_empty(),
+                    "{file}: {} has no location",
+                    d.rule
+                );
+            }
+        } else {
+            built += 1;
+            let p = problems(c.group.as_ref().unwrap(), &options, &m.objects);
+            assert!(p.is_empty(), "{file}:\n{}", p.join("\n"));
+        }
+    }
+    assert!(
+        built > 100 && refused > 0,
+        "{built} built, {refused} refused"
+    );
+}
+
+fn lower_text(text: &str, options: &k8s::Options) -> (Compilation, Manifests) {
+    let (c, m) = build("g.yaml", text, options);
+    let m = m.unwrap_or_else(|| panic!("{}", render_human(&c)));
+    (c, m)
+}
+
+fn rules(m: &Manifests) -> Vec<Rule> {
+    m.diagnostics.iter().map(|d| d.rule).collect()
+}
+
+#[test]
+fn names_that_cannot_be_dns_labels_or_are_too_long_are_errors() {
+    let o = k8s::Options::default();
+    let (c, m) = lower_text(
+        "name: My_Group\nexecution: parallel\n---\nname: a\nrun: x\n",
+        &o,
+    );
+    assert_eq!(rules(&m), [Rule::K8sInvalidName]);
+    assert!(render_human(&c).contains("My_Group"));
+    let (_, m) = lower_text("name: g\nexecution: parallel\n---\nname: a_b\nrun: x\n", &o);
+    assert_eq!(rules(&m), [Rule::K8sInvalidName]);
+    // The Job `{group}-{task}-{i}-0`: 20 + 1 + 38 + 2 + 2 = 63 fits, one more does not.
+    let fits = format!(
+        "name: {}\nexecution: parallel\n---\nname: {}\nrun: x\n",
+        "g".repeat(20),
+        "t".repeat(38)
+    );
+    assert!(!lower_text(&fits, &o).1.has_errors());
+    let long = fits.replace(&"t".repeat(38), &"t".repeat(39));
+    let (c, m) = lower_text(&long, &o);
+    assert_eq!(rules(&m), [Rule::K8sInvalidName]);
+    assert!(render_human(&c).contains("shorten the group or task name by 1"));
+    // The node index counts: 10 nodes make the last one `-9`, 11 make `-10`.
+    let ten = fits.replace("run: x", "num_nodes: 10\nrun: x");
+    assert!(!lower_text(&ten, &o).1.has_errors());
+    let nodes = fits.replace("run: x", "num_nodes: 11\nrun: x");
+    assert_eq!(rules(&lower_text(&nodes, &o).1), [Rule::K8sInvalidName]);
+}
+
+#[test]
+fn recovery_maps_to_the_node_jobs() {
+    let text = "name: g\nexecution: parallel\n---\nname: a\nnum_nodes: 2\nresources:\n  job_recovery:\n    max_restarts_on_errors: 3\n    recover_on_exit_codes: [29, 0, 3]\nrun: x\n";
+    let (_, m) = lower_text(text, &k8s::Options::default());
+    assert!(!m.has_errors());
+    let rjobs = m.objects[1]["spec"]["replicatedJobs"].as_array().unwrap();
+    assert_eq!(rjobs.len(), 2);
+    for r in rjobs {
+        let job = &r["template"]["spec"];
+        assert_eq!(job["backoffLimit"], 3);
+        assert_eq!(job["podReplacementPolicy"], "Failed");
+        assert_eq!(job["template"]["spec"]["restartPolicy"], "Never");
+        assert_eq!(
+            job["podFailurePolicy"]["rules"],
+            json!([
+                {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+                {"action": "Ignore", "onExitCodes": {"containerName": "main", "operator": "In", "values": [3, 29]}},
+            ])
+        );
+    }
+}
+
+#[test]
+fn success_policy_and_delay_gate() {
+    let o = k8s::Options::default();
+    let all_primary = "name: g\nexecution: parallel\n---\nname: a\nrun: x\n---\nname: b\nrun: x\n";
+    let (_, m) = lower_text(all_primary, &o);
+    assert_eq!(
+        m.objects[1]["spec"]["successPolicy"],
+        json!({"operator": "All", "targetReplicatedJobs": ["a-0", "b-0"]})
+    );
+    let no_delay = "name: g\nexecution: parallel\nprimary_tasks: [a]\n---\nname: a\nnum_nodes: 2\nrun: x\n---\nname: b\nrun: x\n";
+    let (_, m) = lower_text(no_delay, &o);
+    assert_eq!(
+        m.objects[1]["spec"]["successPolicy"]["targetReplicatedJobs"],
+        json!(["a-0", "a-1"])
+    );
+    let delay = no_delay.replace(
+        "primary_tasks: [a]",
+        "primary_tasks: [a]\ntermination_delay: 30s",
+    );
+    let (_, m) = lower_text(&delay, &o);
+    let spec = &m.objects[1]["spec"];
+    assert_eq!(
+        spec["successPolicy"]["targetReplicatedJobs"],
+        json!(["a-0", "a-1", "skyc-gate"])
+    );
+    let gate = spec["replicatedJobs"].as_array().unwrap().last().unwrap();
+    assert_eq!(gate["name"], "skyc-gate");
+    assert_eq!(gate["template"]["spec"]["parallelism"], 0);
+    let b = &spec["replicatedJobs"][2];
+    assert_eq!(
+        b["template"]["metadata"]["annotations"]["skyc.io/termination-delay-seconds"],
+        "30"
+    );
+}
+
+#[test]
+fn kueue_podset_cap_is_a_warning() {
+    let text = "name: g\nexecution: parallel\n---\nname: a\nnum_nodes: 9\nrun: x\n";
+    let (_, m) = lower_text(text, &k8s::Options::default());
+    assert!(rules(&m).is_empty(), "no queue, no Kueue");
+    let queued = k8s::Options {
+        queue: Some("q".into()),
+        ..k8s::Options::default()
+    };
+    let (_, m) = lower_text(text, &queued);
+    assert_eq!(rules(&m), [Rule::K8sPodSetCap]);
+    assert!(!m.has_errors() && !m.objects.is_empty());
+    let eight = text.replace("num_nodes: 9", "num_nodes: 8");
+    assert!(rules(&lower_text(&eight, &queued).1).is_empty());
+}
+
+#[test]
+fn pods_carry_resources_accelerators_volumes_ports_and_secrets() {
+    let text = r#"name: g
+execution: parallel
+---
+name: a
+resources:
+  infra: k8s
+  cpus: 4+
+  memory: 16
+  accelerators: {H100: 1, A100-80GB: 1}
+  ports: [8080, 9000-9001]
+  labels: {team: ml}
+volumes:
+  /ckpt: ckpt-volume
+  /scratch: {size: 100GB}
+envs:
+  COST: "$(price) $5"
+secrets:
+  HF_TOKEN: null
+run: echo $COST
+"#;
+    let (_, m) = lower_text(text, &k8s::Options::default());
+    assert!(!m.has_errors(), "{:?}", m.diagnostics);
+    let pod = &m.objects[1]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"];
+    let c = &pod["spec"]["containers"][0];
+    assert_eq!(
+        c["resources"],
+        json!({"requests": {"nvidia.com/gpu": "1", "cpu": "4", "memory": "16Gi"},
+               "limits": {"nvidia.com/gpu": "1", "memory": "16Gi"}})
+    );
+    assert_eq!(
+        pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+            [0]["matchExpressions"][0]["values"],
+        json!(["nvidia-h100-80gb", "nvidia-a100-80gb"])
+    );
+    assert_eq!(
+        c["ports"],
+        json!([{"containerPort": 8080}, {"containerPort": 9000}, {"containerPort": 9001}])
+    );
+    assert_eq!(pod["metadata"]["labels"]["team"], "ml");
+    let env = c["env"].as_array().unwrap();
+    assert!(env.contains(&json!({"name": "COST", "value": "$$(price) $$5"})));
+    assert!(env.contains(&json!({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "g-secrets", "key": "HF_TOKEN"}}})));
+    let volumes = pod["spec"]["volumes"].as_array().unwrap();
+    assert_eq!(
+        volumes[1],
+        json!({"name": "volume-0", "persistentVolumeClaim": {"claimName": "ckpt-volume"}})
+    );
+    assert_eq!(
+        volumes[2]["ephemeral"]["volumeClaimTemplate"]["spec"]["resources"]["requests"]["storage"],
+        "100Gi"
+    );
+    // No secret value appears anywhere in the output.
+    assert!(!emit::render(&m.objects, emit::Format::Yaml).contains("value: value"));
+}
+
+#[test]
+fn settings_without_kubernetes_meaning_are_reported_at_the_task() {
+    let text = "name: g\nexecution: parallel\n---\nname: a\nworkdir: .\nfile_mounts:\n  /data: s3://bucket\nresources:\n  use_spot: true\n  disk_tier: high\n  accelerators: T4:0.5\nrun: x\n";
+    let (c, m) = lower_text(text, &k8s::Options::default());
+    assert!(!m.has_errors());
+    let human = render_human(&c);
+    for needle in [
+        "use_spot",
+        "disk_tier",
+        "workdir",
+        "/data",
+        "rounded up to 1",
+    ] {
+        assert!(human.contains(needle), "{needle}:\n{human}");
+    }
+    assert!(
+        m.diagnostics
+            .iter()
+            .all(|d| d.rule == Rule::K8sIgnoredSetting)
+    );
+    let pinned = "name: g\nexecution: parallel\n---\nname: a\nresources:\n  infra: aws\nrun: x\n";
+    assert_eq!(
+        rules(&lower_text(pinned, &k8s::Options::default()).1),
+        [Rule::K8sUnsupported]
+    );
+}
+
+#[test]
+fn the_entrypoint_is_valid_bash() {
+    let (_, m) = lower_text(
+        "name: g\nexecution: parallel\n---\nname: a\nrun: x\n",
+        &k8s::Options::default(),
+    );
+    let script = m.objects[0]["data"]["entrypoint.sh"].as_str().unwrap();
+    let dir = std::env::temp_dir().join(format!("skyc-k8s-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("entrypoint.sh");
+    std::fs::write(&path, script).unwrap();
+    let status = std::process::Command::new("bash")
+        .arg("-n")
+        .arg(&path)
+        .status();
+    let _ = std::fs::remove_dir_all(&dir);
+    if let Ok(status) = status {
+        assert!(status.success(), "bash -n rejects the entrypoint");
+    }
+}
+
+#[test]
+fn cli_builds_yaml_json_and_files() {
+    let group = examples_dir().join("job-group-sdk__job_group.yaml");
+    let group = group.to_str().unwrap();
+    let o = skyc()
+        .args(["build", group, "--target", "k8s", "--namespace", "ns"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    let yaml = String::from_utf8(o.stdout).unwrap();
+    assert!(yaml.starts_with("---\napiVersion: v1\nkind: ConfigMap\n"));
+    assert_eq!(yaml.matches("\n---\n").count(), 1);
+
+    let o = skyc()
+        .args(["build", group, "--target", "k8s", "-o", "json"])
+        .output()
+        .unwrap();
+    let list: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(list["kind"], "List");
+    assert_eq!(list["items"].as_array().unwrap().len(), 2);
+
+    let dir = std::env::temp_dir().join(format!("skyc-k8s-out-{}", std::process::id()));
+    let o = skyc()
+        .args(["build", group, "--target", "k8s", "--out"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(
+        files,
+        [
+            "00-configmap-server-client-skyc.yaml",
+            "01-jobset-server-client.yaml"
+        ]
+    );
+}
+
+#[test]
+fn cli_exit_codes() {
+    let run = |args: &[&str], stdin: &str| {
+        use std::io::Write;
+        let mut child = skyc()
+            .args(args)
+            .env("NO_COLOR", "1")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // A usage error exits before reading: the pipe may be closed.
+        let _ = child.stdin.take().unwrap().write_all(stdin.as_bytes());
+        child.wait_with_output().unwrap()
+    };
+    let bad = "name: g\nexecution: parallel\n---\nname: a_b\nrun: x\n";
+    let o = run(&["build", "-", "--target", "k8s"], bad);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("error[k8s-invalid-name]") && err.contains("<stdin>:4:7"),
+        "{err}"
+    );
+    assert!(o.stdout.is_empty());
+    let warn = "name: g\nexecution: parallel\n---\nname: a\nresources:\n  use_spot: true\nrun: x\n";
+    let o = run(&["build", "-", "--target", "k8s"], warn);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("warning[k8s-ignored-setting]"));
+    let o = run(
+        &["build", "-", "--target", "k8s", "--namespace", "Bad_NS"],
+        warn,
+    );
+    assert_eq!(o.status.code(), Some(2));
+}
+
+mod shapes {
+    //! Random IR shapes, beyond what the fixtures hold: lowering never
+    //! panics, and either builds valid manifests or reports located errors.
+
+    use super::problems;
+    use proptest::prelude::*;
+    use serde_json::json;
+    use skyc_compiler::Span;
+    use skyc_compiler::ir::*;
+    use skyc_targets::k8s;
+
+    fn name() -> impl Strategy<Value = String> {
+        prop_oneof![
+            30 => "[a-z][a-z0-9-]{0,8}[a-z0-9]",
+            1 => Just("x".repeat(40)),
+            1 => Just("Bad_Name".to_owned()),
+            1 => Just("0lead".to_owned()),
+        ]
+    }
+
+    fn candidate() -> impl Strategy<Value = Candidate> {
+        (
+            prop_oneof![6 => Just(None), 6 => Just(Some("kubernetes")), 1 => Just(Some("aws"))],
+            proptest::option::of((
+                prop_oneof![
+                    8 => Just("H100"),
+                    8 => Just("T4"),
+                    4 => Just("MI300X"),
+                    1 => Just("tpu-v5"),
+                    1 => Just("80GB+")
+                ],
+                prop_oneof![Just(0.5), Just(1.0), Just(8.0)],
+            )),
+            proptest::option::of((0.25f64..64.0, any::<bool>())),
+            proptest::option::of((0.5f64..512.0, any::<bool>())),
+            any::<bool>(),
+            proptest::collection::vec((1u16..20000, 0u16..100), 0..3),
+            proptest::option::of(prop_oneof![
+                Just(Image::Docker("nvcr.io/nvidia/pytorch:24.01".into())),
+                Just(Image::Cloud("ami-123".into())),
+            ]),
+            proptest::collection::vec(
+                prop_oneof![
+                    10 => Just(("team", "ml")),
+                    1 => Just(("skyc.io/x", "y")),
+                    1 => Just(("a b", "c"))
+                ],
+                0..2,
+            ),
+        )
+            .prop_map(
+                |(cloud, acc, cpus, mem, spot, ports, image, labels)| Candidate {
+                    infra: cloud.map(|c| Infra {
+                        cloud: Some(c.to_owned()),
+                        region: None,
+                        zone: None,
+                    }),
+                    accelerator: acc.map(|(n, c)| Accelerator {
+                        name: n.to_owned(),
+                        count: c,
+                    }),
+                    cpus: cpus.map(|(value, at_least)| Quantity { value, at_least }),
+                    memory_gb: mem.map(|(value, at_least)| Quantity { value, at_least }),
+                    use_spot: spot,
+                    ports: ports
+                        .into_iter()
+                        .map(|(s, w)| PortRange {
+                            start: s,
+                            end: s.saturating_add(w),
+                        })
+                        .collect(),
+                    image,
+                    labels: labels
+                        .into_iter()
+                        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                        .collect(),
+                    ..Candidate::default()
+                },
+            )
+    }
+
+    fn task() -> impl Strategy<Value = Task> {
+        (
+            name(),
+            any::<bool>(),
+            1u32..4,
+            proptest::option::of(0u64..100),
+            proptest::collection::vec(candidate(), 1..3),
+            (0u32..4, proptest::collection::vec(any::<u8>(), 0..4)),
+            proptest::option::of("[a-z $\n]{0,20}"),
+            proptest::option::of("[a-z $(){}\n]{0,20}"),
+            any::<bool>(),
+            proptest::collection::vec(
+                prop_oneof![
+                    8 => Just(json!("ckpt")),
+                    8 => Just(json!({"size": "10Gi", "storage_class": "fast"})),
+                    1 => Just(json!({"type": "k8s-pvc"})),
+                    1 => Just(json!("Not_A_Claim")),
+                    1 => Just(json!(3)),
+                ],
+                0..2,
+            ),
+        )
+            .prop_map(
+                |(
+                    name,
+                    primary,
+                    nodes,
+                    delay,
+                    candidates,
+                    (restarts, codes),
+                    setup,
+                    run,
+                    mounts,
+                    vols,
+                )| Task {
+                    name,
+                    name_span: Span::new(0, 1),
+                    role: if primary {
+                        Role::Primary
+                    } else {
+                        Role::Auxiliary
+                    },
+                    num_nodes: nodes,
+                    termination_delay_secs: if primary { None } else { delay },
+                    resources: Resources {
+                        ordered: primary,
+                        candidates,
+                    },
+                    recovery: Recovery {
+                        max_restarts_on_errors: restarts,
+                        recover_on_exit_codes: codes,
+                        ..Recovery::default()
+                    },
+                    envs: vec![EnvVar {
+                        name: "SKYPILOT_NODE_RANK".into(),
+                        value: "$x".into(),
+                    }],
+                    secrets: vec!["TOKEN".into()],
+                    setup,
+                    run,
+                    workdir: mounts.then(|| Workdir::Local { path: ".".into() }),
+                    file_mounts: if mounts {
+                        vec![FileMount {
+                            destination: "/d".into(),
+                            source: None,
+                            storage: Some(json!({"name": "b"})),
+                        }]
+                    } else {
+                        Vec::new()
+                    },
+                    volumes: vols
+                        .into_iter()
+                        .enumerate()
+                        .map(|(i, volume)| VolumeMount {
+                            path: format!("/v{i}"),
+                            volume,
+                        })
+                        .collect(),
+                    config: mounts.then(|| json!({"kubernetes": {}})),
+                },
+            )
+    }
+
+    fn group() -> impl Strategy<Value = Group> {
+        (
+            name(),
+            proptest::collection::vec(task(), 1..4),
+            any::<bool>(),
+        )
+            .prop_map(|(name, mut tasks, net)| {
+                // Task names are unique and at least one task is primary, as
+                // the front end guarantees.
+                for (i, t) in tasks.iter_mut().enumerate() {
+                    t.name = format!("{}{i}", t.name);
+                }
+                tasks[0].role = Role::Primary;
+                tasks[0].termination_delay_secs = None;
+                Group {
+                    name,
+                    name_span: Some(Span::new(0, 1)),
+                    inter_connection: if net {
+                        InterConnection::Auto
+                    } else {
+                        InterConnection::Disabled
+                    },
+                    tasks,
+                }
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn any_group_builds_valid_manifests_or_fails_located(g in group(), queue in any::<bool>()) {
+            let options = k8s::Options {
+                queue: queue.then(|| "q".to_owned()),
+                namespace: Some("ns".into()),
+                ..k8s::Options::default()
+            };
+            let m = k8s::lower(&g, &options);
+            if m.has_errors() {
+                prop_assert!(m.objects.is_empty());
+                prop_assert!(m.diagnostics.iter().all(|d| !d.primary.span.is_empty()));
+            } else {
+                let p = problems(&g, &options, &m.objects);
+                prop_assert!(p.is_empty(), "{}", p.join("\n"));
+            }
+        }
+    }
+}
