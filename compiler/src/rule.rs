@@ -85,6 +85,10 @@ rules! {
     UnknownHostTask = "unknown-host-task", Error, "A group hostname names a task that does not exist.";
     HostIndexOutOfRange = "host-index-out-of-range", Error, "A group hostname names a node the task does not have.";
     HostnamesDisabled = "hostnames-disabled", Warning, "Scripts use group hostnames that `inter_connection: false` turns off.";
+    // Lowering to Slurm.
+    SlurmSbatchOption = "slurm-sbatch-option", Error, "An sbatch option or value that cannot be written on an #SBATCH line.";
+    SlurmUnrepresentable = "slurm-unrepresentable", Error, "A value the Slurm batch script cannot carry.";
+    SlurmIgnored = "slurm-ignored", Warning, "A task setting the Slurm target does not apply.";
 }
 
 impl std::fmt::Display for Rule {
