@@ -45,11 +45,11 @@ pub(crate) struct Args {
 }
 
 fn sbatch_value(s: &str) -> Result<String, String> {
-    skyc_targets::slurm::check_value(s)
-        .map(|()| s.to_owned())
-        .map_err(|()| {
-            "only letters, digits and `_.:/=,@%+-[]*` are safe on an #SBATCH line".to_owned()
-        })
+    if skyc_targets::slurm::is_safe_value(s) {
+        Ok(s.to_owned())
+    } else {
+        Err("only letters, digits and `_.:/=,@%+-[]*` are safe on an #SBATCH line".to_owned())
+    }
 }
 
 fn sbatch_option(s: &str) -> Result<SbatchOption, String> {

@@ -20,5 +20,5 @@ mod script;
 
 pub use lifecycle::{STEP, SUPERVISOR_MARKER};
 pub use quote::quote;
-pub use sbatch::{SbatchError, SbatchOption, check_value};
+pub use sbatch::{SbatchError, SbatchOption, is_safe_value};
 pub use script::{Build, Options, build};

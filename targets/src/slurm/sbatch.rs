@@ -102,11 +102,13 @@ impl SbatchOption {
         if RESERVED.contains(&name) || name.starts_with("het") || name.starts_with("pack") {
             return Err(SbatchError::Reserved(name.to_owned()));
         }
-        if let Some(value) = value {
-            check_value(value).map_err(|()| SbatchError::BadValue {
+        if let Some(value) = value
+            && !is_safe_value(value)
+        {
+            return Err(SbatchError::BadValue {
                 name: name.to_owned(),
                 value: value.to_owned(),
-            })?;
+            });
         }
         Ok(Self {
             name: name.to_owned(),
@@ -117,10 +119,12 @@ impl SbatchOption {
     /// An option skyc itself writes (`partition`, `account`, `time`): the
     /// value is checked, the name is trusted.
     pub(crate) fn own(name: &'static str, value: &str) -> Result<Self, SbatchError> {
-        check_value(value).map_err(|()| SbatchError::BadValue {
-            name: name.to_owned(),
-            value: value.to_owned(),
-        })?;
+        if !is_safe_value(value) {
+            return Err(SbatchError::BadValue {
+                name: name.to_owned(),
+                value: value.to_owned(),
+            });
+        }
         Ok(Self {
             name: name.to_owned(),
             value: Some(value.to_owned()),
@@ -152,18 +156,14 @@ impl SbatchOption {
 /// A value safe on an `#SBATCH` line: non-empty, at most 1024 bytes, from
 /// a set with no white space, quote, backslash or `#`, and without the
 /// words that split a hetjob.
-pub fn check_value(value: &str) -> Result<(), ()> {
+pub fn is_safe_value(value: &str) -> bool {
     let chars_ok = !value.is_empty()
         && value.len() <= 1024
         && value
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"_.:/=,@%+-[]*".contains(&b));
     let lower = value.to_ascii_lowercase();
-    if chars_ok && !lower.contains("hetjob") && !lower.contains("packjob") {
-        Ok(())
-    } else {
-        Err(())
-    }
+    chars_ok && !lower.contains("hetjob") && !lower.contains("packjob")
 }
 
 #[cfg(test)]

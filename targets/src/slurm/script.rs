@@ -295,7 +295,7 @@ fn data(group: &Group, options: &Options, out: &mut Vec<Diagnostic>) -> String {
     // The literals are user scripts, to be written out, not expanded.
     s.push_str(
         "# Each task's setup and run, as written, after its envs.\n\
-         # shellcheck disable=SC2016 # literal scripts, written out unexpanded\n\
+         # shellcheck disable=SC2016,SC1003 # literal scripts, written out unexpanded\n\
          skyc_write_task_files() {\n",
     );
     for (g, task) in tasks.iter().enumerate() {
