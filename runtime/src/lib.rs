@@ -7,3 +7,4 @@
 //! actions into processes, API calls or commands, and report back.
 
 pub mod policy;
+pub mod slurm;
