@@ -4,13 +4,13 @@
 use crate::support::{render_human, root, snapshots, yaml_files};
 use skyc_compiler::{Options, compile};
 
-fn examples_dir() -> std::path::PathBuf {
+pub(crate) fn examples_dir() -> std::path::PathBuf {
     root().join("tests/fixtures/skypilot-examples")
 }
 
 /// SkyPilot's verdict per file, from MANIFEST.md (`ACCEPT...`, `REJECT...`,
 /// or `template`).
-fn manifest() -> Vec<(String, String)> {
+pub(crate) fn manifest() -> Vec<(String, String)> {
     let text = std::fs::read_to_string(examples_dir().join("MANIFEST.md")).unwrap();
     text.lines()
         .filter_map(|l| {
@@ -23,7 +23,7 @@ fn manifest() -> Vec<(String, String)> {
 
 /// The smoke-test templates' Jinja placeholders, filled as SkyPilot's smoke
 /// suite would.
-fn render_template(text: &str) -> String {
+pub(crate) fn render_template(text: &str) -> String {
     [
         ("{{name}}", "jg-smoke"),
         ("{{cloud}}", "kubernetes"),
@@ -86,4 +86,22 @@ fn ir_of_every_accepted_example() {
             }
         }
     });
+}
+
+/// Every example SkyPilot accepts, compiled: (file stem, IR).
+pub(crate) fn accepted_examples() -> Vec<(String, skyc_compiler::ir::Group)> {
+    manifest()
+        .into_iter()
+        .filter_map(|(file, verdict)| {
+            let raw = std::fs::read_to_string(examples_dir().join(&file)).unwrap();
+            let text = if verdict.starts_with("template") {
+                render_template(&raw)
+            } else {
+                raw
+            };
+            let c = compile(&file, text.as_bytes(), &Options::default());
+            c.group
+                .map(|g| (file.trim_end_matches(".yaml").to_owned(), g))
+        })
+        .collect()
 }

@@ -6,3 +6,5 @@ mod cli;
 mod conformance;
 mod examples;
 mod hostile;
+mod slurm;
+mod slurm_e2e;
