@@ -227,6 +227,7 @@ fn hostile_values_survive_quoting_byte_for_byte() {
     for g in 0..group.tasks.len() {
         let out = Command::new("bash")
             .arg(files.join(format!("{g}.run")))
+            .current_dir(&dir)
             .env("SKYC_CANARY", &canary)
             .env("SKYC_HOSTILE_OUT", &dir)
             .output()

@@ -349,7 +349,7 @@ num_nodes: 2
 resources: {{job_recovery: {{max_restarts_on_errors: 2}}}}
 run: |
   {count}
-  if [ "$SKYPILOT_NODE_RANK" = 1 ] && [ "$n" -le 2 ]; then exit 4; fi
+  if [ "$SKYPILOT_NODE_RANK" = 1 ] && [ "$n" -le 2 ]; then sleep 0.3; exit 4; fi
   sleep 0.5
 ---
 name: listed
