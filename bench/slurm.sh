@@ -11,6 +11,7 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 runs=${1:-5}
 work=$(mktemp -d /tmp/skyc-bench-slurm.XXXXXX)
+chmod 755 "$work" # munged (user munge) reaches the cluster dir inside
 cleanup() {
     if [ -n "${started:-}" ]; then "$root/scripts/slurm-cluster" stop "$work/cluster" >/dev/null; fi
     rm -rf "$work"
