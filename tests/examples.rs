@@ -87,3 +87,21 @@ fn ir_of_every_accepted_example() {
         }
     });
 }
+
+/// Every example SkyPilot accepts, compiled: (file stem, IR).
+pub(crate) fn accepted_examples() -> Vec<(String, skyc_compiler::ir::Group)> {
+    manifest()
+        .into_iter()
+        .filter_map(|(file, verdict)| {
+            let raw = std::fs::read_to_string(examples_dir().join(&file)).unwrap();
+            let text = if verdict.starts_with("template") {
+                render_template(&raw)
+            } else {
+                raw
+            };
+            let c = compile(&file, text.as_bytes(), &Options::default());
+            c.group
+                .map(|g| (file.trim_end_matches(".yaml").to_owned(), g))
+        })
+        .collect()
+}

@@ -6,5 +6,7 @@ mod cli;
 mod conformance;
 mod examples;
 mod hostile;
-mod local;
 mod k8s;
+mod local;
+mod slurm;
+mod slurm_e2e;

@@ -96,6 +96,10 @@ rules! {
     K8sUnsupported = "k8s-unsupported", Error, "A setting the Kubernetes target cannot honour.";
     K8sPodSetCap = "k8s-podset-cap", Warning, "More replicated Jobs than Kueue admits in one workload.";
     K8sTooLarge = "k8s-too-large", Error, "An object larger than the Kubernetes API server stores.";
+    // Lowering to Slurm.
+    SlurmSbatchOption = "slurm-sbatch-option", Error, "An sbatch option or value that cannot be written on an #SBATCH line.";
+    SlurmUnrepresentable = "slurm-unrepresentable", Error, "A value the Slurm batch script cannot carry.";
+    SlurmIgnored = "slurm-ignored", Warning, "A task setting the Slurm target does not apply.";
 }
 
 impl std::fmt::Display for Rule {

@@ -11,4 +11,5 @@
 
 pub mod local;
 pub mod policy;
+pub mod slurm;
 pub mod store;

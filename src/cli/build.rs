@@ -6,6 +6,7 @@ use clap::ValueEnum;
 use skyc_compiler::render::{Format, render};
 use skyc_compiler::{Compilation, Diagnostic, Options, compile};
 use skyc_targets::k8s;
+use skyc_targets::slurm::{self, SbatchOption};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -27,8 +28,9 @@ pub(crate) struct Args {
     /// Output format of the manifests (k8s).
     #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Yaml)]
     output: Output,
-    /// Write one file per object into DIR instead of standard output (k8s).
-    #[arg(long, value_name = "DIR")]
+    /// Write the output there instead of standard output: a directory with
+    /// one file per object (k8s), the batch script's file (slurm).
+    #[arg(long, value_name = "PATH")]
     out: Option<PathBuf>,
     /// Namespace of every object (k8s); default: kubectl's current one.
     #[arg(long, value_name = "NAME")]
@@ -49,6 +51,35 @@ pub(crate) struct Args {
     /// The Secret that `secrets` are read from (k8s); default `{group}-secrets`.
     #[arg(long, value_name = "NAME")]
     secret_name: Option<String>,
+    /// Slurm: the partition of every component.
+    #[arg(long, value_name = "NAME", value_parser = sbatch_value, help_heading = "Slurm")]
+    partition: Option<String>,
+    /// Slurm: the account of every component.
+    #[arg(long, value_name = "NAME", value_parser = sbatch_value, help_heading = "Slurm")]
+    account: Option<String>,
+    /// Slurm: the job's time limit, in sbatch's `--time` forms.
+    #[arg(long, value_name = "TIME", value_parser = sbatch_value, help_heading = "Slurm")]
+    time: Option<String>,
+    /// Slurm: an extra option for every component, as `KEY[=VALUE]`.
+    #[arg(long = "sbatch-option", value_name = "KEY[=VALUE]", value_parser = sbatch_option,
+          help_heading = "Slurm")]
+    sbatch_options: Vec<SbatchOption>,
+    /// Slurm: seconds between SIGTERM and SIGKILL when an auxiliary is
+    /// terminated.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30)]
+    grace: u64,
+}
+
+fn sbatch_value(s: &str) -> Result<String, String> {
+    if skyc_targets::slurm::is_safe_value(s) {
+        Ok(s.to_owned())
+    } else {
+        Err("only letters, digits and `_.:/=,@%+-[]*` are safe on an #SBATCH line".to_owned())
+    }
+}
+
+fn sbatch_option(s: &str) -> Result<SbatchOption, String> {
+    SbatchOption::parse(s).map_err(|e| e.to_string())
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -57,6 +88,8 @@ enum Target {
     Ir,
     /// A JobSet and the ConfigMap its pods run from, for Kubernetes.
     K8s,
+    /// A Slurm batch script: one heterogeneous job, one component per task.
+    Slurm,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -91,10 +124,28 @@ pub(crate) fn run(args: &Args) -> u8 {
     };
     let mut compilation = compile(&name, &bytes, &options);
     let mut objects = Vec::new();
-    if let (Some(group), Target::K8s) = (&compilation.group, args.target) {
-        let manifests = k8s::lower(group, &k8s_options);
-        add_diagnostics(&mut compilation, manifests.diagnostics);
-        objects = manifests.objects;
+    let mut script = None;
+    match (&compilation.group, args.target) {
+        (Some(group), Target::K8s) => {
+            let manifests = k8s::lower(group, &k8s_options);
+            add_diagnostics(&mut compilation, manifests.diagnostics);
+            objects = manifests.objects;
+        }
+        (Some(group), Target::Slurm) => {
+            let built = slurm::build(
+                group,
+                &slurm::Options {
+                    partition: args.partition.clone(),
+                    account: args.account.clone(),
+                    time: args.time.clone(),
+                    sbatch_options: args.sbatch_options.clone(),
+                    grace_secs: args.grace,
+                },
+            );
+            add_diagnostics(&mut compilation, built.diagnostics);
+            script = built.script;
+        }
+        _ => {}
     }
     let diagnostics = render(
         Format::Human {
@@ -123,6 +174,21 @@ pub(crate) fn run(args: &Args) -> u8 {
             match &args.out {
                 Some(dir) => write_files(dir, &k8s::emit::files(&objects, format)),
                 None => write_stdout(&k8s::emit::render(&objects, format)),
+            }
+        }
+        Target::Slurm => {
+            let Some(script) = script else {
+                return INVALID;
+            };
+            match &args.out {
+                Some(path) => match std::fs::write(path, &script) {
+                    Ok(()) => OK,
+                    Err(e) => {
+                        eprintln!("error: cannot write {}: {e}", path.display());
+                        USAGE
+                    }
+                },
+                None => write_stdout(&script),
             }
         }
     }

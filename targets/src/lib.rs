@@ -3,3 +3,4 @@
 //! I/O, no clock, so the same group always builds the same bytes.
 
 pub mod k8s;
+pub mod slurm;

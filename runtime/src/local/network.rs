@@ -140,9 +140,9 @@ pub fn resolve(request: NetworkRequest) -> Result<Mode, String> {
     let netns_ok = || is_root() && on_path("ip");
     match request {
         NetworkRequest::Netns if netns_ok() => Ok(Mode::Netns),
-        NetworkRequest::Netns => Err(
-            "network namespaces need root and iproute2's `ip`; use `--network loopback`".into(),
-        ),
+        NetworkRequest::Netns => {
+            Err("network namespaces need root and iproute2's `ip`; use `--network loopback`".into())
+        }
         NetworkRequest::Auto if netns_ok() => Ok(Mode::Netns),
         NetworkRequest::Auto | NetworkRequest::Loopback => Ok(loopback_mode()),
     }

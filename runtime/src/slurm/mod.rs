@@ -1,0 +1,25 @@
+//! A small Slurm client for the Slurm target's batch scripts.
+//!
+//! The batch script (`skyc build --target slurm`) runs the group's
+//! lifecycle inside the allocation and appends every decision to
+//! `$SKYC_OUT/status` (see DESIGN.md, "Slurm"). This module is what a
+//! supervisor outside the allocation needs:
+//!
+//! - [`Slurm`]: typed wrappers over `sbatch --parsable`, `squeue`,
+//!   `scontrol show job -o`, `sacct` and `scancel`, using the cluster of
+//!   the usual environment (`SLURM_CONF`) or an explicit one;
+//! - [`JobState`]: Slurm's job states, and what each means for the group;
+//! - [`StatusLine`]: the status file, parsed;
+//! - [`Tracker`]: status lines and job states fed to the shared policy
+//!   [`Engine`](crate::policy::Engine), so per-task and group statuses come
+//!   from the same state machine as every other backend.
+
+mod client;
+mod state;
+mod status;
+mod tracker;
+
+pub use client::{Component, Slurm, SlurmError, Step};
+pub use state::JobState;
+pub use status::{StatusLine, What, read_status};
+pub use tracker::Tracker;

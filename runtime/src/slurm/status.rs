@@ -1,0 +1,121 @@
+//! `$SKYC_OUT/status`: one line per decision of the batch script.
+//!
+//! `EPOCH r<RESTART> WHAT ...`, appended by the batch script only (the
+//! step wrappers write their own files under `.skyc/r<RESTART>/`):
+//!
+//! - `job START <leader> components=<ids>`: the script (re)started;
+//! - `job SIGTERM`: Slurm is cancelling, preempting or requeueing the job;
+//! - `task <name> <attempt> RUNNING|CANCELLING|SIGKILL|SUCCEEDED|FAILED|FAILED_SETUP|CANCELLED`;
+//! - `task <name> <attempt> RECOVERING <why...>`: restarted as attempt + 1;
+//! - `node <name> <attempt> <rank> setup|run|lost <code>`;
+//! - `error <message...>`, `group <STATUS>`: the end.
+
+use std::path::Path;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct StatusLine {
+    /// Seconds since the epoch, from bash's `$EPOCHREALTIME`.
+    pub time: f64,
+    /// `SLURM_RESTART_COUNT` of the run that wrote it.
+    pub restart: u32,
+    pub what: What,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum What {
+    JobStart {
+        leader: String,
+    },
+    JobSigterm,
+    Task {
+        name: String,
+        attempt: u32,
+        status: String,
+        note: String,
+    },
+    Node {
+        name: String,
+        attempt: u32,
+        rank: u32,
+        phase: String,
+        code: i32,
+    },
+    Error(String),
+    Group(String),
+}
+
+impl StatusLine {
+    /// One line; `None` for a line this version does not know (or a torn
+    /// last line while the script is writing).
+    pub fn parse(line: &str) -> Option<Self> {
+        let mut f = line.split(' ');
+        let time = f.next()?.parse().ok()?;
+        let restart = f.next()?.strip_prefix('r')?.parse().ok()?;
+        let what = match f.next()? {
+            "job" => match f.next()? {
+                "START" => What::JobStart {
+                    leader: f.next()?.to_owned(),
+                },
+                "SIGTERM" => What::JobSigterm,
+                _ => return None,
+            },
+            "task" => What::Task {
+                name: f.next()?.to_owned(),
+                attempt: f.next()?.parse().ok()?,
+                status: f.next()?.to_owned(),
+                note: f.collect::<Vec<_>>().join(" "),
+            },
+            "node" => What::Node {
+                name: f.next()?.to_owned(),
+                attempt: f.next()?.parse().ok()?,
+                rank: f.next()?.parse().ok()?,
+                phase: f.next()?.to_owned(),
+                code: f.next()?.parse().ok()?,
+            },
+            "error" => What::Error(f.collect::<Vec<_>>().join(" ")),
+            "group" => What::Group(f.next()?.to_owned()),
+            _ => return None,
+        };
+        Some(Self {
+            time,
+            restart,
+            what,
+        })
+    }
+}
+
+/// Every complete line of the status file under `out_dir`; empty when the
+/// job has not started yet.
+pub fn read_status(out_dir: &Path) -> Vec<StatusLine> {
+    let text = std::fs::read_to_string(out_dir.join("status")).unwrap_or_default();
+    text.lines()
+        .take(text.matches('\n').count())
+        .filter_map(StatusLine::parse)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_kind() {
+        let l = StatusLine::parse("1795259983.611058 r0 node trainer 0 1 run 3").unwrap();
+        assert_eq!(l.restart, 0);
+        assert_eq!(
+            l.what,
+            What::Node {
+                name: "trainer".into(),
+                attempt: 0,
+                rank: 1,
+                phase: "run".into(),
+                code: 3
+            }
+        );
+        let l = StatusLine::parse("1.5 r2 task ps 1 RECOVERING restart 1 of 2").unwrap();
+        assert!(matches!(l.what, What::Task { ref note, .. } if note == "restart 1 of 2"));
+        assert!(StatusLine::parse("1.5 r0 job START 7 components=7,8").is_some());
+        assert!(StatusLine::parse("1.5 r0 group SUCCEEDED").is_some());
+        assert!(StatusLine::parse("1.5 r0 node trainer").is_none());
+    }
+}

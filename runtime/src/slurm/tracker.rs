@@ -1,0 +1,198 @@
+//! Feeds the batch script's status lines and Slurm's job states to the
+//! shared policy engine.
+//!
+//! The script already acts (starts, terminates, restarts) inside the
+//! allocation; the engine here only follows, so per-task and group statuses
+//! mean the same on Slurm as on every backend. Its `Start`, `Terminate`,
+//! `Kill` and `SetTimer` actions are therefore not carried out; the
+//! script's own CANCELLING and SIGKILL lines stand for the timers firing.
+//!
+//! A node failure or preemption requeues the whole hetjob: the script starts
+//! again from the first attempt of every task (`r<N+1>` lines). The tracker
+//! then reports RECOVERING and follows a fresh engine: recovery on Slurm is
+//! per group, coarser than SkyPilot's per task.
+
+use super::JobState;
+use super::status::{StatusLine, What};
+use crate::policy::{Action, Engine, Event, GroupSpec, Phase, Status, TaskId, Timer};
+
+#[derive(Clone, Debug)]
+pub struct Tracker {
+    spec: GroupSpec,
+    engine: Engine,
+    restart: u32,
+    /// Set between a requeue and the script's next start.
+    recovering: bool,
+    /// The script's own final word, when it got to write it.
+    final_status: Option<Status>,
+    /// Lines applied so far (a poller passes the whole file each time).
+    seen: usize,
+}
+
+impl Tracker {
+    pub fn new(spec: GroupSpec) -> Self {
+        let mut engine = Engine::new(spec.clone());
+        engine.start();
+        Self {
+            spec,
+            engine,
+            restart: 0,
+            recovering: false,
+            final_status: None,
+            seen: 0,
+        }
+    }
+
+    /// How many times Slurm restarted the whole job.
+    pub fn restarts(&self) -> u32 {
+        self.restart
+    }
+
+    pub fn task_status(&self, task: TaskId) -> Status {
+        if self.recovering {
+            Status::Recovering
+        } else {
+            self.engine.task_status(task)
+        }
+    }
+
+    pub fn group_status(&self) -> Status {
+        if self.recovering {
+            Status::Recovering
+        } else {
+            self.final_status
+                .unwrap_or_else(|| self.engine.group_status())
+        }
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Applies the lines not seen yet (pass the whole file every poll).
+    pub fn update(&mut self, lines: &[StatusLine]) -> Vec<Action> {
+        let new = lines.get(self.seen..).unwrap_or_default().to_vec();
+        self.seen = lines.len().max(self.seen);
+        new.iter().flat_map(|l| self.apply(l)).collect()
+    }
+
+    fn task(&self, name: &str) -> Option<TaskId> {
+        self.spec.tasks.iter().position(|t| t.name == name)
+    }
+
+    /// One status line.
+    pub fn apply(&mut self, line: &StatusLine) -> Vec<Action> {
+        if line.restart > self.restart
+            || (self.recovering && matches!(line.what, What::JobStart { .. }))
+        {
+            // The job was requeued: everything starts over.
+            self.restart = line.restart;
+            self.recovering = false;
+            self.final_status = None;
+            self.engine = Engine::new(self.spec.clone());
+            self.engine.start();
+        }
+        if line.restart < self.restart {
+            return Vec::new();
+        }
+        let event = match &line.what {
+            What::Task {
+                name,
+                attempt,
+                status,
+                ..
+            } => {
+                let Some(task) = self.task(name) else {
+                    return Vec::new();
+                };
+                match status.as_str() {
+                    "RUNNING" => Event::TaskStarted {
+                        task,
+                        attempt: *attempt,
+                    },
+                    "CANCELLING" if !self.spec.tasks[task].primary => {
+                        Event::TimerFired(Timer::AuxiliaryDelay(task))
+                    }
+                    "SIGKILL" => Event::TimerFired(Timer::Kill {
+                        task,
+                        attempt: *attempt,
+                    }),
+                    _ => return Vec::new(),
+                }
+            }
+            What::Node {
+                name,
+                attempt,
+                rank,
+                phase,
+                code,
+            } => {
+                let Some(task) = self.task(name) else {
+                    return Vec::new();
+                };
+                match phase.as_str() {
+                    "setup" | "run" => Event::NodeExited {
+                        task,
+                        attempt: *attempt,
+                        node: *rank,
+                        phase: if phase == "setup" {
+                            Phase::Setup
+                        } else {
+                            Phase::Run
+                        },
+                        code: *code,
+                    },
+                    _ => Event::NodeLost {
+                        task,
+                        attempt: *attempt,
+                        node: *rank,
+                    },
+                }
+            }
+            What::Group(status) => {
+                self.final_status = parse_status(status);
+                return Vec::new();
+            }
+            What::JobStart { .. } | What::JobSigterm | What::Error(_) => return Vec::new(),
+        };
+        self.engine.handle(event)
+    }
+
+    /// What squeue says of the job's components.
+    pub fn observe(&mut self, states: &[JobState]) -> Vec<Action> {
+        if states
+            .iter()
+            .any(|s| s.is_lost() || *s == JobState::Pending)
+            && self.seen > 0
+            && self.final_status.is_none()
+        {
+            // Started before, now pending or failed on a node: requeued.
+            self.recovering = true;
+        }
+        if states.contains(&JobState::Cancelled) && self.final_status.is_none() {
+            self.recovering = false;
+            let actions = self.engine.handle(Event::CancelRequested);
+            self.final_status = Some(Status::Cancelled);
+            return actions;
+        }
+        if !states.is_empty()
+            && states.iter().all(JobState::is_terminal)
+            && self.final_status.is_none()
+        {
+            // The script never wrote its end: killed with the job.
+            self.recovering = false;
+            self.final_status = Some(Status::Failed);
+        }
+        Vec::new()
+    }
+}
+
+fn parse_status(s: &str) -> Option<Status> {
+    Some(match s {
+        "SUCCEEDED" => Status::Succeeded,
+        "FAILED" => Status::Failed,
+        "FAILED_SETUP" => Status::FailedSetup,
+        "CANCELLED" => Status::Cancelled,
+        _ => return None,
+    })
+}
