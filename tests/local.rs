@@ -624,7 +624,7 @@ run: |
 fn ctrl_c_cancels_a_foreground_run() {
     let s = Scratch::new("ctrl-c");
     s.write("g.yaml", "name: interrupted\nrun: sleep 60\n");
-    let mut child = s
+    let child = s
         .skyc(&["run", "g.yaml"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
