@@ -73,17 +73,8 @@ fn skyc_agrees_with_skypilot_on_every_example() {
 fn ir_of_every_accepted_example() {
     let settings = snapshots("ir");
     settings.bind(|| {
-        for (file, verdict) in manifest() {
-            let raw = std::fs::read_to_string(examples_dir().join(&file)).unwrap();
-            let text = if verdict.starts_with("template") {
-                render_template(&raw)
-            } else {
-                raw
-            };
-            let c = compile(&file, text.as_bytes(), &Options::default());
-            if let Some(group) = c.group {
-                insta::assert_json_snapshot!(file.trim_end_matches(".yaml").to_owned(), group);
-            }
+        for (stem, group) in accepted_examples() {
+            insta::assert_json_snapshot!(stem, group);
         }
     });
 }

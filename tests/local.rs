@@ -54,12 +54,9 @@ impl Scratch {
     }
 
     fn status(&self, id: i64) -> Value {
-        let out = self
-            .skyc(&["status", &id.to_string(), "--json"])
-            .output()
-            .expect("skyc status");
-        assert!(out.status.success(), "{}", text(&out.stderr));
-        serde_json::from_slice(&out.stdout).expect("status JSON")
+        let status = self.try_status(id);
+        assert!(!status.is_null(), "no status of group {id}");
+        status
     }
 
     /// The status, or `Null` while the group is not yet submitted.

@@ -20,6 +20,7 @@ mod units;
 pub mod yaml;
 
 pub use analyzer::Options;
+pub use analyzer::names::is_dns_label;
 pub use compilation::{Compilation, MAX_FILE_BYTES, compile};
 pub use diagnostic::{Diagnostic, Diagnostics, Label, MAX_DIAGNOSTICS, Severity};
 pub use rule::Rule;

@@ -1,6 +1,7 @@
 //! Following a group's node logs, each line prefixed `(task-rank)`.
 
 use skyc_runtime::local::paths;
+use skyc_runtime::local::plan::Plan;
 use skyc_runtime::store::Store;
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom, Write};
@@ -27,15 +28,15 @@ impl Follower {
         only: Option<&str>,
     ) -> Result<Self, String> {
         let tasks = store.tasks(gid).map_err(|e| e.to_string())?;
-        let plan: serde_json::Value =
-            serde_json::from_str(&store.plan(gid).map_err(|e| e.to_string())?)
-                .map_err(|e| e.to_string())?;
+        let plan: Plan = serde_json::from_str(&store.plan(gid).map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
         let dir = paths::group_dir(state, gid);
         let mut logs = Vec::new();
         for task in &tasks {
-            let nodes = plan["tasks"][task.index as usize]["num_nodes"]
-                .as_u64()
-                .unwrap_or(1) as u32;
+            let nodes = plan
+                .tasks
+                .get(task.index as usize)
+                .map_or(1, |t| t.num_nodes);
             for rank in 0..nodes {
                 let prefix = format!("{}-{rank}", task.name);
                 if only.is_some_and(|o| o != task.name && o != prefix) {

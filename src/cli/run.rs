@@ -70,9 +70,8 @@ enum NetworkArg {
 pub(crate) fn run(args: &Args) -> u8 {
     match submit(args) {
         Ok(Submitted::Invalid) => INVALID,
-        Ok(Submitted::Group(dir, gid)) if args.detach => {
+        Ok(Submitted::Group(_, gid)) if args.detach => {
             println!("{gid}");
-            let _ = dir;
             OK
         }
         Ok(Submitted::Group(dir, gid)) => follow(args, &dir, gid),

@@ -4,7 +4,7 @@
 
 mod header;
 mod hostnames;
-mod names;
+pub(crate) mod names;
 mod resources;
 mod task;
 

@@ -36,7 +36,7 @@ pub(crate) fn is_task_name(name: &str) -> bool {
 
 /// An RFC 1123 label: lower-case letters, digits and `-`, starting and
 /// ending with a letter or digit, at most 63 characters.
-pub(crate) fn is_dns_label(name: &str) -> bool {
+pub fn is_dns_label(name: &str) -> bool {
     let b = name.as_bytes();
     !b.is_empty()
         && b.len() <= 63

@@ -379,30 +379,13 @@ impl Supervisor {
                 continue;
             };
             launched = true;
-            match read_exit(&adir) {
-                Some(0) if phase == Phase::Setup => node.state = NodeState::SetupDone,
-                Some(code) => {
-                    node.state = NodeState::Done;
-                    g.inbox.push_back(Event::NodeExited {
-                        task,
-                        attempt,
-                        node: rank,
-                        phase,
-                        code,
-                    });
-                }
-                None => match adopt_shim(&adir) {
-                    Some((pid, pidfd)) => node.state = NodeState::Running { phase, pid, pidfd },
-                    None => {
-                        kill_orphans(&adir);
-                        node.state = NodeState::Done;
-                        g.inbox.push_back(Event::NodeLost {
-                            task,
-                            attempt,
-                            node: rank,
-                        });
-                    }
-                },
+            let code = read_exit(&adir);
+            if code.is_none()
+                && let Some((pid, pidfd)) = adopt_shim(&adir)
+            {
+                node.state = NodeState::Running { phase, pid, pidfd };
+            } else {
+                settle(g, task, rank, phase, code, &adir);
             }
         }
         if launched {
@@ -474,7 +457,6 @@ impl Supervisor {
             }
         }
         let g = &*g;
-        let json = |v: &dyn erased::Json| v.json();
         self.store
             .transaction(|tx| {
                 if let Some(event) = event {
@@ -505,7 +487,7 @@ impl Supervisor {
                 let pending = actions
                     .iter()
                     .any(|a| matches!(a, Action::Terminate { .. } | Action::Kill { .. }))
-                    .then(|| json(&actions.to_vec()));
+                    .then(|| json(actions));
                 tx.save_runtime(gid, &json(&g.engine), pending.as_deref())
             })
             .map_err(io::Error::other)
@@ -718,30 +700,7 @@ impl Supervisor {
         let attempt = node.attempt;
         let adir = paths::attempt_dir(&paths::node_dir(&g.dir, task, rank), attempt, phase);
         let code = read_exit(&adir);
-        match code {
-            Some(0) if phase == Phase::Setup => node.state = NodeState::SetupDone,
-            Some(code) => {
-                node.state = NodeState::Done;
-                g.inbox.push_back(Event::NodeExited {
-                    task,
-                    attempt,
-                    node: rank,
-                    phase,
-                    code,
-                });
-            }
-            None => {
-                // The shim itself died: the node is lost.
-                kill_orphans(&adir);
-                node.state = NodeState::Done;
-                append_log(&g, task, rank, "skyc: node lost\n");
-                g.inbox.push_back(Event::NodeLost {
-                    task,
-                    attempt,
-                    node: rank,
-                });
-            }
-        }
+        settle(&mut g, task, rank, phase, code, &adir);
         self.dirty
             .push((gid, node_row(&g, task, rank, None, code.map(i64::from))));
         self.barrier(gid, &mut g, task);
@@ -851,6 +810,40 @@ impl Supervisor {
             let _ = self.store.transaction(|tx| tx.clear_network(gid));
         }
     }
+}
+
+/// What a node's ended shim left: `code` is the exit status it recorded,
+/// `None` when the shim itself died (the node is lost). A setup that ended
+/// well waits for the task's barrier; anything else goes to the engine.
+fn settle(g: &mut GroupRun, task: TaskId, rank: u32, phase: Phase, code: Option<i32>, adir: &Path) {
+    let attempt = g.nodes[task][rank as usize].attempt;
+    let (state, event) = match code {
+        Some(0) if phase == Phase::Setup => (NodeState::SetupDone, None),
+        Some(code) => (
+            NodeState::Done,
+            Some(Event::NodeExited {
+                task,
+                attempt,
+                node: rank,
+                phase,
+                code,
+            }),
+        ),
+        None => {
+            kill_orphans(adir);
+            append_log(g, task, rank, "skyc: node lost\n");
+            (
+                NodeState::Done,
+                Some(Event::NodeLost {
+                    task,
+                    attempt,
+                    node: rank,
+                }),
+            )
+        }
+    };
+    g.nodes[task][rank as usize].state = state;
+    g.inbox.extend(event);
 }
 
 fn first_phase(plan: &Plan, task: TaskId) -> Phase {
@@ -1034,14 +1027,7 @@ pub fn wake(dir: &Path) -> io::Result<()> {
     Err(last.unwrap_or_else(|| io::Error::other("the supervisor did not start")))
 }
 
-/// Serialising the engine's types for the store.
-mod erased {
-    pub(super) trait Json {
-        fn json(&self) -> String;
-    }
-    impl<T: serde::Serialize> Json for T {
-        fn json(&self) -> String {
-            serde_json::to_string(self).unwrap_or_default()
-        }
-    }
+/// The engine's types as the store keeps them.
+fn json<T: serde::Serialize + ?Sized>(value: &T) -> String {
+    serde_json::to_string(value).unwrap_or_default()
 }

@@ -4,16 +4,9 @@
 //! build time so a bad name is reported at the source, not at apply time.
 
 /// An RFC 1123 label (`[a-z0-9]([-a-z0-9]*[a-z0-9])?`, at most 63): pod
-/// hostnames, namespaces, label-safe object names.
-pub fn is_dns1123_label(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b.iter()
-            .all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
-        && b[0] != b'-'
-        && b[b.len() - 1] != b'-'
-}
+/// hostnames, namespaces, label-safe object names. The compiler's check,
+/// which warns about the same names at `skyc check`.
+pub use skyc_compiler::is_dns_label as is_dns1123_label;
 
 /// An RFC 1035 label: an RFC 1123 label that starts with a letter. Service
 /// names, and so the JobSet name (its headless Service and pod subdomain).
