@@ -10,3 +10,4 @@ mod k8s;
 mod local;
 mod slurm;
 mod slurm_e2e;
+mod slurm_run;

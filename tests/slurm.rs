@@ -355,3 +355,56 @@ fn unsafe_sbatch_values_are_located_errors() {
         "the job's, in component 0"
     );
 }
+
+/// `skyc run --target slurm` checks what it can before anything reaches
+/// the cluster: a secret without a value is a located error, exit 1.
+#[test]
+fn run_on_slurm_reports_a_missing_secret_before_submitting() {
+    let dir = tmp_dir("run-secret");
+    let file = dir.join("g.yaml");
+    std::fs::write(
+        &file,
+        "name: secretive\nexecution: parallel\n---\nname: a\nsecrets: {SKYC_TEST_NO_SUCH_TOKEN: null}\nrun: 'true'\n",
+    )
+    .unwrap();
+    let out = skyc()
+        .args([
+            "run",
+            "g.yaml",
+            "--target",
+            "slurm",
+            "--color",
+            "never",
+            "--state-dir",
+        ])
+        .arg(dir.join("state"))
+        .current_dir(&dir)
+        .env_remove("SKYC_TEST_NO_SUCH_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(!dir.join("state").exists(), "nothing was recorded");
+    snapshots("slurm").bind(|| {
+        insta::assert_snapshot!("run_missing_secret", String::from_utf8_lossy(&out.stderr));
+    });
+}
+
+#[test]
+fn run_flags_of_the_other_target_are_usage_errors() {
+    let file = root().join("examples/train-eval.yaml");
+    for (args, says) in [
+        (
+            &["--target", "slurm", "--network", "loopback"][..],
+            "--network is for the local target",
+        ),
+        (
+            &["--out-dir", "/tmp/x"][..],
+            "--out-dir is for the Slurm target",
+        ),
+    ] {
+        let out = skyc().arg("run").arg(&file).args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(says), "{stderr}");
+    }
+}

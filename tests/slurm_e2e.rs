@@ -22,7 +22,7 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 /// The cluster, or `None` (after a loud message) when there is none and
 /// none is required.
-fn cluster() -> Option<MutexGuard<'static, ()>> {
+pub(crate) fn cluster() -> Option<MutexGuard<'static, ()>> {
     let up = std::env::var_os("SLURM_CONF").is_some()
         && Command::new("sinfo")
             .arg("-h")
@@ -410,11 +410,11 @@ run: echo never
 }
 
 /// The dir of the cluster scripts/test started (for crash-node).
-fn cluster_dir() -> Option<PathBuf> {
+pub(crate) fn cluster_dir() -> Option<PathBuf> {
     std::env::var_os("SKYC_SLURM_DIR").map(PathBuf::from)
 }
 
-fn cluster_script(args: &[&str]) {
+pub(crate) fn cluster_script(args: &[&str]) {
     let script = crate::support::root().join("scripts/slurm-cluster");
     let out = Command::new(script).args(args).output().unwrap();
     assert!(
@@ -424,97 +424,8 @@ fn cluster_script(args: &[&str]) {
     );
 }
 
-#[test]
-fn a_node_crash_requeues_and_restarts_the_whole_group() {
-    let Some(_cluster) = cluster() else { return };
-    let Some(dir) = cluster_dir() else {
-        assert!(
-            std::env::var_os("SKYC_SLURM_REQUIRED").is_none(),
-            "SKYC_SLURM_DIR is needed to crash a node"
-        );
-        eprintln!("!!! SKIPPED: SKYC_SLURM_DIR unset: cannot crash a node");
-        return;
-    };
-    // First run: the worker waits to be crashed; after the requeue
-    // (SLURM_RESTART_COUNT=1) both tasks finish quickly.
-    let yaml = r#"name: crash
-execution: parallel
----
-name: head
-run: |
-  [ "${SLURM_RESTART_COUNT:-0}" = 0 ] && sleep 120
-  echo "head done on $(hostname)"
----
-name: worker
-run: |
-  hostname > "$SKYC_OUT/worker-node-${SLURM_RESTART_COUNT:-0}"
-  [ "${SLURM_RESTART_COUNT:-0}" = 0 ] && sleep 120
-  echo "worker done on $(hostname)"
-"#;
-    let job = submit("crash", yaml, &[]);
-    let slurm = Slurm::from_env();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !job.out.join("worker-node-0").exists() {
-        assert!(
-            Instant::now() < deadline,
-            "worker never started:\n{}",
-            job.status_text()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let node = std::fs::read_to_string(job.out.join("worker-node-0"))
-        .unwrap()
-        .trim()
-        .to_owned();
-    let dir_s = dir.to_string_lossy().into_owned();
-    let crashed = Instant::now();
-    cluster_script(&["crash-node", &dir_s, &node]);
-    let mut tracker = Tracker::new(job.spec.clone());
-    let mut saw_recovering = false;
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let result = loop {
-        let states: Vec<JobState> = slurm
-            .components(&job.id)
-            .unwrap()
-            .into_iter()
-            .map(|c| c.state)
-            .collect();
-        tracker.update(&job.lines());
-        tracker.observe(&states);
-        saw_recovering |= tracker.group_status() == Status::Recovering;
-        if tracker.restarts() >= 1 && states.iter().all(JobState::is_terminal) {
-            tracker.update(&job.lines());
-            break tracker.group_status();
-        }
-        if Instant::now() > deadline {
-            break Status::Pending;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    eprintln!(
-        "node crash -> group {result} after {:.1} s",
-        crashed.elapsed().as_secs_f64()
-    );
-    cluster_script(&["revive-node", &dir_s, &node]);
-    let _ = slurm.cancel(&job.id);
-    assert_eq!(result, Status::Succeeded, "{}", job.status_text());
-    assert!(
-        saw_recovering,
-        "the group reported RECOVERING between the runs"
-    );
-    let text = job.status_text();
-    assert!(text.contains("r1 job START"), "{text}");
-    let second = std::fs::read_to_string(job.out.join("worker-node-1")).unwrap();
-    assert_ne!(
-        second.trim(),
-        node,
-        "the requeued job avoided the crashed node"
-    );
-    wait_idle_nodes(8);
-}
-
 /// After a revive, the node must be idle again before the next test.
-fn wait_idle_nodes(n: usize) {
+pub(crate) fn wait_idle_nodes(n: usize) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let out = Command::new("sinfo")

@@ -7,9 +7,12 @@
 //! actions into processes, API calls or commands, and report back.
 //!
 //! [`store`] keeps every group's state in SQLite; [`local`] is the backend
-//! that runs groups on this machine.
+//! that runs groups on this machine, and its supervisor also watches the
+//! groups submitted to [`slurm`]. [`secrets`] gives tasks their secrets on
+//! every target.
 
 pub mod local;
 pub mod policy;
+pub mod secrets;
 pub mod slurm;
 pub mod store;

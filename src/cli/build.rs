@@ -1,12 +1,13 @@
 //! `skyc build FILE --target T`: lower a group to a target's artifacts.
 
 use super::check::Color;
+use super::slurm::SlurmArgs;
 use super::{INVALID, OK, USAGE, input, parse_env};
 use clap::ValueEnum;
 use skyc_compiler::render::{Format, render};
 use skyc_compiler::{Compilation, Diagnostic, Options, compile};
 use skyc_targets::k8s;
-use skyc_targets::slurm::{self, SbatchOption};
+use skyc_targets::slurm;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -51,35 +52,11 @@ pub(crate) struct Args {
     /// The Secret that `secrets` are read from (k8s); default `{group}-secrets`.
     #[arg(long, value_name = "NAME")]
     secret_name: Option<String>,
-    /// Slurm: the partition of every component.
-    #[arg(long, value_name = "NAME", value_parser = sbatch_value, help_heading = "Slurm")]
-    partition: Option<String>,
-    /// Slurm: the account of every component.
-    #[arg(long, value_name = "NAME", value_parser = sbatch_value, help_heading = "Slurm")]
-    account: Option<String>,
-    /// Slurm: the job's time limit, in sbatch's `--time` forms.
-    #[arg(long, value_name = "TIME", value_parser = sbatch_value, help_heading = "Slurm")]
-    time: Option<String>,
-    /// Slurm: an extra option for every component, as `KEY[=VALUE]`.
-    #[arg(long = "sbatch-option", value_name = "KEY[=VALUE]", value_parser = sbatch_option,
-          help_heading = "Slurm")]
-    sbatch_options: Vec<SbatchOption>,
-    /// Slurm: seconds between SIGTERM and SIGKILL when an auxiliary is
-    /// terminated.
+    #[command(flatten)]
+    slurm: SlurmArgs,
+    /// Seconds between SIGTERM and SIGKILL when an auxiliary is terminated.
     #[arg(long, value_name = "SECONDS", default_value_t = 30)]
     grace: u64,
-}
-
-fn sbatch_value(s: &str) -> Result<String, String> {
-    if skyc_targets::slurm::is_safe_value(s) {
-        Ok(s.to_owned())
-    } else {
-        Err("only letters, digits and `_.:/=,@%+-[]*` are safe on an #SBATCH line".to_owned())
-    }
-}
-
-fn sbatch_option(s: &str) -> Result<SbatchOption, String> {
-    SbatchOption::parse(s).map_err(|e| e.to_string())
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -132,16 +109,7 @@ pub(crate) fn run(args: &Args) -> u8 {
             objects = manifests.objects;
         }
         (Some(group), Target::Slurm) => {
-            let built = slurm::build(
-                group,
-                &slurm::Options {
-                    partition: args.partition.clone(),
-                    account: args.account.clone(),
-                    time: args.time.clone(),
-                    sbatch_options: args.sbatch_options.clone(),
-                    grace_secs: args.grace,
-                },
-            );
+            let built = slurm::build(group, &args.slurm.options(args.grace));
             add_diagnostics(&mut compilation, built.diagnostics);
             script = built.script;
         }

@@ -1,8 +1,8 @@
 //! Following a group's node logs, each line prefixed `(task-rank)`.
 
 use skyc_runtime::local::paths;
-use skyc_runtime::local::plan::Plan;
-use skyc_runtime::store::Store;
+use skyc_runtime::slurm::Plan as SlurmPlan;
+use skyc_runtime::store::{Backend, Store};
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::PathBuf;
@@ -28,15 +28,33 @@ impl Follower {
         only: Option<&str>,
     ) -> Result<Self, String> {
         let tasks = store.tasks(gid).map_err(|e| e.to_string())?;
-        let plan: Plan = serde_json::from_str(&store.plan(gid).map_err(|e| e.to_string())?)
-            .map_err(|e| e.to_string())?;
-        let dir = paths::group_dir(state, gid);
+        let group = store
+            .group(gid)
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("no group {gid}"))?;
         let mut logs = Vec::new();
+        let dir = match group.backend {
+            Backend::Local => paths::group_dir(state, gid),
+            Backend::Slurm => {
+                let plan: SlurmPlan =
+                    serde_json::from_str(&store.plan(gid).map_err(|e| e.to_string())?)
+                        .map_err(|e| e.to_string())?;
+                let dir = plan.out_dir(state, gid);
+                // The batch script's own output: where it says why it
+                // could not run the group.
+                if let (None, Some(job)) = (only, &group.job) {
+                    logs.push(Log {
+                        prefix: "(batch) ".to_owned(),
+                        path: dir.join(format!("skyc-{}-{job}.out", group.name)),
+                        offset: 0,
+                        partial: Vec::new(),
+                    });
+                }
+                dir
+            }
+        };
         for task in &tasks {
-            let nodes = plan
-                .tasks
-                .get(task.index as usize)
-                .map_or(1, |t| t.num_nodes);
+            let nodes = u32::try_from(task.num_nodes).unwrap_or(1);
             for rank in 0..nodes {
                 let prefix = format!("{}-{rank}", task.name);
                 if only.is_some_and(|o| o != task.name && o != prefix) {

@@ -8,6 +8,7 @@ mod input;
 mod logs;
 mod run;
 mod schema;
+mod slurm;
 mod state;
 mod status;
 

@@ -2,18 +2,23 @@
 
 use super::check::Color;
 use super::follow::Follower;
+use super::slurm::SlurmArgs;
 use super::state::StateArgs;
 use super::{INVALID, OK, USAGE, input, parse_env};
 use clap::ValueEnum;
+use skyc_compiler::ir::{Group, Role};
 use skyc_compiler::render::{Format, render};
-use skyc_compiler::{Options, compile};
+use skyc_compiler::{Diagnostic, Options, compile};
 use skyc_runtime::local::capacity::Capacity;
 use skyc_runtime::local::network::{self, Mode};
 use skyc_runtime::local::plan::{NetworkRequest, Plan, PlanOptions, run_timestamp};
 use skyc_runtime::local::supervisor;
-use skyc_runtime::store::{NewGroup, Store, now_ms};
+use skyc_runtime::policy::GroupSpec;
+use skyc_runtime::slurm::Plan as SlurmPlan;
+use skyc_runtime::store::{Backend, NewGroup, NewTask, Store, now_ms};
+use skyc_targets::slurm;
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -43,21 +48,31 @@ pub(crate) struct Args {
     /// Time between SIGTERM and SIGKILL when a task is terminated.
     #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
     grace: f64,
-    /// How nodes get their own address: namespaces (root), loopback
-    /// addresses, or the best this machine allows.
-    #[arg(long, value_enum, default_value_t = NetworkArg::Auto)]
-    network: NetworkArg,
+    /// How nodes get their own address (local): namespaces (root),
+    /// loopback addresses, or the best this machine allows [default: auto].
+    #[arg(long, value_enum)]
+    network: Option<NetworkArg>,
     #[command(flatten)]
     state: StateArgs,
     /// When to colour diagnostics.
     #[arg(long, value_enum, default_value_t = Color::Auto)]
     color: Color,
+    #[command(flatten)]
+    slurm: SlurmArgs,
+    /// The job's directory: its batch script, status file and node logs;
+    /// compute nodes must see it at the same path [default: the group's
+    /// directory in the state directory].
+    #[arg(long, value_name = "DIR", help_heading = "Slurm")]
+    out_dir: Option<PathBuf>,
 }
 
-#[derive(Clone, Copy, ValueEnum)]
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Target {
     /// This machine.
     Local,
+    /// A Slurm cluster, the one `SLURM_CONF` names (else Slurm's default):
+    /// the group runs as one heterogeneous job.
+    Slurm,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -70,16 +85,31 @@ enum NetworkArg {
 pub(crate) fn run(args: &Args) -> u8 {
     match submit(args) {
         Ok(Submitted::Invalid) => INVALID,
-        Ok(Submitted::Group(_, gid)) if args.detach => {
-            println!("{gid}");
-            OK
+        Ok(Submitted::Group(dir, gid)) => {
+            // The supervisor answered once it took the group on: a group
+            // that could not start (sbatch refused it, say) has ended.
+            if let Some(error) = start_error(&dir, gid) {
+                eprintln!("error: group {gid} could not start: {error}");
+                return GROUP_FAILED;
+            }
+            if args.detach {
+                println!("{gid}");
+                OK
+            } else {
+                follow(args, &dir, gid)
+            }
         }
-        Ok(Submitted::Group(dir, gid)) => follow(args, &dir, gid),
         Err(message) => {
             eprintln!("error: {message}");
             USAGE
         }
     }
+}
+
+fn start_error(dir: &Path, gid: i64) -> Option<String> {
+    let group = Store::open(dir).ok()?.group(gid).ok()??;
+    group.finished_at_ms?;
+    group.error
 }
 
 enum Submitted {
@@ -88,9 +118,14 @@ enum Submitted {
 }
 
 fn submit(args: &Args) -> Result<Submitted, String> {
-    let Target::Local = args.target;
     if !(args.grace.is_finite() && args.grace >= 0.0) {
         return Err("--grace must be a number of seconds".into());
+    }
+    if args.target == Target::Slurm && args.network.is_some() {
+        return Err("--network is for the local target; Slurm nodes have their own".into());
+    }
+    if args.target == Target::Local && args.out_dir.is_some() {
+        return Err("--out-dir is for the Slurm target".into());
     }
     let (name, bytes) = input::read(&args.file)?;
     let options = Options {
@@ -106,13 +141,6 @@ fn submit(args: &Args) -> Result<Submitted, String> {
         show(&compilation);
         return Ok(Submitted::Invalid);
     };
-    let request = match args.network {
-        NetworkArg::Auto => NetworkRequest::Auto,
-        NetworkArg::Netns => NetworkRequest::Netns,
-        NetworkArg::Loopback => NetworkRequest::Loopback,
-    };
-    let mode = network::resolve(request)?;
-    let base_env: Vec<(String, String)> = std::env::vars().collect();
     let secrets: Vec<(String, String)> = args
         .secrets
         .iter()
@@ -123,7 +151,64 @@ fn submit(args: &Args) -> Result<Submitted, String> {
                 .filter_map(|s| Some((s.clone(), std::env::var(s).ok()?)))
         }))
         .collect();
-    let base_dir = Path::new(&name)
+    let submitted_ms = now_ms();
+    let planned = match args.target {
+        Target::Local => plan_local(args, &group, &name, &secrets, submitted_ms)?,
+        Target::Slurm => plan_slurm(args, &group, &secrets, submitted_ms)?,
+    };
+    compilation.diagnostics.extend(planned.diagnostics);
+    compilation
+        .diagnostics
+        .sort_by_key(|d| (d.primary.span.start, d.rule));
+    show(&compilation);
+    let Some(plan) = planned.plan else {
+        return Ok(Submitted::Invalid);
+    };
+    let (dir, mut store) = args.state.open()?;
+    let tasks = group
+        .tasks
+        .iter()
+        .map(|t| NewTask {
+            name: &t.name,
+            primary: t.role == Role::Primary,
+            num_nodes: t.num_nodes,
+        })
+        .collect();
+    let gid = store
+        .insert_group(&NewGroup {
+            name: &group.name,
+            source: &name,
+            submitted_at_ms: submitted_ms,
+            plan: &plan,
+            backend: planned.backend,
+            tasks,
+        })
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    supervisor::wake(&dir).map_err(|e| format!("supervisor: {e}"))?;
+    Ok(Submitted::Group(dir, gid))
+}
+
+/// A backend's plan of the group, as JSON, and what planning found.
+struct Planned {
+    backend: Backend,
+    plan: Option<String>,
+    diagnostics: Vec<Diagnostic>,
+}
+
+fn plan_local(
+    args: &Args,
+    group: &Group,
+    name: &str,
+    secrets: &[(String, String)],
+    submitted_ms: i64,
+) -> Result<Planned, String> {
+    let request = match args.network.unwrap_or(NetworkArg::Auto) {
+        NetworkArg::Auto => NetworkRequest::Auto,
+        NetworkArg::Netns => NetworkRequest::Netns,
+        NetworkArg::Loopback => NetworkRequest::Loopback,
+    };
+    let mode = network::resolve(request)?;
+    let base_dir = Path::new(name)
         .parent()
         .filter(|_| args.file != "-")
         .map(Path::to_path_buf)
@@ -132,56 +217,91 @@ fn submit(args: &Args) -> Result<Submitted, String> {
         .map(|cwd| cwd.join(&base_dir))
         .unwrap_or(base_dir);
     let capacity = Capacity::detect();
-    let submitted_ms = now_ms();
     let (plan, diagnostics) = Plan::new(
-        &group,
+        group,
         &PlanOptions {
             grace: Duration::from_secs_f64(args.grace),
             network: request,
-            base_env,
-            secrets: &secrets,
+            base_env: std::env::vars().collect(),
+            secrets,
             base_dir: &base_dir,
             submitted: run_timestamp(submitted_ms),
             capacity: &capacity,
         },
     );
-    compilation.diagnostics.extend(diagnostics);
-    compilation
-        .diagnostics
-        .sort_by_key(|d| (d.primary.span.start, d.rule));
-    show(&compilation);
-    let Some(plan) = plan else {
-        return Ok(Submitted::Invalid);
+    if let Some(plan) = &plan {
+        if mode == Mode::LoopbackNoHosts && plan.hostnames_required {
+            return Err(
+                "`inter_connection: true` needs group hostnames, and this machine allows no \
+                 namespace to provide them (run as root, or enable unprivileged user namespaces)"
+                    .into(),
+            );
+        }
+        if mode != Mode::Netns && plan.hostnames {
+            eprintln!("note: nodes get {}", mode.describe());
+        }
+    }
+    Ok(Planned {
+        backend: Backend::Local,
+        plan: plan
+            .map(|p| serde_json::to_string(&p).map_err(|e| e.to_string()))
+            .transpose()?,
+        diagnostics,
+    })
+}
+
+fn plan_slurm(
+    args: &Args,
+    group: &Group,
+    secrets: &[(String, String)],
+    submitted_ms: i64,
+) -> Result<Planned, String> {
+    let out_dir = match &args.out_dir {
+        Some(dir) => {
+            let dir = std::path::absolute(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            if dir.join("status").exists() {
+                return Err(format!(
+                    "{} holds the output of another run; choose a new --out-dir",
+                    dir.display()
+                ));
+            }
+            Some(dir)
+        }
+        None => None,
     };
-    if mode == Mode::LoopbackNoHosts && plan.hostnames_required {
-        return Err(
-            "`inter_connection: true` needs group hostnames, and this machine allows no \
-             namespace to provide them (run as root, or enable unprivileged user namespaces)"
-                .into(),
-        );
+    // The script's own grace is whole seconds; never shorter than asked.
+    let grace_secs = args.grace.ceil() as u64;
+    let built = slurm::build(group, &args.slurm.options(grace_secs));
+    let mut diagnostics = built.diagnostics;
+    // The job gets sbatch's environment: this one, with the secrets.
+    let mut env: Vec<(String, String)> = std::env::vars().collect();
+    for task in &group.tasks {
+        let (values, missing) = skyc_runtime::secrets::resolve(task, secrets);
+        diagnostics.extend(missing);
+        for (k, v) in values {
+            env.retain(|(name, _)| *name != k);
+            env.push((k, v));
+        }
     }
-    if mode != Mode::Netns && plan.hostnames {
-        eprintln!("note: nodes get {}", mode.describe());
-    }
-    let (dir, mut store) = args.state.open()?;
-    let json = serde_json::to_string(&plan).map_err(|e| e.to_string())?;
-    let tasks = plan
-        .tasks
-        .iter()
-        .enumerate()
-        .map(|(i, t)| (t.name.as_str(), plan.primary(i)))
-        .collect();
-    let gid = store
-        .insert_group(&NewGroup {
-            name: &plan.group,
-            source: &name,
-            submitted_at_ms: submitted_ms,
-            plan: &json,
-            tasks,
-        })
-        .map_err(|e| format!("{}: {e}", dir.display()))?;
-    supervisor::wake(&dir).map_err(|e| format!("supervisor: {e}"))?;
-    Ok(Submitted::Group(dir, gid))
+    let plan = built
+        .script
+        .filter(|_| !diagnostics.iter().any(Diagnostic::is_error))
+        .map(|script| SlurmPlan {
+            group: group.name.clone(),
+            spec: GroupSpec::from_ir(group, Duration::from_secs(grace_secs)),
+            num_nodes: group.tasks.iter().map(|t| t.num_nodes).collect(),
+            script,
+            out_dir,
+            env,
+            token: format!("skyc-{}-{submitted_ms}", std::process::id()),
+        });
+    Ok(Planned {
+        backend: Backend::Slurm,
+        plan: plan
+            .map(|p| serde_json::to_string(&p).map_err(|e| e.to_string()))
+            .transpose()?,
+        diagnostics,
+    })
 }
 
 /// Follows a running group: its statuses on stderr, its logs on stdout.
@@ -207,7 +327,16 @@ fn watch(args: &Args, dir: &Path, gid: i64, interrupted: &AtomicBool) -> Result<
     let mut shown: Vec<String> = Vec::new();
     let mut interrupts = 0;
     let mut stdout = std::io::stdout().lock();
-    eprintln!("skyc: group {gid} submitted (Ctrl-C cancels it)");
+    let on = store
+        .group(gid)
+        .ok()
+        .flatten()
+        .and_then(|g| {
+            g.job
+                .map(|job| format!(" to {} as job {job}", g.backend.as_str()))
+        })
+        .unwrap_or_default();
+    eprintln!("skyc: group {gid} submitted{on} (Ctrl-C cancels it)");
     loop {
         let _ = logs.poll(&mut stdout);
         let group = store
@@ -228,6 +357,9 @@ fn watch(args: &Args, dir: &Path, gid: i64, interrupted: &AtomicBool) -> Result<
         }
         if group.finished_at_ms.is_some() {
             let _ = logs.finish(&mut stdout);
+            if let Some(error) = &group.error {
+                eprintln!("skyc: error: {error}");
+            }
             eprintln!("skyc: group {gid} ({}) {}", group.name, group.status);
             return Ok(if group.status == "SUCCEEDED" {
                 OK

@@ -84,6 +84,12 @@ fn show(args: &Args) -> Result<(), String> {
             format!("{}m{:02}s", secs / 60, secs % 60),
             summary.join(", ")
         );
+        if let Some(job) = &g.job {
+            println!("      on {}: job {job}", g.backend.as_str());
+        }
+        if let Some(error) = &g.error {
+            println!("      error: {error}");
+        }
     }
     Ok(())
 }
@@ -100,6 +106,9 @@ fn group_json(
         "id": g.id,
         "name": g.name,
         "status": g.status,
+        "backend": g.backend,
+        "job": g.job,
+        "error": g.error,
         "source": g.source,
         "submitted_at_ms": g.submitted_at_ms,
         "finished_at_ms": g.finished_at_ms,

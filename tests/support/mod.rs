@@ -1,5 +1,7 @@
 //! Shared helpers for the integration tests.
 
+pub(crate) mod scratch;
+
 use std::path::{Path, PathBuf};
 
 /// The repository root.

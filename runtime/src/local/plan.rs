@@ -69,6 +69,7 @@ impl Plan {
     pub fn new(group: &Group, options: &PlanOptions<'_>) -> (Option<Self>, Vec<Diagnostic>) {
         let mut diagnostics = Vec::new();
         let mut tasks = Vec::new();
+        let mut unresolved = Vec::new();
         for task in &group.tasks {
             let at = task.name_span;
             let mut report = |rule: Rule, message: String| {
@@ -96,19 +97,9 @@ impl Plan {
                 .iter()
                 .map(|e| (e.name.clone(), e.value.clone()))
                 .collect();
-            for name in &task.secrets {
-                match options.secrets.iter().find(|(k, _)| k == name) {
-                    Some((k, v)) => envs.push((k.clone(), v.clone())),
-                    None => report(
-                        Rule::MissingSecretValue,
-                        format!(
-                            "task `{}` needs the secret `{name}`: pass `--secret {name}=VALUE` \
-                             or set `{name}` in the environment",
-                            task.name
-                        ),
-                    ),
-                }
-            }
+            let (secrets, missing) = crate::secrets::resolve(task, options.secrets);
+            envs.extend(secrets);
+            unresolved.extend(missing);
             let workdir = match &task.workdir {
                 Some(Workdir::Local { path }) => Some(options.base_dir.join(expand_home(path))),
                 Some(Workdir::Git { url, .. }) => {
@@ -140,6 +131,7 @@ impl Plan {
                 demand: demand.unwrap_or_default(),
             });
         }
+        diagnostics.extend(unresolved);
         if diagnostics.iter().any(Diagnostic::is_error) {
             return (None, diagnostics);
         }

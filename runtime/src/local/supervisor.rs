@@ -1,5 +1,6 @@
 //! The supervisor: one process per state directory that runs all of its
-//! groups on this machine.
+//! groups on this machine, and watches those it submitted to Slurm
+//! ([`crate::slurm::Watch`]).
 //!
 //! It drives one policy [`Engine`] per group. Node exits arrive as pidfd
 //! readiness of the node shims, timers as poll timeouts, and client
@@ -18,7 +19,8 @@ use super::plan::Plan;
 use super::shim::{self, KILL_REQUEST};
 use super::{NODE_MARKER_VAR, paths};
 use crate::policy::{Action, Attempt, Engine, Event, Phase, TaskId, Timer};
-use crate::store::{NodeRow, Store, now_ms};
+use crate::slurm::Watch;
+use crate::store::{Backend, NodeRow, Store, now_ms};
 use rustix::event::{PollFd, PollFlags, Timespec, poll};
 use rustix::process::{Pid, PidfdFlags, Signal, WaitOptions};
 use std::collections::{BTreeMap, VecDeque};
@@ -41,6 +43,8 @@ pub struct Supervisor {
     listener: UnixListener,
     allocator: Allocator,
     groups: BTreeMap<i64, GroupRun>,
+    /// Groups submitted to Slurm.
+    slurm: BTreeMap<i64, Watch>,
     /// Task attempts waiting for capacity, oldest first, and whether the
     /// wait was reported (as `TaskQueued`).
     queue: VecDeque<(i64, TaskId, Attempt, bool)>,
@@ -112,6 +116,7 @@ pub fn main(dir: &Path) -> io::Result<()> {
         listener,
         allocator: Allocator::new(Capacity::detect()),
         groups: BTreeMap::new(),
+        slurm: BTreeMap::new(),
         queue: VecDeque::new(),
         dirty: Vec::new(),
     };
@@ -144,12 +149,12 @@ impl Supervisor {
         let mut idle_since = None;
         loop {
             self.turn()?;
-            if self.groups.is_empty() {
+            if self.groups.is_empty() && self.slurm.is_empty() {
                 let since = *idle_since.get_or_insert_with(now_ms);
                 if now_ms() - since >= IDLE_EXIT.as_millis() as i64 {
                     // A group may have arrived since the last scan.
                     self.scan()?;
-                    if self.groups.is_empty() {
+                    if self.groups.is_empty() && self.slurm.is_empty() {
                         return Ok(());
                     }
                 }
@@ -165,6 +170,7 @@ impl Supervisor {
             .groups
             .values()
             .flat_map(|g| g.timers.iter().map(|t| t.1))
+            .chain(self.slurm.values().map(Watch::next_poll_ms))
             .min();
         let wait_ms = match next_timer {
             Some(deadline) => (deadline - now_ms()).clamp(0, IDLE_EXIT.as_millis() as i64),
@@ -213,10 +219,39 @@ impl Supervisor {
             g.inbox.extend(due.into_iter().map(Event::TimerFired));
         }
         self.pump_all()?;
+        self.poll_slurm(now_ms());
         if wake {
             self.answer_clients()?;
         }
         Ok(())
+    }
+
+    /// Polls the Slurm groups that are due. A failing poll (slurmctld
+    /// down, say) is retried at the next one: the job runs on regardless.
+    fn poll_slurm(&mut self, now: i64) {
+        let due: Vec<i64> = self
+            .slurm
+            .iter()
+            .filter(|(_, w)| w.next_poll_ms() <= now)
+            .map(|(&gid, _)| gid)
+            .collect();
+        for gid in due {
+            let Some(watch) = self.slurm.get_mut(&gid) else {
+                continue;
+            };
+            match watch.poll(&mut self.store, now) {
+                Ok(false) => {}
+                Ok(true) => {
+                    log(format_args!(
+                        "group {gid} (Slurm job {}): {}",
+                        watch.job(),
+                        watch.group_status()
+                    ));
+                    self.slurm.remove(&gid);
+                }
+                Err(e) => log(format_args!("group {gid}: polling Slurm: {e}")),
+            }
+        }
     }
 
     /// Reads the wake-ups of clients, picks up what they wrote to the
@@ -242,10 +277,11 @@ impl Supervisor {
         let live = self.store.live_groups().map_err(io::Error::other)?;
         for gid in live {
             if !self.groups.contains_key(&gid)
-                && let Err(e) = self.adopt(gid)
+                && !self.slurm.contains_key(&gid)
+                && let Err(e) = self.adopt_any(gid)
             {
                 log(format_args!("group {gid}: {e}"));
-                self.fail_group(gid, &e.to_string())?;
+                self.fail_group(gid, &e)?;
                 continue;
             }
             let state = self.store.runtime_state(gid).map_err(io::Error::other)?;
@@ -256,9 +292,40 @@ impl Supervisor {
                 if let Some(g) = self.groups.get_mut(&gid) {
                     g.inbox.push_back(Event::CancelRequested);
                 }
+                if let Some(w) = self.slurm.get_mut(&gid)
+                    && let Err(e) = w.cancel(now_ms())
+                {
+                    log(format_args!("group {gid}: cancelling: {e}"));
+                }
             }
         }
         self.pump_all()
+    }
+
+    /// Takes charge of a group on its backend.
+    fn adopt_any(&mut self, gid: i64) -> Result<(), String> {
+        let backend = self
+            .store
+            .group(gid)
+            .map_err(|e| e.to_string())?
+            .map_or(Backend::Local, |g| g.backend);
+        match backend {
+            Backend::Local => self.adopt(gid).map_err(|e| e.to_string()),
+            Backend::Slurm => {
+                let mut watch = Watch::adopt(&mut self.store, &self.dir, gid, now_ms())?;
+                log(format_args!("group {gid}: Slurm job {}", watch.job()));
+                // A cancel a previous supervisor saw may not have reached
+                // Slurm; scancel again is harmless.
+                let state = self.store.runtime_state(gid).map_err(|e| e.to_string())?;
+                if state.cancel_seen
+                    && let Err(e) = watch.cancel(now_ms())
+                {
+                    log(format_args!("group {gid}: cancelling: {e}"));
+                }
+                self.slurm.insert(gid, watch);
+                Ok(())
+            }
+        }
     }
 
     /// Takes charge of a group: a new one is started, one a previous
@@ -792,6 +859,7 @@ impl Supervisor {
                     tx.set_task(gid, t.index as usize, status, 0, (0, 0))?;
                 }
                 tx.set_group_status(gid, status)?;
+                tx.set_error(gid, reason)?;
                 tx.finish_group(gid, now_ms())
             })
             .map_err(io::Error::other)

@@ -45,7 +45,17 @@ pub struct Step {
 /// The cluster: `SLURM_CONF` from the environment, or an explicit one.
 #[derive(Clone, Debug, Default)]
 pub struct Slurm {
-    conf: Option<PathBuf>,
+    conf: Conf,
+}
+
+#[derive(Clone, Debug, Default)]
+enum Conf {
+    /// This process's `SLURM_CONF`, if any.
+    #[default]
+    Inherit,
+    /// Slurm's built-in default, whatever this process's environment says.
+    Builtin,
+    File(PathBuf),
 }
 
 impl Slurm {
@@ -56,7 +66,14 @@ impl Slurm {
 
     pub fn with_conf(conf: impl Into<PathBuf>) -> Self {
         Self {
-            conf: Some(conf.into()),
+            conf: Conf::File(conf.into()),
+        }
+    }
+
+    /// The cluster of an environment that sets no `SLURM_CONF`.
+    pub fn builtin() -> Self {
+        Self {
+            conf: Conf::Builtin,
         }
     }
 
@@ -67,10 +84,32 @@ impl Slurm {
         env: &[(&str, &Path)],
         cwd: Option<&Path>,
     ) -> Result<String, SlurmError> {
+        self.run_in(program, args, None, env, cwd)
+    }
+
+    /// `run`, with exactly `base` as the environment when given.
+    fn run_in(
+        &self,
+        program: &str,
+        args: &[&str],
+        base: Option<&[(String, String)]>,
+        env: &[(&str, &Path)],
+        cwd: Option<&Path>,
+    ) -> Result<String, SlurmError> {
         let mut cmd = Command::new(program);
         cmd.args(args);
-        if let Some(conf) = &self.conf {
-            cmd.env("SLURM_CONF", conf);
+        if let Some(base) = base {
+            cmd.env_clear();
+            cmd.envs(base.iter().map(|(k, v)| (k, v)));
+        }
+        match &self.conf {
+            Conf::Inherit => {}
+            Conf::Builtin => {
+                cmd.env_remove("SLURM_CONF");
+            }
+            Conf::File(conf) => {
+                cmd.env("SLURM_CONF", conf);
+            }
         }
         for (k, v) in env {
             cmd.env(k, v);
@@ -108,6 +147,47 @@ impl Slurm {
         )?;
         // `ID` or `ID;CLUSTER`.
         Ok(out.trim().split(';').next().unwrap_or("").to_owned())
+    }
+
+    /// Submits as `skyc run` does: sbatch runs with exactly `env` (the
+    /// submitting client's environment, which it exports to the job) and
+    /// tags the job with `comment`, by which [`Self::find`] finds it again.
+    pub fn submit_as(
+        &self,
+        script: &Path,
+        out_dir: &Path,
+        env: &[(String, String)],
+        comment: &str,
+    ) -> Result<String, SlurmError> {
+        let dir = script
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let comment = format!("--comment={comment}");
+        let script = script.to_string_lossy();
+        let out = self.run_in(
+            "sbatch",
+            &["--parsable", &comment, &script],
+            Some(env),
+            &[("SKYC_OUT", out_dir)],
+            Some(dir),
+        )?;
+        Ok(out.trim().split(';').next().unwrap_or("").to_owned())
+    }
+
+    /// The leader id of this user's job tagged `comment`, while slurmctld
+    /// remembers it.
+    pub fn find(&self, comment: &str) -> Result<Option<String>, SlurmError> {
+        let out = self.run(
+            "squeue",
+            &["--me", "-h", "-t", "all", "-o", "%i|%k"],
+            &[],
+            None,
+        )?;
+        Ok(out.lines().find_map(|l| {
+            let (id, c) = l.split_once('|')?;
+            (c == comment).then(|| id.split('+').next().unwrap_or(id).to_owned())
+        }))
     }
 
     /// Every component of the job, while slurmctld remembers it

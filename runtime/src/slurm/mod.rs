@@ -12,14 +12,21 @@
 //! - [`StatusLine`]: the status file, parsed;
 //! - [`Tracker`]: status lines and job states fed to the shared policy
 //!   [`Engine`](crate::policy::Engine), so per-task and group statuses come
-//!   from the same state machine as every other backend.
+//!   from the same state machine as every other backend;
+//! - [`Plan`] and [`Watch`]: `skyc run --target slurm`, a group submitted
+//!   and watched by the supervisor of the state directory, its statuses
+//!   written to the store like a local group's.
 
 mod client;
+mod plan;
 mod state;
 mod status;
 mod tracker;
+mod watch;
 
 pub use client::{Component, Slurm, SlurmError, Step};
+pub use plan::Plan;
 pub use state::JobState;
 pub use status::{StatusLine, What, read_status};
 pub use tracker::Tracker;
+pub use watch::{POLL, SUBMITTING, Watch};

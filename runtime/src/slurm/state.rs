@@ -23,6 +23,28 @@ pub enum JobState {
 }
 
 impl JobState {
+    /// The state as Slurm names it.
+    pub fn name(&self) -> &str {
+        match self {
+            Self::Pending => "PENDING",
+            Self::Configuring => "CONFIGURING",
+            Self::Running => "RUNNING",
+            Self::Completing => "COMPLETING",
+            Self::Suspended => "SUSPENDED",
+            Self::Completed => "COMPLETED",
+            Self::Failed => "FAILED",
+            Self::Cancelled => "CANCELLED",
+            Self::Timeout => "TIMEOUT",
+            Self::NodeFail => "NODE_FAIL",
+            Self::Preempted => "PREEMPTED",
+            Self::OutOfMemory => "OUT_OF_MEMORY",
+            Self::BootFail => "BOOT_FAIL",
+            Self::Deadline => "DEADLINE",
+            Self::Requeued => "REQUEUED",
+            Self::Other(s) => s,
+        }
+    }
+
     pub fn parse(s: &str) -> Self {
         // scontrol may print "CANCELLED by 0"; squeue prints the bare name.
         match s.split_whitespace().next().unwrap_or("") {

@@ -10,9 +10,10 @@
 //! - `node <name> <attempt> <rank> setup|run|lost <code>`;
 //! - `error <message...>`, `group <STATUS>`: the end.
 
+use serde::Serialize;
 use std::path::Path;
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct StatusLine {
     /// Seconds since the epoch, from bash's `$EPOCHREALTIME`.
     pub time: f64,
@@ -21,7 +22,8 @@ pub struct StatusLine {
     pub what: What,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum What {
     JobStart {
         leader: String,

@@ -25,6 +25,8 @@ pub struct Tracker {
     recovering: bool,
     /// The script's own final word, when it got to write it.
     final_status: Option<Status>,
+    /// `final_status` is the script's `group` line, not an inference.
+    final_from_script: bool,
     /// Lines applied so far (a poller passes the whole file each time).
     seen: usize,
 }
@@ -39,8 +41,15 @@ impl Tracker {
             restart: 0,
             recovering: false,
             final_status: None,
+            final_from_script: false,
             seen: 0,
         }
+    }
+
+    /// The batch script wrote the group's end itself: no requeue or
+    /// inference is pending.
+    pub fn ended_by_script(&self) -> bool {
+        self.final_from_script
     }
 
     /// How many times Slurm restarted the whole job.
@@ -50,9 +59,20 @@ impl Tracker {
 
     pub fn task_status(&self, task: TaskId) -> Status {
         if self.recovering {
-            Status::Recovering
-        } else {
-            self.engine.task_status(task)
+            return Status::Recovering;
+        }
+        let status = self.engine.task_status(task);
+        match self.final_status {
+            // The job ended under the task (cancelled, killed, timed out):
+            // it ends with the group.
+            Some(end) if !status.is_terminal() => {
+                if end == Status::Cancelled {
+                    Status::Cancelled
+                } else {
+                    Status::Failed
+                }
+            }
+            _ => status,
         }
     }
 
@@ -89,6 +109,7 @@ impl Tracker {
             self.restart = line.restart;
             self.recovering = false;
             self.final_status = None;
+            self.final_from_script = false;
             self.engine = Engine::new(self.spec.clone());
             self.engine.start();
         }
@@ -151,6 +172,7 @@ impl Tracker {
             }
             What::Group(status) => {
                 self.final_status = parse_status(status);
+                self.final_from_script = self.final_status.is_some();
                 return Vec::new();
             }
             What::JobStart { .. } | What::JobSigterm | What::Error(_) => return Vec::new(),
@@ -158,8 +180,27 @@ impl Tracker {
         self.engine.handle(event)
     }
 
+    /// Slurm no longer knows the job and keeps no accounting: whatever the
+    /// script did not record is lost, and the group failed.
+    pub fn forgotten(&mut self) {
+        if self.final_status.is_none() {
+            self.recovering = false;
+            self.final_status = Some(Status::Failed);
+        }
+    }
+
     /// What squeue says of the job's components.
     pub fn observe(&mut self, states: &[JobState]) -> Vec<Action> {
+        if !states.is_empty() && states.iter().all(|s| *s == JobState::Pending) && self.seen == 0 {
+            // Waiting in Slurm's queue for the first time: every task waits
+            // for resources, as PENDING means on every backend.
+            return (0..self.spec.tasks.len())
+                .flat_map(|task| {
+                    let attempt = self.engine.attempt(task);
+                    self.engine.handle(Event::TaskQueued { task, attempt })
+                })
+                .collect();
+        }
         if states
             .iter()
             .any(|s| s.is_lost() || *s == JobState::Pending)

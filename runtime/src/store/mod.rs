@@ -28,6 +28,37 @@ pub struct GroupRow {
     pub submitted_at_ms: i64,
     pub finished_at_ms: Option<i64>,
     pub cancel_requested: bool,
+    pub backend: Backend,
+    /// The backend's id of the group once submitted (Slurm: the job id).
+    pub job: Option<String>,
+    /// Why the group could not run, when it could not.
+    pub error: Option<String>,
+}
+
+/// Where a group runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Backend {
+    /// This machine, under the supervisor.
+    Local,
+    /// A Slurm cluster; the supervisor submits and watches.
+    Slurm,
+}
+
+impl Backend {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Local => "local",
+            Self::Slurm => "slurm",
+        }
+    }
+
+    fn parse(s: &str) -> Self {
+        match s {
+            "slurm" => Self::Slurm,
+            _ => Self::Local,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -39,9 +70,10 @@ pub struct TaskRow {
     pub attempt: i64,
     pub restarts: i64,
     pub restarts_on_errors: i64,
+    pub num_nodes: i64,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeRow {
     pub task: i64,
     pub rank: i64,
@@ -87,20 +119,27 @@ impl Store {
     pub fn insert_group(&mut self, new: &NewGroup<'_>) -> Result<i64> {
         self.transaction(|tx| {
             tx.0.execute(
-                "INSERT INTO groups (name, source, status, submitted_at_ms, plan) \
-                 VALUES (?1, ?2, 'PENDING', ?3, ?4)",
-                params![new.name, new.source, new.submitted_at_ms, new.plan],
+                "INSERT INTO groups (name, source, status, submitted_at_ms, plan, backend) \
+                 VALUES (?1, ?2, 'PENDING', ?3, ?4, ?5)",
+                params![
+                    new.name,
+                    new.source,
+                    new.submitted_at_ms,
+                    new.plan,
+                    new.backend.as_str()
+                ],
             )?;
             let id = tx.0.last_insert_rowid();
-            for (index, (name, primary)) in new.tasks.iter().enumerate() {
+            for (index, task) in new.tasks.iter().enumerate() {
                 tx.0.execute(
-                    "INSERT INTO tasks (group_id, idx, name, role, status) \
-                     VALUES (?1, ?2, ?3, ?4, 'PENDING')",
+                    "INSERT INTO tasks (group_id, idx, name, role, status, num_nodes) \
+                     VALUES (?1, ?2, ?3, ?4, 'PENDING', ?5)",
                     params![
                         id,
                         index as i64,
-                        name,
-                        if *primary { "primary" } else { "auxiliary" }
+                        task.name,
+                        if task.primary { "primary" } else { "auxiliary" },
+                        task.num_nodes
                     ],
                 )?;
             }
@@ -144,7 +183,7 @@ impl Store {
 
     pub fn tasks(&self, id: i64) -> Result<Vec<TaskRow>> {
         let mut stmt = self.conn.prepare(
-            "SELECT idx, name, role, status, attempt, restarts, restarts_on_errors \
+            "SELECT idx, name, role, status, attempt, restarts, restarts_on_errors, num_nodes \
              FROM tasks WHERE group_id = ?1 ORDER BY idx",
         )?;
         stmt.query_map(params![id], |r| {
@@ -156,6 +195,7 @@ impl Store {
                 attempt: r.get(4)?,
                 restarts: r.get(5)?,
                 restarts_on_errors: r.get(6)?,
+                num_nodes: r.get(7)?,
             })
         })?
         .collect()
@@ -242,8 +282,14 @@ pub struct NewGroup<'a> {
     pub submitted_at_ms: i64,
     /// The backend's plan, as JSON.
     pub plan: &'a str,
-    /// Per task: name, primary.
-    pub tasks: Vec<(&'a str, bool)>,
+    pub backend: Backend,
+    pub tasks: Vec<NewTask<'a>>,
+}
+
+pub struct NewTask<'a> {
+    pub name: &'a str,
+    pub primary: bool,
+    pub num_nodes: u32,
 }
 
 /// What the supervisor persists per group.
@@ -288,6 +334,30 @@ impl Tx<'_> {
         self.0.execute(
             "UPDATE groups SET cancel_seen = 1 WHERE id = ?1",
             params![id],
+        )?;
+        Ok(())
+    }
+
+    /// An action begun and maybe not finished (the supervisor's marker).
+    pub fn set_pending(&self, id: i64, pending: Option<&str>) -> Result<()> {
+        self.0.execute(
+            "UPDATE groups SET pending = ?2 WHERE id = ?1",
+            params![id, pending],
+        )?;
+        Ok(())
+    }
+
+    pub fn set_job(&self, id: i64, job: &str) -> Result<()> {
+        self.0
+            .execute("UPDATE groups SET job = ?2 WHERE id = ?1", params![id, job])?;
+        Ok(())
+    }
+
+    /// Records why the group could not run (the first reason wins).
+    pub fn set_error(&self, id: i64, error: &str) -> Result<()> {
+        self.0.execute(
+            "UPDATE groups SET error = ?2 WHERE id = ?1 AND error IS NULL",
+            params![id, error],
         )?;
         Ok(())
     }
@@ -374,7 +444,7 @@ impl Tx<'_> {
 }
 
 const GROUP_COLUMNS: &str = "SELECT id, name, status, source, submitted_at_ms, finished_at_ms, \
-                             cancel_requested FROM groups";
+                             cancel_requested, backend, job, error FROM groups";
 
 fn group_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<GroupRow> {
     Ok(GroupRow {
@@ -385,6 +455,9 @@ fn group_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<GroupRow> {
         submitted_at_ms: r.get(4)?,
         finished_at_ms: r.get(5)?,
         cancel_requested: r.get::<_, i64>(6)? != 0,
+        backend: Backend::parse(&r.get::<_, String>(7)?),
+        job: r.get(8)?,
+        error: r.get(9)?,
     })
 }
 

@@ -3,7 +3,8 @@
 use rusqlite::Connection;
 
 /// Each entry upgrades the schema from its index to the next version.
-const MIGRATIONS: &[&str] = &[r"
+const MIGRATIONS: &[&str] = &[
+    r"
 CREATE TABLE groups (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     name TEXT NOT NULL,
@@ -58,7 +59,17 @@ CREATE TABLE events (
     event TEXT NOT NULL
 );
 CREATE INDEX events_by_group ON events (group_id, seq);
-"];
+",
+    r"
+-- where the group runs: 'local' (this machine) or 'slurm'
+ALTER TABLE groups ADD COLUMN backend TEXT NOT NULL DEFAULT 'local';
+-- the backend's id of the group once submitted (Slurm: the leader job id)
+ALTER TABLE groups ADD COLUMN job TEXT;
+-- why the group could not run, when it could not
+ALTER TABLE groups ADD COLUMN error TEXT;
+ALTER TABLE tasks ADD COLUMN num_nodes INTEGER NOT NULL DEFAULT 1;
+",
+];
 
 pub(super) fn migrate(conn: &Connection) -> rusqlite::Result<()> {
     // IMMEDIATE, and the version read inside: two processes opening a new
