@@ -6,9 +6,9 @@
 //! timer, record a status). It does no I/O and reads no clock; backends turn
 //! actions into processes, API calls or commands, and report back.
 //!
-//! [`store`] keeps every group's state in SQLite; [`local`] is the backend
-//! that runs groups on this machine, and its supervisor also watches the
-//! groups submitted to [`slurm`]. [`secrets`] gives tasks their secrets on
+//! [`store`] keeps every group's state in SQLite. The [`supervisor`] of a
+//! state directory runs its groups: on this machine through [`local`], on
+//! a cluster through [`slurm`]. [`secrets`] gives tasks their secrets on
 //! every target.
 
 pub mod local;
@@ -16,3 +16,4 @@ pub mod policy;
 pub mod secrets;
 pub mod slurm;
 pub mod store;
+pub mod supervisor;

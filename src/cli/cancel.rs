@@ -2,7 +2,7 @@
 
 use super::state::StateArgs;
 use super::{INVALID, OK, USAGE};
-use skyc_runtime::local::supervisor;
+use skyc_runtime::supervisor;
 
 /// Cancel groups: every task gets SIGTERM, then SIGKILL after the grace
 /// period.

@@ -110,7 +110,7 @@ fn internal_supervise(args: &[std::ffi::OsString]) -> ExitCode {
     let Some(dir) = args.first() else {
         return ExitCode::from(USAGE);
     };
-    match skyc_runtime::local::supervisor::main(std::path::Path::new(dir)) {
+    match skyc_runtime::supervisor::main(std::path::Path::new(dir)) {
         Ok(()) => ExitCode::from(OK),
         Err(e) => {
             eprintln!("skyc supervisor: {e}");

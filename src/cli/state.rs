@@ -1,7 +1,7 @@
 //! The state directory shared by `run`, `status`, `logs` and `cancel`.
 
-use skyc_runtime::local::supervisor;
 use skyc_runtime::store::{Store, default_state_dir};
+use skyc_runtime::supervisor;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::PathBuf;
 

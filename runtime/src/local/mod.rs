@@ -3,9 +3,11 @@
 //! - [`plan`]: what to run, made from the IR by the client;
 //! - [`capacity`]: the machine as a one-node cluster (cpus, memory, GPUs);
 //! - [`network`]: a network identity per node and the group's hostnames;
-//! - [`env`]: the environment contract of a node;
+//! - [`env`](mod@env): the environment contract of a node;
 //! - [`shim`]: the per-node process that outlives the supervisor;
-//! - [`supervisor`]: the event loop that feeds the policy engine.
+//!
+//! The [`supervisor`](crate::supervisor) drives them: its event loop feeds
+//! the policy engine.
 
 pub mod capacity;
 pub mod env;
@@ -13,7 +15,6 @@ pub mod network;
 pub mod paths;
 pub mod plan;
 pub mod shim;
-pub mod supervisor;
 
 /// Set in every node process to its attempt directory: how the processes
 /// of a lost node are found.

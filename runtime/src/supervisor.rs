@@ -1,6 +1,7 @@
-//! The supervisor: one process per state directory that runs all of its
-//! groups on this machine, and watches those it submitted to Slurm
-//! ([`crate::slurm::Watch`]).
+//! The supervisor: one process per state directory. It runs the
+//! directory's local groups on this machine and watches those submitted
+//! to Slurm ([`crate::slurm::Watch`]); clients (`skyc run`, `status`,
+//! `cancel`) only write to the store and wake it.
 //!
 //! It drives one policy [`Engine`] per group. Node exits arrive as pidfd
 //! readiness of the node shims, timers as poll timeouts, and client
@@ -12,12 +13,12 @@
 //! live shims, reads the exit statuses recorded while nobody watched, and
 //! carries out what was decided but not done.
 
-use super::capacity::{Allocator, Capacity, Grant};
-use super::env::node_env;
-use super::network::{self, GroupNetwork};
-use super::plan::Plan;
-use super::shim::{self, KILL_REQUEST};
-use super::{NODE_MARKER_VAR, paths};
+use crate::local::capacity::{Allocator, Capacity, Grant};
+use crate::local::env::node_env;
+use crate::local::network::{self, GroupNetwork};
+use crate::local::plan::Plan;
+use crate::local::shim::{self, KILL_REQUEST};
+use crate::local::{NODE_MARKER_VAR, paths};
 use crate::policy::{Action, Attempt, Engine, Event, Phase, TaskId, Timer};
 use crate::slurm::Watch;
 use crate::store::{Backend, NodeRow, Store, now_ms};
