@@ -80,6 +80,25 @@ fn ir_of_every_accepted_example() {
 }
 
 /// Every example SkyPilot accepts, compiled: (file stem, IR).
+/// `(file, text)` of every example SkyPilot accepts (templates rendered),
+/// but the serial pipeline skyc rejects on purpose.
+pub(crate) fn example_texts() -> Vec<(String, String)> {
+    manifest()
+        .into_iter()
+        .filter(|(_, verdict)| verdict.starts_with("ACCEPT") || verdict.starts_with("template"))
+        .filter(|(file, _)| file != "test_job_groups__smoke_pipeline_status.yaml")
+        .map(|(file, verdict)| {
+            let raw = std::fs::read_to_string(examples_dir().join(&file)).unwrap();
+            let text = if verdict.starts_with("template") {
+                render_template(&raw)
+            } else {
+                raw
+            };
+            (file, text)
+        })
+        .collect()
+}
+
 pub(crate) fn accepted_examples() -> Vec<(String, skyc_compiler::ir::Group)> {
     manifest()
         .into_iter()

@@ -7,7 +7,7 @@ mod dns;
 mod schema;
 mod semantics;
 
-use crate::examples::{examples_dir, manifest, render_template};
+use crate::examples::{example_texts as examples, examples_dir};
 use crate::support::{render_human, root, skyc, snapshots, yaml_files};
 use serde_json::{Value, json};
 use skyc_compiler::ir::Group;
@@ -101,24 +101,6 @@ fn dns_problems(group: &Group, objects: &[Value]) -> Vec<String> {
         ));
     }
     out
-}
-
-/// The accepted examples, rendered, with their names.
-fn examples() -> Vec<(String, String)> {
-    manifest()
-        .into_iter()
-        .filter(|(_, verdict)| verdict.starts_with("ACCEPT") || verdict.starts_with("template"))
-        .filter(|(file, _)| file != "test_job_groups__smoke_pipeline_status.yaml")
-        .map(|(file, verdict)| {
-            let raw = std::fs::read_to_string(examples_dir().join(&file)).unwrap();
-            let text = if verdict.starts_with("template") {
-                render_template(&raw)
-            } else {
-                raw
-            };
-            (file, text)
-        })
-        .collect()
 }
 
 #[test]

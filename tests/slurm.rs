@@ -3,8 +3,8 @@
 //! corpus whose values must come out of the script's quoting byte for byte.
 //! The end-to-end tests on a real cluster are in `slurm_e2e.rs`.
 
-use crate::examples::accepted_examples;
-use crate::support::{root, skyc, snapshots};
+use crate::examples::{accepted_examples, example_texts};
+use crate::support::{render_human, root, skyc, snapshots};
 use skyc_compiler::{Options, compile};
 use skyc_targets::slurm::{self, STEP, SUPERVISOR_MARKER};
 use std::path::{Path, PathBuf};
@@ -71,10 +71,29 @@ fn shellcheck(path: &Path) {
 fn script_of_every_accepted_example() {
     let settings = snapshots("slurm");
     settings.bind(|| {
-        let examples = accepted_examples();
+        let examples = example_texts();
         assert!(examples.len() > 20);
-        for (name, group) in &examples {
-            insta::assert_snapshot!(name.clone(), group_part(&build(group)));
+        for (file, text) in &examples {
+            // The diagnostics as `skyc build` shows them, then the script.
+            let mut c = compile(file, text.as_bytes(), &Options::default());
+            let Some(group) = c.group.clone() else {
+                panic!("{file}: {}", render_human(&c));
+            };
+            let built = slurm::build(
+                &group,
+                &slurm::Options {
+                    grace_secs: 30,
+                    ..Default::default()
+                },
+            );
+            c.diagnostics.extend(built.diagnostics);
+            c.diagnostics
+                .sort_by_key(|d| (d.primary.span.start, d.primary.span.end, d.rule));
+            let script = built
+                .script
+                .unwrap_or_else(|| panic!("{file}: {}", render_human(&c)));
+            let snap = render_human(&c) + group_part(&script);
+            insta::assert_snapshot!(file.trim_end_matches(".yaml").to_owned(), snap);
         }
         let text = std::fs::read_to_string(root().join("examples/train-eval.yaml")).unwrap();
         let group = compile("train-eval.yaml", text.as_bytes(), &Options::default())

@@ -182,6 +182,30 @@ fn resources(task: &Task, out: &mut Vec<Diagnostic>) -> Vec<String> {
     }
     if let Some(acc) = &c.accelerator {
         lines.push(format!("#SBATCH --gres=gpu:{}", ceil(acc.count).max(1)));
+        // GPU type names are the cluster's own (gres.conf `Type=`).
+        out.push(ignored_because(
+            task,
+            &format!("the accelerator type `{}` is not requested", acc.name),
+            "`--gres=gpu:N` takes any GPU; pick a model by node feature with \
+             `config.slurm.sbatch_options: {constraint: ...}`",
+        ));
+    }
+    let cluster = "the job runs on the cluster's nodes as they are";
+    if c.infra.as_ref().is_some_and(|i| i.cloud.is_some()) {
+        out.push(ignored_because(task, "`infra` is not applied", cluster));
+    }
+    if c.use_spot {
+        out.push(ignored_because(task, "`use_spot` is not applied", cluster));
+    }
+    if c.image.is_some() {
+        out.push(ignored_because(task, "`image_id` is not applied", cluster));
+    }
+    if c.instance_type.is_some() || c.disk_tier.is_some() || c.network_tier.is_some() {
+        out.push(ignored_because(
+            task,
+            "instance types and disk or network tiers are not applied",
+            cluster,
+        ));
     }
     lines
 }
@@ -381,11 +405,19 @@ fn nul_error(task: &Task, what: &str) -> Diagnostic {
 }
 
 fn ignored(task: &Task, what: &str) -> Diagnostic {
+    ignored_because(
+        task,
+        what,
+        "the batch script runs in the submit directory, which the cluster shares",
+    )
+}
+
+fn ignored_because(task: &Task, what: &str, help: &str) -> Diagnostic {
     Diagnostic::new(
         Rule::SlurmIgnored,
         task.name_span,
         format!("task `{}`: {what} by the Slurm target", task.name),
     )
     .label("in this task")
-    .help("the batch script runs in the submit directory, which the cluster shares")
+    .help(help.to_owned())
 }
