@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Slurm target latency on a real cluster: (1) sbatch to every step of a
 # 3-task, 4-node group running; (2) a primary's exit to an auxiliary's
-# SIGTERM handler (termination_delay 0). Prints median, min and max of N runs.
+# SIGTERM handler (termination_delay 0); through `skyc run --target slurm`,
+# as `skyc status` reports them: (3) `skyc run -d` to every task RUNNING,
+# (4) `skyc cancel` to the group CANCELLED. Prints median, min and max of N
+# runs.
 #
 # Usage: bench/slurm.sh [RUNS]      (default 5)
 # Uses the cluster of SLURM_CONF; without one (and as root) it starts a
@@ -43,6 +46,7 @@ run: sleep 1
 name: c
 run: sleep 1
 YAML
+sed 's/sleep 1/sleep 60/; s/bench-start/bench-run/' "$work/start.yaml" >"$work/run.yaml"
 cat >"$work/term.yaml" <<'YAML'
 name: bench-term
 execution: parallel
@@ -58,8 +62,8 @@ run: |
   trap 'echo "$EPOCHREALTIME" > "$SKYC_OUT/aux-sigterm"; exit 0' TERM
   while :; do sleep 0.05; done
 YAML
-"$skyc" build --target slurm -o "$work/start.sh" "$work/start.yaml"
-"$skyc" build --target slurm -o "$work/term.sh" "$work/term.yaml"
+"$skyc" build --target slurm --out "$work/start.sh" "$work/start.yaml"
+"$skyc" build --target slurm --out "$work/term.sh" "$work/term.yaml"
 
 minus() { awk -v a="$1" -v b="$2" 'BEGIN { print a - b }'; }
 stats() { # label values...: median min max in ms
@@ -70,7 +74,14 @@ stats() { # label values...: median min max in ms
               printf "%-44s median %6.0f ms  min %6.0f  max %6.0f  (n=%d)\n", l, m, v[1], v[NR], NR }'
 }
 
-start_lat=() term_lat=()
+# Polls `skyc status ID` until its group line matches the pattern $2.
+until_status() {
+    until "$skyc" status "$1" --state-dir "$work/state" | awk 'NR == 2' | grep -Eq "$2"; do
+        sleep 0.02
+    done
+}
+
+start_lat=() term_lat=() run_lat=() cancel_lat=()
 for i in $(seq "$runs"); do
     out=$work/start-$i
     t0=$EPOCHREALTIME
@@ -81,7 +92,18 @@ for i in $(seq "$runs"); do
     out=$work/term-$i
     SKYC_OUT=$out sbatch --parsable --wait -o /dev/null "$work/term.sh" >/dev/null
     term_lat+=("$(minus "$(cat "$out/aux-sigterm")" "$(cat "$out/primary-exit")")")
+
+    t0=$EPOCHREALTIME
+    id=$("$skyc" run -d --target slurm --state-dir "$work/state" "$work/run.yaml")
+    until_status "$id" 'a=RUNNING, b=RUNNING, c=RUNNING'
+    run_lat+=("$(minus "$EPOCHREALTIME" "$t0")")
+    t0=$EPOCHREALTIME
+    "$skyc" cancel "$id" --state-dir "$work/state" 2>/dev/null
+    until_status "$id" ' CANCELLED '
+    cancel_lat+=("$(minus "$EPOCHREALTIME" "$t0")")
 done
 echo "Slurm $(sinfo -V | awk '{print $2}'), $(sinfo -h -N -o %N | sort -u | wc -l) nodes, $runs runs each"
 stats "sbatch -> all 4 steps running (3 tasks)" "${start_lat[@]}"
 stats "primary exit -> auxiliary SIGTERM (delay 0)" "${term_lat[@]}"
+stats "skyc run -d -> status: every task RUNNING" "${run_lat[@]}"
+stats "skyc cancel -> status: group CANCELLED" "${cancel_lat[@]}"

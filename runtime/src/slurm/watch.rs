@@ -17,9 +17,13 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// How often a group's job is polled. squeue is a call to slurmctld;
-/// once a second keeps statuses fresh without loading a busy controller.
+/// How often squeue is asked about a group's job: a call to slurmctld,
+/// once a second keeps job states fresh without loading a busy controller.
 pub const POLL: Duration = Duration::from_secs(1);
+
+/// How often the batch script's status file is read: a local (or shared)
+/// file, where task statuses change.
+const STATUS_POLL_MS: i64 = 200;
 
 /// The supervisor's marker (the group's `pending`) while sbatch may have
 /// submitted the job but its id is not recorded yet.
@@ -34,6 +38,7 @@ pub struct Watch {
     job: String,
     tracker: Tracker,
     next_poll_ms: i64,
+    next_squeue_ms: i64,
     /// Polls in a row that found every component ended.
     ended_polls: u32,
     /// Status lines already recorded as events.
@@ -111,6 +116,7 @@ impl Watch {
             job,
             tracker,
             next_poll_ms: now_ms,
+            next_squeue_ms: now_ms,
             ended_polls: 0,
             recorded: 0,
             states: Vec::new(),
@@ -129,33 +135,52 @@ impl Watch {
     /// Cancels the whole job; its end arrives through the next polls.
     pub fn cancel(&mut self, now_ms: i64) -> Result<(), Error> {
         self.next_poll_ms = now_ms;
+        self.next_squeue_ms = now_ms;
         self.slurm.cancel(&self.job).map_err(slurm_error)
     }
 
     /// Polls the job and records what changed; `Ok(true)` once the group
     /// has ended and is recorded so.
     pub fn poll(&mut self, store: &mut Store, now_ms: i64) -> Result<bool, Error> {
-        self.next_poll_ms = now_ms + POLL.as_millis() as i64;
-        let mut states: Vec<JobState> = self
-            .slurm
-            .components(&self.job)
-            .map_err(slurm_error)?
-            .into_iter()
-            .map(|c| c.state)
-            .collect();
-        if states.is_empty() {
-            // Forgotten by slurmctld (MinJobAge): accounting may remember.
-            states = self.accounted_states().unwrap_or_default();
-        }
+        self.next_poll_ms = now_ms + STATUS_POLL_MS;
+        // The status file first, then squeue: a job found PENDING after
+        // the file showed it running was requeued, never the reverse.
         let lines = read_status(&self.out);
         self.tracker.update(&lines);
-        self.tracker.observe(&states);
-        let ended = states.iter().all(JobState::is_terminal);
-        self.ended_polls = if ended { self.ended_polls + 1 } else { 0 };
-        // A requeue can pass through an ended-looking state; only the
-        // script's last line, or the same answer twice, is the end.
-        let finished =
-            ended && (self.tracker.ended_by_script() || states.is_empty() || self.ended_polls >= 2);
+        let query = now_ms >= self.next_squeue_ms || self.tracker.ended_by_script();
+        let mut finished = false;
+        let states = if query {
+            self.next_squeue_ms = now_ms + POLL.as_millis() as i64;
+            let mut states: Vec<JobState> = self
+                .slurm
+                .components(&self.job)
+                .map_err(slurm_error)?
+                .into_iter()
+                .map(|c| c.state)
+                .collect();
+            if states.is_empty() {
+                // Forgotten by slurmctld (MinJobAge): accounting may remember.
+                states = self.accounted_states().unwrap_or_default();
+            }
+            self.tracker.observe(&states);
+            let ended = states.iter().all(JobState::is_terminal);
+            self.ended_polls = if ended { self.ended_polls + 1 } else { 0 };
+            // A requeue can pass through an ended-looking state; only the
+            // script's last line, a cancel, or the same answer twice is
+            // the end.
+            finished = ended
+                && (self.tracker.ended_by_script()
+                    || states.is_empty()
+                    || states.iter().all(|s| *s == JobState::Cancelled)
+                    || self.ended_polls >= 2);
+            // Ending (or to be confirmed): ask again soon.
+            if (ended && !finished) || states.contains(&JobState::Completing) {
+                self.next_squeue_ms = now_ms + STATUS_POLL_MS;
+            }
+            states
+        } else {
+            self.states.clone()
+        };
         let mut errors: Vec<String> = lines[self.recorded.min(lines.len())..]
             .iter()
             .filter_map(|l| match &l.what {
