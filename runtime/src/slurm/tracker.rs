@@ -237,3 +237,104 @@ fn parse_status(s: &str) -> Option<Status> {
         _ => return None,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::TaskSpec;
+    use std::time::Duration;
+
+    fn spec() -> GroupSpec {
+        let task = |name: &str, primary| TaskSpec {
+            name: name.into(),
+            primary,
+            num_nodes: 1,
+            termination_delay: Duration::ZERO,
+            max_restarts_on_errors: 0,
+            recover_on_exit_codes: Vec::new(),
+        };
+        GroupSpec {
+            tasks: vec![task("main", true), task("side", false)],
+            grace: Duration::from_secs(5),
+        }
+    }
+
+    fn lines(text: &str) -> Vec<StatusLine> {
+        text.lines().filter_map(StatusLine::parse).collect()
+    }
+
+    const STARTED: &str = "1 r0 job START 7 components=7,8
+1 r0 task main 0 RUNNING
+1 r0 task side 0 RUNNING
+";
+
+    #[test]
+    fn a_job_waiting_in_the_queue_is_pending_until_its_script_starts() {
+        let mut t = Tracker::new(spec());
+        t.observe(&[JobState::Pending, JobState::Pending]);
+        assert_eq!(t.group_status(), Status::Pending);
+        assert_eq!(t.task_status(1), Status::Pending);
+        t.update(&lines(STARTED));
+        t.observe(&[JobState::Running, JobState::Running]);
+        assert_eq!(t.group_status(), Status::Running);
+        assert_eq!(t.task_status(0), Status::Running);
+    }
+
+    #[test]
+    fn a_requeue_is_recovering_until_the_next_run_starts_over() {
+        let mut t = Tracker::new(spec());
+        let mut all = lines(STARTED);
+        t.update(&all);
+        t.observe(&[JobState::Running, JobState::Running]);
+        // Requeued: the job is pending again after its script ran.
+        t.observe(&[JobState::Pending, JobState::Pending]);
+        assert_eq!(t.group_status(), Status::Recovering);
+        assert_eq!(t.task_status(0), Status::Recovering);
+        all.extend(lines(
+            "2 r1 job START 7 components=7,8\n2 r1 task main 0 RUNNING\n",
+        ));
+        t.update(&all);
+        assert_eq!(t.restarts(), 1);
+        assert_eq!(t.task_status(0), Status::Running);
+        assert_ne!(t.group_status(), Status::Recovering);
+    }
+
+    #[test]
+    fn a_job_that_ends_under_its_tasks_ends_them() {
+        // Cancelled: every task that was running is CANCELLED.
+        let mut t = Tracker::new(spec());
+        t.update(&lines(STARTED));
+        t.observe(&[JobState::Cancelled, JobState::Cancelled]);
+        assert_eq!(t.group_status(), Status::Cancelled);
+        assert_eq!(t.task_status(0), Status::Cancelled);
+        assert_eq!(t.task_status(1), Status::Cancelled);
+        // Killed without the script's last line (a time limit): FAILED.
+        let mut t = Tracker::new(spec());
+        t.update(&lines(STARTED));
+        t.observe(&[JobState::Timeout, JobState::Timeout]);
+        assert_eq!(t.group_status(), Status::Failed);
+        assert_eq!(t.task_status(1), Status::Failed);
+        assert!(!t.ended_by_script());
+        // Forgotten by Slurm, with no accounting: FAILED.
+        let mut t = Tracker::new(spec());
+        t.update(&lines(STARTED));
+        t.forgotten();
+        assert_eq!(t.group_status(), Status::Failed);
+    }
+
+    #[test]
+    fn the_scripts_last_line_is_the_groups_status() {
+        let mut t = Tracker::new(spec());
+        let text = format!(
+            "{STARTED}1 r0 node main 0 0 run 0\n1 r0 task main 0 SUCCEEDED\n\
+             1 r0 task side 0 CANCELLING\n1 r0 node side 0 0 run 143\n\
+             1 r0 task side 0 CANCELLED\n1 r0 group SUCCEEDED\n"
+        );
+        t.update(&lines(&text));
+        assert!(t.ended_by_script());
+        t.observe(&[JobState::Completed, JobState::Completed]);
+        assert_eq!(t.group_status(), Status::Succeeded);
+        assert_eq!(t.task_status(0), Status::Succeeded);
+        assert_eq!(t.task_status(1), Status::Cancelled);
+    }
+}
