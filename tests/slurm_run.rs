@@ -9,7 +9,7 @@ use crate::support::scratch::{Scratch, task, text};
 use serde_json::Value;
 use skyc_compiler::{Options, compile};
 use skyc_runtime::policy::GroupSpec;
-use skyc_runtime::slurm::{Plan, SUBMITTING, Watch};
+use skyc_runtime::slurm::{Adopted, Plan, SUBMITTING, Watch, read_status};
 use skyc_runtime::store::{Backend, NewGroup, NewTask, Store, now_ms};
 use std::path::Path;
 use std::process::Command;
@@ -382,6 +382,11 @@ run: |
     assert!(logs.contains("(side-0) side got SIGTERM"), "{logs}");
     let jobs = submitted(&s, id);
     assert_eq!(jobs.len(), 2, "one hetjob of two components: {jobs:?}");
+    // Each status line is in the group's history once, across supervisors.
+    let store = Store::open(&s.state()).unwrap();
+    let lines = read_status(&s.state().join("groups").join(id.to_string()));
+    assert!(lines.len() > 5);
+    assert_eq!(store.count_events_keyed(id, "slurm").unwrap(), lines.len());
 }
 
 /// The window the store cannot close by itself: a supervisor that dies
@@ -398,11 +403,8 @@ fn a_job_submitted_before_a_crash_is_found_not_submitted_twice() {
     let script = skyc_targets::slurm::build(
         &group,
         &skyc_targets::slurm::Options {
-            partition: None,
-            account: None,
-            time: None,
-            sbatch_options: Vec::new(),
             grace_secs: 5,
+            ..Default::default()
         },
     )
     .script
@@ -441,9 +443,12 @@ fn a_job_submitted_before_a_crash_is_found_not_submitted_twice() {
     std::fs::write(out.join("job.sh"), &script).unwrap();
     let job = plan
         .cluster()
-        .submit_as(&out.join("job.sh"), &out, &plan.env, &plan.token)
+        .submit_tagged(&out.join("job.sh"), &out, &plan.token)
         .unwrap();
-    let mut watch = Watch::adopt(&mut store, &s.state(), gid, now_ms()).unwrap();
+    let Ok(Adopted::Watching(mut watch)) = Watch::adopt(&mut store, &s.state(), gid, now_ms())
+    else {
+        panic!("not adopted");
+    };
     assert_eq!(watch.job(), job, "the job found by its comment");
     let deadline = Instant::now() + Duration::from_secs(30);
     while !watch.poll(&mut store, now_ms()).unwrap() {

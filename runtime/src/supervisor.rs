@@ -20,7 +20,7 @@ use crate::local::plan::Plan;
 use crate::local::shim::{self, KILL_REQUEST};
 use crate::local::{NODE_MARKER_VAR, paths};
 use crate::policy::{Action, Attempt, Engine, Event, Phase, TaskId, Timer};
-use crate::slurm::Watch;
+use crate::slurm::{AdoptError, Adopted, Watch};
 use crate::store::{Backend, NodeRow, Store, now_ms};
 use rustix::event::{PollFd, PollFlags, Timespec, poll};
 use rustix::process::{Pid, PidfdFlags, Signal, WaitOptions};
@@ -37,6 +37,10 @@ use std::time::Duration;
 /// How long a supervisor with nothing to run waits before it exits.
 const IDLE_EXIT: Duration = Duration::from_secs(2);
 
+/// How long before a Slurm group that could not be submitted or found
+/// (slurmctld unreachable) is tried again.
+const RETRY_ADOPT_MS: i64 = 5_000;
+
 pub struct Supervisor {
     dir: PathBuf,
     store: Store,
@@ -45,7 +49,13 @@ pub struct Supervisor {
     allocator: Allocator,
     groups: BTreeMap<i64, GroupRun>,
     /// Groups submitted to Slurm.
-    slurm: BTreeMap<i64, Watch>,
+    slurm: BTreeMap<i64, Box<Watch>>,
+    /// Groups to take charge of again later (Slurm could not be asked),
+    /// and when.
+    retry: BTreeMap<i64, i64>,
+    /// The last error logged per Slurm group, so a cluster that stays
+    /// down is logged once, not every poll.
+    slurm_errors: BTreeMap<i64, String>,
     /// Task attempts waiting for capacity, oldest first, and whether the
     /// wait was reported (as `TaskQueued`).
     queue: VecDeque<(i64, TaskId, Attempt, bool)>,
@@ -118,6 +128,8 @@ pub fn main(dir: &Path) -> io::Result<()> {
         allocator: Allocator::new(Capacity::detect()),
         groups: BTreeMap::new(),
         slurm: BTreeMap::new(),
+        retry: BTreeMap::new(),
+        slurm_errors: BTreeMap::new(),
         queue: VecDeque::new(),
         dirty: Vec::new(),
     };
@@ -150,12 +162,12 @@ impl Supervisor {
         let mut idle_since = None;
         loop {
             self.turn()?;
-            if self.groups.is_empty() && self.slurm.is_empty() {
+            if self.is_idle() {
                 let since = *idle_since.get_or_insert_with(now_ms);
                 if now_ms() - since >= IDLE_EXIT.as_millis() as i64 {
                     // A group may have arrived since the last scan.
                     self.scan()?;
-                    if self.groups.is_empty() && self.slurm.is_empty() {
+                    if self.is_idle() {
                         return Ok(());
                     }
                 }
@@ -165,13 +177,18 @@ impl Supervisor {
         }
     }
 
+    fn is_idle(&self) -> bool {
+        self.groups.is_empty() && self.slurm.is_empty() && self.retry.is_empty()
+    }
+
     /// One wait for something to happen, and its handling.
     fn turn(&mut self) -> io::Result<()> {
         let next_timer = self
             .groups
             .values()
             .flat_map(|g| g.timers.iter().map(|t| t.1))
-            .chain(self.slurm.values().map(Watch::next_poll_ms))
+            .chain(self.slurm.values().map(|w| w.next_poll_ms()))
+            .chain(self.retry.values().copied())
             .min();
         let wait_ms = match next_timer {
             Some(deadline) => (deadline - now_ms()).clamp(0, IDLE_EXIT.as_millis() as i64),
@@ -223,6 +240,8 @@ impl Supervisor {
         self.poll_slurm(now_ms());
         if wake {
             self.answer_clients()?;
+        } else if self.retry.values().any(|&at| at <= now_ms()) {
+            self.scan()?;
         }
         Ok(())
     }
@@ -241,7 +260,9 @@ impl Supervisor {
                 continue;
             };
             match watch.poll(&mut self.store, now) {
-                Ok(false) => {}
+                Ok(false) => {
+                    self.slurm_errors.remove(&gid);
+                }
                 Ok(true) => {
                     log(format_args!(
                         "group {gid} (Slurm job {}): {}",
@@ -249,8 +270,14 @@ impl Supervisor {
                         watch.group_status()
                     ));
                     self.slurm.remove(&gid);
+                    self.slurm_errors.remove(&gid);
                 }
-                Err(e) => log(format_args!("group {gid}: polling Slurm: {e}")),
+                Err(e) => {
+                    if self.slurm_errors.get(&gid) != Some(&e) {
+                        log(format_args!("group {gid}: Slurm: {e}"));
+                        self.slurm_errors.insert(gid, e);
+                    }
+                }
             }
         }
     }
@@ -276,9 +303,11 @@ impl Supervisor {
     /// Starts new groups and passes on cancel requests.
     fn scan(&mut self) -> io::Result<()> {
         let live = self.store.live_groups().map_err(io::Error::other)?;
+        let now = now_ms();
         for gid in live {
             if !self.groups.contains_key(&gid)
                 && !self.slurm.contains_key(&gid)
+                && self.retry.get(&gid).is_none_or(|&at| at <= now)
                 && let Err(e) = self.adopt_any(gid)
             {
                 log(format_args!("group {gid}: {e}"));
@@ -293,10 +322,8 @@ impl Supervisor {
                 if let Some(g) = self.groups.get_mut(&gid) {
                     g.inbox.push_back(Event::CancelRequested);
                 }
-                if let Some(w) = self.slurm.get_mut(&gid)
-                    && let Err(e) = w.cancel(now_ms())
-                {
-                    log(format_args!("group {gid}: cancelling: {e}"));
+                if let Some(w) = self.slurm.get_mut(&gid) {
+                    w.cancel(now);
                 }
             }
         }
@@ -313,17 +340,21 @@ impl Supervisor {
         match backend {
             Backend::Local => self.adopt(gid).map_err(|e| e.to_string()),
             Backend::Slurm => {
-                let mut watch = Watch::adopt(&mut self.store, &self.dir, gid, now_ms())?;
-                log(format_args!("group {gid}: Slurm job {}", watch.job()));
-                // A cancel a previous supervisor saw may not have reached
-                // Slurm; scancel again is harmless.
-                let state = self.store.runtime_state(gid).map_err(|e| e.to_string())?;
-                if state.cancel_seen
-                    && let Err(e) = watch.cancel(now_ms())
-                {
-                    log(format_args!("group {gid}: cancelling: {e}"));
+                self.retry.remove(&gid);
+                match Watch::adopt(&mut self.store, &self.dir, gid, now_ms()) {
+                    Ok(Adopted::Watching(watch)) => {
+                        log(format_args!("group {gid}: Slurm job {}", watch.job()));
+                        self.slurm.insert(gid, watch);
+                    }
+                    Ok(Adopted::Cancelled) => {
+                        log(format_args!("group {gid}: cancelled before submission"));
+                    }
+                    Err(AdoptError::Retry(e)) => {
+                        log(format_args!("group {gid}: Slurm: {e}; trying again"));
+                        self.retry.insert(gid, now_ms() + RETRY_ADOPT_MS);
+                    }
+                    Err(AdoptError::Fatal(e)) => return Err(e),
                 }
-                self.slurm.insert(gid, watch);
                 Ok(())
             }
         }

@@ -1,10 +1,13 @@
 //! Typed wrappers over Slurm's commands, with parsable output only.
 
 use super::JobState;
+use rustix::process::{Pid, Signal, kill_process};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
 
 /// A Slurm command that could not run or failed.
 #[derive(Debug)]
@@ -42,20 +45,18 @@ pub struct Step {
     pub name: String,
 }
 
-/// The cluster: `SLURM_CONF` from the environment, or an explicit one.
+/// How long one Slurm command may take before it is killed: the
+/// supervisor waits for it, and slurmctld answers in milliseconds when
+/// it answers at all.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The cluster: `SLURM_CONF` from the environment, an explicit one, or the
+/// one a stored environment names.
 #[derive(Clone, Debug, Default)]
 pub struct Slurm {
-    conf: Conf,
-}
-
-#[derive(Clone, Debug, Default)]
-enum Conf {
-    /// This process's `SLURM_CONF`, if any.
-    #[default]
-    Inherit,
-    /// Slurm's built-in default, whatever this process's environment says.
-    Builtin,
-    File(PathBuf),
+    conf: Option<PathBuf>,
+    /// Every command's whole environment, when not this process's.
+    env: Option<Vec<(String, String)>>,
 }
 
 impl Slurm {
@@ -66,14 +67,18 @@ impl Slurm {
 
     pub fn with_conf(conf: impl Into<PathBuf>) -> Self {
         Self {
-            conf: Conf::File(conf.into()),
+            conf: Some(conf.into()),
+            env: None,
         }
     }
 
-    /// The cluster of an environment that sets no `SLURM_CONF`.
-    pub fn builtin() -> Self {
+    /// Commands run with exactly `env` (its `PATH`, its `SLURM_CONF` or
+    /// none): the environment of the client that submitted a group, not
+    /// the supervisor's.
+    pub fn with_env(env: Vec<(String, String)>) -> Self {
         Self {
-            conf: Conf::Builtin,
+            conf: None,
+            env: Some(env),
         }
     }
 
@@ -84,32 +89,22 @@ impl Slurm {
         env: &[(&str, &Path)],
         cwd: Option<&Path>,
     ) -> Result<String, SlurmError> {
-        self.run_in(program, args, None, env, cwd)
-    }
-
-    /// `run`, with exactly `base` as the environment when given.
-    fn run_in(
-        &self,
-        program: &str,
-        args: &[&str],
-        base: Option<&[(String, String)]>,
-        env: &[(&str, &Path)],
-        cwd: Option<&Path>,
-    ) -> Result<String, SlurmError> {
+        let command = format!("{program} {}", args.join(" "));
+        let error = |message: String| SlurmError {
+            command: command.clone(),
+            message,
+        };
         let mut cmd = Command::new(program);
-        cmd.args(args);
-        if let Some(base) = base {
+        cmd.args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if let Some(base) = &self.env {
             cmd.env_clear();
             cmd.envs(base.iter().map(|(k, v)| (k, v)));
         }
-        match &self.conf {
-            Conf::Inherit => {}
-            Conf::Builtin => {
-                cmd.env_remove("SLURM_CONF");
-            }
-            Conf::File(conf) => {
-                cmd.env("SLURM_CONF", conf);
-            }
+        if let Some(conf) = &self.conf {
+            cmd.env("SLURM_CONF", conf);
         }
         for (k, v) in env {
             cmd.env(k, v);
@@ -117,16 +112,30 @@ impl Slurm {
         if let Some(dir) = cwd {
             cmd.current_dir(dir);
         }
-        let command = format!("{program} {}", args.join(" "));
-        let out = cmd.output().map_err(|e| SlurmError {
-            command: command.clone(),
-            message: e.to_string(),
-        })?;
+        let child = cmd.spawn().map_err(|e| error(e.to_string()))?;
+        let pid = child.id();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || tx.send(child.wait_with_output()));
+        let out = match rx.recv_timeout(COMMAND_TIMEOUT) {
+            Ok(out) => out.map_err(|e| error(e.to_string()))?,
+            Err(_) => {
+                if let Some(pid) = i32::try_from(pid).ok().and_then(Pid::from_raw) {
+                    let _ = kill_process(pid, Signal::KILL);
+                }
+                let _ = rx.recv();
+                return Err(error(format!(
+                    "no answer in {} s (killed)",
+                    COMMAND_TIMEOUT.as_secs()
+                )));
+            }
+        };
         if !out.status.success() {
-            return Err(SlurmError {
-                command,
-                message: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
-            });
+            let stderr = String::from_utf8_lossy(&out.stderr).trim().to_owned();
+            return Err(error(if stderr.is_empty() {
+                format!("exited with {}", out.status)
+            } else {
+                stderr
+            }));
         }
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
@@ -134,45 +143,52 @@ impl Slurm {
     /// Submits `script` (as `skyc build --target slurm` wrote it) from its
     /// directory, with `SKYC_OUT=out_dir`; returns the leader's job id.
     pub fn submit(&self, script: &Path, out_dir: &Path) -> Result<String, SlurmError> {
-        let dir = script
-            .parent()
-            .filter(|d| !d.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        let script = script.to_string_lossy();
-        let out = self.run(
-            "sbatch",
-            &["--parsable", &script],
-            &[("SKYC_OUT", out_dir)],
-            Some(dir),
-        )?;
-        // `ID` or `ID;CLUSTER`.
-        Ok(out.trim().split(';').next().unwrap_or("").to_owned())
+        self.sbatch(script, out_dir, None)
     }
 
-    /// Submits as `skyc run` does: sbatch runs with exactly `env` (the
-    /// submitting client's environment, which it exports to the job) and
-    /// tags the job with `comment`, by which [`Self::find`] finds it again.
-    pub fn submit_as(
+    /// Submits as `skyc run` does, tagging the job with `comment`, by
+    /// which [`Self::find`] finds it again.
+    pub fn submit_tagged(
         &self,
         script: &Path,
         out_dir: &Path,
-        env: &[(String, String)],
         comment: &str,
+    ) -> Result<String, SlurmError> {
+        self.sbatch(script, out_dir, Some(comment))
+    }
+
+    fn sbatch(
+        &self,
+        script: &Path,
+        out_dir: &Path,
+        comment: Option<&str>,
     ) -> Result<String, SlurmError> {
         let dir = script
             .parent()
             .filter(|d| !d.as_os_str().is_empty())
             .unwrap_or(Path::new("."));
-        let comment = format!("--comment={comment}");
         let script = script.to_string_lossy();
-        let out = self.run_in(
-            "sbatch",
-            &["--parsable", &comment, &script],
-            Some(env),
-            &[("SKYC_OUT", out_dir)],
-            Some(dir),
-        )?;
-        Ok(out.trim().split(';').next().unwrap_or("").to_owned())
+        let comment = comment.map(|c| format!("--comment={c}"));
+        let mut args = vec!["--parsable"];
+        args.extend(comment.as_deref());
+        args.push(&script);
+        let out = self.run("sbatch", &args, &[("SKYC_OUT", out_dir)], Some(dir))?;
+        // `ID` or `ID;CLUSTER` on the last line (site wrappers may talk
+        // first).
+        let last = out
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("");
+        let id = last.trim().split(';').next().unwrap_or("");
+        if is_job_id(id) {
+            Ok(id.to_owned())
+        } else {
+            Err(SlurmError {
+                command: format!("sbatch {}", args.join(" ")),
+                message: format!("printed no job id: {:?}", out.trim()),
+            })
+        }
     }
 
     /// The leader id of this user's job tagged `comment`, while slurmctld
@@ -186,7 +202,8 @@ impl Slurm {
         )?;
         Ok(out.lines().find_map(|l| {
             let (id, c) = l.split_once('|')?;
-            (c == comment).then(|| id.split('+').next().unwrap_or(id).to_owned())
+            let id = id.split('+').next().unwrap_or(id);
+            (c == comment && is_job_id(id)).then(|| id.to_owned())
         }))
     }
 
@@ -280,4 +297,10 @@ impl Slurm {
     pub fn cancel(&self, job: &str) -> Result<(), SlurmError> {
         self.run("scancel", &[job], &[], None).map(drop)
     }
+}
+
+/// A job id as Slurm prints it: digits only. Anything else never reaches
+/// a Slurm command, where a leading `-` would be an option.
+pub fn is_job_id(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 20 && s.bytes().all(|b| b.is_ascii_digit())
 }

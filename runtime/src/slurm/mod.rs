@@ -24,9 +24,9 @@ mod status;
 mod tracker;
 mod watch;
 
-pub use client::{Component, Slurm, SlurmError, Step};
+pub use client::{Component, Slurm, SlurmError, Step, is_job_id};
 pub use plan::Plan;
 pub use state::JobState;
 pub use status::{StatusLine, What, read_status};
 pub use tracker::Tracker;
-pub use watch::{POLL, SUBMITTING, Watch};
+pub use watch::{AdoptError, Adopted, POLL, SUBMITTING, Watch};

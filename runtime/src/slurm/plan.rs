@@ -28,12 +28,10 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// The cluster of the submitting client's environment.
+    /// The cluster of the submitting client's environment, whose Slurm
+    /// commands (its `PATH`, its `SLURM_CONF`) every command uses.
     pub fn cluster(&self) -> Slurm {
-        match self.env.iter().find(|(k, _)| k == "SLURM_CONF") {
-            Some((_, conf)) => Slurm::with_conf(conf),
-            None => Slurm::builtin(),
-        }
+        Slurm::with_env(self.env.clone())
     }
 
     /// The job's directory, absolute (it reaches the job as `SKYC_OUT`).

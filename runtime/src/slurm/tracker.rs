@@ -23,10 +23,17 @@ pub struct Tracker {
     restart: u32,
     /// Set between a requeue and the script's next start.
     recovering: bool,
-    /// The script's own final word, when it got to write it.
-    final_status: Option<Status>,
-    /// `final_status` is the script's `group` line, not an inference.
-    final_from_script: bool,
+    /// The script's own final word (its `group` line), when it wrote it.
+    script_end: Option<Status>,
+    /// What the job's states say of its end, as last observed: provisional
+    /// (a requeue passes through ended-looking states) until [`conclude`].
+    ///
+    /// [`conclude`]: Tracker::conclude
+    job_end: Option<Status>,
+    /// The watcher decided the job has ended.
+    concluded: bool,
+    /// The engine was told of the cancel.
+    cancel_seen: bool,
     /// Lines applied so far (a poller passes the whole file each time).
     seen: usize,
 }
@@ -40,8 +47,10 @@ impl Tracker {
             engine,
             restart: 0,
             recovering: false,
-            final_status: None,
-            final_from_script: false,
+            script_end: None,
+            job_end: None,
+            concluded: false,
+            cancel_seen: false,
             seen: 0,
         }
     }
@@ -49,7 +58,21 @@ impl Tracker {
     /// The batch script wrote the group's end itself: no requeue or
     /// inference is pending.
     pub fn ended_by_script(&self) -> bool {
-        self.final_from_script
+        self.script_end.is_some()
+    }
+
+    /// The end, once there is one: the script's word, else what the job's
+    /// states say once concluded.
+    fn end(&self) -> Option<Status> {
+        self.script_end.or(if self.concluded {
+            Some(self.job_end.unwrap_or(Status::Failed))
+        } else {
+            None
+        })
+    }
+
+    fn is_recovering(&self) -> bool {
+        self.recovering && self.end().is_none()
     }
 
     /// How many times Slurm restarted the whole job.
@@ -58,11 +81,11 @@ impl Tracker {
     }
 
     pub fn task_status(&self, task: TaskId) -> Status {
-        if self.recovering {
+        if self.is_recovering() {
             return Status::Recovering;
         }
         let status = self.engine.task_status(task);
-        match self.final_status {
+        match self.end() {
             // The job ended under the task (cancelled, killed, timed out):
             // it ends with the group.
             Some(end) if !status.is_terminal() => {
@@ -77,12 +100,10 @@ impl Tracker {
     }
 
     pub fn group_status(&self) -> Status {
-        if self.recovering {
-            Status::Recovering
-        } else {
-            self.final_status
-                .unwrap_or_else(|| self.engine.group_status())
+        if self.is_recovering() {
+            return Status::Recovering;
         }
+        self.end().unwrap_or_else(|| self.engine.group_status())
     }
 
     pub fn engine(&self) -> &Engine {
@@ -108,8 +129,9 @@ impl Tracker {
             // The job was requeued: everything starts over.
             self.restart = line.restart;
             self.recovering = false;
-            self.final_status = None;
-            self.final_from_script = false;
+            self.script_end = None;
+            self.job_end = None;
+            self.cancel_seen = false;
             self.engine = Engine::new(self.spec.clone());
             self.engine.start();
         }
@@ -171,8 +193,7 @@ impl Tracker {
                 }
             }
             What::Group(status) => {
-                self.final_status = parse_status(status);
-                self.final_from_script = self.final_status.is_some();
+                self.script_end = parse_status(status);
                 return Vec::new();
             }
             What::JobStart { .. } | What::JobSigterm | What::Error(_) => return Vec::new(),
@@ -180,51 +201,50 @@ impl Tracker {
         self.engine.handle(event)
     }
 
-    /// Slurm no longer knows the job and keeps no accounting: whatever the
-    /// script did not record is lost, and the group failed.
-    pub fn forgotten(&mut self) {
-        if self.final_status.is_none() {
-            self.recovering = false;
-            self.final_status = Some(Status::Failed);
-        }
+    /// The watcher's decision that the job has ended, for good: what the
+    /// job's states last said becomes the end (FAILED when they said
+    /// nothing: a job Slurm forgot without accounting), unless the script
+    /// wrote its own.
+    pub fn conclude(&mut self) {
+        self.concluded = true;
     }
 
-    /// What squeue says of the job's components.
+    /// What squeue (or sacct) says of the job's components now.
     pub fn observe(&mut self, states: &[JobState]) -> Vec<Action> {
+        let mut actions = Vec::new();
         if !states.is_empty() && states.iter().all(|s| *s == JobState::Pending) && self.seen == 0 {
             // Waiting in Slurm's queue for the first time: every task waits
             // for resources, as PENDING means on every backend.
-            return (0..self.spec.tasks.len())
-                .flat_map(|task| {
-                    let attempt = self.engine.attempt(task);
-                    self.engine.handle(Event::TaskQueued { task, attempt })
-                })
-                .collect();
-        }
-        if states
-            .iter()
-            .any(|s| s.is_lost() || *s == JobState::Pending)
-            && self.seen > 0
-            && self.final_status.is_none()
-        {
-            // Started before, now pending or failed on a node: requeued.
-            self.recovering = true;
-        }
-        if states.contains(&JobState::Cancelled) && self.final_status.is_none() {
-            self.recovering = false;
-            let actions = self.engine.handle(Event::CancelRequested);
-            self.final_status = Some(Status::Cancelled);
+            for task in 0..self.spec.tasks.len() {
+                let attempt = self.engine.attempt(task);
+                actions.extend(self.engine.handle(Event::TaskQueued { task, attempt }));
+            }
             return actions;
         }
-        if !states.is_empty()
-            && states.iter().all(JobState::is_terminal)
-            && self.final_status.is_none()
+        if self.seen > 0
+            && self.script_end.is_none()
+            && states
+                .iter()
+                .any(|s| s.is_lost() || *s == JobState::Pending)
         {
-            // The script never wrote its end: killed with the job.
-            self.recovering = false;
-            self.final_status = Some(Status::Failed);
+            // Started before (the status file is read before squeue), now
+            // pending or failed on a node: requeued, or about to be.
+            self.recovering = true;
         }
-        Vec::new()
+        if states.contains(&JobState::Cancelled) && !self.cancel_seen {
+            self.cancel_seen = true;
+            actions.extend(self.engine.handle(Event::CancelRequested));
+        }
+        self.job_end =
+            (!states.is_empty() && states.iter().all(JobState::is_terminal)).then(|| {
+                if states.contains(&JobState::Cancelled) {
+                    Status::Cancelled
+                } else {
+                    // The script never wrote its end: the job was killed under it.
+                    Status::Failed
+                }
+            });
+        actions
     }
 }
 
@@ -305,6 +325,7 @@ mod tests {
         let mut t = Tracker::new(spec());
         t.update(&lines(STARTED));
         t.observe(&[JobState::Cancelled, JobState::Cancelled]);
+        t.conclude();
         assert_eq!(t.group_status(), Status::Cancelled);
         assert_eq!(t.task_status(0), Status::Cancelled);
         assert_eq!(t.task_status(1), Status::Cancelled);
@@ -312,14 +333,22 @@ mod tests {
         let mut t = Tracker::new(spec());
         t.update(&lines(STARTED));
         t.observe(&[JobState::Timeout, JobState::Timeout]);
+        t.conclude();
         assert_eq!(t.group_status(), Status::Failed);
         assert_eq!(t.task_status(1), Status::Failed);
         assert!(!t.ended_by_script());
         // Forgotten by Slurm, with no accounting: FAILED.
         let mut t = Tracker::new(spec());
         t.update(&lines(STARTED));
-        t.forgotten();
+        t.observe(&[]);
+        assert_eq!(
+            t.group_status(),
+            Status::Running,
+            "not ended before concluded"
+        );
+        t.conclude();
         assert_eq!(t.group_status(), Status::Failed);
+        assert_eq!(t.task_status(0), Status::Failed);
     }
 
     #[test]
@@ -336,5 +365,37 @@ mod tests {
         assert_eq!(t.group_status(), Status::Succeeded);
         assert_eq!(t.task_status(0), Status::Succeeded);
         assert_eq!(t.task_status(1), Status::Cancelled);
+    }
+
+    #[test]
+    fn an_ended_looking_state_during_a_requeue_is_not_the_end() {
+        // NODE_FAIL, then PENDING: RECOVERING throughout, never FAILED.
+        let mut t = Tracker::new(spec());
+        t.update(&lines(STARTED));
+        t.observe(&[JobState::NodeFail, JobState::NodeFail]);
+        assert_eq!(t.group_status(), Status::Recovering);
+        t.observe(&[JobState::Pending, JobState::Pending]);
+        assert_eq!(t.group_status(), Status::Recovering);
+        // Cancelled while requeued: CANCELLED, not FAILED.
+        t.observe(&[JobState::Cancelled, JobState::Cancelled]);
+        t.conclude();
+        assert_eq!(t.group_status(), Status::Cancelled);
+        assert_eq!(t.task_status(0), Status::Cancelled);
+    }
+
+    #[test]
+    fn the_scripts_end_is_never_recovering() {
+        // A component seen failed on a node, then the script's last word
+        // without a requeue: the group ends with the script's status.
+        let mut t = Tracker::new(spec());
+        t.update(&lines(STARTED));
+        t.observe(&[JobState::NodeFail, JobState::Running]);
+        assert_eq!(t.group_status(), Status::Recovering);
+        let text = format!(
+            "{STARTED}1 r0 node main 0 0 lost 255\n1 r0 task main 0 FAILED\n1 r0 group FAILED\n"
+        );
+        t.update(&lines(&text));
+        assert_eq!(t.group_status(), Status::Failed);
+        assert_eq!(t.task_status(0), Status::Failed);
     }
 }

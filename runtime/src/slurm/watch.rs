@@ -1,19 +1,22 @@
 //! A group run on Slurm, as the supervisor keeps it: submitted once, then
-//! polled (squeue, the batch script's status file) into a [`Tracker`], and
+//! polled (the batch script's status file, squeue) into a [`Tracker`], and
 //! the tracker's statuses written to the store.
 //!
-//! Nothing here is needed to survive a supervisor crash but the job id:
-//! the status file and Slurm hold the rest, so a new supervisor rebuilds
-//! the tracker by reading the file from the start. The one gap, a crash
-//! inside sbatch, is closed by marking the group before sbatch runs and
-//! finding the job by its `--comment` afterwards.
+//! A Watch holds nothing that is not in the store, the job directory or
+//! Slurm: a new supervisor rebuilds the tracker from the status file. The
+//! gap around sbatch is closed by a marker written before it runs and the
+//! job's `--comment`: a supervisor that finds the marker waits for any
+//! sbatch of the group still running, then looks the job up before it
+//! would submit again.
 
 use super::status::What;
-use super::{JobState, Plan, Slurm, SlurmError, StatusLine, Tracker, read_status};
+use super::{JobState, Plan, Slurm, SlurmError, StatusLine, Tracker, is_job_id, read_status};
 use crate::policy::Status;
 use crate::store::{NodeRow, Store};
 use serde_json::json;
 use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -25,9 +28,24 @@ pub const POLL: Duration = Duration::from_secs(1);
 /// file, where task statuses change.
 const STATUS_POLL_MS: i64 = 200;
 
+/// How long every component must look ended, without the script's last
+/// line, before that is the group's end: a requeue passes through such
+/// states, and a shared filesystem may show the last line late.
+const CONFIRM_END_MS: i64 = 5_000;
+
+/// After the script's last line, how long squeue may fail before the group
+/// ends on the script's word alone.
+const SQUEUE_GIVE_UP_MS: i64 = 30_000;
+
+/// How often a cancel is sent again until the job has ended.
+const CANCEL_AGAIN_MS: i64 = 5_000;
+
 /// The supervisor's marker (the group's `pending`) while sbatch may have
 /// submitted the job but its id is not recorded yet.
 pub const SUBMITTING: &str = "slurm-submitting";
+
+/// The file that claims a job directory for one group (its token).
+const OWNER: &str = ".skyc-owner";
 
 pub struct Watch {
     gid: i64,
@@ -39,14 +57,34 @@ pub struct Watch {
     tracker: Tracker,
     next_poll_ms: i64,
     next_squeue_ms: i64,
-    /// Polls in a row that found every component ended.
-    ended_polls: u32,
+    /// Since when every component has looked ended.
+    ended_since_ms: Option<i64>,
+    /// Since when squeue has been failing.
+    failing_since_ms: Option<i64>,
+    /// A cancel was asked for; when to send it again.
+    cancel_at_ms: Option<i64>,
     /// Status lines already recorded as events.
     recorded: usize,
     /// The component states last recorded.
     states: Vec<JobState>,
     /// What was last written to the store.
     written: Option<Snapshot>,
+}
+
+/// What taking charge of a group came to.
+pub enum Adopted {
+    Watching(Box<Watch>),
+    /// Cancelled before any job was submitted; recorded so.
+    Cancelled,
+}
+
+/// Why a group could not be taken charge of.
+#[derive(Debug)]
+pub enum AdoptError {
+    /// The group cannot run (sbatch refused it, the directory is taken).
+    Fatal(String),
+    /// Slurm could not be asked; try again later.
+    Retry(String),
 }
 
 /// Everything a poll writes, to write only changes.
@@ -57,44 +95,54 @@ struct Snapshot {
     nodes: Vec<NodeRow>,
 }
 
-type Error = String;
+fn fatal(message: impl std::fmt::Display) -> AdoptError {
+    AdoptError::Fatal(message.to_string())
+}
 
-fn store_error(e: crate::store::Error) -> Error {
+fn store_error(e: crate::store::Error) -> String {
     format!("state store: {e}")
 }
 
-fn slurm_error(e: SlurmError) -> Error {
-    e.to_string()
-}
-
 impl Watch {
-    /// Takes charge of a group: submits it, or finds the job a previous
-    /// supervisor submitted.
+    /// Takes charge of a group: finds the job a previous supervisor
+    /// submitted, or submits it.
     pub fn adopt(
         store: &mut Store,
         state_dir: &Path,
         gid: i64,
         now_ms: i64,
-    ) -> Result<Self, Error> {
-        let plan: Plan = serde_json::from_str(&store.plan(gid).map_err(store_error)?)
-            .map_err(|e| format!("the group's Slurm plan: {e}"))?;
+    ) -> Result<Adopted, AdoptError> {
+        let plan: Plan = serde_json::from_str(&store.plan(gid).map_err(|e| fatal(store_error(e)))?)
+            .map_err(|e| fatal(format!("the group's Slurm plan: {e}")))?;
         let row = store
             .group(gid)
-            .map_err(store_error)?
-            .ok_or("the group vanished from the store")?;
-        let state = store.runtime_state(gid).map_err(store_error)?;
+            .map_err(|e| fatal(store_error(e)))?
+            .ok_or_else(|| fatal("the group vanished from the store"))?;
+        let state = store
+            .runtime_state(gid)
+            .map_err(|e| fatal(store_error(e)))?;
         let slurm = plan.cluster();
         let out = plan.out_dir(state_dir, gid);
         let job = match row.job {
             Some(job) => job,
             None => {
-                let found = if state.pending.as_deref() == Some(SUBMITTING) {
-                    find(&slurm, &plan, &out)?
-                } else {
-                    None
-                };
+                let mut found = None;
+                if state.pending.as_deref() == Some(SUBMITTING) {
+                    // A supervisor died around sbatch: its sbatch may still
+                    // be talking to slurmctld.
+                    if sbatch_running(&plan.token) {
+                        return Err(AdoptError::Retry(
+                            "an earlier sbatch of this group is still running".into(),
+                        ));
+                    }
+                    found = find(&slurm, &plan, &out).map_err(AdoptError::Retry)?;
+                }
                 let job = match found {
                     Some(job) => job,
+                    None if state.cancel_requested => {
+                        cancel_unsubmitted(store, gid, now_ms).map_err(fatal)?;
+                        return Ok(Adopted::Cancelled);
+                    }
                     None => submit(store, gid, &slurm, &plan, &out)?,
                 };
                 store
@@ -103,25 +151,44 @@ impl Watch {
                         tx.set_pending(gid, None)?;
                         tx.append_event(gid, now_ms, &json!({ "slurm_submitted": job }).to_string())
                     })
-                    .map_err(store_error)?;
+                    .map_err(|e| fatal(store_error(e)))?;
                 job
             }
         };
-        let tracker = Tracker::new(plan.spec.clone());
-        Ok(Self {
+        // What a previous supervisor recorded is not recorded again.
+        let recorded = store
+            .count_events_keyed(gid, "slurm")
+            .map_err(|e| fatal(store_error(e)))?;
+        let states = store
+            .last_event_keyed(gid, "slurm_job")
+            .map_err(|e| fatal(store_error(e)))?
+            .and_then(|e| serde_json::from_str::<serde_json::Value>(&e).ok())
+            .and_then(|v| {
+                v["slurm_job"].as_array().map(|a| {
+                    a.iter()
+                        .filter_map(|s| s.as_str().map(JobState::parse))
+                        .collect()
+                })
+            })
+            .unwrap_or_default();
+        // A cancel a previous supervisor saw may not have reached Slurm.
+        let cancel_at_ms = state.cancel_requested.then_some(now_ms);
+        Ok(Adopted::Watching(Box::new(Self {
             gid,
+            tracker: Tracker::new(plan.spec.clone()),
             plan,
             out,
             slurm,
             job,
-            tracker,
             next_poll_ms: now_ms,
             next_squeue_ms: now_ms,
-            ended_polls: 0,
-            recorded: 0,
-            states: Vec::new(),
+            ended_since_ms: None,
+            failing_since_ms: None,
+            cancel_at_ms,
+            recorded,
+            states,
             written: None,
-        })
+        })))
     }
 
     pub fn job(&self) -> &str {
@@ -132,17 +199,28 @@ impl Watch {
         self.next_poll_ms
     }
 
-    /// Cancels the whole job; its end arrives through the next polls.
-    pub fn cancel(&mut self, now_ms: i64) -> Result<(), Error> {
+    /// Asks for the job's cancel: scancel now, and again until the job
+    /// has ended; the end arrives through the polls.
+    pub fn cancel(&mut self, now_ms: i64) {
+        self.cancel_at_ms = Some(now_ms);
         self.next_poll_ms = now_ms;
         self.next_squeue_ms = now_ms;
-        self.slurm.cancel(&self.job).map_err(slurm_error)
     }
 
     /// Polls the job and records what changed; `Ok(true)` once the group
-    /// has ended and is recorded so.
-    pub fn poll(&mut self, store: &mut Store, now_ms: i64) -> Result<bool, Error> {
+    /// has ended and is recorded so. An error is Slurm's or the store's;
+    /// the next poll tries again.
+    pub fn poll(&mut self, store: &mut Store, now_ms: i64) -> Result<bool, String> {
         self.next_poll_ms = now_ms + STATUS_POLL_MS;
+        let mut problem = None;
+        if let Some(at) = self.cancel_at_ms
+            && at <= now_ms
+        {
+            self.cancel_at_ms = Some(now_ms + CANCEL_AGAIN_MS);
+            if let Err(e) = self.slurm.cancel(&self.job) {
+                problem = Some(format!("cancelling: {e}"));
+            }
+        }
         // The status file first, then squeue: a job found PENDING after
         // the file showed it running was requeued, never the reverse.
         let lines = read_status(&self.out);
@@ -151,37 +229,32 @@ impl Watch {
         let mut finished = false;
         let states = if query {
             self.next_squeue_ms = now_ms + POLL.as_millis() as i64;
-            let mut states: Vec<JobState> = self
-                .slurm
-                .components(&self.job)
-                .map_err(slurm_error)?
-                .into_iter()
-                .map(|c| c.state)
-                .collect();
-            if states.is_empty() {
-                // Forgotten by slurmctld (MinJobAge): accounting may remember.
-                states = self.accounted_states().unwrap_or_default();
+            match self.query() {
+                Ok(states) => {
+                    self.failing_since_ms = None;
+                    self.tracker.observe(&states);
+                    finished = self.ended(&states, now_ms);
+                    states
+                }
+                Err(e) => {
+                    let since = *self.failing_since_ms.get_or_insert(now_ms);
+                    // The script said its last word and Slurm cannot be
+                    // asked: the word stands.
+                    finished =
+                        self.tracker.ended_by_script() && now_ms - since >= SQUEUE_GIVE_UP_MS;
+                    problem = Some(e.to_string());
+                    self.states.clone()
+                }
             }
-            self.tracker.observe(&states);
-            let ended = states.iter().all(JobState::is_terminal);
-            self.ended_polls = if ended { self.ended_polls + 1 } else { 0 };
-            // A requeue can pass through an ended-looking state; only the
-            // script's last line, a cancel, or the same answer twice is
-            // the end.
-            finished = ended
-                && (self.tracker.ended_by_script()
-                    || states.is_empty()
-                    || states.iter().all(|s| *s == JobState::Cancelled)
-                    || self.ended_polls >= 2);
-            // Ending (or to be confirmed): ask again soon.
-            if (ended && !finished) || states.contains(&JobState::Completing) {
-                self.next_squeue_ms = now_ms + STATUS_POLL_MS;
-            }
-            states
         } else {
             self.states.clone()
         };
-        let mut errors: Vec<String> = lines[self.recorded.min(lines.len())..]
+        if finished {
+            self.cancel_at_ms = None;
+            self.tracker.conclude();
+        }
+        let new_lines = &lines[self.recorded.min(lines.len())..];
+        let mut errors: Vec<String> = new_lines
             .iter()
             .filter_map(|l| match &l.what {
                 What::Error(message) => Some(message.clone()),
@@ -189,83 +262,137 @@ impl Watch {
             })
             .collect();
         if finished && !self.tracker.ended_by_script() {
-            if states.is_empty() {
-                self.tracker.forgotten();
-                errors.push(format!(
-                    "Slurm no longer knows job {} and its batch script recorded no end",
-                    self.job
-                ));
-            } else if !states.contains(&JobState::Cancelled) {
-                let names: Vec<&str> = states.iter().map(JobState::name).collect();
-                errors.push(format!(
-                    "job {} ended {} before its batch script recorded the group's end; \
-                     see {}",
-                    self.job,
-                    names.join(","),
-                    self.out
-                        .join(format!("skyc-{}-{}.out", self.plan.group, self.job))
-                        .display()
-                ));
-            }
+            errors.push(self.unfinished_reason(&states));
         }
         let snapshot = self.snapshot(&lines);
-        let new_lines = &lines[self.recorded.min(lines.len())..];
         let states_changed = states != self.states;
-        if self.written.as_ref() == Some(&snapshot)
-            && new_lines.is_empty()
-            && !states_changed
-            && errors.is_empty()
-            && !finished
+        if self.written.as_ref() != Some(&snapshot)
+            || !new_lines.is_empty()
+            || states_changed
+            || !errors.is_empty()
+            || finished
         {
-            return Ok(false);
-        }
-        let gid = self.gid;
-        store
-            .transaction(|tx| {
-                for line in new_lines {
-                    let at = (line.time * 1000.0) as i64;
-                    tx.append_event(gid, at, &json!({ "slurm": line }).to_string())?;
-                }
-                if states_changed {
-                    let names: Vec<&str> = states.iter().map(JobState::name).collect();
-                    tx.append_event(gid, now_ms, &json!({ "slurm_job": names }).to_string())?;
-                }
-                for error in &errors {
-                    tx.set_error(gid, error)?;
-                }
-                tx.set_group_status(gid, snapshot.group.as_str())?;
-                for (task, (status, attempt, restarts)) in snapshot.tasks.iter().enumerate() {
-                    tx.set_task(gid, task, status.as_str(), *attempt, *restarts)?;
-                }
-                for node in &snapshot.nodes {
-                    tx.upsert_node(gid, node)?;
-                }
-                if finished {
-                    tx.finish_group(gid, now_ms)?;
-                }
-                Ok(())
-            })
+            self.write(
+                store, &snapshot, new_lines, &states, &errors, finished, now_ms,
+            )
             .map_err(store_error)?;
-        self.recorded = lines.len();
-        self.states = states;
-        self.written = Some(snapshot);
-        Ok(finished)
+            self.recorded = lines.len();
+            self.states = states;
+            self.written = Some(snapshot);
+        }
+        match problem {
+            Some(p) if !finished => Err(p),
+            _ => Ok(finished),
+        }
+    }
+
+    /// The components' states: squeue, else sacct once slurmctld has
+    /// forgotten the job (`MinJobAge`); empty when neither knows it.
+    fn query(&self) -> Result<Vec<JobState>, SlurmError> {
+        let states: Vec<JobState> = self
+            .slurm
+            .components(&self.job)?
+            .into_iter()
+            .map(|c| c.state)
+            .collect();
+        if !states.is_empty() {
+            return Ok(states);
+        }
+        Ok(self
+            .slurm
+            .accounting(&self.job)?
+            .unwrap_or_default()
+            .iter()
+            .filter(|r| r.len() >= 3 && !r[0].contains('.'))
+            .map(|r| JobState::parse(&r[2]))
+            .collect())
+    }
+
+    /// Whether the job has ended for good, given its states now.
+    fn ended(&mut self, states: &[JobState], now_ms: i64) -> bool {
+        if !states.iter().all(JobState::is_terminal) {
+            self.ended_since_ms = None;
+            if states.contains(&JobState::Completing) {
+                self.next_squeue_ms = now_ms + STATUS_POLL_MS;
+            }
+            return false;
+        }
+        let since = *self.ended_since_ms.get_or_insert(now_ms);
+        // Final at once: the script's last line, a cancel, a job nobody
+        // knows any more. Otherwise the same answer for a while.
+        let finished = self.tracker.ended_by_script()
+            || states.is_empty()
+            || states.iter().all(|s| *s == JobState::Cancelled)
+            || now_ms - since >= CONFIRM_END_MS;
+        if !finished {
+            self.next_squeue_ms = now_ms + STATUS_POLL_MS;
+        }
+        finished
+    }
+
+    fn unfinished_reason(&self, states: &[JobState]) -> String {
+        if states.is_empty() {
+            return format!(
+                "Slurm no longer knows job {} and its batch script recorded no end",
+                self.job
+            );
+        }
+        if states.iter().all(|s| *s == JobState::Cancelled) {
+            return format!("job {} was cancelled", self.job);
+        }
+        let names: Vec<&str> = states.iter().map(JobState::name).collect();
+        format!(
+            "job {} ended {} before its batch script recorded the group's end; see {}",
+            self.job,
+            names.join(","),
+            self.out
+                .join(format!("skyc-{}-{}.out", self.plan.group, self.job))
+                .display()
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn write(
+        &self,
+        store: &mut Store,
+        snapshot: &Snapshot,
+        new_lines: &[StatusLine],
+        states: &[JobState],
+        errors: &[String],
+        finished: bool,
+        now_ms: i64,
+    ) -> crate::store::Result<()> {
+        let gid = self.gid;
+        let states_changed = states != self.states.as_slice();
+        store.transaction(|tx| {
+            for line in new_lines {
+                let at = (line.time * 1000.0) as i64;
+                tx.append_event(gid, at, &json!({ "slurm": line }).to_string())?;
+            }
+            if states_changed {
+                let names: Vec<&str> = states.iter().map(JobState::name).collect();
+                tx.append_event(gid, now_ms, &json!({ "slurm_job": names }).to_string())?;
+            }
+            for error in errors {
+                tx.set_error(gid, error)?;
+            }
+            tx.set_group_status(gid, snapshot.group.as_str())?;
+            for (task, (status, attempt, restarts)) in snapshot.tasks.iter().enumerate() {
+                tx.set_task(gid, task, status.as_str(), *attempt, *restarts)?;
+            }
+            for node in &snapshot.nodes {
+                tx.upsert_node(gid, node)?;
+            }
+            if finished {
+                tx.finish_group(gid, now_ms)?;
+            }
+            Ok(())
+        })
     }
 
     /// The group's status, as last polled.
     pub fn group_status(&self) -> Status {
         self.tracker.group_status()
-    }
-
-    /// sacct's states of the job's components (not of its steps).
-    fn accounted_states(&self) -> Option<Vec<JobState>> {
-        let rows = self.slurm.accounting(&self.job).ok()??;
-        Some(
-            rows.iter()
-                .filter(|r| r.len() >= 3 && !r[0].contains('.'))
-                .map(|r| JobState::parse(&r[2]))
-                .collect(),
-        )
     }
 
     fn snapshot(&self, lines: &[StatusLine]) -> Snapshot {
@@ -334,51 +461,140 @@ impl Watch {
 
     /// `{task}-{rank}.{group}` back to its task and rank.
     fn node_of(&self, hostname: &str) -> Option<(usize, u32)> {
-        let node = hostname.strip_suffix(&format!(".{}", self.plan.group))?;
-        let (name, rank) = node.rsplit_once('-')?;
-        let task = self.plan.spec.tasks.iter().position(|t| t.name == name)?;
-        let rank: u32 = rank.parse().ok()?;
-        (rank < self.plan.num_nodes[task]).then_some((task, rank))
+        node_of(&self.plan, hostname)
     }
 }
 
-/// Writes the script and submits it, marking the group first so that a
-/// crash inside sbatch is recovered by [`find`], not by a second job.
+fn node_of(plan: &Plan, hostname: &str) -> Option<(usize, u32)> {
+    let node = hostname.strip_suffix(&format!(".{}", plan.group))?;
+    let (name, rank) = node.rsplit_once('-')?;
+    let task = plan.spec.tasks.iter().position(|t| t.name == name)?;
+    let rank: u32 = rank.parse().ok()?;
+    (rank < *plan.num_nodes.get(task)?).then_some((task, rank))
+}
+
+/// Claims the job directory, writes the script and submits it, marking
+/// the group first so that a crash around sbatch is recovered by [`find`],
+/// not by a second job.
 fn submit(
     store: &mut Store,
     gid: i64,
     slurm: &Slurm,
     plan: &Plan,
     out: &Path,
-) -> Result<String, Error> {
-    if out.join("status").exists() {
-        return Err(format!(
-            "{} holds the output of another run; choose a new directory",
-            out.display()
-        ));
-    }
+) -> Result<String, AdoptError> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(out)
+        .map_err(|e| fatal(format!("{}: {e}", out.display())))?;
+    claim(out, &plan.token)?;
     let script = out.join("job.sh");
-    fs::create_dir_all(out)
-        .and_then(|()| fs::write(&script, &plan.script))
-        .map_err(|e| format!("{}: {e}", out.display()))?;
+    fs::write(&script, &plan.script).map_err(|e| fatal(format!("{}: {e}", script.display())))?;
     store
         .transaction(|tx| tx.set_pending(gid, Some(SUBMITTING)))
-        .map_err(store_error)?;
-    slurm
-        .submit_as(&script, out, &plan.env, &plan.token)
-        .map_err(slurm_error)
+        .map_err(|e| fatal(store_error(e)))?;
+    match slurm.submit_tagged(&script, out, &plan.token) {
+        Ok(job) => Ok(job),
+        // sbatch can fail after slurmctld took the job (a timeout on the
+        // answer): only a lookup tells.
+        Err(e) => match find(slurm, plan, out) {
+            Ok(Some(job)) => Ok(job),
+            Ok(None) if is_transient(&e.message) => Err(AdoptError::Retry(e.to_string())),
+            Ok(None) => Err(AdoptError::Fatal(e.to_string())),
+            Err(lookup) => Err(AdoptError::Retry(format!("{e}; then {lookup}"))),
+        },
+    }
+}
+
+/// Makes `out` this group's: `.skyc-owner` created exclusively with the
+/// group's token, or already holding it (a resubmission after a crash).
+/// A directory with another run's output is refused.
+fn claim(out: &Path, token: &str) -> Result<(), AdoptError> {
+    let owner = out.join(OWNER);
+    match fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&owner)
+    {
+        Ok(mut f) => {
+            if out.join("status").exists() {
+                let _ = fs::remove_file(&owner);
+            } else {
+                return f
+                    .write_all(token.as_bytes())
+                    .map_err(|e| fatal(format!("{}: {e}", owner.display())));
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            if fs::read_to_string(&owner).is_ok_and(|t| t == token) {
+                return Ok(());
+            }
+        }
+        Err(e) => return Err(fatal(format!("{}: {e}", owner.display()))),
+    }
+    Err(fatal(format!(
+        "{} holds the output of another run; choose a new directory",
+        out.display()
+    )))
+}
+
+/// sbatch errors after which the job may yet be submitted: slurmctld
+/// could not be reached, or did not answer in time.
+fn is_transient(message: &str) -> bool {
+    [
+        "Unable to contact",
+        "timed out",
+        "Socket",
+        "temporarily",
+        "Connection refused",
+        "Zero Bytes",
+        "no answer in",
+    ]
+    .iter()
+    .any(|m| message.contains(m))
 }
 
 /// The job a supervisor submitted before it died: in the queue by its
 /// comment, or named by the status file once Slurm has forgotten it.
-fn find(slurm: &Slurm, plan: &Plan, out: &Path) -> Result<Option<String>, Error> {
-    if let Some(job) = slurm.find(&plan.token).map_err(slurm_error)? {
+fn find(slurm: &Slurm, plan: &Plan, out: &Path) -> Result<Option<String>, String> {
+    if let Some(job) = slurm.find(&plan.token).map_err(|e| e.to_string())? {
         return Ok(Some(job));
     }
     Ok(read_status(out).into_iter().find_map(|l| match l.what {
-        What::JobStart { leader } => Some(leader),
+        What::JobStart { leader } if is_job_id(&leader) => Some(leader),
         _ => None,
     }))
+}
+
+/// Whether an sbatch carrying the group's token still runs (the dead
+/// supervisor's child, which outlives it).
+fn sbatch_running(token: &str) -> bool {
+    let needle = format!("--comment={token}");
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return false;
+    };
+    entries.flatten().any(|e| {
+        fs::read(e.path().join("cmdline"))
+            .is_ok_and(|c| c.split(|&b| b == 0).any(|a| a == needle.as_bytes()))
+    })
+}
+
+/// Records a group cancelled before anything was submitted.
+fn cancel_unsubmitted(store: &mut Store, gid: i64, now_ms: i64) -> Result<(), String> {
+    let tasks = store.tasks(gid).map_err(store_error)?;
+    let cancelled = Status::Cancelled.as_str();
+    store
+        .transaction(|tx| {
+            for t in &tasks {
+                tx.set_task(gid, t.index as usize, cancelled, 0, (0, 0))?;
+            }
+            tx.set_group_status(gid, cancelled)?;
+            tx.set_pending(gid, None)?;
+            tx.finish_group(gid, now_ms)
+        })
+        .map_err(store_error)
 }
 
 /// `IP HOSTNAME` lines.
@@ -391,4 +607,99 @@ fn read_hosts(path: &Path) -> Vec<(String, String)> {
             Some((f.next()?.to_owned(), f.next()?.to_owned()))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::{GroupSpec, TaskSpec};
+
+    fn plan(tasks: Vec<TaskSpec>) -> Plan {
+        Plan {
+            group: "g.x".into(),
+            num_nodes: tasks.iter().map(|t| t.num_nodes).collect(),
+            spec: GroupSpec {
+                tasks,
+                grace: Duration::ZERO,
+            },
+            script: String::new(),
+            out_dir: None,
+            env: Vec::new(),
+            token: "t".into(),
+        }
+    }
+
+    fn task(name: &str, n: u32) -> TaskSpec {
+        TaskSpec {
+            name: name.into(),
+            primary: true,
+            num_nodes: n,
+            termination_delay: Duration::ZERO,
+            max_restarts_on_errors: 0,
+            recover_on_exit_codes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_group_cancelled_before_submission_is_never_submitted() {
+        let dir = std::env::temp_dir().join(format!("skyc-unsubmitted-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let mut store = Store::open(&dir).unwrap();
+        let plan = plan(vec![task("a", 1)]);
+        let gid = store
+            .insert_group(&crate::store::NewGroup {
+                name: "g.x",
+                source: "g.yaml",
+                submitted_at_ms: 0,
+                plan: &serde_json::to_string(&plan).unwrap(),
+                backend: crate::store::Backend::Slurm,
+                tasks: vec![crate::store::NewTask {
+                    name: "a",
+                    primary: true,
+                    num_nodes: 1,
+                }],
+            })
+            .unwrap();
+        store.request_cancel(gid).unwrap();
+        // No Slurm command runs: the plan's empty environment has no PATH.
+        assert!(matches!(
+            Watch::adopt(&mut store, &dir, gid, 5),
+            Ok(Adopted::Cancelled)
+        ));
+        let row = store.group(gid).unwrap().unwrap();
+        assert_eq!(
+            (row.status.as_str(), row.finished_at_ms),
+            ("CANCELLED", Some(5))
+        );
+        assert_eq!(row.job, None);
+        assert_eq!(store.tasks(gid).unwrap()[0].status, "CANCELLED");
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn group_hostnames_map_back_to_their_nodes() {
+        let plan = plan(vec![task("a-b", 2), task("c", 1)]);
+        assert_eq!(node_of(&plan, "a-b-1.g.x"), Some((0, 1)));
+        assert_eq!(node_of(&plan, "c-0.g.x"), Some((1, 0)));
+        assert_eq!(node_of(&plan, "c-1.g.x"), None, "rank past num_nodes");
+        assert_eq!(node_of(&plan, "c-0.other"), None);
+        assert_eq!(node_of(&plan, "d-0.g.x"), None);
+    }
+
+    #[test]
+    fn a_job_directory_belongs_to_one_group() {
+        let dir = std::env::temp_dir().join(format!("skyc-claim-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        assert!(claim(&dir, "one").is_ok());
+        assert!(claim(&dir, "one").is_ok(), "the same group again");
+        assert!(matches!(claim(&dir, "two"), Err(AdoptError::Fatal(_))));
+        let other = dir.join("sub");
+        fs::create_dir_all(&other).unwrap();
+        fs::write(other.join("status"), "1 r0 group SUCCEEDED\n").unwrap();
+        assert!(matches!(claim(&other, "one"), Err(AdoptError::Fatal(_))));
+        assert!(!other.join(OWNER).exists());
+        let _ = fs::remove_dir_all(&dir);
+    }
 }

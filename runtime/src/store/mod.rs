@@ -93,7 +93,19 @@ pub struct Store {
 impl Store {
     /// Opens (creating if needed) the database of a state directory.
     pub fn open(dir: &Path) -> Result<Self> {
-        let conn = Connection::open(dir.join("state.db"))?;
+        let path = dir.join("state.db");
+        // Private from the start: plans hold environments and secrets.
+        // SQLite gives the -wal and -shm files the database's mode.
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            let _ = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .mode(0o600)
+                .open(&path);
+        }
+        let conn = Connection::open(&path)?;
         conn.busy_timeout(Duration::from_secs(10))?;
         // WAL: readers (`skyc status`) never block the supervisor.
         // synchronous=NORMAL: a commit survives a crash of any process;
@@ -263,6 +275,29 @@ impl Store {
             .prepare("SELECT timer, deadline_ms FROM timers WHERE group_id = ?1")?;
         stmt.query_map(params![id], |r| Ok((r.get(0)?, r.get(1)?)))?
             .collect()
+    }
+
+    /// How many of a group's events are JSON objects with key `key` first.
+    pub fn count_events_keyed(&self, id: i64, key: &str) -> Result<usize> {
+        let pattern = format!("{{\"{key}\":%");
+        self.conn.query_row(
+            "SELECT COUNT(*) FROM events WHERE group_id = ?1 AND event LIKE ?2",
+            params![id, pattern],
+            |r| r.get::<_, i64>(0).map(|n| n as usize),
+        )
+    }
+
+    /// The newest of a group's events keyed `key` (see `count_events_keyed`).
+    pub fn last_event_keyed(&self, id: i64, key: &str) -> Result<Option<String>> {
+        let pattern = format!("{{\"{key}\":%");
+        self.conn
+            .query_row(
+                "SELECT event FROM events WHERE group_id = ?1 AND event LIKE ?2 \
+                 ORDER BY seq DESC LIMIT 1",
+                params![id, pattern],
+                |r| r.get(0),
+            )
+            .optional()
     }
 
     /// Event history of a group, oldest first: (time, JSON).
