@@ -318,11 +318,11 @@ impl Watch {
             return false;
         }
         let since = *self.ended_since_ms.get_or_insert(now_ms);
-        // Final at once: the script's last line, a cancel, a job nobody
-        // knows any more. Otherwise the same answer for a while.
+        // Final at once: the script's last line, or a cancel. Otherwise
+        // (a job nobody knows any more included) the same answer for a
+        // while.
         let finished = self.tracker.ended_by_script()
-            || states.is_empty()
-            || states.iter().all(|s| *s == JobState::Cancelled)
+            || (!states.is_empty() && states.iter().all(|s| *s == JobState::Cancelled))
             || now_ms - since >= CONFIRM_END_MS;
         if !finished {
             self.next_squeue_ms = now_ms + STATUS_POLL_MS;
