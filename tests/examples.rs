@@ -79,7 +79,16 @@ fn ir_of_every_accepted_example() {
     });
 }
 
-/// Every example SkyPilot accepts, compiled: (file stem, IR).
+/// An example's text, a template rendered.
+fn example_text(file: &str, verdict: &str) -> String {
+    let raw = std::fs::read_to_string(examples_dir().join(file)).unwrap();
+    if verdict.starts_with("template") {
+        render_template(&raw)
+    } else {
+        raw
+    }
+}
+
 /// `(file, text)` of every example SkyPilot accepts (templates rendered),
 /// but the serial pipeline skyc rejects on purpose.
 pub(crate) fn example_texts() -> Vec<(String, String)> {
@@ -88,27 +97,18 @@ pub(crate) fn example_texts() -> Vec<(String, String)> {
         .filter(|(_, verdict)| verdict.starts_with("ACCEPT") || verdict.starts_with("template"))
         .filter(|(file, _)| file != "test_job_groups__smoke_pipeline_status.yaml")
         .map(|(file, verdict)| {
-            let raw = std::fs::read_to_string(examples_dir().join(&file)).unwrap();
-            let text = if verdict.starts_with("template") {
-                render_template(&raw)
-            } else {
-                raw
-            };
+            let text = example_text(&file, &verdict);
             (file, text)
         })
         .collect()
 }
 
+/// Every example skyc accepts, compiled: (file stem, IR).
 pub(crate) fn accepted_examples() -> Vec<(String, skyc_compiler::ir::Group)> {
     manifest()
         .into_iter()
         .filter_map(|(file, verdict)| {
-            let raw = std::fs::read_to_string(examples_dir().join(&file)).unwrap();
-            let text = if verdict.starts_with("template") {
-                render_template(&raw)
-            } else {
-                raw
-            };
+            let text = example_text(&file, &verdict);
             let c = compile(&file, text.as_bytes(), &Options::default());
             c.group
                 .map(|g| (file.trim_end_matches(".yaml").to_owned(), g))
