@@ -35,10 +35,6 @@ fn detach(s: &Scratch, file: &str, extra: &[&str]) -> i64 {
     text(&out.stdout).trim().parse().expect("group id")
 }
 
-fn wait(s: &Scratch, id: i64, limit: Duration, done: impl Fn(&Value) -> bool) -> Value {
-    s.wait_for(id, limit, done)
-}
-
 fn finished(status: &Value) -> bool {
     !status["finished_at_ms"].is_null()
 }
@@ -131,7 +127,7 @@ run: |
 "#,
     );
     let id = detach(&s, "g.yaml", &[]);
-    let status = wait(&s, id, Duration::from_secs(30), |st| {
+    let status = s.wait_for(id, Duration::from_secs(30), |st| {
         st["tasks"]
             .as_array()
             .is_some_and(|ts| ts.iter().all(|t| t["status"] == "RUNNING"))
@@ -160,7 +156,7 @@ run: |
     let asked = Instant::now();
     let out = s.skyc(&["cancel", &id.to_string()]).output().unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let status = wait(&s, id, Duration::from_secs(60), finished);
+    let status = s.wait_for(id, Duration::from_secs(60), finished);
     eprintln!(
         "cancel -> group CANCELLED in {:.1} s",
         asked.elapsed().as_secs_f64()
@@ -291,11 +287,11 @@ run: |
     let dir_s = dir.to_string_lossy().into_owned();
     let crashed = Instant::now();
     cluster_script(&["crash-node", &dir_s, &node]);
-    let recovering = wait(&s, id, Duration::from_secs(60), |st| {
+    let recovering = s.wait_for(id, Duration::from_secs(60), |st| {
         st["status"] == "RECOVERING" || finished(st)
     });
     let seen_after = crashed.elapsed();
-    let status = wait(&s, id, Duration::from_secs(120), finished);
+    let status = s.wait_for(id, Duration::from_secs(120), finished);
     eprintln!(
         "node crash -> RECOVERING after {:.1} s, group {} after {:.1} s",
         seen_after.as_secs_f64(),
@@ -351,7 +347,7 @@ run: |
 "#,
     );
     let id = detach(&s, "g.yaml", &[]);
-    let status = wait(&s, id, Duration::from_secs(30), |st| {
+    let status = s.wait_for(id, Duration::from_secs(30), |st| {
         task(st, "main")["status"] == "RUNNING"
     });
     let kill = |pid: i64| {
@@ -369,7 +365,7 @@ run: |
     let status = s.status(id);
     let second = status["supervisor_pid"].as_i64().expect("new supervisor");
     assert_ne!(first, second);
-    let status = wait(&s, id, Duration::from_secs(60), finished);
+    let status = s.wait_for(id, Duration::from_secs(60), finished);
     assert_eq!(status["status"], "SUCCEEDED", "{status:#}");
     assert_eq!(task(&status, "side")["status"], "CANCELLED");
     let logs = text(&s.skyc(&["logs", &id.to_string()]).output().unwrap().stdout);

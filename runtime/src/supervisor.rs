@@ -870,7 +870,6 @@ impl Supervisor {
     /// Ends a group that cannot be started at all (its network, its plan):
     /// every task FAILED_SETUP, and the reason in every node's log.
     fn fail_group(&mut self, gid: i64, reason: &str) -> io::Result<()> {
-        let tasks = self.store.tasks(gid).map_err(io::Error::other)?;
         let dir = paths::group_dir(&self.dir, gid);
         let _ = fs::create_dir_all(dir.join("logs"));
         if let Ok(Ok(plan)) = self
@@ -884,15 +883,10 @@ impl Supervisor {
                 }
             }
         }
-        let status = crate::policy::Status::FailedSetup.as_str();
         self.store
             .transaction(|tx| {
-                for t in &tasks {
-                    tx.set_task(gid, t.index as usize, status, 0, (0, 0))?;
-                }
-                tx.set_group_status(gid, status)?;
                 tx.set_error(gid, reason)?;
-                tx.finish_group(gid, now_ms())
+                tx.end_unstarted(gid, crate::policy::Status::FailedSetup.as_str(), now_ms())
             })
             .map_err(io::Error::other)
     }

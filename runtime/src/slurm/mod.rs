@@ -27,6 +27,6 @@ mod watch;
 pub use client::{Component, Slurm, SlurmError, Step, is_job_id};
 pub use plan::Plan;
 pub use state::JobState;
-pub use status::{StatusLine, What, read_status};
+pub use status::{StatusFile, StatusLine, What, read_status};
 pub use tracker::Tracker;
 pub use watch::{AdoptError, Adopted, POLL, SUBMITTING, Watch};

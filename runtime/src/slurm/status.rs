@@ -11,7 +11,9 @@
 //! - `error <message...>`, `group <STATUS>`: the end.
 
 use serde::Serialize;
-use std::path::Path;
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct StatusLine {
@@ -86,14 +88,60 @@ impl StatusLine {
     }
 }
 
+/// The status file under a job directory, read as it grows: each
+/// [`refresh`](Self::refresh) reads only what was appended since the last.
+#[derive(Debug)]
+pub struct StatusFile {
+    path: PathBuf,
+    /// Bytes consumed: up to the end of the last complete line.
+    offset: u64,
+    lines: Vec<StatusLine>,
+}
+
+impl StatusFile {
+    pub fn new(out_dir: &Path) -> Self {
+        Self {
+            path: out_dir.join("status"),
+            offset: 0,
+            lines: Vec::new(),
+        }
+    }
+
+    /// Reads the complete lines appended since the last call (a torn last
+    /// line waits for its newline); returns how many were new.
+    pub fn refresh(&mut self) -> usize {
+        let Ok(mut file) = File::open(&self.path) else {
+            return 0;
+        };
+        let mut buf = Vec::new();
+        if file.seek(SeekFrom::Start(self.offset)).is_err() || file.read_to_end(&mut buf).is_err() {
+            return 0;
+        }
+        let Some(end) = buf.iter().rposition(|&b| b == b'\n') else {
+            return 0;
+        };
+        self.offset += end as u64 + 1;
+        let before = self.lines.len();
+        self.lines.extend(
+            String::from_utf8_lossy(&buf[..end])
+                .lines()
+                .filter_map(StatusLine::parse),
+        );
+        self.lines.len() - before
+    }
+
+    /// Every complete line read so far.
+    pub fn lines(&self) -> &[StatusLine] {
+        &self.lines
+    }
+}
+
 /// Every complete line of the status file under `out_dir`; empty when the
 /// job has not started yet.
 pub fn read_status(out_dir: &Path) -> Vec<StatusLine> {
-    let text = std::fs::read_to_string(out_dir.join("status")).unwrap_or_default();
-    text.lines()
-        .take(text.matches('\n').count())
-        .filter_map(StatusLine::parse)
-        .collect()
+    let mut file = StatusFile::new(out_dir);
+    file.refresh();
+    file.lines
 }
 
 #[cfg(test)]
@@ -119,5 +167,25 @@ mod tests {
         assert!(StatusLine::parse("1.5 r0 job START 7 components=7,8").is_some());
         assert!(StatusLine::parse("1.5 r0 group SUCCEEDED").is_some());
         assert!(StatusLine::parse("1.5 r0 node trainer").is_none());
+    }
+
+    #[test]
+    fn the_file_is_read_as_it_grows_and_torn_lines_wait() {
+        let dir = std::env::temp_dir().join(format!("skyc-status-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("status");
+        std::fs::write(&path, "1 r0 job START 7 components=7\n1 r0 task a 0 RUN").unwrap();
+        let mut f = StatusFile::new(&dir);
+        assert_eq!(f.refresh(), 1);
+        assert_eq!(f.refresh(), 0, "the torn line waits");
+        let mut w = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        std::io::Write::write_all(&mut w, b"NING\n1 r0 group SUCCEEDED\n").unwrap();
+        assert_eq!(f.refresh(), 2);
+        assert_eq!(f.lines(), read_status(&dir).as_slice());
+        assert_eq!(f.lines()[2].what, What::Group("SUCCEEDED".into()));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

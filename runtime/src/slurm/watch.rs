@@ -10,7 +10,9 @@
 //! would submit again.
 
 use super::status::What;
-use super::{JobState, Plan, Slurm, SlurmError, StatusLine, Tracker, is_job_id, read_status};
+use super::{
+    JobState, Plan, Slurm, SlurmError, StatusFile, StatusLine, Tracker, is_job_id, read_status,
+};
 use crate::policy::Status;
 use crate::store::{NodeRow, Store};
 use serde_json::json;
@@ -54,6 +56,8 @@ pub struct Watch {
     out: PathBuf,
     slurm: Slurm,
     job: String,
+    /// The batch script's status file, read as it grows.
+    status: StatusFile,
     tracker: Tracker,
     next_poll_ms: i64,
     next_squeue_ms: i64,
@@ -140,7 +144,11 @@ impl Watch {
                 let job = match found {
                     Some(job) => job,
                     None if state.cancel_requested => {
-                        cancel_unsubmitted(store, gid, now_ms).map_err(fatal)?;
+                        store
+                            .transaction(|tx| {
+                                tx.end_unstarted(gid, Status::Cancelled.as_str(), now_ms)
+                            })
+                            .map_err(|e| fatal(store_error(e)))?;
                         return Ok(Adopted::Cancelled);
                     }
                     None => submit(store, gid, &slurm, &plan, &out)?,
@@ -176,6 +184,7 @@ impl Watch {
         Ok(Adopted::Watching(Box::new(Self {
             gid,
             tracker: Tracker::new(plan.spec.clone()),
+            status: StatusFile::new(&out),
             plan,
             out,
             slurm,
@@ -223,9 +232,14 @@ impl Watch {
         }
         // The status file first, then squeue: a job found PENDING after
         // the file showed it running was requeued, never the reverse.
-        let lines = read_status(&self.out);
-        self.tracker.update(&lines);
+        let fresh = self.status.refresh();
+        self.tracker.update(self.status.lines());
         let query = now_ms >= self.next_squeue_ms || self.tracker.ended_by_script();
+        if !query && fresh == 0 {
+            // Nothing can have changed: statuses, nodes (the run's hosts
+            // file precedes its first line) and errors all follow lines.
+            return problem.map_or(Ok(false), Err);
+        }
         let mut finished = false;
         let states = if query {
             self.next_squeue_ms = now_ms + POLL.as_millis() as i64;
@@ -253,6 +267,7 @@ impl Watch {
             self.cancel_at_ms = None;
             self.tracker.conclude();
         }
+        let lines = self.status.lines();
         let new_lines = &lines[self.recorded.min(lines.len())..];
         let mut errors: Vec<String> = new_lines
             .iter()
@@ -264,7 +279,7 @@ impl Watch {
         if finished && !self.tracker.ended_by_script() {
             errors.push(self.unfinished_reason(&states));
         }
-        let snapshot = self.snapshot(&lines);
+        let snapshot = self.snapshot(lines);
         let states_changed = states != self.states;
         if self.written.as_ref() != Some(&snapshot)
             || !new_lines.is_empty()
@@ -272,8 +287,15 @@ impl Watch {
             || !errors.is_empty()
             || finished
         {
+            let changed_states = states_changed.then_some(states.as_slice());
             self.write(
-                store, &snapshot, new_lines, &states, &errors, finished, now_ms,
+                store,
+                &snapshot,
+                new_lines,
+                changed_states,
+                &errors,
+                finished,
+                now_ms,
             )
             .map_err(store_error)?;
             self.recorded = lines.len();
@@ -357,19 +379,18 @@ impl Watch {
         store: &mut Store,
         snapshot: &Snapshot,
         new_lines: &[StatusLine],
-        states: &[JobState],
+        changed_states: Option<&[JobState]>,
         errors: &[String],
         finished: bool,
         now_ms: i64,
     ) -> crate::store::Result<()> {
         let gid = self.gid;
-        let states_changed = states != self.states.as_slice();
         store.transaction(|tx| {
             for line in new_lines {
                 let at = (line.time * 1000.0) as i64;
                 tx.append_event(gid, at, &json!({ "slurm": line }).to_string())?;
             }
-            if states_changed {
+            if let Some(states) = changed_states {
                 let names: Vec<&str> = states.iter().map(JobState::name).collect();
                 tx.append_event(gid, now_ms, &json!({ "slurm_job": names }).to_string())?;
             }
@@ -425,7 +446,7 @@ impl Watch {
         let engine = self.tracker.engine();
         let mut nodes = Vec::new();
         for (ip, hostname) in read_hosts(&hosts) {
-            let Some((task, rank)) = self.node_of(&hostname) else {
+            let Some((task, rank)) = node_of(&self.plan, &hostname) else {
                 continue;
             };
             let attempt = engine.attempt(task);
@@ -458,13 +479,9 @@ impl Watch {
         }
         nodes
     }
-
-    /// `{task}-{rank}.{group}` back to its task and rank.
-    fn node_of(&self, hostname: &str) -> Option<(usize, u32)> {
-        node_of(&self.plan, hostname)
-    }
 }
 
+/// `{task}-{rank}.{group}` back to its task and rank.
 fn node_of(plan: &Plan, hostname: &str) -> Option<(usize, u32)> {
     let node = hostname.strip_suffix(&format!(".{}", plan.group))?;
     let (name, rank) = node.rsplit_once('-')?;
@@ -579,22 +596,6 @@ fn sbatch_running(token: &str) -> bool {
         fs::read(e.path().join("cmdline"))
             .is_ok_and(|c| c.split(|&b| b == 0).any(|a| a == needle.as_bytes()))
     })
-}
-
-/// Records a group cancelled before anything was submitted.
-fn cancel_unsubmitted(store: &mut Store, gid: i64, now_ms: i64) -> Result<(), String> {
-    let tasks = store.tasks(gid).map_err(store_error)?;
-    let cancelled = Status::Cancelled.as_str();
-    store
-        .transaction(|tx| {
-            for t in &tasks {
-                tx.set_task(gid, t.index as usize, cancelled, 0, (0, 0))?;
-            }
-            tx.set_group_status(gid, cancelled)?;
-            tx.set_pending(gid, None)?;
-            tx.finish_group(gid, now_ms)
-        })
-        .map_err(store_error)
 }
 
 /// `IP HOSTNAME` lines.

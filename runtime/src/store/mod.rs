@@ -415,6 +415,18 @@ impl Tx<'_> {
         Ok(())
     }
 
+    /// Ends a group that never ran: it and every task get `status`.
+    pub fn end_unstarted(&self, id: i64, status: &str, at_ms: i64) -> Result<()> {
+        self.0.execute(
+            "UPDATE tasks SET status = ?2, attempt = 0, restarts = 0, restarts_on_errors = 0 \
+             WHERE group_id = ?1",
+            params![id, status],
+        )?;
+        self.set_group_status(id, status)?;
+        self.set_pending(id, None)?;
+        self.finish_group(id, at_ms)
+    }
+
     pub fn set_task(
         &self,
         id: i64,
