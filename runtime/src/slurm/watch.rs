@@ -340,11 +340,12 @@ impl Watch {
             return false;
         }
         let since = *self.ended_since_ms.get_or_insert(now_ms);
-        // Final at once: the script's last line, or a cancel. Otherwise
+        // Final at once: the script's last line, or a cancel (no requeue
+        // follows one, even when some components ended otherwise). Otherwise
         // (a job nobody knows any more included) the same answer for a
         // while.
         let finished = self.tracker.ended_by_script()
-            || (!states.is_empty() && states.iter().all(|s| *s == JobState::Cancelled))
+            || states.contains(&JobState::Cancelled)
             || now_ms - since >= CONFIRM_END_MS;
         if !finished {
             self.next_squeue_ms = now_ms + STATUS_POLL_MS;
