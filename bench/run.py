@@ -147,12 +147,12 @@ def bench_memory(skyc, tmp, groups, network):
         )
     submit = time.time() - t0
     status = json.loads(subprocess.run(
-        [skyc, "status", "--json", "--state-dir", str(state)],
+        [skyc, "status", "--all", "--json", "--state-dir", str(state)],
         check=True, capture_output=True, text=True).stdout)
     deadline = time.time() + 120
     while time.time() < deadline:
         status = json.loads(subprocess.run(
-            [skyc, "status", "--json", "--state-dir", str(state)],
+            [skyc, "status", "--all", "--json", "--state-dir", str(state)],
             check=True, capture_output=True, text=True).stdout)
         if all(g["status"] == "RUNNING" for g in status):
             break

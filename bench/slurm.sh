@@ -74,9 +74,13 @@ stats() { # label values...: median min max in ms
               printf "%-44s median %6.0f ms  min %6.0f  max %6.0f  (n=%d)\n", l, m, v[1], v[NR], NR }'
 }
 
-# Polls `skyc status ID` until its group line matches the pattern $2.
+# Polls `skyc status ID` until the statuses of the group and its tasks, on
+# one line (`CANCELLED: a=CANCELLED b=...`), match the pattern $2.
 until_status() {
-    until "$skyc" status "$1" --state-dir "$work/state" | awk 'NR == 2' | grep -Eq "$2"; do
+    until "$skyc" status "$1" --json --state-dir "$work/state" |
+        python3 -c 'import json, sys; g = json.load(sys.stdin)[0]
+print(g["status"] + ":", " ".join(t["name"] + "=" + t["status"] for t in g["tasks"]))' |
+        grep -Eq "$2"; do
         sleep 0.02
     done
 }
@@ -95,11 +99,11 @@ for i in $(seq "$runs"); do
 
     t0=$EPOCHREALTIME
     id=$("$skyc" run -d --target slurm --state-dir "$work/state" "$work/run.yaml")
-    until_status "$id" 'a=RUNNING, b=RUNNING, c=RUNNING'
+    until_status "$id" 'a=RUNNING b=RUNNING c=RUNNING'
     run_lat+=("$(minus "$EPOCHREALTIME" "$t0")")
     t0=$EPOCHREALTIME
     "$skyc" cancel "$id" --state-dir "$work/state" 2>/dev/null
-    until_status "$id" ' CANCELLED '
+    until_status "$id" '^CANCELLED:'
     cancel_lat+=("$(minus "$EPOCHREALTIME" "$t0")")
 done
 echo "Slurm $(sinfo -V | awk '{print $2}'), $(sinfo -h -N -o %N | sort -u | wc -l) nodes, $runs runs each"

@@ -145,7 +145,7 @@ run: |
 "#,
     );
     let out = s.run("g.yaml", &[]);
-    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    assert_eq!(out.status.code(), Some(100), "{}", text(&out.stderr));
     let delay = stamp(&s, "helper-term") - stamp(&s, "primary-exit");
     assert!(delay < 0.5, "SIGTERM {delay:.3}s after the failure");
     let status = s.status(1);
@@ -207,7 +207,7 @@ run: sleep 1.5; echo finished > "$SCRATCH/steady"
 "#,
     );
     let out = s.run("g.yaml", &[]);
-    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(out.status.code(), Some(100));
     let status = s.status(1);
     assert_eq!(status["status"], "FAILED");
     assert_eq!(task(&status, "broken")["status"], "FAILED");
@@ -524,7 +524,7 @@ fn ctrl_c_cancels_a_foreground_run() {
             .is_ok_and(|s| s.success())
     );
     let out = child.wait_with_output().expect("wait");
-    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    assert_eq!(out.status.code(), Some(103), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("CANCELLED"));
     assert_eq!(s.status(1)["status"], "CANCELLED");
 }

@@ -6,6 +6,7 @@ mod cli;
 mod conformance;
 mod examples;
 mod hostile;
+mod jobs_cli;
 mod k8s;
 mod local;
 mod slurm;

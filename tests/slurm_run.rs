@@ -136,7 +136,7 @@ run: |
     let job = status["job"].as_str().unwrap().to_owned();
     let logs = |what: &str| {
         let out = s
-            .skyc(&["logs", &id.to_string(), what])
+            .skyc(&["logs", "--no-follow", &id.to_string(), what])
             .output()
             .expect("skyc logs");
         text(&out.stdout)
@@ -149,7 +149,7 @@ run: |
     assert_eq!(logs("side-0").trim(), "(side-0) side up");
     let human = s.skyc(&["status"]).output().expect("skyc status");
     assert!(
-        text(&human.stdout).contains(&format!("on slurm: job {job}")),
+        text(&human.stdout).contains(&format!("slurm job {job}")),
         "{}",
         text(&human.stdout)
     );
@@ -200,7 +200,7 @@ run: sleep 120
     );
     let out = s.run("g.yaml", SLURM);
     let stderr = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert_eq!(out.status.code(), Some(100), "{stderr}");
     assert!(
         stderr.contains("skyc: group 1 (failing) FAILED"),
         "{stderr}"
@@ -221,7 +221,7 @@ run: sleep 120
 }
 
 #[test]
-fn a_job_sbatch_refuses_is_reported_and_exits_3() {
+fn a_job_sbatch_refuses_is_reported_and_exits_100() {
     let Some(_cluster) = cluster() else { return };
     let s = scratch("refused");
     s.write(
@@ -230,7 +230,7 @@ fn a_job_sbatch_refuses_is_reported_and_exits_3() {
     );
     let out = s.run("g.yaml", &["--target", "slurm", "--partition", "nosuch"]);
     let stderr = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert_eq!(out.status.code(), Some(100), "{stderr}");
     assert!(
         stderr.contains("error: group 1 could not start: sbatch"),
         "{stderr}"

@@ -1,14 +1,13 @@
 //! `skyc build FILE --target T`: lower a group to a target's artifacts.
 
 use super::check::Color;
+use super::out::{self, errln};
 use super::slurm::SlurmArgs;
-use super::{INVALID, OK, USAGE, input, parse_env};
+use super::{INVALID, OK, USAGE, input, parse_env, report};
 use clap::ValueEnum;
-use skyc_compiler::render::{Format, render};
 use skyc_compiler::{Compilation, Diagnostic, Options, compile};
 use skyc_targets::k8s;
 use skyc_targets::slurm;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Lower a Job Group to what a target runs.
@@ -54,8 +53,9 @@ pub(crate) struct Args {
     secret_name: Option<String>,
     #[command(flatten)]
     slurm: SlurmArgs,
-    /// Seconds between SIGTERM and SIGKILL when an auxiliary is terminated.
-    #[arg(long, value_name = "SECONDS", default_value_t = 30)]
+    /// Seconds between SIGTERM and SIGKILL when a task is terminated
+    /// (slurm), as `skyc run --grace`.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
     grace: u64,
 }
 
@@ -86,13 +86,13 @@ pub(crate) fn run(args: &Args) -> u8 {
     if matches!(args.target, Target::K8s)
         && let Err(message) = k8s_options.validate()
     {
-        eprintln!("error: {message}");
+        errln!("error: {message}");
         return USAGE;
     }
     let (name, bytes) = match input::read(&args.file) {
         Ok(read) => read,
         Err(message) => {
-            eprintln!("error: {message}");
+            errln!("error: {message}");
             return USAGE;
         }
     };
@@ -115,13 +115,11 @@ pub(crate) fn run(args: &Args) -> u8 {
         }
         _ => {}
     }
-    let diagnostics = render(
-        Format::Human {
-            color: args.color.enabled(),
-        },
+    report::human(
         std::slice::from_ref(&compilation),
+        args.color.enabled(),
+        false,
     );
-    let _ = std::io::stderr().write_all(diagnostics.as_bytes());
     let Some(group) = &compilation.group else {
         return INVALID;
     };
@@ -152,7 +150,7 @@ pub(crate) fn run(args: &Args) -> u8 {
                 Some(path) => match std::fs::write(path, &script) {
                     Ok(()) => OK,
                     Err(e) => {
-                        eprintln!("error: cannot write {}: {e}", path.display());
+                        errln!("error: cannot write {}: {e}", path.display());
                         USAGE
                     }
                 },
@@ -172,21 +170,22 @@ fn add_diagnostics(compilation: &mut Compilation, more: Vec<Diagnostic>) {
 }
 
 fn write_stdout(text: &str) -> u8 {
-    if std::io::stdout().write_all(text.as_bytes()).is_err() {
-        return USAGE;
-    }
+    use std::io::Write as _;
+    // A closed reader ends the process (out::stdout); any other failure is
+    // reported there.
+    let _ = out::stdout().write_all(text.as_bytes());
     OK
 }
 
 fn write_files(dir: &Path, files: &[(String, String)]) -> u8 {
     if let Err(e) = std::fs::create_dir_all(dir) {
-        eprintln!("error: cannot create {}: {e}", dir.display());
+        errln!("error: cannot create {}: {e}", dir.display());
         return USAGE;
     }
     for (name, text) in files {
         let path = dir.join(name);
         if let Err(e) = std::fs::write(&path, text) {
-            eprintln!("error: cannot write {}: {e}", path.display());
+            errln!("error: cannot write {}: {e}", path.display());
             return USAGE;
         }
     }

@@ -1,10 +1,11 @@
 //! `skyc check FILE...`: validate files, print diagnostics.
 
-use super::{INVALID, OK, USAGE, input, parse_env};
+use super::out::{errln, out};
+use super::{INVALID, OK, USAGE, input, parse_env, report};
 use clap::ValueEnum;
 use skyc_compiler::render::{Format, render};
-use skyc_compiler::{Compilation, Options, Severity, compile};
-use std::io::{IsTerminal, Write};
+use skyc_compiler::{Compilation, Options, compile};
+use std::io::IsTerminal;
 
 /// Check Job Group (or task) files against the schema and every rule.
 #[derive(clap::Args)]
@@ -61,48 +62,25 @@ pub(crate) fn run(args: &Args) -> u8 {
         match input::read(path) {
             Ok((name, bytes)) => compilations.push(compile(&name, &bytes, &options)),
             Err(message) => {
-                eprintln!("error: {message}");
+                errln!("error: {message}");
                 io_failed = true;
             }
         }
     }
-    let format = match args.format {
-        OutputFormat::Human => Format::Human {
-            color: args.color.enabled(),
-        },
-        OutputFormat::Json => Format::Json,
-        OutputFormat::Sarif => Format::Sarif,
-        OutputFormat::Github => Format::Github,
-    };
-    let rendered = render(format, &compilations);
     let failed = compilations.iter().any(Compilation::has_errors);
-    if matches!(args.format, OutputFormat::Human) {
-        // People read diagnostics on stderr; the summary closes them.
-        let mut err = std::io::stderr().lock();
-        let _ = err.write_all(rendered.as_bytes());
-        let count = |s: Severity| {
-            compilations
-                .iter()
-                .flat_map(|c| &c.diagnostics)
-                .filter(|d| d.severity == s)
-                .count()
-        };
-        let (errors, warnings) = (count(Severity::Error), count(Severity::Warning));
-        if errors + warnings > 0 {
-            let _ = writeln!(
-                err,
-                "{}: {} error{}, {} warning{} in {} file{}",
-                if failed { "failed" } else { "ok" },
-                errors,
-                plural(errors),
-                warnings,
-                plural(warnings),
-                compilations.len(),
-                plural(compilations.len()),
-            );
+    let format = match args.format {
+        // People read diagnostics on stderr; the summary closes them, and
+        // at a terminal a clean check says so, as linters do.
+        OutputFormat::Human => {
+            report::human(&compilations, args.color.enabled(), report::at_terminal());
+            None
         }
-    } else {
-        let _ = std::io::stdout().lock().write_all(rendered.as_bytes());
+        OutputFormat::Json => Some(Format::Json),
+        OutputFormat::Sarif => Some(Format::Sarif),
+        OutputFormat::Github => Some(Format::Github),
+    };
+    if let Some(format) = format {
+        out!("{}", render(format, &compilations));
     }
     if io_failed {
         USAGE
@@ -111,8 +89,4 @@ pub(crate) fn run(args: &Args) -> u8 {
     } else {
         OK
     }
-}
-
-fn plural(n: usize) -> &'static str {
-    if n == 1 { "" } else { "s" }
 }

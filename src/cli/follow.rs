@@ -1,4 +1,11 @@
-//! Following a group's node logs, each line prefixed `(task-rank)`.
+//! Reading a group's node logs as one stream, each line prefixed
+//! `(task-rank)`, lines of all nodes in the order they were written.
+//!
+//! The order comes from each log's index (`<log>.idx`, written by the node
+//! agent beside the log: per chunk of output, the offset where it ends and
+//! when it was read). A line takes the time of the chunk its first byte
+//! arrived in. A log without an index (a Slurm job's, written by srun)
+//! keeps its own order and joins the others as its lines are read.
 
 use skyc_runtime::local::paths;
 use skyc_runtime::slurm::Plan as SlurmPlan;
@@ -14,13 +21,32 @@ pub(crate) struct Follower {
 struct Log {
     prefix: String,
     path: PathBuf,
+    /// Bytes of the log read so far.
     offset: u64,
+    /// The unfinished last line, and the offset where it starts.
     partial: Vec<u8>,
+    partial_start: u64,
+    index: Index,
+}
+
+/// A log's index as far as it was read: chunk end offsets and times (µs).
+#[derive(Default)]
+struct Index {
+    read: u64,
+    chunks: Vec<(u64, u64)>,
+}
+
+/// A line ready to print: when it was written (None: not known), and
+/// which log it came from, for a stable order.
+struct Line {
+    time: Option<u64>,
+    log: usize,
+    text: Vec<u8>,
 }
 
 impl Follower {
-    /// The logs of a group's nodes, or of one task's (`task`) or one
-    /// node's (`task-rank`).
+    /// The logs of a group's nodes, or of one task's (`task`, or its index)
+    /// or one node's (`task-rank`).
     pub(crate) fn new(
         store: &Store,
         state: &std::path::Path,
@@ -32,6 +58,12 @@ impl Follower {
             .group(gid)
             .map_err(|e| e.to_string())?
             .ok_or_else(|| format!("no group {gid}"))?;
+        // A task index, as `sky jobs logs 42 0` takes one.
+        let only = only.map(|o| match o.parse::<usize>() {
+            Ok(i) if i < tasks.len() => tasks[i].name.clone(),
+            _ => o.to_owned(),
+        });
+        let only = only.as_deref();
         let mut logs = Vec::new();
         let dir = match group.backend {
             Backend::Local => paths::group_dir(state, gid),
@@ -43,12 +75,10 @@ impl Follower {
                 // The batch script's own output: where it says why it
                 // could not run the group.
                 if let (None, Some(job)) = (only, &group.job) {
-                    logs.push(Log {
-                        prefix: "(batch) ".to_owned(),
-                        path: dir.join(format!("skyc-{}-{job}.out", group.name)),
-                        offset: 0,
-                        partial: Vec::new(),
-                    });
+                    logs.push(Log::new(
+                        "(batch) ".to_owned(),
+                        dir.join(format!("skyc-{}-{job}.out", plan.group)),
+                    ));
                 }
                 dir
             }
@@ -60,18 +90,20 @@ impl Follower {
                 if only.is_some_and(|o| o != task.name && o != prefix) {
                     continue;
                 }
-                logs.push(Log {
-                    prefix: format!("({prefix}) "),
-                    path: paths::log(&dir, &task.name, rank),
-                    offset: 0,
-                    partial: Vec::new(),
-                });
+                logs.push(Log::new(
+                    format!("({prefix}) "),
+                    paths::log(&dir, &task.name, rank),
+                ));
             }
         }
         if logs.is_empty() {
-            let names: Vec<_> = tasks.iter().map(|t| t.name.as_str()).collect();
+            let names: Vec<_> = tasks
+                .iter()
+                .enumerate()
+                .map(|(i, t)| format!("{i}: {}", t.name))
+                .collect();
             return Err(format!(
-                "group {gid} has no task or node `{}`; its tasks are: {}",
+                "group {gid} has no task or node `{}`; its tasks are {}",
                 only.unwrap_or_default(),
                 names.join(", ")
             ));
@@ -79,37 +111,187 @@ impl Follower {
         Ok(Self { logs })
     }
 
-    /// Writes the complete lines written since the last call.
+    /// Writes the complete lines written since the last call, in the order
+    /// they were written.
     pub(crate) fn poll(&mut self, out: &mut impl Write) -> io::Result<()> {
-        for log in &mut self.logs {
-            let Ok(mut file) = File::open(&log.path) else {
-                continue;
-            };
-            file.seek(SeekFrom::Start(log.offset))?;
-            let mut buf = Vec::new();
-            file.read_to_end(&mut buf)?;
-            log.offset += buf.len() as u64;
-            log.partial.extend_from_slice(&buf);
-            while let Some(nl) = log.partial.iter().position(|&b| b == b'\n') {
-                out.write_all(log.prefix.as_bytes())?;
-                out.write_all(&log.partial[..=nl])?;
-                log.partial.drain(..=nl);
-            }
+        let mut lines = Vec::new();
+        for (i, log) in self.logs.iter_mut().enumerate() {
+            log.read(i, &mut lines)?;
         }
-        out.flush()
+        write_ordered(lines, &self.logs, out)
     }
 
     /// Writes what is left, unfinished lines included.
     pub(crate) fn finish(&mut self, out: &mut impl Write) -> io::Result<()> {
-        self.poll(out)?;
-        for log in &mut self.logs {
+        let mut lines = Vec::new();
+        for (i, log) in self.logs.iter_mut().enumerate() {
+            log.read(i, &mut lines)?;
             if !log.partial.is_empty() {
-                out.write_all(log.prefix.as_bytes())?;
-                out.write_all(&log.partial)?;
-                out.write_all(b"\n")?;
-                log.partial.clear();
+                let mut text = std::mem::take(&mut log.partial);
+                text.push(b'\n');
+                lines.push(Line {
+                    time: log.index.time_of(log.partial_start),
+                    log: i,
+                    text,
+                });
             }
         }
-        out.flush()
+        write_ordered(lines, &self.logs, out)
+    }
+}
+
+/// Lines of several logs by time; a log's own lines keep their order, and
+/// lines of unknown time follow the timed ones of the same read.
+fn write_ordered(mut lines: Vec<Line>, logs: &[Log], out: &mut impl Write) -> io::Result<()> {
+    lines.sort_by_key(|l| (l.time.unwrap_or(u64::MAX), l.log));
+    for line in &lines {
+        out.write_all(logs[line.log].prefix.as_bytes())?;
+        out.write_all(&line.text)?;
+    }
+    out.flush()
+}
+
+impl Log {
+    fn new(prefix: String, path: PathBuf) -> Self {
+        Self {
+            prefix,
+            path,
+            offset: 0,
+            partial: Vec::new(),
+            partial_start: 0,
+            index: Index::default(),
+        }
+    }
+
+    fn index_path(&self) -> PathBuf {
+        let mut name = self.path.clone().into_os_string();
+        name.push(".idx");
+        name.into()
+    }
+
+    /// Reads what was appended, and pushes its complete lines. The index is
+    /// read after the log, so it never describes less than the agent had
+    /// written before the bytes read.
+    fn read(&mut self, me: usize, lines: &mut Vec<Line>) -> io::Result<()> {
+        let Ok(mut file) = File::open(&self.path) else {
+            return Ok(());
+        };
+        file.seek(SeekFrom::Start(self.offset))?;
+        let mut buf = Vec::new();
+        file.read_to_end(&mut buf)?;
+        self.index.refresh(&self.index_path());
+        let mut start = self.offset;
+        self.offset += buf.len() as u64;
+        let mut rest = &buf[..];
+        while let Some(nl) = rest.iter().position(|&b| b == b'\n') {
+            let (line, tail) = rest.split_at(nl + 1);
+            let line_start = if self.partial.is_empty() {
+                start
+            } else {
+                self.partial_start
+            };
+            let mut text = std::mem::take(&mut self.partial);
+            text.extend_from_slice(line);
+            lines.push(Line {
+                time: self.index.time_of(line_start),
+                log: me,
+                text,
+            });
+            start += line.len() as u64;
+            rest = tail;
+        }
+        if !rest.is_empty() {
+            if self.partial.is_empty() {
+                self.partial_start = start;
+            }
+            self.partial.extend_from_slice(rest);
+        }
+        Ok(())
+    }
+}
+
+impl Index {
+    /// Reads the records appended since the last read (a record cut short
+    /// is read next time).
+    fn refresh(&mut self, path: &std::path::Path) {
+        let Ok(mut file) = File::open(path) else {
+            return;
+        };
+        if file.seek(SeekFrom::Start(self.read)).is_err() {
+            return;
+        }
+        let mut buf = Vec::new();
+        if file.read_to_end(&mut buf).is_err() {
+            return;
+        }
+        for record in buf.chunks_exact(16) {
+            let end = u64::from_le_bytes(record[..8].try_into().unwrap_or_default());
+            let time = u64::from_le_bytes(record[8..].try_into().unwrap_or_default());
+            self.chunks.push((end, time));
+        }
+        self.read += (buf.len() / 16 * 16) as u64;
+    }
+
+    /// When the byte at `offset` was written: the time of the first chunk
+    /// that ends past it.
+    fn time_of(&self, offset: u64) -> Option<u64> {
+        let i = self.chunks.partition_point(|&(end, _)| end <= offset);
+        self.chunks.get(i).map(|&(_, time)| time)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn index(chunks: &[(u64, u64)]) -> Index {
+        Index {
+            read: 0,
+            chunks: chunks.to_vec(),
+        }
+    }
+
+    #[test]
+    fn a_byte_takes_the_time_of_its_chunk() {
+        let i = index(&[(10, 100), (25, 200)]);
+        assert_eq!(i.time_of(0), Some(100));
+        assert_eq!(i.time_of(9), Some(100));
+        assert_eq!(i.time_of(10), Some(200));
+        assert_eq!(i.time_of(24), Some(200));
+        assert_eq!(i.time_of(25), None);
+    }
+
+    #[test]
+    fn lines_of_two_logs_interleave_by_time() {
+        let dir = std::env::temp_dir().join(format!("skyc-follow-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let write = |name: &str, text: &str, chunks: &[(u64, u64)]| {
+            let path = dir.join(name);
+            std::fs::write(&path, text).unwrap();
+            let idx: Vec<u8> = chunks
+                .iter()
+                .flat_map(|(e, t)| e.to_le_bytes().into_iter().chain(t.to_le_bytes()))
+                .collect();
+            // A record cut short at the end is left for the next read.
+            let mut idx_path = path.into_os_string();
+            idx_path.push(".idx");
+            std::fs::write(idx_path, [&idx[..], &[1, 2, 3][..]].concat()).unwrap();
+            dir.join(name)
+        };
+        let a = write("a.log", "a1\na2\na3", &[(3, 10), (6, 30), (8, 50)]);
+        let b = write("b.log", "b1\nb2\n", &[(3, 20), (6, 40)]);
+        let mut f = Follower {
+            logs: vec![Log::new("(a) ".into(), a), Log::new("(b) ".into(), b)],
+        };
+        let mut out = Vec::new();
+        f.poll(&mut out).unwrap();
+        assert_eq!(
+            String::from_utf8(out.clone()).unwrap(),
+            "(a) a1\n(b) b1\n(a) a2\n(b) b2\n"
+        );
+        out.clear();
+        f.finish(&mut out).unwrap();
+        assert_eq!(String::from_utf8(out).unwrap(), "(a) a3\n");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

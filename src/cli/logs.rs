@@ -1,19 +1,32 @@
-//! `skyc logs ID [TASK]`: a group's node logs.
+//! `skyc logs [ID] [TASK]`: a group's node logs, as `sky jobs logs` shows
+//! a job's.
 
+use super::exit::{self, NOT_FOUND, USAGE};
 use super::follow::Follower;
+use super::out::{self, errln};
+use super::select::{self, ByName};
 use super::state::StateArgs;
-use super::{OK, USAGE};
 use std::time::Duration;
 
-/// Print a group's logs, each line prefixed `(task-rank)`.
+/// Print a group's logs, each line prefixed `(task-rank)`, lines of all
+/// nodes in the order they were written. A group in progress is followed
+/// until it ends. Exit status: 0 SUCCEEDED, 100 FAILED, 101 not finished,
+/// 102 no such group, 103 CANCELLED.
 #[derive(clap::Args)]
 pub(crate) struct Args {
-    #[arg(value_name = "ID")]
-    id: i64,
-    /// One task (`trainer`) or one node (`trainer-1`).
+    /// The group; the newest one when omitted.
+    #[arg(value_name = "ID", value_parser = select::group_id, conflicts_with = "name")]
+    id: Option<i64>,
+    /// One task, by name (`trainer`) or index (`0`), or one node
+    /// (`trainer-1`).
     #[arg(value_name = "TASK")]
     task: Option<String>,
-    /// Keep printing until the group ends.
+    #[command(flatten)]
+    by_name: ByName,
+    /// Print what was written so far and exit, even if the group runs.
+    #[arg(long, conflicts_with = "follow")]
+    no_follow: bool,
+    /// Follow a group in progress until it ends (the default).
     #[arg(short, long)]
     follow: bool,
     #[command(flatten)]
@@ -22,34 +35,53 @@ pub(crate) struct Args {
 
 pub(crate) fn run(args: &Args) -> u8 {
     match print(args) {
-        Ok(()) => OK,
+        Ok(code) => code,
         Err(message) => {
-            eprintln!("error: {message}");
+            errln!("error: {message}");
             USAGE
         }
     }
 }
 
-fn print(args: &Args) -> Result<(), String> {
+fn print(args: &Args) -> Result<u8, String> {
     let (dir, store) = args.state.open_supervised()?;
-    let group = store
-        .group(args.id)
-        .map_err(|e| e.to_string())?
-        .ok_or_else(|| format!("no group {} in {}", args.id, dir.display()))?;
+    let group = match select::one(&store, &dir, args.id, args.by_name.name.as_deref())? {
+        Ok(group) => group,
+        Err(missing) => {
+            errln!("error: {}", missing.0);
+            return Ok(NOT_FOUND);
+        }
+    };
+    let tasks = store.tasks(group.id).map_err(|e| e.to_string())?;
+    if args.task.is_none() && tasks.len() > 1 {
+        errln!(
+            "hint: group {} has {} tasks; `skyc logs {} TASK` shows one (TASK: a name or an \
+             index)",
+            group.id,
+            tasks.len(),
+            group.id
+        );
+    }
     let mut logs = Follower::new(&store, &dir, group.id, args.task.as_deref())?;
-    let mut out = std::io::stdout().lock();
-    if args.follow {
+    let mut out = out::stdout();
+    let group = if args.no_follow {
+        group
+    } else {
         loop {
-            let done = store
+            let now = store
                 .group(group.id)
                 .map_err(|e| e.to_string())?
-                .is_none_or(|g| g.finished_at_ms.is_some());
+                .ok_or("the group vanished from the store")?;
             logs.poll(&mut out).map_err(|e| e.to_string())?;
-            if done {
-                break;
+            if now.finished_at_ms.is_some() {
+                break now;
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-    }
-    logs.finish(&mut out).map_err(|e| e.to_string())
+    };
+    logs.finish(&mut out).map_err(|e| e.to_string())?;
+    Ok(exit::of_group(
+        &group.status,
+        group.finished_at_ms.is_some(),
+    ))
 }

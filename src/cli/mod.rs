@@ -3,32 +3,37 @@
 mod build;
 mod cancel;
 mod check;
+mod completions;
+mod exit;
 mod follow;
 mod input;
 mod logs;
+pub(crate) mod out;
+mod report;
 mod run;
 mod schema;
+mod select;
 mod slurm;
 mod state;
 mod status;
+mod table;
 
 use clap::{Parser, Subcommand};
+use out::errln;
 use std::process::ExitCode;
 
-/// Exit status: success.
-pub(crate) const OK: u8 = 0;
-/// Exit status: the input has errors.
-pub(crate) const INVALID: u8 = 1;
-/// Exit status: bad usage, or a file could not be read or written.
-pub(crate) const USAGE: u8 = 2;
+pub(crate) use exit::{INVALID, OK, USAGE};
 
 #[derive(Parser)]
 #[command(
     name = "skyc",
     version,
     about = "Compiler and runtime for SkyPilot Job Groups",
-    long_about = "skyc checks SkyPilot Job Group files, lowers them to manifests for \
-                  Kubernetes, Slurm and clouds, and runs them."
+    long_about = "skyc checks SkyPilot Job Group files, lowers them to a Kubernetes JobSet or \
+                  a Slurm batch script, and runs them on this machine or on a Slurm cluster.",
+    after_help = "Exit status: 0 success; 1 the file has errors; 2 bad usage or I/O; for `run` \
+                  and `logs`: 100 the group FAILED, 101 not finished, 102 no such group, \
+                  103 CANCELLED."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -44,6 +49,7 @@ enum Command {
     Logs(logs::Args),
     Cancel(cancel::Args),
     Schema(schema::Args),
+    Completions(completions::Args),
 }
 
 pub(crate) fn main() -> ExitCode {
@@ -70,6 +76,7 @@ pub(crate) fn main() -> ExitCode {
         Command::Logs(args) => logs::run(&args),
         Command::Cancel(args) => cancel::run(&args),
         Command::Schema(args) => schema::run(&args),
+        Command::Completions(args) => completions::run(&args),
     };
     ExitCode::from(code)
 }
@@ -113,7 +120,7 @@ fn internal_supervise(args: &[std::ffi::OsString]) -> ExitCode {
     match skyc_runtime::supervisor::main(std::path::Path::new(dir)) {
         Ok(()) => ExitCode::from(OK),
         Err(e) => {
-            eprintln!("skyc supervisor: {e}");
+            errln!("skyc supervisor: {e}");
             ExitCode::from(INVALID)
         }
     }

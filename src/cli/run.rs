@@ -1,13 +1,14 @@
 //! `skyc run FILE`: run a group and supervise it.
 
 use super::check::Color;
+use super::exit::{self, FAILED, INVALID, NOT_FINISHED, OK, USAGE};
 use super::follow::Follower;
+use super::out::{self, errln, outln};
 use super::slurm::SlurmArgs;
 use super::state::StateArgs;
-use super::{INVALID, OK, USAGE, input, parse_env};
+use super::{input, parse_env, report};
 use clap::ValueEnum;
 use skyc_compiler::ir::{Group, Role};
-use skyc_compiler::render::{Format, render};
 use skyc_compiler::{Diagnostic, Options, compile};
 use skyc_runtime::local::capacity::Capacity;
 use skyc_runtime::local::network::{self, Mode};
@@ -17,16 +18,14 @@ use skyc_runtime::slurm::Plan as SlurmPlan;
 use skyc_runtime::store::{Backend, NewGroup, NewTask, Store, now_ms};
 use skyc_runtime::supervisor;
 use skyc_targets::slurm;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-/// Exit status: the group ran and did not succeed.
-pub(crate) const GROUP_FAILED: u8 = 3;
-
-/// Run a Job Group and supervise it until it ends.
+/// Run a Job Group and supervise it until it ends. Exit status: 0
+/// SUCCEEDED, 100 FAILED, 101 no longer followed, 103 CANCELLED, 1 the file
+/// has errors.
 #[derive(clap::Args)]
 pub(crate) struct Args {
     /// The Job Group (or task) file; `-` reads standard input.
@@ -38,6 +37,10 @@ pub(crate) struct Args {
     /// Print the group id and return; the supervisor runs on.
     #[arg(short, long)]
     detach: bool,
+    /// The name `status`, `logs -n` and `cancel -n` know the run by
+    /// [default: the group's `name`]. Hostnames keep the group's name.
+    #[arg(short = 'n', long = "name", value_name = "NAME", value_parser = run_name)]
+    name: Option<String>,
     /// Give an environment variable a value, as `sky jobs launch --env` does.
     #[arg(long = "env", value_name = "KEY=VALUE", value_parser = parse_env)]
     env: Vec<(String, String)>,
@@ -89,18 +92,19 @@ pub(crate) fn run(args: &Args) -> u8 {
             // The supervisor answered once it took the group on: a group
             // that could not start (sbatch refused it, say) has ended.
             if let Some(error) = start_error(&dir, gid) {
-                eprintln!("error: group {gid} could not start: {error}");
-                return GROUP_FAILED;
+                errln!("error: group {gid} could not start: {error}");
+                return FAILED;
             }
             if args.detach {
-                println!("{gid}");
+                outln!("{gid}");
+                print_next_steps(args, gid);
                 OK
             } else {
                 follow(args, &dir, gid)
             }
         }
         Err(message) => {
-            eprintln!("error: {message}");
+            errln!("error: {message}");
             USAGE
         }
     }
@@ -133,10 +137,8 @@ fn submit(args: &Args) -> Result<Submitted, String> {
     };
     let mut compilation = compile(&name, &bytes, &options);
     let color = args.color.enabled();
-    let show = |c: &skyc_compiler::Compilation| {
-        let text = render(Format::Human { color }, std::slice::from_ref(c));
-        let _ = std::io::stderr().write_all(text.as_bytes());
-    };
+    let show =
+        |c: &skyc_compiler::Compilation| report::human(std::slice::from_ref(c), color, false);
     let Some(group) = compilation.group.take() else {
         show(&compilation);
         return Ok(Submitted::Invalid);
@@ -176,7 +178,7 @@ fn submit(args: &Args) -> Result<Submitted, String> {
         .collect();
     let gid = store
         .insert_group(&NewGroup {
-            name: &group.name,
+            name: args.name.as_deref().unwrap_or(&group.name),
             source: &name,
             submitted_at_ms: submitted_ms,
             plan: &plan,
@@ -238,7 +240,7 @@ fn plan_local(
             );
         }
         if mode != Mode::Netns && plan.hostnames {
-            eprintln!("note: nodes get {}", mode.describe());
+            errln!("note: nodes get {}", mode.describe());
         }
     }
     Ok(Planned {
@@ -315,9 +317,44 @@ fn follow(args: &Args, dir: &Path, gid: i64) -> u8 {
     match result {
         Ok(code) => code,
         Err(message) => {
-            eprintln!("error: {message}");
+            errln!("error: {message}");
             USAGE
         }
+    }
+}
+
+/// `-n`: any name a table cell and a shell argument can carry.
+fn run_name(s: &str) -> Result<String, String> {
+    if s.is_empty() || s.len() > 253 || s.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        return Err("a name has 1 to 253 characters, none of them white space".into());
+    }
+    Ok(s.to_owned())
+}
+
+/// After `-d`: how to follow, inspect and cancel the group (on stderr;
+/// stdout carries only the id, for scripts).
+fn print_next_steps(args: &Args, gid: i64) {
+    let state = args
+        .state
+        .state_dir
+        .as_ref()
+        .map(|d| format!(" --state-dir {}", shell_word(&d.to_string_lossy())))
+        .unwrap_or_default();
+    errln!("skyc: group {gid} submitted");
+    errln!("  follow its logs:  skyc logs {gid}{state}");
+    errln!("  see its status:   skyc status {gid}{state}");
+    errln!("  cancel it:        skyc cancel {gid}{state}");
+}
+
+/// `s` as one shell word, quoted only when it must be.
+fn shell_word(s: &str) -> String {
+    if !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/._-+=:@%,".contains(&b))
+    {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
     }
 }
 
@@ -326,7 +363,7 @@ fn watch(args: &Args, dir: &Path, gid: i64, interrupted: &AtomicBool) -> Result<
     let mut logs = Follower::new(&store, dir, gid, None)?;
     let mut shown: Vec<String> = Vec::new();
     let mut interrupts = 0;
-    let mut stdout = std::io::stdout().lock();
+    let mut stdout = out::stdout();
     let on = store
         .group(gid)
         .ok()
@@ -336,9 +373,9 @@ fn watch(args: &Args, dir: &Path, gid: i64, interrupted: &AtomicBool) -> Result<
                 .map(|job| format!(" to {} as job {job}", g.backend.as_str()))
         })
         .unwrap_or_default();
-    eprintln!("skyc: group {gid} submitted{on} (Ctrl-C cancels it)");
+    errln!("skyc: group {gid} submitted{on} (Ctrl-C cancels it)");
     loop {
-        let _ = logs.poll(&mut stdout);
+        logs.poll(&mut stdout).map_err(|e| e.to_string())?;
         let group = store
             .group(gid)
             .map_err(|e| e.to_string())?
@@ -347,7 +384,7 @@ fn watch(args: &Args, dir: &Path, gid: i64, interrupted: &AtomicBool) -> Result<
         for (i, task) in tasks.iter().enumerate() {
             let line = task.status.clone();
             if shown.get(i) != Some(&line) {
-                eprintln!("skyc: {} {}", task.name, task.status);
+                errln!("skyc: {} {}", task.name, task.status);
                 if i < shown.len() {
                     shown[i] = line;
                 } else {
@@ -356,34 +393,30 @@ fn watch(args: &Args, dir: &Path, gid: i64, interrupted: &AtomicBool) -> Result<
             }
         }
         if group.finished_at_ms.is_some() {
-            let _ = logs.finish(&mut stdout);
+            logs.finish(&mut stdout).map_err(|e| e.to_string())?;
             if let Some(error) = &group.error {
-                eprintln!("skyc: error: {error}");
+                errln!("skyc: error: {error}");
             }
-            eprintln!("skyc: group {gid} ({}) {}", group.name, group.status);
-            return Ok(if group.status == "SUCCEEDED" {
-                OK
-            } else {
-                GROUP_FAILED
-            });
+            errln!("skyc: group {gid} ({}) {}", group.name, group.status);
+            return Ok(exit::of_group(&group.status, true));
         }
         if interrupted.swap(false, Ordering::Relaxed) {
             interrupts += 1;
             if interrupts == 1 {
-                eprintln!("skyc: cancelling group {gid} (Ctrl-C again to stop following)");
+                errln!("skyc: cancelling group {gid} (Ctrl-C again to stop following)");
                 let mut store = Store::open(dir).map_err(|e| e.to_string())?;
                 store.request_cancel(gid).map_err(|e| e.to_string())?;
                 supervisor::wake(dir).map_err(|e| format!("supervisor: {e}"))?;
             } else {
-                eprintln!(
+                errln!(
                     "skyc: stopped following; the group goes on (`skyc status {gid}`{})",
                     args.state
                         .state_dir
                         .as_ref()
-                        .map(|d| format!(" --state-dir {}", d.display()))
+                        .map(|d| format!(" --state-dir {}", shell_word(&d.to_string_lossy())))
                         .unwrap_or_default()
                 );
-                return Ok(GROUP_FAILED);
+                return Ok(NOT_FINISHED);
             }
         }
         std::thread::sleep(Duration::from_millis(50));

@@ -1,7 +1,7 @@
 //! `skyc schema`: the JSON Schema for editors.
 
 use super::OK;
-use std::io::Write;
+use super::out::out;
 
 /// Print the JSON Schema of a Job Group document, for editors
 /// (yaml-language-server: `# yaml-language-server: $schema=...`).
@@ -12,6 +12,6 @@ pub(crate) fn run(_: &Args) -> u8 {
     let mut text =
         serde_json::to_string_pretty(&skyc_compiler::editor_schema()).unwrap_or_default();
     text.push('\n');
-    let _ = std::io::stdout().write_all(text.as_bytes());
+    out!("{text}");
     OK
 }

@@ -1,18 +1,32 @@
-//! `skyc status [ID]`: groups and their tasks.
+//! `skyc status [ID]`: groups and their tasks, in the spirit of
+//! `sky jobs queue`.
 
+use super::exit::{NOT_FOUND, OK, USAGE};
+use super::out::{errln, out};
+use super::report::plural;
+use super::select::{self, ByName};
 use super::state::{StateArgs, supervisor_pid};
-use super::{OK, USAGE};
+use super::table::{self, Table};
 use serde_json::json;
-use skyc_runtime::store::Store;
+use skyc_runtime::store::{GroupRow, NodeRow, TaskRow, now_ms};
 
-/// Show groups run on this machine, newest first.
+/// How many finished groups are listed when `--all` is not given.
+const RECENT: usize = 10;
+
+/// Show groups: the ones in progress and the most recent ones, newest first.
 #[derive(clap::Args)]
 pub(crate) struct Args {
-    /// One group; all when omitted.
-    #[arg(value_name = "ID")]
+    /// One group, with its nodes; the group list when omitted.
+    #[arg(value_name = "ID", value_parser = select::group_id, conflicts_with = "name")]
     id: Option<i64>,
-    /// Print JSON: per group its id, name, status, supervisor pid, and per
-    /// task its status and restarts.
+    #[command(flatten)]
+    by_name: ByName,
+    /// Every group, not only those in progress and the 10 most recent.
+    #[arg(short, long)]
+    all: bool,
+    /// Print a JSON array of groups (the same shape with or without ID):
+    /// per group its id, name, status, recoveries, and per task its status,
+    /// restarts and nodes.
     #[arg(long)]
     json: bool,
     #[command(flatten)]
@@ -21,88 +35,218 @@ pub(crate) struct Args {
 
 pub(crate) fn run(args: &Args) -> u8 {
     match show(args) {
-        Ok(()) => OK,
+        Ok(code) => code,
         Err(message) => {
-            eprintln!("error: {message}");
+            errln!("error: {message}");
             USAGE
         }
     }
 }
 
-fn show(args: &Args) -> Result<(), String> {
-    let (dir, store) = args.state.open_supervised()?;
-    let groups = match args.id {
-        Some(id) => vec![
-            store
-                .group(id)
-                .map_err(|e| e.to_string())?
-                .ok_or_else(|| format!("no group {id} in {}", dir.display()))?,
-        ],
-        None => store.groups().map_err(|e| e.to_string())?,
-    };
-    let supervisor = supervisor_pid(&dir);
-    if args.json {
-        let out: Vec<_> = groups
-            .iter()
-            .map(|g| group_json(&store, g, supervisor))
-            .collect::<Result<_, _>>()?;
-        let value = if args.id.is_some() {
-            out.into_iter().next().unwrap_or_default()
-        } else {
-            serde_json::Value::Array(out)
-        };
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&value).unwrap_or_default()
-        );
-        return Ok(());
-    }
-    println!(
-        "{:<5} {:<24} {:<13} {:<10} TASKS",
-        "ID", "NAME", "STATUS", "DURATION"
-    );
-    let now = skyc_runtime::store::now_ms();
-    for g in &groups {
-        let tasks = store.tasks(g.id).map_err(|e| e.to_string())?;
-        let summary: Vec<String> = tasks
-            .iter()
-            .map(|t| {
-                let restarts = if t.restarts > 0 {
-                    format!(" ({} restarts)", t.restarts)
-                } else {
-                    String::new()
-                };
-                format!("{}={}{restarts}", t.name, t.status)
-            })
-            .collect();
-        let secs = (g.finished_at_ms.unwrap_or(now) - g.submitted_at_ms).max(0) / 1000;
-        println!(
-            "{:<5} {:<24} {:<13} {:<10} {}",
-            g.id,
-            g.name,
-            g.status,
-            format!("{}m{:02}s", secs / 60, secs % 60),
-            summary.join(", ")
-        );
-        if let Some(job) = &g.job {
-            println!("      on {}: job {job}", g.backend.as_str());
-        }
-        if let Some(error) = &g.error {
-            println!("      error: {error}");
-        }
-    }
-    Ok(())
+/// A group with what the listing shows of it.
+struct Shown {
+    group: GroupRow,
+    tasks: Vec<TaskRow>,
+    nodes: Vec<NodeRow>,
 }
 
-fn group_json(
-    store: &Store,
-    g: &skyc_runtime::store::GroupRow,
-    supervisor: Option<i64>,
-) -> Result<serde_json::Value, String> {
-    let tasks = store.tasks(g.id).map_err(|e| e.to_string())?;
-    let nodes = store.nodes(g.id).map_err(|e| e.to_string())?;
+fn show(args: &Args) -> Result<u8, String> {
+    let (dir, store) = args.state.open_supervised()?;
+    let (groups, hidden) = match (args.id, &args.by_name.name) {
+        (Some(id), _) => match select::one(&store, &dir, Some(id), None)? {
+            Ok(group) => (vec![group], 0),
+            Err(missing) => {
+                errln!("error: {}", missing.0);
+                return Ok(NOT_FOUND);
+            }
+        },
+        (None, name) => {
+            let all = match name {
+                Some(name) => store.groups_named(name),
+                None => store.groups(),
+            }
+            .map_err(|e| e.to_string())?;
+            if all.is_empty()
+                && let Some(name) = name
+            {
+                errln!("error: no group named `{name}` in {}", dir.display());
+                return Ok(NOT_FOUND);
+            }
+            listed(all, args.all)
+        }
+    };
+    let shown = groups
+        .into_iter()
+        .map(|group| {
+            Ok(Shown {
+                tasks: store.tasks(group.id).map_err(|e| e.to_string())?,
+                nodes: store.nodes(group.id).map_err(|e| e.to_string())?,
+                group,
+            })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    if args.json {
+        let supervisor = supervisor_pid(&dir);
+        let value: Vec<_> = shown.iter().map(|s| group_json(s, supervisor)).collect();
+        out!(
+            "{}\n",
+            serde_json::to_string_pretty(&value).unwrap_or_default()
+        );
+        return Ok(OK);
+    }
+    if shown.is_empty() {
+        errln!("No groups in {}.", dir.display());
+        return Ok(OK);
+    }
+    out!("{}", groups_table(&shown, now_ms()).render());
+    if hidden > 0 {
+        errln!(
+            "({hidden} older group{} not shown; `skyc status --all` lists every group)",
+            plural(hidden)
+        );
+    }
+    if args.id.is_some()
+        && let Some(one) = shown.first()
+    {
+        out!("\n{}", nodes_table(one).render());
+        if let Some(error) = &one.group.error {
+            out!("\nerror: {error}\n");
+        }
+    }
+    Ok(OK)
+}
+
+/// The groups a listing shows: all in progress and the `RECENT` newest of
+/// the rest (`all`: every one); and how many it leaves out.
+fn listed(groups: Vec<GroupRow>, all: bool) -> (Vec<GroupRow>, usize) {
+    if all {
+        return (groups, 0);
+    }
+    let mut finished = 0;
+    let mut hidden = 0;
+    let shown = groups
+        .into_iter()
+        .filter(|g| {
+            if g.finished_at_ms.is_none() {
+                return true;
+            }
+            finished += 1;
+            let keep = finished <= RECENT;
+            hidden += usize::from(!keep);
+            keep
+        })
+        .collect();
+    (shown, hidden)
+}
+
+/// A group row, then a `↳` row per task.
+fn groups_table(shown: &[Shown], now: i64) -> Table {
+    let mut t = Table::new(&[
+        "ID",
+        "TASK",
+        "NAME",
+        "NODES",
+        "SUBMITTED",
+        "DURATION",
+        "#RECOVERIES",
+        "STATUS",
+        "DETAILS",
+    ]);
+    for s in shown {
+        let g = &s.group;
+        let nodes: i64 = s.tasks.iter().map(|t| t.num_nodes).sum();
+        let recoveries: i64 = s.tasks.iter().map(|t| t.restarts).sum();
+        let details = match (&g.error, &g.job) {
+            (Some(error), _) => format!("error: {}", table::truncate(&table::one_line(error), 80)),
+            (None, Some(job)) => format!("{} job {job}", g.backend.as_str()),
+            (None, None) => String::new(),
+        };
+        t.row(vec![
+            g.id.to_string(),
+            "-".into(),
+            g.name.clone(),
+            nodes.to_string(),
+            table::ago(now, g.submitted_at_ms),
+            table::duration(g.finished_at_ms.unwrap_or(now) - g.submitted_at_ms),
+            recoveries.to_string(),
+            g.status.clone(),
+            details,
+        ]);
+        for task in &s.tasks {
+            t.row(vec![
+                "↳".into(),
+                task.index.to_string(),
+                task.name.clone(),
+                task.num_nodes.to_string(),
+                "-".into(),
+                "-".into(),
+                task.restarts.to_string(),
+                task.status.clone(),
+                task_details(task, &s.nodes),
+            ]);
+        }
+    }
+    t
+}
+
+/// A task's role, its restarts on errors, and how it failed.
+fn task_details(task: &TaskRow, nodes: &[NodeRow]) -> String {
+    let mut parts = vec![task.role.clone()];
+    if task.restarts > 0 {
+        let on_errors = task.restarts_on_errors;
+        parts.push(format!(
+            "{} restart{} ({on_errors} on errors)",
+            task.restarts,
+            plural(usize::try_from(task.restarts).unwrap_or(2))
+        ));
+    }
+    if task.status.starts_with("FAILED")
+        && let Some((node, code)) = failed_node(task, nodes)
+    {
+        parts.push(format!("{}-{} exit {code}", task.name, node.rank));
+    }
+    parts.join(", ")
+}
+
+/// The first node of `task` that ended with a non-zero exit code.
+fn failed_node<'a>(task: &TaskRow, nodes: &'a [NodeRow]) -> Option<(&'a NodeRow, i64)> {
+    nodes
+        .iter()
+        .filter(|n| n.task == task.index)
+        .find_map(|n| n.exit_code.filter(|&c| c != 0).map(|c| (n, c)))
+}
+
+/// One group's nodes.
+fn nodes_table(s: &Shown) -> Table {
+    let mut t = Table::new(&[
+        "NODE", "HOSTNAME", "ADDRESS", "ATTEMPT", "PHASE", "PID", "EXIT",
+    ]);
+    let live = s.group.finished_at_ms.is_none();
+    for n in &s.nodes {
+        let task = s.tasks.iter().find(|t| t.index == n.task);
+        let name = task.map_or("?", |t| t.name.as_str());
+        let dash = || "-".to_owned();
+        t.row(vec![
+            format!("{name}-{}", n.rank),
+            n.hostname.clone(),
+            if n.ip.is_empty() {
+                dash()
+            } else {
+                n.ip.clone()
+            },
+            n.attempt.to_string(),
+            n.phase.clone().unwrap_or_else(dash),
+            n.pid.filter(|_| live).map_or_else(dash, |p| p.to_string()),
+            n.exit_code.map_or_else(dash, |c| c.to_string()),
+        ]);
+    }
+    t
+}
+
+fn group_json(s: &Shown, supervisor: Option<i64>) -> serde_json::Value {
+    let g = &s.group;
     let live = g.finished_at_ms.is_none();
-    Ok(json!({
+    json!({
         "id": g.id,
         "name": g.name,
         "status": g.status,
@@ -112,15 +256,18 @@ fn group_json(
         "source": g.source,
         "submitted_at_ms": g.submitted_at_ms,
         "finished_at_ms": g.finished_at_ms,
+        "recoveries": s.tasks.iter().map(|t| t.restarts).sum::<i64>(),
         "supervisor_pid": if live { supervisor } else { None },
-        "tasks": tasks.iter().map(|t| json!({
+        "tasks": s.tasks.iter().map(|t| json!({
+            "index": t.index,
             "name": t.name,
             "role": t.role,
             "status": t.status,
             "attempt": t.attempt,
             "restarts": t.restarts,
             "restarts_on_errors": t.restarts_on_errors,
-            "nodes": nodes.iter().filter(|n| n.task == t.index).map(|n| json!({
+            "num_nodes": t.num_nodes,
+            "nodes": s.nodes.iter().filter(|n| n.task == t.index).map(|n| json!({
                 "rank": n.rank,
                 "hostname": n.hostname,
                 "ip": n.ip,
@@ -130,5 +277,5 @@ fn group_json(
                 "exit_code": n.exit_code,
             })).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
-    }))
+    })
 }

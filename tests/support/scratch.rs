@@ -69,7 +69,11 @@ impl Scratch {
             .skyc(&["status", &id.to_string(), "--json"])
             .output()
             .expect("skyc status");
-        serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
+        // One group's status is the first (only) element of the list.
+        serde_json::from_slice::<Value>(&out.stdout)
+            .ok()
+            .and_then(|v| v.get(0).cloned())
+            .unwrap_or(Value::Null)
     }
 
     /// Polls the group until `done` holds, or fails after `limit`.

@@ -185,6 +185,25 @@ impl Store {
         stmt.query_map([], group_row)?.collect()
     }
 
+    /// Groups named `name`, newest first.
+    pub fn groups_named(&self, name: &str) -> Result<Vec<GroupRow>> {
+        let mut stmt = self
+            .conn
+            .prepare(&format!("{GROUP_COLUMNS} WHERE name = ?1 ORDER BY id DESC"))?;
+        stmt.query_map(params![name], group_row)?.collect()
+    }
+
+    /// The newest group.
+    pub fn latest_group(&self) -> Result<Option<GroupRow>> {
+        self.conn
+            .query_row(
+                &format!("{GROUP_COLUMNS} ORDER BY id DESC LIMIT 1"),
+                [],
+                group_row,
+            )
+            .optional()
+    }
+
     /// Ids of groups that are not finished.
     pub fn live_groups(&self) -> Result<Vec<i64>> {
         let mut stmt = self
