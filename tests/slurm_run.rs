@@ -141,8 +141,10 @@ run: |
             .expect("skyc logs");
         text(&out.stdout)
     };
+    // RUNNING is the script's word when it launched the steps; the nodes
+    // start a moment later, in any order.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !logs("main").contains("(main-1) main 1 up") {
+    while !logs("main").contains("(main-1) main 1 up") || logs("side-0").is_empty() {
         assert!(Instant::now() < deadline, "{}", logs("main"));
         std::thread::sleep(Duration::from_millis(100));
     }
