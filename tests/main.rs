@@ -12,3 +12,4 @@ mod local_leftovers;
 mod slurm;
 mod slurm_e2e;
 mod slurm_run;
+mod slurm_step;

@@ -101,6 +101,13 @@ fn the_example_group_runs_on_slurm_in_the_foreground() {
         "{stdout}"
     );
     assert_eq!(nodes[0]["exit_code"], 0);
+    // Nothing of the group outlives it: the trainer's checkpoint server,
+    // started with `&`, no longer listens, and the next run can bind 8000.
+    let server = format!("{ip0}:8000").parse().unwrap();
+    assert!(
+        std::net::TcpStream::connect_timeout(&server, Duration::from_secs(1)).is_err(),
+        "the trainer's server outlived the group"
+    );
 }
 
 #[test]
