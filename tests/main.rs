@@ -9,6 +9,8 @@ mod hostile;
 mod jobs_cli;
 mod k8s;
 mod local;
+mod local_leftovers;
 mod slurm;
 mod slurm_e2e;
 mod slurm_run;
+mod slurm_step;

@@ -220,7 +220,9 @@ fn hostile_values_survive_quoting_byte_for_byte() {
     // The script's own data section and file writers, run by bash.
     let data_start = script.find("# ---- the group").unwrap();
     let data = &script[data_start..script.find(SUPERVISOR_MARKER).unwrap()];
-    std::fs::write(dir.join("data.sh"), data).unwrap();
+    let writer = &script[script.find("skyc_write_step() {").unwrap()..];
+    let writer = &writer[..writer.find("\n}\n").unwrap() + 3];
+    std::fs::write(dir.join("data.sh"), format!("{data}{writer}")).unwrap();
     let status = Command::new("bash")
         .arg("-c")
         .arg(r#". "$1/data.sh" && skyc_write_task_files "$1/files" && skyc_write_step "$1/files/step.sh""#)

@@ -9,6 +9,7 @@
 //! (one crashes a node).
 
 use crate::slurm::{check_hostile_outputs, hostile_yaml, tmp_dir};
+use crate::support::leftovers::{leave_leftovers, lock_is_free, processes_named};
 use crate::support::skyc;
 use skyc_compiler::{Options, compile};
 use skyc_runtime::policy::{GroupSpec, Status};
@@ -481,4 +482,66 @@ fn hostile_values_arrive_intact_on_the_cluster() {
         std::fs::read_to_string(out.join("status")).unwrap_or_default()
     );
     check_hostile_outputs(&dir, &canary2);
+}
+
+#[test]
+fn nothing_a_task_started_outlives_its_step() {
+    let Some(_cluster) = cluster() else { return };
+    // Every task leaves a background child and a detached daemon: `main`
+    // when it succeeds, `side` when it is terminated after the primaries,
+    // `flaky` when its first attempt fails; its second attempt checks that
+    // they are gone.
+    let token = format!("skyc-leftover-{}", std::process::id());
+    let leave = leave_leftovers(&token, "$SKYC_OUT", "$SKYC_TASK");
+    let yaml = format!(
+        r#"name: leftovers
+execution: parallel
+primary_tasks: [main, flaky]
+---
+name: main
+num_nodes: 2
+run: |
+  {leave}
+  leave
+  sleep 1
+---
+name: side
+run: |
+  {leave}
+  leave
+  trap 'exit 0' TERM
+  while :; do sleep 0.1; done
+---
+name: flaky
+resources: {{job_recovery: {{max_restarts_on_errors: 1}}}}
+run: |
+  {leave}
+  if [ "$SKYC_ATTEMPT" = 0 ]; then leave; exit 1; fi
+  if flock -n "$SKYC_OUT/lock-flaky-0" true; then echo free; else echo held; fi > "$SKYC_OUT/flaky-saw"
+"#
+    );
+    let job = submit("leftovers", &yaml, &["--grace", "5"]);
+    let tracker = job.wait(Duration::from_secs(60));
+    let text = job.status_text();
+    assert_eq!(tracker.group_status(), Status::Succeeded, "{text}");
+    let statuses = task_statuses(&tracker, &job.spec);
+    assert_eq!(statuses[1].1, Status::Cancelled, "side: {text}");
+    assert!(text.contains("task flaky 0 RECOVERING"), "{text}");
+    assert_eq!(
+        job.file("flaky-saw").trim(),
+        "free",
+        "the failed attempt's leftovers were gone when the next one started"
+    );
+    for (task, rank) in [("main", 0), ("main", 1), ("side", 0), ("flaky", 0)] {
+        assert_eq!(
+            job.file(&format!("held-{task}-{rank}")).trim(),
+            "held",
+            "{task}-{rank} left processes behind while it ran"
+        );
+        assert!(
+            lock_is_free(&job.out.join(format!("lock-{task}-{rank}"))),
+            "something of {task}-{rank} still holds its lock"
+        );
+    }
+    assert_eq!(processes_named(&token), Vec::<String>::new());
 }

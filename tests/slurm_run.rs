@@ -101,6 +101,13 @@ fn the_example_group_runs_on_slurm_in_the_foreground() {
         "{stdout}"
     );
     assert_eq!(nodes[0]["exit_code"], 0);
+    // Nothing of the group outlives it: the trainer's checkpoint server,
+    // started with `&`, no longer listens, and the next run can bind 8000.
+    let server = format!("{ip0}:8000").parse().unwrap();
+    assert!(
+        std::net::TcpStream::connect_timeout(&server, Duration::from_secs(1)).is_err(),
+        "the trainer's server outlived the group"
+    );
 }
 
 #[test]
@@ -141,8 +148,10 @@ run: |
             .expect("skyc logs");
         text(&out.stdout)
     };
+    // RUNNING is the script's word when it launched the steps; the nodes
+    // start a moment later, in any order.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !logs("main").contains("(main-1) main 1 up") {
+    while !logs("main").contains("(main-1) main 1 up") || logs("side-0").is_empty() {
         assert!(Instant::now() < deadline, "{}", logs("main"));
         std::thread::sleep(Duration::from_millis(100));
     }

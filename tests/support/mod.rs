@@ -1,5 +1,6 @@
 //! Shared helpers for the integration tests.
 
+pub(crate) mod leftovers;
 pub(crate) mod scratch;
 
 use std::path::{Path, PathBuf};

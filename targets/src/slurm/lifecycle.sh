@@ -1,4 +1,3 @@
-# ---- skyc lifecycle: the same for every group -------------------------------
 # Runs the Job Group inside the allocation: one `srun --het-group` step per
 # task; when the last primary ends, each auxiliary gets SIGTERM after its
 # termination delay (at once if a primary failed) and SIGKILL after the

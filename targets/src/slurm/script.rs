@@ -1,7 +1,7 @@
 //! The batch script: `#SBATCH` components from the IR, the group's data as
 //! quoted shell, then the lifecycle.
 
-use super::lifecycle::{STEP, SUPERVISOR};
+use super::lifecycle::fixed_part;
 use super::quote::{has_nul, quote};
 use super::sbatch::{SbatchError, SbatchOption};
 use skyc_compiler::ir::{Group, InterConnection, Role, Task, Workdir};
@@ -95,7 +95,7 @@ pub fn build(group: &Group, options: &Options) -> Build {
     }
     let body = data(group, options, &mut diagnostics);
     let script = (!diagnostics.iter().any(Diagnostic::is_error))
-        .then(|| format!("{header}set -u\n\n{body}\n{SUPERVISOR}"));
+        .then(|| format!("{header}set -u\n\n{body}\n{}", fixed_part()));
     Build {
         script,
         diagnostics,
@@ -248,7 +248,7 @@ fn task_options(task: &Task, out: &mut Vec<Diagnostic>) -> Vec<SbatchOption> {
 }
 
 /// The group's data as shell: arrays indexed by component, and the
-/// functions that write each task's scripts and the step wrapper.
+/// function that writes each task's scripts.
 fn data(group: &Group, options: &Options, out: &mut Vec<Diagnostic>) -> String {
     let tasks = &group.tasks;
     let array = |f: &dyn Fn(&Task) -> String| -> String {
@@ -337,12 +337,6 @@ fn data(group: &Group, options: &Options, out: &mut Vec<Diagnostic>) -> String {
             }
         }
     }
-    s.push_str(
-        "}\n\
-         # shellcheck disable=SC2016 # a literal script, written out unexpanded\n\
-         skyc_write_step() {\n",
-    );
-    let _ = writeln!(s, "    printf '%s' {} >\"$1\"", quote(STEP));
     s.push_str("}\n");
     s
 }
