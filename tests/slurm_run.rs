@@ -186,7 +186,7 @@ run: |
 }
 
 #[test]
-fn a_failed_primary_fails_the_group_after_its_restart_and_exits_3() {
+fn a_failed_primary_fails_the_group_after_its_restart_and_exits_100() {
     let Some(_cluster) = cluster() else { return };
     let s = scratch("fail");
     s.write(
