@@ -171,6 +171,11 @@ run: echo three >> "$SCRATCH/ran"
     s.wait_for(1, Duration::from_secs(20), |g| {
         task(g, "two")["status"] == "RUNNING"
     });
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while s.read("ran") != "one\ntwo\n" {
+        assert!(std::time::Instant::now() < deadline, "{}", s.read("ran"));
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let cancel = s.skyc(&["cancel", "1"]).output().unwrap();
     assert!(cancel.status.success());
     let status = s.wait_finished(1);
