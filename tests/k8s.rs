@@ -680,6 +680,7 @@ mod shapes {
                     } else {
                         InterConnection::Disabled
                     },
+                    execution: skyc_compiler::ir::Execution::Parallel,
                     tasks,
                 }
             })

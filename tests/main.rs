@@ -10,6 +10,7 @@ mod jobs_cli;
 mod k8s;
 mod local;
 mod local_leftovers;
+mod pipelines;
 mod slurm;
 mod slurm_e2e;
 mod slurm_run;

@@ -14,7 +14,21 @@ pub struct Group {
     #[serde(skip)]
     pub name_span: Option<Span>,
     pub inter_connection: InterConnection,
+    /// Together (a Job Group) or one after another (a pipeline).
+    pub execution: Execution,
+    /// In order; a pipeline's steps run in this order.
     pub tasks: Vec<Task>,
+}
+
+/// How a group's tasks are ordered in time. A pipeline is a chain: each
+/// task waits for the one before it (a DAG would name its predecessors).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Execution {
+    /// Every task at once: `execution: parallel`, a Job Group.
+    Parallel,
+    /// Each task after the previous one succeeded: a managed-job pipeline.
+    Serial,
 }
 
 /// Whether tasks must reach each other by group hostname.

@@ -46,7 +46,6 @@ rules! {
     GroupWithoutTasks = "group-without-tasks", Error, "A Job Group header is not followed by any task.";
     EmptyHeader = "empty-header", Error, "The Job Group header document is empty.";
     InvalidExecution = "invalid-execution", Error, "`execution` is not `parallel`.";
-    UnsupportedPipeline = "unsupported-pipeline", Error, "A serial pipeline, which skyc does not run.";
     // Structure (the JSON Schemas in schemas/).
     UnknownField = "unknown-field", Error, "A field the schema does not define.";
     MissingField = "missing-field", Error, "A required field is missing.";

@@ -1,7 +1,7 @@
 //! The Job Group header: `name`, `execution`, `primary_tasks`,
 //! `termination_delay`, `inter_connection`.
 
-use crate::ir::{Group, InterConnection, Role, Task};
+use crate::ir::{Execution, Group, InterConnection, Role, Task};
 use crate::schema::{self, DocumentKind};
 use crate::suggest::{did_you_mean, some_of};
 use crate::units::parse_duration;
@@ -227,6 +227,7 @@ impl Header {
             name: self.name.clone(),
             name_span: Some(self.name_span),
             inter_connection: self.inter_connection,
+            execution: Execution::Parallel,
             tasks,
         }
     }

@@ -8,7 +8,7 @@ pub(crate) mod names;
 mod resources;
 mod task;
 
-use crate::ir::{Group, InterConnection, Role};
+use crate::ir::{Execution, Group, InterConnection, Role};
 use crate::schema;
 use crate::yaml::{Document, Node, Value};
 use crate::{Diagnostic, Diagnostics, Rule, Source, Span};
@@ -223,30 +223,89 @@ impl<'a> Analyzer<'a> {
             }
         }
         if tasks.len() > 1 {
-            let second = tasks[1];
-            self.push(
-                Diagnostic::new(
-                    Rule::UnsupportedPipeline,
-                    second.start,
-                    "this file is a SkyPilot pipeline (tasks run one after another), which skyc does not run",
-                )
-                .label("a second task starts here")
-                .help(
-                    "to run the tasks together, start the file with a Job Group header: \
-                     `name: <group>` and `execution: parallel`",
-                ),
-            );
-            return None;
+            let name = is_header
+                .then(|| first.root.get("name"))
+                .flatten()
+                .and_then(|n| Some((n.as_str()?, n.span)));
+            return self.pipeline(name, &tasks);
         }
         self.single_task(tasks[0])
     }
 
-    /// One task document, run as a one-task group.
-    fn single_task(&mut self, doc: &Document) -> Option<Group> {
-        if doc.root.as_map().is_none() {
-            self.push(not_a_mapping(&doc.root, "a task"));
-            return None;
+    /// Several tasks without a Job Group header: a managed-job pipeline, run
+    /// one after another. SkyPilot names unnamed steps `{pipeline}-{i}`;
+    /// skyc names the pipeline after its header, else its first step (where
+    /// SkyPilot makes up a random name).
+    fn pipeline(&mut self, header: Option<(&str, Span)>, docs: &[&Document]) -> Option<Group> {
+        let mut steps = Vec::new();
+        for doc in docs {
+            if doc.root.as_map().is_none() {
+                self.push(not_a_mapping(&doc.root, "a task"));
+                continue;
+            }
+            self.check_single_task_name(doc);
+            let ctx = TaskContext {
+                options: self.options,
+                in_group: false,
+            };
+            if let Some(mut task) = task::analyze(&ctx, &doc.root, self.diagnostics) {
+                if task.name.is_empty() {
+                    task.name_span = doc.start;
+                }
+                task.role = Role::Primary;
+                task.termination_delay_secs = None;
+                steps.push(task);
+            }
         }
+        let name = match header {
+            Some((name, _)) => name.to_owned(),
+            None => docs
+                .first()
+                .and_then(|d| d.root.get("name"))
+                .and_then(Node::as_str)
+                .unwrap_or("pipeline")
+                .to_owned(),
+        };
+        let mut seen: Vec<(&str, Span)> = Vec::new();
+        for (i, step) in steps.iter_mut().enumerate() {
+            if step.name.is_empty() {
+                step.name = format!("{name}-{i}");
+            }
+        }
+        let mut duplicates = Vec::new();
+        for step in &steps {
+            match seen.iter().find(|(n, _)| *n == step.name) {
+                Some((_, first)) => duplicates.push(
+                    Diagnostic::new(
+                        Rule::DuplicateTaskName,
+                        step.name_span,
+                        format!("a second step named `{}`", step.name),
+                    )
+                    .label("the same name as an earlier step")
+                    .with_secondary(*first, "first named here")
+                    .help(
+                        "give each step its own name: `skyc status` and `skyc logs` tell steps \
+                         apart by name",
+                    ),
+                ),
+                None => seen.push((&step.name, step.name_span)),
+            }
+        }
+        for d in duplicates {
+            self.push(d);
+        }
+        let group = Group {
+            name,
+            name_span: header.map(|(_, span)| span),
+            inter_connection: InterConnection::Disabled,
+            execution: Execution::Serial,
+            tasks: steps,
+        };
+        (!self.diagnostics.has_errors()).then_some(group)
+    }
+
+    /// A standalone task's name: SkyPilot's task-name rule.
+    fn check_single_task_name(&mut self, doc: &Document) {
         if let Some(name) = doc.root.get("name").and_then(Node::as_str)
             && !names::is_task_name(name)
         {
@@ -263,6 +322,15 @@ impl<'a> Analyzer<'a> {
                 ),
             );
         }
+    }
+
+    /// One task document, run as a one-task group.
+    fn single_task(&mut self, doc: &Document) -> Option<Group> {
+        if doc.root.as_map().is_none() {
+            self.push(not_a_mapping(&doc.root, "a task"));
+            return None;
+        }
+        self.check_single_task_name(doc);
         let ctx = TaskContext {
             options: self.options,
             in_group: false,
@@ -276,6 +344,7 @@ impl<'a> Analyzer<'a> {
             name: task.name.clone(),
             name_span: None,
             inter_connection: InterConnection::Auto,
+            execution: Execution::Parallel,
             tasks: vec![task],
         };
         self.check_group(&group, std::slice::from_ref(doc));
@@ -356,7 +425,8 @@ impl<'a> Analyzer<'a> {
         } else {
             (
                 format!("invalid execution mode {shown}"),
-                "use `execution: parallel` for a Job Group; pipelines (`serial`) are not run by skyc",
+                "use `execution: parallel` for a Job Group, or `execution: serial` (or none) for a \
+                 pipeline",
             )
         };
         self.push(

@@ -34,8 +34,11 @@ pub fn node_env(
     let gpus = t.demand.gpus_per_node().to_string();
     let mut env: Vec<(String, String)> = plan.base_env.clone();
     let mut set = |k: &str, v: String| env.push((k.to_owned(), v));
-    set("SKYPILOT_JOBGROUP_NAME", plan.group.clone());
-    set("SKYPILOT_ROOT_JOB_ID", group_id.to_string());
+    // A Job Group's own; a pipeline's steps are plain managed-job tasks.
+    if plan.spec.execution == crate::policy::Execution::Parallel {
+        set("SKYPILOT_JOBGROUP_NAME", plan.group.clone());
+        set("SKYPILOT_ROOT_JOB_ID", group_id.to_string());
+    }
     set("SKYPILOT_MANAGED_JOB_ID", group_id.to_string());
     set("SKYPILOT_INTERNAL_JOB_ID", group_id.to_string());
     set("SKYPILOT_JOB_RANK", "0".into());

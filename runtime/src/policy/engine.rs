@@ -1,6 +1,6 @@
 //! The engine: state per task, one `handle` per event.
 
-use super::{Attempt, GroupSpec, Status, TaskId};
+use super::{Attempt, Execution, GroupSpec, Status, TaskId};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -195,10 +195,14 @@ impl Engine {
         self.tasks.iter().all(|t| t.status.is_terminal())
     }
 
-    /// Launches every task.
+    /// Launches every task (a pipeline: its first).
     pub fn start(&mut self) -> Vec<Action> {
         let mut out = Vec::new();
-        for task in 0..self.tasks.len() {
+        let first = match self.spec.execution {
+            Execution::Parallel => self.tasks.len(),
+            Execution::Serial => self.tasks.len().min(1),
+        };
+        for task in 0..first {
             self.launch(task, &mut out);
         }
         self.update_group_status(&mut out);
@@ -218,6 +222,7 @@ impl Engine {
                 if self.is_current(task, attempt)
                     && t.is_some_and(|t| {
                         t.then == Then::Continue
+                            && t.live.iter().any(|&l| l)
                             && matches!(
                                 t.status,
                                 Status::Pending | Status::Starting | Status::Recovering
@@ -396,8 +401,12 @@ impl Engine {
     }
 
     /// When the last primary is done, auxiliaries end: after their delays
-    /// if every primary succeeded, at once otherwise.
+    /// if every primary succeeded, at once otherwise. In a pipeline, the
+    /// next step starts or the rest is cancelled.
     fn on_task_finished(&mut self, out: &mut Vec<Action>) {
+        if self.spec.execution == Execution::Serial {
+            return self.next_step(out);
+        }
         if self.primaries_done || self.cancelled {
             return;
         }
@@ -419,6 +428,31 @@ impl Engine {
                 });
             } else {
                 self.terminate(task, Reason::PrimariesFinished, out);
+            }
+        }
+    }
+
+    /// A pipeline after a step ended: the first step not yet ended starts
+    /// if every step before it SUCCEEDED; otherwise the steps left are
+    /// CANCELLED (SkyPilot has no SKIPPED status).
+    fn next_step(&mut self, out: &mut Vec<Action>) {
+        let Some(next) = self.tasks.iter().position(|t| !t.status.is_terminal()) else {
+            return;
+        };
+        let launched =
+            self.tasks[next].live.iter().any(|&l| l) || self.tasks[next].then != Then::Continue;
+        if launched {
+            return;
+        }
+        if !self.cancelled
+            && self.tasks[..next]
+                .iter()
+                .all(|t| t.status == Status::Succeeded)
+        {
+            self.launch(next, out);
+        } else {
+            for task in next..self.tasks.len() {
+                self.terminate(task, Reason::Cancel, out);
             }
         }
     }

@@ -10,6 +10,10 @@
 //!   `recover_on_exit_codes` restarts without using it.
 //! - The group's status is the first non-SUCCEEDED status among its primary
 //!   tasks.
+//! - In a pipeline ([`Execution::Serial`]) every task is primary and starts
+//!   only when the one before it SUCCEEDED; a task that fails (after its
+//!   restarts) or is cancelled leaves the tasks after it CANCELLED, as
+//!   SkyPilot's managed-job controller does.
 //!
 //! The contract with a backend: every node of every [`Action::Start`] is
 //! answered by exactly one [`Event::NodeExited`] or [`Event::NodeLost`]
@@ -24,7 +28,7 @@ mod status;
 mod tests;
 
 pub use engine::{Action, Engine, Event, Phase, Reason, Timer};
-pub use spec::{GroupSpec, TaskSpec};
+pub use spec::{Execution, GroupSpec, TaskSpec};
 pub use status::Status;
 
 /// Index of a task in [`GroupSpec::tasks`].

@@ -1,7 +1,7 @@
 //! What the engine needs to know of a group: taken from the IR.
 
 use serde::{Deserialize, Serialize};
-use skyc_compiler::ir::{Group, Role};
+use skyc_compiler::ir::{self, Group, Role};
 use std::time::Duration;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -9,6 +9,22 @@ pub struct GroupSpec {
     pub tasks: Vec<TaskSpec>,
     /// Time between SIGTERM and SIGKILL when terminating a task.
     pub grace: Duration,
+    /// Whether the tasks run together (a Job Group) or one after another
+    /// (a pipeline). Groups recorded before pipelines existed are parallel.
+    #[serde(default)]
+    pub execution: Execution,
+}
+
+/// How a group's tasks are ordered in time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Execution {
+    /// Every task starts at once (a Job Group).
+    #[default]
+    Parallel,
+    /// Each task starts when the one before it SUCCEEDED; a task that does
+    /// not succeed cancels the ones after it (a managed-job pipeline).
+    Serial,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -27,6 +43,10 @@ impl GroupSpec {
     pub fn from_ir(group: &Group, grace: Duration) -> Self {
         Self {
             grace,
+            execution: match group.execution {
+                ir::Execution::Parallel => Execution::Parallel,
+                ir::Execution::Serial => Execution::Serial,
+            },
             tasks: group
                 .tasks
                 .iter()

@@ -20,6 +20,7 @@ fn task(name: &str, primary: bool, nodes: u32) -> TaskSpec {
 
 fn engine(tasks: Vec<TaskSpec>) -> Engine {
     let mut e = Engine::new(GroupSpec {
+        execution: crate::policy::Execution::Parallel,
         tasks,
         grace: GRACE,
     });
@@ -253,6 +254,7 @@ fn spec_strategy() -> impl Strategy<Value = GroupSpec> {
         1..5,
     )
     .prop_map(|tasks| GroupSpec {
+        execution: crate::policy::Execution::Parallel,
         grace: GRACE,
         tasks: tasks
             .into_iter()
@@ -359,6 +361,133 @@ proptest! {
                 let (_, used) = e.restarts(t);
                 prop_assert!(used <= s.max_restarts_on_errors, "task {t} used {used} restarts of {}", s.max_restarts_on_errors);
             }
+        }
+    }
+}
+
+// Pipelines.
+
+fn pipeline(tasks: Vec<TaskSpec>) -> Engine {
+    Engine::new(GroupSpec {
+        execution: crate::policy::Execution::Serial,
+        tasks,
+        grace: GRACE,
+    })
+}
+
+#[test]
+fn a_pipeline_starts_each_step_after_the_previous_succeeded() {
+    let mut e = pipeline(vec![task("a", true, 2), task("b", true, 1)]);
+    let actions = e.start();
+    assert!(actions.contains(&Action::Start {
+        task: 0,
+        attempt: 0
+    }));
+    assert!(
+        !actions
+            .iter()
+            .any(|a| matches!(a, Action::Start { task: 1, .. }))
+    );
+    assert_eq!(e.task_status(1), Status::Pending);
+    e.handle(Event::TaskStarted {
+        task: 0,
+        attempt: 0,
+    });
+    let actions = e.handle(exit(0, 0, 0, 0));
+    assert!(actions.is_empty() || !actions.iter().any(|a| matches!(a, Action::Start { .. })));
+    let actions = e.handle(exit(0, 0, 1, 0));
+    assert!(actions.contains(&Action::Start {
+        task: 1,
+        attempt: 0
+    }));
+    e.handle(Event::TaskStarted {
+        task: 1,
+        attempt: 0,
+    });
+    e.handle(exit(1, 0, 0, 0));
+    assert_eq!(e.group_status(), Status::Succeeded);
+    assert!(e.is_finished());
+}
+
+#[test]
+fn a_failed_step_cancels_the_steps_after_it() {
+    let mut e = pipeline(vec![
+        task("a", true, 1),
+        task("b", true, 1),
+        task("c", true, 1),
+    ]);
+    e.start();
+    e.handle(Event::TaskStarted {
+        task: 0,
+        attempt: 0,
+    });
+    e.handle(exit(0, 0, 0, 0));
+    e.handle(Event::TaskStarted {
+        task: 1,
+        attempt: 0,
+    });
+    let actions = e.handle(exit(1, 0, 0, 3));
+    assert!(
+        !actions
+            .iter()
+            .any(|a| matches!(a, Action::Start { task: 2, .. }))
+    );
+    assert_eq!(e.task_status(1), Status::Failed);
+    assert_eq!(e.task_status(2), Status::Cancelled);
+    assert_eq!(e.group_status(), Status::Failed, "the failed step's status");
+    assert!(e.is_finished());
+}
+
+#[test]
+fn a_stray_start_report_does_not_run_a_step_that_was_not_launched() {
+    let mut e = pipeline(vec![task("a", true, 1), task("b", true, 1)]);
+    e.start();
+    e.handle(Event::TaskStarted {
+        task: 1,
+        attempt: 0,
+    });
+    assert_eq!(e.task_status(1), Status::Pending);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 500, ..ProptestConfig::default() })]
+
+    /// Whatever happens, a step starts only when every step before it
+    /// SUCCEEDED, and at most one step is ever in flight.
+    #[test]
+    fn pipeline_steps_never_overlap(
+        spec in spec_strategy(),
+        events in prop::collection::vec(event_strategy(), 0..80),
+    ) {
+        let mut spec = spec;
+        spec.execution = crate::policy::Execution::Serial;
+        spec.tasks.iter_mut().for_each(|t| t.primary = true);
+        let n = spec.tasks.len();
+        let mut e = Engine::new(spec);
+        let mut actions = e.start();
+        for event in events {
+            let in_range = match &event {
+                Event::TaskStarted { task, .. } | Event::TaskQueued { task, .. }
+                | Event::NodeExited { task, .. } | Event::NodeLost { task, .. }
+                | Event::TimerFired(Timer::AuxiliaryDelay(task))
+                | Event::TimerFired(Timer::Kill { task, .. }) => *task < n,
+                Event::CancelRequested => true,
+            };
+            if !in_range {
+                continue;
+            }
+            actions.extend(e.handle(event));
+            for a in actions.drain(..) {
+                if let Action::Start { task, .. } = a {
+                    for before in 0..task {
+                        prop_assert_eq!(e.task_status(before), Status::Succeeded);
+                    }
+                }
+            }
+            let in_flight = (0..n)
+                .filter(|&t| (0..4).any(|node| e.node_live(t, node)))
+                .count();
+            prop_assert!(in_flight <= 1, "{in_flight} steps in flight");
         }
     }
 }

@@ -274,6 +274,7 @@ mod tests {
             recover_on_exit_codes: Vec::new(),
         };
         GroupSpec {
+            execution: crate::policy::Execution::Parallel,
             tasks: vec![task("main", true), task("side", false)],
             grace: Duration::from_secs(5),
         }

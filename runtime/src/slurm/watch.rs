@@ -621,6 +621,7 @@ mod tests {
             group: "g.x".into(),
             num_nodes: tasks.iter().map(|t| t.num_nodes).collect(),
             spec: GroupSpec {
+                execution: crate::policy::Execution::Parallel,
                 tasks,
                 grace: Duration::ZERO,
             },

@@ -176,6 +176,18 @@ pub(crate) struct Lowerer<'a> {
 
 impl Lowerer<'_> {
     fn lower(&mut self) -> Vec<Value> {
+        if self.group.execution == skyc_compiler::ir::Execution::Serial {
+            self.push(
+                Diagnostic::new(
+                    Rule::K8sUnsupported,
+                    self.group_span(),
+                    "a pipeline (steps one after another) is not lowered to Kubernetes yet",
+                )
+                .label("a pipeline")
+                .help("run it on this machine (`skyc run FILE`)"),
+            );
+            return Vec::new();
+        }
         self.check_names();
         if self.diagnostics.iter().any(Diagnostic::is_error) {
             return Vec::new();

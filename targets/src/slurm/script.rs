@@ -51,6 +51,21 @@ pub fn build(group: &Group, options: &Options) -> Build {
     let account = own("account", &options.account, &mut diagnostics);
     let time = own("time", &options.time, &mut diagnostics);
 
+    if group.execution == skyc_compiler::ir::Execution::Serial {
+        diagnostics.push(
+            Diagnostic::new(
+                Rule::SlurmUnrepresentable,
+                group_span,
+                "a pipeline (steps one after another) is not lowered to Slurm yet",
+            )
+            .label("a pipeline")
+            .help("run it on this machine (`skyc run FILE`)"),
+        );
+        return Build {
+            script: None,
+            diagnostics,
+        };
+    }
     check_name(&group.name, "group", group_span, &mut diagnostics);
     let mut header = String::new();
     header.push_str(
