@@ -197,6 +197,11 @@ if flock -n "$lock" true; then echo free; else echo held; fi > "$SKYC_RUN_DIR/sa
             .is_ok_and(|s| s.success())
     );
     first.wait().unwrap();
+    // The daemon execs its name asynchronously: wait for it to show.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while processes_named(&step.token).is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     assert_eq!(processes_named(&step.token).len(), 1, "the daemon survived");
     let status = step.spawn(1, true).wait().unwrap();
     assert_eq!(status.code(), Some(0));
