@@ -7,6 +7,7 @@ mod hostnames;
 pub(crate) mod names;
 mod placement;
 mod resources;
+mod service;
 mod task;
 
 use crate::ir::{Group, InterConnection, Role};
