@@ -11,6 +11,7 @@ mod analyzer;
 mod compilation;
 mod diagnostic;
 pub mod ir;
+mod pyjson;
 pub mod render;
 mod rule;
 mod schema;

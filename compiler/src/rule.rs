@@ -80,6 +80,12 @@ rules! {
     UnknownRecoveryStrategy = "unknown-recovery-strategy", Warning, "A recovery strategy SkyPilot does not ship (a plugin may provide it).";
     DeprecatedField = "deprecated-field", Warning, "A field SkyPilot has deprecated.";
     IneffectiveSetting = "ineffective-setting", Warning, "A setting that does not do what it says.";
+    // Placement: the tasks' infra pins against `inter_connection`.
+    InterConnectionOffKubernetes = "inter-connection-off-kubernetes", Error, "`inter_connection: true` with a task pinned only off Kubernetes, the one place SkyPilot has in-group networking.";
+    InterConnectionAcrossInfra = "inter-connection-across-infra", Error, "`inter_connection: true` with tasks pinned to infrastructures that share no option.";
+    NoCommonInfra = "no-common-infra", Warning, "Tasks pinned to infrastructures that share no option, so SkyPilot sets up no in-group networking.";
+    // SkyServe (`service`).
+    InvalidService = "invalid-service", Error, "A `service` section SkyServe rejects.";
     // Checks SkyPilot does not make.
     UnknownHostTask = "unknown-host-task", Error, "A group hostname names a task that does not exist.";
     HostIndexOutOfRange = "host-index-out-of-range", Error, "A group hostname names a node the task does not have.";

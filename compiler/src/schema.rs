@@ -15,7 +15,7 @@ use std::sync::LazyLock;
 
 const BASE: &str = "https://skyc.dev/schemas/";
 /// The schemas; `skyc.json`, the editor's entry point, comes last.
-const SOURCES: [(&str, &str); 5] = [
+const SOURCES: [(&str, &str); 6] = [
     ("header.json", include_str!("../../schemas/header.json")),
     ("task.json", include_str!("../../schemas/task.json")),
     (
@@ -23,6 +23,7 @@ const SOURCES: [(&str, &str); 5] = [
         include_str!("../../schemas/resources.json"),
     ),
     ("storage.json", include_str!("../../schemas/storage.json")),
+    ("service.json", include_str!("../../schemas/service.json")),
     ("skyc.json", include_str!("../../schemas/skyc.json")),
 ];
 
@@ -38,6 +39,7 @@ struct HeaderSchema;
     resources = {
         "https://skyc.dev/schemas/resources.json" => { path = "../schemas/resources.json" },
         "https://skyc.dev/schemas/storage.json" => { path = "../schemas/storage.json" },
+        "https://skyc.dev/schemas/service.json" => { path = "../schemas/service.json" },
     },
     pattern_options = { engine = regex }
 )]
@@ -47,6 +49,7 @@ struct TaskSchema;
 struct Schemas {
     task_json: Json,
     resources_json: Json,
+    service_json: Json,
 }
 
 fn parse(name: &str) -> Json {
@@ -60,6 +63,7 @@ fn parse(name: &str) -> Json {
 static SCHEMAS: LazyLock<Schemas> = LazyLock::new(|| Schemas {
     task_json: parse("task.json"),
     resources_json: parse("resources.json"),
+    service_json: parse("service.json"),
 });
 
 /// Which schema a document is checked against.
@@ -168,12 +172,21 @@ fn to_json(node: &Node, kind: DocumentKind, path: &mut Vec<String>) -> Json {
                 && path.len() == 1
                 && matches!(path[0].as_str(), "envs" | "secrets");
             // SkyPilot drops top-level fields whose value is null before
-            // validating a task; an unknown field is still reported.
-            let drop_nulls = kind == DocumentKind::Task && path.is_empty();
+            // validating a task (an unknown field is still reported: a later
+            // assertion trips on it) and before validating `service` (where
+            // nothing does).
+            let (top, in_service) = match path.as_slice() {
+                [] => (true, false),
+                [field] => (false, field == "service"),
+                _ => (false, false),
+            };
+            let drop_null = |key: &str| {
+                kind == DocumentKind::Task && (in_service || (top && KNOWN_NULLABLE.contains(&key)))
+            };
             let mut map = Map::with_capacity(entries.len());
             for e in entries {
                 let key = e.key.python_str().unwrap_or_default();
-                if drop_nulls && e.value.is_null() && KNOWN_NULLABLE.contains(&key.as_str()) {
+                if e.value.is_null() && drop_null(&key) {
                     continue;
                 }
                 let value = if stringify && !e.value.is_null() {
@@ -479,6 +492,15 @@ fn unknown_field(root: &Node, target: &Target<'_>, name: &str, kind: DocumentKin
     if target.field == "resources" && name == "hooks" {
         return d.help("hooks are task-scoped: move them to `config.hooks`");
     }
+    if target.field.ends_with("target_qps_per_replica") {
+        return Diagnostic::new(
+            Rule::InvalidValue,
+            key_span,
+            format!("`{name}` is not an accelerator key of `{}`", target.field),
+        )
+        .label("expected an accelerator such as `H100` or `A100:1`")
+        .help("keys are upper-case letters and digits, optionally with `:COUNT`");
+    }
     let candidates = fields_at(kind, &target.field);
     if let Some(suggestion) = did_you_mean(name, candidates.iter().map(String::as_str)) {
         d = d.help(format!("did you mean `{suggestion}`?"));
@@ -505,6 +527,7 @@ fn fields_at(kind: DocumentKind, field: &str) -> Vec<String> {
                 in_resources = true;
                 &schemas.resources_json
             }
+            Some(s) if s.get("$ref").is_some() && name == "service" => &schemas.service_json,
             Some(s) => s,
             None => return Vec::new(),
         };
@@ -518,7 +541,13 @@ fn fields_at(kind: DocumentKind, field: &str) -> Vec<String> {
             };
         }
     }
-    schema
+    // A field of several forms (`readiness_probe`): the mapping's fields.
+    let object = schema
+        .get("anyOf")
+        .and_then(Json::as_array)
+        .and_then(|branches| branches.iter().find(|b| b.get("properties").is_some()));
+    object
+        .unwrap_or(schema)
         .get("properties")
         .and_then(Json::as_object)
         .map(|p| p.keys().filter(|k| !k.starts_with('_')).cloned().collect())
@@ -573,6 +602,16 @@ fn pattern_error(target: &Target<'_>, field: &str, span: Span) -> Diagnostic {
             Rule::InvalidValue,
             format!("invalid `autostop` {value}"),
             "autostop takes idle minutes: `30`, or with a unit `30m`, `2h`, `1d`, `1w`",
+        ),
+        "load_balancing_policy" => (
+            Rule::InvalidValue,
+            format!("unknown load balancing policy {value}"),
+            "use `round_robin`, `least_load` or `instance_aware_least_load`",
+        ),
+        "spot_placer" => (
+            Rule::InvalidValue,
+            format!("unknown spot placer {value}"),
+            "the one spot placer is `dynamic_fallback`",
         ),
         "cloud" => (
             Rule::InvalidInfra,
@@ -733,6 +772,12 @@ mod tests {
         let task = serde_json::json!({"name": "t", "resources": {"cpus": "4+", "any_of": [{"infra": "aws"}]}});
         assert!(validator.is_valid(&task));
         let bad = serde_json::json!({"name": "t", "resources": {"any_of": [{"bogus": 1}]}});
+        assert!(!validator.is_valid(&bad));
+        let service =
+            serde_json::json!({"name": "t", "service": {"replica_policy": {"min_replicas": 1}}});
+        assert!(validator.is_valid(&service));
+        let bad =
+            serde_json::json!({"name": "t", "service": {"replica_policy": {"max_replicas": 1}}});
         assert!(!validator.is_valid(&bad));
         let header =
             serde_json::json!({"name": "g", "execution": "parallel", "termination_delay": "30s"});

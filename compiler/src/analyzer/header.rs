@@ -107,6 +107,14 @@ impl Header {
         })
     }
 
+    /// `inter_connection`, for the placement rules.
+    pub(super) fn networking(&self) -> super::placement::Networking {
+        super::placement::Networking {
+            setting: self.inter_connection,
+            span: self.inter_connection_span,
+        }
+    }
+
     fn is_primary(&self, task: &str) -> bool {
         self.primary.is_none() || self.primary_set.contains(task)
     }

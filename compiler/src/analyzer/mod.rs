@@ -5,7 +5,9 @@
 mod header;
 mod hostnames;
 pub(crate) mod names;
+mod placement;
 mod resources;
+mod service;
 mod task;
 
 use crate::ir::{Execution, Group, InterConnection, Role};
@@ -61,6 +63,7 @@ impl<'a> Analyzer<'a> {
         // quadratic in a hostile file's 100,000 tasks.
         let mut first_seen: std::collections::HashMap<String, Span> = Default::default();
         let mut any_document = false;
+        let mut locations = Vec::new();
         for (i, doc) in task_docs.iter().enumerate() {
             if doc.root.is_null() {
                 continue;
@@ -92,6 +95,10 @@ impl<'a> Analyzer<'a> {
                 options: self.options,
                 in_group: true,
             };
+            locations.push(placement::TaskLocations {
+                name: name.map_or_else(|| format!("task {}", i + 1), |(n, _)| n),
+                locations: resources::locations(doc.root.get_present("resources")),
+            });
             if let Some(task) = task::analyze(&ctx, &doc.root, self.diagnostics) {
                 tasks.push(task);
             }
@@ -110,6 +117,7 @@ impl<'a> Analyzer<'a> {
         self.check_priorities(task_docs);
         let header = header?;
         header.check_references(&seen, self.diagnostics);
+        placement::check(&header.networking(), &locations, self.diagnostics);
         let group = header.to_group(tasks);
         let references = self.check_group(&group, task_docs);
         header.check_hostnames_enabled(references, self.diagnostics);

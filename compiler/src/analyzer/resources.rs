@@ -72,7 +72,8 @@ pub(super) fn analyze(node: Option<&Node>, out: &mut Diagnostics) -> (Resources,
                     continue;
                 }
                 check_fields(option, out);
-                let mut c = merge(&base, option, out);
+                check_merged_location(node, option, out);
+                let mut c = merge(&base, node, option, out);
                 if let Some(choices) =
                     accelerator_choices(option, out).or_else(|| accelerators.clone())
                 {
@@ -151,6 +152,20 @@ fn check_tpus(node: &Node, candidates: &[Candidate], out: &mut Diagnostics) {
 /// Field rules of one resources mapping (the base, or an `any_of` or
 /// `ordered` entry).
 fn check_fields(node: &Node, out: &mut Diagnostics) {
+    if let Some(n) = node.get_present("infra")
+        && let Some(s) = n.as_str()
+        && let Err(why) = infra(s)
+    {
+        out.push(
+            Diagnostic::new(
+                Rule::InvalidInfra,
+                n.span,
+                format!("invalid infra `{s}`: {why}"),
+            )
+            .label("empty part")
+            .help("use `cloud[/region[/zone]]` or `kubernetes[/context]`"),
+        );
+    }
     check_local_disk(node, out);
     check_image(node, out);
     if let (Some(g), Some(a)) = (node.entry("gpus"), node.entry("accelerators")) {
@@ -294,15 +309,19 @@ fn check_image(node: &Node, out: &mut Diagnostics) {
 
 /// The scalar fields of one resources mapping.
 fn candidate(node: &Node, out: &mut Diagnostics) -> Candidate {
-    let mut c = Candidate::default();
+    let mut c = Candidate {
+        infra: location(node, None).infra,
+        ..Candidate::default()
+    };
     apply(&mut c, node, out);
     c
 }
 
-/// `option` merged over `base`, as SkyPilot's `_override_resources` does
-/// (labels merged key by key).
-fn merge(base: &Candidate, option: &Node, out: &mut Diagnostics) -> Candidate {
+/// `option` merged over `base` (the candidate of `base_node`), as
+/// SkyPilot's `_override_resources` does (labels merged key by key).
+fn merge(base: &Candidate, base_node: &Node, option: &Node, out: &mut Diagnostics) -> Candidate {
     let mut c = base.clone();
+    c.infra = location(base_node, Some(option)).infra;
     let base_labels = std::mem::take(&mut c.labels);
     apply(&mut c, option, out);
     let mut labels = base_labels;
@@ -324,34 +343,6 @@ fn apply(c: &mut Candidate, node: &Node, out: &mut Diagnostics) {
             _ => None,
         }
     };
-    if let Some(n) = node.get_present("infra")
-        && let Some(s) = n.as_str()
-    {
-        match infra(s) {
-            Ok(i) => c.infra = Some(i),
-            Err(why) => out.push(
-                Diagnostic::new(
-                    Rule::InvalidInfra,
-                    n.span,
-                    format!("invalid infra `{s}`: {why}"),
-                )
-                .label("empty part")
-                .help("use `cloud[/region[/zone]]` or `kubernetes[/context]`"),
-            ),
-        }
-    } else if let Some(cloud) = node.get_present("cloud").and_then(Node::as_str) {
-        c.infra = Some(Infra {
-            cloud: Some(normalise_cloud(cloud)),
-            region: node
-                .get_present("region")
-                .and_then(Node::as_str)
-                .map(str::to_owned),
-            zone: node
-                .get_present("zone")
-                .and_then(Node::as_str)
-                .map(str::to_owned),
-        });
-    }
     if let Some(n) = node.get_present("cpus")
         && let Some(t) = text(n)
     {
@@ -424,6 +415,106 @@ fn apply(c: &mut Candidate, node: &Node, out: &mut Diagnostics) {
     }
 }
 
+/// Where one resource option asks to run.
+pub(super) struct Location {
+    /// `None` when neither `infra` nor `cloud`, `region`, `zone` is set.
+    pub infra: Option<Infra>,
+    /// The `infra` (or `cloud`) value that says so; the mapping otherwise.
+    pub span: Span,
+}
+
+/// The locations of a task's resource options (SkyPilot's
+/// `task.resources`, whose accelerators share their option's location):
+/// one per `any_of` or `ordered` entry, else the base mapping's.
+pub(super) fn locations(resources: Option<&Node>) -> Vec<Location> {
+    let Some(node) = resources.filter(|n| n.as_map().is_some()) else {
+        return Vec::new();
+    };
+    let options = node
+        .get_present("any_of")
+        .or_else(|| node.get_present("ordered"))
+        .and_then(Node::as_seq)
+        .unwrap_or_default();
+    if options.is_empty() {
+        return vec![location(node, None)];
+    }
+    options
+        .iter()
+        .filter(|o| o.as_map().is_some())
+        .map(|o| location(node, Some(o)))
+        .collect()
+}
+
+/// The location of `option` merged over `base` (or of `base` alone):
+/// SkyPilot overrides the base key by key, then reads `infra`, else the
+/// deprecated `cloud`, `region`, `zone` (a region without a cloud pins no
+/// cloud).
+fn location(base: &Node, option: Option<&Node>) -> Location {
+    let field = |k: &str| {
+        option
+            .and_then(|o| o.get_present(k))
+            .or_else(|| base.get_present(k))
+    };
+    let own_span = option.unwrap_or(base).span;
+    if let Some(n) = field("infra") {
+        return Location {
+            infra: n.as_str().and_then(|s| infra(s).ok()),
+            span: n.span,
+        };
+    }
+    let text = |k: &str| field(k).and_then(Node::as_str).map(str::to_owned);
+    let cloud = field("cloud").filter(|n| n.as_str().is_some());
+    let infra = match (cloud.and_then(Node::as_str), text("region"), text("zone")) {
+        (None, None, None) => None,
+        (cloud, region, zone) => Some(Infra {
+            cloud: cloud.map(normalise_cloud),
+            region,
+            zone,
+        }),
+    };
+    Location {
+        infra,
+        span: cloud.map_or(own_span, |n| n.span),
+    }
+}
+
+/// `infra` on one side of an `any_of`/`ordered` merge and `cloud`,
+/// `region` or `zone` on the other: SkyPilot refuses the merged option as
+/// it refuses both in one mapping (which [`check_fields`] reports).
+fn check_merged_location(base: &Node, option: &Node, out: &mut Diagnostics) {
+    fn legacy(n: &Node) -> Option<&crate::yaml::Entry> {
+        ["cloud", "region", "zone"]
+            .iter()
+            .find_map(|k| n.entry(k).filter(|e| !e.value.is_null()))
+    }
+    fn infra_entry(n: &Node) -> Option<&crate::yaml::Entry> {
+        n.entry("infra").filter(|e| !e.value.is_null())
+    }
+    let (here, there) = match (
+        infra_entry(option),
+        legacy(base),
+        legacy(option),
+        infra_entry(base),
+    ) {
+        (Some(i), Some(l), None, _) => (i, l),
+        (None, _, Some(l), Some(i)) => (l, i),
+        _ => return,
+    };
+    out.push(
+        Diagnostic::new(
+            Rule::ConflictingFields,
+            here.key.span,
+            "`infra` cannot be combined with `cloud`, `region` or `zone`, even across the base and a candidate",
+        )
+        .label("set in this candidate")
+        .with_secondary(
+            there.key.span,
+            format!("`{}` set for every candidate here", there.key.as_str().unwrap_or_default()),
+        )
+        .help("write the whole location in `infra: cloud/region/zone`, in the base or in each candidate"),
+    );
+}
+
 fn normalise_cloud(cloud: &str) -> String {
     let lower = cloud.to_ascii_lowercase();
     if lower == "k8s" {
@@ -433,40 +524,31 @@ fn normalise_cloud(cloud: &str) -> String {
     }
 }
 
-/// `cloud[/region[/zone]]`, `*` wildcards, `kubernetes[/context]` (the
-/// context may itself contain `/`), `ssh/<pool>`. The form was checked by
-/// the schema's pattern.
+/// `cloud[/region[/zone]]`, `*` wildcards, `kubernetes[/context]` and
+/// `ssh[/pool]` (the context or pool may itself contain `/`), read as
+/// SkyPilot's `InfraInfo.from_str` reads them: parts trimmed, `*` for any.
+/// The form was checked by the schema's pattern.
 fn infra(text: &str) -> Result<Infra, String> {
     let text = text.trim().trim_matches('/');
-    if text.split('/').any(|part| part.trim().is_empty()) {
+    let parts: Vec<&str> = text.split('/').map(str::trim).collect();
+    if parts.iter().any(|part| part.is_empty()) {
         return Err("a part between slashes is empty".to_owned());
     }
-    let (cloud, rest) = match text.split_once('/') {
-        Some((c, r)) => (c, Some(r)),
-        None => (text, None),
+    let wildcard = |s: String| (s != "*").then_some(s);
+    let cloud = normalise_cloud(parts[0]);
+    let rest = (parts.len() > 1).then(|| parts[1..].join("/"));
+    let (region, zone) = match cloud.as_str() {
+        "kubernetes" => (rest, None),
+        // The pool is a context named `ssh-<pool>` (so `ssh/*` names one).
+        "ssh" => (rest.map(|pool| format!("ssh-{pool}")), None),
+        _ => (
+            parts.get(1).map(|r| (*r).to_owned()),
+            parts.get(2).map(|z| (*z).to_owned()),
+        ),
     };
-    let cloud = normalise_cloud(cloud);
-    if cloud == "kubernetes" {
-        return Ok(Infra {
-            cloud: Some(cloud),
-            region: rest.map(str::to_owned),
-            zone: None,
-        });
-    }
-    let (region, zone) =
-        match rest.map(|r| r.split_once('/').map_or((r, None), |(a, b)| (a, Some(b)))) {
-            Some((r, z)) => (Some(r), z),
-            None => (None, None),
-        };
-    let wildcard = |s: &str| (s != "*").then(|| s.to_owned());
-    let region = region.and_then(wildcard);
     Ok(Infra {
-        region: if cloud == "ssh" {
-            region.map(|r| format!("ssh-{r}"))
-        } else {
-            region
-        },
-        cloud: wildcard(&cloud),
+        cloud: wildcard(cloud),
+        region: region.and_then(wildcard),
         zone: zone.and_then(wildcard),
     })
 }

@@ -1,7 +1,7 @@
 //! One task: its fields beyond structure, lowered to an IR [`Task`].
 
 use super::Options;
-use super::resources;
+use super::{resources, service};
 use crate::ir::{EnvVar, FileMount, Role, Task, VolumeMount, Workdir};
 use crate::schema::{self, DocumentKind};
 use crate::yaml::{Node, Value};
@@ -13,14 +13,18 @@ pub(super) struct TaskContext<'a> {
 }
 
 pub(super) fn analyze(ctx: &TaskContext<'_>, root: &Node, out: &mut Diagnostics) -> Option<Task> {
+    let envs = envs(ctx, root, out);
+    // Everything but `service` is the same in the filled-in copy.
+    let filled = service::fill_in_env_vars(root, &fill_in_values(&envs, root), out);
+    let root = filled.as_ref().unwrap_or(root);
     schema::validate(DocumentKind::Task, root, out);
+    service::check(root, out);
     // A name of another type is a schema error; the task is then unnamed.
     let (name, name_span) = match root.get("name").and_then(|n| Some((n.as_str()?, n.span))) {
         Some((n, span)) => (n.to_owned(), span),
         None => (String::new(), Span::default()),
     };
     let num_nodes = num_nodes(root, out);
-    let envs = envs(ctx, root, out);
     let secrets = secrets(root, out);
     let (resources, recovery) = resources::analyze(root.get_present("resources"), out);
     check_exclusive(ctx, root, out);
@@ -153,6 +157,27 @@ fn envs(ctx: &TaskContext<'_>, root: &Node, out: &mut Diagnostics) -> Vec<EnvVar
         }
     }
     vars
+}
+
+/// What SkyPilot fills into `service`: the envs, then the inline values of
+/// `secrets` (which win).
+fn fill_in_values(envs: &[EnvVar], root: &Node) -> Vec<(String, String)> {
+    let mut values: Vec<(String, String)> = envs
+        .iter()
+        .map(|e| (e.name.clone(), e.value.clone()))
+        .collect();
+    for e in root
+        .get_present("secrets")
+        .and_then(Node::as_map)
+        .unwrap_or_default()
+    {
+        if let Some(key) = e.key.python_str()
+            && !e.value.is_null()
+        {
+            values.push((key, e.value.python_literal()));
+        }
+    }
+    values
 }
 
 /// `secrets`: a mapping (inline values, or null for a managed secret) or a
