@@ -63,6 +63,11 @@ impl Lowerer<'_> {
                 );
                 continue;
             }
+            // A secret of the same name wins, as in SkyPilot; the API
+            // server refuses a name listed twice.
+            if task.secrets.contains(&e.name) {
+                continue;
+            }
             env.push(json!({"name": e.name, "value": literal_env_value(&e.value)}));
         }
         let secret = secret_name(self.group, self.options);
