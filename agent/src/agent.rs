@@ -89,7 +89,9 @@ fn run(
     write_atomic(&dir, c"pgid", num.of(child as u64)).map_err(|e| ("pgid", e))?;
     let exited = sys::pidfd_open(child).map_err(|e| ("pidfd", e))?;
 
-    let mut buf = [0u8; 16 * 1024];
+    // One page: each agent pays for every page of its stack it touches,
+    // and a chunk of at most a page costs only its index record more.
+    let mut buf = [0u8; 4096];
     let mut pipe = Some(pipe);
     let status = loop {
         let mut fds = [
@@ -172,10 +174,10 @@ fn pass_on(pipe: &mut Option<Fd>, output: &Output, buf: &mut [u8]) -> bool {
 
 /// Reads the pipe to its end once every process of the node is gone.
 fn drain(pipe: Fd, output: &Output, buf: &mut [u8]) {
-    let deadline = sys::now_us() + DRAIN_LIMIT_MS * 1000;
+    let deadline = sys::monotonic_us() + DRAIN_LIMIT_MS * 1000;
     let mut pipe = Some(pipe);
     while let Some(fd) = &pipe {
-        let now = sys::now_us();
+        let now = sys::monotonic_us();
         if now >= deadline {
             let _ = output.append(
                 b"\nskyc: the node's output is held open by a process outside the node; it is no longer read\n",

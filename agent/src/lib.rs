@@ -10,9 +10,6 @@
 //! (the workspace's profiles set it); the skyc package's build script links
 //! it (`-nostartfiles -nostdlib -static -no-pie`).
 #![cfg_attr(not(test), no_std)]
-// The memory functions in `start` must not be compiled into calls to
-// themselves.
-#![no_builtins]
 
 pub mod agent;
 #[cfg(not(test))]

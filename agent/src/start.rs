@@ -54,9 +54,9 @@ fn panic(_: &core::panic::PanicInfo<'_>) -> ! {
 #[unsafe(no_mangle)]
 extern "C" fn rust_eh_personality() {}
 
-// The memory functions compiled code calls. The crate is `no_builtins`, so
-// these loops are not turned back into calls to themselves. The agent moves
-// little memory: simple loops are enough.
+// The memory functions compiled code calls. Their loops use volatile
+// accesses, which the compiler cannot turn back into calls to these same
+// functions. The agent moves little memory: simple loops are enough.
 
 /// # Safety
 /// As C's `memcpy`.
@@ -70,18 +70,15 @@ unsafe extern "C" fn memcpy(dst: *mut u8, src: *const u8, n: usize) -> *mut u8 {
 /// As C's `memmove`.
 #[unsafe(no_mangle)]
 unsafe extern "C" fn memmove(dst: *mut u8, src: *const u8, n: usize) -> *mut u8 {
-    // SAFETY: `dst` and `src` are valid for `n` bytes, as the caller
-    // promises; copying in the direction away from the overlap.
-    unsafe {
-        if (dst as usize) <= (src as usize) {
-            for i in 0..n {
-                *dst.add(i) = *src.add(i);
-            }
-        } else {
-            for i in (0..n).rev() {
-                *dst.add(i) = *src.add(i);
-            }
-        }
+    let copy = |i: usize| {
+        // SAFETY: `dst` and `src` are valid for `n` bytes and `i < n`.
+        unsafe { dst.add(i).write_volatile(src.add(i).read_volatile()) }
+    };
+    // Copying in the direction away from an overlap.
+    if (dst as usize) <= (src as usize) {
+        (0..n).for_each(copy);
+    } else {
+        (0..n).rev().for_each(copy);
     }
     dst
 }
@@ -92,7 +89,7 @@ unsafe extern "C" fn memmove(dst: *mut u8, src: *const u8, n: usize) -> *mut u8 
 unsafe extern "C" fn memset(dst: *mut u8, c: i32, n: usize) -> *mut u8 {
     for i in 0..n {
         // SAFETY: `dst` is valid for `n` bytes, as the caller promises.
-        unsafe { *dst.add(i) = c as u8 };
+        unsafe { dst.add(i).write_volatile(c as u8) };
     }
     dst
 }
@@ -103,7 +100,7 @@ unsafe extern "C" fn memset(dst: *mut u8, c: i32, n: usize) -> *mut u8 {
 unsafe extern "C" fn memcmp(a: *const u8, b: *const u8, n: usize) -> i32 {
     for i in 0..n {
         // SAFETY: both are valid for `n` bytes, as the caller promises.
-        let (x, y) = unsafe { (*a.add(i), *b.add(i)) };
+        let (x, y) = unsafe { (a.add(i).read_volatile(), b.add(i).read_volatile()) };
         if x != y {
             return i32::from(x) - i32::from(y);
         }
@@ -125,7 +122,7 @@ unsafe extern "C" fn bcmp(a: *const u8, b: *const u8, n: usize) -> i32 {
 unsafe extern "C" fn strlen(s: *const u8) -> usize {
     let mut n = 0;
     // SAFETY: `s` is NUL-terminated, as the caller promises.
-    while unsafe { *s.add(n) } != 0 {
+    while unsafe { s.add(n).read_volatile() } != 0 {
         n += 1;
     }
     n

@@ -433,21 +433,29 @@ pub fn read_signal(fd: &Fd) -> Option<i32> {
     }
 }
 
-/// Microseconds since the Unix epoch (`CLOCK_REALTIME`).
-pub fn now_us() -> u64 {
-    const CLOCK_REALTIME: usize = 0;
+fn clock_us(clock: usize) -> u64 {
     let mut ts = Timespec { sec: 0, nsec: 0 };
     // SAFETY: the kernel writes one timespec into `ts`.
     let ret = unsafe {
         syscall(
             nr::CLOCK_GETTIME,
-            args(&[CLOCK_REALTIME, &mut ts as *mut Timespec as usize]),
+            args(&[clock, &mut ts as *mut Timespec as usize]),
         )
     };
     match check(ret) {
         Ok(_) => ts.sec as u64 * 1_000_000 + ts.nsec as u64 / 1000,
         Err(_) => 0,
     }
+}
+
+/// Microseconds since the Unix epoch (`CLOCK_REALTIME`).
+pub fn now_us() -> u64 {
+    clock_us(0)
+}
+
+/// Microseconds on a clock that only goes forward (`CLOCK_MONOTONIC`).
+pub fn monotonic_us() -> u64 {
+    clock_us(1)
 }
 
 /// Ends the process.
@@ -470,6 +478,7 @@ impl Args {
     /// # Safety
     /// `sp` must be the initial stack pointer the kernel handed to the
     /// program's entry point.
+    #[cfg_attr(test, allow(dead_code))]
     pub(crate) unsafe fn from_stack(sp: *const usize) -> Args {
         // SAFETY: the kernel's layout at `sp`: argc, argv[0..argc], NULL,
         // envp..., NULL.
