@@ -148,7 +148,15 @@ fn start(
     match args.spawn(program, 6, &pipe_in) {
         Ok(child) => Ok((output, pipe, child)),
         Err(e) => {
-            let _ = output.append(b"skyc: cannot start the node's command\n");
+            let mut line = Line::new();
+            for part in [
+                b"skyc: cannot start the node's command: " as &[u8],
+                e.message().as_bytes(),
+                b"\n",
+            ] {
+                line.push(part);
+            }
+            let _ = output.append(line.bytes());
             Err(("start", e))
         }
     }
@@ -269,6 +277,31 @@ fn write_atomic(dir: &Fd, name: &CStr, content: &[u8]) -> sys::Result<()> {
     sys::rename_at(dir, tmp, name)
 }
 
+/// A short line put together without an allocator (cut at 256 bytes).
+struct Line {
+    buf: [u8; 256],
+    len: usize,
+}
+
+impl Line {
+    fn new() -> Line {
+        Line {
+            buf: [0; 256],
+            len: 0,
+        }
+    }
+
+    fn push(&mut self, part: &[u8]) {
+        let n = part.len().min(self.buf.len() - self.len);
+        self.buf[self.len..self.len + n].copy_from_slice(&part[..n]);
+        self.len += n;
+    }
+
+    fn bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
 /// A number's decimal digits, without an allocator.
 pub struct Decimal([u8; 20]);
 
@@ -306,6 +339,16 @@ mod tests {
         assert_eq!(d.of(0), b"0");
         assert_eq!(d.of(127), b"127");
         assert_eq!(d.of(u64::MAX), b"18446744073709551615");
+    }
+
+    #[test]
+    fn lines_are_cut_at_their_capacity() {
+        let mut line = Line::new();
+        line.push(b"ab");
+        line.push(b"c");
+        assert_eq!(line.bytes(), b"abc");
+        line.push(&[b'x'; 300]);
+        assert_eq!(line.bytes().len(), 256);
     }
 
     #[test]
