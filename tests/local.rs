@@ -1,5 +1,6 @@
 //! End-to-end tests of `skyc run` on the local target: real supervisors,
-//! shims and node processes, each test in a state directory of its own.
+//! node agents and node processes, each test in a state directory of its
+//! own.
 
 use crate::support;
 use crate::support::scratch::{Scratch, task, text};
@@ -248,12 +249,12 @@ run: until [ -e "$SCRATCH/go" ]; do sleep 0.05; done
         std::thread::sleep(Duration::from_millis(20));
     }
     std::fs::write(s.dir.join("go"), "").expect("go");
-    // The machine of node 1 goes away: its shim dies with SIGKILL.
-    let shim = task(&status, "victim")["nodes"][1]["pid"]
+    // The machine of node 1 goes away: its agent dies with SIGKILL.
+    let agent = task(&status, "victim")["nodes"][1]["pid"]
         .as_i64()
         .expect("pid");
     let killed = Command::new("kill")
-        .args(["-KILL", &shim.to_string()])
+        .args(["-KILL", &agent.to_string()])
         .status();
     assert!(killed.is_ok_and(|s| s.success()));
     let status = s.wait_finished(id);
@@ -269,6 +270,44 @@ run: until [ -e "$SCRATCH/go" ]; do sleep 0.05; done
     assert_eq!(s.read("victim").lines().count(), 4, "both nodes restart");
     assert_eq!(task(&status, "bystander")["restarts"], 0);
     assert!(node_processes(&s.state()).is_empty());
+}
+
+#[test]
+fn node_logs_hold_what_the_nodes_wrote_with_an_index() {
+    let s = Scratch::new("logs");
+    s.write(
+        "g.yaml",
+        r#"name: logs
+execution: parallel
+---
+name: talker
+num_nodes: 2
+setup: echo "setup $SKYPILOT_SETUP_NODE_RANK"
+run: |
+  echo "out $SKYPILOT_NODE_RANK"
+  echo "err $SKYPILOT_NODE_RANK" >&2
+  sleep 30 &
+  printf 'no newline'
+"#,
+    );
+    let id = s.detach("g.yaml");
+    let status = s.wait_finished(id);
+    assert_eq!(status["status"], "SUCCEEDED", "{status:#}");
+    let logs = s.state().join("groups").join(id.to_string()).join("logs");
+    for rank in 0..2 {
+        let log = logs.join(format!("talker-{rank}.log"));
+        let bytes = std::fs::read(&log).expect("log");
+        let want = format!("setup {rank}\nout {rank}\nerr {rank}\nno newline");
+        assert_eq!(String::from_utf8_lossy(&bytes), want);
+        let index = skyc_runtime::local::logindex::read_index(
+            &skyc_runtime::local::logindex::index_path(&log),
+        )
+        .expect("index");
+        assert!(index.len() >= 2, "setup and run: {index:?}");
+        assert!(index.windows(2).all(|p| p[0].end_offset < p[1].end_offset));
+        assert_eq!(index.last().map(|r| r.end_offset), Some(bytes.len() as u64));
+    }
+    assert!(node_processes(&s.state()).is_empty(), "leftovers killed");
 }
 
 #[test]

@@ -4,32 +4,31 @@
 //! `cancel`) only write to the store and wake it.
 //!
 //! It drives one policy [`Engine`] per group. Node exits arrive as pidfd
-//! readiness of the node shims, timers as poll timeouts, and client
+//! readiness of the node agents, timers as poll timeouts, and client
 //! requests (a new group, a cancel) as a wake-up on a Unix socket; the
 //! store is the source of truth for all of them. For each event the
 //! engine's decision is committed (engine state, statuses, timers and the
 //! actions still to carry out) before any action touches a process, so a
 //! supervisor killed at any point is replaced by one that re-adopts the
-//! live shims, reads the exit statuses recorded while nobody watched, and
+//! live agents, reads the exit statuses recorded while nobody watched, and
 //! carries out what was decided but not done.
 
+use crate::local::agent::{self, KILL_REQUEST, Launch};
 use crate::local::capacity::{Allocator, Capacity, Grant};
 use crate::local::env::node_env;
 use crate::local::network::{self, GroupNetwork};
 use crate::local::plan::Plan;
-use crate::local::shim::{self, KILL_REQUEST};
-use crate::local::{NODE_MARKER_VAR, paths};
+use crate::local::{NODE_MARKER_VAR, logindex, paths};
 use crate::policy::{Action, Attempt, Engine, Event, Phase, TaskId, Timer};
 use crate::slurm::{AdoptError, Adopted, Watch};
 use crate::store::{Backend, NodeRow, Store, now_ms};
 use rustix::event::{PollFd, PollFlags, Timespec, poll};
-use rustix::process::{Pid, PidfdFlags, Signal, WaitOptions};
+use rustix::process::{Pid, Signal, WaitOptions};
 use std::collections::{BTreeMap, VecDeque};
 use std::fs;
 use std::io::{self, BufRead, BufReader, Write};
 use std::os::fd::OwnedFd;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -44,6 +43,7 @@ const RETRY_ADOPT_MS: i64 = 5_000;
 pub struct Supervisor {
     dir: PathBuf,
     store: Store,
+    /// Where skyc's executable is (the node agent is beside it).
     exe: PathBuf,
     listener: UnixListener,
     allocator: Allocator,
@@ -97,6 +97,9 @@ enum NodeState {
 /// Starts a supervisor for `dir` unless one runs; returns when it is
 /// answered or failed.
 pub fn main(dir: &Path) -> io::Result<()> {
+    // Node agents run in other directories and are found again by the
+    // paths they were given.
+    let dir = &std::path::absolute(dir)?;
     // Out of the caller's session: a Ctrl-C at the terminal of `skyc run`
     // is for the client, which turns it into a cancel.
     let _ = rustix::process::setsid();
@@ -115,7 +118,7 @@ pub fn main(dir: &Path) -> io::Result<()> {
         std::thread::sleep(Duration::from_millis(50));
     }
     raise_fd_limit();
-    shim::write_atomic(dir, "supervisor.pid", &std::process::id().to_string())?;
+    agent::write_atomic(dir, "supervisor.pid", &std::process::id().to_string())?;
     let socket = dir.join("supervisor.sock");
     let _ = fs::remove_file(&socket);
     let listener = UnixListener::bind(&socket)?;
@@ -223,7 +226,7 @@ impl Supervisor {
             .collect();
         drop(fds);
         for (gid, task, rank) in exited {
-            self.on_shim_exit(gid, task, rank);
+            self.on_agent_exit(gid, task, rank);
         }
         let now = now_ms();
         for g in self.groups.values_mut() {
@@ -445,7 +448,7 @@ impl Supervisor {
         Ok(())
     }
 
-    /// Rebuilds a task's nodes from their directories: adopts live shims,
+    /// Rebuilds a task's nodes from their directories: adopts live agents,
     /// reports exits recorded while no supervisor ran, and starts what was
     /// decided but never started.
     fn recover_task(&mut self, gid: i64, g: &mut GroupRun, task: TaskId) {
@@ -478,9 +481,9 @@ impl Supervisor {
                 continue;
             };
             launched = true;
-            let code = read_exit(&adir);
+            let code = agent::read_exit(&adir);
             if code.is_none()
-                && let Some((pid, pidfd)) = adopt_shim(&adir)
+                && let Some((pid, pidfd)) = agent::adopt(&adir)
             {
                 node.state = NodeState::Running { phase, pid, pidfd };
             } else {
@@ -703,7 +706,7 @@ impl Supervisor {
 
     fn spawn_node(&mut self, gid: i64, g: &mut GroupRun, task: TaskId, rank: u32, phase: Phase) {
         let attempt = g.nodes[task][rank as usize].attempt;
-        let result = self.spawn_shim(gid, g, task, rank, attempt, phase);
+        let result = self.spawn_agent(gid, g, task, rank, attempt, phase);
         match result {
             Ok((pid, pidfd)) => {
                 g.nodes[task][rank as usize].state = NodeState::Running { phase, pid, pidfd };
@@ -729,7 +732,7 @@ impl Supervisor {
         }
     }
 
-    fn spawn_shim(
+    fn spawn_agent(
         &self,
         gid: i64,
         g: &GroupRun,
@@ -766,26 +769,18 @@ impl Supervisor {
         let grant = g.grants[task].clone().unwrap_or_default();
         let mut env = node_env(&g.plan, gid, &g.net, &grant, task, rank, phase);
         env.push((NODE_MARKER_VAR.into(), adir.display().to_string()));
-        let log = paths::open_log(&g.dir, &g.plan.tasks[task].name, rank)?;
-        let child = Command::new(&self.exe)
-            .arg0("skyc-shim")
-            .arg("__shim")
-            .arg(&adir)
-            .arg("--")
-            .args(argv)
-            .env_clear()
-            .envs(env)
-            .current_dir(cwd)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()?;
-        let pid = Pid::from_child(&child);
-        let pidfd = rustix::process::pidfd_open(pid, PidfdFlags::empty())?;
-        Ok((pid, pidfd))
+        let log = paths::log(&g.dir, &g.plan.tasks[task].name, rank);
+        let launch = Launch {
+            dir: &adir,
+            log: &log,
+            argv,
+            env,
+            cwd: &cwd,
+        };
+        agent::spawn(&agent::executable(&self.exe)?, launch)
     }
 
-    fn on_shim_exit(&mut self, gid: i64, task: TaskId, rank: u32) {
+    fn on_agent_exit(&mut self, gid: i64, task: TaskId, rank: u32) {
         let Some(mut g) = self.groups.remove(&gid) else {
             return;
         };
@@ -798,7 +793,7 @@ impl Supervisor {
         let _ = rustix::process::waitpid(Some(pid), WaitOptions::NOHANG);
         let attempt = node.attempt;
         let adir = paths::attempt_dir(&paths::node_dir(&g.dir, task, rank), attempt, phase);
-        let code = read_exit(&adir);
+        let code = agent::read_exit(&adir);
         settle(&mut g, task, rank, phase, code, &adir);
         self.dirty
             .push((gid, node_row(&g, task, rank, None, code.map(i64::from))));
@@ -878,9 +873,9 @@ impl Supervisor {
             .map(|p| serde_json::from_str::<Plan>(&p))
         {
             for (task, rank) in plan.nodes() {
-                if let Ok(mut f) = paths::open_log(&dir, &plan.tasks[task].name, rank) {
-                    let _ = writeln!(f, "skyc: the group cannot start: {reason}");
-                }
+                let log = paths::log(&dir, &plan.tasks[task].name, rank);
+                let line = format!("skyc: the group cannot start: {reason}\n");
+                let _ = logindex::append(&log, line.as_bytes());
             }
         }
         self.store
@@ -906,8 +901,8 @@ impl Supervisor {
     }
 }
 
-/// What a node's ended shim left: `code` is the exit status it recorded,
-/// `None` when the shim itself died (the node is lost). A setup that ended
+/// What a node's ended agent left: `code` is the exit status it recorded,
+/// `None` when the agent itself died (the node is lost). A setup that ended
 /// well waits for the task's barrier; anything else goes to the engine.
 fn settle(g: &mut GroupRun, task: TaskId, rank: u32, phase: Phase, code: Option<i32>, adir: &Path) {
     let attempt = g.nodes[task][rank as usize].attempt;
@@ -985,9 +980,8 @@ fn note_restart(g: &GroupRun, task: TaskId, attempt: Attempt) {
 }
 
 fn append_log(g: &GroupRun, task: TaskId, rank: u32, line: &str) {
-    if let Ok(mut f) = paths::open_log(&g.dir, &g.plan.tasks[task].name, rank) {
-        let _ = f.write_all(line.as_bytes());
-    }
+    let log = paths::log(&g.dir, &g.plan.tasks[task].name, rank);
+    let _ = logindex::append(&log, line.as_bytes());
 }
 
 fn write_scripts(dir: &Path, plan: &Plan) -> io::Result<()> {
@@ -1001,41 +995,16 @@ fn write_scripts(dir: &Path, plan: &Plan) -> io::Result<()> {
     Ok(())
 }
 
-fn read_exit(adir: &Path) -> Option<i32> {
-    fs::read_to_string(adir.join("exit"))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
-}
-
 fn write_grant(dir: &Path, task: TaskId, attempt: Attempt, grant: &Grant) -> io::Result<()> {
     let tdir = paths::task_dir(dir, task);
     fs::create_dir_all(&tdir)?;
     let json = serde_json::to_string(grant).map_err(io::Error::other)?;
-    shim::write_atomic(&tdir, &format!("grant-{attempt}.json"), &json)
+    agent::write_atomic(&tdir, &format!("grant-{attempt}.json"), &json)
 }
 
 fn read_grant(dir: &Path, task: TaskId, attempt: Attempt) -> Option<Grant> {
     let text = fs::read_to_string(paths::task_dir(dir, task).join(format!("grant-{attempt}.json")));
     serde_json::from_str(&text.ok()?).ok()
-}
-
-/// The shim recorded in `adir`, if it still runs: checked by its command
-/// line, which names the directory, so a reused pid is not mistaken for it.
-fn adopt_shim(adir: &Path) -> Option<(Pid, OwnedFd)> {
-    let pid: i32 = fs::read_to_string(adir.join("shim.pid"))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
-    let pid = Pid::from_raw(pid)?;
-    let pidfd = rustix::process::pidfd_open(pid, PidfdFlags::empty()).ok()?;
-    // Checked after the pidfd is open: from here the pid cannot be reused.
-    let cmdline = fs::read(format!("/proc/{}/cmdline", pid.as_raw_nonzero())).ok()?;
-    let needle = adir.as_os_str().as_encoded_bytes();
-    let ours = cmdline.split(|&b| b == 0).any(|arg| arg == needle);
-    ours.then_some((pid, pidfd))
 }
 
 /// Kills what a lost node left running: every process that carries the

@@ -53,13 +53,11 @@ enum Command {
 }
 
 pub(crate) fn main() -> ExitCode {
-    // The runtime's own processes, started by skyc itself: dispatched
-    // before argument parsing, so a node shim stays small.
+    // The supervisor, started by skyc itself: dispatched before argument
+    // parsing.
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    match args.get(1).and_then(|a| a.to_str()) {
-        Some("__shim") => return internal_shim(&args[2..]),
-        Some("__supervise") => return internal_supervise(&args[2..]),
-        _ => {}
+    if args.get(1).and_then(|a| a.to_str()) == Some("__supervise") {
+        return internal_supervise(&args[2..]);
     }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -94,22 +92,6 @@ pub(crate) fn parse_env(s: &str) -> Result<(String, String), String> {
         return Err(format!("`{k}` is not an environment variable name"));
     }
     Ok((k.to_owned(), v.to_owned()))
-}
-
-/// `skyc __shim DIR -- COMMAND...`: a node shim.
-fn internal_shim(args: &[std::ffi::OsString]) -> ExitCode {
-    let (Some(dir), Some(sep)) = (args.first(), args.get(1)) else {
-        return ExitCode::from(USAGE);
-    };
-    if sep != "--" {
-        return ExitCode::from(USAGE);
-    }
-    let argv: Vec<String> = args[2..]
-        .iter()
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect();
-    let code = skyc_runtime::local::shim::main(std::path::Path::new(dir), &argv);
-    ExitCode::from(u8::try_from(code).unwrap_or(1))
 }
 
 /// `skyc __supervise DIR`: the supervisor of a state directory.

@@ -4,17 +4,19 @@
 //! - [`capacity`]: the machine as a one-node cluster (cpus, memory, GPUs);
 //! - [`network`]: a network identity per node and the group's hostnames;
 //! - [`env`](mod@env): the environment contract of a node;
-//! - [`shim`]: the per-node process that outlives the supervisor;
+//! - [`agent`]: the per-node process that outlives the supervisor;
+//! - [`logindex`]: the index beside each node log;
 //!
 //! The [`supervisor`](crate::supervisor) drives them: its event loop feeds
 //! the policy engine.
 
+pub mod agent;
 pub mod capacity;
 pub mod env;
+pub mod logindex;
 pub mod network;
 pub mod paths;
 pub mod plan;
-pub mod shim;
 
 /// Set in every node process to its attempt directory: how the processes
 /// of a lost node are found.

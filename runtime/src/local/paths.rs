@@ -4,14 +4,13 @@
 //! groups/<id>/hosts                         the group's hosts file
 //! groups/<id>/scripts/<task>.{setup,run}.sh
 //! groups/<id>/logs/<task name>-<rank>.log   setup and run output, all attempts
+//! groups/<id>/logs/<task name>-<rank>.log.idx   its index (`logindex`)
 //! groups/<id>/nodes/<task>/grant-<attempt>.json
 //! groups/<id>/nodes/<task>/<rank>/work/     the node's working directory
-//! groups/<id>/nodes/<task>/<rank>/a<attempt>-<phase>/   one shim's files
+//! groups/<id>/nodes/<task>/<rank>/a<attempt>-<phase>/   one agent's files
 //! ```
 
 use crate::policy::{Attempt, Phase, TaskId};
-use std::fs;
-use std::io;
 use std::path::{Path, PathBuf};
 
 pub fn group_dir(state: &Path, gid: i64) -> PathBuf {
@@ -49,13 +48,6 @@ pub fn log(group: &Path, task_name: &str, rank: u32) -> PathBuf {
         })
         .collect();
     group.join("logs").join(format!("{safe}-{rank}.log"))
-}
-
-pub fn open_log(group: &Path, task_name: &str, rank: u32) -> io::Result<fs::File> {
-    fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log(group, task_name, rank))
 }
 
 pub fn phase_name(phase: Phase) -> &'static str {

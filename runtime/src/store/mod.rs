@@ -79,7 +79,7 @@ pub struct NodeRow {
     pub rank: i64,
     pub hostname: String,
     pub ip: String,
-    /// The node's shim, while one runs.
+    /// The node's agent, while one runs.
     pub pid: Option<i64>,
     pub attempt: i64,
     pub phase: Option<String>,
