@@ -92,9 +92,7 @@ fn script_of_every_accepted_example() {
             let snap = match built.script {
                 Some(script) => render_human(&c) + group_part(&script),
                 // A pipeline: a located error, no script.
-                None if group.execution == skyc_compiler::ir::Execution::Serial => {
-                    render_human(&c)
-                }
+                None if group.execution == skyc_compiler::ir::Execution::Serial => render_human(&c),
                 None => panic!("{file}: {}", render_human(&c)),
             };
             insta::assert_snapshot!(file.trim_end_matches(".yaml").to_owned(), snap);

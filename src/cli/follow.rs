@@ -7,7 +7,7 @@
 //! arrived in. A log without an index (a Slurm job's, written by srun)
 //! keeps its own order and joins the others as its lines are read.
 
-use skyc_runtime::local::paths;
+use skyc_runtime::local::{logindex, paths};
 use skyc_runtime::slurm::Plan as SlurmPlan;
 use skyc_runtime::store::{Backend, Store};
 use std::fs::File;
@@ -163,12 +163,6 @@ impl Log {
         }
     }
 
-    fn index_path(&self) -> PathBuf {
-        let mut name = self.path.clone().into_os_string();
-        name.push(".idx");
-        name.into()
-    }
-
     /// Reads what was appended, and pushes its complete lines. The index is
     /// read after the log, so it never describes less than the agent had
     /// written before the bytes read.
@@ -179,7 +173,7 @@ impl Log {
         file.seek(SeekFrom::Start(self.offset))?;
         let mut buf = Vec::new();
         file.read_to_end(&mut buf)?;
-        self.index.refresh(&self.index_path());
+        self.index.refresh(&logindex::index_path(&self.path));
         let mut start = self.offset;
         self.offset += buf.len() as u64;
         let mut rest = &buf[..];
@@ -224,12 +218,10 @@ impl Index {
         if file.read_to_end(&mut buf).is_err() {
             return;
         }
-        for record in buf.chunks_exact(16) {
-            let end = u64::from_le_bytes(record[..8].try_into().unwrap_or_default());
-            let time = u64::from_le_bytes(record[8..].try_into().unwrap_or_default());
-            self.chunks.push((end, time));
-        }
-        self.read += (buf.len() / 16 * 16) as u64;
+        let records = logindex::records(&buf);
+        self.read += records.len() as u64 * logindex::RECORD_BYTES;
+        self.chunks
+            .extend(records.iter().map(|r| (r.end_offset, r.unix_time_us)));
     }
 
     /// When the byte at `offset` was written: the time of the first chunk

@@ -42,7 +42,13 @@ pub fn read_index(path: &Path) -> io::Result<Vec<Record>> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(e),
     };
-    Ok(bytes
+    Ok(records(&bytes))
+}
+
+/// The whole records in `bytes` (a part of an index read from a record
+/// boundary); a cut-short last record is left for a later read.
+pub fn records(bytes: &[u8]) -> Vec<Record> {
+    bytes
         .chunks_exact(RECORD_LEN)
         .map(|r| {
             let (end, time) = r.split_at(8);
@@ -51,8 +57,11 @@ pub fn read_index(path: &Path) -> io::Result<Vec<Record>> {
                 unix_time_us: u64::from_le_bytes(time.try_into().unwrap_or_default()),
             }
         })
-        .collect())
+        .collect()
 }
+
+/// The length of a record, for readers that read an index piecewise.
+pub const RECORD_BYTES: u64 = RECORD_LEN as u64;
 
 /// Appends `text` to the log at `log` as one chunk, and its record to the
 /// log's index.
