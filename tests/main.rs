@@ -8,6 +8,7 @@ mod examples;
 mod hostile;
 mod k8s;
 mod local;
+mod local_network;
 mod slurm;
 mod slurm_e2e;
 mod slurm_run;
