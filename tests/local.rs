@@ -3,9 +3,8 @@
 //! own.
 
 use crate::support;
-use crate::support::scratch::{Scratch, task, text};
+use crate::support::scratch::{Scratch, node_processes, task, text};
 use serde_json::Value;
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -15,24 +14,6 @@ fn stamp(s: &Scratch, name: &str) -> f64 {
         .trim()
         .parse()
         .unwrap_or_else(|_| panic!("{name}: {:?}", s.read(name)))
-}
-
-/// Processes anywhere on the machine started for a node of `state`.
-fn node_processes(state: &Path) -> Vec<i32> {
-    let marker = format!("SKYC_NODE_DIR={}", state.display());
-    std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| {
-            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
-            let environ = std::fs::read(e.path().join("environ")).ok()?;
-            environ
-                .split(|&b| b == 0)
-                .any(|v| v.starts_with(marker.as_bytes()))
-                .then_some(pid)
-        })
-        .collect()
 }
 
 /// A server on each node of `server` (all on port 8080, each on its own

@@ -11,6 +11,7 @@ mod jobs_cli;
 mod k8s;
 mod local;
 mod local_leftovers;
+mod local_network;
 mod pipelines;
 mod slurm;
 mod slurm_e2e;

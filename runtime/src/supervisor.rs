@@ -377,8 +377,7 @@ impl Supervisor {
                 fs::create_dir_all(dir.join("logs"))?;
                 write_scripts(&dir, &plan)?;
                 let mode = network::resolve(plan.network).map_err(io::Error::other)?;
-                let owner = format!("{}\n{gid}\n", self.dir.display());
-                let net = network::setup(&plan, mode, &dir, &owner).map_err(io::Error::other)?;
+                let net = network::setup(&plan, mode, &dir).map_err(io::Error::other)?;
                 let json = serde_json::to_string(&net).map_err(io::Error::other)?;
                 self.store
                     .transaction(|tx| tx.save_network(gid, &json))

@@ -133,3 +133,21 @@ pub(crate) fn task<'a>(status: &'a Value, name: &str) -> &'a Value {
         .and_then(|ts| ts.iter().find(|t| t["name"] == name))
         .unwrap_or_else(|| panic!("no task {name} in {status:#}"))
 }
+
+/// Processes anywhere on the machine started for a node of `state`.
+pub(crate) fn node_processes(state: &Path) -> Vec<i32> {
+    let marker = format!("SKYC_NODE_DIR={}", state.display());
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+            let environ = std::fs::read(e.path().join("environ")).ok()?;
+            environ
+                .split(|&b| b == 0)
+                .any(|v| v.starts_with(marker.as_bytes()))
+                .then_some(pid)
+        })
+        .collect()
+}

@@ -12,8 +12,10 @@
 //!   own address (not 0.0.0.0) to share a port; nothing else is isolated.
 //!
 //! Addresses are leased machine-wide (a file per address, created
-//! exclusively), so supervisors of different state directories never hand
-//! out the same address.
+//! exclusively, whatever range it came from), so supervisors of different
+//! state directories never hand out the same address. A node's namespace
+//! and veth are named after its address, so the lease also owns the names:
+//! whatever already bears them is a crash's leftover and is removed first.
 
 use super::plan::{NetworkRequest, Plan};
 use serde::{Deserialize, Serialize};
@@ -110,6 +112,10 @@ pub struct GroupNetwork {
     pub nodes: Vec<NodeNet>,
     pub hosts_file: PathBuf,
     pub lease_dir: PathBuf,
+    /// What this group's lease files hold; teardown touches only the
+    /// names and leases that still hold it.
+    #[serde(default)]
+    pub owner: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -117,16 +123,18 @@ pub struct NodeNet {
     pub task: usize,
     pub rank: u32,
     pub ip: Ipv4Addr,
-    pub offset: u32,
 }
 
 impl NodeNet {
+    /// `skyc-198.18.0.2`.
     fn netns(&self) -> String {
-        format!("skyc-{}", self.offset)
+        format!("skyc-{}", self.ip)
     }
 
+    /// The host end of the node's veth, `skyhc6120002`: the address in
+    /// hex, as interface names are at most 15 bytes.
     fn veth(&self) -> String {
-        format!("skyh{}", self.offset)
+        format!("skyh{:08x}", u32::from(self.ip))
     }
 }
 
@@ -185,21 +193,22 @@ fn range_for(mode: Mode) -> Result<Range, String> {
     Range::parse(&std::env::var(var).unwrap_or_else(|_| default.to_owned()))
 }
 
-/// Where address leases live: machine-wide, one directory per range.
-fn lease_dir(range: &Range) -> PathBuf {
-    let root = if is_root() {
-        PathBuf::from("/run/skyc/leases")
+/// Where address leases live: one directory for the whole machine (per
+/// user when not root), one file per address whatever its range, so
+/// overlapping ranges never lease an address twice.
+fn lease_dir() -> PathBuf {
+    if is_root() {
+        PathBuf::from("/run/skyc/addresses")
     } else {
         std::env::temp_dir().join(format!(
-            "skyc-leases-{}",
+            "skyc-addresses-{}",
             rustix::process::geteuid().as_raw()
         ))
-    };
-    root.join(format!("{}-{}", Ipv4Addr::from(range.base), range.prefix))
+    }
 }
 
-/// A lock over the lease directory, held while leasing and while creating
-/// the bridge.
+/// A lock over the lease directory, held while leasing and while setting
+/// up the bridge, which every supervisor of the machine shares.
 struct DirLock(#[allow(dead_code)] fs::File);
 
 fn lock(dir: &Path) -> std::io::Result<DirLock> {
@@ -213,35 +222,29 @@ fn lock(dir: &Path) -> std::io::Result<DirLock> {
     Ok(DirLock(file))
 }
 
-/// Leases addresses and builds the group's network.
-pub fn setup(
-    plan: &Plan,
-    mode: Mode,
-    group_dir: &Path,
-    owner: &str,
-) -> Result<GroupNetwork, String> {
+/// Leases addresses and builds the group's network. `group_dir` (which
+/// exists) names the group in its leases.
+pub fn setup(plan: &Plan, mode: Mode, group_dir: &Path) -> Result<GroupNetwork, String> {
     let range = range_for(mode)?;
-    let lease_dir = lease_dir(&range);
+    let lease_dir = lease_dir();
+    let owner = fs::canonicalize(group_dir)
+        .map(|dir| format!("{}\n", dir.display()))
+        .map_err(|e| format!("{}: {e}", group_dir.display()))?;
     let mut net = GroupNetwork {
         mode,
         range,
         nodes: Vec::new(),
         hosts_file: group_dir.join("hosts"),
         lease_dir: lease_dir.clone(),
+        owner,
     };
     {
         let _lock = lock(&lease_dir).map_err(|e| format!("{}: {e}", lease_dir.display()))?;
+        release_unrecorded(&lease_dir, &net.owner);
         let mut offsets = range.offsets();
         for (task, rank) in plan.nodes() {
             let offset = offsets
-                .find(|&o| {
-                    fs::OpenOptions::new()
-                        .write(true)
-                        .create_new(true)
-                        .open(lease_dir.join(range.addr(o).to_string()))
-                        .and_then(|mut f| f.write_all(owner.as_bytes()))
-                        .is_ok()
-                })
+                .find(|&o| take_lease(&lease_dir.join(range.addr(o).to_string()), &net.owner))
                 .ok_or_else(|| format!("no free address left in {}", describe_range(&range)));
             let offset = match offset {
                 Ok(o) => o,
@@ -254,7 +257,6 @@ pub fn setup(
                 task,
                 rank,
                 ip: range.addr(offset),
-                offset,
             });
         }
         if mode == Mode::Netns
@@ -279,6 +281,52 @@ pub fn setup(
         return Err(e);
     }
     Ok(net)
+}
+
+/// Takes the lease at `path` for `owner` if it is free or stale: its group
+/// directory is gone (a supervisor killed, then its state directory
+/// removed) or it is empty (a supervisor killed while writing it; writers
+/// hold the lock, so none is half-way now). Called under the lease lock.
+fn take_lease(path: &Path, owner: &str) -> bool {
+    match fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+    {
+        Ok(mut file) => {
+            let written = file.write_all(owner.as_bytes()).is_ok();
+            if !written {
+                let _ = fs::remove_file(path);
+            }
+            written
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let stale = fs::read_to_string(path).is_ok_and(|held| {
+                let group_dir = Path::new(held.lines().next().unwrap_or(""));
+                held.is_empty() || (group_dir.is_absolute() && !group_dir.exists())
+            });
+            stale && fs::write(path, owner).is_ok()
+        }
+        Err(_) => false,
+    }
+}
+
+/// Gives back the leases a supervisor of this same group took before it
+/// was killed, before it recorded the network. Their names are removed by
+/// whichever group leases the addresses next.
+fn release_unrecorded(lease_dir: &Path, owner: &str) {
+    for entry in fs::read_dir(lease_dir).into_iter().flatten().flatten() {
+        if entry.file_name() != ".lock"
+            && fs::read_to_string(entry.path()).is_ok_and(|held| held == owner)
+        {
+            let _ = fs::remove_file(entry.path());
+        }
+    }
+}
+
+/// Whether `net` still holds the lease of `node`'s address.
+fn holds(net: &GroupNetwork, node: &NodeNet) -> bool {
+    fs::read_to_string(net.lease_dir.join(node.ip.to_string())).is_ok_and(|held| held == net.owner)
 }
 
 fn describe_range(range: &Range) -> String {
@@ -326,27 +374,75 @@ fn ip(args: &[&str], batch: Option<&str>) -> Result<(), String> {
     }
 }
 
+fn link_exists(name: &str) -> bool {
+    Path::new("/sys/class/net").join(name).exists()
+}
+
+fn netns_exists(name: &str) -> bool {
+    Path::new("/run/netns").join(name).exists()
+}
+
+/// Makes the bridge exist, be up and carry the range's gateway, whatever a
+/// supervisor killed half-way left: each step is a no-op when already
+/// done. Called under the lease lock.
 fn ensure_bridge(range: &Range) -> Result<(), String> {
-    if Path::new("/sys/class/net").join(BRIDGE).exists() {
-        return Ok(());
+    if !link_exists(BRIDGE)
+        && let Err(e) = ip(&["link", "add", BRIDGE, "type", "bridge"], None)
+        && !link_exists(BRIDGE)
+    {
+        return Err(e);
     }
     let cidr = format!("{}/{}", range.gateway(), range.prefix);
     ip(
         &["-batch", "-"],
         Some(&format!(
-            "link add {BRIDGE} type bridge\naddr add {cidr} dev {BRIDGE}\nlink set {BRIDGE} up\n"
+            "addr replace {cidr} dev {BRIDGE}\nlink set {BRIDGE} up\n"
         )),
     )
 }
 
+/// Deletes the namespaces and host veths of `nodes` that exist, and waits
+/// (a bounded while) until their names are free. The veth goes first and
+/// by name: deleting it frees both ends at once, whereas a deleted
+/// namespace lets go of its devices later, in the kernel's own time, and a
+/// lingering `skyh…` would make the next `link add` of that name fail.
+fn remove_names(nodes: &[&NodeNet]) -> Result<(), String> {
+    const TRIES: u32 = 100;
+    for attempt in 0..=TRIES {
+        let mut batch = String::new();
+        for node in nodes {
+            if link_exists(&node.veth()) {
+                batch.push_str(&format!("link del {}\n", node.veth()));
+            }
+            if netns_exists(&node.netns()) {
+                batch.push_str(&format!("netns del {}\n", node.netns()));
+            }
+        }
+        if batch.is_empty() {
+            break;
+        }
+        if attempt == TRIES {
+            return Err(format!(
+                "could not remove what a previous group left behind: {}",
+                batch.trim().replace('\n', "; ")
+            ));
+        }
+        if attempt > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        // Each name is checked again above: the errors say nothing more.
+        let _ = ip(&["-force", "-batch", "-"], Some(&batch));
+    }
+    Ok(())
+}
+
 fn build_namespaces(net: &GroupNetwork, hosts: &str) -> Result<(), String> {
+    // This group holds the leases, so whatever bears its names is a
+    // leftover of a killed supervisor.
+    remove_names(&net.nodes.iter().collect::<Vec<_>>())?;
     let mut batch = String::new();
     for node in &net.nodes {
         let (ns, veth) = (node.netns(), node.veth());
-        // A namespace left by a crash between setup and lease release.
-        if Path::new("/run/netns").join(&ns).exists() {
-            let _ = ip(&["netns", "del", &ns], None);
-        }
         let etc = Path::new("/etc/netns").join(&ns);
         fs::create_dir_all(&etc).map_err(|e| format!("{}: {e}", etc.display()))?;
         fs::write(etc.join("hosts"), hosts).map_err(|e| format!("{}: {e}", etc.display()))?;
@@ -384,28 +480,29 @@ fn build_namespaces(net: &GroupNetwork, hosts: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Removes the group's namespaces and gives its addresses back.
-/// Idempotent: a supervisor that crashed half-way runs it again.
+/// Removes the group's namespaces and gives its addresses back; an
+/// address is given back only once its names are free (else it stays
+/// leased, so no group trips on them). Idempotent, and only what the group
+/// still holds is touched: a supervisor killed half-way runs it again after
+/// other groups may have leased the addresses it had given back.
 pub fn teardown(net: &GroupNetwork) {
+    let held: Vec<&NodeNet> = net.nodes.iter().filter(|n| holds(net, n)).collect();
     if net.mode == Mode::Netns {
-        let mut batch = String::new();
-        for node in &net.nodes {
-            if Path::new("/run/netns").join(node.netns()).exists() {
-                batch.push_str(&format!("netns del {}\n", node.netns()));
-            }
-        }
-        if !batch.is_empty() {
-            let _ = ip(&["-force", "-batch", "-"], Some(&batch));
-        }
-        for node in &net.nodes {
+        let _ = remove_names(&held);
+        for node in &held {
             let _ = fs::remove_dir_all(Path::new("/etc/netns").join(node.netns()));
         }
     }
-    release(net);
+    for node in held {
+        if net.mode != Mode::Netns || !(link_exists(&node.veth()) || netns_exists(&node.netns())) {
+            let _ = fs::remove_file(net.lease_dir.join(node.ip.to_string()));
+        }
+    }
 }
 
+/// Gives back the leases taken so far, before any name was made.
 fn release(net: &GroupNetwork) {
-    for node in &net.nodes {
+    for node in net.nodes.iter().filter(|n| holds(net, n)) {
         let _ = fs::remove_file(net.lease_dir.join(node.ip.to_string()));
     }
 }
