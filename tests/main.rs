@@ -3,6 +3,7 @@
 mod support;
 
 mod cli;
+mod cloud;
 mod conformance;
 mod examples;
 mod hostile;
