@@ -571,10 +571,17 @@ fn gcp_canonical(
     place: &Place,
 ) -> Result<String, Infeasible> {
     let rows = accelerator_rows(catalog, place, name, count)?;
-    Ok(rows
+    let canonical = rows
         .first()
         .and_then(|r| r.accelerator.clone())
-        .unwrap_or_else(|| name.to_owned()))
+        .unwrap_or_else(|| name.to_owned());
+    // SkyPilot runs TPUs as TPU VMs (another API), not on a host VM.
+    if canonical.to_ascii_lowercase().starts_with("tpu-") {
+        return Err(Infeasible::new(format!(
+            "{canonical} is a TPU: TPU VMs are not created by skyc's GCP target"
+        )));
+    }
+    Ok(canonical)
 }
 
 /// GCP's host VM for `count` GPUs `name` (canonical spelling).
@@ -831,6 +838,28 @@ mod tests {
         assert!(close_matches("mars-1", names).is_empty());
         assert_eq!(edit_distance("kitten", "sitting"), 3);
         assert_eq!(edit_distance("eats", "east"), 1);
+    }
+
+    #[test]
+    fn tpus_are_refused_on_gcp() {
+        let text = "InstanceType,vCPUs,MemoryGiB,AcceleratorName,AcceleratorCount,GpuInfo,Region,AvailabilityZone,Price,SpotPrice\n\
+                    n1-standard-8,8.0,30.0,,,,us-central1,us-central1-a,0.38,0.08\n\
+                    ,,,tpu-v5p-8,1,,us-central1,us-central1-a,4.2,2.1\n";
+        let catalog = Catalog::parse(
+            Cloud::Gcp,
+            text,
+            super::super::Origin {
+                source: "t".into(),
+                date: None,
+            },
+        )
+        .unwrap();
+        let req = Request {
+            accelerator: Some(("TPU-V5P-8".into(), 1.0)),
+            ..Request::default()
+        };
+        let e = offers(&catalog, &req).unwrap_err();
+        assert!(e.reason.contains("tpu-v5p-8 is a TPU"), "{}", e.reason);
     }
 
     #[test]
