@@ -4,6 +4,7 @@ mod support;
 
 mod agent;
 mod cli;
+mod cloud;
 mod conformance;
 mod examples;
 mod hostile;

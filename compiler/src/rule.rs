@@ -105,6 +105,14 @@ rules! {
     SlurmSbatchOption = "slurm-sbatch-option", Error, "An sbatch option or value that cannot be written on an #SBATCH line.";
     SlurmUnrepresentable = "slurm-unrepresentable", Error, "A value the Slurm batch script cannot carry.";
     SlurmIgnored = "slurm-ignored", Warning, "A task setting the Slurm target does not apply.";
+    // Lowering to cloud instance specs (`skyc build --target aws|gcp`).
+    CloudNoInstance = "cloud-no-instance", Error, "No instance in the catalog satisfies a task's resources.";
+    CloudNoCommonRegion = "cloud-no-common-region", Error, "The tasks of a group have no region in common on the cloud.";
+    CloudInvalidName = "cloud-invalid-name", Error, "A name the cloud cannot use for the instances, labels or rules built from it.";
+    CloudUnrepresentable = "cloud-unrepresentable", Error, "A value a boot script or request cannot carry.";
+    CloudUserDataTooLarge = "cloud-user-data-too-large", Error, "A node's boot script is larger than the cloud accepts.";
+    CloudTooManyNodes = "cloud-too-many-nodes", Error, "A group with more nodes than one instance spec holds.";
+    CloudIgnored = "cloud-ignored", Warning, "A task setting the cloud target does not apply.";
 }
 
 impl std::fmt::Display for Rule {

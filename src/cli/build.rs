@@ -1,11 +1,13 @@
 //! `skyc build FILE --target T`: lower a group to a target's artifacts.
 
+use super::catalog;
 use super::check::Color;
 use super::out::{self, errln};
 use super::slurm::SlurmArgs;
 use super::{INVALID, OK, USAGE, input, parse_env, report};
 use clap::ValueEnum;
 use skyc_compiler::{Compilation, Diagnostic, Options, compile};
+use skyc_targets::cloud::{self, Cloud};
 use skyc_targets::k8s;
 use skyc_targets::slurm;
 use std::path::{Path, PathBuf};
@@ -25,13 +27,19 @@ pub(crate) struct Args {
     /// When to colour diagnostics.
     #[arg(long, value_enum, default_value_t = Color::Auto)]
     color: Color,
-    /// Output format of the manifests (k8s).
+    /// Output format of the manifests (k8s) or instance spec (aws, gcp).
     #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Yaml)]
     output: Output,
     /// Write the output there instead of standard output: a directory with
-    /// one file per object (k8s), the batch script's file (slurm).
+    /// one file per object (k8s) or the group's instance spec (aws, gcp),
+    /// the batch script's file (slurm).
     #[arg(long, value_name = "PATH")]
     out: Option<PathBuf>,
+    /// SkyPilot's catalog directory (aws, gcp): `DIR/aws/vms.csv`,
+    /// `DIR/gcp/vms.csv`, as in ~/.sky/catalogs/v8. Default:
+    /// $SKYC_CATALOG, then ~/.sky/catalogs/v8, then the snapshot skyc ships.
+    #[arg(long, value_name = "DIR")]
+    catalog: Option<PathBuf>,
     /// Namespace of every object (k8s); default: kubectl's current one.
     #[arg(long, value_name = "NAME")]
     namespace: Option<String>,
@@ -67,6 +75,22 @@ enum Target {
     K8s,
     /// A Slurm batch script: one heterogeneous job, one component per task.
     Slurm,
+    /// AWS instance specs: instances chosen from SkyPilot's catalog, and
+    /// the EC2 requests that launch them.
+    Aws,
+    /// GCP instance specs: instances chosen from SkyPilot's catalog, and
+    /// the Compute Engine requests that launch them.
+    Gcp,
+}
+
+impl Target {
+    fn cloud(self) -> Option<Cloud> {
+        match self {
+            Target::Aws => Some(Cloud::Aws),
+            Target::Gcp => Some(Cloud::Gcp),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -89,6 +113,16 @@ pub(crate) fn run(args: &Args) -> u8 {
         errln!("error: {message}");
         return USAGE;
     }
+    let catalog = match args.target.cloud() {
+        Some(cloud) => match catalog::load(cloud, args.catalog.as_deref()) {
+            Ok(c) => Some(c),
+            Err(message) => {
+                errln!("error: {message}");
+                return USAGE;
+            }
+        },
+        None => None,
+    };
     let (name, bytes) = match input::read(&args.file) {
         Ok(read) => read,
         Err(message) => {
@@ -102,6 +136,7 @@ pub(crate) fn run(args: &Args) -> u8 {
     let mut compilation = compile(&name, &bytes, &options);
     let mut objects = Vec::new();
     let mut script = None;
+    let mut spec = None;
     match (&compilation.group, args.target) {
         (Some(group), Target::K8s) => {
             let manifests = k8s::lower(group, &k8s_options);
@@ -112,6 +147,13 @@ pub(crate) fn run(args: &Args) -> u8 {
             let built = slurm::build(group, &args.slurm.options(args.grace));
             add_diagnostics(&mut compilation, built.diagnostics);
             script = built.script;
+        }
+        (Some(group), Target::Aws | Target::Gcp) => {
+            if let Some(catalog) = &catalog {
+                let built = cloud::build(group, catalog);
+                add_diagnostics(&mut compilation, built.diagnostics);
+                spec = built.document;
+            }
         }
         _ => {}
     }
@@ -155,6 +197,27 @@ pub(crate) fn run(args: &Args) -> u8 {
                     }
                 },
                 None => write_stdout(&script),
+            }
+        }
+        Target::Aws | Target::Gcp => {
+            let Some(spec) = spec else {
+                return INVALID;
+            };
+            let (text, extension) = match args.output {
+                Output::Yaml => (k8s::yaml::stream(std::slice::from_ref(&spec)), "yaml"),
+                Output::Json => {
+                    let mut t = serde_json::to_string_pretty(&spec).unwrap_or_default();
+                    t.push('\n');
+                    (t, "json")
+                }
+            };
+            match &args.out {
+                Some(dir) => {
+                    let cloud = args.target.cloud().map_or("cloud", Cloud::name);
+                    let file = format!("{}.{cloud}.{extension}", group.name);
+                    write_files(dir, &[(file, text)])
+                }
+                None => write_stdout(&text),
             }
         }
     }

@@ -2,6 +2,7 @@
 
 mod build;
 mod cancel;
+mod catalog;
 mod check;
 mod completions;
 mod exit;
@@ -29,8 +30,9 @@ pub(crate) use exit::{INVALID, OK, USAGE};
     name = "skyc",
     version,
     about = "Compiler and runtime for SkyPilot Job Groups",
-    long_about = "skyc checks SkyPilot Job Group files, lowers them to a Kubernetes JobSet or \
-                  a Slurm batch script, and runs them on this machine or on a Slurm cluster.",
+    long_about = "skyc checks SkyPilot Job Group files, lowers them to a Kubernetes JobSet, \
+                  a Slurm batch script or AWS and GCP instance specs, and runs them on this \
+                  machine or on a Slurm cluster.",
     after_help = "Exit status: 0 success; 1 the file has errors; 2 bad usage or I/O; for `run` \
                   and `logs`: 100 the group FAILED, 101 not finished, 102 no such group, \
                   103 CANCELLED."

@@ -2,5 +2,6 @@
 //! one kind of cluster runs. Pure: IR in, objects and diagnostics out; no
 //! I/O, no clock, so the same group always builds the same bytes.
 
+pub mod cloud;
 pub mod k8s;
 pub mod slurm;

@@ -1,0 +1,104 @@
+//! Finding and reading SkyPilot's catalog for `build --target aws|gcp`.
+//!
+//! A directory in SkyPilot's layout (`DIR/aws/vms.csv`, `DIR/gcp/vms.csv`):
+//! `--catalog DIR`, else `$SKYC_CATALOG`, else SkyPilot's own copy
+//! (`~/.sky/catalogs/v8`, which `sky check` downloads) when it has the
+//! cloud's file, else the snapshot built into skyc. The file's text is
+//! parsed by the target (pure); this module only reads it.
+
+use skyc_targets::cloud::{Catalog, Cloud, Origin};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+/// The upstream files are a few MB; anything this large is not a catalog.
+const MAX_CATALOG_BYTES: u64 = 64 << 20;
+
+/// SkyPilot's catalog directory for schema v8, under the home directory.
+const SKYPILOT_CATALOG: &str = ".sky/catalogs/v8";
+
+/// The catalog of `cloud`, or a message for a usage or I/O error.
+pub(crate) fn load(cloud: Cloud, flag: Option<&Path>) -> Result<Catalog, String> {
+    let given = flag.map(|p| (p.to_path_buf(), "--catalog")).or_else(|| {
+        std::env::var_os("SKYC_CATALOG")
+            .filter(|v| !v.is_empty())
+            .map(|v| (PathBuf::from(v), "$SKYC_CATALOG"))
+    });
+    if let Some((dir, from)) = given {
+        let file = dir.join(cloud.name()).join("vms.csv");
+        if !file.is_file() {
+            return Err(format!(
+                "{from} {}: no {}/vms.csv there (SkyPilot's layout: DIR/aws/vms.csv, DIR/gcp/vms.csv)",
+                dir.display(),
+                cloud.name()
+            ));
+        }
+        return read(cloud, &file);
+    }
+    if let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()) {
+        let file = Path::new(&home)
+            .join(SKYPILOT_CATALOG)
+            .join(cloud.name())
+            .join("vms.csv");
+        if file.is_file() {
+            return read(cloud, &file);
+        }
+    }
+    Ok(Catalog::snapshot(cloud))
+}
+
+fn read(cloud: Cloud, file: &Path) -> Result<Catalog, String> {
+    let name = file.display();
+    let f = std::fs::File::open(file).map_err(|e| format!("cannot read {name}: {e}"))?;
+    let modified = f.metadata().and_then(|m| m.modified()).ok();
+    let mut bytes = Vec::new();
+    f.take(MAX_CATALOG_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read {name}: {e}"))?;
+    if bytes.len() as u64 > MAX_CATALOG_BYTES {
+        return Err(format!(
+            "{name} is larger than {} MiB; it is not a SkyPilot catalog",
+            MAX_CATALOG_BYTES >> 20
+        ));
+    }
+    let text = String::from_utf8(bytes).map_err(|_| format!("{name} is not UTF-8 text"))?;
+    let origin = Origin {
+        source: name.to_string(),
+        date: modified.and_then(day),
+    };
+    Catalog::parse(cloud, &text, origin).map_err(|e| format!("{name}: {e}"))
+}
+
+/// `YYYY-MM-DD` (UTC) of a file time: the catalog's date is the day it
+/// was downloaded.
+fn day(t: std::time::SystemTime) -> Option<String> {
+    let secs = t.duration_since(std::time::UNIX_EPOCH).ok()?.as_secs();
+    let (y, m, d) = civil_from_days(i64::try_from(secs / 86_400).ok()?);
+    Some(format!("{y:04}-{m:02}-{d:02}"))
+}
+
+/// Days since 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's
+/// `civil_from_days`).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::civil_from_days;
+
+    #[test]
+    fn dates() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(20_415), (2025, 11, 23));
+        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+    }
+}

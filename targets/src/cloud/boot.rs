@@ -1,0 +1,224 @@
+//! The boot script of one node: EC2 user data, or GCP's `startup-script`.
+//!
+//! It writes the node's files to [`NODE_DIR`] (its settings, the task's
+//! setup and run with the task's `envs`, and the node agent, `agent.sh`)
+//! and starts the agent as a transient systemd unit, so that booting
+//! completes while the task runs. Every user value is quoted with the
+//! project's shell quoting (`slurm::quote`); a value is written out with
+//! `printf '%s'`, never expanded. The agent is the same on every node.
+
+use super::request::number;
+use crate::slurm::quote;
+use skyc_compiler::ir::{Group, InterConnection, Task, Workdir};
+use std::fmt::Write as _;
+
+/// Where the node's files live on the VM; the runtime reads and writes
+/// there (docs/targets/cloud.md, "The node's directory").
+pub const NODE_DIR: &str = "/var/lib/skyc";
+
+/// The node agent (`agent.sh` on the node), the same for every node.
+pub const AGENT: &str = include_str!("agent.sh");
+
+/// Where a boot script's own part ends and the launcher (the same for
+/// every node) begins.
+pub const LAUNCHER_MARKER: &str = "# ---- skyc launcher: the same on every node ----";
+
+/// Seconds the agent waits for the hosts file and secrets, as SkyPilot's
+/// run prelude waits for the group's network (600 s).
+pub(super) const WAIT_SECS: u64 = 600;
+
+/// What one node's boot script says about the node.
+pub(super) struct Node<'a> {
+    pub group: &'a Group,
+    pub task: &'a Task,
+    /// The task's index in the group.
+    pub index: usize,
+    pub rank: u32,
+    pub cloud: &'a str,
+    pub region: &'a str,
+    pub zone: Option<&'a str>,
+    pub gpus: u64,
+    /// `SKYPILOT_TASK_IDS` (the same for every node of the group).
+    pub task_ids: &'a str,
+}
+
+/// A value the script cannot carry: what and where.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Unrepresentable(pub String);
+
+/// The boot script of `node`.
+pub(super) fn script(node: &Node) -> Result<String, Unrepresentable> {
+    let Node {
+        group, task, rank, ..
+    } = *node;
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        "#!/bin/bash\n\
+         # Built by skyc: the boot script of node {}-{rank}.{} (task {}, rank {rank} of {})\n\
+         # of the Job Group {}. It writes the node's files to {NODE_DIR} and starts\n\
+         # the skyc node agent there; see docs/targets/cloud.md.\n\
+         set -u\n\
+         skyc_dir={NODE_DIR}\n",
+        task.name, group.name, task.name, task.num_nodes, group.name,
+    );
+    s.push_str(
+        "# The node's settings, scripts and agent, written out unexpanded. Every\n\
+         # line of node.env starts with `skyc_`, and the agent is skyc's own\n\
+         # text, so neither holds its here-document's end line.\n\
+         # shellcheck disable=SC2016,SC1003\n\
+         skyc_write_files() {\n\
+         \x20   cat >\"$1/node.env\" <<'SKYC_NODE_ENV'\n",
+    );
+    s.push_str(&settings(node)?);
+    s.push_str("SKYC_NODE_ENV\n");
+    let prelude = prelude(task)?;
+    for (phase, text) in [("setup", &task.setup), ("run", &task.run)] {
+        if let Some(text) = text {
+            check(text, &format!("`{phase}`"))?;
+            let _ = writeln!(
+                s,
+                "    printf '%s' {} >\"$1/{phase}.sh\"",
+                quote(&format!("{prelude}{text}"))
+            );
+        }
+    }
+    // Written last: its presence says the files are complete.
+    s.push_str("    cat >\"$1/agent.sh\" <<'SKYC_AGENT'\n");
+    s.push_str(AGENT);
+    s.push_str("SKYC_AGENT\n}\n");
+    s.push_str(LAUNCHER);
+    Ok(s)
+}
+
+/// Starts the agent once per VM. A second boot (a GCP startup script runs
+/// at every boot) does not restart the task: the runtime sees the node as
+/// lost and replaces it.
+const LAUNCHER: &str = "# ---- skyc launcher: the same on every node ----
+if [ -e \"$skyc_dir/agent.sh\" ]; then
+    echo \"$EPOCHREALTIME boot again: the node's task is not restarted\" >>\"$skyc_dir/status\"
+    exit 0
+fi
+umask 077
+mkdir -p \"$skyc_dir/secrets\" \"$skyc_dir/workdir\" && skyc_write_files \"$skyc_dir\" || exit 1
+systemd-run --unit=skyc-agent --collect --quiet bash \"$skyc_dir/agent.sh\" \"$skyc_dir\" 2>/dev/null ||
+    { setsid bash \"$skyc_dir/agent.sh\" \"$skyc_dir\" </dev/null >/dev/null 2>&1 & }
+";
+
+/// `node.env`: the settings the agent reads, as shell assignments.
+fn settings(node: &Node) -> Result<String, Unrepresentable> {
+    let Node {
+        group,
+        task,
+        index,
+        rank,
+        cloud,
+        region,
+        zone,
+        gpus,
+        task_ids,
+    } = *node;
+    let hostnames = match group.inter_connection {
+        InterConnection::Auto => "auto",
+        InterConnection::Required => "required",
+        InterConnection::Disabled => "off",
+    };
+    let group_nodes: u64 = group.tasks.iter().map(|t| u64::from(t.num_nodes)).sum();
+    let cluster_info = serde_json::json!({
+        "cluster_name": format!("{}-{}", group.name, task.name),
+        "cloud": cloud_display(cloud),
+        "region": region,
+        "zone": zone,
+    })
+    .to_string();
+    let (git_url, git_ref) = match &task.workdir {
+        Some(Workdir::Git { url, r#ref }) => (url.as_str(), r#ref.as_deref().unwrap_or("")),
+        _ => ("", ""),
+    };
+    check(git_url, "the git `workdir`")?;
+    check(git_ref, "the git `workdir` ref")?;
+    for name in &task.secrets {
+        if !is_env_name(name) {
+            return Err(Unrepresentable(format!(
+                "the secret `{}` cannot be a shell variable name",
+                name.escape_debug()
+            )));
+        }
+    }
+    let mut s = String::new();
+    let mut set = |k: &str, v: &str| {
+        let _ = writeln!(s, "skyc_{k}={}", quote(v));
+    };
+    set("cloud", cloud);
+    set("group", &group.name);
+    set("task", &task.name);
+    set("rank", &rank.to_string());
+    set("num_nodes", &task.num_nodes.to_string());
+    set("group_nodes", &group_nodes.to_string());
+    set("gpus", &gpus.to_string());
+    set("hostnames", hostnames);
+    set("task_id", &task_id(cloud, &group.name, &task.name, index));
+    set("task_ids", task_ids);
+    set("cluster_info", &cluster_info);
+    set("secrets", &task.secrets.join(" "));
+    set("git_url", git_url);
+    set("git_ref", git_ref);
+    set("wait_secs", &number(WAIT_SECS as f64));
+    Ok(s)
+}
+
+/// `SKYPILOT_TASK_ID` of a task: `skyc-<cloud>_<group>_<task>-<index>`
+/// (no run id: the spec is built before any run).
+pub(super) fn task_id(cloud: &str, group: &str, task: &str, index: usize) -> String {
+    format!("skyc-{cloud}_{group}_{task}-{index}")
+}
+
+fn cloud_display(cloud: &str) -> &'static str {
+    match cloud {
+        "aws" => "AWS",
+        _ => "GCP",
+    }
+}
+
+/// `export` lines for the task's envs, before its setup and run.
+fn prelude(task: &Task) -> Result<String, Unrepresentable> {
+    let mut p = String::new();
+    for env in &task.envs {
+        if !is_env_name(&env.name) {
+            return Err(Unrepresentable(format!(
+                "`{}` cannot be a shell variable name",
+                env.name.escape_debug()
+            )));
+        }
+        check(&env.value, &format!("`envs.{}`", env.name))?;
+        let _ = writeln!(p, "export {}={}", env.name, quote(&env.value));
+    }
+    Ok(p)
+}
+
+fn is_env_name(name: &str) -> bool {
+    name.starts_with(|c: char| c == '_' || c.is_ascii_alphabetic())
+        && name.bytes().all(|b| b == b'_' || b.is_ascii_alphanumeric())
+}
+
+/// NUL cannot be carried by any shell string.
+fn check(value: &str, what: &str) -> Result<(), Unrepresentable> {
+    if value.contains('\0') {
+        return Err(Unrepresentable(format!(
+            "{what} holds a NUL byte, which no shell string can carry"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn here_documents_cannot_end_early() {
+        assert!(AGENT.ends_with('\n'));
+        assert!(!AGENT.lines().any(|l| l == "SKYC_AGENT"));
+        assert!(LAUNCHER.starts_with(LAUNCHER_MARKER));
+    }
+}
