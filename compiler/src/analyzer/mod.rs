@@ -3,9 +3,9 @@
 //! what a schema cannot say lives here, one subject per module.
 
 mod header;
-mod hostnames;
+pub(crate) mod hostnames;
 pub(crate) mod names;
-mod resources;
+pub(crate) mod resources;
 mod task;
 
 use crate::ir::{Group, InterConnection, Role};
