@@ -9,6 +9,7 @@ mod hostile;
 mod jobs_cli;
 mod k8s;
 mod local;
+mod lsp;
 mod slurm;
 mod slurm_e2e;
 mod slurm_run;
