@@ -55,13 +55,13 @@ pub(crate) fn complete(document: &Document, position: Position) -> Vec<Completio
     let has_colon = rest
         .trim_start_matches(|c: char| !c.is_whitespace() && c != ':')
         .starts_with(':');
-    let mut items = match context.slot {
+    // A key slot where the schema knows no fields (`accelerators:` as a
+    // mapping, a sequence of names) takes values.
+    let keys = match context.slot {
         Slot::Key => keys(document, &context, has_colon),
-        Slot::Value => Vec::new(),
+        Slot::Value => None,
     };
-    if items.is_empty() {
-        items = values(document, &context);
-    }
+    let mut items = keys.unwrap_or_else(|| values(document, &context));
     for (i, item) in items.iter_mut().enumerate() {
         let new_text = item
             .insert_text
@@ -73,18 +73,22 @@ pub(crate) fn complete(document: &Document, position: Position) -> Vec<Completio
     items
 }
 
-/// The fields of the mapping at the cursor, less those already written.
-fn keys(document: &Document, context: &Context, has_colon: bool) -> Vec<CompletionItem> {
+/// The fields of the mapping at the cursor, less those already written;
+/// `None` where the schemas define no fields.
+fn keys(document: &Document, context: &Context, has_colon: bool) -> Option<Vec<CompletionItem>> {
     if context.kind != DocumentKind::Task && context.path_is(&["termination_delay"]) {
-        return delay_keys(document, context);
+        return Some(delay_keys(document, context));
     }
     let schemas = schema::at(context.kind, &context.path);
     let mut fields = schema::fields(&schemas);
+    if fields.is_empty() {
+        return None;
+    }
     fields.retain(|f| !context.siblings.contains(&f.name));
     // The fields the schemas document are the ones users write; the rest
     // (deprecated `cloud`, SkyPilot's rarer knobs) follow them.
     fields.sort_by_key(|f| schema::description(f.schema).is_none());
-    fields
+    let items = fields
         .into_iter()
         .map(|f| {
             let forms = schema::forms(f.schema);
@@ -101,7 +105,8 @@ fn keys(document: &Document, context: &Context, has_colon: bool) -> Vec<Completi
                 ..CompletionItem::default()
             }
         })
-        .collect()
+        .collect();
+    Some(items)
 }
 
 /// `termination_delay`'s keys: `default` and the auxiliary tasks.
@@ -249,4 +254,48 @@ fn primary_tasks(text: &str) -> Vec<String> {
         }
     }
     names
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use skyc_compiler::Options;
+
+    /// Labels and inserted texts offered at `‸`.
+    fn offered(text: &str) -> Vec<(String, String)> {
+        let at = text.find('‸').unwrap();
+        let text = text.replacen('‸', "", 1);
+        let document = Document::new(text, 1, Options::default());
+        complete(&document, document.position(at))
+            .into_iter()
+            .map(|i| {
+                let inserted = match i.text_edit {
+                    Some(CompletionTextEdit::Edit(e)) => e.new_text,
+                    _ => String::new(),
+                };
+                (i.label, inserted)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_renamed_key_keeps_its_colon() {
+        let items = offered("name: t\nresources:\n  cp‸us: 4\n");
+        assert!(items.contains(&("cpus".into(), "cpus".into())), "{items:?}");
+        let items = offered("name: t\nresources:\n  cp‸\n");
+        assert!(
+            items.contains(&("cpus".into(), "cpus: ".into())),
+            "{items:?}"
+        );
+    }
+
+    #[test]
+    fn a_mapping_with_every_field_written_offers_nothing() {
+        let text = "name: t\nresources:\n  job_recovery:\n    strategy: FAILOVER\n    \
+                    max_restarts_on_errors: 1\n    recover_on_exit_codes: [3]\n    ‸\n";
+        assert_eq!(offered(text), []);
+        // `accelerators` as a mapping takes names as keys.
+        let items = offered("name: t\nresources:\n  accelerators:\n    H1‸\n");
+        assert!(items.iter().any(|(l, _)| l == "H100"), "{items:?}");
+    }
 }

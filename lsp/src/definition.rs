@@ -3,7 +3,7 @@
 //! named in `primary_tasks` or as a key of `termination_delay`, leads to
 //! that task's `name`.
 
-use crate::context::{self, DocumentKind, Slot};
+use crate::context::{self, DocumentKind, Segment, Slot};
 use crate::document::Document;
 use crate::outline::Task;
 use lsp_types::{Location, Position, Range, Uri};
@@ -48,7 +48,9 @@ pub(crate) fn hostname_at(document: &Document, offset: usize) -> Option<Hostname
 fn header_task_at(document: &Document, offset: usize) -> Option<&Task> {
     let text = document.text();
     let context = context::at(text, offset)?;
-    let in_primary = context.slot == Slot::Value && context.path_is(&["primary_tasks"]);
+    // `[a, b]` or a block list: either way, an item of `primary_tasks`.
+    let in_primary =
+        context.path_is(&["primary_tasks"]) && context.path.last() == Some(&Segment::Item);
     let in_delay = context.slot == Slot::Key && context.path_is(&["termination_delay"]);
     if context.kind == DocumentKind::Task || !(in_primary || in_delay) {
         return None;
@@ -75,4 +77,30 @@ pub(crate) fn definition(document: &Document, uri: &Uri, position: Position) -> 
 /// The range of a hostname, for hover.
 pub(crate) fn range(document: &Document, span: &std::ops::Range<usize>) -> Range {
     Range::new(document.position(span.start), document.position(span.end))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use skyc_compiler::Options;
+
+    const GROUP: &str = "name: g\nexecution: parallel\nprimary_tasks:\n  - b\n---\nname: a\nrun: curl b-0.g:80 && curl \"b-1.${SKYPILOT_JOBGROUP_NAME}\"\n---\nname: b\nnum_nodes: 2\n";
+
+    fn target(text: &str, needle: &str, extra: usize) -> Option<Range> {
+        let document = Document::new(text.to_owned(), 1, Options::default());
+        let uri: Uri = "file:///g.yaml".parse().unwrap();
+        let at = document.position(text.find(needle).unwrap() + extra);
+        definition(&document, &uri, at).map(|l| l.range)
+    }
+
+    #[test]
+    fn hostnames_and_header_names_lead_to_the_task() {
+        let b = Some(Range::new(Position::new(8, 6), Position::new(8, 7)));
+        // The literal group name and the quoted variable form.
+        assert_eq!(target(GROUP, "b-0.g", 0), b);
+        assert_eq!(target(GROUP, "b-1.$", 2), b);
+        // A block list item of `primary_tasks`.
+        assert_eq!(target(GROUP, "  - b", 4), b);
+        assert_eq!(target(GROUP, "curl b", 1), None);
+    }
 }
