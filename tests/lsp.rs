@@ -542,3 +542,58 @@ fn lsp_exit_statuses() {
         "skyc lsp: a message header without Content-Length\n"
     );
 }
+
+/// The CI files the repository ships run commands skyc has: each
+/// pre-commit hook's `entry`, and each `skyc check` of the example
+/// workflow, on a file with errors and on a clean one.
+#[test]
+fn ci_hooks_and_workflow_run_real_commands() {
+    use skyc_compiler::yaml::{Budget, Node, Reader};
+    let broken = root().join("tests/fixtures/lsp/group.yaml");
+    let clean = root().join("examples/train-eval.yaml");
+    let run = |args: &[&str], file: &std::path::Path| {
+        let o = skyc().args(args).arg(file).output().unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+        )
+    };
+
+    let hooks = std::fs::read_to_string(root().join(".pre-commit-hooks.yaml")).unwrap();
+    let mut diagnostics = skyc_compiler::Diagnostics::default();
+    let documents = Reader::read(&hooks, Budget::default(), &mut diagnostics);
+    assert!(!diagnostics.has_errors(), "the hooks file reads as YAML");
+    let hooks = documents[0].root.as_seq().expect("a list of hooks");
+    assert_eq!(hooks.len(), 2);
+    for hook in hooks {
+        let entry = hook.get("entry").and_then(Node::as_str).unwrap();
+        let mut words = entry.split_whitespace();
+        assert_eq!(words.next(), Some("skyc"), "{entry}");
+        let args: Vec<&str> = words.collect();
+        assert_eq!(run(&args, &broken).0, Some(1), "{entry} on errors");
+        assert_eq!(run(&args, &clean).0, Some(0), "{entry} on a clean file");
+    }
+
+    let workflow = std::fs::read_to_string(root().join("docs/ci/skyc.yml")).unwrap();
+    let commands: Vec<&str> = workflow
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("run: skyc check "))
+        .collect();
+    assert_eq!(commands.len(), 2, "{workflow}");
+    for command in commands {
+        let format = command.split_whitespace().nth(1).unwrap();
+        let (status, out) = run(&["check", "--format", format], &broken);
+        assert_eq!(status, Some(1), "{command}");
+        match format {
+            "github" => assert!(out.starts_with("::error file="), "{out}"),
+            "sarif" => {
+                let sarif: Value = serde_json::from_str(&out).unwrap();
+                assert_eq!(
+                    sarif["runs"][0]["results"].as_array().map(Vec::len),
+                    Some(4)
+                );
+            }
+            other => panic!("unexpected format {other}"),
+        }
+    }
+}
