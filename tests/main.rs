@@ -13,6 +13,7 @@ mod k8s;
 mod local;
 mod local_leftovers;
 mod local_network;
+mod lsp;
 mod pipelines;
 mod slurm;
 mod slurm_e2e;

@@ -1,7 +1,7 @@
 //! The one diagnostic model every stage reports through and every renderer
 //! reads.
 
-use crate::{Rule, Span};
+use crate::{Rule, Source, Span};
 use serde::Serialize;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -36,6 +36,35 @@ pub struct Diagnostic {
     pub primary: Label,
     pub secondary: Vec<Label>,
     pub help: Option<String>,
+    /// An edit that resolves the finding, for editors to apply.
+    pub fix: Option<Fix>,
+}
+
+/// A replacement that fixes a diagnostic: the scalar at `span`, which
+/// reads `original`, should read `replacement` (a "did you mean").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fix {
+    pub span: Span,
+    pub original: String,
+    pub replacement: String,
+}
+
+impl Fix {
+    /// The bytes to replace in `source`: the span, or the inside of its
+    /// quotes. `None` when the text there is not `original` as written
+    /// (an escape, an alias, a scalar the span does not isolate), since
+    /// replacing it would change more than the misspelt name.
+    pub fn edit(&self, source: &Source) -> Option<Span> {
+        let text = source.slice(self.span);
+        if text == self.original {
+            return Some(self.span);
+        }
+        let quoted = ['"', '\'']
+            .into_iter()
+            .any(|q| text.len() >= 2 && text.starts_with(q) && text.ends_with(q));
+        (quoted && text[1..text.len() - 1] == self.original)
+            .then(|| self.span.slice(1, text.len() - 1))
+    }
 }
 
 impl Diagnostic {
@@ -51,6 +80,7 @@ impl Diagnostic {
             },
             secondary: Vec::new(),
             help: None,
+            fix: None,
         }
     }
 
@@ -74,6 +104,19 @@ impl Diagnostic {
     #[must_use]
     pub fn help(mut self, help: impl Into<String>) -> Self {
         self.help = Some(help.into());
+        self
+    }
+
+    /// "did you mean `suggestion`?" as help, and as a fix replacing the
+    /// misspelt `found` written at `span`.
+    #[must_use]
+    pub fn did_you_mean(mut self, span: Span, found: &str, suggestion: &str) -> Self {
+        self.help = Some(format!("did you mean `{suggestion}`?"));
+        self.fix = Some(Fix {
+            span,
+            original: found.to_owned(),
+            replacement: suggestion.to_owned(),
+        });
         self
     }
 
@@ -164,5 +207,26 @@ impl Diagnostics {
             );
         }
         self.items
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fix_edits_the_name_as_written() {
+        let source = Source::new("f", "a: runn\nb: \"runn\"\nc: 'ru\\nn'\n");
+        let fix = |start: usize, end: usize| Fix {
+            span: Span::new(start, end),
+            original: "runn".to_owned(),
+            replacement: "run".to_owned(),
+        };
+        // Plain: the span itself; quoted: inside the quotes.
+        assert_eq!(fix(3, 7).edit(&source), Some(Span::new(3, 7)));
+        assert_eq!(fix(11, 17).edit(&source), Some(Span::new(12, 16)));
+        // Written otherwise (an escape, a wider span): no edit.
+        assert_eq!(fix(21, 28).edit(&source), None);
+        assert_eq!(fix(0, 7).edit(&source), None);
     }
 }

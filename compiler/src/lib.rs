@@ -10,6 +10,7 @@
 mod analyzer;
 mod compilation;
 mod diagnostic;
+pub mod editor;
 pub mod ir;
 mod pyjson;
 pub mod render;
@@ -23,7 +24,7 @@ pub mod yaml;
 pub use analyzer::Options;
 pub use analyzer::names::is_dns_label;
 pub use compilation::{Compilation, MAX_FILE_BYTES, compile};
-pub use diagnostic::{Diagnostic, Diagnostics, Label, MAX_DIAGNOSTICS, Severity};
+pub use diagnostic::{Diagnostic, Diagnostics, Fix, Label, MAX_DIAGNOSTICS, Severity};
 pub use rule::Rule;
 pub use schema::editor_schema;
 pub use source::{Position, Source, Span};

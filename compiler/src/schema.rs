@@ -503,7 +503,7 @@ fn unknown_field(root: &Node, target: &Target<'_>, name: &str, kind: DocumentKin
     }
     let candidates = fields_at(kind, &target.field);
     if let Some(suggestion) = did_you_mean(name, candidates.iter().map(String::as_str)) {
-        d = d.help(format!("did you mean `{suggestion}`?"));
+        d = d.did_you_mean(key_span, name, suggestion);
     }
     d
 }

@@ -9,6 +9,7 @@ mod exit;
 mod follow;
 mod input;
 mod logs;
+mod lsp;
 pub(crate) mod out;
 mod report;
 mod run;
@@ -52,6 +53,7 @@ enum Command {
     Cancel(cancel::Args),
     Schema(schema::Args),
     Completions(completions::Args),
+    Lsp(lsp::Args),
 }
 
 pub(crate) fn main() -> ExitCode {
@@ -77,6 +79,7 @@ pub(crate) fn main() -> ExitCode {
         Command::Cancel(args) => cancel::run(&args),
         Command::Schema(args) => schema::run(&args),
         Command::Completions(args) => completions::run(&args),
+        Command::Lsp(args) => lsp::run(&args),
     };
     ExitCode::from(code)
 }

@@ -51,7 +51,7 @@ impl Header {
                 )
                 .label("ignored");
                 d = match did_you_mean(&key, FIELDS) {
-                    Some(s) => d.help(format!("did you mean `{s}`?")),
+                    Some(s) => d.did_you_mean(entry.key.span, &key, s),
                     None if key == "placement" => {
                         d.help("`placement` was removed; tasks are co-located when `inter_connection` needs it")
                     }
@@ -132,7 +132,7 @@ impl Header {
             )
             .label("unknown task");
             d = match did_you_mean(name, names.iter().copied()) {
-                Some(s) => d.help(format!("did you mean `{s}`?")),
+                Some(s) => d.did_you_mean(span, name, s),
                 None => d.help(format!(
                     "the group's tasks are: {}",
                     some_of(names.iter().copied())

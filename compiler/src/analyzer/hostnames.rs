@@ -10,7 +10,7 @@ use crate::{Diagnostic, Rule, Source, Span};
 
 /// One reference found in a text.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) struct Reference {
+pub struct Reference {
     /// Byte range of the task name within the text.
     pub task: std::ops::Range<usize>,
     /// Byte range of the node index within the text.
@@ -26,7 +26,7 @@ fn is_host_char(c: u8) -> bool {
 }
 
 /// Finds every `{task}-{i}.{group}` in `text`.
-pub(crate) fn find_references(text: &str, group: &str) -> Vec<Reference> {
+pub fn find_references(text: &str, group: &str) -> Vec<Reference> {
     let bytes = text.as_bytes();
     let mut found = Vec::new();
     let mut from = 0;
@@ -160,7 +160,7 @@ pub(crate) fn check_text(
                 )
                 .label("unknown task in this hostname");
                 if let Some(s) = did_you_mean(name, table.tasks.iter().map(|(t, _)| *t)) {
-                    d = d.help(format!("did you mean `{s}`?"));
+                    d = d.did_you_mean(span, name, s);
                 } else {
                     let names = table.tasks.iter().map(|(t, _)| *t);
                     d = d.help(format!("the group's tasks are: {}", some_of(names)));

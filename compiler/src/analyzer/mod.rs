@@ -3,10 +3,10 @@
 //! what a schema cannot say lives here, one subject per module.
 
 mod header;
-mod hostnames;
+pub(crate) mod hostnames;
 pub(crate) mod names;
 mod placement;
-mod resources;
+pub(crate) mod resources;
 mod service;
 mod task;
 

@@ -7,9 +7,9 @@ use crate::yaml::{Node, Value};
 use crate::{Diagnostic, Diagnostics, Rule, Span};
 
 /// Strategies SkyPilot ships; others come from plugins.
-const STRATEGIES: [&str; 2] = ["EAGER_NEXT_REGION", "FAILOVER"];
-const DISK_TIERS: [&str; 5] = ["low", "medium", "high", "ultra", "best"];
-const NETWORK_TIERS: [&str; 2] = ["standard", "best"];
+pub(crate) const STRATEGIES: [&str; 2] = ["EAGER_NEXT_REGION", "FAILOVER"];
+pub(crate) const DISK_TIERS: [&str; 5] = ["low", "medium", "high", "ultra", "best"];
+pub(crate) const NETWORK_TIERS: [&str; 2] = ["standard", "best"];
 
 pub(super) fn analyze(node: Option<&Node>, out: &mut Diagnostics) -> (Resources, Recovery) {
     let Some(node) = node.filter(|n| n.as_map().is_some()) else {
