@@ -291,6 +291,26 @@ fn a_failed_setup_ends_the_node_without_run() {
     assert_eq!(std::fs::read_to_string(&etc_hosts).unwrap(), "");
 }
 
+/// Secrets named like the agent's own words (or `IFS`) reach the task and
+/// change nothing the agent does.
+#[test]
+fn secrets_named_like_the_agents_variables_change_nothing() {
+    let text = "name: names\nexecution: parallel\n---\nname: t\n\
+        secrets:\n  failure: null\n  IFS: null\n  code: null\n\
+        run: echo \"failure=$failure code=$code\"\n";
+    let doc = spec(text, Cloud::Aws);
+    let dir = node_dir(&doc, "t-0.names", "agent-secret-names", 30);
+    let etc_hosts = dir.parent().unwrap().join("etc-hosts");
+    std::fs::write(&etc_hosts, "").unwrap();
+    for (name, value) in [("failure", "hunter2"), ("IFS", "x"), ("code", "42")] {
+        std::fs::write(dir.join("secrets").join(name), value).unwrap();
+    }
+    assert_eq!(agent(&dir, &etc_hosts).wait().unwrap().code(), Some(0));
+    assert_eq!(read(&dir, "run.log"), "failure=hunter2 code=42\n");
+    assert_eq!(read(&dir, "setup.log"), "", "no secret in the setup log");
+    assert_eq!(status(&dir).last().unwrap(), "agent end 0");
+}
+
 #[test]
 fn hosts_or_secrets_never_delivered_fail_setup() {
     let doc = spec(AGENT_GROUP, Cloud::Aws);

@@ -5,52 +5,52 @@
 # hostnames in /etc/hosts, runs setup then run, and records everything in
 # DIR (docs/targets/cloud.md, "The node's directory").
 set -u
-d=$1
+skyc_dir=$1
 # shellcheck source=/dev/null
-. "$d/node.env"
+. "$skyc_dir/node.env"
 # Tests point this elsewhere; on a node it is /etc/hosts.
-etc_hosts=${SKYC_ETC_HOSTS:-/etc/hosts}
+skyc_etc_hosts=${SKYC_ETC_HOSTS:-/etc/hosts}
 # A systemd unit starts with no HOME; tasks expect one.
 export HOME="${HOME:-/root}"
-echo "$$" >"$d/agent.pid"
+echo "$$" >"$skyc_dir/agent.pid"
 
 skyc_status() {
-    echo "$EPOCHREALTIME $*" >>"$d/status"
+    echo "$EPOCHREALTIME $*" >>"$skyc_dir/status"
 }
 
 # The hosts file's well-formed lines, each tagged as this group's.
 skyc_hosts_lines() {
-    [ -e "$d/hosts" ] || return 0
+    [ -e "$skyc_dir/hosts" ] || return 0
     awk -v g="$skyc_group" 'NF == 2 && $1 ~ /^[0-9A-Fa-f:.]+$/ && $2 ~ /^[A-Za-z0-9._-]+$/ {
         print $1 " " $2 " # skyc-group " g
-    }' "$d/hosts"
+    }' "$skyc_dir/hosts"
 }
 
 # Rewrites this group's lines of /etc/hosts when they differ from the
 # hosts file (also when something else rewrote /etc/hosts), in place:
 # /etc/hosts may be a bind mount.
 skyc_install_hosts() {
-    local want have tmp
-    want=$(skyc_hosts_lines)
-    have=$(awk -v g="$skyc_group" 'NF >= 4 && $(NF-2) == "#" && $(NF-1) == "skyc-group" && $NF == g' "$etc_hosts")
-    [ "$want" = "$have" ] && return 0
-    tmp=$(mktemp) || return 1
+    local skyc_want skyc_have skyc_tmp
+    skyc_want=$(skyc_hosts_lines)
+    skyc_have=$(awk -v g="$skyc_group" 'NF >= 4 && $(NF-2) == "#" && $(NF-1) == "skyc-group" && $NF == g' "$skyc_etc_hosts")
+    [ "$skyc_want" = "$skyc_have" ] && return 0
+    skyc_tmp=$(mktemp) || return 1
     {
-        awk -v g="$skyc_group" '!(NF >= 4 && $(NF-2) == "#" && $(NF-1) == "skyc-group" && $NF == g)' "$etc_hosts"
-        [ -z "$want" ] || printf '%s\n' "$want"
-    } >"$tmp" && cat "$tmp" >"$etc_hosts"
-    rm -f "$tmp"
+        awk -v g="$skyc_group" '!(NF >= 4 && $(NF-2) == "#" && $(NF-1) == "skyc-group" && $NF == g)' "$skyc_etc_hosts"
+        [ -z "$skyc_want" ] || printf '%s\n' "$skyc_want"
+    } >"$skyc_tmp" && cat "$skyc_tmp" >"$skyc_etc_hosts"
+    rm -f "$skyc_tmp"
 }
 
 # The addresses of this task's nodes in rank order, one per line.
 skyc_task_ips() {
-    local i ip
-    for ((i = 0; i < skyc_num_nodes; i++)); do
-        ip=$(skyc_hosts_lines | awk -v n="$skyc_task-$i.$skyc_group" '$2 == n { print $1; exit }')
-        if [ -z "$ip" ] && [ "$i" = "$skyc_rank" ]; then
-            ip=$(hostname -I 2>/dev/null | awk '{ print $1 }')
+    local skyc_i skyc_ip
+    for ((skyc_i = 0; skyc_i < skyc_num_nodes; skyc_i++)); do
+        skyc_ip=$(skyc_hosts_lines | awk -v n="$skyc_task-$skyc_i.$skyc_group" '$2 == n { print $1; exit }')
+        if [ -z "$skyc_ip" ] && [ "$skyc_i" = "$skyc_rank" ]; then
+            skyc_ip=$(hostname -I 2>/dev/null | awk '{ print $1 }')
         fi
-        echo "$ip"
+        echo "$skyc_ip"
     done
 }
 
@@ -58,109 +58,113 @@ skyc_status agent start
 # The inputs only the runtime can deliver, waited for together: the hosts
 # file (when the task has several nodes, or the group's hostnames are on),
 # and one file per secret.
-need_hosts=0
+skyc_need_hosts=0
 if [ "$skyc_num_nodes" -gt 1 ] || { [ "$skyc_hostnames" != off ] && [ "$skyc_group_nodes" -gt 1 ]; }; then
-    need_hosts=1
+    skyc_need_hosts=1
 fi
-waited=0
+skyc_waited=0
 while :; do
-    missing=""
-    if [ "$need_hosts" = 1 ] && [ ! -e "$d/hosts" ]; then missing="hosts"; fi
-    for s in $skyc_secrets; do
-        [ -e "$d/secrets/$s" ] || missing="$missing secrets/$s"
+    skyc_missing=""
+    if [ "$skyc_need_hosts" = 1 ] && [ ! -e "$skyc_dir/hosts" ]; then skyc_missing="hosts"; fi
+    for skyc_secret in $skyc_secrets; do
+        [ -e "$skyc_dir/secrets/$skyc_secret" ] || skyc_missing="$skyc_missing secrets/$skyc_secret"
     done
-    [ -z "$missing" ] && break
-    if [ "$waited" -ge "$skyc_wait_secs" ]; then break; fi
+    [ -z "$skyc_missing" ] && break
+    if [ "$skyc_waited" -ge "$skyc_wait_secs" ]; then break; fi
     sleep 1
-    waited=$((waited + 1))
+    skyc_waited=$((skyc_waited + 1))
 done
-failure=""
-if [ "$need_hosts" = 1 ]; then
-    if [ -e "$d/hosts" ]; then
+skyc_failure=""
+if [ "$skyc_need_hosts" = 1 ]; then
+    if [ -e "$skyc_dir/hosts" ]; then
         skyc_status hosts ready
     else
         skyc_status hosts missing after "$skyc_wait_secs" s
         if [ "$skyc_hostnames" = required ] || [ "$skyc_num_nodes" -gt 1 ]; then
-            failure="skyc: the runtime did not deliver $d/hosts within $skyc_wait_secs s, so the group's hostnames cannot resolve"
+            skyc_failure="skyc: the runtime did not deliver $skyc_dir/hosts within $skyc_wait_secs s, so the group's hostnames cannot resolve"
         fi
     fi
 fi
-for s in $skyc_secrets; do
-    if [ -e "$d/secrets/$s" ]; then
-        IFS= read -r -d '' "$s" <"$d/secrets/$s"
-        export "${s?}"
-    else
-        failure="skyc: secret $s was not delivered to $d/secrets/$s"
-    fi
+for skyc_secret in $skyc_secrets; do
+    [ -e "$skyc_dir/secrets/$skyc_secret" ] ||
+        skyc_failure="skyc: secret $skyc_secret was not delivered to $skyc_dir/secrets/$skyc_secret"
 done
 
-keeper=""
-if [ "$need_hosts" = 1 ] && [ "$skyc_hostnames" != off ]; then
+skyc_keeper=""
+if [ "$skyc_need_hosts" = 1 ] && [ "$skyc_hostnames" != off ]; then
     # Recreated nodes get new addresses: the runtime rewrites the hosts
     # file, and this loop follows it.
     (while :; do
         skyc_install_hosts
         sleep 1
     done) </dev/null >/dev/null 2>&1 &
-    keeper=$!
+    skyc_keeper=$!
     skyc_install_hosts
 fi
 
-ips=$(skyc_task_ips)
+skyc_ips=$(skyc_task_ips)
 export SKYPILOT_JOBGROUP_NAME="$skyc_group" SKYPILOT_NUM_NODES="$skyc_num_nodes" \
     SKYPILOT_TASK_ID="$skyc_task_id" SKYPILOT_TASK_IDS="$skyc_task_ids" \
     SKYPILOT_CLUSTER_INFO="$skyc_cluster_info"
 
-child=""
-trap '[ -z "$child" ] || kill -TERM -- "-$child" 2>/dev/null' TERM
-# Runs $d/PHASE.sh in its own process group from the work directory,
+skyc_child=""
+trap '[ -z "$skyc_child" ] || kill -TERM -- "-$skyc_child" 2>/dev/null' TERM
+# Runs $skyc_dir/PHASE.sh in its own process group from the work directory,
 # appending its output to PHASE.log; writes PHASE.exit atomically.
 skyc_phase() {
-    local phase=$1 code=0
-    skyc_status "$phase" start
-    if [ -n "$failure" ]; then
-        echo "$failure" >>"$d/$phase.log"
-        code=1
-    elif [ -e "$d/$phase.sh" ]; then
+    local skyc_phase_name=$1 skyc_code=0
+    skyc_status "$skyc_phase_name" start
+    if [ -n "$skyc_failure" ]; then
+        echo "$skyc_failure" >>"$skyc_dir/$skyc_phase_name.log"
+        skyc_code=1
+    elif [ -e "$skyc_dir/$skyc_phase_name.sh" ]; then
         (
-            cd "$d/workdir" || exit 1
-            if [ "$phase" = setup ]; then
-                export SKYPILOT_SETUP_NODE_RANK="$skyc_rank" SKYPILOT_SETUP_NODE_IPS="$ips" \
+            cd "$skyc_dir/workdir" || exit 1
+            if [ "$skyc_phase_name" = setup ]; then
+                export SKYPILOT_SETUP_NODE_RANK="$skyc_rank" SKYPILOT_SETUP_NODE_IPS="$skyc_ips" \
                     SKYPILOT_SETUP_NUM_GPUS_PER_NODE="$skyc_gpus"
             else
-                export SKYPILOT_NODE_RANK="$skyc_rank" SKYPILOT_NODE_IPS="$ips" \
+                export SKYPILOT_NODE_RANK="$skyc_rank" SKYPILOT_NODE_IPS="$skyc_ips" \
                     SKYPILOT_NUM_GPUS_PER_NODE="$skyc_gpus"
             fi
-            exec setsid bash "$d/$phase.sh"
-        ) >>"$d/$phase.log" 2>&1 </dev/null &
-        child=$!
-        wait "$child"
-        code=$?
+            # Secrets exist only here, in the phase's own shell, just before
+            # it runs: a secret named like one of the agent's variables (or
+            # IFS) cannot change what the agent does. The loop's words are
+            # expanded once, before the first secret is read.
+            for skyc_secret in $skyc_secrets; do
+                IFS= read -r -d '' "$skyc_secret" <"$skyc_dir/secrets/$skyc_secret"
+                export "${skyc_secret?}"
+            done
+            exec setsid bash "$skyc_dir/$skyc_phase_name.sh"
+        ) >>"$skyc_dir/$skyc_phase_name.log" 2>&1 </dev/null &
+        skyc_child=$!
+        wait "$skyc_child"
+        skyc_code=$?
         # A signal interrupts wait; the phase itself decides when it ends.
-        while kill -0 "$child" 2>/dev/null; do
-            wait "$child"
-            code=$?
+        while kill -0 "$skyc_child" 2>/dev/null; do
+            wait "$skyc_child"
+            skyc_code=$?
         done
-        child=""
+        skyc_child=""
     fi
-    echo "$code" >"$d/$phase.exit.tmp" && mv -f "$d/$phase.exit.tmp" "$d/$phase.exit"
-    skyc_status "$phase" exit "$code"
-    return "$code"
+    echo "$skyc_code" >"$skyc_dir/$skyc_phase_name.exit.tmp" && mv -f "$skyc_dir/$skyc_phase_name.exit.tmp" "$skyc_dir/$skyc_phase_name.exit"
+    skyc_status "$skyc_phase_name" exit "$skyc_code"
+    return "$skyc_code"
 }
 
-if [ -z "$failure" ] && [ -n "$skyc_git_url" ]; then
+if [ -z "$skyc_failure" ] && [ -n "$skyc_git_url" ]; then
     skyc_status workdir clone
-    if ! git clone --quiet -- "$skyc_git_url" "$d/workdir" >>"$d/setup.log" 2>&1 ||
+    if ! git clone --quiet -- "$skyc_git_url" "$skyc_dir/workdir" >>"$skyc_dir/setup.log" 2>&1 ||
         { [ -n "$skyc_git_ref" ] &&
-            ! git -C "$d/workdir" checkout --quiet --end-of-options "$skyc_git_ref" -- >>"$d/setup.log" 2>&1; }; then
-        failure="skyc: cloning the git workdir failed"
+            ! git -C "$skyc_dir/workdir" checkout --quiet --end-of-options "$skyc_git_ref" -- >>"$skyc_dir/setup.log" 2>&1; }; then
+        skyc_failure="skyc: cloning the git workdir failed"
     fi
 fi
 skyc_phase setup && skyc_phase run
-code=$?
-if [ -n "$keeper" ]; then
-    kill "$keeper" 2>/dev/null
-    wait "$keeper" 2>/dev/null
+skyc_code=$?
+if [ -n "$skyc_keeper" ]; then
+    kill "$skyc_keeper" 2>/dev/null
+    wait "$skyc_keeper" 2>/dev/null
 fi
-skyc_status agent end "$code"
-exit "$code"
+skyc_status agent end "$skyc_code"
+exit "$skyc_code"

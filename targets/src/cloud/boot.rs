@@ -144,6 +144,12 @@ fn settings(node: &Node) -> Result<String, Unrepresentable> {
                 name.escape_debug()
             )));
         }
+        // The node agent's own variables are `skyc_*`.
+        if name.starts_with("skyc_") {
+            return Err(Unrepresentable(format!(
+                "the secret `{name}`: names starting with `skyc_` are the node agent's own"
+            )));
+        }
     }
     let mut s = String::new();
     let mut set = |k: &str, v: &str| {
