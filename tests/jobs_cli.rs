@@ -10,17 +10,25 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
+/// Two tasks that take turns, each waiting for the other's marker, so
+/// the order they write in is fixed whatever the machine's load; the pause
+/// before each marker lets the node's agent read (and time) the line.
 const TWO_TASKS: &str = r#"name: pair
 execution: parallel
 ---
 name: ping
 run: |
-  for i in 1 2 3; do echo "ping $i"; sleep 0.3; done
+  for i in 1 2 3; do
+    echo "ping $i"; sleep 0.3; touch "$SCRATCH/ping-$i"
+    until [ -e "$SCRATCH/pong-$i" ]; do sleep 0.02; done
+  done
 ---
 name: pong
 run: |
-  sleep 0.15
-  for i in 1 2 3; do echo "pong $i"; sleep 0.3; done
+  for i in 1 2 3; do
+    until [ -e "$SCRATCH/ping-$i" ]; do sleep 0.02; done
+    echo "pong $i"; sleep 0.3; touch "$SCRATCH/pong-$i"
+  done
 "#;
 
 fn run_loopback(s: &Scratch, file: &str, extra: &[&str]) -> Output {
@@ -100,7 +108,7 @@ fn logs_follow_a_running_group_to_its_end_and_report_its_status() {
     let s = Scratch::new("jobs-follow");
     s.write(
         "g.yaml",
-        "name: slow\nexecution: parallel\n---\nname: a\nrun: |\n  echo start; sleep 1.5; echo end; exit 4\n",
+        "name: slow\nexecution: parallel\n---\nname: a\nrun: |\n  echo start\n  until [ -e \"$SCRATCH/go\" ]; do sleep 0.05; done\n  echo end; exit 4\n",
     );
     let out = run_loopback(&s, "g.yaml", &["-d"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -112,7 +120,14 @@ fn logs_follow_a_running_group_to_its_end_and_report_its_status() {
     s.wait_for(1, Duration::from_secs(20), |g| g["status"] == "RUNNING");
     let partial = s.skyc(&["logs", "--no-follow", "1"]).output().unwrap();
     assert_eq!(partial.status.code(), Some(101), "not finished");
+    // The group ends a moment after `logs` began to follow it.
+    let go = s.dir.join("go");
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(800));
+        std::fs::write(go, "").unwrap();
+    });
     let followed = s.skyc(&["logs", "1"]).output().unwrap();
+    release.join().unwrap();
     assert_eq!(text(&followed.stdout), "(a-0) start\n(a-0) end\n");
     assert_eq!(followed.status.code(), Some(100), "FAILED");
     assert!(!s.status(1)["finished_at_ms"].is_null());
@@ -150,6 +165,14 @@ fn names_select_groups_and_cancel_reports_its_exit_code() {
     assert!(cancel.status.success(), "{}", text(&cancel.stderr));
     let logs = s.skyc(&["logs", "-n", "exp-1"]).output().unwrap();
     assert_eq!(logs.status.code(), Some(103), "CANCELLED");
+    // With -n, the one positional is the task.
+    let task_logs = s.skyc(&["logs", "-n", "exp-1", "0"]).output().unwrap();
+    assert_eq!(
+        task_logs.status.code(),
+        Some(103),
+        "{}",
+        text(&task_logs.stderr)
+    );
     let unknown = s.skyc(&["cancel", "-n", "nosuch"]).output().unwrap();
     assert_eq!(unknown.status.code(), Some(102));
     let nothing = s.skyc(&["cancel", "--all"]).output().unwrap();

@@ -522,6 +522,12 @@ impl Args {
         // that a copy could find in an inconsistent state.
         let pid = check(unsafe { syscall(nr::CLONE, args(&[SIGCHLD])) })?;
         if pid != 0 {
+            // Also in the parent, so the group exists before this returns:
+            // a SIGTERM already waiting is passed on to the group at once,
+            // and must not miss it (the child's own call may come later).
+            // It may fail once the child has exec'd, which is fine: the
+            // child made the group first.
+            let _ = call(nr::SETPGID, [pid as usize, pid as usize, 0, 0, 0, 0]);
             return Ok(pid as i32);
         }
         // The child. Nothing here returns.

@@ -14,6 +14,11 @@ use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::PathBuf;
 
+/// The most read of one log (or index) at a time.
+const READ_LIMIT: u64 = 1 << 20;
+/// A line longer than this is shown in pieces.
+const MAX_LINE: usize = 64 << 10;
+
 pub(crate) struct Follower {
     logs: Vec<Log>,
 }
@@ -113,19 +118,28 @@ impl Follower {
 
     /// Writes the complete lines written since the last call, in the order
     /// they were written.
+    /// Reads in rounds of at most `READ_LIMIT` per log, each written out
+    /// before the next is read, so a huge log costs no more memory than a
+    /// small one.
     pub(crate) fn poll(&mut self, out: &mut impl Write) -> io::Result<()> {
-        let mut lines = Vec::new();
-        for (i, log) in self.logs.iter_mut().enumerate() {
-            log.read(i, &mut lines)?;
+        loop {
+            let mut lines = Vec::new();
+            let mut more = false;
+            for (i, log) in self.logs.iter_mut().enumerate() {
+                more |= log.read(i, &mut lines)?;
+            }
+            write_ordered(lines, &self.logs, out)?;
+            if !more {
+                return Ok(());
+            }
         }
-        write_ordered(lines, &self.logs, out)
     }
 
     /// Writes what is left, unfinished lines included.
     pub(crate) fn finish(&mut self, out: &mut impl Write) -> io::Result<()> {
+        self.poll(out)?;
         let mut lines = Vec::new();
         for (i, log) in self.logs.iter_mut().enumerate() {
-            log.read(i, &mut lines)?;
             if !log.partial.is_empty() {
                 let mut text = std::mem::take(&mut log.partial);
                 text.push(b'\n');
@@ -163,16 +177,18 @@ impl Log {
         }
     }
 
-    /// Reads what was appended, and pushes its complete lines. The index is
-    /// read after the log, so it never describes less than the agent had
-    /// written before the bytes read.
-    fn read(&mut self, me: usize, lines: &mut Vec<Line>) -> io::Result<()> {
+    /// Reads what was appended (at most `READ_LIMIT`), and pushes its
+    /// complete lines; whether the log holds more. The index is read after
+    /// the log, so a line lacks a time only when the agent had not yet
+    /// written the record of its chunk.
+    fn read(&mut self, me: usize, lines: &mut Vec<Line>) -> io::Result<bool> {
         let Ok(mut file) = File::open(&self.path) else {
-            return Ok(());
+            return Ok(false);
         };
         file.seek(SeekFrom::Start(self.offset))?;
         let mut buf = Vec::new();
-        file.read_to_end(&mut buf)?;
+        file.take(READ_LIMIT).read_to_end(&mut buf)?;
+        let more = buf.len() as u64 == READ_LIMIT;
         self.index.refresh(&logindex::index_path(&self.path));
         let mut start = self.offset;
         self.offset += buf.len() as u64;
@@ -199,8 +215,24 @@ impl Log {
                 self.partial_start = start;
             }
             self.partial.extend_from_slice(rest);
+            // Output that never ends a line is shown in pieces.
+            if self.partial.len() >= MAX_LINE {
+                let mut text = std::mem::take(&mut self.partial);
+                text.push(b'\n');
+                lines.push(Line {
+                    time: self.index.time_of(self.partial_start),
+                    log: me,
+                    text,
+                });
+            }
         }
-        Ok(())
+        let unread = if self.partial.is_empty() {
+            self.offset
+        } else {
+            self.partial_start
+        };
+        self.index.forget_before(unread);
+        Ok(more)
     }
 }
 
@@ -215,13 +247,20 @@ impl Index {
             return;
         }
         let mut buf = Vec::new();
-        if file.read_to_end(&mut buf).is_err() {
+        if file.take(READ_LIMIT).read_to_end(&mut buf).is_err() {
             return;
         }
         let records = logindex::records(&buf);
         self.read += records.len() as u64 * logindex::RECORD_BYTES;
         self.chunks
             .extend(records.iter().map(|r| (r.end_offset, r.unix_time_us)));
+    }
+
+    /// Drops the chunks that end before `offset`: nothing before it is
+    /// asked about again.
+    fn forget_before(&mut self, offset: u64) {
+        let done = self.chunks.partition_point(|&(end, _)| end <= offset);
+        self.chunks.drain(..done);
     }
 
     /// When the byte at `offset` was written: the time of the first chunk
@@ -284,6 +323,33 @@ mod tests {
         out.clear();
         f.finish(&mut out).unwrap();
         assert_eq!(String::from_utf8(out).unwrap(), "(a) a3\n");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_huge_log_is_read_in_bounded_rounds_and_long_lines_in_pieces() {
+        let dir = std::env::temp_dir().join(format!("skyc-follow-big-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("big.log");
+        // 3 MiB of short lines, then 2.5 MiB with no newline at all.
+        let mut text = "x\n".repeat(3 << 19).into_bytes();
+        text.extend(std::iter::repeat_n(b'y', 5 << 19));
+        std::fs::write(&path, &text).unwrap();
+        let mut f = Follower {
+            logs: vec![Log::new(String::new(), path)],
+        };
+        let mut out = Vec::new();
+        f.finish(&mut out).unwrap();
+        let lines: Vec<&[u8]> = out.split(|&b| b == b'\n').collect();
+        assert_eq!(lines.iter().filter(|l| *l == b"x").count(), 3 << 19);
+        let pieces: Vec<usize> = lines
+            .iter()
+            .filter(|l| l.first() == Some(&b'y'))
+            .map(|l| l.len())
+            .collect();
+        assert_eq!(pieces.iter().sum::<usize>(), 5 << 19);
+        assert!(pieces.iter().all(|&n| n <= MAX_LINE + READ_LIMIT as usize));
+        assert!(pieces.len() >= 2, "{pieces:?}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -12,11 +12,11 @@ use std::time::Duration;
 /// nodes in the order they were written. A group in progress is followed
 /// until it ends. Exit status: 0 SUCCEEDED, 100 FAILED, 101 not finished,
 /// 102 no such group, 103 CANCELLED.
-#[derive(clap::Args)]
+#[derive(clap::Args, Clone)]
 pub(crate) struct Args {
-    /// The group; the newest one when omitted.
-    #[arg(value_name = "ID", value_parser = select::group_id, conflicts_with = "name")]
-    id: Option<i64>,
+    /// The group; the newest one when omitted (with `-n`: the TASK).
+    #[arg(value_name = "ID")]
+    id_or_task: Option<String>,
     /// One task, by name (`trainer`) or index (`0`), or one node
     /// (`trainer-1`).
     #[arg(value_name = "TASK")]
@@ -34,7 +34,18 @@ pub(crate) struct Args {
 }
 
 pub(crate) fn run(args: &Args) -> u8 {
-    match print(args) {
+    // With `-n NAME` the one positional is the task (`skyc logs -n exp 0`).
+    let mut args = args.clone();
+    if args.by_name.name.is_some()
+        && let Some(id) = args.id_or_task.take()
+    {
+        if args.task.is_some() {
+            errln!("error: with -n NAME, give only the TASK");
+            return USAGE;
+        }
+        args.task = Some(id);
+    }
+    match print(&args) {
         Ok(code) => code,
         Err(message) => {
             errln!("error: {message}");
@@ -44,8 +55,13 @@ pub(crate) fn run(args: &Args) -> u8 {
 }
 
 fn print(args: &Args) -> Result<u8, String> {
+    let id = args
+        .id_or_task
+        .as_deref()
+        .map(select::group_id)
+        .transpose()?;
     let (dir, store) = args.state.open_supervised()?;
-    let group = match select::one(&store, &dir, args.id, args.by_name.name.as_deref())? {
+    let group = match select::one(&store, &dir, id, args.by_name.name.as_deref())? {
         Ok(group) => group,
         Err(missing) => {
             errln!("error: {}", missing.0);

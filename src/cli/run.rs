@@ -122,8 +122,9 @@ enum Submitted {
 }
 
 fn submit(args: &Args) -> Result<Submitted, String> {
-    if !(args.grace.is_finite() && args.grace >= 0.0) {
-        return Err("--grace must be a number of seconds".into());
+    // A day is longer than any grace period a cluster honours.
+    if !(args.grace.is_finite() && (0.0..=86_400.0).contains(&args.grace)) {
+        return Err("--grace must be a number of seconds from 0 to 86400".into());
     }
     if args.target == Target::Slurm && args.network.is_some() {
         return Err("--network is for the local target; Slurm nodes have their own".into());

@@ -274,7 +274,9 @@ impl<'a> Analyzer<'a> {
                 .unwrap_or("pipeline")
                 .to_owned(),
         };
-        let mut seen: Vec<(&str, Span)> = Vec::new();
+        // Name to its first step: a lookup per step keeps a hostile
+        // pipeline of many steps linear.
+        let mut seen: std::collections::HashMap<&str, Span> = std::collections::HashMap::new();
         for (i, step) in steps.iter_mut().enumerate() {
             if step.name.is_empty() {
                 step.name = format!("{name}-{i}");
@@ -282,8 +284,8 @@ impl<'a> Analyzer<'a> {
         }
         let mut duplicates = Vec::new();
         for step in &steps {
-            match seen.iter().find(|(n, _)| *n == step.name) {
-                Some((_, first)) => duplicates.push(
+            match seen.get(step.name.as_str()) {
+                Some(first) => duplicates.push(
                     Diagnostic::new(
                         Rule::DuplicateTaskName,
                         step.name_span,
@@ -296,7 +298,9 @@ impl<'a> Analyzer<'a> {
                          apart by name",
                     ),
                 ),
-                None => seen.push((&step.name, step.name_span)),
+                None => {
+                    seen.insert(&step.name, step.name_span);
+                }
             }
         }
         for d in duplicates {
