@@ -72,28 +72,13 @@ fn read(cloud: Cloud, file: &Path) -> Result<Catalog, String> {
 /// was downloaded.
 fn day(t: std::time::SystemTime) -> Option<String> {
     let secs = t.duration_since(std::time::UNIX_EPOCH).ok()?.as_secs();
-    let (y, m, d) = civil_from_days(i64::try_from(secs / 86_400).ok()?);
+    let (y, m, d) = skyc_compiler::civil_from_days(i64::try_from(secs / 86_400).ok()?);
     Some(format!("{y:04}-{m:02}-{d:02}"))
-}
-
-/// Days since 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's
-/// `civil_from_days`).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::civil_from_days;
+    use skyc_compiler::civil_from_days;
 
     #[test]
     fn dates() {

@@ -335,28 +335,21 @@ fn run_name(s: &str) -> Result<String, String> {
 /// After `-d`: how to follow, inspect and cancel the group (on stderr;
 /// stdout carries only the id, for scripts).
 fn print_next_steps(args: &Args, gid: i64) {
-    let state = args
-        .state
-        .state_dir
-        .as_ref()
-        .map(|d| format!(" --state-dir {}", shell_word(&d.to_string_lossy())))
-        .unwrap_or_default();
+    let state = state_dir_flag(args);
     errln!("skyc: group {gid} submitted");
     errln!("  follow its logs:  skyc logs {gid}{state}");
     errln!("  see its status:   skyc status {gid}{state}");
     errln!("  cancel it:        skyc cancel {gid}{state}");
 }
 
-/// `s` as one shell word, quoted only when it must be.
-fn shell_word(s: &str) -> String {
-    if !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"/._-+=:@%,".contains(&b))
-    {
-        s.to_owned()
-    } else {
-        format!("'{}'", s.replace('\'', "'\\''"))
-    }
+/// ` --state-dir DIR` as a shell word, when the user gave one: the hints
+/// that name commands to run must be pasteable.
+fn state_dir_flag(args: &Args) -> String {
+    args.state
+        .state_dir
+        .as_ref()
+        .map(|d| format!(" --state-dir {}", slurm::quote(&d.to_string_lossy())))
+        .unwrap_or_default()
 }
 
 fn watch(args: &Args, dir: &Path, gid: i64, interrupted: &AtomicBool) -> Result<u8, String> {
@@ -411,11 +404,7 @@ fn watch(args: &Args, dir: &Path, gid: i64, interrupted: &AtomicBool) -> Result<
             } else {
                 errln!(
                     "skyc: stopped following; the group goes on (`skyc status {gid}`{})",
-                    args.state
-                        .state_dir
-                        .as_ref()
-                        .map(|d| format!(" --state-dir {}", shell_word(&d.to_string_lossy())))
-                        .unwrap_or_default()
+                    state_dir_flag(args)
                 );
                 return Ok(NOT_FINISHED);
             }

@@ -71,7 +71,7 @@ pub fn spawn(agent: &Path, launch: Launch<'_>) -> io::Result<(Pid, OwnedFd)> {
         .argv
         .split_first()
         .ok_or_else(|| io::Error::other("no command"))?;
-    let program = resolve(name, path_var(&launch.env));
+    let program = resolve(name, path_var(&launch.env), launch.cwd);
     // The agent runs in the node's working directory: its paths are
     // absolute.
     let dir = std::path::absolute(launch.dir)?;
@@ -108,15 +108,16 @@ fn path_var(env: &[(String, String)]) -> Option<&str> {
 }
 
 /// The executable `name` names, searched in `path` as a shell does (with
-/// the shell's default when unset); `name` itself when it has a slash or
-/// is not found (starting it then fails, and the node's log says so).
-pub fn resolve(name: &str, path: Option<&str>) -> PathBuf {
+/// the shell's default when unset; relative entries from `cwd`, where the
+/// node runs); `name` itself when it has a slash or is not found (starting
+/// it then fails, and the node's log says so).
+pub fn resolve(name: &str, path: Option<&str>, cwd: &Path) -> PathBuf {
     if name.contains('/') {
         return PathBuf::from(name);
     }
     path.unwrap_or("/usr/local/bin:/usr/bin:/bin")
         .split(':')
-        .map(|dir| Path::new(if dir.is_empty() { "." } else { dir }).join(name))
+        .map(|dir| cwd.join(if dir.is_empty() { "." } else { dir }).join(name))
         .find(|p| fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
         .unwrap_or_else(|| PathBuf::from(name))
 }
@@ -161,13 +162,16 @@ mod tests {
 
     #[test]
     fn programs_are_searched_in_the_nodes_path() {
-        let sh = resolve("sh", Some("/nonexistent:/bin:/usr/bin"));
+        let sh = resolve("sh", Some("/nonexistent:/bin:/usr/bin"), Path::new("/"));
         assert!(sh.is_absolute() && sh.ends_with("sh"), "{sh:?}");
         assert_eq!(
-            resolve("no-such-program-skyc", Some("/bin")),
+            resolve("no-such-program-skyc", Some("/bin"), Path::new("/")),
             PathBuf::from("no-such-program-skyc")
         );
-        assert_eq!(resolve("./run.sh", Some("/bin")), PathBuf::from("./run.sh"));
+        assert_eq!(
+            resolve("./run.sh", Some("/bin"), Path::new("/")),
+            PathBuf::from("./run.sh")
+        );
         let env = vec![
             ("PATH".to_owned(), "/a".to_owned()),
             ("PATH".to_owned(), "/b".to_owned()),

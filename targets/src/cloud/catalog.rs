@@ -112,32 +112,34 @@ impl Catalog {
 
     /// Reads the text of a `vms.csv`.
     pub fn parse(cloud: Cloud, text: &str, origin: Origin) -> Result<Catalog, CatalogError> {
-        let records = csv::records(text).map_err(|e| CatalogError {
-            line: e.line,
-            message: e.message,
+        let mut header: Option<Record> = None;
+        let mut at = std::collections::HashMap::new();
+        let mut arch = None;
+        let mut rows = Vec::new();
+        csv::each_record(text, |record| {
+            if header.is_none() {
+                let column = |name: &str| record.fields.iter().position(|f| f.trim() == name);
+                for name in REQUIRED {
+                    let Some(i) = column(name) else {
+                        return Err(CatalogError {
+                            line: record.line,
+                            message: format!("no `{name}` column (is this a SkyPilot v8 vms.csv?)"),
+                        });
+                    };
+                    at.insert(*name, i);
+                }
+                arch = column("Arch");
+                header = Some(record);
+                return Ok(());
+            }
+            rows.push(row(&record, &at, arch)?);
+            Ok(())
         })?;
-        let mut records = records.into_iter();
-        let Some(header) = records.next() else {
+        if header.is_none() {
             return Err(CatalogError {
                 line: 1,
                 message: "the file is empty".to_owned(),
             });
-        };
-        let column = |name: &str| header.fields.iter().position(|f| f.trim() == name);
-        let mut at = std::collections::HashMap::new();
-        for name in REQUIRED {
-            let Some(i) = column(name) else {
-                return Err(CatalogError {
-                    line: header.line,
-                    message: format!("no `{name}` column (is this a SkyPilot v8 vms.csv?)"),
-                });
-            };
-            at.insert(*name, i);
-        }
-        let arch = column("Arch");
-        let mut rows = Vec::new();
-        for record in records {
-            rows.push(row(&record, &at, arch)?);
         }
         if cloud == Cloud::Aws {
             rows = deduplicate(rows);
@@ -258,6 +260,15 @@ fn deduplicate(rows: Vec<Row>) -> Vec<Row> {
         }
     }
     kept
+}
+
+impl From<csv::CsvError> for CatalogError {
+    fn from(e: csv::CsvError) -> Self {
+        CatalogError {
+            line: e.line,
+            message: e.message,
+        }
+    }
 }
 
 #[cfg(test)]

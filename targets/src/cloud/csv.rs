@@ -19,9 +19,17 @@ pub(super) struct CsvError {
     pub message: String,
 }
 
-/// Every record of `text`; blank lines are skipped.
-pub(super) fn records(text: &str) -> Result<Vec<Record>, CsvError> {
-    let mut out = Vec::new();
+/// The most fields a record may have: catalogs have about 15 columns, and
+/// a hostile file of commas must not become millions of strings.
+const MAX_FIELDS: usize = 256;
+
+/// Hands every record of `text` to `each`, in order, as it is read (one
+/// record in memory at a time); blank lines are skipped. The first error,
+/// the file's or `each`'s, ends the reading.
+pub(super) fn each_record<E: From<CsvError>>(
+    text: &str,
+    mut each: impl FnMut(Record) -> Result<(), E>,
+) -> Result<(), E> {
     let mut chars = text.chars().peekable();
     let mut line = 1;
     while chars.peek().is_some() {
@@ -37,7 +45,8 @@ pub(super) fn records(text: &str) -> Result<Vec<Record>, CsvError> {
                     return Err(CsvError {
                         line: start,
                         message: "a quoted field is not closed".to_owned(),
-                    });
+                    }
+                    .into());
                 }
                 break;
             };
@@ -63,6 +72,13 @@ pub(super) fn records(text: &str) -> Result<Vec<Record>, CsvError> {
                 ',' => {
                     fields.push(std::mem::take(&mut field));
                     was_quoted = false;
+                    if fields.len() >= MAX_FIELDS {
+                        return Err(CsvError {
+                            line,
+                            message: format!("more than {MAX_FIELDS} fields in one record"),
+                        }
+                        .into());
+                    }
                 }
                 '\r' if chars.peek() == Some(&'\n') => {}
                 '\n' => {
@@ -74,13 +90,15 @@ pub(super) fn records(text: &str) -> Result<Vec<Record>, CsvError> {
                     return Err(CsvError {
                         line,
                         message: "text after a closing quote".to_owned(),
-                    });
+                    }
+                    .into());
                 }
                 '"' => {
                     return Err(CsvError {
                         line,
                         message: "a quote inside an unquoted field".to_owned(),
-                    });
+                    }
+                    .into());
                 }
                 c => field.push(c),
             }
@@ -89,17 +107,40 @@ pub(super) fn records(text: &str) -> Result<Vec<Record>, CsvError> {
         if fields.len() == 1 && fields[0].is_empty() && !was_quoted {
             continue;
         }
-        out.push(Record {
+        each(Record {
             line: start,
             fields,
-        });
+        })?;
     }
+    Ok(())
+}
+
+/// Every record of `text` (for tests: the catalog reads them one by one).
+#[cfg(test)]
+pub(super) fn records(text: &str) -> Result<Vec<Record>, CsvError> {
+    let mut out = Vec::new();
+    each_record(text, |r| {
+        out.push(r);
+        Ok::<(), CsvError>(())
+    })?;
     Ok(out)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_record_of_only_commas_is_refused_early() {
+        let text = ",".repeat(10_000);
+        let err = records(&text).unwrap_err();
+        assert_eq!(err.line, 1);
+        assert!(
+            err.message.contains("more than 256 fields"),
+            "{}",
+            err.message
+        );
+    }
 
     fn fields(text: &str) -> Vec<Vec<String>> {
         records(text)
