@@ -202,7 +202,7 @@ fn status(dir: &Path) -> Vec<String> {
 const AGENT_GROUP: &str = "name: agent\nexecution: parallel\n---\nname: work\nnum_nodes: 2\n\
     secrets:\n  TOKEN: null\nenvs:\n  GREETING: hello world\n\
     setup: |\n  echo \"setup $SKYPILOT_SETUP_NODE_RANK of $SKYPILOT_NUM_NODES ips=$(echo $SKYPILOT_SETUP_NODE_IPS)\"\n  pwd\n\
-    run: |\n  echo \"run $SKYPILOT_NODE_RANK $GREETING token=$TOKEN\"\n  echo \"ips=$(echo $SKYPILOT_NODE_IPS) group=$SKYPILOT_JOBGROUP_NAME id=$SKYPILOT_TASK_ID\"\n  echo \"info=$SKYPILOT_CLUSTER_INFO\"\n  sleep 2.5\n  exit 3\n\
+    run: |\n  echo \"run $SKYPILOT_NODE_RANK $GREETING token=$TOKEN\"\n  echo \"ips=$(echo $SKYPILOT_NODE_IPS) group=$SKYPILOT_JOBGROUP_NAME id=$SKYPILOT_TASK_ID\"\n  echo \"info=$SKYPILOT_CLUSTER_INFO\"\n  for _ in $(seq 200); do grep -q 10.0.0.7 \"$SKYC_ETC_HOSTS\" && break; sleep 0.05; done\n  exit 3\n\
     ---\nname: peer\nrun: echo peer\n";
 
 #[test]
