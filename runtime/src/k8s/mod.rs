@@ -34,3 +34,6 @@ mod worker;
 pub use jobset::JobSet;
 pub use plan::{ATTEMPT_ANNOTATION, FIELD_MANAGER, GROUP_LABEL, Plan, RUN_ANNOTATION};
 pub use worker::{Connect, Kubernetes, Tuning, kubeconfig};
+
+#[cfg(test)]
+mod tests;

@@ -4,7 +4,10 @@
 use crate::policy::GroupSpec;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use skyc_targets::k8s::names;
+use skyc_compiler::Diagnostic;
+use skyc_compiler::ir::Group;
+use skyc_targets::k8s::{self, names};
+use std::time::Duration;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Plan {
@@ -40,6 +43,38 @@ pub const GROUP_LABEL: &str = "skyc.io/group";
 pub const FIELD_MANAGER: &str = "skyc";
 
 impl Plan {
+    /// The plan of `group` as `skyc build --target k8s` lowers it with
+    /// `options` (whose namespace, if any, wins over `namespace`), plus
+    /// the Secret of `secrets` values when there are any.
+    pub fn new(
+        group: &Group,
+        options: &k8s::Options,
+        namespace: &str,
+        context: Option<String>,
+        grace: Duration,
+        secrets: &[(String, String)],
+        token: String,
+    ) -> Result<Self, Vec<Diagnostic>> {
+        let manifests = k8s::lower(group, options);
+        if manifests.has_errors() {
+            return Err(manifests.diagnostics);
+        }
+        let mut objects = manifests.objects;
+        if !secrets.is_empty() {
+            // Before the JobSet: its pods read it.
+            let at = objects.len().saturating_sub(1);
+            objects.insert(at, k8s::secret(group, options, secrets));
+        }
+        Ok(Self {
+            group: group.name.clone(),
+            namespace: options.namespace.clone().unwrap_or_else(|| namespace.to_owned()),
+            context,
+            spec: GroupSpec::from_ir(group, grace),
+            objects,
+            token,
+        })
+    }
+
     /// The child Job that runs node `rank` of `task`.
     pub fn job_name(&self, task: usize) -> impl Fn(u32) -> String + '_ {
         move |rank| {
