@@ -65,6 +65,9 @@ pub(super) struct Driver {
     pub(super) job: Option<String>,
     pub(super) dir: PathBuf,
     tuning: Tuning,
+    /// The supervisor commits the engine's decisions but dies before
+    /// handing them to the backend.
+    pub(super) dies_before_executing: bool,
 }
 
 impl Driver {
@@ -91,6 +94,7 @@ impl Driver {
             job: None,
             dir,
             tuning,
+            dies_before_executing: false,
         };
         d.adopt();
         let actions = d.engine.start();
@@ -107,6 +111,7 @@ impl Driver {
 
     /// A new supervisor adopts the group from the committed engine.
     pub(super) fn restart_supervisor(&mut self) {
+        self.dies_before_executing = false;
         self.adopt();
         self.settle();
     }
@@ -124,6 +129,9 @@ impl Driver {
                 self.timers.retain(|t| t.0 != *timer);
                 self.timers.push((*timer, *after));
             }
+        }
+        if self.dies_before_executing {
+            return;
         }
         if let Some(b) = self.backend.as_mut() {
             b.execute(GID, &self.engine, actions);
@@ -159,7 +167,7 @@ impl Driver {
         let deadline = Instant::now() + Duration::from_secs(10);
         let mut quiet = 0;
         let mut last = usize::MAX;
-        while quiet < 6 {
+        while quiet < 10 {
             assert!(
                 Instant::now() < deadline,
                 "the backend did not settle; requests: {:#?}",
