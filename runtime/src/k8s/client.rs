@@ -37,7 +37,7 @@ impl std::fmt::Debug for Cluster {
 /// and builds a client. kube's own retry layer is off: the runtime
 /// retries itself ([`retry`]), the same way for every request.
 pub async fn connect(context: Option<&str>) -> Result<Cluster, String> {
-    let mut config = match context {
+    let config = match context {
         Some(name) => {
             let options = KubeConfigOptions {
                 context: Some(name.to_owned()),
@@ -51,6 +51,11 @@ pub async fn connect(context: Option<&str>) -> Result<Cluster, String> {
             format!("no Kubernetes cluster is configured (KUBECONFIG, ~/.kube/config or an in-cluster service account): {e}")
         })?,
     };
+    from_config(config)
+}
+
+/// The client of a loaded configuration.
+pub fn from_config(mut config: Config) -> Result<Cluster, String> {
     config.connect_timeout = Some(CONNECT_TIMEOUT);
     config.default_retry = false;
     let server = config.cluster_url.to_string();

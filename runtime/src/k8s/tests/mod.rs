@@ -8,8 +8,8 @@
 mod controllers;
 mod driver;
 mod fake;
-
-use fake::World;
+mod refusals;
+mod units;
 
 use crate::backend::Report;
 use crate::policy::{Event, Status, Timer};
