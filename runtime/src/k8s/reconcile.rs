@@ -95,10 +95,25 @@ pub fn reconcile(plan: &Plan, objs: &Objects, goal: &Goal) -> Vec<Op> {
                     attempt: tg.attempt,
                 }),
                 None => {}
-                Some(a) if a < tg.attempt && !ended => ops.push(Op::Delete {
-                    job: job_name,
-                    uid: job_uid,
-                }),
+                // An older attempt's Job: deleted for the restart, unless
+                // the task has ended meanwhile (JobSet would make it again
+                // only to be stopped): then stopped where it is.
+                Some(a) if a < tg.attempt && !ended => {
+                    if tg.want != Want::Done {
+                        ops.push(Op::Delete {
+                            job: job_name,
+                            uid: job_uid,
+                        });
+                    } else if tg.status != Status::Succeeded
+                        && objects::parallelism(job) != 0
+                        && !objects::job_finished(job)
+                    {
+                        ops.push(Op::Stop {
+                            job: job_name,
+                            uid: job_uid,
+                        });
+                    }
+                }
                 Some(a) if a == tg.attempt => {
                     let stop = match tg.want {
                         Want::Run => false,

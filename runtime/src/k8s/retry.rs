@@ -60,9 +60,12 @@ pub fn unanswered(e: &Error) -> bool {
 }
 
 /// A uid precondition failed: the object is not the one the request was
-/// meant for any more.
+/// meant for any more. A delete's precondition answers 409; a patch
+/// naming another uid is refused as an invalid change of `metadata.uid`
+/// (422).
 pub fn stale(e: &Error) -> bool {
-    matches!(e, Error::Api(s) if s.code == 409 && s.message.contains("Precondition failed"))
+    matches!(e, Error::Api(s) if (s.code == 409 && s.message.contains("Precondition failed"))
+        || (s.code == 422 && s.message.contains("metadata.uid")))
 }
 
 pub fn is_transient(e: &Error) -> bool {
@@ -126,6 +129,11 @@ mod tests {
             "Precondition failed: UID in precondition: a, UID in object meta: b"
         )));
         assert!(stale(&api(409, "Precondition failed: UID in precondition")));
+        assert!(stale(&api(
+            422,
+            "Job.batch \"g-a-0-0\" is invalid: metadata.uid: Invalid value: \"u1\": field is immutable"
+        )));
+        assert!(!stale(&api(422, "spec.parallelism: Invalid value: -1")));
         assert!(!is_transient(&api(403, "forbidden")));
         assert!(!is_transient(&api(404, "not found")));
         assert!(is_outage(&api(502, "bad gateway")));

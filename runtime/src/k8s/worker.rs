@@ -37,6 +37,11 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 
+/// How long after the group's end its JobSet may take to end too (the
+/// gate's pod to run, JobSet to fail it) before the group is closed
+/// anyway.
+const SETTLE_LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
+
 /// Makes the client of a plan's cluster.
 pub type Connect = Arc<dyn Fn(&Plan) -> BoxFuture<'static, Result<Cluster, String>> + Send + Sync>;
 
@@ -275,6 +280,10 @@ struct Group {
     /// not be visible yet) or failing (backing off).
     held: BTreeMap<Op, Instant>,
     settled: bool,
+    /// When the engine was first seen finished.
+    finished_at: Option<Instant>,
+    /// The API server, for messages.
+    server: String,
     /// Pods whose logs are followed, by uid.
     following: BTreeSet<String>,
 }
@@ -300,6 +309,8 @@ impl Group {
             outage: None,
             held: BTreeMap::new(),
             settled: false,
+            finished_at: None,
+            server: String::new(),
             following: BTreeSet::new(),
         }
     }
@@ -357,6 +368,7 @@ impl Group {
                 }
             }
         };
+        self.server.clone_from(&cluster.server);
         let Some(()) = self.put_on(&cluster, &mut rx).await else {
             return;
         };
@@ -477,7 +489,12 @@ impl Group {
             )),
         ];
         loop {
-            let next_hold = self.held.values().min().copied();
+            let next_hold = self
+                .held
+                .values()
+                .copied()
+                .chain(self.finished_at.filter(|_| !self.settled).map(|at| at + SETTLE_LIMIT))
+                .min();
             tokio::select! {
                 msg = rx.recv() => match msg {
                     Some(msg) => if !self.hear(msg) { break },
@@ -569,7 +586,7 @@ impl Group {
                     backoff.max
                 }
                 Outcome::Failing(e) => {
-                    watch::failed(shared, "", &e);
+                    watch::failed(shared, &self.server, &e);
                     backoff.max
                 }
             };
@@ -578,8 +595,23 @@ impl Group {
         if self.ctx.tuning.logs {
             self.follow_logs(apis, shared, &objs, tasks);
         }
+        if self.goal.end.is_some() {
+            self.finished_at.get_or_insert_with(Instant::now);
+        }
         if !self.settled && reconcile::settled(&objs, &self.goal) {
             self.settled = true;
+            self.out.send(Report::Settled);
+        } else if !self.settled
+            && self.finished_at.is_some_and(|at| at.elapsed() >= SETTLE_LIMIT)
+        {
+            // The JobSet controller did not finish it (it is down, or
+            // gone): the group's end is the engine's all the same.
+            self.settled = true;
+            self.out.send(Report::Error(format!(
+                "the JobSet {} did not reach its end within {} s of the group's; it is left as it is",
+                self.plan.group,
+                SETTLE_LIMIT.as_secs()
+            )));
             self.out.send(Report::Settled);
         }
         wrote

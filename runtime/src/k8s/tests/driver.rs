@@ -175,8 +175,11 @@ impl Driver {
             );
             std::thread::sleep(Duration::from_millis(15));
             let reported = self.pump();
-            let n = self.fake.world().requests.len();
-            if reported || n != last {
+            let (n, delivered) = {
+                let w = self.fake.world();
+                (w.requests.len(), w.delivered())
+            };
+            if reported || n != last || !delivered {
                 quiet = 0;
                 last = n;
             } else {

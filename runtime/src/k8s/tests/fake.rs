@@ -20,6 +20,7 @@ use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use tokio::sync::mpsc;
@@ -29,7 +30,8 @@ pub(super) const NS: &str = "team";
 /// A response body: whole, or streamed (a watch).
 pub(super) enum FakeBody {
     Full(Option<Bytes>),
-    Stream(mpsc::UnboundedReceiver<Bytes>),
+    /// Lines as they are sent, and the count of lines read (shared).
+    Stream(mpsc::UnboundedReceiver<Bytes>, Arc<AtomicU64>),
 }
 
 impl http_body::Body for FakeBody {
@@ -42,9 +44,12 @@ impl http_body::Body for FakeBody {
     ) -> Poll<Option<Result<http_body::Frame<Bytes>, Infallible>>> {
         match self.get_mut() {
             FakeBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(http_body::Frame::data(b)))),
-            FakeBody::Stream(rx) => rx
-                .poll_recv(cx)
-                .map(|b| b.map(|b| Ok(http_body::Frame::data(b)))),
+            FakeBody::Stream(rx, read) => rx.poll_recv(cx).map(|b| {
+                b.map(|b| {
+                    read.fetch_add(1, Ordering::SeqCst);
+                    Ok(http_body::Frame::data(b))
+                })
+            }),
         }
     }
 }
@@ -57,6 +62,9 @@ pub(super) struct Seen {
     pub(super) query: String,
     pub(super) content_type: String,
     pub(super) body: Option<Value>,
+    /// When it arrived (the benchmark's clock).
+    #[allow(dead_code)]
+    pub(super) at: std::time::Instant,
 }
 
 impl Seen {
@@ -145,6 +153,9 @@ struct Watcher {
     resource: String,
     selector: String,
     tx: mpsc::UnboundedSender<Bytes>,
+    /// Lines sent, and read by the client.
+    sent: u64,
+    read: Arc<AtomicU64>,
 }
 
 /// The cluster's state and the server's record.
@@ -233,6 +244,7 @@ impl tower_service::Service<Request<Body>> for Fake {
                     .unwrap_or("")
                     .to_owned(),
                 body,
+                at: std::time::Instant::now(),
             };
             let mut w = fake.world();
             w.requests.push(seen.clone());
@@ -327,6 +339,14 @@ impl World {
     fn next_rv(&mut self) -> u64 {
         self.rv += 1;
         self.rv
+    }
+
+    /// Every watch line sent has been read by the client (or its watch
+    /// was closed).
+    pub(super) fn delivered(&self) -> bool {
+        self.watchers
+            .iter()
+            .all(|w| w.tx.is_closed() || w.read.load(Ordering::SeqCst) >= w.sent)
     }
 
     /// The last resource version written.
@@ -424,9 +444,11 @@ impl World {
     fn event(&mut self, rv: u64, resource: &str, type_: &'static str, obj: &Value) {
         self.history.push((rv, resource.into(), type_, obj.clone()));
         let line = Bytes::from(format!("{}\n", json!({"type": type_, "object": obj})));
-        self.watchers.retain(|w| {
+        self.watchers.retain_mut(|w| {
             if w.resource == resource && selects(obj, &w.selector) {
-                w.tx.send(line.clone()).is_ok()
+                let ok = w.tx.send(line.clone()).is_ok();
+                w.sent += u64::from(ok);
+                ok
             } else {
                 !w.tx.is_closed()
             }
@@ -509,23 +531,28 @@ impl World {
                         // Compacted past the version asked for.
                         return status(410, "Expired", "too old resource version");
                     }
+                    let mut replayed = 0;
                     for (rv, r, type_, obj) in &self.history {
                         if *rv > from && *r == resource && selects(obj, &selector) {
                             let _ = tx.send(Bytes::from(format!(
                                 "{}\n",
                                 json!({"type": type_, "object": obj})
                             )));
+                            replayed += 1;
                         }
                     }
+                    let read = Arc::new(AtomicU64::new(0));
                     self.watchers.push(Watcher {
                         resource,
                         selector,
                         tx,
+                        sent: replayed,
+                        read: read.clone(),
                     });
                     return Response::builder()
                         .status(200)
                         .header(http::header::CONTENT_TYPE, "application/json")
-                        .body(FakeBody::Stream(rx))
+                        .body(FakeBody::Stream(rx, read))
                         .expect("a response");
                 }
                 let items: Vec<Value> = self
