@@ -92,7 +92,12 @@ pub async fn check(client: &Client, plan: &Plan) -> Result<Found, Refusal> {
         Some(js) if annotation(&js.metadata, RUN_ANNOTATION) == Some(&plan.token) => {
             Ok(Found::Ours(Box::new(js)))
         }
-        Some(js) => Err(Refusal::Refused(taken(plan, "JobSet", &plan.group, &js.metadata))),
+        Some(js) => Err(Refusal::Refused(taken(
+            plan,
+            "JobSet",
+            &plan.group,
+            &js.metadata,
+        ))),
     }
 }
 
@@ -236,11 +241,21 @@ pub async fn apply(client: &Client, plan: &Plan) -> Result<JobSet, Refusal> {
         match o["kind"].as_str() {
             Some("ConfigMap") => {
                 let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-                ensure_free(plan, "ConfigMap", name, api.get_opt(name).await?.map(|c| c.metadata))?;
+                ensure_free(
+                    plan,
+                    "ConfigMap",
+                    name,
+                    api.get_opt(name).await?.map(|c| c.metadata),
+                )?;
             }
             Some("Secret") => {
                 let api: Api<Secret> = Api::namespaced(client.clone(), ns);
-                ensure_free(plan, "Secret", name, api.get_opt(name).await?.map(|s| s.metadata))?;
+                ensure_free(
+                    plan,
+                    "Secret",
+                    name,
+                    api.get_opt(name).await?.map(|s| s.metadata),
+                )?;
             }
             _ => {}
         }
@@ -270,7 +285,12 @@ pub async fn apply(client: &Client, plan: &Plan) -> Result<JobSet, Refusal> {
 
 /// A ConfigMap or Secret of the group's name may be replaced only if
 /// skyc made it for this group (an earlier run's).
-fn ensure_free(plan: &Plan, kind: &str, name: &str, meta: Option<ObjectMeta>) -> Result<(), Refusal> {
+fn ensure_free(
+    plan: &Plan,
+    kind: &str,
+    name: &str,
+    meta: Option<ObjectMeta>,
+) -> Result<(), Refusal> {
     match meta {
         Some(meta)
             if meta.labels.as_ref().and_then(|l| l.get(GROUP_LABEL)) != Some(&plan.group) =>
@@ -281,7 +301,13 @@ fn ensure_free(plan: &Plan, kind: &str, name: &str, meta: Option<ObjectMeta>) ->
     }
 }
 
-async fn patch<K>(client: &Client, ns: &str, name: &str, params: &PatchParams, o: &Value) -> Result<K, Refusal>
+async fn patch<K>(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    params: &PatchParams,
+    o: &Value,
+) -> Result<K, Refusal>
 where
     K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
         + Clone
@@ -289,17 +315,19 @@ where
         + std::fmt::Debug,
 {
     let api: Api<K> = Api::namespaced(client.clone(), ns);
-    api.patch(name, params, &Patch::Apply(o)).await.map_err(|e| {
-        if retry::is_transient(&e) {
-            Refusal::Retry(e)
-        } else {
-            Refusal::Refused(format!(
-                "applying {} `{name}` in namespace `{ns}`: {}",
-                K::kind(&()),
-                retry::describe(&e)
-            ))
-        }
-    })
+    api.patch(name, params, &Patch::Apply(o))
+        .await
+        .map_err(|e| {
+            if retry::is_transient(&e) {
+                Refusal::Retry(e)
+            } else {
+                Refusal::Refused(format!(
+                    "applying {} `{name}` in namespace `{ns}`: {}",
+                    K::kind(&()),
+                    retry::describe(&e)
+                ))
+            }
+        })
 }
 
 #[cfg(test)]
@@ -328,10 +356,22 @@ mod tests {
     #[test]
     fn rules_grant_by_group_resource_and_verb_with_wildcards() {
         let jobsets = perm("jobsets", "jobset.x-k8s.io");
-        assert!(grants(&rule(&["jobset.x-k8s.io"], &["jobsets"], &["get"]), &jobsets, "get"));
+        assert!(grants(
+            &rule(&["jobset.x-k8s.io"], &["jobsets"], &["get"]),
+            &jobsets,
+            "get"
+        ));
         assert!(grants(&rule(&["*"], &["*"], &["*"]), &jobsets, "delete"));
-        assert!(!grants(&rule(&["batch"], &["jobsets"], &["get"]), &jobsets, "get"));
-        assert!(!grants(&rule(&["jobset.x-k8s.io"], &["jobsets"], &["list"]), &jobsets, "get"));
+        assert!(!grants(
+            &rule(&["batch"], &["jobsets"], &["get"]),
+            &jobsets,
+            "get"
+        ));
+        assert!(!grants(
+            &rule(&["jobset.x-k8s.io"], &["jobsets"], &["list"]),
+            &jobsets,
+            "get"
+        ));
         let log = perm("pods/log", "");
         assert!(grants(&rule(&[""], &["pods/log"], &["get"]), &log, "get"));
         assert!(grants(&rule(&[""], &["pods/*"], &["get"]), &log, "get"));

@@ -60,8 +60,8 @@ pub fn from_config(mut config: Config) -> Result<Cluster, String> {
     config.default_retry = false;
     let server = config.cluster_url.to_string();
     let namespace = config.default_namespace.clone();
-    let client = Client::try_from(config)
-        .map_err(|e| format!("the Kubernetes client for {server}: {e}"))?;
+    let client =
+        Client::try_from(config).map_err(|e| format!("the Kubernetes client for {server}: {e}"))?;
     Ok(Cluster {
         client,
         server,

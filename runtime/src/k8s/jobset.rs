@@ -78,7 +78,11 @@ pub struct ReplicatedJob {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Network {
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "enableDNSHostnames")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "enableDNSHostnames"
+    )]
     pub enable_dns_hostnames: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub subdomain: Option<String>,

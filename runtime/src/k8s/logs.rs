@@ -46,7 +46,11 @@ impl NodeLog {
 
     /// The instant of the last line written from this pod, if any.
     pub fn mark(&self) -> Option<Timestamp> {
-        fs::read_to_string(self.mark_path()).ok()?.trim().parse().ok()
+        fs::read_to_string(self.mark_path())
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
     }
 
     fn set_mark(&self, at: Timestamp) -> io::Result<()> {
@@ -87,7 +91,11 @@ impl NodeLog {
             .append(true)
             .open(self.log_path())?;
         if mark.is_none() && self.attempt > 0 && !self.started() {
-            writeln!(f, "skyc: restarting {} (attempt {})", self.task, self.attempt)?;
+            writeln!(
+                f,
+                "skyc: restarting {} (attempt {})",
+                self.task, self.attempt
+            )?;
         }
         f.write_all(&out)?;
         // Written after the lines: a crash between the two repeats lines,

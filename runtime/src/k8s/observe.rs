@@ -56,7 +56,11 @@ pub fn observe(plan: &Plan, objs: &Objects, goal: &Goal) -> Vec<Report> {
     let mut exits = Vec::new();
     let mut losses = Vec::new();
     let mut nodes = Vec::new();
-    let jobset_ended = objs.jobset.as_ref().and_then(|j| j.terminal_state()).is_some();
+    let jobset_ended = objs
+        .jobset
+        .as_ref()
+        .and_then(|j| j.terminal_state())
+        .is_some();
     let suspended = objs.jobset.as_ref().is_some_and(|j| j.is_suspended());
     for (task, tg) in goal.tasks.iter().enumerate() {
         if tg.want == Want::Done {
@@ -77,9 +81,8 @@ pub fn observe(plan: &Plan, objs: &Objects, goal: &Goal) -> Vec<Report> {
             if !live {
                 continue;
             }
-            let unbound = job.filter(|j| {
-                objects::bound_attempt(j).is_none() && !objects::deleting(&j.metadata)
-            });
+            let unbound = job
+                .filter(|j| objects::bound_attempt(j).is_none() && !objects::deleting(&j.metadata));
             let seen = match (current, unbound) {
                 (Some(job), _) => node(objs, job, tg.want, jobset_ended),
                 (None, Some(_)) => Seen::Waiting,
@@ -91,10 +94,7 @@ pub fn observe(plan: &Plan, objs: &Objects, goal: &Goal) -> Vec<Report> {
                     }
                 }
             };
-            all_started &= matches!(
-                seen,
-                Seen::Running | Seen::Exited { .. } | Seen::Lost
-            );
+            all_started &= matches!(seen, Seen::Running | Seen::Exited { .. } | Seen::Lost);
             any_queued |= seen == Seen::Queued;
             match seen {
                 Seen::Exited { phase, code, at_ms } => exits.push(Report::Event {

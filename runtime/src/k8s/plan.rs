@@ -67,7 +67,10 @@ impl Plan {
         }
         Ok(Self {
             group: group.name.clone(),
-            namespace: options.namespace.clone().unwrap_or_else(|| namespace.to_owned()),
+            namespace: options
+                .namespace
+                .clone()
+                .unwrap_or_else(|| namespace.to_owned()),
             context,
             spec: GroupSpec::from_ir(group, grace),
             objects,

@@ -44,7 +44,11 @@ use skyc_targets::k8s::names;
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Op {
     /// Annotate a node Job with the attempt it runs.
-    Bind { job: String, uid: String, attempt: u32 },
+    Bind {
+        job: String,
+        uid: String,
+        attempt: u32,
+    },
     /// `parallelism: 0`: stop the Job's pod, keep the Job.
     Stop { job: String, uid: String },
     /// Delete a node Job of an older attempt (foreground).

@@ -109,14 +109,21 @@ async fn once(apis: &Apis, shared: &SharedRef, op: &Op) -> Result<(), kube::Erro
     };
     match op {
         Op::Bind { job, uid, attempt } => {
-            let rest = json!({"metadata": {"annotations": {ATTEMPT_ANNOTATION: attempt.to_string()}}});
+            let rest =
+                json!({"metadata": {"annotations": {ATTEMPT_ANNOTATION: attempt.to_string()}}});
             put(shared, patch_job(job, uid, rest).await?);
         }
         Op::Stop { job, uid } => {
-            put(shared, patch_job(job, uid, json!({"spec": {"parallelism": 0}})).await?);
+            put(
+                shared,
+                patch_job(job, uid, json!({"spec": {"parallelism": 0}})).await?,
+            );
         }
         Op::OpenGate { job, uid } => {
-            put(shared, patch_job(job, uid, json!({"spec": {"parallelism": 1}})).await?);
+            put(
+                shared,
+                patch_job(job, uid, json!({"spec": {"parallelism": 1}})).await?,
+            );
         }
         Op::FailJobSet { job, uid } => {
             put(
@@ -129,16 +136,22 @@ async fn once(apis: &Apis, shared: &SharedRef, op: &Op) -> Result<(), kube::Erro
             Either::Right(_) => forget(shared, op),
         },
         Op::DeleteJobSet { uid } => {
-            match apis.jobsets.delete(&apis.group, &delete_params(uid)).await? {
+            match apis
+                .jobsets
+                .delete(&apis.group, &delete_params(uid))
+                .await?
+            {
                 Either::Left(obj) => put(shared, obj),
                 Either::Right(_) => forget(shared, op),
             }
         }
         Op::KillPod { pod, uid } => {
-            let params = DeleteParams::default().grace_period(0).preconditions(Preconditions {
-                uid: Some(uid.clone()),
-                resource_version: None,
-            });
+            let params = DeleteParams::default()
+                .grace_period(0)
+                .preconditions(Preconditions {
+                    uid: Some(uid.clone()),
+                    resource_version: None,
+                });
             match apis.pods.delete(pod, &params).await? {
                 Either::Left(obj) => put(shared, obj),
                 Either::Right(_) => forget(shared, op),
@@ -163,17 +176,29 @@ fn forget(shared: &SharedRef, op: &Op) {
         | Op::Delete { job, uid }
         | Op::OpenGate { job, uid }
         | Op::FailJobSet { job, uid } => {
-            if s.objs.jobs.get(job).is_some_and(|j| uid_is(&j.metadata, uid)) {
+            if s.objs
+                .jobs
+                .get(job)
+                .is_some_and(|j| uid_is(&j.metadata, uid))
+            {
                 s.objs.jobs.remove(job);
             }
         }
         Op::DeleteJobSet { uid } => {
-            if s.objs.jobset.as_ref().is_some_and(|j| uid_is(&j.metadata, uid)) {
+            if s.objs
+                .jobset
+                .as_ref()
+                .is_some_and(|j| uid_is(&j.metadata, uid))
+            {
                 s.objs.jobset = None;
             }
         }
         Op::KillPod { pod, uid } => {
-            if s.objs.pods.get(pod).is_some_and(|p| uid_is(&p.metadata, uid)) {
+            if s.objs
+                .pods
+                .get(pod)
+                .is_some_and(|p| uid_is(&p.metadata, uid))
+            {
                 s.objs.pods.remove(pod);
             }
         }

@@ -111,11 +111,7 @@ mod tests {
     use kube::core::Status;
 
     fn api(code: u16, message: &str) -> Error {
-        Error::Api(
-            Status::failure(message, "")
-                .with_code(code)
-                .boxed(),
-        )
+        Error::Api(Status::failure(message, "").with_code(code).boxed())
     }
 
     #[test]

@@ -334,7 +334,11 @@ impl Group {
     }
 
     /// Waits `delay` while still hearing commands.
-    async fn pause(&mut self, rx: &mut mpsc::UnboundedReceiver<Msg>, delay: std::time::Duration) -> Waited {
+    async fn pause(
+        &mut self,
+        rx: &mut mpsc::UnboundedReceiver<Msg>,
+        delay: std::time::Duration,
+    ) -> Waited {
         let until = Instant::now() + delay;
         loop {
             tokio::select! {
@@ -361,7 +365,9 @@ impl Group {
                 Ok(c) => break c,
                 Err(e) => {
                     self.set_outage(Some(e));
-                    if let Waited::Released = self.pause(&mut rx, self.backoff().delay(failures)).await {
+                    if let Waited::Released =
+                        self.pause(&mut rx, self.backoff().delay(failures)).await
+                    {
                         return;
                     }
                     failures += 1;
@@ -378,7 +384,11 @@ impl Group {
 
     /// Checks, and applies unless this run's JobSet is there; `None` when
     /// released meanwhile or refused.
-    async fn put_on(&mut self, cluster: &Cluster, rx: &mut mpsc::UnboundedReceiver<Msg>) -> Option<()> {
+    async fn put_on(
+        &mut self,
+        cluster: &Cluster,
+        rx: &mut mpsc::UnboundedReceiver<Msg>,
+    ) -> Option<()> {
         let mut failures = 0;
         loop {
             let result = match apply::check(&cluster.client, &self.plan).await {
@@ -493,7 +503,11 @@ impl Group {
                 .held
                 .values()
                 .copied()
-                .chain(self.finished_at.filter(|_| !self.settled).map(|at| at + SETTLE_LIMIT))
+                .chain(
+                    self.finished_at
+                        .filter(|_| !self.settled)
+                        .map(|at| at + SETTLE_LIMIT),
+                )
                 .min();
             tokio::select! {
                 msg = rx.recv() => match msg {
@@ -544,6 +558,27 @@ impl Group {
         if listed < 3 {
             return false;
         }
+        // The JobSet gone, or failed, while the group runs: nothing will
+        // run its tasks again, so the group ends as cancelled, before its
+        // nodes are read as lost (which would restart them).
+        if self.goal.end.is_none() && !self.goal.cancel {
+            let outside = match &objs.jobset {
+                None => Some("was deleted"),
+                Some(js) if js.terminal_state() == Some("Failed") => Some("failed"),
+                Some(_) => None,
+            };
+            if let Some(what) = outside
+                && !self
+                    .sent_events
+                    .contains(&format!("{:?}", Event::CancelRequested))
+            {
+                self.out.send(Report::Error(format!(
+                    "the JobSet {} {what} outside skyc",
+                    self.plan.group
+                )));
+                self.send_event(Event::CancelRequested, None);
+            }
+        }
         for report in observe(&self.plan, &objs, &self.goal) {
             match report {
                 Report::Node(info) => {
@@ -556,16 +591,6 @@ impl Group {
                 Report::Event { event, at_ms } => self.send_event(event, at_ms),
                 other => self.out.send(other),
             }
-        }
-        if self.goal.end.is_none()
-            && !self.goal.cancel
-            && objs.jobset.as_ref().and_then(JobSet::terminal_state) == Some("Failed")
-        {
-            self.out.send(Report::Error(format!(
-                "the JobSet {} failed outside skyc",
-                self.plan.group
-            )));
-            self.send_event(Event::CancelRequested, None);
         }
         let mut ops = reconcile::reconcile(&self.plan, &objs, &self.goal);
         for (task, attempt) in std::mem::take(&mut self.kills) {
@@ -602,7 +627,9 @@ impl Group {
             self.settled = true;
             self.out.send(Report::Settled);
         } else if !self.settled
-            && self.finished_at.is_some_and(|at| at.elapsed() >= SETTLE_LIMIT)
+            && self
+                .finished_at
+                .is_some_and(|at| at.elapsed() >= SETTLE_LIMIT)
         {
             // The JobSet controller did not finish it (it is down, or
             // gone): the group's end is the engine's all the same.
@@ -641,7 +668,11 @@ impl Group {
                 .owner_references
                 .iter()
                 .flatten()
-                .find_map(|o| objs.jobs.values().find(|j| j.metadata.uid.as_deref() == Some(&o.uid)))
+                .find_map(|o| {
+                    objs.jobs
+                        .values()
+                        .find(|j| j.metadata.uid.as_deref() == Some(&o.uid))
+                })
                 .and_then(objects::bound_attempt)
                 .unwrap_or(0);
             self.following.insert(uid.clone());
@@ -662,10 +693,9 @@ impl Group {
                     let result = logs::follow(&api, &node).await;
                     let pod_done = {
                         let s = lock(&shared);
-                        s.objs
-                            .pods
-                            .get(&node.pod)
-                            .is_none_or(|p| p.metadata.uid.as_deref() != Some(&node.uid) || objects::pod_terminal(p))
+                        s.objs.pods.get(&node.pod).is_none_or(|p| {
+                            p.metadata.uid.as_deref() != Some(&node.uid) || objects::pod_terminal(p)
+                        })
                     };
                     match result {
                         Ok(()) if pod_done => return,

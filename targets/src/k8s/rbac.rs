@@ -77,7 +77,9 @@ pub const PERMISSIONS: &[Permission] = &[
 
 /// The permissions a group needs.
 pub fn needed(secrets: bool) -> impl Iterator<Item = &'static Permission> {
-    PERMISSIONS.iter().filter(move |p| secrets || !p.secrets_only)
+    PERMISSIONS
+        .iter()
+        .filter(move |p| secrets || !p.secrets_only)
 }
 
 /// The Role granting [`PERMISSIONS`] in `namespace` (kubectl's when
@@ -117,9 +119,9 @@ mod tests {
 
     #[test]
     fn the_role_lists_every_permission_once() {
-        let role = role(Some("team-a"));
-        assert_eq!(role["metadata"]["namespace"], "team-a");
-        let rules = role["rules"].as_array().unwrap();
+        let team = role(Some("team-a"));
+        assert_eq!(team["metadata"]["namespace"], "team-a");
+        let rules = team["rules"].as_array().unwrap();
         assert_eq!(rules.len(), PERMISSIONS.len());
         assert_eq!(rules[0]["apiGroups"][0], "jobset.x-k8s.io");
         assert_eq!(rules[0]["resources"][0], "jobsets");
@@ -137,10 +139,7 @@ mod tests {
     fn secrets_are_needed_only_with_secrets() {
         assert!(!needed(false).any(|p| p.resource == "secrets"));
         assert!(needed(true).any(|p| p.resource == "secrets"));
-        assert_eq!(
-            PERMISSIONS[0].display_resource(),
-            "jobsets.jobset.x-k8s.io"
-        );
+        assert_eq!(PERMISSIONS[0].display_resource(), "jobsets.jobset.x-k8s.io");
         assert_eq!(PERMISSIONS[3].display_resource(), "pods/log");
     }
 }

@@ -15,9 +15,10 @@ fn deleting(o: &Value) -> bool {
 }
 
 fn condition(o: &Value, type_: &str) -> bool {
-    o["status"]["conditions"]
-        .as_array()
-        .is_some_and(|cs| cs.iter().any(|c| c["type"] == type_ && c["status"] == "True"))
+    o["status"]["conditions"].as_array().is_some_and(|cs| {
+        cs.iter()
+            .any(|c| c["type"] == type_ && c["status"] == "True")
+    })
 }
 
 fn owned_by(o: &Value, uid: &Value) -> bool {
@@ -27,7 +28,10 @@ fn owned_by(o: &Value, uid: &Value) -> bool {
 }
 
 fn terminal(pod: &Value) -> bool {
-    matches!(pod["status"]["phase"].as_str(), Some("Succeeded" | "Failed"))
+    matches!(
+        pod["status"]["phase"].as_str(),
+        Some("Succeeded" | "Failed")
+    )
 }
 
 impl World {
@@ -70,7 +74,10 @@ impl World {
             let jobs = self.owned("jobs", &js);
             if deleting(&js) {
                 for job in &jobs {
-                    let n = job["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+                    let n = job["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned();
                     self.delete_foreground("jobs", &n);
                 }
                 if jobs.is_empty() {
@@ -82,7 +89,10 @@ impl World {
                 for job in jobs.iter().filter(|j| {
                     !condition(j, "Complete") && !condition(j, "Failed") && !deleting(j)
                 }) {
-                    let n = job["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+                    let n = job["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned();
                     self.delete_foreground("jobs", &n);
                 }
                 continue;
@@ -90,12 +100,21 @@ impl World {
             // Failed Jobs are looked at before succeeded ones.
             if let Some(failed) = jobs.iter().find(|j| condition(j, "Failed") && !deleting(j)) {
                 let job = failed["metadata"]["name"].clone();
-                self.finish_jobset(&name, "Failed", "FailedJobs", &format!("jobset failed: job {job} failed"));
+                self.finish_jobset(
+                    &name,
+                    "Failed",
+                    "FailedJobs",
+                    &format!("jobset failed: job {job} failed"),
+                );
                 continue;
             }
             let targets: Vec<String> = js["spec"]["successPolicy"]["targetReplicatedJobs"]
                 .as_array()
-                .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|v| v.as_str().map(str::to_owned))
+                        .collect()
+                })
                 .unwrap_or_default();
             let complete = |rjob: &str| {
                 jobs.iter().any(|j| {
@@ -103,10 +122,18 @@ impl World {
                 })
             };
             if !targets.is_empty() && targets.iter().all(|t| complete(t)) {
-                self.finish_jobset(&name, "Completed", "AllJobsCompleted", "jobset completed successfully");
+                self.finish_jobset(
+                    &name,
+                    "Completed",
+                    "AllJobsCompleted",
+                    "jobset completed successfully",
+                );
                 continue;
             }
-            let rjobs = js["spec"]["replicatedJobs"].as_array().cloned().unwrap_or_default();
+            let rjobs = js["spec"]["replicatedJobs"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
             for rjob in rjobs {
                 let rname = rjob["name"].as_str().unwrap_or_default();
                 let job_name = format!("{name}-{rname}-0");
@@ -168,7 +195,10 @@ impl World {
             let pods = self.owned("pods", &job);
             if deleting(&job) {
                 for p in &pods {
-                    let n = p["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+                    let n = p["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned();
                     self.delete_pod(&n);
                 }
                 if pods.is_empty() {
@@ -179,10 +209,19 @@ impl World {
             if condition(&job, "Complete") || condition(&job, "Failed") {
                 continue;
             }
-            let active: Vec<&Value> = pods.iter().filter(|p| !terminal(p) && !deleting(p)).collect();
-            if job["spec"]["activeDeadlineSeconds"].as_i64().is_some_and(|d| d <= 1) {
+            let active: Vec<&Value> = pods
+                .iter()
+                .filter(|p| !terminal(p) && !deleting(p))
+                .collect();
+            if job["spec"]["activeDeadlineSeconds"]
+                .as_i64()
+                .is_some_and(|d| d <= 1)
+            {
                 for p in &active {
-                    let n = p["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+                    let n = p["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned();
                     self.delete_pod(&n);
                 }
                 let now = self.now();
@@ -211,7 +250,10 @@ impl World {
             let parallelism = job["spec"]["parallelism"].as_i64().unwrap_or(1) as usize;
             if active.len() > parallelism {
                 for p in &active[parallelism..] {
-                    let n = p["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+                    let n = p["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned();
                     self.delete_pod(&n);
                 }
             }
@@ -246,8 +288,15 @@ impl World {
                 });
                 self.put("pods", pod);
             }
-            let failed = pods.iter().filter(|p| p["status"]["phase"] == "Failed").count();
-            let active = self.owned("pods", &job).iter().filter(|p| !terminal(p)).count();
+            let failed = pods
+                .iter()
+                .filter(|p| p["status"]["phase"] == "Failed")
+                .count();
+            let active = self
+                .owned("pods", &job)
+                .iter()
+                .filter(|p| !terminal(p))
+                .count();
             let (old_active, old_failed) = (
                 job["status"]["active"].as_u64().unwrap_or(0) as usize,
                 job["status"]["failed"].as_u64().unwrap_or(0) as usize,
@@ -272,10 +321,16 @@ impl World {
             if !deleting(&pod) {
                 continue;
             }
-            if terminal(&pod) || pod["status"]["phase"] == "Pending" && pod["spec"]["nodeName"].is_null() {
+            if terminal(&pod)
+                || pod["status"]["phase"] == "Pending" && pod["spec"]["nodeName"].is_null()
+            {
                 self.remove("pods", &name);
             } else {
-                let code = if pod["metadata"]["deletionGracePeriodSeconds"] == 0 { 137 } else { 143 };
+                let code = if pod["metadata"]["deletionGracePeriodSeconds"] == 0 {
+                    137
+                } else {
+                    143
+                };
                 self.exit(&name, code);
             }
         }
@@ -298,7 +353,11 @@ impl World {
     /// Schedules and starts a pod.
     pub(super) fn run(&mut self, pod: &str) {
         let now = self.now();
-        let n = self.names("pods").iter().position(|p| p == pod).unwrap_or(0);
+        let n = self
+            .names("pods")
+            .iter()
+            .position(|p| p == pod)
+            .unwrap_or(0);
         self.update("pods", pod, |p| {
             p["spec"]["nodeName"] = json!(format!("node-{n}"));
             p["status"] = json!({
@@ -326,9 +385,10 @@ impl World {
     /// Starts every pod that waits.
     pub(super) fn run_pending(&mut self) {
         for name in self.names("pods") {
-            if self.get("pods", &name).is_some_and(|p| {
-                p["status"]["phase"] == "Pending" && !deleting(p)
-            }) {
+            if self
+                .get("pods", &name)
+                .is_some_and(|p| p["status"]["phase"] == "Pending" && !deleting(p))
+            {
                 self.run(&name);
             }
         }
@@ -363,7 +423,10 @@ impl World {
                 }]);
             }
             if let Some(cs) = p["status"]["conditions"].as_array_mut() {
-                for c in cs.iter_mut().filter(|c| c["type"] == "Ready" || c["type"] == "ContainersReady") {
+                for c in cs
+                    .iter_mut()
+                    .filter(|c| c["type"] == "Ready" || c["type"] == "ContainersReady")
+                {
                     c["status"] = json!("False");
                     c["reason"] = json!("PodCompleted");
                 }

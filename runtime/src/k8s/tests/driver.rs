@@ -16,14 +16,28 @@ pub(super) const GID: i64 = 7;
 
 /// A group compiled and lowered as `skyc build --target k8s` would.
 pub(super) fn plan(yaml: &str) -> Plan {
-    let c = skyc_compiler::compile("group.yaml", yaml.as_bytes(), &skyc_compiler::Options::default());
-    let group = c.group.unwrap_or_else(|| panic!("invalid group: {:?}", c.diagnostics));
+    let c = skyc_compiler::compile(
+        "group.yaml",
+        yaml.as_bytes(),
+        &skyc_compiler::Options::default(),
+    );
+    let group = c
+        .group
+        .unwrap_or_else(|| panic!("invalid group: {:?}", c.diagnostics));
     let options = skyc_targets::k8s::Options {
         namespace: Some(NS.to_owned()),
         ..Default::default()
     };
-    Plan::new(&group, &options, NS, None, Duration::from_secs(5), &[], "run-1".into())
-        .unwrap_or_else(|d| panic!("lowering failed: {d:?}"))
+    Plan::new(
+        &group,
+        &options,
+        NS,
+        None,
+        Duration::from_secs(5),
+        &[],
+        "run-1".into(),
+    )
+    .unwrap_or_else(|d| panic!("lowering failed: {d:?}"))
 }
 
 pub(super) fn connect(fake: &Fake) -> Connect {
@@ -171,7 +185,12 @@ impl Driver {
             assert!(
                 Instant::now() < deadline,
                 "the backend did not settle; requests: {:#?}",
-                self.fake.world().requests.iter().map(|r| r.line()).collect::<Vec<_>>()
+                self.fake
+                    .world()
+                    .requests
+                    .iter()
+                    .map(|r| r.line())
+                    .collect::<Vec<_>>()
             );
             std::thread::sleep(Duration::from_millis(15));
             let reported = self.pump();

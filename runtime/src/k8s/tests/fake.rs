@@ -208,7 +208,9 @@ pub(super) struct Fake(pub Arc<Mutex<World>>);
 
 impl Fake {
     pub(super) fn world(&self) -> MutexGuard<'_, World> {
-        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -406,7 +408,10 @@ impl World {
     /// Stores an object (new version), and tells the watches.
     pub(super) fn put(&mut self, resource: &str, mut obj: Value) -> Value {
         let rv = self.next_rv();
-        let name = obj["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+        let name = obj["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
         let existed = self.objects.contains_key(&(resource.into(), name.clone()));
         obj["apiVersion"] = json!(api_version(resource));
         obj["kind"] = json!(kind(resource));
@@ -418,9 +423,13 @@ impl World {
         if obj["metadata"]["creationTimestamp"].is_null() {
             obj["metadata"]["creationTimestamp"] = json!(self.now());
         }
-        self.objects
-            .insert((resource.into(), name), obj.clone());
-        self.event(rv, resource, if existed { "MODIFIED" } else { "ADDED" }, &obj);
+        self.objects.insert((resource.into(), name), obj.clone());
+        self.event(
+            rv,
+            resource,
+            if existed { "MODIFIED" } else { "ADDED" },
+            &obj,
+        );
         obj
     }
 
@@ -481,11 +490,18 @@ impl World {
     fn handle(&mut self, method: &Method, seen: &Seen) -> Response<FakeBody> {
         let path = seen.path.as_str();
         if path == "/version" {
-            return response(200, &json!({"major": "1", "minor": "33", "gitVersion": "v1.33.0"}));
+            return response(
+                200,
+                &json!({"major": "1", "minor": "33", "gitVersion": "v1.33.0"}),
+            );
         }
         if path == "/apis/jobset.x-k8s.io/v1alpha2" {
             if !self.crd {
-                return status(404, "NotFound", "the server could not find the requested resource");
+                return status(
+                    404,
+                    "NotFound",
+                    "the server could not find the requested resource",
+                );
             }
             return response(
                 200,
@@ -514,9 +530,8 @@ impl World {
         let resource = parts.get(at + 2).copied().unwrap_or_default().to_owned();
         let name = parts.get(at + 3).map(|s| (*s).to_owned());
         let sub = parts.get(at + 4).copied();
-        let not_found = |r: &str, n: &str| {
-            status(404, "NotFound", &format!("{r} \"{n}\" not found"))
-        };
+        let not_found =
+            |r: &str, n: &str| status(404, "NotFound", &format!("{r} \"{n}\" not found"));
         match (method.as_str(), name, sub) {
             ("GET", None, _) => {
                 let selector = query_value(&seen.query, "labelSelector")
@@ -608,7 +623,10 @@ impl World {
                     return status(
                         422,
                         "Invalid",
-                        &format!("{} \"{name}\" is invalid: metadata.uid: Invalid value: \"{uid}\": field is immutable", kind(&resource)),
+                        &format!(
+                            "{} \"{name}\" is invalid: metadata.uid: Invalid value: \"{uid}\": field is immutable",
+                            kind(&resource)
+                        ),
                     );
                 }
                 merge(&mut obj, &patch);

@@ -19,7 +19,8 @@ const J: &str = "/apis/batch/v1/namespaces/team/jobs";
 const JS: &str = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/team/jobsets";
 const P: &str = "/api/v1/namespaces/team/pods";
 const CM: &str = "/api/v1/namespaces/team/configmaps";
-const RULES: &str = "POST /apis/authorization.k8s.io/v1/selfsubjectrulesreviews SelfSubjectRulesReview";
+const RULES: &str =
+    "POST /apis/authorization.k8s.io/v1/selfsubjectrulesreviews SelfSubjectRulesReview";
 
 /// A primary and an auxiliary that outlives it by 30 s.
 const DELAYED: &str = "\
@@ -43,7 +44,10 @@ fn bind(d: &Driver, job: &str, attempt: u32) -> String {
 }
 
 fn stop(d: &Driver, job: &str) -> String {
-    format!("PATCH {J}/{job} {{\"spec\":{{\"parallelism\":0}}}} uid={}", d.uid("jobs", job))
+    format!(
+        "PATCH {J}/{job} {{\"spec\":{{\"parallelism\":0}}}} uid={}",
+        d.uid("jobs", job)
+    )
 }
 
 fn applied() -> Vec<String> {
@@ -75,7 +79,11 @@ fn running(yaml: &str) -> Driver {
     assert_eq!(d.writes(), binds);
     d.cluster(|w| w.run_pending());
     assert!(d.writes().is_empty());
-    assert!(d.statuses().iter().all(|s| *s == Status::Running), "{:?}", d.statuses());
+    assert!(
+        d.statuses().iter().all(|s| *s == Status::Running),
+        "{:?}",
+        d.statuses()
+    );
     d
 }
 
@@ -101,7 +109,11 @@ fn a_clean_run_with_a_termination_delay() {
         .as_millisecond();
     assert!(d.event_times.iter().any(|(e, at)| matches!(
         e,
-        Event::NodeExited { task: 0, code: 0, .. }
+        Event::NodeExited {
+            task: 0,
+            code: 0,
+            ..
+        }
     ) && *at == Some(finished)));
     // The delay passes: the buffer's Job stops (SIGTERM through the pod's
     // deletion), then the gate opens and JobSet completes by itself.
@@ -132,7 +144,11 @@ fn a_clean_run_with_a_termination_delay() {
     );
     assert!(d.writes().is_empty());
     assert!(d.settled());
-    assert!(d.reports.iter().any(|r| matches!(r, Report::Job(id) if id.starts_with("team/g uid-"))));
+    assert!(
+        d.reports
+            .iter()
+            .any(|r| matches!(r, Report::Job(id) if id.starts_with("team/g uid-")))
+    );
 }
 
 fn delete(d: &Driver, job: &str) -> String {
@@ -367,7 +383,10 @@ fn cancel_deletes_the_jobset_and_waits_for_its_pods() {
     d.fire(timer);
     assert_eq!(
         d.writes(),
-        [format!("DELETE {P}/{trainer} grace=0 uid={}", d.uid("pods", &trainer))]
+        [format!(
+            "DELETE {P}/{trainer} grace=0 uid={}",
+            d.uid("pods", &trainer)
+        )]
     );
     assert!(!d.settled());
     d.cluster(|w| w.reconcile_cluster());
@@ -394,7 +413,11 @@ fn a_watch_that_is_gone_lists_again_and_misses_nothing() {
         .iter()
         .map(|r| format!("{} {}", r.method, r.path))
         .collect();
-    assert_eq!(after, [format!("GET {P}"), format!("GET {P}")], "a list, then a watch");
+    assert_eq!(
+        after,
+        [format!("GET {P}"), format!("GET {P}")],
+        "a list, then a watch"
+    );
     let watch = d.fake.world().requests.last().unwrap().query.clone();
     assert!(watch.contains("watch=true"), "{watch}");
     assert_eq!(d.statuses(), [Status::Succeeded, Status::Running]);
@@ -433,7 +456,11 @@ fn a_supervisor_killed_during_a_restart_restarts_once() {
                 matches!(
                     r,
                     Report::Event {
-                        event: Event::NodeExited { task: 0, code: 1, .. },
+                        event: Event::NodeExited {
+                            task: 0,
+                            code: 1,
+                            ..
+                        },
                         ..
                     }
                 )
@@ -548,6 +575,12 @@ fn an_api_server_that_stops_answering_is_an_outage_until_it_answers() {
     });
     std::thread::sleep(std::time::Duration::from_millis(300));
     d.settle();
-    assert_eq!(d.reports.iter().rev().find(|r| matches!(r, Report::Outage(_))), Some(&Report::Outage(None)));
+    assert_eq!(
+        d.reports
+            .iter()
+            .rev()
+            .find(|r| matches!(r, Report::Outage(_))),
+        Some(&Report::Outage(None))
+    );
     assert_eq!(d.statuses(), [Status::Succeeded, Status::Running]);
 }

@@ -63,7 +63,10 @@ fn an_incomplete_rules_list_is_confirmed_per_permission() {
         w.rules = json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["get", "list", "watch", "create", "patch"]}]);
     });
     let m = refused(&d);
-    assert!(m.contains("delete jobsets.jobset.x-k8s.io, delete jobs.batch, delete pods"), "{m}");
+    assert!(
+        m.contains("delete jobsets.jobset.x-k8s.io, delete jobs.batch, delete pods"),
+        "{m}"
+    );
     let reviews = d
         .writes()
         .iter()
@@ -96,7 +99,10 @@ fn a_jobset_skyc_did_not_create_is_refused() {
     assert_eq!(d.writes(), [RULES]);
     // A ConfigMap of the group's name that is not skyc's.
     let mut d = start(|w| {
-        w.put("configmaps", json!({"metadata": {"name": "g-skyc"}, "data": {}}));
+        w.put(
+            "configmaps",
+            json!({"metadata": {"name": "g-skyc"}, "data": {}}),
+        );
     });
     assert!(refused(&d).contains("a ConfigMap `g-skyc` that skyc did not create"));
     assert_eq!(d.writes(), [RULES]);
@@ -180,5 +186,29 @@ fn running_groups_report_where_each_node_runs() {
     assert!(trainer.handle.starts_with("g-trainer-0-0-"));
     assert!(trainer.machine.starts_with("node-"));
     assert!(trainer.ip.starts_with("10.0.0."));
-    assert_eq!((trainer.rank, trainer.attempt, trainer.exit_code), (0, 0, None));
+    assert_eq!(
+        (trainer.rank, trainer.attempt, trainer.exit_code),
+        (0, 0, None)
+    );
+}
+
+#[test]
+fn a_jobset_deleted_outside_skyc_ends_the_group_cancelled() {
+    let mut d = running(DELAYED);
+    d.cluster(|w| {
+        w.remove("jobsets", "g");
+        for job in w.names("jobs") {
+            w.remove("jobs", &job);
+        }
+        for pod in w.names("pods") {
+            w.remove("pods", &pod);
+        }
+    });
+    assert!(d.reports.contains(&Report::Error(
+        "the JobSet g was deleted outside skyc".into()
+    )));
+    assert_eq!(d.engine.group_status(), crate::policy::Status::Cancelled);
+    assert_eq!(d.engine.restarts(0), (0, 0), "nothing restarted");
+    assert!(d.writes().is_empty());
+    assert!(d.settled());
 }

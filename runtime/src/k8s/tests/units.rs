@@ -147,7 +147,11 @@ fn the_typed_jobset_round_trips_every_lowered_group() {
     let mut checked = 0;
     for path in files {
         let text = std::fs::read_to_string(&path).unwrap();
-        let c = skyc_compiler::compile("f.yaml", text.as_bytes(), &skyc_compiler::Options::default());
+        let c = skyc_compiler::compile(
+            "f.yaml",
+            text.as_bytes(),
+            &skyc_compiler::Options::default(),
+        );
         let Some(group) = c.group else { continue };
         let m = skyc_targets::k8s::lower(&group, &skyc_targets::k8s::Options::default());
         for o in m.objects.iter().filter(|o| o["kind"] == "JobSet") {
