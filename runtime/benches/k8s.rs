@@ -9,6 +9,7 @@
 //! `cargo bench -p skyc-runtime --bench k8s [-- ROUNDS GROUPS]`.
 
 #[path = "../src/k8s/tests/controllers.rs"]
+#[allow(dead_code)]
 mod controllers;
 #[path = "../src/k8s/tests/fake.rs"]
 #[allow(dead_code)]

@@ -462,8 +462,7 @@ impl World {
         let uid = j["metadata"]["uid"].clone();
         self.names("pods")
             .into_iter()
-            .filter(|n| self.get("pods", n).is_some_and(|p| owned_by(p, &uid)))
-            .last()
+            .rfind(|n| self.get("pods", n).is_some_and(|p| owned_by(p, &uid)))
             .unwrap_or_else(|| panic!("Job {job} has no pod"))
     }
 
