@@ -3,7 +3,7 @@
 //! in-cluster service account.
 
 use super::retry;
-use kube::config::KubeConfigOptions;
+use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use std::time::Duration;
 
@@ -34,22 +34,41 @@ impl std::fmt::Debug for Cluster {
 }
 
 /// Loads the configuration of `context` (the current one when `None`)
-/// and builds a client. kube's own retry layer is off: the runtime
+/// and builds a client. `kubeconfig` is a `KUBECONFIG` value (files
+/// separated by `:`, merged as kubectl merges them), `None` for this
+/// process's own lookup. kube's own retry layer is off: the runtime
 /// retries itself ([`retry`]), the same way for every request.
-pub async fn connect(context: Option<&str>) -> Result<Cluster, String> {
-    let config = match context {
-        Some(name) => {
-            let options = KubeConfigOptions {
-                context: Some(name.to_owned()),
-                ..KubeConfigOptions::default()
-            };
-            Config::from_kubeconfig(&options)
+pub async fn connect(kubeconfig: Option<&str>, context: Option<&str>) -> Result<Cluster, String> {
+    let options = KubeConfigOptions {
+        context: context.map(str::to_owned),
+        ..KubeConfigOptions::default()
+    };
+    let named = |e: &dyn std::fmt::Display| match context {
+        Some(name) => format!("kubeconfig context `{name}`: {e}"),
+        None => format!(
+            "no Kubernetes cluster is configured (KUBECONFIG, ~/.kube/config or an in-cluster service account): {e}"
+        ),
+    };
+    let config = match kubeconfig.filter(|k| !k.is_empty()) {
+        Some(paths) => {
+            let mut merged: Option<Kubeconfig> = None;
+            for path in paths.split(':').filter(|p| !p.is_empty()) {
+                let file =
+                    Kubeconfig::read_from(path).map_err(|e| named(&format!("{path}: {e}")))?;
+                merged = Some(match merged {
+                    Some(m) => m.merge(file).map_err(|e| named(&e))?,
+                    None => file,
+                });
+            }
+            let merged = merged.ok_or_else(|| named(&"KUBECONFIG names no file"))?;
+            Config::from_custom_kubeconfig(merged, &options)
                 .await
-                .map_err(|e| format!("kubeconfig context `{name}`: {e}"))?
+                .map_err(|e| named(&e))?
         }
-        None => Config::infer().await.map_err(|e| {
-            format!("no Kubernetes cluster is configured (KUBECONFIG, ~/.kube/config or an in-cluster service account): {e}")
-        })?,
+        None if context.is_some() => Config::from_kubeconfig(&options)
+            .await
+            .map_err(|e| named(&e))?,
+        None => Config::infer().await.map_err(|e| named(&e))?,
     };
     from_config(config)
 }
@@ -96,13 +115,13 @@ pub struct Reached {
 
 /// For a caller outside any async runtime (`skyc run`): checks that the
 /// cluster of `context` answers. The error names the API server.
-pub fn reach(context: Option<&str>) -> Result<Reached, String> {
+pub fn reach(kubeconfig: Option<&str>, context: Option<&str>) -> Result<Reached, String> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the Kubernetes client: {e}"))?;
     rt.block_on(async {
-        let cluster = connect(context).await?;
+        let cluster = connect(kubeconfig, context).await?;
         probe(&cluster).await?;
         Ok(Reached {
             server: cluster.server,

@@ -18,6 +18,10 @@ pub struct Plan {
     pub namespace: String,
     /// The kubeconfig context (`--context`), else the current one.
     pub context: Option<String>,
+    /// The submitting client's `KUBECONFIG`: the supervisor, started by
+    /// whichever client came first, reads the same files.
+    #[serde(default)]
+    pub kubeconfig: Option<String>,
     pub spec: GroupSpec,
     /// What `skyc build --target k8s` emits, in apply order (the
     /// ConfigMap, then the JobSet), plus the Secret of run-time values
@@ -72,6 +76,7 @@ impl Plan {
                 .clone()
                 .unwrap_or_else(|| namespace.to_owned()),
             context,
+            kubeconfig: std::env::var("KUBECONFIG").ok().filter(|k| !k.is_empty()),
             spec: GroupSpec::from_ir(group, grace),
             objects,
             token,

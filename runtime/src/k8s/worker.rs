@@ -48,8 +48,8 @@ pub type Connect = Arc<dyn Fn(&Plan) -> BoxFuture<'static, Result<Cluster, Strin
 /// The kubeconfig's cluster, as kubectl finds it, for the plan's context.
 pub fn kubeconfig() -> Connect {
     Arc::new(|plan: &Plan| {
-        let context = plan.context.clone();
-        Box::pin(async move { client::connect(context.as_deref()).await })
+        let (kubeconfig, context) = (plan.kubeconfig.clone(), plan.context.clone());
+        Box::pin(async move { client::connect(kubeconfig.as_deref(), context.as_deref()).await })
     })
 }
 

@@ -212,3 +212,45 @@ fn a_jobset_deleted_outside_skyc_ends_the_group_cancelled() {
     assert!(d.writes().is_empty());
     assert!(d.settled());
 }
+
+#[test]
+fn the_kubeconfig_of_the_plan_and_its_context_are_used() {
+    let dir = std::env::temp_dir().join(format!("skyc-kubeconfig-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("config");
+    std::fs::write(
+        &file,
+        "apiVersion: v1\nkind: Config\ncurrent-context: a\n\
+         clusters:\n- name: a\n  cluster: {server: 'https://127.0.0.1:1'}\n\
+         - name: b\n  cluster: {server: 'https://127.0.0.2:1'}\n\
+         users:\n- name: u\n  user: {token: t}\n\
+         contexts:\n- name: a\n  context: {cluster: a, user: u, namespace: team-a}\n\
+         - name: b\n  context: {cluster: b, user: u}\n",
+    )
+    .unwrap();
+    let path = file.display().to_string();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (a, b, missing) = rt.block_on(async {
+        (
+            client::connect(Some(&path), None).await.unwrap(),
+            client::connect(Some(&path), Some("b")).await.unwrap(),
+            client::connect(Some(&path), Some("c")).await.unwrap_err(),
+        )
+    });
+    assert_eq!(
+        (a.server.as_str(), a.namespace.as_str()),
+        ("https://127.0.0.1:1/", "team-a")
+    );
+    assert_eq!(
+        (b.server.as_str(), b.namespace.as_str()),
+        ("https://127.0.0.2:1/", "default")
+    );
+    assert!(missing.contains("context `c`"), "{missing}");
+    // The check a client makes before submitting: no answer, the server named.
+    let err = client::reach(Some(&path), Some("a")).unwrap_err();
+    assert!(err.contains("https://127.0.0.1:1/"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
