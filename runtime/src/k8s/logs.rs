@@ -178,7 +178,7 @@ fn write_lines(node: &NodeLog, pending: &mut Vec<u8>, upto: usize) -> io::Result
     node.append(&lines).map(|_| ())
 }
 
-/// Whether `path` holds the log of a node (for tests and callers).
+/// The file a node's output goes to (the local target's layout).
 pub fn log_file(group_dir: &Path, task: &str, rank: u32) -> PathBuf {
     crate::local::paths::log(group_dir, task, rank)
 }

@@ -248,7 +248,7 @@ async fn main_loop(mut rx: mpsc::UnboundedReceiver<Command>, ctx: Ctx) {
                     tx: ctx.reports.clone(),
                     wake: ctx.wake.clone(),
                 };
-                let group = Group::new(gid, *plan, goal, job, out, ctx.clone());
+                let group = Group::new(*plan, goal, job, out, ctx.clone());
                 tokio::task::spawn_local(group.run(rx));
             }
             Command::To(gid, msg) => {
@@ -295,8 +295,7 @@ enum Waited {
 }
 
 impl Group {
-    fn new(gid: i64, plan: Plan, goal: Goal, job: Option<String>, out: Out, ctx: Arc<Ctx>) -> Self {
-        let _ = gid;
+    fn new(plan: Plan, goal: Goal, job: Option<String>, out: Out, ctx: Arc<Ctx>) -> Self {
         Self {
             plan,
             goal,
