@@ -8,9 +8,12 @@
 //!
 //! [`store`] keeps every group's state in SQLite. The [`supervisor`] of a
 //! state directory runs its groups: on this machine through [`local`], on
-//! a cluster through [`slurm`]. [`secrets`] gives tasks their secrets on
+//! a cluster through [`slurm`] or [`k8s`], each behind the one
+//! [`backend::Backend`] interface. [`secrets`] gives tasks their secrets on
 //! every target.
 
+pub mod backend;
+pub mod k8s;
 pub mod local;
 pub mod policy;
 pub mod secrets;

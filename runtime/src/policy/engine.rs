@@ -190,6 +190,21 @@ impl Engine {
             .unwrap_or(false)
     }
 
+    /// Whether the task's current attempt is ending: a node failed or was
+    /// lost, or the task is being terminated. Its live nodes are to stop
+    /// and be answered for; what follows (a restart or the end) is
+    /// decided already.
+    pub fn stopping(&self, task: TaskId) -> bool {
+        self.tasks
+            .get(task)
+            .is_some_and(|t| !t.status.is_terminal() && t.then != Then::Continue)
+    }
+
+    /// Whether the user cancelled the group.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled
+    }
+
     /// Every task is terminal.
     pub fn is_finished(&self) -> bool {
         self.tasks.iter().all(|t| t.status.is_terminal())

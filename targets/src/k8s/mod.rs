@@ -16,6 +16,7 @@ pub mod emit;
 mod jobset;
 pub mod names;
 mod pod;
+pub mod rbac;
 mod recovery;
 mod resources;
 mod script;

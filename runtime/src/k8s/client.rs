@@ -1,0 +1,131 @@
+//! The cluster, as kubectl finds it: the kubeconfig (`KUBECONFIG`, else
+//! `~/.kube/config`) and its current context or `--context`, else the
+//! in-cluster service account.
+
+use super::retry;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use std::time::Duration;
+
+/// How long a connection to the API server may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long the reachability check waits for an answer, connection
+/// included: `skyc run` says the cluster is unreachable well within 30 s.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// A client and what it talks to.
+#[derive(Clone)]
+pub struct Cluster {
+    pub client: Client,
+    /// The API server's URL, for messages.
+    pub server: String,
+    /// The context's namespace (`default` when it names none).
+    pub namespace: String,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("server", &self.server)
+            .field("namespace", &self.namespace)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Loads the configuration of `context` (the current one when `None`)
+/// and builds a client. `kubeconfig` is a `KUBECONFIG` value (files
+/// separated by `:`, merged as kubectl merges them), `None` for this
+/// process's own lookup. kube's own retry layer is off: the runtime
+/// retries itself ([`retry`]), the same way for every request.
+pub async fn connect(kubeconfig: Option<&str>, context: Option<&str>) -> Result<Cluster, String> {
+    let options = KubeConfigOptions {
+        context: context.map(str::to_owned),
+        ..KubeConfigOptions::default()
+    };
+    let named = |e: &dyn std::fmt::Display| match context {
+        Some(name) => format!("kubeconfig context `{name}`: {e}"),
+        None => format!(
+            "no Kubernetes cluster is configured (KUBECONFIG, ~/.kube/config or an in-cluster service account): {e}"
+        ),
+    };
+    let config = match kubeconfig.filter(|k| !k.is_empty()) {
+        Some(paths) => {
+            let mut merged: Option<Kubeconfig> = None;
+            for path in paths.split(':').filter(|p| !p.is_empty()) {
+                let file =
+                    Kubeconfig::read_from(path).map_err(|e| named(&format!("{path}: {e}")))?;
+                merged = Some(match merged {
+                    Some(m) => m.merge(file).map_err(|e| named(&e))?,
+                    None => file,
+                });
+            }
+            let merged = merged.ok_or_else(|| named(&"KUBECONFIG names no file"))?;
+            Config::from_custom_kubeconfig(merged, &options)
+                .await
+                .map_err(|e| named(&e))?
+        }
+        None if context.is_some() => Config::from_kubeconfig(&options)
+            .await
+            .map_err(|e| named(&e))?,
+        None => Config::infer().await.map_err(|e| named(&e))?,
+    };
+    from_config(config)
+}
+
+/// The client of a loaded configuration.
+pub fn from_config(mut config: Config) -> Result<Cluster, String> {
+    config.connect_timeout = Some(CONNECT_TIMEOUT);
+    config.default_retry = false;
+    let server = config.cluster_url.to_string();
+    let namespace = config.default_namespace.clone();
+    let client =
+        Client::try_from(config).map_err(|e| format!("the Kubernetes client for {server}: {e}"))?;
+    Ok(Cluster {
+        client,
+        server,
+        namespace,
+    })
+}
+
+/// Asks the API server its version: it answers, or the error names it.
+pub async fn probe(cluster: &Cluster) -> Result<(), String> {
+    match tokio::time::timeout(PROBE_TIMEOUT, cluster.client.apiserver_version()).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(format!(
+            "the Kubernetes API server {} did not answer: {}",
+            cluster.server,
+            retry::describe(&e)
+        )),
+        Err(_) => Err(format!(
+            "the Kubernetes API server {} did not answer within {} s",
+            cluster.server,
+            PROBE_TIMEOUT.as_secs()
+        )),
+    }
+}
+
+/// What the client of `skyc run` learns before it submits: where the
+/// cluster is, and that it answers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reached {
+    pub server: String,
+    pub namespace: String,
+}
+
+/// For a caller outside any async runtime (`skyc run`): checks that the
+/// cluster of `context` answers. The error names the API server.
+pub fn reach(kubeconfig: Option<&str>, context: Option<&str>) -> Result<Reached, String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the Kubernetes client: {e}"))?;
+    rt.block_on(async {
+        let cluster = connect(kubeconfig, context).await?;
+        probe(&cluster).await?;
+        Ok(Reached {
+            server: cluster.server,
+            namespace: cluster.namespace,
+        })
+    })
+}

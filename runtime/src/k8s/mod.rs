@@ -1,0 +1,39 @@
+//! `skyc run --target k8s`: a group applied to a Kubernetes cluster as the
+//! JobSet `skyc build --target k8s` emits, and supervised with the shared
+//! policy engine.
+//!
+//! - [`Plan`]: what the submitting client stores (the build's objects,
+//!   the namespace and context, the engine's spec);
+//! - [`client`]: the cluster as kubectl finds it (kubeconfig, `--context`,
+//!   in-cluster), and whether it answers;
+//! - [`apply`]: the checks that refuse a group before anything is
+//!   created (JobSet not installed, RBAC, names taken), and the
+//!   server-side apply;
+//! - [`observe`] and [`reconcile`]: pure, where the engine meets the
+//!   cluster: the JobSet, Jobs and pods to engine events, and the engine's
+//!   state to API requests ([`goal`] reads that state);
+//! - [`watch`], [`request`], [`logs`], [`retry`]: the I/O, on one thread
+//!   of its own ([`Kubernetes`], the supervisor's [`Backend`]).
+//!
+//! [`Backend`]: crate::backend::Backend
+
+pub mod apply;
+pub mod client;
+pub mod goal;
+pub mod jobset;
+pub mod logs;
+pub mod objects;
+pub mod observe;
+mod plan;
+pub mod reconcile;
+pub mod request;
+pub mod retry;
+pub mod watch;
+mod worker;
+
+pub use jobset::JobSet;
+pub use plan::{ATTEMPT_ANNOTATION, FIELD_MANAGER, GROUP_LABEL, Plan, RUN_ANNOTATION};
+pub use worker::{Connect, Kubernetes, Tuning, kubeconfig};
+
+#[cfg(test)]
+mod tests;

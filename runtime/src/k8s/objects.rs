@@ -1,0 +1,169 @@
+//! What the runtime knows of one group's objects: the JobSet, its child
+//! Jobs and their pods, as the watches last saw them (and as the runtime's
+//! own writes returned them), with the few readings of each that the
+//! observer and the reconciler need.
+
+use super::jobset::JobSet;
+use super::plan::ATTEMPT_ANNOTATION;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ContainerStateTerminated, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use skyc_targets::k8s::names::CONTAINER;
+use std::collections::BTreeMap;
+
+/// The group's objects, by name.
+#[derive(Clone, Debug, Default)]
+pub struct Objects {
+    pub jobset: Option<JobSet>,
+    pub jobs: BTreeMap<String, Job>,
+    pub pods: BTreeMap<String, Pod>,
+}
+
+/// An object kind the runtime watches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    JobSet,
+    Job,
+    Pod,
+}
+
+impl Objects {
+    /// The pods a Job created, oldest first.
+    pub fn pods_of(&self, job: &Job) -> Vec<&Pod> {
+        let Some(uid) = job.metadata.uid.as_deref() else {
+            return Vec::new();
+        };
+        let mut pods: Vec<&Pod> = self
+            .pods
+            .values()
+            .filter(|p| {
+                p.metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .any(|o| o.uid == uid)
+            })
+            .collect();
+        pods.sort_by(|a, b| {
+            let key = |p: &Pod| {
+                (
+                    p.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                    p.metadata.name.clone(),
+                )
+            };
+            key(a).cmp(&key(b))
+        });
+        pods
+    }
+
+    /// The JobSet is gone, or being deleted.
+    pub fn jobset_gone(&self) -> bool {
+        self.jobset.as_ref().is_none_or(|j| deleting(&j.metadata))
+    }
+}
+
+/// Whether deletion has begun (`deletionTimestamp` is set).
+pub fn deleting(meta: &ObjectMeta) -> bool {
+    meta.deletion_timestamp.is_some()
+}
+
+/// `resourceVersion` as a number, where the API server writes one (etcd
+/// does); `None` means "cannot be ordered".
+pub fn version(meta: &ObjectMeta) -> Option<u64> {
+    meta.resource_version.as_deref()?.parse().ok()
+}
+
+/// The attempt the runtime bound a node Job to.
+pub fn bound_attempt(job: &Job) -> Option<u32> {
+    job.metadata
+        .annotations
+        .as_ref()?
+        .get(ATTEMPT_ANNOTATION)?
+        .parse()
+        .ok()
+}
+
+pub fn parallelism(job: &Job) -> i32 {
+    job.spec.as_ref().and_then(|s| s.parallelism).unwrap_or(1)
+}
+
+/// A true condition of `type_` on the Job (`Complete`, `Failed`).
+pub fn job_condition(job: &Job, type_: &str) -> bool {
+    job.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == type_ && c.status == "True"))
+}
+
+/// The Job has ended, either way.
+pub fn job_finished(job: &Job) -> bool {
+    job_condition(job, "Complete") || job_condition(job, "Failed")
+}
+
+pub fn pod_phase(pod: &Pod) -> &str {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("Pending")
+}
+
+pub fn pod_terminal(pod: &Pod) -> bool {
+    matches!(pod_phase(pod), "Succeeded" | "Failed")
+}
+
+/// A true pod condition of `type_`, with its reason.
+pub fn pod_condition<'a>(pod: &'a Pod, type_: &str) -> Option<&'a str> {
+    pod.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == "True")
+        .map(|c| c.reason.as_deref().unwrap_or(""))
+}
+
+/// Kubernetes is taking the pod away (preemption, eviction, drain, a
+/// lost node): the `DisruptionTarget` condition, with its reason.
+pub fn disruption(pod: &Pod) -> Option<&str> {
+    pod_condition(pod, "DisruptionTarget")
+}
+
+/// The scheduler found no node for the pod.
+pub fn unschedulable(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c.type_ == "PodScheduled"
+                    && c.status == "False"
+                    && c.reason.as_deref() == Some("Unschedulable")
+            })
+        })
+}
+
+/// How the task's container ended, when it has.
+pub fn terminated(pod: &Pod) -> Option<&ContainerStateTerminated> {
+    let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
+    let main = statuses
+        .iter()
+        .find(|c| c.name == CONTAINER)
+        .or(statuses.first())?;
+    main.state
+        .as_ref()
+        .and_then(|s| s.terminated.as_ref())
+        .or_else(|| main.last_state.as_ref()?.terminated.as_ref())
+}
+
+/// The pod's container has started (it runs, or ran).
+pub fn started(pod: &Pod) -> bool {
+    matches!(pod_phase(pod), "Running" | "Succeeded" | "Failed")
+}
+
+/// The node label of a pod or Job: `skyc.io/task`, `skyc.io/node-index`.
+pub fn node_of(meta: &ObjectMeta) -> Option<(&str, u32)> {
+    let labels = meta.labels.as_ref()?;
+    let task = labels.get("skyc.io/task")?;
+    let rank = labels.get("skyc.io/node-index")?.parse().ok()?;
+    Some((task, rank))
+}

@@ -1,0 +1,229 @@
+//! Each [`Op`] as its API request, retried while the answer is transient,
+//! and its answer written into the cache at once (so the reconciler does
+//! not ask again before the watch brings the change).
+//!
+//! Every write names the object's uid: merge patches carry
+//! `metadata.uid`, deletes a uid precondition. A request meant for one
+//! incarnation of a Job can therefore never touch the Job JobSet made in
+//! its place, however late it arrives or often it is retried.
+
+use super::jobset::JobSet;
+use super::plan::{ATTEMPT_ANNOTATION, FIELD_MANAGER};
+use super::reconcile::Op;
+use super::retry::{self, Backoff};
+use super::watch::{SharedRef, Watched, lock};
+use either::Either;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+/// How long one request may take before it counts as unanswered.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How a request ended.
+#[derive(Debug)]
+pub enum Outcome {
+    Done,
+    /// The object is gone, or is another incarnation: nothing to do.
+    Moot,
+    /// Refused for good (permissions, validation): say so.
+    Refused(String),
+    /// Still failing after every try.
+    Failing(kube::Error),
+}
+
+/// The API of the group's objects.
+pub struct Apis {
+    pub jobsets: Api<JobSet>,
+    pub jobs: Api<Job>,
+    pub pods: Api<Pod>,
+    pub group: String,
+}
+
+impl Apis {
+    pub fn new(client: &Client, namespace: &str, group: &str) -> Self {
+        Self {
+            jobsets: Api::namespaced(client.clone(), namespace),
+            jobs: Api::namespaced(client.clone(), namespace),
+            pods: Api::namespaced(client.clone(), namespace),
+            group: group.to_owned(),
+        }
+    }
+}
+
+fn merge(uid: &str, rest: Value) -> Value {
+    let mut patch = rest;
+    patch["metadata"]["uid"] = json!(uid);
+    patch
+}
+
+fn delete_params(uid: &str) -> DeleteParams {
+    DeleteParams::foreground().preconditions(Preconditions {
+        uid: Some(uid.to_owned()),
+        resource_version: None,
+    })
+}
+
+/// Carries out `op`, trying again while the answer is transient.
+pub async fn execute(apis: &Apis, shared: &SharedRef, op: &Op, backoff: Backoff) -> Outcome {
+    let mut tries = 0;
+    loop {
+        let result = match tokio::time::timeout(CALL_TIMEOUT, once(apis, shared, op)).await {
+            Ok(r) => r,
+            Err(_) => Err(kube::Error::ReadEvents(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer within {} s", CALL_TIMEOUT.as_secs()),
+            ))),
+        };
+        match result {
+            Ok(()) => return Outcome::Done,
+            Err(e) if retry::not_found(&e) || retry::stale(&e) => {
+                forget(shared, op);
+                return Outcome::Moot;
+            }
+            Err(e) if retry::is_transient(&e) => {
+                tries += 1;
+                if tries >= backoff.tries {
+                    return Outcome::Failing(e);
+                }
+                tokio::time::sleep(backoff.delay(tries - 1)).await;
+            }
+            Err(e) => return Outcome::Refused(retry::describe(&e)),
+        }
+    }
+}
+
+async fn once(apis: &Apis, shared: &SharedRef, op: &Op) -> Result<(), kube::Error> {
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..PatchParams::default()
+    };
+    let patch_job = |job: &str, uid: &str, rest: Value| {
+        let body = merge(uid, rest);
+        let job = job.to_owned();
+        let params = params.clone();
+        async move { apis.jobs.patch(&job, &params, &Patch::Merge(&body)).await }
+    };
+    match op {
+        Op::Bind { job, uid, attempt } => {
+            let rest =
+                json!({"metadata": {"annotations": {ATTEMPT_ANNOTATION: attempt.to_string()}}});
+            put(shared, patch_job(job, uid, rest).await?);
+        }
+        Op::Stop { job, uid } => {
+            put(
+                shared,
+                patch_job(job, uid, json!({"spec": {"parallelism": 0}})).await?,
+            );
+        }
+        Op::OpenGate { job, uid } => {
+            put(
+                shared,
+                patch_job(job, uid, json!({"spec": {"parallelism": 1}})).await?,
+            );
+        }
+        Op::FailJobSet { job, uid } => {
+            put(
+                shared,
+                patch_job(job, uid, json!({"spec": {"activeDeadlineSeconds": 1}})).await?,
+            );
+        }
+        Op::Delete { job, uid } => match apis.jobs.delete(job, &delete_params(uid)).await? {
+            Either::Left(obj) => put(shared, obj),
+            Either::Right(_) => forget(shared, op),
+        },
+        Op::DeleteJobSet { uid } => {
+            match apis
+                .jobsets
+                .delete(&apis.group, &delete_params(uid))
+                .await?
+            {
+                Either::Left(obj) => put(shared, obj),
+                Either::Right(_) => forget(shared, op),
+            }
+        }
+        Op::KillPod { pod, uid } => {
+            let params = DeleteParams::default()
+                .grace_period(0)
+                .preconditions(Preconditions {
+                    uid: Some(uid.clone()),
+                    resource_version: None,
+                });
+            match apis.pods.delete(pod, &params).await? {
+                Either::Left(obj) => put(shared, obj),
+                Either::Right(_) => forget(shared, op),
+            }
+        }
+    }
+    Ok(())
+}
+
+fn put<K: Watched>(shared: &SharedRef, obj: K) {
+    K::put(&mut lock(shared).objs, obj);
+}
+
+/// The object an op was for is gone (or replaced): drop it from the cache
+/// if it is still the one the op named.
+fn forget(shared: &SharedRef, op: &Op) {
+    let mut s = lock(shared);
+    let uid_is = |m: &kube::core::ObjectMeta, uid: &str| m.uid.as_deref() == Some(uid);
+    match op {
+        Op::Bind { job, uid, .. }
+        | Op::Stop { job, uid }
+        | Op::Delete { job, uid }
+        | Op::OpenGate { job, uid }
+        | Op::FailJobSet { job, uid } => {
+            if s.objs
+                .jobs
+                .get(job)
+                .is_some_and(|j| uid_is(&j.metadata, uid))
+            {
+                s.objs.jobs.remove(job);
+            }
+        }
+        Op::DeleteJobSet { uid } => {
+            if s.objs
+                .jobset
+                .as_ref()
+                .is_some_and(|j| uid_is(&j.metadata, uid))
+            {
+                s.objs.jobset = None;
+            }
+        }
+        Op::KillPod { pod, uid } => {
+            if s.objs
+                .pods
+                .get(pod)
+                .is_some_and(|p| uid_is(&p.metadata, uid))
+            {
+                s.objs.pods.remove(pod);
+            }
+        }
+    }
+}
+
+/// The op's object, for messages.
+pub fn describe(op: &Op) -> String {
+    match op {
+        Op::Bind { job, attempt, .. } => format!("annotating Job {job} with attempt {attempt}"),
+        Op::Stop { job, .. } => format!("stopping Job {job}"),
+        Op::Delete { job, .. } => format!("deleting Job {job}"),
+        Op::OpenGate { job, .. } => format!("opening the delay gate {job}"),
+        Op::FailJobSet { job, .. } => format!("failing Job {job}"),
+        Op::DeleteJobSet { .. } => "deleting the JobSet".to_owned(),
+        Op::KillPod { pod, .. } => format!("killing pod {pod}"),
+    }
+}
+
+/// `namespace/name uid` of a JobSet: the backend's id of the group.
+pub fn job_id(js: &JobSet) -> String {
+    format!(
+        "{}/{} {}",
+        js.namespace().unwrap_or_default(),
+        js.name_any(),
+        js.uid().unwrap_or_default()
+    )
+}

@@ -1,0 +1,475 @@
+//! The cluster's controllers as script steps, writing what the real ones
+//! write: the JobSet controller (child Jobs from the templates with its
+//! labels and owner reference, success over the targeted replicated Jobs,
+//! failure on a failed Job, deletion of active Jobs once finished,
+//! recreation of a deleted Job), the Job controller (pods from the
+//! template, replacement only after the old pod is terminal, scale-down,
+//! `Complete` and `DeadlineExceeded`), and the kubelet (running, exits,
+//! termination of deleted pods).
+
+use super::fake::World;
+use serde_json::{Value, json};
+
+fn deleting(o: &Value) -> bool {
+    !o["metadata"]["deletionTimestamp"].is_null()
+}
+
+fn condition(o: &Value, type_: &str) -> bool {
+    o["status"]["conditions"].as_array().is_some_and(|cs| {
+        cs.iter()
+            .any(|c| c["type"] == type_ && c["status"] == "True")
+    })
+}
+
+fn owned_by(o: &Value, uid: &Value) -> bool {
+    o["metadata"]["ownerReferences"]
+        .as_array()
+        .is_some_and(|rs| rs.iter().any(|r| r["uid"] == *uid))
+}
+
+fn terminal(pod: &Value) -> bool {
+    matches!(
+        pod["status"]["phase"].as_str(),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+impl World {
+    fn owned(&self, resource: &str, owner: &Value) -> Vec<Value> {
+        let uid = owner["metadata"]["uid"].clone();
+        self.names(resource)
+            .iter()
+            .filter_map(|n| self.get(resource, n))
+            .filter(|o| owned_by(o, &uid))
+            .cloned()
+            .collect()
+    }
+
+    /// Foreground deletion as the garbage collector does it: mark.
+    fn delete_foreground(&mut self, resource: &str, name: &str) {
+        let now = self.now();
+        self.update(resource, name, |o| {
+            if o["metadata"]["deletionTimestamp"].is_null() {
+                o["metadata"]["deletionTimestamp"] = json!(now);
+                o["metadata"]["finalizers"] = json!(["foregroundDeletion"]);
+            }
+        });
+    }
+
+    fn delete_pod(&mut self, name: &str) {
+        let now = self.now();
+        self.update("pods", name, |p| {
+            if p["metadata"]["deletionTimestamp"].is_null() {
+                p["metadata"]["deletionTimestamp"] = json!(now);
+            }
+        });
+    }
+
+    /// One pass of the JobSet controller.
+    pub(super) fn jobset_controller(&mut self) {
+        for name in self.names("jobsets") {
+            let Some(js) = self.get("jobsets", &name).cloned() else {
+                continue;
+            };
+            let jobs = self.owned("jobs", &js);
+            if deleting(&js) {
+                for job in &jobs {
+                    let n = job["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned();
+                    self.delete_foreground("jobs", &n);
+                }
+                if jobs.is_empty() {
+                    self.remove("jobsets", &name);
+                }
+                continue;
+            }
+            if !js["status"]["terminalState"].is_null() {
+                for job in jobs.iter().filter(|j| {
+                    !condition(j, "Complete") && !condition(j, "Failed") && !deleting(j)
+                }) {
+                    let n = job["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned();
+                    self.delete_foreground("jobs", &n);
+                }
+                continue;
+            }
+            // Failed Jobs are looked at before succeeded ones.
+            if let Some(failed) = jobs.iter().find(|j| condition(j, "Failed") && !deleting(j)) {
+                let job = failed["metadata"]["name"].clone();
+                self.finish_jobset(
+                    &name,
+                    "Failed",
+                    "FailedJobs",
+                    &format!("jobset failed: job {job} failed"),
+                );
+                continue;
+            }
+            let targets: Vec<String> = js["spec"]["successPolicy"]["targetReplicatedJobs"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|v| v.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let complete = |rjob: &str| {
+                jobs.iter().any(|j| {
+                    j["metadata"]["name"] == format!("{name}-{rjob}-0") && condition(j, "Complete")
+                })
+            };
+            if !targets.is_empty() && targets.iter().all(|t| complete(t)) {
+                self.finish_jobset(
+                    &name,
+                    "Completed",
+                    "AllJobsCompleted",
+                    "jobset completed successfully",
+                );
+                continue;
+            }
+            let rjobs = js["spec"]["replicatedJobs"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            for rjob in rjobs {
+                let rname = rjob["name"].as_str().unwrap_or_default();
+                let job_name = format!("{name}-{rname}-0");
+                if self.get("jobs", &job_name).is_some() {
+                    continue;
+                }
+                let mut labels = rjob["template"]["metadata"]["labels"].clone();
+                let jobset_labels = json!({
+                    "jobset.sigs.k8s.io/jobset-name": name,
+                    "jobset.sigs.k8s.io/jobset-uid": js["metadata"]["uid"],
+                    "jobset.sigs.k8s.io/replicatedjob-name": rname,
+                    "jobset.sigs.k8s.io/replicatedjob-replicas": "1",
+                    "jobset.sigs.k8s.io/job-index": "0",
+                    "jobset.sigs.k8s.io/job-global-index": "0",
+                    "jobset.sigs.k8s.io/restart-attempt": "0",
+                });
+                super::fake::merge(&mut labels, &jobset_labels);
+                let mut annotations = rjob["template"]["metadata"]["annotations"].clone();
+                super::fake::merge(&mut annotations, &jobset_labels);
+                let mut spec = rjob["template"]["spec"].clone();
+                super::fake::merge(&mut spec["template"]["metadata"]["labels"], &jobset_labels);
+                spec["suspend"] = json!(false);
+                let job = json!({
+                    "metadata": {
+                        "name": job_name,
+                        "labels": labels,
+                        "annotations": annotations,
+                        "ownerReferences": [{
+                            "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+                            "name": name, "uid": js["metadata"]["uid"],
+                            "controller": true, "blockOwnerDeletion": true,
+                        }],
+                    },
+                    "spec": spec,
+                    "status": {},
+                });
+                self.put("jobs", job);
+            }
+        }
+    }
+
+    fn finish_jobset(&mut self, name: &str, state: &str, reason: &str, message: &str) {
+        let now = self.now();
+        self.update("jobsets", name, |js| {
+            js["status"]["terminalState"] = json!(state);
+            js["status"]["conditions"] = json!([{
+                "type": state, "status": "True", "reason": reason, "message": message,
+                "lastTransitionTime": now,
+            }]);
+        });
+    }
+
+    /// One pass of the Job controller over every Job.
+    pub(super) fn job_controller(&mut self) {
+        for name in self.names("jobs") {
+            let Some(job) = self.get("jobs", &name).cloned() else {
+                continue;
+            };
+            let pods = self.owned("pods", &job);
+            if deleting(&job) {
+                for p in &pods {
+                    let n = p["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned();
+                    self.delete_pod(&n);
+                }
+                if pods.is_empty() {
+                    self.remove("jobs", &name);
+                }
+                continue;
+            }
+            if condition(&job, "Complete") || condition(&job, "Failed") {
+                continue;
+            }
+            let active: Vec<&Value> = pods
+                .iter()
+                .filter(|p| !terminal(p) && !deleting(p))
+                .collect();
+            if job["spec"]["activeDeadlineSeconds"]
+                .as_i64()
+                .is_some_and(|d| d <= 1)
+            {
+                for p in &active {
+                    let n = p["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned();
+                    self.delete_pod(&n);
+                }
+                let now = self.now();
+                self.update("jobs", &name, |j| {
+                    j["status"]["conditions"] = json!([
+                        {"type": "FailureTarget", "status": "True", "reason": "DeadlineExceeded", "lastTransitionTime": now},
+                        {"type": "Failed", "status": "True", "reason": "DeadlineExceeded",
+                         "message": "Job was active longer than specified deadline", "lastTransitionTime": now},
+                    ]);
+                });
+                continue;
+            }
+            if pods.iter().any(|p| p["status"]["phase"] == "Succeeded") {
+                let now = self.now();
+                self.update("jobs", &name, |j| {
+                    j["status"]["succeeded"] = json!(1);
+                    j["status"]["active"] = json!(0);
+                    j["status"]["completionTime"] = json!(now);
+                    j["status"]["conditions"] = json!([
+                        {"type": "SuccessCriteriaMet", "status": "True", "reason": "CompletionsReached", "lastTransitionTime": now},
+                        {"type": "Complete", "status": "True", "reason": "CompletionsReached", "lastTransitionTime": now},
+                    ]);
+                });
+                continue;
+            }
+            let parallelism = job["spec"]["parallelism"].as_i64().unwrap_or(1) as usize;
+            if active.len() > parallelism {
+                for p in &active[parallelism..] {
+                    let n = p["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned();
+                    self.delete_pod(&n);
+                }
+            }
+            // podReplacementPolicy: Failed: no new pod while one terminates.
+            let terminating = pods.iter().any(|p| deleting(p) && !terminal(p));
+            if active.len() < parallelism && !terminating {
+                let n = pods.len() + 1;
+                let mut spec = job["spec"]["template"]["spec"].clone();
+                spec["nodeName"] = Value::Null;
+                let mut labels = job["spec"]["template"]["metadata"]["labels"].clone();
+                super::fake::merge(
+                    &mut labels,
+                    &json!({
+                        "batch.kubernetes.io/controller-uid": job["metadata"]["uid"],
+                        "batch.kubernetes.io/job-name": name,
+                        "controller-uid": job["metadata"]["uid"],
+                        "job-name": name,
+                    }),
+                );
+                let pod = json!({
+                    "metadata": {
+                        "name": format!("{name}-p{n}"),
+                        "labels": labels,
+                        "finalizers": ["batch.kubernetes.io/job-tracking"],
+                        "ownerReferences": [{
+                            "apiVersion": "batch/v1", "kind": "Job", "name": name,
+                            "uid": job["metadata"]["uid"], "controller": true, "blockOwnerDeletion": true,
+                        }],
+                    },
+                    "spec": spec,
+                    "status": {"phase": "Pending", "qosClass": "Burstable"},
+                });
+                self.put("pods", pod);
+            }
+            let failed = pods
+                .iter()
+                .filter(|p| p["status"]["phase"] == "Failed")
+                .count();
+            let active = self
+                .owned("pods", &job)
+                .iter()
+                .filter(|p| !terminal(p))
+                .count();
+            let (old_active, old_failed) = (
+                job["status"]["active"].as_u64().unwrap_or(0) as usize,
+                job["status"]["failed"].as_u64().unwrap_or(0) as usize,
+            );
+            if (active, failed) != (old_active, old_failed) {
+                self.update("jobs", &name, |j| {
+                    j["status"]["active"] = json!(active);
+                    j["status"]["failed"] = json!(failed);
+                });
+            }
+        }
+    }
+
+    /// The kubelet: a deleted pod's containers get SIGTERM and end (143),
+    /// or SIGKILL with no grace (137); a terminal deleted pod goes (its
+    /// Job's tracking finalizer removed).
+    pub(super) fn kubelet(&mut self) {
+        for name in self.names("pods") {
+            let Some(pod) = self.get("pods", &name).cloned() else {
+                continue;
+            };
+            if !deleting(&pod) {
+                continue;
+            }
+            if terminal(&pod)
+                || pod["status"]["phase"] == "Pending" && pod["spec"]["nodeName"].is_null()
+            {
+                self.remove("pods", &name);
+            } else {
+                let code = if pod["metadata"]["deletionGracePeriodSeconds"] == 0 {
+                    137
+                } else {
+                    143
+                };
+                self.exit(&name, code);
+            }
+        }
+    }
+
+    /// Runs the controllers until nothing changes (pods that are not
+    /// deleted stay as they are: the script runs and ends them).
+    pub(super) fn reconcile_cluster(&mut self) {
+        for _ in 0..20 {
+            let before = self.version();
+            self.jobset_controller();
+            self.job_controller();
+            self.kubelet();
+            if self.version() == before {
+                return;
+            }
+        }
+    }
+
+    /// Schedules and starts a pod.
+    pub(super) fn run(&mut self, pod: &str) {
+        let now = self.now();
+        let n = self
+            .names("pods")
+            .iter()
+            .position(|p| p == pod)
+            .unwrap_or(0);
+        self.update("pods", pod, |p| {
+            p["spec"]["nodeName"] = json!(format!("node-{n}"));
+            p["status"] = json!({
+                "phase": "Running",
+                "podIP": format!("10.0.0.{}", n + 10),
+                "hostIP": format!("192.0.2.{}", n + 10),
+                "startTime": now,
+                "qosClass": "Burstable",
+                "conditions": [
+                    {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
+                    {"type": "Initialized", "status": "True", "lastTransitionTime": now},
+                    {"type": "ContainersReady", "status": "True", "lastTransitionTime": now},
+                    {"type": "Ready", "status": "True", "lastTransitionTime": now},
+                ],
+                "containerStatuses": [{
+                    "name": "main", "ready": true, "started": true, "restartCount": 0,
+                    "image": "ubuntu:24.04", "imageID": "docker.io/library/ubuntu@sha256:0",
+                    "containerID": format!("containerd://{pod}"),
+                    "state": {"running": {"startedAt": now}},
+                }],
+            });
+        });
+    }
+
+    /// Starts every pod that waits.
+    pub(super) fn run_pending(&mut self) {
+        for name in self.names("pods") {
+            if self
+                .get("pods", &name)
+                .is_some_and(|p| p["status"]["phase"] == "Pending" && !deleting(p))
+            {
+                self.run(&name);
+            }
+        }
+    }
+
+    /// The pod's container ends with `code`; `message` is its
+    /// termination message.
+    pub(super) fn exit_with(&mut self, pod: &str, code: i32, message: Option<&str>) {
+        let now = self.now();
+        self.update("pods", pod, |p| {
+            let started = p["status"]["startTime"].clone();
+            p["status"]["phase"] = json!(if code == 0 { "Succeeded" } else { "Failed" });
+            let mut terminated = json!({
+                "exitCode": code,
+                "reason": if code == 0 { "Completed" } else { "Error" },
+                "startedAt": started, "finishedAt": now,
+                "containerID": format!("containerd://{pod}"),
+            });
+            if let Some(m) = message {
+                terminated["message"] = json!(m);
+            }
+            if let Some(cs) = p["status"]["containerStatuses"].as_array_mut() {
+                for c in cs {
+                    c["ready"] = json!(false);
+                    c["started"] = json!(false);
+                    c["state"] = json!({"terminated": terminated.clone()});
+                }
+            } else {
+                p["status"]["containerStatuses"] = json!([{
+                    "name": "main", "ready": false, "restartCount": 0, "image": "ubuntu:24.04",
+                    "imageID": "", "state": {"terminated": terminated},
+                }]);
+            }
+            if let Some(cs) = p["status"]["conditions"].as_array_mut() {
+                for c in cs
+                    .iter_mut()
+                    .filter(|c| c["type"] == "Ready" || c["type"] == "ContainersReady")
+                {
+                    c["status"] = json!("False");
+                    c["reason"] = json!("PodCompleted");
+                }
+            }
+        });
+    }
+
+    pub(super) fn exit(&mut self, pod: &str, code: i32) {
+        self.exit_with(pod, code, None);
+    }
+
+    /// Kubernetes takes the pod away (preemption, eviction, a lost node):
+    /// the `DisruptionTarget` condition, then the kill.
+    pub(super) fn disrupt(&mut self, pod: &str, reason: &str) {
+        let now = self.now();
+        self.update("pods", pod, |p| {
+            let cs = p["status"]["conditions"].as_array_mut();
+            let c = json!({"type": "DisruptionTarget", "status": "True", "reason": reason,
+                           "message": "Kubernetes is taking the pod away", "lastTransitionTime": now});
+            match cs {
+                Some(cs) => cs.push(c),
+                None => p["status"]["conditions"] = json!([c]),
+            }
+            p["metadata"]["deletionTimestamp"] = json!(now);
+        });
+    }
+
+    /// The current pod of a node Job (the newest).
+    pub(super) fn pod_of(&self, job: &str) -> String {
+        let Some(j) = self.get("jobs", job) else {
+            panic!("no Job {job}: {:?}", self.names("jobs"));
+        };
+        let uid = j["metadata"]["uid"].clone();
+        self.names("pods")
+            .into_iter()
+            .rfind(|n| self.get("pods", n).is_some_and(|p| owned_by(p, &uid)))
+            .unwrap_or_else(|| panic!("Job {job} has no pod"))
+    }
+
+    pub(super) fn uid(&self, resource: &str, name: &str) -> String {
+        self.get(resource, name)
+            .and_then(|o| o["metadata"]["uid"].as_str())
+            .unwrap_or_else(|| panic!("no {resource} {name}"))
+            .to_owned()
+    }
+}

@@ -1,0 +1,267 @@
+//! Plays the supervisor around the Kubernetes backend: the engine, its
+//! timers (fired by the script), and the backend's reports fed to it,
+//! exactly as the supervisor does through [`Backend`].
+
+use super::fake::{Fake, NS, World};
+use crate::backend::{Backend, Report};
+use crate::k8s::client::Cluster;
+use crate::k8s::retry::Backoff;
+use crate::k8s::{Connect, Kubernetes, Plan, Tuning};
+use crate::policy::{Action, Engine, Event, Status, Timer};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub(super) const GID: i64 = 7;
+
+/// A group compiled and lowered as `skyc build --target k8s` would.
+pub(super) fn plan(yaml: &str) -> Plan {
+    let c = skyc_compiler::compile(
+        "group.yaml",
+        yaml.as_bytes(),
+        &skyc_compiler::Options::default(),
+    );
+    let group = c
+        .group
+        .unwrap_or_else(|| panic!("invalid group: {:?}", c.diagnostics));
+    let options = skyc_targets::k8s::Options {
+        namespace: Some(NS.to_owned()),
+        ..Default::default()
+    };
+    Plan::new(
+        &group,
+        &options,
+        NS,
+        None,
+        Duration::from_secs(5),
+        &[],
+        "run-1".into(),
+    )
+    .unwrap_or_else(|d| panic!("lowering failed: {d:?}"))
+}
+
+pub(super) fn connect(fake: &Fake) -> Connect {
+    let fake = fake.clone();
+    Arc::new(move |_: &Plan| {
+        let fake = fake.clone();
+        Box::pin(async move {
+            Ok(Cluster {
+                client: kube::Client::new(fake, NS),
+                server: "https://api.test:6443".into(),
+                namespace: NS.into(),
+            })
+        })
+    })
+}
+
+pub(super) fn tuning() -> Tuning {
+    Tuning {
+        backoff: Backoff {
+            first: Duration::from_millis(5),
+            max: Duration::from_millis(200),
+            tries: 4,
+        },
+        logs: false,
+    }
+}
+
+pub(super) struct Driver {
+    pub(super) fake: Fake,
+    pub(super) plan: Plan,
+    pub(super) engine: Engine,
+    pub(super) backend: Option<Kubernetes>,
+    /// Every report, in order.
+    pub(super) reports: Vec<Report>,
+    /// Timers the engine set, not yet fired.
+    pub(super) timers: Vec<(Timer, Duration)>,
+    /// `at_ms` of each event, as reported.
+    pub(super) event_times: Vec<(Event, Option<i64>)>,
+    pub(super) job: Option<String>,
+    pub(super) dir: PathBuf,
+    tuning: Tuning,
+    /// The supervisor commits the engine's decisions but dies before
+    /// handing them to the backend.
+    pub(super) dies_before_executing: bool,
+}
+
+impl Driver {
+    /// A new group: the engine starts, the backend takes it on.
+    pub(super) fn start(yaml: &str) -> Self {
+        Self::start_with(Fake::default(), plan(yaml), tuning())
+    }
+
+    pub(super) fn start_with(fake: Fake, plan: Plan, tuning: Tuning) -> Self {
+        let engine = Engine::new(plan.spec.clone());
+        let dir = std::env::temp_dir().join(format!(
+            "skyc-k8s-test-{}-{}",
+            std::process::id(),
+            DIRS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        let mut d = Self {
+            fake,
+            plan,
+            engine,
+            backend: None,
+            reports: Vec::new(),
+            timers: Vec::new(),
+            event_times: Vec::new(),
+            job: None,
+            dir,
+            tuning,
+            dies_before_executing: false,
+        };
+        d.adopt();
+        let actions = d.engine.start();
+        d.execute(&actions);
+        d.settle();
+        d
+    }
+
+    /// A supervisor killed now: the backend is gone; the engine is what
+    /// was committed (every event handled so far).
+    pub(super) fn kill_supervisor(&mut self) {
+        self.backend = None;
+    }
+
+    /// A new supervisor adopts the group from the committed engine.
+    pub(super) fn restart_supervisor(&mut self) {
+        self.dies_before_executing = false;
+        self.adopt();
+        self.settle();
+    }
+
+    fn adopt(&mut self) {
+        let mut backend = Kubernetes::start(self.dir.clone(), connect(&self.fake), self.tuning)
+            .expect("the backend starts");
+        backend.adopt(GID, self.plan.clone(), &self.engine, self.job.clone());
+        self.backend = Some(backend);
+    }
+
+    fn execute(&mut self, actions: &[Action]) {
+        for a in actions {
+            if let Action::SetTimer { timer, after } = a {
+                self.timers.retain(|t| t.0 != *timer);
+                self.timers.push((*timer, *after));
+            }
+        }
+        if self.dies_before_executing {
+            return;
+        }
+        if let Some(b) = self.backend.as_mut() {
+            b.execute(GID, &self.engine, actions);
+        }
+    }
+
+    /// Hands reports to the engine; returns whether there were any.
+    fn pump(&mut self) -> bool {
+        let Some(b) = self.backend.as_mut() else {
+            return false;
+        };
+        let reports = b.drain();
+        let any = !reports.is_empty();
+        for (gid, report) in reports {
+            assert_eq!(gid, GID);
+            self.reports.push(report.clone());
+            match report {
+                Report::Event { event, at_ms } => {
+                    self.event_times.push((event.clone(), at_ms));
+                    let actions = self.engine.handle(event);
+                    self.execute(&actions);
+                }
+                Report::Job(id) => self.job = Some(id),
+                _ => {}
+            }
+        }
+        any
+    }
+
+    /// Waits until the backend has done all it will do for now: no
+    /// request and no report for a while.
+    pub(super) fn settle(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut quiet = 0;
+        let mut last = usize::MAX;
+        while quiet < 10 {
+            assert!(
+                Instant::now() < deadline,
+                "the backend did not settle; requests: {:#?}",
+                self.fake
+                    .world()
+                    .requests
+                    .iter()
+                    .map(|r| r.line())
+                    .collect::<Vec<_>>()
+            );
+            std::thread::sleep(Duration::from_millis(15));
+            let reported = self.pump();
+            let (n, delivered) = {
+                let w = self.fake.world();
+                (w.requests.len(), w.delivered())
+            };
+            if reported || n != last || !delivered {
+                quiet = 0;
+                last = n;
+            } else {
+                quiet += 1;
+            }
+        }
+    }
+
+    /// Changes the cluster (a controller, the kubelet, an outage), then
+    /// lets the backend react.
+    pub(super) fn cluster(&mut self, f: impl FnOnce(&mut World)) {
+        f(&mut self.fake.world());
+        self.settle();
+    }
+
+    /// Fires a timer the engine set.
+    pub(super) fn fire(&mut self, timer: Timer) {
+        assert!(
+            self.timers.iter().any(|t| t.0 == timer),
+            "{timer:?} was not set: {:?}",
+            self.timers
+        );
+        self.timers.retain(|t| t.0 != timer);
+        let actions = self.engine.handle(Event::TimerFired(timer));
+        self.execute(&actions);
+        self.settle();
+    }
+
+    pub(super) fn cancel(&mut self) {
+        if let Some(b) = self.backend.as_mut() {
+            b.cancel(GID);
+        }
+        let actions = self.engine.handle(Event::CancelRequested);
+        self.execute(&actions);
+        self.settle();
+    }
+
+    /// Write requests since the last call.
+    pub(super) fn writes(&mut self) -> Vec<String> {
+        self.fake.world().take_writes()
+    }
+
+    pub(super) fn statuses(&self) -> Vec<Status> {
+        (0..self.plan.spec.tasks.len())
+            .map(|t| self.engine.task_status(t))
+            .collect()
+    }
+
+    pub(super) fn settled(&self) -> bool {
+        self.reports.contains(&Report::Settled)
+    }
+
+    /// `uid` of a Job, for expected requests.
+    pub(super) fn uid(&self, resource: &str, name: &str) -> String {
+        self.fake.world().uid(resource, name)
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        self.backend = None;
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+static DIRS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);

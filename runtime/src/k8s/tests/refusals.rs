@@ -1,0 +1,256 @@
+//! What is refused before anything is created, the cluster that does not
+//! answer, and logs kept in the state directory.
+
+use super::driver::{self, Driver, tuning};
+use super::fake::Fake;
+use super::{DELAYED, RULES, running};
+use crate::backend::Report;
+use crate::k8s::client;
+use serde_json::json;
+
+fn refused(d: &Driver) -> String {
+    d.reports
+        .iter()
+        .find_map(|r| match r {
+            Report::Refused(m) => Some(m.clone()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("not refused: {:?}", d.reports))
+}
+
+fn start(setup: impl FnOnce(&mut super::fake::World)) -> Driver {
+    let fake = Fake::default();
+    setup(&mut fake.world());
+    Driver::start_with(fake, driver::plan(DELAYED), tuning())
+}
+
+#[test]
+fn a_cluster_without_jobset_is_refused_naming_the_crd() {
+    let mut d = start(|w| w.crd = false);
+    let m = refused(&d);
+    assert!(m.contains("jobsets.jobset.x-k8s.io"), "{m}");
+    assert!(m.contains("kubectl apply --server-side"), "{m}");
+    assert!(d.writes().is_empty(), "nothing is created");
+}
+
+#[test]
+fn rbac_denial_names_each_verb_and_resource() {
+    let mut d = start(|w| {
+        w.rules = json!([
+            {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["*"]},
+            {"apiGroups": [""], "resources": ["pods", "pods/log", "configmaps"], "verbs": ["*"]},
+            {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch"]},
+        ]);
+    });
+    let m = refused(&d);
+    assert!(m.contains("patch jobs.batch, delete jobs.batch"), "{m}");
+    assert!(m.contains("namespace `team`"), "{m}");
+    assert!(m.contains("skyc build --target k8s --rbac"), "{m}");
+    assert_eq!(d.writes(), [RULES], "nothing is created");
+}
+
+#[test]
+fn an_incomplete_rules_list_is_confirmed_per_permission() {
+    let mut d = start(|w| {
+        w.incomplete = true;
+        w.rules = json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["get", "list", "watch", "create", "patch", "delete"]}]);
+    });
+    // Everything is granted but nothing asked again; now with a gap.
+    assert!(d.reports.iter().all(|r| !matches!(r, Report::Refused(_))));
+    drop(d.writes());
+    let mut d = start(|w| {
+        w.incomplete = true;
+        w.rules = json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["get", "list", "watch", "create", "patch"]}]);
+    });
+    let m = refused(&d);
+    assert!(
+        m.contains("delete jobsets.jobset.x-k8s.io, delete jobs.batch, delete pods"),
+        "{m}"
+    );
+    let reviews = d
+        .writes()
+        .iter()
+        .filter(|w| w.contains("selfsubjectaccessreviews"))
+        .count();
+    assert_eq!(reviews, 3);
+}
+
+#[test]
+fn a_jobset_skyc_did_not_create_is_refused() {
+    let mut d = start(|w| {
+        w.put(
+            "jobsets",
+            json!({"metadata": {"name": "g"}, "spec": {"replicatedJobs": []}}),
+        );
+    });
+    let m = refused(&d);
+    assert!(m.contains("a JobSet `g` that skyc did not create"), "{m}");
+    assert!(m.contains("kubectl delete jobset g -n team"), "{m}");
+    assert_eq!(d.writes(), [RULES]);
+    // One of another run of the same group: refused, saying so.
+    let mut d = start(|w| {
+        w.put(
+            "jobsets",
+            json!({"metadata": {"name": "g", "labels": {"skyc.io/group": "g"},
+                   "annotations": {"skyc.io/run": "run-0"}}, "spec": {"replicatedJobs": []}}),
+        );
+    });
+    assert!(refused(&d).contains("from another skyc run"));
+    assert_eq!(d.writes(), [RULES]);
+    // A ConfigMap of the group's name that is not skyc's.
+    let mut d = start(|w| {
+        w.put(
+            "configmaps",
+            json!({"metadata": {"name": "g-skyc"}, "data": {}}),
+        );
+    });
+    assert!(refused(&d).contains("a ConfigMap `g-skyc` that skyc did not create"));
+    assert_eq!(d.writes(), [RULES]);
+}
+
+#[test]
+fn a_cancel_before_the_group_was_applied_creates_nothing() {
+    let fake = Fake::default();
+    fake.world().down = true;
+    let mut d = Driver::start_with(fake, driver::plan(DELAYED), tuning());
+    d.cancel();
+    d.cluster(|w| w.down = false);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    d.settle();
+    assert!(!d.writes().iter().any(|w| w.contains("PATCH")));
+    assert!(d.settled());
+    assert_eq!(d.engine.group_status(), crate::policy::Status::Cancelled);
+}
+
+#[test]
+fn an_unreachable_cluster_is_an_error_naming_its_api_server() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let message = rt.block_on(async {
+        // Nothing listens on port 1 of the loopback address.
+        let config = kube::Config::new("https://127.0.0.1:1".parse().unwrap());
+        let cluster = client::from_config(config).unwrap();
+        client::probe(&cluster).await.unwrap_err()
+    });
+    assert!(message.contains("https://127.0.0.1:1/"), "{message}");
+    assert!(message.contains("did not answer"), "{message}");
+}
+
+#[test]
+fn pod_logs_are_kept_in_the_state_directory() {
+    let fake = Fake::default();
+    let mut t = tuning();
+    t.logs = true;
+    let mut d = Driver::start_with(fake, driver::plan(DELAYED), t);
+    d.cluster(|w| w.reconcile_cluster());
+    let pod = d.fake.world().pod_of("g-trainer-0-0");
+    d.cluster(|w| {
+        w.logs.insert(
+            pod.clone(),
+            "2026-11-23T10:00:01.5Z epoch 1\n2026-11-23T10:00:02Z done\n".into(),
+        );
+        w.run_pending();
+        w.exit(&pod, 0);
+    });
+    let dir = crate::local::paths::group_dir(&d.dir, driver::GID);
+    let text = std::fs::read_to_string(crate::k8s::logs::log_file(&dir, "trainer", 0)).unwrap();
+    assert_eq!(text, "epoch 1\ndone\n");
+    let requested = d
+        .fake
+        .world()
+        .requests
+        .iter()
+        .find(|r| r.path.ends_with("/log"))
+        .map(|r| r.query.clone())
+        .unwrap();
+    assert!(requested.contains("container=main"), "{requested}");
+    assert!(requested.contains("follow=true"), "{requested}");
+    assert!(requested.contains("timestamps=true"), "{requested}");
+}
+
+#[test]
+fn running_groups_report_where_each_node_runs() {
+    let d = running(DELAYED);
+    let nodes: Vec<_> = d
+        .reports
+        .iter()
+        .filter_map(|r| match r {
+            Report::Node(n) if !n.ip.is_empty() => Some(n.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(nodes.len(), 2, "{nodes:?}");
+    let trainer = nodes.iter().find(|n| n.task == 0).unwrap();
+    assert!(trainer.handle.starts_with("g-trainer-0-0-"));
+    assert!(trainer.machine.starts_with("node-"));
+    assert!(trainer.ip.starts_with("10.0.0."));
+    assert_eq!(
+        (trainer.rank, trainer.attempt, trainer.exit_code),
+        (0, 0, None)
+    );
+}
+
+#[test]
+fn a_jobset_deleted_outside_skyc_ends_the_group_cancelled() {
+    let mut d = running(DELAYED);
+    d.cluster(|w| {
+        w.remove("jobsets", "g");
+        for job in w.names("jobs") {
+            w.remove("jobs", &job);
+        }
+        for pod in w.names("pods") {
+            w.remove("pods", &pod);
+        }
+    });
+    assert!(d.reports.contains(&Report::Error(
+        "the JobSet g was deleted outside skyc".into()
+    )));
+    assert_eq!(d.engine.group_status(), crate::policy::Status::Cancelled);
+    assert_eq!(d.engine.restarts(0), (0, 0), "nothing restarted");
+    assert!(d.writes().is_empty());
+    assert!(d.settled());
+}
+
+#[test]
+fn the_kubeconfig_of_the_plan_and_its_context_are_used() {
+    let dir = std::env::temp_dir().join(format!("skyc-kubeconfig-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("config");
+    std::fs::write(
+        &file,
+        "apiVersion: v1\nkind: Config\ncurrent-context: a\n\
+         clusters:\n- name: a\n  cluster: {server: 'https://127.0.0.1:1'}\n\
+         - name: b\n  cluster: {server: 'https://127.0.0.2:1'}\n\
+         users:\n- name: u\n  user: {token: t}\n\
+         contexts:\n- name: a\n  context: {cluster: a, user: u, namespace: team-a}\n\
+         - name: b\n  context: {cluster: b, user: u}\n",
+    )
+    .unwrap();
+    let path = file.display().to_string();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (a, b, missing) = rt.block_on(async {
+        (
+            client::connect(Some(&path), None).await.unwrap(),
+            client::connect(Some(&path), Some("b")).await.unwrap(),
+            client::connect(Some(&path), Some("c")).await.unwrap_err(),
+        )
+    });
+    assert_eq!(
+        (a.server.as_str(), a.namespace.as_str()),
+        ("https://127.0.0.1:1/", "team-a")
+    );
+    assert_eq!(
+        (b.server.as_str(), b.namespace.as_str()),
+        ("https://127.0.0.2:1/", "default")
+    );
+    assert!(missing.contains("context `c`"), "{missing}");
+    // The check a client makes before submitting: no answer, the server named.
+    let err = client::reach(Some(&path), Some("a")).unwrap_err();
+    assert!(err.contains("https://127.0.0.1:1/"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,166 @@
+//! The observer and the typed JobSet on their own, over objects the
+//! script's controllers write.
+
+use super::DELAYED;
+use super::driver::plan;
+use super::fake::World;
+use crate::backend::Report;
+use crate::k8s::goal::Goal;
+use crate::k8s::jobset::JobSet;
+use crate::k8s::objects::Objects;
+use crate::k8s::observe::observe;
+use crate::k8s::{ATTEMPT_ANNOTATION, Plan};
+use crate::policy::{Engine, Event, Phase};
+use serde_json::{Value, json};
+
+/// The world's objects as the backend's cache holds them.
+fn objects(w: &World) -> Objects {
+    let mut o = Objects::default();
+    for name in w.names("jobsets") {
+        o.jobset = serde_json::from_value(w.get("jobsets", &name).unwrap().clone()).ok();
+    }
+    for name in w.names("jobs") {
+        o.jobs.insert(
+            name.clone(),
+            serde_json::from_value(w.get("jobs", &name).unwrap().clone()).unwrap(),
+        );
+    }
+    for name in w.names("pods") {
+        o.pods.insert(
+            name.clone(),
+            serde_json::from_value(w.get("pods", &name).unwrap().clone()).unwrap(),
+        );
+    }
+    o
+}
+
+/// The group applied and its Jobs bound to attempt 0, pods created.
+fn applied(plan: &Plan) -> World {
+    let mut w = World::default();
+    for o in crate::k8s::apply::prepare(plan) {
+        let resource = match o["kind"].as_str() {
+            Some("JobSet") => "jobsets",
+            Some("ConfigMap") => "configmaps",
+            _ => "secrets",
+        };
+        w.put(resource, o);
+    }
+    w.reconcile_cluster();
+    for job in w.names("jobs") {
+        w.update("jobs", &job, |j| {
+            j["metadata"]["annotations"][ATTEMPT_ANNOTATION] = json!("0");
+        });
+    }
+    w
+}
+
+fn events(plan: &Plan, w: &World) -> Vec<Event> {
+    let mut engine = Engine::new(plan.spec.clone());
+    engine.start();
+    observe(plan, &objects(w), &Goal::from_engine(&engine))
+        .into_iter()
+        .filter_map(|r| match r {
+            Report::Event { event, .. } => Some(event),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_failed_setup_is_told_as_setup() {
+    let plan = plan(DELAYED);
+    let mut w = applied(&plan);
+    let pod = w.pod_of("g-trainer-0-0");
+    w.run(&pod);
+    w.exit_with(&pod, 3, Some("setup\n"));
+    assert!(events(&plan, &w).contains(&Event::NodeExited {
+        task: 0,
+        attempt: 0,
+        node: 0,
+        phase: Phase::Setup,
+        code: 3,
+    }));
+}
+
+#[test]
+fn unschedulable_pods_and_a_suspended_jobset_queue_their_tasks() {
+    let plan = plan(DELAYED);
+    let mut w = applied(&plan);
+    let pod = w.pod_of("g-trainer-0-0");
+    w.update("pods", &pod, |p| {
+        p["status"]["conditions"] = json!([{"type": "PodScheduled", "status": "False",
+            "reason": "Unschedulable", "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."}]);
+    });
+    assert_eq!(
+        events(&plan, &w),
+        [Event::TaskQueued {
+            task: 0,
+            attempt: 0
+        }]
+    );
+    // Kueue holds the whole JobSet.
+    w.update("jobsets", "g", |js| js["spec"]["suspend"] = json!(true));
+    assert_eq!(
+        events(&plan, &w),
+        [
+            Event::TaskQueued {
+                task: 0,
+                attempt: 0
+            },
+            Event::TaskQueued {
+                task: 1,
+                attempt: 0
+            }
+        ]
+    );
+}
+
+#[test]
+fn pods_of_an_unbound_job_are_not_told_until_it_is_bound() {
+    let plan = plan(DELAYED);
+    let mut w = applied(&plan);
+    let pod = w.pod_of("g-trainer-0-0");
+    w.run(&pod);
+    w.exit(&pod, 1);
+    w.update("jobs", "g-trainer-0-0", |j| {
+        j["metadata"]["annotations"]
+            .as_object_mut()
+            .unwrap()
+            .remove(ATTEMPT_ANNOTATION);
+    });
+    assert!(events(&plan, &w).is_empty());
+}
+
+/// Every accepted example and conformance fixture that lowers: its
+/// JobSet reads into the typed resource and writes back unchanged.
+#[test]
+fn the_typed_jobset_round_trips_every_lowered_group() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut files = Vec::new();
+    for dir in ["examples", "tests/fixtures/check/accept"] {
+        for entry in std::fs::read_dir(root.join(dir)).unwrap().flatten() {
+            if entry.path().extension().is_some_and(|e| e == "yaml") {
+                files.push(entry.path());
+            }
+        }
+    }
+    let mut checked = 0;
+    for path in files {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let c = skyc_compiler::compile(
+            "f.yaml",
+            text.as_bytes(),
+            &skyc_compiler::Options::default(),
+        );
+        let Some(group) = c.group else { continue };
+        let m = skyc_targets::k8s::lower(&group, &skyc_targets::k8s::Options::default());
+        for o in m.objects.iter().filter(|o| o["kind"] == "JobSet") {
+            let typed: JobSet = serde_json::from_value(o.clone())
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let back: Value = serde_json::to_value(&typed).unwrap();
+            assert_eq!(&back, o, "{}", path.display());
+            checked += 1;
+        }
+    }
+    assert!(checked >= 10, "only {checked} JobSets checked");
+}

@@ -1,0 +1,238 @@
+//! List, then watch, one kind of the group's objects into the shared
+//! [`Objects`].
+//!
+//! Written out rather than taken from kube's `runtime::watcher`: three
+//! states (list, watch, back off) are all the runtime needs, and its
+//! requests stay exactly these: a list, then watches from the list's
+//! `resourceVersion`, each ended by the server after `timeoutSeconds` and
+//! resumed from the last version seen. A `410 Gone` (the version is too
+//! old) lists again at once; any other failure lists again after a
+//! backoff. A watch that stays silent past its timeout is taken for a
+//! dead connection.
+
+use super::jobset::JobSet;
+use super::objects::{self, Kind, Objects};
+use super::retry::{self, Backoff};
+use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams, WatchEvent, WatchParams};
+use kube::{Resource, ResourceExt};
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// How long the server keeps one watch open.
+pub const WATCH_SECS: u32 = 290;
+
+/// What a group's watches share with its reconciler.
+#[derive(Debug, Default)]
+pub struct Shared {
+    pub objs: Objects,
+    /// Kinds listed at least once: before all are, nothing is decided.
+    pub listed: BTreeSet<Kind>,
+    /// Since when the API server has not answered, and why.
+    pub outage: Option<String>,
+}
+
+pub type SharedRef = Arc<Mutex<Shared>>;
+
+/// Locks, and carries on past a panicked holder: the data is a cache
+/// that the next list rebuilds.
+pub fn lock(shared: &SharedRef) -> std::sync::MutexGuard<'_, Shared> {
+    shared
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A kind the runtime watches, and where it goes in [`Objects`].
+pub trait Watched:
+    Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static
+{
+    const KIND: Kind;
+    fn put(objs: &mut Objects, obj: Self);
+    fn remove(objs: &mut Objects, name: &str);
+    fn clear(objs: &mut Objects);
+}
+
+/// Keeps the newer of two versions: a watch event older than what a
+/// write of the runtime's own returned is not taken.
+fn newer(old: Option<&kube::core::ObjectMeta>, new: &kube::core::ObjectMeta) -> bool {
+    match (old.and_then(objects::version), objects::version(new)) {
+        (Some(o), Some(n)) => n >= o,
+        _ => true,
+    }
+}
+
+impl Watched for JobSet {
+    const KIND: Kind = Kind::JobSet;
+    fn put(objs: &mut Objects, obj: Self) {
+        if newer(objs.jobset.as_ref().map(|j| &j.metadata), &obj.metadata) {
+            objs.jobset = Some(obj);
+        }
+    }
+    fn remove(objs: &mut Objects, _: &str) {
+        objs.jobset = None;
+    }
+    fn clear(objs: &mut Objects) {
+        objs.jobset = None;
+    }
+}
+
+impl Watched for Job {
+    const KIND: Kind = Kind::Job;
+    fn put(objs: &mut Objects, obj: Self) {
+        let name = obj.name_any();
+        if newer(objs.jobs.get(&name).map(|j| &j.metadata), &obj.metadata) {
+            objs.jobs.insert(name, obj);
+        }
+    }
+    fn remove(objs: &mut Objects, name: &str) {
+        objs.jobs.remove(name);
+    }
+    fn clear(objs: &mut Objects) {
+        objs.jobs.clear();
+    }
+}
+
+impl Watched for Pod {
+    const KIND: Kind = Kind::Pod;
+    fn put(objs: &mut Objects, obj: Self) {
+        let name = obj.name_any();
+        if newer(objs.pods.get(&name).map(|p| &p.metadata), &obj.metadata) {
+            objs.pods.insert(name, obj);
+        }
+    }
+    fn remove(objs: &mut Objects, name: &str) {
+        objs.pods.remove(name);
+    }
+    fn clear(objs: &mut Objects) {
+        objs.pods.clear();
+    }
+}
+
+/// Records a failed request: an outage when the server did not answer.
+pub fn failed(shared: &SharedRef, server: &str, e: &kube::Error) {
+    if retry::is_outage(e) {
+        let mut s = lock(shared);
+        if s.outage.is_none() {
+            s.outage = Some(format!(
+                "the Kubernetes API server {server} is not answering (since {}): {}",
+                crate::store::now_ms() / 1000,
+                retry::describe(e)
+            ));
+        }
+    }
+}
+
+/// A request was answered: any outage is over.
+pub fn answered(shared: &SharedRef) {
+    lock(shared).outage = None;
+}
+
+/// Lists and watches `api` (narrowed by `selector`, a label selector, or
+/// a field selector when `by_field`) for as long as the task lives.
+pub async fn run<K: Watched>(
+    api: Api<K>,
+    selector: String,
+    by_field: bool,
+    shared: SharedRef,
+    notify: Arc<Notify>,
+    server: String,
+    backoff: Backoff,
+) {
+    let mut failures = 0u32;
+    loop {
+        let lp = if by_field {
+            ListParams::default().fields(&selector)
+        } else {
+            ListParams::default().labels(&selector)
+        };
+        let mut version = match api.list(&lp).await {
+            Ok(list) => {
+                failures = 0;
+                let mut s = lock(&shared);
+                K::clear(&mut s.objs);
+                for item in list.items {
+                    K::put(&mut s.objs, item);
+                }
+                s.listed.insert(K::KIND);
+                s.outage = None;
+                drop(s);
+                notify.notify_one();
+                list.metadata.resource_version.unwrap_or_default()
+            }
+            Err(e) => {
+                failed(&shared, &server, &e);
+                notify.notify_one();
+                tokio::time::sleep(backoff.delay(failures)).await;
+                failures += 1;
+                continue;
+            }
+        };
+        let wp = if by_field {
+            WatchParams::default().fields(&selector)
+        } else {
+            WatchParams::default().labels(&selector)
+        }
+        .timeout(WATCH_SECS);
+        // Watches from `version` until one must list again.
+        let relist_after = 'watching: loop {
+            let stream = match api.watch(&wp, &version).await {
+                Ok(stream) => stream,
+                Err(e) if retry::code(&e) == Some(410) => break 'watching None,
+                Err(e) => {
+                    failed(&shared, &server, &e);
+                    notify.notify_one();
+                    break 'watching Some(e);
+                }
+            };
+            let mut stream = std::pin::pin!(stream);
+            let idle = Duration::from_secs(u64::from(WATCH_SECS) + 30);
+            loop {
+                let next = match tokio::time::timeout(idle, stream.next()).await {
+                    Ok(next) => next,
+                    Err(_) => break 'watching None,
+                };
+                let Some(event) = next else {
+                    // The server ended the watch: resume it.
+                    continue 'watching;
+                };
+                let mut s = lock(&shared);
+                match event {
+                    Ok(WatchEvent::Added(obj) | WatchEvent::Modified(obj)) => {
+                        if let Some(v) = obj.meta().resource_version.clone() {
+                            version = v;
+                        }
+                        K::put(&mut s.objs, obj);
+                    }
+                    Ok(WatchEvent::Deleted(obj)) => {
+                        if let Some(v) = obj.meta().resource_version.clone() {
+                            version = v;
+                        }
+                        K::remove(&mut s.objs, &obj.name_any());
+                    }
+                    Ok(WatchEvent::Bookmark(b)) => version = b.metadata.resource_version,
+                    Ok(WatchEvent::Error(status)) if status.code == 410 => break 'watching None,
+                    Ok(WatchEvent::Error(status)) => {
+                        break 'watching Some(kube::Error::Api(status));
+                    }
+                    Err(e) => {
+                        drop(s);
+                        failed(&shared, &server, &e);
+                        notify.notify_one();
+                        break 'watching Some(e);
+                    }
+                }
+                s.outage = None;
+                drop(s);
+                notify.notify_one();
+            }
+        };
+        if relist_after.is_some() {
+            tokio::time::sleep(backoff.delay(failures)).await;
+            failures += 1;
+        }
+    }
+}

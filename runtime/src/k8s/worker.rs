@@ -1,0 +1,710 @@
+//! The Kubernetes backend: one thread with a current-thread tokio runtime
+//! beside the supervisor's synchronous `poll(2)` loop.
+//!
+//! kube's client is async; the supervisor is not, and should not become
+//! so for one backend. The supervisor sends commands over an unbounded
+//! channel (sending never blocks); the thread sends reports back over a
+//! std channel and writes a byte to a pipe whose read end is the
+//! [`Backend::wake_fd`] the supervisor polls. Each group is one task on
+//! the thread: it connects, checks and applies, then watches its JobSet,
+//! Jobs and pods, and on every change observes ([`observe`]) and
+//! reconciles ([`reconcile`]) from the engine's latest state. Requests of
+//! one group go out one at a time, so their order is the order the
+//! reconciler chose.
+
+use super::apply::{self, Found, Refusal};
+use super::client::{self, Cluster};
+use super::goal::Goal;
+use super::jobset::JobSet;
+use super::logs::{self, NodeLog};
+use super::objects;
+use super::observe::observe;
+use super::plan::Plan;
+use super::reconcile::{self, Op};
+use super::request::{self, Apis, Outcome};
+use super::retry::{self, Backoff};
+use super::watch::{self, Shared, SharedRef, lock};
+use crate::backend::{Backend, NodeInfo, Report};
+use crate::policy::{Action, Engine, Event};
+use futures::future::BoxFuture;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use std::collections::{BTreeMap, BTreeSet};
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use tokio::sync::{Notify, mpsc};
+use tokio::time::Instant;
+
+/// How long after the group's end its JobSet may take to end too (the
+/// gate's pod to run, JobSet to fail it) before the group is closed
+/// anyway.
+const SETTLE_LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// Makes the client of a plan's cluster.
+pub type Connect = Arc<dyn Fn(&Plan) -> BoxFuture<'static, Result<Cluster, String>> + Send + Sync>;
+
+/// The kubeconfig's cluster, as kubectl finds it, for the plan's context.
+pub fn kubeconfig() -> Connect {
+    Arc::new(|plan: &Plan| {
+        let (kubeconfig, context) = (plan.kubeconfig.clone(), plan.context.clone());
+        Box::pin(async move { client::connect(kubeconfig.as_deref(), context.as_deref()).await })
+    })
+}
+
+/// Knobs, so tests can run fast.
+#[derive(Clone, Copy, Debug)]
+pub struct Tuning {
+    pub backoff: Backoff,
+    /// Follow pod logs into the state directory.
+    pub logs: bool,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Self {
+            backoff: Backoff::default(),
+            logs: true,
+        }
+    }
+}
+
+enum Command {
+    Adopt {
+        gid: i64,
+        plan: Box<Plan>,
+        goal: Goal,
+        job: Option<String>,
+    },
+    To(i64, Msg),
+}
+
+/// What a group's task hears.
+#[derive(Debug)]
+enum Msg {
+    Goal(Goal),
+    Kill { task: usize, attempt: u32 },
+    Cancel,
+    Release,
+}
+
+/// Where a group's reports go: the channel, then a byte in the pipe.
+#[derive(Clone)]
+struct Out {
+    gid: i64,
+    tx: std::sync::mpsc::Sender<(i64, Report)>,
+    wake: Arc<OwnedFd>,
+}
+
+impl Out {
+    fn send(&self, report: Report) {
+        if self.tx.send((self.gid, report)).is_ok() {
+            // A full pipe already wakes the reader.
+            let _ = rustix::io::write(&*self.wake, &[1]);
+        }
+    }
+}
+
+pub struct Kubernetes {
+    tx: mpsc::UnboundedSender<Command>,
+    reports: std::sync::mpsc::Receiver<(i64, Report)>,
+    wake: OwnedFd,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Kubernetes {
+    /// Starts the backend's thread. Logs go under `state_dir`'s group
+    /// directories.
+    pub fn start(state_dir: PathBuf, connect: Connect, tuning: Tuning) -> io::Result<Self> {
+        let (read, write) = rustix::pipe::pipe_with(
+            rustix::pipe::PipeFlags::NONBLOCK | rustix::pipe::PipeFlags::CLOEXEC,
+        )?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (report_tx, reports) = std::sync::mpsc::channel();
+        let ctx = Ctx {
+            state_dir,
+            connect,
+            tuning,
+            reports: report_tx,
+            wake: Arc::new(write),
+        };
+        let thread = std::thread::Builder::new()
+            .name("skyc-k8s".into())
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        eprintln!("skyc: the Kubernetes backend cannot start: {e}");
+                        return;
+                    }
+                };
+                let local = tokio::task::LocalSet::new();
+                local.block_on(&rt, main_loop(rx, ctx));
+            })?;
+        Ok(Self {
+            tx,
+            reports,
+            wake: read,
+            thread: Some(thread),
+        })
+    }
+
+    fn to(&self, gid: i64, msg: Msg) {
+        let _ = self.tx.send(Command::To(gid, msg));
+    }
+}
+
+impl Drop for Kubernetes {
+    fn drop(&mut self) {
+        // Closing the channel ends the thread's loop.
+        let (tx, _) = mpsc::unbounded_channel();
+        drop(std::mem::replace(&mut self.tx, tx));
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Backend for Kubernetes {
+    type Plan = Plan;
+
+    fn adopt(&mut self, gid: i64, plan: Plan, engine: &Engine, job: Option<String>) {
+        let _ = self.tx.send(Command::Adopt {
+            gid,
+            plan: Box::new(plan),
+            goal: Goal::from_engine(engine),
+            job,
+        });
+    }
+
+    fn execute(&mut self, gid: i64, engine: &Engine, actions: &[Action]) {
+        for action in actions {
+            if let Action::Kill { task, attempt } = action {
+                self.to(
+                    gid,
+                    Msg::Kill {
+                        task: *task,
+                        attempt: *attempt,
+                    },
+                );
+            }
+        }
+        self.to(gid, Msg::Goal(Goal::from_engine(engine)));
+    }
+
+    fn cancel(&mut self, gid: i64) {
+        self.to(gid, Msg::Cancel);
+    }
+
+    fn release(&mut self, gid: i64) {
+        self.to(gid, Msg::Release);
+    }
+
+    fn drain(&mut self) -> Vec<(i64, Report)> {
+        let mut buf = [0u8; 256];
+        while matches!(rustix::io::read(&self.wake, &mut buf), Ok(n) if n > 0) {}
+        self.reports.try_iter().collect()
+    }
+
+    fn wake_fd(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.wake.as_fd())
+    }
+
+    fn next_wake_ms(&self) -> Option<i64> {
+        None
+    }
+}
+
+struct Ctx {
+    state_dir: PathBuf,
+    connect: Connect,
+    tuning: Tuning,
+    reports: std::sync::mpsc::Sender<(i64, Report)>,
+    wake: Arc<OwnedFd>,
+}
+
+async fn main_loop(mut rx: mpsc::UnboundedReceiver<Command>, ctx: Ctx) {
+    let ctx = Arc::new(ctx);
+    let mut groups: BTreeMap<i64, mpsc::UnboundedSender<Msg>> = BTreeMap::new();
+    while let Some(command) = rx.recv().await {
+        match command {
+            Command::Adopt {
+                gid,
+                plan,
+                goal,
+                job,
+            } => {
+                if groups.get(&gid).is_some_and(|g| !g.is_closed()) {
+                    continue;
+                }
+                let (tx, rx) = mpsc::unbounded_channel();
+                groups.insert(gid, tx);
+                let out = Out {
+                    gid,
+                    tx: ctx.reports.clone(),
+                    wake: ctx.wake.clone(),
+                };
+                let group = Group::new(*plan, goal, job, out, ctx.clone());
+                tokio::task::spawn_local(group.run(rx));
+            }
+            Command::To(gid, msg) => {
+                let release = matches!(msg, Msg::Release);
+                if let Some(tx) = groups.get(&gid) {
+                    let _ = tx.send(msg);
+                }
+                if release {
+                    groups.remove(&gid);
+                }
+            }
+        }
+    }
+}
+
+/// One group's task.
+struct Group {
+    plan: Plan,
+    goal: Goal,
+    job: Option<String>,
+    out: Out,
+    ctx: Arc<Ctx>,
+    kills: Vec<(usize, u32)>,
+    /// Reports already sent (events by their text, nodes by their place).
+    sent_events: BTreeSet<String>,
+    sent_nodes: BTreeMap<(usize, u32), NodeInfo>,
+    outage: Option<String>,
+    /// Ops not to send again before the instant: done (their effect may
+    /// not be visible yet) or failing (backing off).
+    held: BTreeMap<Op, Instant>,
+    settled: bool,
+    /// When the engine was first seen finished.
+    finished_at: Option<Instant>,
+    /// The API server, for messages.
+    server: String,
+    /// Pods whose logs are followed, by uid.
+    following: BTreeSet<String>,
+}
+
+/// How a wait for the cluster ended.
+enum Waited {
+    Again,
+    Released,
+}
+
+impl Group {
+    fn new(plan: Plan, goal: Goal, job: Option<String>, out: Out, ctx: Arc<Ctx>) -> Self {
+        Self {
+            plan,
+            goal,
+            job,
+            out,
+            ctx,
+            kills: Vec::new(),
+            sent_events: BTreeSet::new(),
+            sent_nodes: BTreeMap::new(),
+            outage: None,
+            held: BTreeMap::new(),
+            settled: false,
+            finished_at: None,
+            server: String::new(),
+            following: BTreeSet::new(),
+        }
+    }
+
+    fn backoff(&self) -> Backoff {
+        self.ctx.tuning.backoff
+    }
+
+    fn hear(&mut self, msg: Msg) -> bool {
+        match msg {
+            Msg::Goal(goal) => {
+                let cancel = self.goal.cancel;
+                self.goal = goal;
+                self.goal.cancel |= cancel;
+            }
+            Msg::Kill { task, attempt } => self.kills.push((task, attempt)),
+            Msg::Cancel => self.goal.cancel = true,
+            Msg::Release => return false,
+        }
+        true
+    }
+
+    /// Waits `delay` while still hearing commands.
+    async fn pause(
+        &mut self,
+        rx: &mut mpsc::UnboundedReceiver<Msg>,
+        delay: std::time::Duration,
+    ) -> Waited {
+        let until = Instant::now() + delay;
+        loop {
+            tokio::select! {
+                msg = rx.recv() => match msg {
+                    Some(msg) => if !self.hear(msg) { return Waited::Released },
+                    None => return Waited::Released,
+                },
+                () = tokio::time::sleep_until(until) => return Waited::Again,
+            }
+        }
+    }
+
+    fn set_outage(&mut self, outage: Option<String>) {
+        if outage != self.outage {
+            self.outage.clone_from(&outage);
+            self.out.send(Report::Outage(outage));
+        }
+    }
+
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Msg>) {
+        let mut failures = 0;
+        let cluster = loop {
+            match (self.ctx.connect)(&self.plan).await {
+                Ok(c) => break c,
+                Err(e) => {
+                    self.set_outage(Some(e));
+                    if let Waited::Released =
+                        self.pause(&mut rx, self.backoff().delay(failures)).await
+                    {
+                        return;
+                    }
+                    failures += 1;
+                }
+            }
+        };
+        self.server.clone_from(&cluster.server);
+        let Some(()) = self.put_on(&cluster, &mut rx).await else {
+            return;
+        };
+        self.set_outage(None);
+        self.supervise(&cluster, rx).await;
+    }
+
+    /// Checks, and applies unless this run's JobSet is there; `None` when
+    /// released meanwhile or refused.
+    async fn put_on(
+        &mut self,
+        cluster: &Cluster,
+        rx: &mut mpsc::UnboundedReceiver<Msg>,
+    ) -> Option<()> {
+        let mut failures = 0;
+        loop {
+            let result = match apply::check(&cluster.client, &self.plan).await {
+                Ok(Found::Ours(js)) => Ok(Some(*js)),
+                Ok(Found::Absent) if self.job.is_some() => {
+                    // Applied by this run before, gone now.
+                    if !self.goal.cancel {
+                        self.out.send(Report::Error(format!(
+                            "the JobSet {} was deleted outside skyc",
+                            self.plan.group
+                        )));
+                        self.send_event(Event::CancelRequested, None);
+                    }
+                    Ok(None)
+                }
+                Ok(Found::Absent) if self.goal.cancel => Ok(None),
+                Ok(Found::Absent) => apply::apply(&cluster.client, &self.plan).await.map(Some),
+                Err(e) => Err(e),
+            };
+            match result {
+                Ok(js) => {
+                    if let Some(js) = js {
+                        let id = request::job_id(&js);
+                        if self.job.as_ref() != Some(&id) {
+                            self.job = Some(id.clone());
+                            self.out.send(Report::Job(id));
+                        }
+                    }
+                    return Some(());
+                }
+                Err(Refusal::Refused(message)) => {
+                    self.out.send(Report::Refused(message));
+                    while let Some(msg) = rx.recv().await {
+                        if matches!(msg, Msg::Release) {
+                            break;
+                        }
+                    }
+                    return None;
+                }
+                Err(Refusal::Retry(e)) => {
+                    if retry::is_outage(&e) {
+                        self.set_outage(Some(format!(
+                            "the Kubernetes API server {} is not answering: {}",
+                            cluster.server,
+                            retry::describe(&e)
+                        )));
+                    } else if !retry::is_transient(&e) {
+                        self.out.send(Report::Refused(format!(
+                            "the Kubernetes API server {} refused: {}",
+                            cluster.server,
+                            retry::describe(&e)
+                        )));
+                        while let Some(msg) = rx.recv().await {
+                            if matches!(msg, Msg::Release) {
+                                break;
+                            }
+                        }
+                        return None;
+                    }
+                    if let Waited::Released = self.pause(rx, self.backoff().delay(failures)).await {
+                        return None;
+                    }
+                    failures += 1;
+                }
+            }
+        }
+    }
+
+    fn send_event(&mut self, event: Event, at_ms: Option<i64>) {
+        if self.sent_events.insert(format!("{event:?}")) {
+            self.out.send(Report::Event { event, at_ms });
+        }
+    }
+
+    async fn supervise(mut self, cluster: &Cluster, mut rx: mpsc::UnboundedReceiver<Msg>) {
+        let shared: SharedRef = Arc::new(Mutex::new(Shared::default()));
+        let notify = Arc::new(Notify::new());
+        let apis = Apis::new(&cluster.client, &self.plan.namespace, &self.plan.group);
+        let backoff = self.backoff();
+        let server = cluster.server.clone();
+        let mut tasks = vec![
+            tokio::task::spawn_local(watch::run::<JobSet>(
+                apis.jobsets.clone(),
+                format!("metadata.name={}", self.plan.group),
+                true,
+                shared.clone(),
+                notify.clone(),
+                server.clone(),
+                backoff,
+            )),
+            tokio::task::spawn_local(watch::run::<Job>(
+                apis.jobs.clone(),
+                self.plan.selector(),
+                false,
+                shared.clone(),
+                notify.clone(),
+                server.clone(),
+                backoff,
+            )),
+            tokio::task::spawn_local(watch::run::<Pod>(
+                apis.pods.clone(),
+                self.plan.selector(),
+                false,
+                shared.clone(),
+                notify.clone(),
+                server.clone(),
+                backoff,
+            )),
+        ];
+        loop {
+            let next_hold = self
+                .held
+                .values()
+                .copied()
+                .chain(
+                    self.finished_at
+                        .filter(|_| !self.settled)
+                        .map(|at| at + SETTLE_LIMIT),
+                )
+                .min();
+            tokio::select! {
+                msg = rx.recv() => match msg {
+                    Some(msg) => if !self.hear(msg) { break },
+                    None => break,
+                },
+                () = notify.notified() => {}
+                () = async {
+                    match next_hold {
+                        Some(at) => tokio::time::sleep_until(at).await,
+                        None => std::future::pending().await,
+                    }
+                } => {}
+            }
+            // Everything already waiting, in one pass.
+            let mut released = false;
+            while let Ok(msg) = rx.try_recv() {
+                released |= !self.hear(msg);
+            }
+            if released {
+                break;
+            }
+            let now = Instant::now();
+            self.held.retain(|_, until| *until > now);
+            if self.pass(&apis, &shared, &mut tasks).await {
+                // Something was written: look again at once.
+                notify.notify_one();
+            }
+        }
+        for t in tasks {
+            t.abort();
+        }
+    }
+
+    /// One look at the group: report what changed, send what the goal
+    /// needs. Returns whether any request was made.
+    async fn pass(
+        &mut self,
+        apis: &Apis,
+        shared: &SharedRef,
+        tasks: &mut Vec<tokio::task::JoinHandle<()>>,
+    ) -> bool {
+        let (objs, outage, listed) = {
+            let s = lock(shared);
+            (s.objs.clone(), s.outage.clone(), s.listed.len())
+        };
+        self.set_outage(outage);
+        if listed < 3 {
+            return false;
+        }
+        // The JobSet gone, or failed, while the group runs: nothing will
+        // run its tasks again, so the group ends as cancelled, before its
+        // nodes are read as lost (which would restart them).
+        if self.goal.end.is_none() && !self.goal.cancel {
+            let outside = match &objs.jobset {
+                None => Some("was deleted"),
+                Some(js) if js.terminal_state() == Some("Failed") => Some("failed"),
+                Some(_) => None,
+            };
+            if let Some(what) = outside
+                && !self
+                    .sent_events
+                    .contains(&format!("{:?}", Event::CancelRequested))
+            {
+                self.out.send(Report::Error(format!(
+                    "the JobSet {} {what} outside skyc",
+                    self.plan.group
+                )));
+                self.send_event(Event::CancelRequested, None);
+            }
+        }
+        for report in observe(&self.plan, &objs, &self.goal) {
+            match report {
+                Report::Node(info) => {
+                    let key = (info.task, info.rank);
+                    if self.sent_nodes.get(&key) != Some(&info) {
+                        self.sent_nodes.insert(key, info.clone());
+                        self.out.send(Report::Node(info));
+                    }
+                }
+                Report::Event { event, at_ms } => self.send_event(event, at_ms),
+                other => self.out.send(other),
+            }
+        }
+        let mut ops = reconcile::reconcile(&self.plan, &objs, &self.goal);
+        for (task, attempt) in std::mem::take(&mut self.kills) {
+            ops.extend(reconcile::kill(&self.plan, &objs, task, attempt));
+        }
+        let mut wrote = false;
+        for op in ops {
+            if self.held.contains_key(&op) {
+                continue;
+            }
+            wrote = true;
+            let backoff = self.backoff();
+            let hold = match request::execute(apis, shared, &op, backoff).await {
+                Outcome::Done | Outcome::Moot => backoff.max,
+                Outcome::Refused(why) => {
+                    self.out
+                        .send(Report::Error(format!("{}: {why}", request::describe(&op))));
+                    backoff.max
+                }
+                Outcome::Failing(e) => {
+                    watch::failed(shared, &self.server, &e);
+                    backoff.max
+                }
+            };
+            self.held.insert(op, Instant::now() + hold);
+        }
+        if self.ctx.tuning.logs {
+            self.follow_logs(apis, shared, &objs, tasks);
+        }
+        if self.goal.end.is_some() {
+            self.finished_at.get_or_insert_with(Instant::now);
+        }
+        if !self.settled && reconcile::settled(&objs, &self.goal) {
+            self.settled = true;
+            self.out.send(Report::Settled);
+        } else if !self.settled
+            && self
+                .finished_at
+                .is_some_and(|at| at.elapsed() >= SETTLE_LIMIT)
+        {
+            // The JobSet controller did not finish it (it is down, or
+            // gone): the group's end is the engine's all the same.
+            self.settled = true;
+            self.out.send(Report::Error(format!(
+                "the JobSet {} did not reach its end within {} s of the group's; it is left as it is",
+                self.plan.group,
+                SETTLE_LIMIT.as_secs()
+            )));
+            self.out.send(Report::Settled);
+        }
+        wrote
+    }
+
+    /// Starts following the log of every pod that has started and is not
+    /// followed yet.
+    fn follow_logs(
+        &mut self,
+        apis: &Apis,
+        shared: &SharedRef,
+        objs: &objects::Objects,
+        tasks: &mut Vec<tokio::task::JoinHandle<()>>,
+    ) {
+        for pod in objs.pods.values() {
+            let Some(uid) = pod.metadata.uid.clone() else {
+                continue;
+            };
+            let Some((task, rank)) = objects::node_of(&pod.metadata) else {
+                continue;
+            };
+            if !objects::started(pod) || self.following.contains(&uid) {
+                continue;
+            }
+            let attempt = pod
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .find_map(|o| {
+                    objs.jobs
+                        .values()
+                        .find(|j| j.metadata.uid.as_deref() == Some(&o.uid))
+                })
+                .and_then(objects::bound_attempt)
+                .unwrap_or(0);
+            self.following.insert(uid.clone());
+            let node = NodeLog {
+                group_dir: crate::local::paths::group_dir(&self.ctx.state_dir, self.out.gid),
+                task: task.to_owned(),
+                rank,
+                attempt,
+                pod: pod.metadata.name.clone().unwrap_or_default(),
+                uid: uid.clone(),
+            };
+            let api = apis.pods.clone();
+            let shared = shared.clone();
+            let backoff = self.backoff();
+            tasks.push(tokio::task::spawn_local(async move {
+                let mut failures = 0;
+                loop {
+                    let result = logs::follow(&api, &node).await;
+                    let pod_done = {
+                        let s = lock(&shared);
+                        s.objs.pods.get(&node.pod).is_none_or(|p| {
+                            p.metadata.uid.as_deref() != Some(&node.uid) || objects::pod_terminal(p)
+                        })
+                    };
+                    match result {
+                        Ok(()) if pod_done => return,
+                        Err(e) if retry::not_found(&e) => return,
+                        _ => {}
+                    }
+                    tokio::time::sleep(backoff.delay(failures)).await;
+                    failures += 1;
+                }
+            }));
+        }
+    }
+}

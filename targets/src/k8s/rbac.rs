@@ -1,0 +1,145 @@
+//! What `skyc run --target k8s` may do in the group's namespace, as one
+//! list: the runtime checks it before creating anything, and
+//! `skyc build --target k8s --rbac` prints it as a Role to bind.
+
+use serde_json::{Value, json};
+
+/// Verbs on one resource of one API group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Permission {
+    /// The API group (`""` for the core group).
+    pub group: &'static str,
+    /// The resource, or `resource/subresource`.
+    pub resource: &'static str,
+    pub verbs: &'static [&'static str],
+    /// Needed only by groups with `secrets`.
+    pub secrets_only: bool,
+}
+
+impl Permission {
+    /// `jobsets.jobset.x-k8s.io`, `pods/log`: as kubectl names them.
+    pub fn display_resource(&self) -> String {
+        if self.group.is_empty() {
+            self.resource.to_owned()
+        } else {
+            format!("{}.{}", self.resource, self.group)
+        }
+    }
+}
+
+/// Everything the runtime does, and why:
+/// - JobSets: server-side apply creates and updates the group's; it is
+///   read and watched for its status; cancel deletes it;
+/// - Jobs (JobSet's children): watched; annotated with their attempt,
+///   scaled to stop a task, deleted to restart one;
+/// - pods: watched; deleted at the end of a termination's grace;
+///   `pods/log` streamed into the state directory;
+/// - ConfigMaps: the group's scripts, applied; Secrets: the values of
+///   `secrets` given at run time, applied.
+pub const PERMISSIONS: &[Permission] = &[
+    Permission {
+        group: "jobset.x-k8s.io",
+        resource: "jobsets",
+        verbs: &["get", "list", "watch", "create", "patch", "delete"],
+        secrets_only: false,
+    },
+    Permission {
+        group: "batch",
+        resource: "jobs",
+        verbs: &["get", "list", "watch", "patch", "delete"],
+        secrets_only: false,
+    },
+    Permission {
+        group: "",
+        resource: "pods",
+        verbs: &["get", "list", "watch", "delete"],
+        secrets_only: false,
+    },
+    Permission {
+        group: "",
+        resource: "pods/log",
+        verbs: &["get"],
+        secrets_only: false,
+    },
+    Permission {
+        group: "",
+        resource: "configmaps",
+        verbs: &["get", "create", "patch"],
+        secrets_only: false,
+    },
+    Permission {
+        group: "",
+        resource: "secrets",
+        verbs: &["get", "create", "patch"],
+        secrets_only: true,
+    },
+];
+
+/// The permissions a group needs.
+pub fn needed(secrets: bool) -> impl Iterator<Item = &'static Permission> {
+    PERMISSIONS
+        .iter()
+        .filter(move |p| secrets || !p.secrets_only)
+}
+
+/// The Role granting [`PERMISSIONS`] in `namespace` (kubectl's when
+/// `None`), named `skyc-runner`. Bind it to the user or service account
+/// that runs `skyc run --target k8s`:
+/// `kubectl create rolebinding skyc-runner --role=skyc-runner --user=NAME`.
+pub fn role(namespace: Option<&str>) -> Value {
+    let mut metadata = serde_json::Map::new();
+    metadata.insert("name".into(), json!(ROLE));
+    if let Some(ns) = namespace {
+        metadata.insert("namespace".into(), json!(ns));
+    }
+    let rules: Vec<Value> = PERMISSIONS
+        .iter()
+        .map(|p| {
+            json!({
+                "apiGroups": [p.group],
+                "resources": [p.resource],
+                "verbs": p.verbs,
+            })
+        })
+        .collect();
+    json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": metadata,
+        "rules": rules,
+    })
+}
+
+/// The Role's name.
+pub const ROLE: &str = "skyc-runner";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_role_lists_every_permission_once() {
+        let team = role(Some("team-a"));
+        assert_eq!(team["metadata"]["namespace"], "team-a");
+        let rules = team["rules"].as_array().unwrap();
+        assert_eq!(rules.len(), PERMISSIONS.len());
+        assert_eq!(rules[0]["apiGroups"][0], "jobset.x-k8s.io");
+        assert_eq!(rules[0]["resources"][0], "jobsets");
+        assert!(
+            rules[0]["verbs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|v| v == "delete")
+        );
+        assert!(role(None)["metadata"].get("namespace").is_none());
+    }
+
+    #[test]
+    fn secrets_are_needed_only_with_secrets() {
+        assert!(!needed(false).any(|p| p.resource == "secrets"));
+        assert!(needed(true).any(|p| p.resource == "secrets"));
+        assert_eq!(PERMISSIONS[0].display_resource(), "jobsets.jobset.x-k8s.io");
+        assert_eq!(PERMISSIONS[3].display_resource(), "pods/log");
+    }
+}
