@@ -245,3 +245,28 @@ fn the_agent_is_found_next_to_skyc() {
     let agent = skyc_runtime::local::agent::executable(skyc).expect("built with skyc");
     assert_eq!(agent, Path::new(env!("CARGO_BIN_EXE_skyc-agent")));
 }
+
+/// An agent that can no longer follow its node (here: it cannot record
+/// the node's process group) kills the node and records 126, a failure,
+/// rather than vanishing as a lost node does.
+#[test]
+fn an_agent_that_cannot_follow_its_node_ends_it_with_126() {
+    let node = Node::new("cannot-follow");
+    // `pgid` cannot be written: a non-empty directory stands in its place.
+    std::fs::create_dir_all(node.dir().join("pgid/keep")).unwrap();
+    let marker = node.scratch.join("still-running");
+    let script = format!("sleep 0.5; touch {}", marker.display());
+    let out = node
+        .spawn("/bin/bash", &["bash", "-c", &script])
+        .wait_with_output()
+        .expect("wait");
+    assert!(!out.status.success(), "the agent reports its own failure");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("pgid"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(node.exit(), Some(126));
+    std::thread::sleep(Duration::from_millis(800));
+    assert!(!marker.exists(), "the node's command was killed");
+}

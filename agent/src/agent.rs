@@ -86,7 +86,26 @@ fn run(
             return Err(e);
         }
     };
-    write_atomic(&dir, c"pgid", num.of(child as u64)).map_err(|e| ("pgid", e))?;
+    match follow(&dir, child, &signals, &output, pipe) {
+        Ok(code) => write_atomic(&dir, c"exit", num.of(code.into())).map_err(|e| ("exit", e)),
+        Err(e) => {
+            // The agent cannot follow its node any more (a full disk, say):
+            // the node ends with 126, a failure the restart budget counts,
+            // rather than as a lost node that restarts for free forever.
+            let _ = sys::kill(-child, sys::SIGKILL);
+            reap_leftovers(child);
+            let _ = write_atomic(&dir, c"exit", b"126");
+            Err(e)
+        }
+    }
+}
+
+/// Follows the started command: passes signals on, copies its output,
+/// and once it ended, kills what it left and drains the pipe; its exit
+/// status.
+fn follow(dir: &Fd, child: i32, signals: &Fd, output: &Output, pipe: Fd) -> Result<u32, Failed> {
+    let mut num = Decimal::new();
+    write_atomic(dir, c"pgid", num.of(child as u64)).map_err(|e| ("pgid", e))?;
     let exited = sys::pidfd_open(child).map_err(|e| ("pidfd", e))?;
 
     // One page: each agent pays for every page of its stack it touches,
@@ -95,7 +114,7 @@ fn run(
     let mut pipe = Some(pipe);
     let status = loop {
         let mut fds = [
-            PollFd::readable(&signals),
+            PollFd::readable(signals),
             PollFd::readable(&exited),
             PollFd::readable(pipe.as_ref().unwrap_or(&exited)),
         ];
@@ -106,7 +125,7 @@ fn run(
         }
         let [sig, ended, out] = fds.map(|fd| fd.ready());
         if sig {
-            while let Some(signal) = sys::read_signal(&signals) {
+            while let Some(signal) = sys::read_signal(signals) {
                 let to = if signal == sys::SIGUSR1 {
                     sys::SIGKILL
                 } else {
@@ -115,7 +134,7 @@ fn run(
                 let _ = sys::kill(-child, to);
             }
         }
-        if n == 3 && out && !pass_on(&mut pipe, &output, &mut buf) {
+        if n == 3 && out && !pass_on(&mut pipe, output, &mut buf) {
             pipe = None;
         }
         if ended && let Ok(Some((_, status))) = sys::wait(child, true) {
@@ -124,10 +143,9 @@ fn run(
     };
     reap_leftovers(child);
     if let Some(pipe) = pipe {
-        drain(pipe, &output, &mut buf);
+        drain(pipe, output, &mut buf);
     }
-    let code = exit_code(status);
-    write_atomic(&dir, c"exit", num.of(code.into())).map_err(|e| ("exit", e))
+    Ok(exit_code(status))
 }
 
 /// Opens the log and its index and starts the command, its output on a

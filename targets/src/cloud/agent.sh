@@ -94,12 +94,14 @@ skyc_keeper=""
 if [ "$skyc_need_hosts" = 1 ] && [ "$skyc_hostnames" != off ]; then
     # Recreated nodes get new addresses: the runtime rewrites the hosts
     # file, and this loop follows it.
+    # Installed once here, then only by the loop: two writers at once
+    # could read the file while the other had truncated it.
+    skyc_install_hosts
     (while :; do
-        skyc_install_hosts
         sleep 1
+        skyc_install_hosts
     done) </dev/null >/dev/null 2>&1 &
     skyc_keeper=$!
-    skyc_install_hosts
 fi
 
 skyc_ips=$(skyc_task_ips)
