@@ -140,15 +140,7 @@ impl Follower {
         self.poll(out)?;
         let mut lines = Vec::new();
         for (i, log) in self.logs.iter_mut().enumerate() {
-            if !log.partial.is_empty() {
-                let mut text = std::mem::take(&mut log.partial);
-                text.push(b'\n');
-                lines.push(Line {
-                    time: log.index.time_of(log.partial_start),
-                    log: i,
-                    text,
-                });
-            }
+            lines.extend(log.end_partial(i));
         }
         write_ordered(lines, &self.logs, out)
     }
@@ -175,6 +167,20 @@ impl Log {
             partial_start: 0,
             index: Index::default(),
         }
+    }
+
+    /// The unfinished line as a line of its own, if there is one.
+    fn end_partial(&mut self, me: usize) -> Option<Line> {
+        if self.partial.is_empty() {
+            return None;
+        }
+        let mut text = std::mem::take(&mut self.partial);
+        text.push(b'\n');
+        Some(Line {
+            time: self.index.time_of(self.partial_start),
+            log: me,
+            text,
+        })
     }
 
     /// Reads what was appended (at most `READ_LIMIT`), and pushes its
@@ -217,13 +223,7 @@ impl Log {
             self.partial.extend_from_slice(rest);
             // Output that never ends a line is shown in pieces.
             if self.partial.len() >= MAX_LINE {
-                let mut text = std::mem::take(&mut self.partial);
-                text.push(b'\n');
-                lines.push(Line {
-                    time: self.index.time_of(self.partial_start),
-                    log: me,
-                    text,
-                });
+                lines.extend(self.end_partial(me));
             }
         }
         let unread = if self.partial.is_empty() {
