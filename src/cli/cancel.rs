@@ -7,7 +7,9 @@ use super::state::StateArgs;
 use skyc_runtime::supervisor;
 
 /// Cancel groups: every task gets SIGTERM, then SIGKILL after the grace
-/// period. Exit status 102 when a group named is not found.
+/// period.
+///
+/// Exit status 102 when a group named is not found.
 #[derive(clap::Args)]
 pub(crate) struct Args {
     /// The groups to cancel.

@@ -8,10 +8,11 @@ use super::select::{self, ByName};
 use super::state::StateArgs;
 use std::time::Duration;
 
-/// Print a group's logs, each line prefixed `(task-rank)`, lines of all
-/// nodes in the order they were written. A group in progress is followed
-/// until it ends. Exit status: 0 SUCCEEDED, 100 FAILED, 101 not finished,
-/// 102 no such group, 103 CANCELLED.
+/// Print a group's logs, each line prefixed `(task-rank)`.
+///
+/// Lines of all nodes come in the order they were written. A group in
+/// progress is followed until it ends. Exit status: 0 SUCCEEDED, 100
+/// FAILED, 101 not finished, 102 no such group, 103 CANCELLED.
 #[derive(clap::Args, Clone)]
 pub(crate) struct Args {
     /// The group; the newest one when omitted (with `-n`: the TASK).

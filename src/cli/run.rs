@@ -23,9 +23,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-/// Run a Job Group and supervise it until it ends. Exit status: 0
-/// SUCCEEDED, 100 FAILED, 101 no longer followed, 103 CANCELLED, 1 the file
-/// has errors.
+/// Run a Job Group and supervise it until it ends.
+///
+/// Exit status: 0 SUCCEEDED, 100 FAILED, 101 no longer followed, 103
+/// CANCELLED, 1 the file has errors.
 #[derive(clap::Args)]
 pub(crate) struct Args {
     /// The Job Group (or task) file; `-` reads standard input.
