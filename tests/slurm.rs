@@ -250,20 +250,26 @@ fn hostile_values_survive_quoting_byte_for_byte() {
     // Running the written scripts: the envs arrive exactly, nothing runs
     // that the user did not write.
     for g in 0..group.tasks.len() {
-        let out = Command::new("bash")
-            .arg(files.join(format!("{g}.run")))
-            .current_dir(&dir)
-            .env("SKYC_CANARY", &canary)
-            .env("SKYC_HOSTILE_OUT", &dir)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        run_hostile_script(&files.join(format!("{g}.run")), &dir, &canary);
     }
     check_hostile_outputs(&dir, &canary);
+}
+
+/// Runs a script written from the hostile group under bash, its outputs
+/// going to `dir`; it must succeed.
+pub(crate) fn run_hostile_script(script: &Path, dir: &Path, canary: &Path) {
+    let out = Command::new("bash")
+        .arg(script)
+        .current_dir(dir)
+        .env("SKYC_CANARY", canary)
+        .env("SKYC_HOSTILE_OUT", dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// What the hostile group's tasks wrote, compared with the values.

@@ -9,7 +9,7 @@
 //! (one crashes a node).
 
 use crate::slurm::{check_hostile_outputs, hostile_yaml, tmp_dir};
-use crate::support::leftovers::{leave_leftovers, lock_is_free, processes_named};
+use crate::support::leftovers::{assert_nothing_outlived, leave_leftovers};
 use crate::support::skyc;
 use skyc_compiler::{Options, compile};
 use skyc_runtime::policy::{GroupSpec, Status};
@@ -527,21 +527,5 @@ run: |
     let statuses = task_statuses(&tracker, &job.spec);
     assert_eq!(statuses[1].1, Status::Cancelled, "side: {text}");
     assert!(text.contains("task flaky 0 RECOVERING"), "{text}");
-    assert_eq!(
-        job.file("flaky-saw").trim(),
-        "free",
-        "the failed attempt's leftovers were gone when the next one started"
-    );
-    for (task, rank) in [("main", 0), ("main", 1), ("side", 0), ("flaky", 0)] {
-        assert_eq!(
-            job.file(&format!("held-{task}-{rank}")).trim(),
-            "held",
-            "{task}-{rank} left processes behind while it ran"
-        );
-        assert!(
-            lock_is_free(&job.out.join(format!("lock-{task}-{rank}"))),
-            "something of {task}-{rank} still holds its lock"
-        );
-    }
-    assert_eq!(processes_named(&token), Vec::<String>::new());
+    assert_nothing_outlived(&job.out, &token);
 }

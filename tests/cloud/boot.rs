@@ -5,7 +5,7 @@
 
 use super::api::feature_groups;
 use super::{CLOUDS, boot_script, build, example_specs, spec, tmp_dir};
-use crate::slurm::{check_hostile_outputs, have, hostile_yaml};
+use crate::slurm::{check_hostile_outputs, have, hostile_yaml, run_hostile_script};
 use crate::support::{render_human, skyc};
 use serde_json::Value;
 use skyc_compiler::{Options, compile};
@@ -139,18 +139,7 @@ fn hostile_values_survive_the_boot_script_byte_for_byte() {
             assert_eq!(String::from_utf8_lossy(&out.stdout), want);
             // Running the written script: the envs arrive exactly, and
             // nothing runs that the user did not write.
-            let out = Command::new("bash")
-                .arg(files.join("run.sh"))
-                .current_dir(&dir)
-                .env("SKYC_CANARY", &canary)
-                .env("SKYC_HOSTILE_OUT", &dir)
-                .output()
-                .unwrap();
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            run_hostile_script(&files.join("run.sh"), &dir, &canary);
         }
         check_hostile_outputs(&dir, &canary);
     }

@@ -23,6 +23,31 @@ pub(crate) fn leave_leftovers(token: &str, dir: &str, task: &str) -> String {
     )
 }
 
+/// The verdict on a group of tasks `main` (2 nodes), `side` and `flaky`
+/// that called `leave` (files in `dir`): every node's leftovers held their
+/// lock while it ran, the failed attempt's were gone when `flaky` started
+/// again, and nothing of the group runs now.
+pub(crate) fn assert_nothing_outlived(dir: &Path, token: &str) {
+    let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap_or_default();
+    assert_eq!(
+        read("flaky-saw").trim(),
+        "free",
+        "the failed attempt's leftovers were gone when the next one started"
+    );
+    for (task, rank) in [("main", 0), ("main", 1), ("side", 0), ("flaky", 0)] {
+        assert_eq!(
+            read(&format!("held-{task}-{rank}")).trim(),
+            "held",
+            "{task}-{rank} left processes behind while it ran"
+        );
+        assert!(
+            lock_is_free(&dir.join(format!("lock-{task}-{rank}"))),
+            "something of {task}-{rank} still holds its lock"
+        );
+    }
+    assert_eq!(processes_named(token), Vec::<String>::new());
+}
+
 /// Whether nothing holds the lock on `path` (flock(1), as the tasks do).
 pub(crate) fn lock_is_free(path: &Path) -> bool {
     Command::new("flock")

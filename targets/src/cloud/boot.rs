@@ -8,7 +8,7 @@
 //! `printf '%s'`, never expanded. The agent is the same on every node.
 
 use super::request::number;
-use crate::slurm::quote;
+use crate::slurm::{is_variable_name, quote};
 use skyc_compiler::ir::{Group, InterConnection, Task, Workdir};
 use std::fmt::Write as _;
 
@@ -138,7 +138,7 @@ fn settings(node: &Node) -> Result<String, Unrepresentable> {
     check(git_url, "the git `workdir`")?;
     check(git_ref, "the git `workdir` ref")?;
     for name in &task.secrets {
-        if !is_env_name(name) {
+        if !is_variable_name(name) {
             return Err(Unrepresentable(format!(
                 "the secret `{}` cannot be a shell variable name",
                 name.escape_debug()
@@ -190,7 +190,7 @@ fn cloud_display(cloud: &str) -> &'static str {
 fn prelude(task: &Task) -> Result<String, Unrepresentable> {
     let mut p = String::new();
     for env in &task.envs {
-        if !is_env_name(&env.name) {
+        if !is_variable_name(&env.name) {
             return Err(Unrepresentable(format!(
                 "`{}` cannot be a shell variable name",
                 env.name.escape_debug()
@@ -200,11 +200,6 @@ fn prelude(task: &Task) -> Result<String, Unrepresentable> {
         let _ = writeln!(p, "export {}={}", env.name, quote(&env.value));
     }
     Ok(p)
-}
-
-fn is_env_name(name: &str) -> bool {
-    name.starts_with(|c: char| c == '_' || c.is_ascii_alphabetic())
-        && name.bytes().all(|b| b == b'_' || b.is_ascii_alphanumeric())
 }
 
 /// NUL cannot be carried by any shell string.

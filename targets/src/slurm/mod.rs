@@ -19,6 +19,6 @@ mod sbatch;
 mod script;
 
 pub use lifecycle::{STEP, SUPERVISOR_MARKER};
-pub use quote::quote;
+pub use quote::{is_variable_name, quote};
 pub use sbatch::{SbatchError, SbatchOption, is_safe_value};
 pub use script::{Build, Options, build};

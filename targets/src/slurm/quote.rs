@@ -14,6 +14,13 @@
 //!
 //! NUL cannot be carried by any shell string; callers reject it first.
 
+/// Whether `name` can be a shell variable (`export NAME=...`): a letter or
+/// `_`, then letters, digits and `_`.
+pub fn is_variable_name(name: &str) -> bool {
+    name.starts_with(|c: char| c == '_' || c.is_ascii_alphabetic())
+        && name.bytes().all(|b| b == b'_' || b.is_ascii_alphanumeric())
+}
+
 /// `s` as one bash word that expands to exactly `s`: bare when it holds
 /// only characters no shell treats specially, quoted otherwise.
 pub fn quote(s: &str) -> String {

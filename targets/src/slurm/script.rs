@@ -387,9 +387,7 @@ fn prelude(task: &Task, out: &mut Vec<Diagnostic>) -> String {
 }
 
 fn check_env_name(name: &str, task: &Task, out: &mut Vec<Diagnostic>) {
-    let ok = name.starts_with(|c: char| c == '_' || c.is_ascii_alphabetic())
-        && name.bytes().all(|b| b == b'_' || b.is_ascii_alphanumeric());
-    if !ok {
+    if !super::is_variable_name(name) {
         out.push(
             Diagnostic::new(
                 Rule::SlurmUnrepresentable,
