@@ -8,8 +8,10 @@ use crate::support::root;
 use crate::support::scratch::{Scratch, task, text};
 use serde_json::Value;
 use skyc_compiler::{Options, compile};
+use skyc_runtime::backend::{Adoption, Backend as _, Report};
 use skyc_runtime::policy::GroupSpec;
-use skyc_runtime::slurm::{Adopted, Plan, SUBMITTING, Watch, read_status};
+use skyc_runtime::policy::{Engine, Status};
+use skyc_runtime::slurm::{Plan, SUBMITTING, SlurmBackend, read_status};
 use skyc_runtime::store::{Backend, NewGroup, NewTask, Store, now_ms};
 use std::path::Path;
 use std::process::Command;
@@ -450,17 +452,42 @@ fn a_job_submitted_before_a_crash_is_found_not_submitted_twice() {
         .cluster()
         .submit_tagged(&out.join("job.sh"), &out, &plan.token)
         .unwrap();
-    let Ok(Adopted::Watching(mut watch)) = Watch::adopt(&mut store, &s.state(), gid, now_ms())
-    else {
-        panic!("not adopted");
-    };
-    assert_eq!(watch.job(), job, "the job found by its comment");
+    // A new supervisor's backend finds the job by its comment.
+    let mut backend = SlurmBackend::new(&s.state());
+    let engine = Engine::new(plan.spec.clone());
+    let plan_json = serde_json::to_string(&plan).unwrap();
+    backend
+        .adopt(
+            gid,
+            &Adoption {
+                plan: &plan_json,
+                engine: &engine,
+                fresh: true,
+                job: None,
+                kept: None,
+                marker: Some(SUBMITTING),
+                cancel_requested: false,
+                store: &store,
+            },
+        )
+        .unwrap();
+    let mut reports = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !watch.poll(&mut store, now_ms()).unwrap() {
-        assert!(Instant::now() < deadline);
+    while !reports.contains(&Report::Settled) {
+        assert!(Instant::now() < deadline, "{reports:?}");
+        reports.extend(backend.drain(now_ms()).into_iter().map(|(_, r)| r));
         std::thread::sleep(Duration::from_millis(200));
     }
-    assert_eq!(store.group(gid).unwrap().unwrap().status, "SUCCEEDED");
+    assert_eq!(
+        reports.first(),
+        Some(&Report::Job(job)),
+        "the job found by its comment"
+    );
+    let last = reports.iter().rev().find_map(|r| match r {
+        Report::Statuses(s) => Some(s.group),
+        _ => None,
+    });
+    assert_eq!(last, Some(Status::Succeeded));
     assert_eq!(submitted(&s, gid).len(), 1, "{:?}", submitted(&s, gid));
     assert_eq!(
         std::fs::read_to_string(out.join("logs/a-0.log")).unwrap(),

@@ -101,7 +101,7 @@ impl Supervisor {
         if ready == 0 {
             return 0;
         }
-        let reports = self.backend.drain();
+        let reports = self.backend.drain(0);
         let n = reports.len();
         for (gid, report) in reports {
             if let Report::Event { event, .. } = report {
@@ -151,7 +151,7 @@ fn latency(rounds: usize) {
     };
     let mut engine = Engine::new(p.spec.clone());
     let actions = engine.start();
-    s.backend.adopt(1, p.clone(), &engine, None);
+    s.backend.adopt_plan(1, p.clone(), &engine, None);
     s.backend.execute(1, &engine, &actions);
     s.engines.insert(1, engine);
     s.until(&fake, Duration::from_secs(10), |w, _| {
@@ -273,7 +273,7 @@ fn memory(groups: usize) {
         let gid = i as i64 + 1;
         let mut engine = Engine::new(p.spec.clone());
         let actions = engine.start();
-        s.backend.adopt(gid, p.clone(), &engine, None);
+        s.backend.adopt_plan(gid, p.clone(), &engine, None);
         s.backend.execute(gid, &engine, &actions);
         s.engines.insert(gid, engine);
     }

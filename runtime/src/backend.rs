@@ -20,7 +20,8 @@
 //! already applied (a node answered twice, a started task started
 //! again), so nothing is counted twice.
 
-use crate::policy::{Action, Engine, Event};
+use crate::policy::{Action, Engine, Event, Status};
+use crate::store::Store;
 use std::os::fd::BorrowedFd;
 
 /// What a backend tells the supervisor about one group.
@@ -36,6 +37,21 @@ pub enum Report {
     /// The backend's id of the group once it exists there (Slurm: the
     /// job id; Kubernetes: `namespace/name uid`), to record.
     Job(String),
+    /// What the backend must find again after a crash (the local
+    /// network's addresses and namespaces), handed back by
+    /// [`Adoption::kept`]; committed before the backend is asked anything
+    /// else.
+    Keep(String),
+    /// The marker of a step the backend is about to take that a crash
+    /// could leave half done (Slurm: sbatch), handed back by
+    /// [`Adoption::marker`]; `None` once the step is recorded. Committed
+    /// before the next [`Backend::drain`], which takes the step.
+    Marker(Option<String>),
+    /// An entry for the group's event history (JSON), at `at_ms`.
+    Record { at_ms: i64, entry: String },
+    /// The statuses of a group whose policy runs where the group runs
+    /// ([`Followed`]).
+    Statuses(Statuses),
     /// The backend cannot reach its cluster (`Some(why)`, shown by
     /// `skyc status`) or can again (`None`). Statuses stay as last known
     /// meanwhile.
@@ -47,8 +63,12 @@ pub enum Report {
     /// The group cannot run at all (refused before anything was created);
     /// it ends FAILED_SETUP with this message.
     Refused(String),
+    /// The group ended before anything of it ran (cancelled before its
+    /// submission): it and every task end with this status.
+    Unstarted(Status),
     /// Everything the group had on the backend is gone or in its final
-    /// state: once its engine has finished, the group can be closed.
+    /// state: once its engine has finished (a [`Followed`] group: at
+    /// once), the group can be closed.
     Settled,
 }
 
@@ -58,23 +78,72 @@ pub struct NodeInfo {
     pub task: usize,
     pub rank: u32,
     pub attempt: u32,
-    /// The process, pod or step that runs it (Kubernetes: the pod name).
+    /// `{task}-{rank}.{group}`.
+    pub hostname: String,
+    /// The node agent's pid while it runs (local).
+    pub pid: Option<i64>,
+    /// The pod that runs it (Kubernetes), the instance (a cloud).
     pub handle: String,
     /// The machine it runs on (Kubernetes: `spec.nodeName`).
     pub machine: String,
     pub ip: String,
+    /// `setup` or `run` while one runs, or the phase that ended.
+    pub phase: Option<String>,
     pub exit_code: Option<i32>,
+}
+
+/// The statuses of a group whose policy does not run in the supervisor.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Statuses {
+    pub group: Status,
+    /// Per task: its status, attempt and restarts (all, on errors).
+    pub tasks: Vec<(Status, u32, (u32, u32))>,
+}
+
+/// Where a group's policy runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Policy {
+    /// In the supervisor: its engine decides from the backend's
+    /// [`Report::Event`]s, and the backend carries out the actions.
+    Supervised,
+    /// Where the group runs (Slurm: the batch script, so the group
+    /// outlives the supervisor and its login node). The backend follows
+    /// with the same engine and reports [`Report::Statuses`]; the
+    /// supervisor keeps no engine or timers for the group.
+    Followed,
+}
+
+/// What the supervisor hands a backend when it takes charge of a group.
+pub struct Adoption<'a> {
+    /// The plan the submitting client stored, as JSON.
+    pub plan: &'a str,
+    /// The engine as last committed; not started when the group is new.
+    pub engine: &'a Engine,
+    /// Whether the group is new (nothing of it exists yet).
+    pub fresh: bool,
+    /// What a [`Report::Job`] recorded.
+    pub job: Option<&'a str>,
+    /// What a [`Report::Keep`] recorded.
+    pub kept: Option<&'a str>,
+    /// What a [`Report::Marker`] left set.
+    pub marker: Option<&'a str>,
+    /// Whether the user asked to cancel the group.
+    pub cancel_requested: bool,
+    /// The store, to read what earlier supervisors recorded; only the
+    /// supervisor writes it.
+    pub store: &'a Store,
 }
 
 /// A place where groups run.
 pub trait Backend {
-    /// The plan a client stored for a group of this backend.
-    type Plan;
+    /// Where the policy of this backend's groups runs.
+    fn policy(&self) -> Policy {
+        Policy::Supervised
+    }
 
-    /// Takes charge of a group: a new one (its engine not yet started)
-    /// or one a previous supervisor ran (`engine` as last committed).
-    /// `job` is what a [`Report::Job`] recorded, if anything.
-    fn adopt(&mut self, gid: i64, plan: Self::Plan, engine: &Engine, job: Option<String>);
+    /// Takes charge of a group: a new one or one a previous supervisor
+    /// ran. An error ends the group FAILED_SETUP with it.
+    fn adopt(&mut self, gid: i64, adoption: &Adoption<'_>) -> Result<(), String>;
 
     /// Carries out what the engine decided, after the supervisor has
     /// committed it. `engine` is the state after the decision: a backend
@@ -87,11 +156,16 @@ pub trait Backend {
     /// the group even where the engine has nothing running.
     fn cancel(&mut self, gid: i64);
 
-    /// Forgets a group the supervisor has closed.
+    /// Forgets a group the supervisor has closed, releasing what it held
+    /// on this machine.
     fn release(&mut self, gid: i64);
 
+    /// Undoes what [`Report::Keep`] recorded for a group that was closed
+    /// by a supervisor that died before releasing it.
+    fn sweep(&mut self, _gid: i64, _kept: &str) {}
+
     /// What happened since the last call, per group, in order.
-    fn drain(&mut self) -> Vec<(i64, Report)>;
+    fn drain(&mut self, now_ms: i64) -> Vec<(i64, Report)>;
 
     /// Readable when [`Backend::drain`] has something.
     fn wake_fd(&self) -> Option<BorrowedFd<'_>>;

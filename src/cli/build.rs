@@ -2,6 +2,7 @@
 
 use super::catalog;
 use super::check::Color;
+use super::k8s::K8sArgs;
 use super::out::{self, errln};
 use super::slurm::SlurmArgs;
 use super::{INVALID, OK, USAGE, input, parse_env, report};
@@ -40,25 +41,12 @@ pub(crate) struct Args {
     /// $SKYC_CATALOG, then ~/.sky/catalogs/v8, then the snapshot skyc ships.
     #[arg(long, value_name = "DIR")]
     catalog: Option<PathBuf>,
-    /// Namespace of every object (k8s); default: kubectl's current one.
-    #[arg(long, value_name = "NAME")]
-    namespace: Option<String>,
-    /// Kueue LocalQueue to submit to, as the `kueue.x-k8s.io/queue-name` label (k8s).
-    #[arg(long, value_name = "NAME")]
-    queue: Option<String>,
-    /// Container image of tasks without `image_id: docker:...` (k8s).
-    #[arg(long, value_name = "IMAGE", default_value = k8s::DEFAULT_IMAGE)]
-    image: String,
-    /// Node label that carries the accelerator type (k8s).
-    #[arg(
-        long,
-        value_name = "KEY",
-        default_value = "cloud.google.com/gke-accelerator"
-    )]
-    gpu_label_key: String,
-    /// The Secret that `secrets` are read from (k8s); default `{group}-secrets`.
-    #[arg(long, value_name = "NAME")]
-    secret_name: Option<String>,
+    #[command(flatten)]
+    k8s: K8sArgs,
+    /// Also emit the Role `skyc run --target k8s` needs in the namespace,
+    /// for a cluster administrator to bind (k8s).
+    #[arg(long, help_heading = "Kubernetes")]
+    rbac: bool,
     #[command(flatten)]
     slurm: SlurmArgs,
     /// Seconds between SIGTERM and SIGKILL when a task is terminated
@@ -100,19 +88,18 @@ enum Output {
 }
 
 pub(crate) fn run(args: &Args) -> u8 {
-    let k8s_options = k8s::Options {
-        namespace: args.namespace.clone(),
-        queue: args.queue.clone(),
-        image: args.image.clone(),
-        gpu_label_key: args.gpu_label_key.clone(),
-        secret_name: args.secret_name.clone(),
-    };
-    if matches!(args.target, Target::K8s)
-        && let Err(message) = k8s_options.validate()
-    {
-        errln!("error: {message}");
+    if args.rbac && !matches!(args.target, Target::K8s) {
+        errln!("error: --rbac is for the k8s target");
         return USAGE;
     }
+    let k8s_options = match args.k8s.options() {
+        Ok(options) => options,
+        Err(message) if matches!(args.target, Target::K8s) => {
+            errln!("error: {message}");
+            return USAGE;
+        }
+        Err(_) => Default::default(),
+    };
     let catalog = match args.target.cloud() {
         Some(cloud) => match catalog::load(cloud, args.catalog.as_deref()) {
             Ok(c) => Some(c),
@@ -142,6 +129,9 @@ pub(crate) fn run(args: &Args) -> u8 {
             let manifests = k8s::lower(group, &k8s_options);
             add_diagnostics(&mut compilation, manifests.diagnostics);
             objects = manifests.objects;
+            if args.rbac {
+                objects.insert(0, k8s::rbac::role(k8s_options.namespace.as_deref()));
+            }
         }
         (Some(group), Target::Slurm) => {
             let built = slurm::build(group, &args.slurm.options(args.grace));

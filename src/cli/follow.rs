@@ -71,7 +71,7 @@ impl Follower {
         let only = only.as_deref();
         let mut logs = Vec::new();
         let dir = match group.backend {
-            Backend::Local => paths::group_dir(state, gid),
+            Backend::Local | Backend::Kubernetes => paths::group_dir(state, gid),
             Backend::Slurm => {
                 let plan: SlurmPlan =
                     serde_json::from_str(&store.plan(gid).map_err(|e| e.to_string())?)

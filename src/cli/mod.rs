@@ -8,6 +8,7 @@ mod completions;
 mod exit;
 mod follow;
 mod input;
+mod k8s;
 mod logs;
 mod lsp;
 pub(crate) mod out;

@@ -3,6 +3,7 @@
 use super::check::Color;
 use super::exit::{self, FAILED, INVALID, NOT_FINISHED, OK, USAGE};
 use super::follow::Follower;
+use super::k8s::K8sArgs;
 use super::out::{self, errln, outln};
 use super::slurm::SlurmArgs;
 use super::state::StateArgs;
@@ -10,6 +11,7 @@ use super::{input, parse_env, report};
 use clap::ValueEnum;
 use skyc_compiler::ir::{Group, Role};
 use skyc_compiler::{Diagnostic, Options, compile};
+use skyc_runtime::k8s::{Plan as K8sPlan, client as k8s_client};
 use skyc_runtime::local::capacity::Capacity;
 use skyc_runtime::local::network::{self, Mode};
 use skyc_runtime::local::plan::{NetworkRequest, Plan, PlanOptions, run_timestamp};
@@ -68,6 +70,11 @@ pub(crate) struct Args {
     /// directory in the state directory].
     #[arg(long, value_name = "DIR", help_heading = "Slurm")]
     out_dir: Option<PathBuf>,
+    #[command(flatten)]
+    k8s: K8sArgs,
+    /// The kubeconfig context [default: the current one].
+    #[arg(long, value_name = "NAME", help_heading = "Kubernetes")]
+    context: Option<String>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -77,6 +84,9 @@ enum Target {
     /// A Slurm cluster, the one `SLURM_CONF` names (else Slurm's default):
     /// the group runs as one heterogeneous job.
     Slurm,
+    /// A Kubernetes cluster, as kubectl finds it (`KUBECONFIG`,
+    /// ~/.kube/config, in-cluster): the group runs as a JobSet.
+    K8s,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -90,6 +100,11 @@ pub(crate) fn run(args: &Args) -> u8 {
     match submit(args) {
         Ok(Submitted::Invalid) => INVALID,
         Ok(Submitted::Group(dir, gid)) => {
+            if args.detach && args.target == Target::K8s {
+                // The cluster's checks (JobSet installed, RBAC, the name
+                // free) answer after the supervisor took the group on.
+                wait_applied(&dir, gid);
+            }
             // The supervisor answered once it took the group on: a group
             // that could not start (sbatch refused it, say) has ended.
             if let Some(error) = start_error(&dir, gid) {
@@ -111,6 +126,21 @@ pub(crate) fn run(args: &Args) -> u8 {
     }
 }
 
+/// Waits (a minute at most) until the group exists on its cluster or has
+/// ended.
+fn wait_applied(dir: &Path, gid: i64) {
+    let Ok(store) = Store::open(dir) else {
+        return;
+    };
+    for _ in 0..1200 {
+        match store.group(gid) {
+            Ok(Some(g)) if g.job.is_none() && g.finished_at_ms.is_none() => {}
+            _ => return,
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn start_error(dir: &Path, gid: i64) -> Option<String> {
     let group = Store::open(dir).ok()?.group(gid).ok()??;
     group.finished_at_ms?;
@@ -127,11 +157,14 @@ fn submit(args: &Args) -> Result<Submitted, String> {
     if !(args.grace.is_finite() && (0.0..=86_400.0).contains(&args.grace)) {
         return Err("--grace must be a number of seconds from 0 to 86400".into());
     }
-    if args.target == Target::Slurm && args.network.is_some() {
-        return Err("--network is for the local target; Slurm nodes have their own".into());
+    if args.target != Target::Local && args.network.is_some() {
+        return Err("--network is for the local target; cluster nodes have their own".into());
     }
-    if args.target == Target::Local && args.out_dir.is_some() {
+    if args.target != Target::Slurm && args.out_dir.is_some() {
         return Err("--out-dir is for the Slurm target".into());
+    }
+    if args.target != Target::K8s && args.context.is_some() {
+        return Err("--context is for the k8s target".into());
     }
     let (name, bytes) = input::read(&args.file)?;
     let options = Options {
@@ -159,6 +192,7 @@ fn submit(args: &Args) -> Result<Submitted, String> {
     let planned = match args.target {
         Target::Local => plan_local(args, &group, &name, &secrets, submitted_ms)?,
         Target::Slurm => plan_slurm(args, &group, &secrets, submitted_ms)?,
+        Target::K8s => plan_k8s(args, &group, &secrets, submitted_ms)?,
     };
     compilation.diagnostics.extend(planned.diagnostics);
     compilation
@@ -301,6 +335,54 @@ fn plan_slurm(
         });
     Ok(Planned {
         backend: Backend::Slurm,
+        plan: plan
+            .map(|p| serde_json::to_string(&p).map_err(|e| e.to_string()))
+            .transpose()?,
+        diagnostics,
+    })
+}
+
+fn plan_k8s(
+    args: &Args,
+    group: &Group,
+    secrets: &[(String, String)],
+    submitted_ms: i64,
+) -> Result<Planned, String> {
+    let options = args.k8s.options()?;
+    // The cluster must answer before the group is recorded: a group that
+    // cannot reach it never looks alive in `status`.
+    let kubeconfig = std::env::var("KUBECONFIG").ok().filter(|k| !k.is_empty());
+    let reached = k8s_client::reach(kubeconfig.as_deref(), args.context.as_deref())?;
+    // The Secret the pods read carries the values of the tasks' secrets.
+    let mut diagnostics = Vec::new();
+    let mut values: Vec<(String, String)> = Vec::new();
+    for task in &group.tasks {
+        let (found, missing) = skyc_runtime::secrets::resolve(task, secrets);
+        diagnostics.extend(missing);
+        for (k, v) in found {
+            values.retain(|(name, _)| *name != k);
+            values.push((k, v));
+        }
+    }
+    let plan = K8sPlan::new(
+        group,
+        &options,
+        &reached.namespace,
+        args.context.clone(),
+        Duration::from_secs_f64(args.grace),
+        &values,
+        format!("skyc-{}-{submitted_ms}", std::process::id()),
+    );
+    let plan = match plan {
+        Ok(plan) if !diagnostics.iter().any(Diagnostic::is_error) => Some(plan),
+        Ok(_) => None,
+        Err(more) => {
+            diagnostics.extend(more);
+            None
+        }
+    };
+    Ok(Planned {
+        backend: Backend::Kubernetes,
         plan: plan
             .map(|p| serde_json::to_string(&p).map_err(|e| e.to_string()))
             .transpose()?,

@@ -76,7 +76,10 @@ pub fn observe(plan: &Plan, objs: &Objects, goal: &Goal) -> Vec<Report> {
             if let Some(job) = current
                 && let Some(pod) = objs.pods_of(job).last()
             {
-                nodes.push(node_info(task, rank, attempt, pod));
+                nodes.push(NodeInfo {
+                    hostname: plan.hostname(task, rank),
+                    ..node_info(task, rank, attempt, pod)
+                });
             }
             if !live {
                 continue;
@@ -213,6 +216,8 @@ fn node_info(task: usize, rank: u32, attempt: u32, pod: &Pod) -> NodeInfo {
         task,
         rank,
         attempt,
+        hostname: String::new(),
+        pid: None,
         handle: pod.metadata.name.clone().unwrap_or_default(),
         machine: pod
             .spec
@@ -220,6 +225,7 @@ fn node_info(task: usize, rank: u32, attempt: u32, pod: &Pod) -> NodeInfo {
             .and_then(|s| s.node_name.clone())
             .unwrap_or_default(),
         ip: status.and_then(|s| s.pod_ip.clone()).unwrap_or_default(),
+        phase: None,
         exit_code: objects::terminated(pod).map(|t| t.exit_code),
     }
 }

@@ -24,7 +24,7 @@ use super::reconcile::{self, Op};
 use super::request::{self, Apis, Outcome};
 use super::retry::{self, Backoff};
 use super::watch::{self, Shared, SharedRef, lock};
-use crate::backend::{Backend, NodeInfo, Report};
+use crate::backend::{Adoption, Backend, NodeInfo, Report};
 use crate::policy::{Action, Engine, Event};
 use futures::future::BoxFuture;
 use k8s_openapi::api::batch::v1::Job;
@@ -169,16 +169,24 @@ impl Drop for Kubernetes {
     }
 }
 
-impl Backend for Kubernetes {
-    type Plan = Plan;
-
-    fn adopt(&mut self, gid: i64, plan: Plan, engine: &Engine, job: Option<String>) {
+impl Kubernetes {
+    /// Takes charge of a group of `plan` ([`Backend::adopt`], parsed).
+    pub fn adopt_plan(&mut self, gid: i64, plan: Plan, engine: &Engine, job: Option<String>) {
         let _ = self.tx.send(Command::Adopt {
             gid,
             plan: Box::new(plan),
             goal: Goal::from_engine(engine),
             job,
         });
+    }
+}
+
+impl Backend for Kubernetes {
+    fn adopt(&mut self, gid: i64, adoption: &Adoption<'_>) -> Result<(), String> {
+        let plan: Plan = serde_json::from_str(adoption.plan)
+            .map_err(|e| format!("the group's Kubernetes plan: {e}"))?;
+        self.adopt_plan(gid, plan, adoption.engine, adoption.job.map(str::to_owned));
+        Ok(())
     }
 
     fn execute(&mut self, gid: i64, engine: &Engine, actions: &[Action]) {
@@ -204,7 +212,7 @@ impl Backend for Kubernetes {
         self.to(gid, Msg::Release);
     }
 
-    fn drain(&mut self) -> Vec<(i64, Report)> {
+    fn drain(&mut self, _now_ms: i64) -> Vec<(i64, Report)> {
         let mut buf = [0u8; 256];
         while matches!(rustix::io::read(&self.wake, &mut buf), Ok(n) if n > 0) {}
         self.reports.try_iter().collect()

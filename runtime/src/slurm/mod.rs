@@ -13,10 +13,11 @@
 //! - [`Tracker`]: status lines and job states fed to the shared policy
 //!   [`Engine`](crate::policy::Engine), so per-task and group statuses come
 //!   from the same state machine as every other backend;
-//! - [`Plan`] and [`Watch`]: `skyc run --target slurm`, a group submitted
-//!   and watched by the supervisor of the state directory, its statuses
-//!   written to the store like a local group's.
+//! - [`Plan`], [`Watch`] and [`SlurmBackend`]: `skyc run --target slurm`,
+//!   a group submitted and followed by the supervisor of the state
+//!   directory, its statuses recorded like a local group's.
 
+mod backend;
 mod client;
 mod plan;
 mod state;
@@ -24,9 +25,10 @@ mod status;
 mod tracker;
 mod watch;
 
+pub use backend::SlurmBackend;
 pub use client::{Component, Slurm, SlurmError, Step, is_job_id};
 pub use plan::Plan;
 pub use state::JobState;
 pub use status::{StatusFile, StatusLine, What, read_status};
 pub use tracker::Tracker;
-pub use watch::{AdoptError, Adopted, POLL, SUBMITTING, Watch};
+pub use watch::{AdoptError, POLL, Polled, SUBMITTING, Watch};

@@ -13,8 +13,9 @@ use super::status::What;
 use super::{
     JobState, Plan, Slurm, SlurmError, StatusFile, StatusLine, Tracker, is_job_id, read_status,
 };
+use crate::backend::{NodeInfo, Report, Statuses};
 use crate::policy::Status;
-use crate::store::{NodeRow, Store};
+use crate::store::Store;
 use serde_json::json;
 use std::fs;
 use std::io::Write;
@@ -50,7 +51,6 @@ pub const SUBMITTING: &str = "slurm-submitting";
 const OWNER: &str = ".skyc-owner";
 
 pub struct Watch {
-    gid: i64,
     plan: Plan,
     /// The job's directory ([`Plan::out_dir`]).
     out: PathBuf,
@@ -75,13 +75,6 @@ pub struct Watch {
     written: Option<Snapshot>,
 }
 
-/// What taking charge of a group came to.
-pub enum Adopted {
-    Watching(Box<Watch>),
-    /// Cancelled before any job was submitted; recorded so.
-    Cancelled,
-}
-
 /// Why a group could not be taken charge of.
 #[derive(Debug)]
 pub enum AdoptError {
@@ -94,9 +87,19 @@ pub enum AdoptError {
 /// Everything a poll writes, to write only changes.
 #[derive(Clone, Debug, PartialEq)]
 struct Snapshot {
-    group: Status,
-    tasks: Vec<(Status, u32, (u32, u32))>,
-    nodes: Vec<NodeRow>,
+    statuses: Statuses,
+    nodes: Vec<NodeInfo>,
+}
+
+/// What one poll found.
+pub struct Polled {
+    /// For the store, in order.
+    pub reports: Vec<Report>,
+    /// The group has ended (the last report is [`Report::Settled`]).
+    pub finished: bool,
+    /// Slurm could not be asked (or the cancel not sent); the next poll
+    /// tries again.
+    pub problem: Option<String>,
 }
 
 fn fatal(message: impl std::fmt::Display) -> AdoptError {
@@ -108,68 +111,23 @@ fn store_error(e: crate::store::Error) -> String {
 }
 
 impl Watch {
-    /// Takes charge of a group: finds the job a previous supervisor
-    /// submitted, or submits it.
-    pub fn adopt(
-        store: &mut Store,
+    /// A group whose job a previous supervisor submitted (or found):
+    /// what it recorded is not recorded again.
+    pub fn resume(
+        store: &Store,
         state_dir: &Path,
         gid: i64,
+        plan: Plan,
+        job: String,
+        cancel_requested: bool,
         now_ms: i64,
-    ) -> Result<Adopted, AdoptError> {
-        let plan: Plan = serde_json::from_str(&store.plan(gid).map_err(|e| fatal(store_error(e)))?)
-            .map_err(|e| fatal(format!("the group's Slurm plan: {e}")))?;
-        let row = store
-            .group(gid)
-            .map_err(|e| fatal(store_error(e)))?
-            .ok_or_else(|| fatal("the group vanished from the store"))?;
-        let state = store
-            .runtime_state(gid)
-            .map_err(|e| fatal(store_error(e)))?;
-        let slurm = plan.cluster();
-        let out = plan.out_dir(state_dir, gid);
-        let job = match row.job {
-            Some(job) => job,
-            None => {
-                let mut found = None;
-                if state.pending.as_deref() == Some(SUBMITTING) {
-                    // A supervisor died around sbatch: its sbatch may still
-                    // be talking to slurmctld.
-                    if sbatch_running(&plan.token) {
-                        return Err(AdoptError::Retry(
-                            "an earlier sbatch of this group is still running".into(),
-                        ));
-                    }
-                    found = find(&slurm, &plan, &out).map_err(AdoptError::Retry)?;
-                }
-                let job = match found {
-                    Some(job) => job,
-                    None if state.cancel_requested => {
-                        store
-                            .transaction(|tx| {
-                                tx.end_unstarted(gid, Status::Cancelled.as_str(), now_ms)
-                            })
-                            .map_err(|e| fatal(store_error(e)))?;
-                        return Ok(Adopted::Cancelled);
-                    }
-                    None => submit(store, gid, &slurm, &plan, &out)?,
-                };
-                store
-                    .transaction(|tx| {
-                        tx.set_job(gid, &job)?;
-                        tx.set_pending(gid, None)?;
-                        tx.append_event(gid, now_ms, &json!({ "slurm_submitted": job }).to_string())
-                    })
-                    .map_err(|e| fatal(store_error(e)))?;
-                job
-            }
-        };
-        // What a previous supervisor recorded is not recorded again.
+    ) -> Result<Self, String> {
         let recorded = store
             .count_events_keyed(gid, "slurm")
-            .map_err(|e| fatal(store_error(e)))?;
+            .map_err(store_error)?;
         let states = store
             .last_event_keyed(gid, "slurm_job")
-            .map_err(|e| fatal(store_error(e)))?
+            .map_err(store_error)?
             .and_then(|e| serde_json::from_str::<serde_json::Value>(&e).ok())
             .and_then(|v| {
                 v["slurm_job"].as_array().map(|a| {
@@ -179,25 +137,33 @@ impl Watch {
                 })
             })
             .unwrap_or_default();
+        let mut watch = Self::new(state_dir, gid, plan, job, now_ms);
+        watch.recorded = recorded;
+        watch.states = states;
         // A cancel a previous supervisor saw may not have reached Slurm.
-        let cancel_at_ms = state.cancel_requested.then_some(now_ms);
-        Ok(Adopted::Watching(Box::new(Self {
-            gid,
+        watch.cancel_at_ms = cancel_requested.then_some(now_ms);
+        Ok(watch)
+    }
+
+    /// A group whose job was just submitted.
+    pub fn new(state_dir: &Path, gid: i64, plan: Plan, job: String, now_ms: i64) -> Self {
+        let out = plan.out_dir(state_dir, gid);
+        Self {
             tracker: Tracker::new(plan.spec.clone()),
             status: StatusFile::new(&out),
+            slurm: plan.cluster(),
             plan,
             out,
-            slurm,
             job,
             next_poll_ms: now_ms,
             next_squeue_ms: now_ms,
             ended_since_ms: None,
             failing_since_ms: None,
-            cancel_at_ms,
-            recorded,
-            states,
+            cancel_at_ms: None,
+            recorded: 0,
+            states: Vec::new(),
             written: None,
-        })))
+        }
     }
 
     pub fn job(&self) -> &str {
@@ -216,10 +182,8 @@ impl Watch {
         self.next_squeue_ms = now_ms;
     }
 
-    /// Polls the job and records what changed; `Ok(true)` once the group
-    /// has ended and is recorded so. An error is Slurm's or the store's;
-    /// the next poll tries again.
-    pub fn poll(&mut self, store: &mut Store, now_ms: i64) -> Result<bool, String> {
+    /// Polls the job: what changed, for the store.
+    pub fn poll(&mut self, now_ms: i64) -> Polled {
         self.next_poll_ms = now_ms + STATUS_POLL_MS;
         let mut problem = None;
         if let Some(at) = self.cancel_at_ms
@@ -238,7 +202,11 @@ impl Watch {
         if !query && fresh == 0 {
             // Nothing can have changed: statuses, nodes (the run's hosts
             // file precedes its first line) and errors all follow lines.
-            return problem.map_or(Ok(false), Err);
+            return Polled {
+                reports: Vec::new(),
+                finished: false,
+                problem,
+            };
         }
         let mut finished = false;
         let states = if query {
@@ -281,6 +249,7 @@ impl Watch {
         }
         let snapshot = self.snapshot(lines);
         let states_changed = states != self.states;
+        let mut reports = Vec::new();
         if self.written.as_ref() != Some(&snapshot)
             || !new_lines.is_empty()
             || states_changed
@@ -288,23 +257,18 @@ impl Watch {
             || finished
         {
             let changed_states = states_changed.then_some(states.as_slice());
-            self.write(
-                store,
-                &snapshot,
-                new_lines,
-                changed_states,
-                &errors,
-                finished,
-                now_ms,
-            )
-            .map_err(store_error)?;
+            reports = Self::reports(&snapshot, new_lines, changed_states, &errors, now_ms);
+            if finished {
+                reports.push(Report::Settled);
+            }
             self.recorded = lines.len();
             self.states = states;
             self.written = Some(snapshot);
         }
-        match problem {
-            Some(p) if !finished => Err(p),
-            _ => Ok(finished),
+        Polled {
+            reports,
+            finished,
+            problem: problem.filter(|_| !finished),
         }
     }
 
@@ -374,42 +338,32 @@ impl Watch {
         )
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn write(
-        &self,
-        store: &mut Store,
+    /// What to record of a poll, in the order the store takes it.
+    fn reports(
         snapshot: &Snapshot,
         new_lines: &[StatusLine],
         changed_states: Option<&[JobState]>,
         errors: &[String],
-        finished: bool,
         now_ms: i64,
-    ) -> crate::store::Result<()> {
-        let gid = self.gid;
-        store.transaction(|tx| {
-            for line in new_lines {
-                let at = (line.time * 1000.0) as i64;
-                tx.append_event(gid, at, &json!({ "slurm": line }).to_string())?;
-            }
-            if let Some(states) = changed_states {
-                let names: Vec<&str> = states.iter().map(JobState::name).collect();
-                tx.append_event(gid, now_ms, &json!({ "slurm_job": names }).to_string())?;
-            }
-            for error in errors {
-                tx.set_error(gid, error)?;
-            }
-            tx.set_group_status(gid, snapshot.group.as_str())?;
-            for (task, (status, attempt, restarts)) in snapshot.tasks.iter().enumerate() {
-                tx.set_task(gid, task, status.as_str(), *attempt, *restarts)?;
-            }
-            for node in &snapshot.nodes {
-                tx.upsert_node(gid, node)?;
-            }
-            if finished {
-                tx.finish_group(gid, now_ms)?;
-            }
-            Ok(())
-        })
+    ) -> Vec<Report> {
+        let mut reports = Vec::new();
+        for line in new_lines {
+            reports.push(Report::Record {
+                at_ms: (line.time * 1000.0) as i64,
+                entry: json!({ "slurm": line }).to_string(),
+            });
+        }
+        if let Some(states) = changed_states {
+            let names: Vec<&str> = states.iter().map(JobState::name).collect();
+            reports.push(Report::Record {
+                at_ms: now_ms,
+                entry: json!({ "slurm_job": names }).to_string(),
+            });
+        }
+        reports.extend(errors.iter().cloned().map(Report::Error));
+        reports.push(Report::Statuses(snapshot.statuses.clone()));
+        reports.extend(snapshot.nodes.iter().cloned().map(Report::Node));
+        reports
     }
 
     /// The group's status, as last polled.
@@ -429,15 +383,17 @@ impl Watch {
             })
             .collect();
         Snapshot {
-            group: self.tracker.group_status(),
-            tasks,
+            statuses: Statuses {
+                group: self.tracker.group_status(),
+                tasks,
+            },
             nodes: self.nodes(lines),
         }
     }
 
     /// The nodes of the current run: addresses from its hosts file, ends
     /// from the status lines of each task's current attempt.
-    fn nodes(&self, lines: &[StatusLine]) -> Vec<NodeRow> {
+    fn nodes(&self, lines: &[StatusLine]) -> Vec<NodeInfo> {
         let restart = self.tracker.restarts();
         let hosts = self
             .out
@@ -467,15 +423,15 @@ impl Watch {
                 }
                 _ => None,
             });
-            nodes.push(NodeRow {
-                task: task as i64,
-                rank: i64::from(rank),
+            nodes.push(NodeInfo {
+                task,
+                rank,
+                attempt,
                 hostname,
                 ip,
-                pid: None,
-                attempt: i64::from(attempt),
                 phase: end.as_ref().map(|e| e.0.clone()),
-                exit_code: end.map(|e| i64::from(e.1)),
+                exit_code: end.map(|e| e.1),
+                ..NodeInfo::default()
             });
         }
         nodes
@@ -491,28 +447,32 @@ fn node_of(plan: &Plan, hostname: &str) -> Option<(usize, u32)> {
     (rank < *plan.num_nodes.get(task)?).then_some((task, rank))
 }
 
-/// Claims the job directory, writes the script and submits it, marking
-/// the group first so that a crash around sbatch is recovered by [`find`],
-/// not by a second job.
-fn submit(
-    store: &mut Store,
-    gid: i64,
-    slurm: &Slurm,
-    plan: &Plan,
-    out: &Path,
-) -> Result<String, AdoptError> {
+/// Claims the job directory and writes the batch script into it; the
+/// script's path.
+pub(super) fn prepare(plan: &Plan, out: &Path) -> Result<PathBuf, String> {
     fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(out)
-        .map_err(|e| fatal(format!("{}: {e}", out.display())))?;
-    claim(out, &plan.token)?;
+        .map_err(|e| format!("{}: {e}", out.display()))?;
+    claim(out, &plan.token).map_err(|e| match e {
+        AdoptError::Fatal(m) | AdoptError::Retry(m) => m,
+    })?;
     let script = out.join("job.sh");
-    fs::write(&script, &plan.script).map_err(|e| fatal(format!("{}: {e}", script.display())))?;
-    store
-        .transaction(|tx| tx.set_pending(gid, Some(SUBMITTING)))
-        .map_err(|e| fatal(store_error(e)))?;
-    match slurm.submit_tagged(&script, out, &plan.token) {
+    fs::write(&script, &plan.script).map_err(|e| format!("{}: {e}", script.display()))?;
+    Ok(script)
+}
+
+/// Submits the prepared script; the group is marked [`SUBMITTING`] by
+/// then, so that a crash around sbatch is recovered by [`find`], not by a
+/// second job.
+pub(super) fn submit(
+    slurm: &Slurm,
+    plan: &Plan,
+    out: &Path,
+    script: &Path,
+) -> Result<String, AdoptError> {
+    match slurm.submit_tagged(script, out, &plan.token) {
         Ok(job) => Ok(job),
         // sbatch can fail after slurmctld took the job (a timeout on the
         // answer): only a lookup tells.
@@ -576,7 +536,7 @@ fn is_transient(message: &str) -> bool {
 
 /// The job a supervisor submitted before it died: in the queue by its
 /// comment, or named by the status file once Slurm has forgotten it.
-fn find(slurm: &Slurm, plan: &Plan, out: &Path) -> Result<Option<String>, String> {
+pub(super) fn find(slurm: &Slurm, plan: &Plan, out: &Path) -> Result<Option<String>, String> {
     if let Some(job) = slurm.find(&plan.token).map_err(|e| e.to_string())? {
         return Ok(Some(job));
     }
@@ -588,7 +548,7 @@ fn find(slurm: &Slurm, plan: &Plan, out: &Path) -> Result<Option<String>, String
 
 /// Whether an sbatch carrying the group's token still runs (the dead
 /// supervisor's child, which outlives it).
-fn sbatch_running(token: &str) -> bool {
+pub(super) fn sbatch_running(token: &str) -> bool {
     let needle = format!("--comment={token}");
     let Ok(entries) = fs::read_dir("/proc") else {
         return false;
@@ -641,43 +601,6 @@ mod tests {
             max_restarts_on_errors: 0,
             recover_on_exit_codes: Vec::new(),
         }
-    }
-
-    #[test]
-    fn a_group_cancelled_before_submission_is_never_submitted() {
-        let dir = std::env::temp_dir().join(format!("skyc-unsubmitted-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
-        let mut store = Store::open(&dir).unwrap();
-        let plan = plan(vec![task("a", 1)]);
-        let gid = store
-            .insert_group(&crate::store::NewGroup {
-                name: "g.x",
-                source: "g.yaml",
-                submitted_at_ms: 0,
-                plan: &serde_json::to_string(&plan).unwrap(),
-                backend: crate::store::Backend::Slurm,
-                tasks: vec![crate::store::NewTask {
-                    name: "a",
-                    primary: true,
-                    num_nodes: 1,
-                }],
-            })
-            .unwrap();
-        store.request_cancel(gid).unwrap();
-        // No Slurm command runs: the plan's empty environment has no PATH.
-        assert!(matches!(
-            Watch::adopt(&mut store, &dir, gid, 5),
-            Ok(Adopted::Cancelled)
-        ));
-        let row = store.group(gid).unwrap().unwrap();
-        assert_eq!(
-            (row.status.as_str(), row.finished_at_ms),
-            ("CANCELLED", Some(5))
-        );
-        assert_eq!(row.job, None);
-        assert_eq!(store.tasks(gid).unwrap()[0].status, "CANCELLED");
-        let _ = fs::remove_dir_all(&dir);
     }
 
     #[test]

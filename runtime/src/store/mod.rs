@@ -33,6 +33,8 @@ pub struct GroupRow {
     pub job: Option<String>,
     /// Why the group could not run, when it could not.
     pub error: Option<String>,
+    /// Why the backend cannot reach its cluster, while it cannot.
+    pub outage: Option<String>,
 }
 
 /// Where a group runs.
@@ -43,6 +45,8 @@ pub enum Backend {
     Local,
     /// A Slurm cluster; the supervisor submits and watches.
     Slurm,
+    /// A Kubernetes cluster; the supervisor applies and supervises.
+    Kubernetes,
 }
 
 impl Backend {
@@ -50,12 +54,14 @@ impl Backend {
         match self {
             Self::Local => "local",
             Self::Slurm => "slurm",
+            Self::Kubernetes => "k8s",
         }
     }
 
     fn parse(s: &str) -> Self {
         match s {
             "slurm" => Self::Slurm,
+            "k8s" => Self::Kubernetes,
             _ => Self::Local,
         }
     }
@@ -84,6 +90,12 @@ pub struct NodeRow {
     pub attempt: i64,
     pub phase: Option<String>,
     pub exit_code: Option<i64>,
+    /// The pod (Kubernetes) or instance (a cloud) that runs it.
+    #[serde(default)]
+    pub handle: String,
+    /// The machine it runs on (Kubernetes: the node's name).
+    #[serde(default)]
+    pub machine: String,
 }
 
 pub struct Store {
@@ -234,7 +246,7 @@ impl Store {
 
     pub fn nodes(&self, id: i64) -> Result<Vec<NodeRow>> {
         let mut stmt = self.conn.prepare(
-            "SELECT task, rank, hostname, ip, pid, attempt, phase, exit_code \
+            "SELECT task, rank, hostname, ip, pid, attempt, phase, exit_code, handle, machine \
              FROM nodes WHERE group_id = ?1 ORDER BY task, rank",
         )?;
         stmt.query_map(params![id], |r| {
@@ -247,6 +259,8 @@ impl Store {
                 attempt: r.get(5)?,
                 phase: r.get(6)?,
                 exit_code: r.get(7)?,
+                handle: r.get(8)?,
+                machine: r.get(9)?,
             })
         })?
         .collect()
@@ -408,6 +422,14 @@ impl Tx<'_> {
     }
 
     /// Records why the group could not run (the first reason wins).
+    pub fn set_outage(&self, id: i64, outage: Option<&str>) -> Result<()> {
+        self.0.execute(
+            "UPDATE groups SET outage = ?2 WHERE id = ?1",
+            params![id, outage],
+        )?;
+        Ok(())
+    }
+
     pub fn set_error(&self, id: i64, error: &str) -> Result<()> {
         self.0.execute(
             "UPDATE groups SET error = ?2 WHERE id = ?1 AND error IS NULL",
@@ -464,10 +486,10 @@ impl Tx<'_> {
 
     pub fn upsert_node(&self, id: i64, node: &NodeRow) -> Result<()> {
         self.0.execute(
-            "INSERT INTO nodes (group_id, task, rank, hostname, ip, pid, attempt, phase, exit_code) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) \
+            "INSERT INTO nodes (group_id, task, rank, hostname, ip, pid, attempt, phase, exit_code, \
+             handle, machine) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) \
              ON CONFLICT (group_id, task, rank) DO UPDATE SET hostname = ?4, ip = ?5, pid = ?6, \
-             attempt = ?7, phase = ?8, exit_code = ?9",
+             attempt = ?7, phase = ?8, exit_code = ?9, handle = ?10, machine = ?11",
             params![
                 id,
                 node.task,
@@ -477,7 +499,9 @@ impl Tx<'_> {
                 node.pid,
                 node.attempt,
                 node.phase,
-                node.exit_code
+                node.exit_code,
+                node.handle,
+                node.machine
             ],
         )?;
         Ok(())
@@ -510,7 +534,7 @@ impl Tx<'_> {
 }
 
 const GROUP_COLUMNS: &str = "SELECT id, name, status, source, submitted_at_ms, finished_at_ms, \
-                             cancel_requested, backend, job, error FROM groups";
+                             cancel_requested, backend, job, error, outage FROM groups";
 
 fn group_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<GroupRow> {
     Ok(GroupRow {
@@ -524,6 +548,7 @@ fn group_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<GroupRow> {
         backend: Backend::parse(&r.get::<_, String>(7)?),
         job: r.get(8)?,
         error: r.get(9)?,
+        outage: r.get(10)?,
     })
 }
 

@@ -69,6 +69,15 @@ ALTER TABLE groups ADD COLUMN job TEXT;
 ALTER TABLE groups ADD COLUMN error TEXT;
 ALTER TABLE tasks ADD COLUMN num_nodes INTEGER NOT NULL DEFAULT 1;
 ",
+    r"
+-- 'k8s' joins the backends. The network column holds what the group's
+-- backend keeps for after a crash (the local network).
+-- the pod (Kubernetes) or instance that runs the node, and its machine
+ALTER TABLE nodes ADD COLUMN handle TEXT NOT NULL DEFAULT '';
+ALTER TABLE nodes ADD COLUMN machine TEXT NOT NULL DEFAULT '';
+-- why the backend cannot reach its cluster, while it cannot
+ALTER TABLE groups ADD COLUMN outage TEXT;
+",
 ];
 
 pub(super) fn migrate(conn: &Connection) -> rusqlite::Result<()> {

@@ -133,7 +133,7 @@ impl Driver {
     fn adopt(&mut self) {
         let mut backend = Kubernetes::start(self.dir.clone(), connect(&self.fake), self.tuning)
             .expect("the backend starts");
-        backend.adopt(GID, self.plan.clone(), &self.engine, self.job.clone());
+        backend.adopt_plan(GID, self.plan.clone(), &self.engine, self.job.clone());
         self.backend = Some(backend);
     }
 
@@ -157,7 +157,7 @@ impl Driver {
         let Some(b) = self.backend.as_mut() else {
             return false;
         };
-        let reports = b.drain();
+        let reports = b.drain(0);
         let any = !reports.is_empty();
         for (gid, report) in reports {
             assert_eq!(gid, GID);

@@ -1,0 +1,42 @@
+//! The Kubernetes options `build` and `run` share.
+
+use skyc_targets::k8s;
+
+#[derive(clap::Args, Clone)]
+#[command(next_help_heading = "Kubernetes")]
+pub(crate) struct K8sArgs {
+    /// Namespace of every object; default: the kubeconfig context's.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) namespace: Option<String>,
+    /// Kueue LocalQueue to submit to, as the `kueue.x-k8s.io/queue-name` label.
+    #[arg(long, value_name = "NAME")]
+    queue: Option<String>,
+    /// Container image of tasks without `image_id: docker:...`.
+    #[arg(long, value_name = "IMAGE", default_value = k8s::DEFAULT_IMAGE)]
+    image: String,
+    /// Node label that carries the accelerator type.
+    #[arg(
+        long,
+        value_name = "KEY",
+        default_value = "cloud.google.com/gke-accelerator"
+    )]
+    gpu_label_key: String,
+    /// The Secret that `secrets` are read from; default `{group}-secrets`.
+    #[arg(long, value_name = "NAME")]
+    secret_name: Option<String>,
+}
+
+impl K8sArgs {
+    /// The lowering's options, or why they cannot be.
+    pub(crate) fn options(&self) -> Result<k8s::Options, String> {
+        let options = k8s::Options {
+            namespace: self.namespace.clone(),
+            queue: self.queue.clone(),
+            image: self.image.clone(),
+            gpu_label_key: self.gpu_label_key.clone(),
+            secret_name: self.secret_name.clone(),
+        };
+        options.validate()?;
+        Ok(options)
+    }
+}
