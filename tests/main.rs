@@ -10,6 +10,7 @@ mod examples;
 mod hostile;
 mod jobs_cli;
 mod k8s;
+mod k8s_run;
 mod local;
 mod local_leftovers;
 mod local_network;

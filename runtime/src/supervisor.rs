@@ -17,7 +17,7 @@
 //! [`Backend::wake_fd`], and the nearest timer or backend poll.
 
 use crate::backend::{Adoption, Backend, NodeInfo, Policy, Report};
-use crate::k8s::{Kubernetes, Tuning, kubeconfig};
+use crate::k8s::{Connect, Kubernetes, Tuning, kubeconfig};
 use crate::local::agent;
 use crate::local::machine::Local;
 use crate::policy::{Action, Engine, Event, GroupSpec, Status, Timer};
@@ -45,8 +45,9 @@ pub struct Supervisor {
     listener: UnixListener,
     local: Local,
     slurm: SlurmBackend,
-    /// Started with the first Kubernetes group.
+    /// Started with the first Kubernetes group, with `k8s_setup`.
     k8s: Option<Kubernetes>,
+    k8s_setup: (Connect, Tuning),
     groups: BTreeMap<i64, GroupRun>,
 }
 
@@ -68,12 +69,19 @@ struct GroupRun {
 /// Starts a supervisor for `dir` unless one runs; returns when it is
 /// answered or failed.
 pub fn main(dir: &Path) -> io::Result<()> {
-    // Node agents run in other directories and are found again by the
-    // paths they were given.
-    let dir = &std::path::absolute(dir)?;
     // Out of the caller's session: a Ctrl-C at the terminal of `skyc run`
     // is for the client, which turns it into a cancel.
     let _ = rustix::process::setsid();
+    serve(dir, (kubeconfig(), Tuning::default()))
+}
+
+/// The supervisor of `dir`, whose Kubernetes groups reach their cluster
+/// through `k8s` (the kubeconfig's, or a test's); returns once it has had
+/// nothing to do for a while, or when another supervisor holds `dir`.
+pub fn serve(dir: &Path, k8s: (Connect, Tuning)) -> io::Result<()> {
+    // Node agents run in other directories and are found again by the
+    // paths they were given.
+    let dir = &std::path::absolute(dir)?;
     let lock = fs::OpenOptions::new()
         .create(true)
         .truncate(false)
@@ -101,6 +109,7 @@ pub fn main(dir: &Path) -> io::Result<()> {
         local: Local::new(dir)?,
         slurm: SlurmBackend::new(dir),
         k8s: None,
+        k8s_setup: k8s,
         groups: BTreeMap::new(),
     };
     let result = supervisor.run();
@@ -164,11 +173,8 @@ impl Supervisor {
             store::Backend::Slurm => &mut self.slurm,
             store::Backend::Kubernetes => {
                 if self.k8s.is_none() {
-                    self.k8s = Some(Kubernetes::start(
-                        self.dir.clone(),
-                        kubeconfig(),
-                        Tuning::default(),
-                    )?);
+                    let (connect, tuning) = self.k8s_setup.clone();
+                    self.k8s = Some(Kubernetes::start(self.dir.clone(), connect, tuning)?);
                 }
                 self.k8s.as_mut().expect("started above")
             }
@@ -339,8 +345,9 @@ impl Supervisor {
             store::Backend::Slurm => &mut self.slurm,
             store::Backend::Kubernetes => {
                 if self.k8s.is_none() {
+                    let (connect, tuning) = self.k8s_setup.clone();
                     self.k8s = Some(
-                        Kubernetes::start(self.dir.clone(), kubeconfig(), Tuning::default())
+                        Kubernetes::start(self.dir.clone(), connect, tuning)
                             .map_err(|e| format!("the Kubernetes backend: {e}"))?,
                     );
                 }

@@ -8,7 +8,7 @@ use super::select::{self, ByName};
 use super::state::{StateArgs, supervisor_pid};
 use super::table::{self, Table};
 use serde_json::json;
-use skyc_runtime::store::{GroupRow, NodeRow, TaskRow, now_ms};
+use skyc_runtime::store::{Backend, GroupRow, NodeRow, TaskRow, now_ms};
 
 /// How many finished groups are listed when `--all` is not given.
 const RECENT: usize = 10;
@@ -109,6 +109,9 @@ fn show(args: &Args) -> Result<u8, String> {
         && let Some(one) = shown.first()
     {
         out!("\n{}", nodes_table(one).render());
+        if let Some(outage) = one.group.outage.as_ref().filter(|_| live(one)) {
+            out!("\nunreachable: {outage}\n");
+        }
         if let Some(error) = &one.group.error {
             out!("\nerror: {error}\n");
         }
@@ -156,7 +159,13 @@ fn groups_table(shown: &[Shown], now: i64) -> Table {
         let g = &s.group;
         let nodes: i64 = s.tasks.iter().map(|t| t.num_nodes).sum();
         let recoveries: i64 = s.tasks.iter().map(|t| t.restarts).sum();
+        let outage = g.outage.as_ref().filter(|_| g.finished_at_ms.is_none());
         let details = match (&g.error, &g.job) {
+            // Statuses are as last known while the cluster cannot be asked.
+            _ if outage.is_some() => format!(
+                "unreachable: {}",
+                table::truncate(&table::one_line(outage.map_or("", |o| o)), 80)
+            ),
             (Some(error), _) => format!("error: {}", table::truncate(&table::one_line(error), 80)),
             (None, Some(job)) => format!("{} job {job}", g.backend.as_str()),
             (None, None) => String::new(),
@@ -216,29 +225,46 @@ fn failed_node<'a>(task: &TaskRow, nodes: &'a [NodeRow]) -> Option<(&'a NodeRow,
         .find_map(|n| n.exit_code.filter(|&c| c != 0).map(|c| (n, c)))
 }
 
-/// One group's nodes.
+fn live(s: &Shown) -> bool {
+    s.group.finished_at_ms.is_none()
+}
+
+/// One group's nodes: where each runs (its agent's pid here, its pod
+/// and machine on Kubernetes), its attempt and how it ended.
 fn nodes_table(s: &Shown) -> Table {
-    let mut t = Table::new(&[
-        "NODE", "HOSTNAME", "ADDRESS", "ATTEMPT", "PHASE", "PID", "EXIT",
-    ]);
-    let live = s.group.finished_at_ms.is_none();
+    let pods = s.group.backend == Backend::Kubernetes;
+    let mut t = Table::new(if pods {
+        &[
+            "NODE", "HOSTNAME", "ADDRESS", "ATTEMPT", "PHASE", "POD", "MACHINE", "EXIT",
+        ][..]
+    } else {
+        &[
+            "NODE", "HOSTNAME", "ADDRESS", "ATTEMPT", "PHASE", "PID", "EXIT",
+        ][..]
+    });
+    let live = live(s);
     for n in &s.nodes {
         let task = s.tasks.iter().find(|t| t.index == n.task);
         let name = task.map_or("?", |t| t.name.as_str());
         let dash = || "-".to_owned();
-        t.row(vec![
+        let or_dash = |v: &str| {
+            if v.is_empty() { dash() } else { v.to_owned() }
+        };
+        let mut row = vec![
             format!("{name}-{}", n.rank),
             n.hostname.clone(),
-            if n.ip.is_empty() {
-                dash()
-            } else {
-                n.ip.clone()
-            },
+            or_dash(&n.ip),
             n.attempt.to_string(),
             n.phase.clone().unwrap_or_else(dash),
-            n.pid.filter(|_| live).map_or_else(dash, |p| p.to_string()),
-            n.exit_code.map_or_else(dash, |c| c.to_string()),
-        ]);
+        ];
+        if pods {
+            row.push(or_dash(&n.handle));
+            row.push(or_dash(&n.machine));
+        } else {
+            row.push(n.pid.filter(|_| live).map_or_else(dash, |p| p.to_string()));
+        }
+        row.push(n.exit_code.map_or_else(dash, |c| c.to_string()));
+        t.row(row);
     }
     t
 }
@@ -253,6 +279,7 @@ fn group_json(s: &Shown, supervisor: Option<i64>) -> serde_json::Value {
         "backend": g.backend,
         "job": g.job,
         "error": g.error,
+        "unreachable": if live { g.outage.clone() } else { None },
         "source": g.source,
         "submitted_at_ms": g.submitted_at_ms,
         "finished_at_ms": g.finished_at_ms,
@@ -272,6 +299,8 @@ fn group_json(s: &Shown, supervisor: Option<i64>) -> serde_json::Value {
                 "hostname": n.hostname,
                 "ip": n.ip,
                 "pid": if live { n.pid } else { None },
+                "pod": (!n.handle.is_empty()).then_some(&n.handle),
+                "machine": (!n.machine.is_empty()).then_some(&n.machine),
                 "attempt": n.attempt,
                 "phase": n.phase,
                 "exit_code": n.exit_code,

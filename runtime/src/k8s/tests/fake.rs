@@ -173,6 +173,8 @@ pub(super) struct World {
     /// The API server does not answer anything.
     pub(super) down: bool,
     pub(super) crd: bool,
+    /// Timestamps are the real time (see [`World::now`]).
+    pub(super) wall_clock: bool,
     /// `resourceRules` of the rules review.
     pub(super) rules: Value,
     pub(super) incomplete: bool,
@@ -195,6 +197,7 @@ impl Default for World {
             faults: Vec::new(),
             down: false,
             crd: true,
+            wall_clock: false,
             rules: json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]),
             incomplete: false,
             logs: BTreeMap::new(),
@@ -362,8 +365,14 @@ impl World {
         format!("uid-{}", self.uid)
     }
 
-    /// A timestamp that only goes up.
+    /// A timestamp that only goes up: this machine's time (to the second,
+    /// as the API server writes it) with `wall_clock`, else a counter.
     pub(super) fn now(&mut self) -> String {
+        if self.wall_clock {
+            return k8s_openapi::jiff::Timestamp::now()
+                .strftime("%Y-%m-%dT%H:%M:%SZ")
+                .to_string();
+        }
         self.clock += 1;
         format!(
             "2026-11-23T10:{:02}:{:02}Z",

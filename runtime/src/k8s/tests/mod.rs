@@ -9,6 +9,7 @@ mod controllers;
 mod driver;
 mod fake;
 mod refusals;
+mod supervised;
 mod units;
 
 use crate::backend::Report;

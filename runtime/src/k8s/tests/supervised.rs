@@ -1,0 +1,261 @@
+//! The real supervisor, on a thread of the test, with the Kubernetes
+//! backend talking to the fake API server: what the scenarios check
+//! around the backend, end to end through the store as `skyc status`
+//! reads it (adoption, reports recorded, timers, the group closed).
+
+use super::driver::{connect, plan, tuning};
+use super::fake::{Fake, World};
+use crate::store::{Backend, NewGroup, NewTask, Store};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// A primary and an auxiliary that outlives it by 2 s.
+const GROUP: &str = "\
+name: g
+execution: parallel
+primary_tasks: [trainer]
+termination_delay: 2s
+---
+name: trainer
+num_nodes: 2
+run: echo train
+---
+name: buffer
+run: sleep 1000
+";
+
+/// The first group of a new store.
+const GID: i64 = 1;
+
+struct Scene {
+    fake: Fake,
+    dir: PathBuf,
+    supervisor: Option<std::thread::JoinHandle<std::io::Result<()>>>,
+}
+
+impl Scene {
+    fn new(name: &str) -> Self {
+        Self::with(name, |_| {})
+    }
+
+    /// A scene whose cluster `setup` prepares before the supervisor starts.
+    fn with(name: &str, setup: impl FnOnce(&mut World)) -> Self {
+        let dir =
+            std::env::temp_dir().join(format!("skyc-supervised-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let plan = plan(GROUP);
+        let mut store = Store::open(&dir).unwrap();
+        store
+            .insert_group(&NewGroup {
+                name: "g",
+                source: "g.yaml",
+                submitted_at_ms: crate::store::now_ms(),
+                plan: &serde_json::to_string(&plan).unwrap(),
+                backend: Backend::Kubernetes,
+                tasks: plan
+                    .spec
+                    .tasks
+                    .iter()
+                    .map(|t| NewTask {
+                        name: &t.name,
+                        primary: t.primary,
+                        num_nodes: t.num_nodes,
+                    })
+                    .collect(),
+            })
+            .unwrap();
+        let fake = Fake::default();
+        fake.world().wall_clock = true;
+        setup(&mut fake.world());
+        let mut scene = Self {
+            fake,
+            dir,
+            supervisor: None,
+        };
+        scene.start();
+        scene
+    }
+
+    fn start(&mut self) {
+        let (dir, connect) = (self.dir.clone(), connect(&self.fake));
+        self.supervisor = Some(std::thread::spawn(move || {
+            crate::supervisor::serve(&dir, (connect, tuning()))
+        }));
+    }
+
+    fn store(&self) -> Store {
+        Store::open(&self.dir).unwrap()
+    }
+
+    /// Runs the cluster's controllers until `done` holds of the store.
+    fn until(&self, what: &str, done: impl Fn(&Store) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let store = self.store();
+        while !done(&store) {
+            assert!(
+                Instant::now() < deadline,
+                "{what}: not reached; requests: {:#?}",
+                self.fake
+                    .world()
+                    .requests
+                    .iter()
+                    .map(|r| r.line())
+                    .collect::<Vec<_>>()
+            );
+            {
+                let mut w = self.fake.world();
+                w.reconcile_cluster();
+                w.run_pending();
+                // The gate's pod does nothing but end well.
+                for pod in w.names("pods") {
+                    let gate = w.get("pods", &pod).is_some_and(|p| {
+                        pod.starts_with("g-skyc-gate-") && p["status"]["phase"] == "Running"
+                    });
+                    if gate {
+                        w.exit(&pod, 0);
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn statuses(store: &Store) -> Vec<String> {
+        store
+            .tasks(GID)
+            .unwrap()
+            .into_iter()
+            .map(|t| t.status)
+            .collect()
+    }
+}
+
+impl Drop for Scene {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[test]
+fn a_group_runs_to_its_end_through_the_supervisor() {
+    let mut s = Scene::new("clean");
+    let gid = GID;
+    s.until("every task running", |st| {
+        Scene::statuses(st) == ["RUNNING", "RUNNING"]
+    });
+    let group = s.store().group(gid).unwrap().unwrap();
+    assert!(
+        group
+            .job
+            .as_deref()
+            .is_some_and(|j| j.starts_with("team/g uid-")),
+        "{:?}",
+        group.job
+    );
+    // Where each node runs, as `skyc status` shows it.
+    let nodes = s.store().nodes(gid).unwrap();
+    assert_eq!(nodes.len(), 3, "{nodes:?}");
+    for n in &nodes {
+        assert!(n.handle.starts_with("g-"), "{n:?}");
+        assert!(n.machine.starts_with("node-"), "{n:?}");
+        assert!(n.ip.starts_with("10.0.0."), "{n:?}");
+        assert!(n.hostname.ends_with(".g"), "{n:?}");
+    }
+    // Both trainer nodes end well; the buffer is stopped 2 s after their
+    // recorded end (whole seconds, so up to 1 s earlier than now), the
+    // gate opens, the JobSet completes, and the group is closed.
+    let ended = Instant::now();
+    {
+        let mut w = s.fake.world();
+        for job in ["g-trainer-0-0", "g-trainer-1-0"] {
+            let pod = w.pod_of(job);
+            w.exit(&pod, 0);
+        }
+    }
+    s.until("the group closed", |st| {
+        st.group(gid)
+            .unwrap()
+            .is_some_and(|g| g.finished_at_ms.is_some())
+    });
+    assert!(
+        ended.elapsed() >= Duration::from_millis(1_000),
+        "the auxiliary's delay was kept: closed {:?} after the primary",
+        ended.elapsed()
+    );
+    let group = s.store().group(gid).unwrap().unwrap();
+    assert_eq!(group.status, "SUCCEEDED");
+    assert_eq!(Scene::statuses(&s.store()), ["SUCCEEDED", "CANCELLED"]);
+    assert_eq!(group.outage, None);
+    assert_eq!(
+        s.fake.world().get("jobsets", "g").unwrap()["status"]["terminalState"],
+        "Completed"
+    );
+    assert!(s.store().timers(gid).unwrap().is_empty());
+    // With nothing left to run, the supervisor exits.
+    let supervisor = s.supervisor.take().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !supervisor.is_finished() {
+        assert!(Instant::now() < deadline, "the supervisor did not exit");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    supervisor.join().unwrap().unwrap();
+}
+
+#[test]
+fn a_refused_group_ends_failed_setup_with_the_reason() {
+    let s = Scene::with("refused", |w| w.crd = false);
+    s.until("the group closed", |st| {
+        st.group(GID)
+            .unwrap()
+            .is_some_and(|g| g.finished_at_ms.is_some())
+    });
+    let group = s.store().group(GID).unwrap().unwrap();
+    assert_eq!(group.status, "FAILED_SETUP");
+    assert!(
+        group
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("jobsets.jobset.x-k8s.io")),
+        "{:?}",
+        group.error
+    );
+    assert_eq!(
+        Scene::statuses(&s.store()),
+        ["FAILED_SETUP", "FAILED_SETUP"]
+    );
+    assert!(
+        s.fake.world().names("jobsets").is_empty(),
+        "nothing created"
+    );
+}
+
+#[test]
+fn an_outage_is_recorded_and_cleared() {
+    let s = Scene::new("outage");
+    s.until("every task running", |st| {
+        Scene::statuses(st) == ["RUNNING", "RUNNING"]
+    });
+    {
+        let mut w = s.fake.world();
+        w.down = true;
+        w.close_watches();
+    }
+    s.until("the outage recorded", |st| {
+        st.group(GID).unwrap().is_some_and(|g| g.outage.is_some())
+    });
+    let group = s.store().group(GID).unwrap().unwrap();
+    assert!(
+        group
+            .outage
+            .as_deref()
+            .is_some_and(|o| o.contains("https://api.test:6443")),
+        "{:?}",
+        group.outage
+    );
+    assert_eq!(group.status, "RUNNING", "the last known status stays");
+    s.fake.world().down = false;
+    s.until("the outage cleared", |st| {
+        st.group(GID).unwrap().is_some_and(|g| g.outage.is_none())
+    });
+}

@@ -1,0 +1,363 @@
+//! `skyc run --target k8s`.
+//!
+//! Without a cluster: what the client refuses before anything is recorded
+//! (no cluster configured, an API server that does not answer, flags of
+//! another target), and `build --rbac`.
+//!
+//! With one: the end-to-end scenarios of the local target against a real
+//! cluster with JobSet installed, when `SKYC_K8S_E2E=1` and `KUBECONFIG`
+//! are set (docs/targets/k8s.md, "Testing against a cluster"); skipped,
+//! loudly, otherwise. Pods share no file system with the test, so every
+//! check reads `skyc status` and `skyc logs`.
+
+use crate::support::scratch::{Scratch, task, text};
+use crate::support::{root, skyc};
+use serde_json::Value;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+/// A kubeconfig whose API server is a closed port on this machine.
+fn unreachable_kubeconfig(s: &Scratch) -> std::path::PathBuf {
+    // Bound and dropped: nothing listens there any more.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port");
+    s.write(
+        "kubeconfig",
+        &format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: \
+             https://127.0.0.1:{port}\ncontexts:\n- name: c\n  context: {{cluster: c, user: u, \
+             namespace: team}}\ncurrent-context: c\nusers:\n- name: u\n  user: {{token: t}}\n"
+        ),
+    )
+}
+
+fn statuses(s: &Scratch) -> Value {
+    let out = s.skyc(&["status", "--json"]).output().expect("status");
+    serde_json::from_slice(&out.stdout).expect("status JSON")
+}
+
+#[test]
+fn an_api_server_that_does_not_answer_is_named_and_nothing_is_recorded() {
+    let s = Scratch::new("k8s-unreachable");
+    let kubeconfig = unreachable_kubeconfig(&s);
+    let example = root().join("examples/train-eval.yaml");
+    let out = s
+        .skyc(&["run", &example.to_string_lossy(), "--target", "k8s"])
+        .env("KUBECONFIG", &kubeconfig)
+        .output()
+        .expect("skyc run");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("the Kubernetes API server https://127.0.0.1:")
+            && stderr.contains("did not answer"),
+        "{stderr}"
+    );
+    assert_eq!(statuses(&s), Value::Array(Vec::new()), "no group recorded");
+}
+
+#[test]
+fn no_cluster_configured_is_a_clear_error() {
+    let s = Scratch::new("k8s-none");
+    let example = root().join("examples/train-eval.yaml");
+    let out = s
+        .skyc(&["run", &example.to_string_lossy(), "--target", "k8s"])
+        .env("KUBECONFIG", s.dir.join("no-such-kubeconfig"))
+        .env("HOME", &s.dir)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .output()
+        .expect("skyc run");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.starts_with("error: "), "{stderr}");
+    assert!(stderr.contains("no-such-kubeconfig"), "{stderr}");
+    assert_eq!(statuses(&s), Value::Array(Vec::new()));
+}
+
+#[test]
+fn flags_of_other_targets_are_refused() {
+    let s = Scratch::new("k8s-flags");
+    let example = root().join("examples/train-eval.yaml");
+    let example = example.to_string_lossy();
+    for (args, want) in [
+        (
+            vec!["--target", "k8s", "--network", "netns"],
+            "--network is for the local target",
+        ),
+        (
+            vec!["--target", "k8s", "--out-dir", "x"],
+            "--out-dir is for the Slurm target",
+        ),
+        (vec!["--context", "prod"], "--context is for the k8s target"),
+    ] {
+        let mut all = vec!["run", &example];
+        all.extend(args);
+        let out = s.skyc(&all).output().expect("skyc run");
+        assert_eq!(out.status.code(), Some(2));
+        assert!(text(&out.stderr).contains(want), "{}", text(&out.stderr));
+    }
+}
+
+#[test]
+fn build_rbac_prepends_the_role_the_runtime_needs() {
+    let example = root().join("examples/train-eval.yaml");
+    let out = skyc()
+        .args(["build", &example.to_string_lossy(), "--target", "k8s"])
+        .args(["--rbac", "--namespace", "team", "-o", "json"])
+        .output()
+        .expect("skyc build");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // JSON output is one `List`.
+    let list: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(list["kind"], "List");
+    let role = &list["items"][0];
+    assert_eq!(role["kind"], "Role");
+    assert_eq!(role["metadata"]["namespace"], "team");
+    let rules = role["rules"].as_array().expect("rules");
+    let grants = |resource: &str, verb: &str| {
+        rules.iter().any(|r| {
+            r["resources"]
+                .as_array()
+                .is_some_and(|rs| rs.iter().any(|x| x == resource))
+                && r["verbs"]
+                    .as_array()
+                    .is_some_and(|vs| vs.iter().any(|x| x == verb))
+        })
+    };
+    for (resource, verb) in [
+        ("jobsets", "patch"),
+        ("jobsets", "watch"),
+        ("pods", "delete"),
+        ("pods/log", "get"),
+    ] {
+        assert!(grants(resource, verb), "{resource} {verb}: {role:#}");
+    }
+    let out = skyc()
+        .args([
+            "build",
+            &example.to_string_lossy(),
+            "--target",
+            "slurm",
+            "--rbac",
+        ])
+        .output()
+        .expect("skyc build");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("--rbac is for the k8s target"));
+}
+
+/// The cluster of the end-to-end tests, or `None` after a loud message.
+fn cluster() -> Option<()> {
+    if std::env::var_os("SKYC_K8S_E2E").is_some_and(|v| v == "1")
+        && std::env::var_os("KUBECONFIG").is_some()
+    {
+        return Some(());
+    }
+    eprintln!(
+        "!!! SKIPPED: no Kubernetes cluster for the end-to-end tests (set SKYC_K8S_E2E=1 and \
+         KUBECONFIG; docs/targets/k8s.md, \"Testing against a cluster\")"
+    );
+    None
+}
+
+/// `skyc run ... --target k8s` with the e2e namespace and image.
+fn run_k8s(s: &Scratch, file: &str, extra: &[&str]) -> Output {
+    let namespace = std::env::var("SKYC_K8S_E2E_NAMESPACE").unwrap_or_else(|_| "default".into());
+    // Tasks need bash, python3 and getent.
+    let image = std::env::var("SKYC_K8S_E2E_IMAGE").unwrap_or_else(|_| "python:3.12-slim".into());
+    let mut args = vec![
+        "run",
+        file,
+        "--target",
+        "k8s",
+        "--namespace",
+        &namespace,
+        "--image",
+        &image,
+    ];
+    args.extend_from_slice(extra);
+    s.skyc(&args).output().expect("skyc run")
+}
+
+fn logs(s: &Scratch, id: i64) -> String {
+    let out = s
+        .skyc(&["logs", &id.to_string(), "--no-follow"])
+        .output()
+        .expect("skyc logs");
+    text(&out.stdout)
+}
+
+/// The number a node printed after `marker ` in its log.
+fn stamp(logs: &str, marker: &str) -> f64 {
+    logs.lines()
+        .find_map(|l| l.split_once(&format!("{marker} ")).map(|(_, v)| v.trim()))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no `{marker}` in the logs:\n{logs}"))
+}
+
+/// Group names are unique per run: a JobSet of the same name may still be
+/// going away from an earlier run.
+fn unique(name: &str) -> String {
+    format!("{name}-{}", std::process::id() % 100_000)
+}
+
+#[test]
+fn e2e_the_example_group_succeeds_with_working_hostnames() {
+    let Some(()) = cluster() else { return };
+    let s = Scratch::new("k8s-e2e-example");
+    let text_ = std::fs::read_to_string(root().join("examples/train-eval.yaml")).expect("example");
+    let name = unique("train-eval");
+    s.write(
+        "g.yaml",
+        &text_.replace("name: train-eval", &format!("name: {name}")),
+    );
+    let out = run_k8s(&s, "g.yaml", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let status = s.status(1);
+    assert_eq!(status["status"], "SUCCEEDED", "{status:#}");
+    assert_eq!(task(&status, "evaluator")["status"], "CANCELLED");
+    for node in task(&status, "trainer")["nodes"].as_array().expect("nodes") {
+        assert!(
+            node["pod"].is_string() && node["machine"].is_string(),
+            "{node}"
+        );
+        assert!(
+            node["ip"].as_str().is_some_and(|ip| !ip.is_empty()),
+            "{node}"
+        );
+    }
+    let logs = text(&out.stdout);
+    assert!(logs.contains("latest checkpoint:"), "{logs}");
+}
+
+#[test]
+fn e2e_auxiliaries_stop_after_their_delay_and_at_once_on_failure() {
+    let Some(()) = cluster() else { return };
+    for (primary_exit, delay, want_status, want_code) in
+        [(0, 5.0, "SUCCEEDED", 0), (7, 0.0, "FAILED", 100)]
+    {
+        let s = Scratch::new(&format!("k8s-e2e-delay-{primary_exit}"));
+        let name = unique(&format!("delay{primary_exit}"));
+        s.write(
+            "g.yaml",
+            &format!(
+                r#"name: {name}
+execution: parallel
+primary_tasks: [main]
+termination_delay: 5s
+---
+name: main
+run: sleep 5; echo "primary-exit $(date +%s.%N)"; exit {primary_exit}
+---
+name: helper
+run: |
+  trap 'echo "helper-term $(date +%s.%N)"; exit 0' TERM
+  while true; do sleep 0.1; done
+"#
+            ),
+        );
+        let out = run_k8s(&s, "g.yaml", &[]);
+        assert_eq!(out.status.code(), Some(want_code), "{}", text(&out.stderr));
+        let status = s.status(1);
+        assert_eq!(status["status"], want_status, "{status:#}");
+        assert_eq!(task(&status, "helper")["status"], "CANCELLED");
+        let logs = logs(&s, 1);
+        let waited = stamp(&logs, "helper-term") - stamp(&logs, "primary-exit");
+        // Pod deletion and kubelet signalling add a few seconds; node
+        // clocks may differ by a little.
+        assert!(
+            (delay - 1.0..=delay + 8.0).contains(&waited),
+            "SIGTERM {waited:.1}s after the primary, want about {delay}s"
+        );
+    }
+}
+
+#[test]
+fn e2e_an_exhausted_budget_fails_its_task_but_not_its_sibling() {
+    let Some(()) = cluster() else { return };
+    let s = Scratch::new("k8s-e2e-budget");
+    let name = unique("budget");
+    s.write(
+        "g.yaml",
+        &format!(
+            r#"name: {name}
+execution: parallel
+---
+name: broken
+resources:
+  job_recovery:
+    max_restarts_on_errors: 1
+run: echo attempt; exit 1
+---
+name: steady
+run: sleep 20; echo finished
+"#
+        ),
+    );
+    let out = run_k8s(&s, "g.yaml", &[]);
+    assert_eq!(out.status.code(), Some(100), "{}", text(&out.stderr));
+    let status = s.status(1);
+    assert_eq!(task(&status, "broken")["status"], "FAILED");
+    assert_eq!(task(&status, "broken")["restarts_on_errors"], 1);
+    assert_eq!(task(&status, "steady")["status"], "SUCCEEDED");
+    assert_eq!(task(&status, "steady")["restarts"], 0);
+    let logs = logs(&s, 1);
+    assert_eq!(logs.matches("(broken-0) attempt").count(), 2, "{logs}");
+    assert!(logs.contains("(steady-0) finished"), "{logs}");
+}
+
+#[test]
+fn e2e_cancel_and_a_killed_supervisor() {
+    let Some(()) = cluster() else { return };
+    let s = Scratch::new("k8s-e2e-cancel");
+    let name = unique("cancel");
+    s.write(
+        "g.yaml",
+        &format!(
+            r#"name: {name}
+execution: parallel
+primary_tasks: [main]
+termination_delay: 10s
+---
+name: main
+num_nodes: 2
+run: for i in $(seq 1 30); do echo "line $i"; sleep 1; done
+---
+name: helper
+run: while true; do sleep 1; done
+"#
+        ),
+    );
+    let out = run_k8s(&s, "g.yaml", &["-d"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let id: i64 = text(&out.stdout).trim().parse().expect("group id");
+    let status = s.wait_for(id, Duration::from_secs(300), |st| {
+        task(st, "main")["status"] == "RUNNING" && task(st, "helper")["status"] == "RUNNING"
+    });
+    // A new supervisor takes over from the store and the cluster.
+    let pid = status["supervisor_pid"].as_i64().expect("supervisor pid");
+    assert!(
+        Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()
+            .is_ok_and(|st| st.success())
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    let out = s
+        .skyc(&["cancel", &id.to_string()])
+        .output()
+        .expect("cancel");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let status = s.wait_for(id, Duration::from_secs(180), |st| {
+        !st["finished_at_ms"].is_null()
+    });
+    assert_eq!(status["status"], "CANCELLED", "{status:#}");
+    for t in ["main", "helper"] {
+        assert_eq!(task(&status, t)["status"], "CANCELLED", "{status:#}");
+        assert_eq!(task(&status, t)["restarts"], 0, "no restart counted");
+    }
+    let logs = logs(&s, id);
+    assert!(logs.contains("(main-1) line 1"), "{logs}");
+}
