@@ -292,21 +292,31 @@ impl Supervisor {
                 && let Err(e) = self.adopt(gid)
             {
                 log(format_args!("group {gid}: {e}"));
+                // What the backend took on before the failure is let go.
+                self.close(gid)?;
                 self.fail_group(gid, &e)?;
                 continue;
             }
             let state = self.store.runtime_state(gid).map_err(db)?;
             if state.cancel_requested && !state.cancel_seen {
-                self.store
-                    .transaction(|tx| tx.mark_cancel_seen(gid))
-                    .map_err(db)?;
                 let Some(g) = self.groups.get_mut(&gid) else {
                     continue;
                 };
-                if g.engine.is_some() {
-                    g.inbox.push_back((Event::CancelRequested, None));
-                }
                 let kind = g.kind;
+                match g.engine.as_mut() {
+                    // The engine hears of it now, and that it was seen is
+                    // recorded with the engine's answer: a supervisor that
+                    // dies in between leaves the cancel to its successor.
+                    Some(engine) => {
+                        let actions = engine.handle(Event::CancelRequested);
+                        self.commit(gid, Some(&Event::CancelRequested), None, &actions, true)?;
+                        self.execute(gid, &actions)?;
+                    }
+                    None => self
+                        .store
+                        .transaction(|tx| tx.mark_cancel_seen(gid))
+                        .map_err(db)?,
+                }
                 self.backend(kind)?.cancel(gid);
             }
         }
@@ -339,6 +349,13 @@ impl Supervisor {
             .into_iter()
             .filter_map(|(t, deadline)| Some((serde_json::from_str(&t).ok()?, deadline)))
             .collect();
+        // An outage a previous supervisor saw is the backend's to report
+        // again.
+        if row.outage.is_some() {
+            self.store
+                .transaction(|tx| tx.set_outage(gid, None))
+                .map_err(|e| e.to_string())?;
+        }
         let store = &self.store;
         let backend: &mut dyn Backend = match row.backend {
             store::Backend::Local => &mut self.local,
@@ -392,7 +409,7 @@ impl Supervisor {
         }
         if fresh {
             let actions = self.engine_mut(gid).map(Engine::start).unwrap_or_default();
-            self.commit(gid, None, None, &actions)
+            self.commit(gid, None, None, &actions, false)
                 .map_err(|e| e.to_string())?;
             self.execute(gid, &actions).map_err(|e| e.to_string())?;
         } else {
@@ -487,7 +504,7 @@ impl Supervisor {
                 continue;
             };
             let actions = engine.handle(event.clone());
-            self.commit(gid, Some(&event), at_ms, &actions)?;
+            self.commit(gid, Some(&event), at_ms, &actions, false)?;
             self.execute(gid, &actions)?;
         }
         let done = self.groups.get(&gid).is_some_and(|g| {
@@ -508,14 +525,20 @@ impl Supervisor {
         event: Option<&Event>,
         at_ms: Option<i64>,
         actions: &[Action],
+        cancel_seen: bool,
     ) -> io::Result<()> {
         let Some(g) = self.groups.get_mut(&gid) else {
             return Ok(());
         };
         let now = now_ms();
-        let from = at_ms.map_or(now, |at| at.min(now));
         for action in actions {
             if let Action::SetTimer { timer, after } = action {
+                // A delay counts from the end that caused it; the grace
+                // before SIGKILL from the SIGTERM, sent now.
+                let from = match timer {
+                    Timer::AuxiliaryDelay(_) => at_ms.map_or(now, |at| at.min(now)),
+                    Timer::Kill { .. } => now,
+                };
                 g.timers.retain(|t| t.0 != *timer);
                 g.timers.push((*timer, from + after.as_millis() as i64));
             }
@@ -526,6 +549,9 @@ impl Supervisor {
         };
         self.store
             .transaction(|tx| {
+                if cancel_seen {
+                    tx.mark_cancel_seen(gid)?;
+                }
                 if let Some(event) = event {
                     tx.append_event(gid, now, &json(event))?;
                     if let Event::TimerFired(timer) = event {

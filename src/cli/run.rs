@@ -351,8 +351,11 @@ fn plan_k8s(
     let options = args.k8s.options()?;
     // The cluster must answer before the group is recorded: a group that
     // cannot reach it never looks alive in `status`.
-    let kubeconfig = std::env::var("KUBECONFIG").ok().filter(|k| !k.is_empty());
-    let reached = k8s_client::reach(kubeconfig.as_deref(), args.context.as_deref())?;
+    let (kubeconfig, context) = k8s_client::pin(
+        std::env::var("KUBECONFIG").ok().as_deref(),
+        args.context.as_deref(),
+    );
+    let reached = k8s_client::reach(kubeconfig.as_deref(), context.as_deref())?;
     // The Secret the pods read carries the values of the tasks' secrets.
     let mut diagnostics = Vec::new();
     let mut values: Vec<(String, String)> = Vec::new();
@@ -368,13 +371,15 @@ fn plan_k8s(
         group,
         &options,
         &reached.namespace,
-        args.context.clone(),
+        context,
         Duration::from_secs_f64(args.grace),
         &values,
         format!("skyc-{}-{submitted_ms}", std::process::id()),
     );
     let plan = match plan {
-        Ok(plan) if !diagnostics.iter().any(Diagnostic::is_error) => Some(plan),
+        Ok(plan) if !diagnostics.iter().any(Diagnostic::is_error) => {
+            Some(K8sPlan { kubeconfig, ..plan })
+        }
         Ok(_) => None,
         Err(more) => {
             diagnostics.extend(more);

@@ -79,6 +79,10 @@ pub enum Found {
     Ours(Box<JobSet>),
     /// No JobSet of the group's name.
     Absent,
+    /// The finished JobSet of an earlier skyc run of this group: replaced
+    /// by this run (a managed job's cluster is gone once it ends; the
+    /// JobSet stays only until the group runs again).
+    Finished(Box<JobSet>),
 }
 
 /// The checks every adoption makes, in order: the JobSet API, the
@@ -91,6 +95,14 @@ pub async fn check(client: &Client, plan: &Plan) -> Result<Found, Refusal> {
         None => Ok(Found::Absent),
         Some(js) if annotation(&js.metadata, RUN_ANNOTATION) == Some(&plan.token) => {
             Ok(Found::Ours(Box::new(js)))
+        }
+        Some(js)
+            if annotation(&js.metadata, RUN_ANNOTATION).is_some()
+                && js.metadata.labels.as_ref().and_then(|l| l.get(GROUP_LABEL))
+                    == Some(&plan.group)
+                && js.terminal_state().is_some() =>
+        {
+            Ok(Found::Finished(Box::new(js)))
         }
         Some(js) => Err(Refusal::Refused(taken(
             plan,
@@ -226,6 +238,22 @@ fn taken(plan: &Plan, kind: &str, name: &str, meta: &ObjectMeta) -> String {
         format!(
             "a {kind} `{name}` that skyc did not create is in namespace `{ns}`; rename the group, choose another --namespace, or remove it ({remove})"
         )
+    }
+}
+
+/// Deletes the finished JobSet of an earlier run (its uid as
+/// precondition, so a JobSet made since is never touched); gone already
+/// is done.
+pub async fn remove_finished(client: &Client, plan: &Plan, old: &JobSet) -> Result<(), Refusal> {
+    let jobsets: Api<JobSet> = Api::namespaced(client.clone(), &plan.namespace);
+    let params = kube::api::DeleteParams::background().preconditions(kube::api::Preconditions {
+        uid: old.metadata.uid.clone(),
+        resource_version: None,
+    });
+    match jobsets.delete(&plan.group, &params).await {
+        Ok(_) => Ok(()),
+        Err(e) if retry::not_found(&e) => Ok(()),
+        Err(e) => Err(e.into()),
     }
 }
 

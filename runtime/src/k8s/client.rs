@@ -73,6 +73,39 @@ pub async fn connect(kubeconfig: Option<&str>, context: Option<&str>) -> Result<
     from_config(config)
 }
 
+/// What `skyc run` records of the cluster it checked, so that the
+/// supervisor (started by whichever client came first, from another
+/// directory and environment, maybe after `kubectl config use-context`)
+/// talks to the same one: the kubeconfig files as absolute paths
+/// (`KUBECONFIG`, else `~/.kube/config` when it exists; `None` leaves the
+/// in-cluster service account) and the context (`--context`, else the
+/// files' current one).
+pub fn pin(kubeconfig: Option<&str>, context: Option<&str>) -> (Option<String>, Option<String>) {
+    let files: Vec<String> = match kubeconfig.filter(|k| !k.is_empty()) {
+        Some(paths) => paths
+            .split(':')
+            .filter(|p| !p.is_empty())
+            .map(|p| {
+                std::path::absolute(p).map_or_else(|_| p.to_owned(), |a| a.display().to_string())
+            })
+            .collect(),
+        None => std::env::var_os("HOME")
+            .map(|home| std::path::Path::new(&home).join(".kube/config"))
+            .filter(|p| p.is_file())
+            .map(|p| p.display().to_string())
+            .into_iter()
+            .collect(),
+    };
+    let context = context.map(str::to_owned).or_else(|| {
+        // The first file that names a current context decides, as kubectl.
+        files
+            .iter()
+            .find_map(|f| Kubeconfig::read_from(f).ok()?.current_context)
+    });
+    let kubeconfig = (!files.is_empty()).then(|| files.join(":"));
+    (kubeconfig, context)
+}
+
 /// The client of a loaded configuration.
 pub fn from_config(mut config: Config) -> Result<Cluster, String> {
     config.connect_timeout = Some(CONNECT_TIMEOUT);
@@ -128,4 +161,35 @@ pub fn reach(kubeconfig: Option<&str>, context: Option<&str>) -> Result<Reached,
             namespace: cluster.namespace,
         })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_files_and_the_context_are_pinned_as_the_client_found_them() {
+        let dir = std::env::temp_dir().join(format!("skyc-pin-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = "apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n";
+        std::fs::write(dir.join("a"), config).unwrap();
+        std::fs::write(dir.join("b"), format!("{config}current-context: prod\n")).unwrap();
+        let both = format!("{}:{}", dir.join("a").display(), dir.join("b").display());
+        assert_eq!(
+            pin(Some(&both), None),
+            (Some(both.clone()), Some("prod".to_owned())),
+            "the first file naming a current context decides"
+        );
+        assert_eq!(
+            pin(Some(&both), Some("dev")),
+            (Some(both.clone()), Some("dev".to_owned()))
+        );
+        // A relative path is the client's, made absolute.
+        let relative = pin(Some("some/kubeconfig"), Some("dev")).0.unwrap();
+        assert!(
+            std::path::Path::new(&relative).is_absolute() && relative.ends_with("some/kubeconfig"),
+            "{relative}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -42,6 +42,17 @@ use tokio::time::Instant;
 /// anyway.
 const SETTLE_LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
 
+/// How long a group whose cluster objects have settled waits for the
+/// rest of its pods' logs before it is settled all the same.
+const LOG_TAIL_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How often, meanwhile, the log followers are looked at.
+const LOG_TAIL_POLL: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// How often a finished JobSet of an earlier run is looked for while it
+/// goes away.
+const REPLACE_POLL: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// Makes the client of a plan's cluster.
 pub type Connect = Arc<dyn Fn(&Plan) -> BoxFuture<'static, Result<Cluster, String>> + Send + Sync>;
 
@@ -129,19 +140,14 @@ impl Kubernetes {
             reports: report_tx,
             wake: Arc::new(write),
         };
+        // Built here, so that a runtime that cannot start is the caller's
+        // error, not a thread that drops every command.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
         let thread = std::thread::Builder::new()
             .name("skyc-k8s".into())
             .spawn(move || {
-                let rt = match tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                {
-                    Ok(rt) => rt,
-                    Err(e) => {
-                        eprintln!("skyc: the Kubernetes backend cannot start: {e}");
-                        return;
-                    }
-                };
                 let local = tokio::task::LocalSet::new();
                 local.block_on(&rt, main_loop(rx, ctx));
             })?;
@@ -284,6 +290,8 @@ struct Group {
     sent_events: BTreeSet<String>,
     sent_nodes: BTreeMap<(usize, u32), NodeInfo>,
     outage: Option<String>,
+    /// The last refusal shown for a group this run has applied.
+    refusal: Option<String>,
     /// Ops not to send again before the instant: done (their effect may
     /// not be visible yet) or failing (backing off).
     held: BTreeMap<Op, Instant>,
@@ -294,6 +302,10 @@ struct Group {
     server: String,
     /// Pods whose logs are followed, by uid.
     following: BTreeSet<String>,
+    /// Their followers, which end at the end of their pod's log.
+    followers: Vec<tokio::task::JoinHandle<()>>,
+    /// When the cluster's objects were first seen settled.
+    cluster_settled_at: Option<Instant>,
 }
 
 /// How a wait for the cluster ended.
@@ -314,11 +326,14 @@ impl Group {
             sent_events: BTreeSet::new(),
             sent_nodes: BTreeMap::new(),
             outage: None,
+            refusal: None,
             held: BTreeMap::new(),
             settled: false,
             finished_at: None,
             server: String::new(),
             following: BTreeSet::new(),
+            followers: Vec::new(),
+            cluster_settled_at: None,
         }
     }
 
@@ -390,7 +405,10 @@ impl Group {
     }
 
     /// Checks, and applies unless this run's JobSet is there; `None` when
-    /// released meanwhile or refused.
+    /// released meanwhile or refused. Once this run has applied its
+    /// JobSet (`job`), nothing refuses the group any more: an answer that
+    /// would have (an expired token, an edited Role, the CRD being
+    /// upgraded) is shown and asked again, since the group runs on.
     async fn put_on(
         &mut self,
         cluster: &Cluster,
@@ -400,7 +418,7 @@ impl Group {
         loop {
             let result = match apply::check(&cluster.client, &self.plan).await {
                 Ok(Found::Ours(js)) => Ok(Some(*js)),
-                Ok(Found::Absent) if self.job.is_some() => {
+                Ok(Found::Absent | Found::Finished(_)) if self.job.is_some() => {
                     // Applied by this run before, gone now.
                     if !self.goal.cancel {
                         self.out.send(Report::Error(format!(
@@ -411,11 +429,23 @@ impl Group {
                     }
                     Ok(None)
                 }
-                Ok(Found::Absent) if self.goal.cancel => Ok(None),
+                Ok(Found::Absent | Found::Finished(_)) if self.goal.cancel => Ok(None),
+                Ok(Found::Finished(old)) => {
+                    match apply::remove_finished(&cluster.client, &self.plan, &old).await {
+                        // Applied once the old one is gone (checked again).
+                        Ok(()) => {
+                            if let Waited::Released = self.pause(rx, REPLACE_POLL).await {
+                                return None;
+                            }
+                            continue;
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
                 Ok(Found::Absent) => apply::apply(&cluster.client, &self.plan).await.map(Some),
                 Err(e) => Err(e),
             };
-            match result {
+            let refused = match result {
                 Ok(js) => {
                     if let Some(js) = js {
                         let id = request::job_id(&js);
@@ -426,8 +456,25 @@ impl Group {
                     }
                     return Some(());
                 }
-                Err(Refusal::Refused(message)) => {
-                    self.out.send(Report::Refused(message));
+                Err(Refusal::Refused(message)) => message,
+                Err(Refusal::Retry(e)) if retry::is_outage(&e) => {
+                    self.set_outage(Some(format!(
+                        "the Kubernetes API server {} is not answering: {}",
+                        cluster.server,
+                        retry::describe(&e)
+                    )));
+                    String::new()
+                }
+                Err(Refusal::Retry(e)) if retry::is_transient(&e) => String::new(),
+                Err(Refusal::Retry(e)) => format!(
+                    "the Kubernetes API server {} refused: {}",
+                    cluster.server,
+                    retry::describe(&e)
+                ),
+            };
+            if !refused.is_empty() {
+                if self.job.is_none() {
+                    self.out.send(Report::Refused(refused));
                     while let Some(msg) = rx.recv().await {
                         if matches!(msg, Msg::Release) {
                             break;
@@ -435,32 +482,15 @@ impl Group {
                     }
                     return None;
                 }
-                Err(Refusal::Retry(e)) => {
-                    if retry::is_outage(&e) {
-                        self.set_outage(Some(format!(
-                            "the Kubernetes API server {} is not answering: {}",
-                            cluster.server,
-                            retry::describe(&e)
-                        )));
-                    } else if !retry::is_transient(&e) {
-                        self.out.send(Report::Refused(format!(
-                            "the Kubernetes API server {} refused: {}",
-                            cluster.server,
-                            retry::describe(&e)
-                        )));
-                        while let Some(msg) = rx.recv().await {
-                            if matches!(msg, Msg::Release) {
-                                break;
-                            }
-                        }
-                        return None;
-                    }
-                    if let Waited::Released = self.pause(rx, self.backoff().delay(failures)).await {
-                        return None;
-                    }
-                    failures += 1;
+                if self.refusal.as_ref() != Some(&refused) {
+                    self.out.send(Report::Error(refused.clone()));
+                    self.refusal = Some(refused);
                 }
             }
+            if let Waited::Released = self.pause(rx, self.backoff().delay(failures)).await {
+                return None;
+            }
+            failures += 1;
         }
     }
 
@@ -476,7 +506,7 @@ impl Group {
         let apis = Apis::new(&cluster.client, &self.plan.namespace, &self.plan.group);
         let backoff = self.backoff();
         let server = cluster.server.clone();
-        let mut tasks = vec![
+        let tasks = vec![
             tokio::task::spawn_local(watch::run::<JobSet>(
                 apis.jobsets.clone(),
                 format!("metadata.name={}", self.plan.group),
@@ -515,6 +545,11 @@ impl Group {
                         .filter(|_| !self.settled)
                         .map(|at| at + SETTLE_LIMIT),
                 )
+                .chain(
+                    self.cluster_settled_at
+                        .filter(|_| !self.settled)
+                        .map(|_| Instant::now() + LOG_TAIL_POLL),
+                )
                 .min();
             tokio::select! {
                 msg = rx.recv() => match msg {
@@ -539,24 +574,19 @@ impl Group {
             }
             let now = Instant::now();
             self.held.retain(|_, until| *until > now);
-            if self.pass(&apis, &shared, &mut tasks).await {
+            if self.pass(&apis, &shared).await {
                 // Something was written: look again at once.
                 notify.notify_one();
             }
         }
-        for t in tasks {
+        for t in tasks.into_iter().chain(std::mem::take(&mut self.followers)) {
             t.abort();
         }
     }
 
     /// One look at the group: report what changed, send what the goal
     /// needs. Returns whether any request was made.
-    async fn pass(
-        &mut self,
-        apis: &Apis,
-        shared: &SharedRef,
-        tasks: &mut Vec<tokio::task::JoinHandle<()>>,
-    ) -> bool {
+    async fn pass(&mut self, apis: &Apis, shared: &SharedRef) -> bool {
         let (objs, outage, listed) = {
             let s = lock(shared);
             (s.objs.clone(), s.outage.clone(), s.listed.len())
@@ -625,14 +655,19 @@ impl Group {
             self.held.insert(op, Instant::now() + hold);
         }
         if self.ctx.tuning.logs {
-            self.follow_logs(apis, shared, &objs, tasks);
+            self.follow_logs(apis, shared, &objs);
         }
         if self.goal.end.is_some() {
             self.finished_at.get_or_insert_with(Instant::now);
         }
         if !self.settled && reconcile::settled(&objs, &self.goal) {
-            self.settled = true;
-            self.out.send(Report::Settled);
+            // The last lines of pods that just ended are read first, so
+            // `skyc logs` has all of a finished group's output.
+            let since = *self.cluster_settled_at.get_or_insert_with(Instant::now);
+            if self.followers.iter().all(|f| f.is_finished()) || since.elapsed() >= LOG_TAIL_LIMIT {
+                self.settled = true;
+                self.out.send(Report::Settled);
+            }
         } else if !self.settled
             && self
                 .finished_at
@@ -653,13 +688,7 @@ impl Group {
 
     /// Starts following the log of every pod that has started and is not
     /// followed yet.
-    fn follow_logs(
-        &mut self,
-        apis: &Apis,
-        shared: &SharedRef,
-        objs: &objects::Objects,
-        tasks: &mut Vec<tokio::task::JoinHandle<()>>,
-    ) {
+    fn follow_logs(&mut self, apis: &Apis, shared: &SharedRef, objs: &objects::Objects) {
         for pod in objs.pods.values() {
             let Some(uid) = pod.metadata.uid.clone() else {
                 continue;
@@ -694,7 +723,7 @@ impl Group {
             let api = apis.pods.clone();
             let shared = shared.clone();
             let backoff = self.backoff();
-            tasks.push(tokio::task::spawn_local(async move {
+            self.followers.push(tokio::task::spawn_local(async move {
                 let mut failures = 0;
                 loop {
                     let result = logs::follow(&api, &node).await;

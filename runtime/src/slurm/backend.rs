@@ -38,8 +38,12 @@ pub struct SlurmBackend {
 /// A group whose job is not known yet.
 struct Unsubmitted {
     plan: Plan,
-    /// [`SUBMITTING`] is committed: sbatch may run (or may have run).
+    /// [`SUBMITTING`] is committed: sbatch may run.
     marked: bool,
+    /// An sbatch of the group may have run (a marker found at adoption,
+    /// an sbatch that did not tell): the job is looked up before any
+    /// other.
+    lookup: bool,
     /// The marker was reported and awaits its commit.
     marking: bool,
     cancel: bool,
@@ -85,7 +89,7 @@ impl SlurmBackend {
         let dir = u.plan.out_dir(&self.state_dir, gid);
         let slurm = u.plan.cluster();
         let mut found = None;
-        if u.marked {
+        if u.lookup {
             // A supervisor died around sbatch, or this one's sbatch could
             // not tell: the job may exist.
             if watch::sbatch_running(&u.plan.token) {
@@ -96,7 +100,10 @@ impl SlurmBackend {
                 return self.later(gid, u, now);
             }
             match watch::find(&slurm, &u.plan, &dir) {
-                Ok(job) => found = job,
+                Ok(job) => {
+                    found = job;
+                    u.lookup = false;
+                }
                 Err(e) => {
                     self.problem(gid, Some(format!("{e}; trying again")));
                     return self.later(gid, u, now);
@@ -128,6 +135,7 @@ impl SlurmBackend {
                 Ok(job) => job,
                 Err(AdoptError::Retry(e)) => {
                     self.problem(gid, Some(format!("{e}; trying again")));
+                    u.lookup = true;
                     return self.later(gid, u, now);
                 }
                 Err(AdoptError::Fatal(e)) => {
@@ -190,6 +198,7 @@ impl Backend for SlurmBackend {
                     Unsubmitted {
                         plan,
                         marked: adoption.marker == Some(SUBMITTING),
+                        lookup: adoption.marker == Some(SUBMITTING),
                         marking: false,
                         cancel: adoption.cancel_requested,
                         at_ms: now,

@@ -46,6 +46,7 @@ pub enum Backend {
     /// A Slurm cluster; the supervisor submits and watches.
     Slurm,
     /// A Kubernetes cluster; the supervisor applies and supervises.
+    #[serde(rename = "k8s")]
     Kubernetes,
 }
 
@@ -421,7 +422,8 @@ impl Tx<'_> {
         Ok(())
     }
 
-    /// Records why the group could not run (the first reason wins).
+    /// Records why the backend cannot reach the group's cluster (`None`:
+    /// it can again).
     pub fn set_outage(&self, id: i64, outage: Option<&str>) -> Result<()> {
         self.0.execute(
             "UPDATE groups SET outage = ?2 WHERE id = ?1",
@@ -430,6 +432,7 @@ impl Tx<'_> {
         Ok(())
     }
 
+    /// Records why the group could not run (the first reason wins).
     pub fn set_error(&self, id: i64, error: &str) -> Result<()> {
         self.0.execute(
             "UPDATE groups SET error = ?2 WHERE id = ?1 AND error IS NULL",

@@ -109,6 +109,71 @@ fn a_jobset_skyc_did_not_create_is_refused() {
 }
 
 #[test]
+fn the_finished_jobset_of_an_earlier_run_is_replaced() {
+    let old_uid = std::cell::RefCell::new(String::new());
+    let mut d = start(|w| {
+        let js = w.put(
+            "jobsets",
+            json!({"metadata": {"name": "g", "labels": {"skyc.io/group": "g"},
+                   "annotations": {"skyc.io/run": "run-0"}},
+                   "spec": {"replicatedJobs": []},
+                   "status": {"terminalState": "Completed"}}),
+        );
+        *old_uid.borrow_mut() = js["metadata"]["uid"].as_str().unwrap().to_owned();
+    });
+    // Applied once the old JobSet is seen gone.
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    d.settle();
+    assert!(d.reports.iter().all(|r| !matches!(r, Report::Refused(_))));
+    let mut want = vec![
+        RULES.to_owned(),
+        format!(
+            "DELETE /apis/jobset.x-k8s.io/v1alpha2/namespaces/team/jobsets/g Background uid={}",
+            old_uid.borrow()
+        ),
+        RULES.to_owned(),
+    ];
+    want.extend(super::applied().into_iter().skip(1));
+    assert_eq!(d.writes(), want);
+    assert_eq!(
+        d.fake.world().get("jobsets", "g").unwrap()["metadata"]["annotations"]["skyc.io/run"],
+        "run-1"
+    );
+}
+
+#[test]
+fn a_group_already_applied_is_never_refused_by_its_next_supervisor() {
+    let mut d = running(DELAYED);
+    d.kill_supervisor();
+    // The user's token lost its rights meanwhile.
+    d.fake.world().rules = json!([]);
+    d.restart_supervisor();
+    assert!(d.reports.iter().all(|r| !matches!(r, Report::Refused(_))));
+    assert!(
+        d.reports
+            .iter()
+            .any(|r| matches!(r, Report::Error(m) if m.contains("RBAC"))),
+        "{:?}",
+        d.reports
+    );
+    // Rights back: supervision resumes; the trainer's end is seen.
+    d.fake.world().rules = json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let pod = d.fake.world().pod_of("g-trainer-0-0");
+    d.cluster(|w| {
+        w.exit(&pod, 0);
+        w.reconcile_cluster();
+    });
+    assert_eq!(
+        d.statuses(),
+        [
+            crate::policy::Status::Succeeded,
+            crate::policy::Status::Running
+        ]
+    );
+}
+
+#[test]
 fn a_cancel_before_the_group_was_applied_creates_nothing() {
     let fake = Fake::default();
     fake.world().down = true;
