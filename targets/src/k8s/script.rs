@@ -88,6 +88,7 @@ networking=@NETWORKING@
 task=$SKYC_TASK
 
 child=
+# shellcheck disable=SC2317 # called by the trap below
 on_term() {
   if [ -n "$child" ]; then
     kill -TERM -- "-$child" 2>/dev/null
