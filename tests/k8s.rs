@@ -576,6 +576,34 @@ fn success_policy_and_delay_gate() {
     );
 }
 
+/// Past the API server's limit the JobSet is an error at the file's name,
+/// found without building a pod template per node or step: 50 million
+/// nodes would otherwise take far more memory than the machine has.
+#[test]
+fn jobsets_over_the_limit_are_errors_without_being_built() {
+    let o = k8s::Options::default();
+    let nodes = "name: g\nexecution: parallel\n---\nname: a\nnum_nodes: 50000000\nrun: x\n";
+    let (c, m) = lower_text(nodes, &o);
+    assert_eq!(rules(&m), [Rule::K8sTooLarge]);
+    assert!(m.objects.is_empty());
+    let human = render_human(&c);
+    assert!(
+        human.contains("larger than the 1572864 bytes") && human.contains("50000000 nodes"),
+        "{human}"
+    );
+    let mut steps = String::from("name: p\n");
+    for _ in 0..2000 {
+        steps.push_str("---\nrun: x\n");
+    }
+    let (c, m) = lower_text(&steps, &o);
+    assert_eq!(rules(&m), [Rule::K8sTooLarge]);
+    assert!(render_human(&c).contains("this pipeline would be larger"));
+    // Steps after the limit are still checked.
+    steps.push_str("---\nresources:\n  infra: aws\nrun: x\n");
+    let (_, m) = lower_text(&steps, &o);
+    assert_eq!(rules(&m), [Rule::K8sTooLarge, Rule::K8sUnsupported]);
+}
+
 #[test]
 fn kueue_podset_cap_is_a_warning() {
     let text = "name: g\nexecution: parallel\n---\nname: a\nnum_nodes: 9\nrun: x\n";

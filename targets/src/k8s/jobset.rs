@@ -16,10 +16,12 @@ use skyc_compiler::{Diagnostic, Rule, Severity};
 impl Lowerer<'_> {
     pub(super) fn jobset(&mut self) -> Option<Value> {
         let g = self.group;
-        let (rjobs, targets) = match g.execution {
+        let (built, targets) = match g.execution {
             Execution::Parallel => self.node_rjobs(),
             Execution::Serial => self.step_rjobs(),
         };
+        let stopped = built.full();
+        let rjobs = built.list;
         if self.options.queue.is_some() && rjobs.len() > KUEUE_MAX_PODSETS {
             let layout = match g.execution {
                 Execution::Parallel if self.needs_gate() => "one per node, plus the delay gate",
@@ -66,8 +68,9 @@ impl Lowerer<'_> {
                 "replicatedJobs": rjobs,
             },
         });
-        let size = jobset.to_string().len();
-        if size > MAX_OBJECT_BYTES {
+        // Not measured when building stopped: it is past the limit.
+        let size = (!stopped).then(|| jobset.to_string().len());
+        if size.is_none_or(|s| s > MAX_OBJECT_BYTES) {
             let (what, help) = match g.execution {
                 Execution::Parallel => (
                     format!(
@@ -85,10 +88,16 @@ impl Lowerer<'_> {
                 Diagnostic::new(
                     Rule::K8sTooLarge,
                     self.group_span(),
-                    format!(
-                        "the JobSet of this {} is {size} bytes ({what}); the API server stores at most {MAX_OBJECT_BYTES}",
-                        self.what()
-                    ),
+                    match size {
+                        Some(size) => format!(
+                            "the JobSet of this {} is {size} bytes ({what}); the API server stores at most {MAX_OBJECT_BYTES}",
+                            self.what()
+                        ),
+                        None => format!(
+                            "the JobSet of this {} would be larger than the {MAX_OBJECT_BYTES} bytes the API server stores ({what})",
+                            self.what()
+                        ),
+                    },
                 )
                 .label("JobSet too large")
                 .help(help),
@@ -100,9 +109,9 @@ impl Lowerer<'_> {
     /// A Job Group: one replicated Job `{task}-{i}` per node, all started
     /// at once; success when every node of every primary (and the gate,
     /// when some auxiliary has a delay) completed.
-    fn node_rjobs(&mut self) -> (Vec<Value>, Vec<Value>) {
+    fn node_rjobs(&mut self) -> (Rjobs, Vec<Value>) {
         let g = self.group;
-        let mut rjobs = Vec::new();
+        let mut rjobs = Rjobs::default();
         let mut targets = Vec::new();
         let mut gate_image = None;
         for task in &g.tasks {
@@ -113,6 +122,9 @@ impl Lowerer<'_> {
             self.check_strategy(task);
             gate_image.get_or_insert_with(|| shape.image.clone());
             for i in 0..task.num_nodes {
+                if rjobs.full() {
+                    break;
+                }
                 let rjob = names::node_name(&task.name, i);
                 if task.role == Role::Primary {
                     targets.push(json!(rjob));
@@ -178,6 +190,28 @@ impl Lowerer<'_> {
             "metadata": {"labels": node_labels(&self.group.name, task, pods), "annotations": annotations},
             "spec": spec,
         })
+    }
+}
+
+/// Replicated Jobs as they are built, up to the API server's limit: past
+/// it the JobSet is an error anyway, and a file of millions of nodes (or
+/// thousands of steps) must not first build a pod template for each.
+#[derive(Default)]
+pub(super) struct Rjobs {
+    pub list: Vec<Value>,
+    bytes: usize,
+}
+
+impl Rjobs {
+    /// Whether the replicated Jobs alone are more than the API server
+    /// stores; later ones are not built.
+    pub(super) fn full(&self) -> bool {
+        self.bytes > MAX_OBJECT_BYTES
+    }
+
+    pub(super) fn push(&mut self, rjob: Value) {
+        self.bytes += rjob.to_string().len();
+        self.list.push(rjob);
     }
 }
 

@@ -16,6 +16,7 @@
 //! delay and no gate: every step is primary.
 
 use super::Lowerer;
+use super::jobset::Rjobs;
 use super::names::{self, MAX_INDEXED_PARALLELISM, POD_NAME_SUFFIX_LEN};
 use super::pod::Pods;
 use serde_json::{Map, Value, json};
@@ -24,9 +25,9 @@ use skyc_compiler::ir::Task;
 
 impl Lowerer<'_> {
     /// The steps' replicated Jobs, in order, and the success targets.
-    pub(super) fn step_rjobs(&mut self) -> (Vec<Value>, Vec<Value>) {
+    pub(super) fn step_rjobs(&mut self) -> (Rjobs, Vec<Value>) {
         let g = self.group;
-        let mut rjobs = Vec::new();
+        let mut rjobs = Rjobs::default();
         let mut previous: Option<&str> = None;
         for task in &g.tasks {
             let Some(shape) = self.shape(task) else {
@@ -34,6 +35,10 @@ impl Lowerer<'_> {
             };
             let parts = self.task_parts(task);
             self.check_strategy(task);
+            if rjobs.full() {
+                // Every step is still checked, so all findings show.
+                continue;
+            }
             let mut rjob = Map::new();
             rjob.insert("name".into(), json!(task.name));
             rjob.insert("replicas".into(), json!(1));

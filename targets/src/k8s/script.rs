@@ -43,7 +43,8 @@ impl Lowerer<'_> {
                     Rule::K8sTooLarge,
                     self.group_span(),
                     format!(
-                        "the scripts of this group take {size} bytes; a ConfigMap holds at most {MAX_CONFIG_MAP_BYTES}"
+                        "the scripts of this {} take {size} bytes; a ConfigMap holds at most {MAX_CONFIG_MAP_BYTES}",
+                        self.what()
                     ),
                 )
                 .label("scripts too large")
