@@ -1,16 +1,19 @@
 //! The Kubernetes target (`skyc build --target k8s`): manifests of every
-//! example, validated against the JobSet CRD and Kubernetes' schemas, the
-//! rules no schema states, and a DNS model proving that every node's
-//! `{task}-{i}.{group}` resolves.
+//! example and pipeline, validated against the JobSet CRD and Kubernetes'
+//! schemas, the rules no schema states, a DNS model proving that every
+//! node's `{task}-{i}.{group}` (a pipeline step's node: its Indexed pod's
+//! name) resolves, and a model of the JobSet controller proving when each
+//! task or step starts and how the JobSet ends.
 
 mod dns;
+mod order;
 mod schema;
 mod semantics;
 
 use crate::examples::{example_texts as examples, examples_dir};
 use crate::support::{render_human, root, skyc, snapshots, yaml_files};
 use serde_json::{Value, json};
-use skyc_compiler::ir::Group;
+use skyc_compiler::ir::{Execution, Group};
 use skyc_compiler::{Compilation, Options, Rule, compile};
 use skyc_targets::k8s::{self, Manifests, emit};
 
@@ -35,6 +38,8 @@ fn problems(group: &Group, options: &k8s::Options, objects: &[Value]) -> Vec<Str
     let mut out = schema::validate(objects);
     out.extend(semantics::check(objects));
     out.extend(dns_problems(group, objects));
+    out.extend(order_problems(group, objects));
+    out.extend(contract_problems(group, objects));
     if !group.tasks.iter().all(|t| t.secrets.is_empty()) {
         let values: Vec<(String, String)> = group
             .tasks
@@ -61,9 +66,25 @@ fn problems(group: &Group, options: &k8s::Options, objects: &[Value]) -> Vec<Str
     out
 }
 
-/// For every node of every task, `{task}-{i}.{group}` resolves, from every
-/// pod of the group, to exactly that node's pod; and no other group
-/// hostname exists.
+/// The name the entrypoint waits for as node `i` of `task`: its
+/// `await "..."` of the task's own nodes, with the shell's variables set.
+fn entrypoint_host(objects: &[Value], group: &str, task: &str, i: u32) -> Option<String> {
+    let script = objects[0]["data"]["entrypoint.sh"].as_str()?;
+    let line = script
+        .lines()
+        .find(|l| l.trim_start().starts_with("ip=$(await \""))?;
+    let form = line.split('"').nth(1)?;
+    Some(
+        form.replace("$group", group)
+            .replace("$task", task)
+            .replace("$i", &i.to_string()),
+    )
+}
+
+/// For every node of every task, the name the entrypoint waits for
+/// (`{task}-{i}.{group}`; in a pipeline, the step's Indexed pod
+/// `{group}-{step}-0-{i}.{group}`) resolves, from every pod of the group,
+/// to exactly that node's pod; and no other name exists.
 fn dns_problems(group: &Group, objects: &[Value]) -> Vec<String> {
     let cluster = dns::Cluster::from_objects(objects, "default");
     let mut out = Vec::new();
@@ -74,14 +95,24 @@ fn dns_problems(group: &Group, objects: &[Value]) -> Vec<String> {
     for task in &group.tasks {
         for i in 0..task.num_nodes {
             expected += 1;
-            let name = format!("{}-{i}.{}", task.name, group.name);
+            let name = match group.execution {
+                Execution::Parallel => format!("{}-{i}.{}", task.name, group.name),
+                Execution::Serial => format!("{}-{}-0-{i}.{}", group.name, task.name, group.name),
+            };
+            let waited = entrypoint_host(objects, &group.name, &task.name, i);
+            if waited.as_deref() != Some(name.as_str()) {
+                out.push(format!("the entrypoint waits for {waited:?}, not {name}"));
+            }
+            let index = match group.execution {
+                Execution::Parallel => "skyc.io/node-index",
+                Execution::Serial => "batch.kubernetes.io/job-completion-index",
+            };
             for from in &cluster.pods {
                 let answer = cluster.resolve(from, &name);
                 let ok = match answer.as_slice() {
                     [p] => {
                         let l = &cluster.pods[*p].labels;
-                        l["skyc.io/task"] == json!(task.name)
-                            && l["skyc.io/node-index"] == json!(i.to_string())
+                        l["skyc.io/task"] == json!(task.name) && l[index] == json!(i.to_string())
                     }
                     _ => false,
                 };
@@ -99,6 +130,141 @@ fn dns_problems(group: &Group, objects: &[Value]) -> Vec<String> {
             records.len(),
             records.keys().collect::<Vec<_>>()
         ));
+    }
+    out
+}
+
+/// A group's tasks start together; a pipeline's steps one after another,
+/// each once the one before succeeded. The JobSet completes when every
+/// primary (every step) succeeded, and fails, creating nothing more, when
+/// a Job fails for good; with a delay gate it waits for the runtime.
+fn order_problems(group: &Group, objects: &[Value]) -> Vec<String> {
+    let js = &objects[1];
+    let names: Vec<String> = group.tasks.iter().map(|t| t.name.clone()).collect();
+    let step = |rjob: &str| names.iter().position(|n| n == rjob);
+    let mut out = Vec::new();
+    let mut check =
+        |what: &str, run: Result<order::Run, String>, waves: Vec<Vec<String>>, end| match run {
+            Ok(r) if r.waves == waves && r.end == end => {}
+            Ok(r) => out.push(format!(
+                "{what}: created {:?} and ended {:?}; expected {waves:?}, {end:?}",
+                r.waves, r.end
+            )),
+            Err(e) => out.push(format!("{what}: {e}")),
+        };
+    match group.execution {
+        Execution::Serial => {
+            let waves = |upto: usize| names[..=upto].iter().map(|n| vec![n.clone()]).collect();
+            check(
+                "every step succeeds",
+                order::run(js, |_| order::Outcome::Succeeds),
+                waves(names.len() - 1),
+                order::End::Completed,
+            );
+            for k in 0..names.len() {
+                check(
+                    &format!("step {k} fails"),
+                    order::run(js, |r| {
+                        if step(r) == Some(k) {
+                            order::Outcome::Fails
+                        } else {
+                            order::Outcome::Succeeds
+                        }
+                    }),
+                    waves(k),
+                    order::End::Failed,
+                );
+            }
+        }
+        Execution::Parallel => {
+            let all: Vec<String> = js["spec"]["replicatedJobs"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|r| r["name"].as_str().unwrap_or_default().to_owned())
+                .collect();
+            let gated = all.iter().any(|r| r == skyc_targets::k8s::names::GATE);
+            check(
+                "every task succeeds",
+                order::run(js, |_| order::Outcome::Succeeds),
+                vec![all.clone()],
+                if gated {
+                    order::End::Waiting
+                } else {
+                    order::End::Completed
+                },
+            );
+            check(
+                "every Job fails",
+                order::run(js, |_| order::Outcome::Fails),
+                vec![all],
+                order::End::Failed,
+            );
+        }
+    }
+    out
+}
+
+/// SkyPilot's environment contract in every pod template: a Job Group's
+/// pods know the group and their fixed rank; a step's pods no group, and
+/// the rank the Job controller gives them.
+fn contract_problems(group: &Group, objects: &[Value]) -> Vec<String> {
+    let mut out = Vec::new();
+    for r in objects[1]["spec"]["replicatedJobs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let job = &r["template"]["spec"];
+        let labels = &job["template"]["metadata"]["labels"];
+        let Some(task) = group
+            .tasks
+            .iter()
+            .find(|t| labels["skyc.io/task"] == json!(t.name))
+        else {
+            continue;
+        };
+        let env = job["template"]["spec"]["containers"][0]["env"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let var = |n: &str| env.iter().find(|e| e["name"] == n).cloned();
+        let at = r["name"].as_str().unwrap_or_default();
+        let (group_name, rank, size) = match group.execution {
+            Execution::Parallel => (
+                Some(json!({"name": "SKYPILOT_JOBGROUP_NAME", "value": group.name})),
+                Some(json!({"name": "SKYPILOT_NODE_RANK", "value": labels["skyc.io/node-index"]})),
+                1,
+            ),
+            Execution::Serial => (
+                None,
+                Some(
+                    json!({"name": "SKYPILOT_NODE_RANK", "valueFrom": {"fieldRef": {
+                    "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}}),
+                ),
+                task.num_nodes,
+            ),
+        };
+        if var("SKYPILOT_JOBGROUP_NAME") != group_name || var("SKYPILOT_NODE_RANK") != rank {
+            out.push(format!(
+                "{at}: SKYPILOT_JOBGROUP_NAME or SKYPILOT_NODE_RANK"
+            ));
+        }
+        if var("SKYPILOT_NUM_NODES")
+            != Some(json!({"name": "SKYPILOT_NUM_NODES", "value": task.num_nodes.to_string()}))
+        {
+            out.push(format!("{at}: SKYPILOT_NUM_NODES"));
+        }
+        if job["completions"] != json!(size) || job["parallelism"] != json!(size) {
+            out.push(format!("{at}: {size} pods expected"));
+        }
+        if group.execution == Execution::Serial
+            && (!r["template"]["metadata"]["annotations"]["skyc.io/termination-delay-seconds"]
+                .is_null()
+                || job["template"]["spec"]["hostname"].is_string())
+        {
+            out.push(format!("{at}: a step has a delay or a group hostname"));
+        }
     }
     out
 }
@@ -123,6 +289,122 @@ fn manifests_of_every_example() {
             insta::assert_snapshot!(file.trim_end_matches(".yaml").to_owned(), snap);
         }
     });
+}
+
+#[test]
+fn manifests_of_pipelines() {
+    let settings = snapshots("k8s");
+    let options = k8s::Options::default();
+    settings.bind(|| {
+        for path in yaml_files(&root().join("tests/fixtures/k8s-pipelines")) {
+            let file = path.file_name().unwrap().to_string_lossy().into_owned();
+            let text = std::fs::read_to_string(&path).unwrap();
+            let (c, manifests) = build(&file, &text, &options);
+            let group = c
+                .group
+                .as_ref()
+                .unwrap_or_else(|| panic!("{file}: {}", render_human(&c)));
+            assert_eq!(group.execution, Execution::Serial, "{file}");
+            let manifests = manifests.unwrap();
+            let p = problems(group, &options, &manifests.objects);
+            assert!(p.is_empty(), "{file}:\n{}", p.join("\n"));
+            let mut snap = render_human(&c);
+            snap.push_str(&emit::render(&manifests.objects, emit::Format::Yaml));
+            let stem = file.trim_end_matches(".yaml");
+            insta::assert_snapshot!(format!("pipeline__{stem}"), snap);
+        }
+    });
+}
+
+#[test]
+fn a_pipeline_is_a_chain_of_indexed_jobs() {
+    let text = "name: p\n---\nname: a\nnum_nodes: 2\nresources:\n  job_recovery:\n    max_restarts_on_errors: 3\n    recover_on_exit_codes: [29, 0, 3]\nrun: x\n---\nname: b\nrun: x\n---\nrun: x\n";
+    let (_, m) = lower_text(text, &k8s::Options::default());
+    assert!(rules(&m).is_empty(), "{:?}", m.diagnostics);
+    let spec = &m.objects[1]["spec"];
+    let rjobs = spec["replicatedJobs"].as_array().unwrap();
+    let names: Vec<&str> = rjobs.iter().map(|r| r["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["a", "b", "p-2"]);
+    assert!(rjobs[0].get("dependsOn").is_none());
+    assert_eq!(
+        rjobs[1]["dependsOn"],
+        json!([{"name": "a", "status": "Complete"}])
+    );
+    assert_eq!(
+        rjobs[2]["dependsOn"],
+        json!([{"name": "b", "status": "Complete"}])
+    );
+    assert_eq!(
+        spec["successPolicy"],
+        json!({"operator": "All", "targetReplicatedJobs": ["a", "b", "p-2"]})
+    );
+    assert!(spec.get("failurePolicy").is_none());
+    let a = &rjobs[0]["template"]["spec"];
+    assert_eq!(a["completionMode"], "Indexed");
+    assert_eq!(
+        (&a["completions"], &a["parallelism"]),
+        (&json!(2), &json!(2))
+    );
+    // The step's budget and free exit codes, as a group task's.
+    assert_eq!(a["backoffLimit"], 3);
+    assert_eq!(a["podReplacementPolicy"], "Failed");
+    assert_eq!(
+        a["podFailurePolicy"]["rules"][1]["onExitCodes"]["values"],
+        json!([3, 29])
+    );
+    let script = m.objects[0]["data"]["entrypoint.sh"].as_str().unwrap();
+    assert!(script.contains("networking=0\n"), "steps wait for no peer");
+    assert!(
+        script.contains("tasks=(a b p-2)\n"),
+        "task ids cover every step"
+    );
+}
+
+#[test]
+fn pipeline_names_that_cannot_name_jobs_or_pods_are_errors() {
+    let o = k8s::Options::default();
+    let (c, m) = lower_text(
+        "name: p\n---\nname: a_b\nrun: x\n---\nname: c\nrun: x\n",
+        &o,
+    );
+    assert_eq!(rules(&m), [Rule::K8sInvalidName]);
+    assert!(
+        render_human(&c).contains("g.yaml:3:7"),
+        "{}",
+        render_human(&c)
+    );
+    // No header: the pipeline is named after its first step.
+    let (c, m) = lower_text("name: A\nrun: x\n---\nname: b\nrun: x\n", &o);
+    assert_eq!(rules(&m), [Rule::K8sInvalidName]);
+    assert!(render_human(&c).contains("named after its first step"));
+    // The pods `{pipeline}-{step}-0-{i}-xxxxx`: 20 + 1 + 32 + 2 + 2 + 6 = 63 fits.
+    let fits = format!(
+        "name: {}\n---\nname: {}\nnum_nodes: 10\nrun: x\n---\nname: b\nrun: x\n",
+        "p".repeat(20),
+        "s".repeat(32)
+    );
+    assert!(rules(&lower_text(&fits, &o).1).is_empty());
+    let long = fits.replace("num_nodes: 10", "num_nodes: 11");
+    let (c, m) = lower_text(&long, &o);
+    assert_eq!(rules(&m), [Rule::K8sInvalidName]);
+    assert!(render_human(&c).contains("shorten the pipeline or step name by 1"));
+    let huge = "name: p\n---\nname: a\nnum_nodes: 100001\nrun: x\n---\nname: b\nrun: x\n";
+    assert_eq!(rules(&lower_text(huge, &o).1), [Rule::K8sUnsupported]);
+    let most = huge.replace("100001", "100000");
+    assert!(rules(&lower_text(&most, &o).1).is_empty());
+}
+
+#[test]
+fn a_step_pinned_off_kubernetes_is_an_error_at_the_step() {
+    let text = "name: p\n---\nname: a\nrun: x\n---\nname: b\nresources:\n  infra: aws\nrun: x\n";
+    let (c, m) = lower_text(text, &k8s::Options::default());
+    assert_eq!(rules(&m), [Rule::K8sUnsupported]);
+    assert!(m.objects.is_empty());
+    assert!(
+        render_human(&c).contains("g.yaml:6:7"),
+        "{}",
+        render_human(&c)
+    );
 }
 
 #[test]
@@ -294,6 +576,34 @@ fn success_policy_and_delay_gate() {
     );
 }
 
+/// Past the API server's limit the JobSet is an error at the file's name,
+/// found without building a pod template per node or step: 50 million
+/// nodes would otherwise take far more memory than the machine has.
+#[test]
+fn jobsets_over_the_limit_are_errors_without_being_built() {
+    let o = k8s::Options::default();
+    let nodes = "name: g\nexecution: parallel\n---\nname: a\nnum_nodes: 50000000\nrun: x\n";
+    let (c, m) = lower_text(nodes, &o);
+    assert_eq!(rules(&m), [Rule::K8sTooLarge]);
+    assert!(m.objects.is_empty());
+    let human = render_human(&c);
+    assert!(
+        human.contains("larger than the 1572864 bytes") && human.contains("50000000 nodes"),
+        "{human}"
+    );
+    let mut steps = String::from("name: p\n");
+    for _ in 0..2000 {
+        steps.push_str("---\nrun: x\n");
+    }
+    let (c, m) = lower_text(&steps, &o);
+    assert_eq!(rules(&m), [Rule::K8sTooLarge]);
+    assert!(render_human(&c).contains("this pipeline would be larger"));
+    // Steps after the limit are still checked.
+    steps.push_str("---\nresources:\n  infra: aws\nrun: x\n");
+    let (_, m) = lower_text(&steps, &o);
+    assert_eq!(rules(&m), [Rule::K8sTooLarge, Rule::K8sUnsupported]);
+}
+
 #[test]
 fn kueue_podset_cap_is_a_warning() {
     let text = "name: g\nexecution: parallel\n---\nname: a\nnum_nodes: 9\nrun: x\n";
@@ -395,24 +705,40 @@ fn settings_without_kubernetes_meaning_are_reported_at_the_task() {
 }
 
 #[test]
-fn the_entrypoint_is_valid_bash() {
-    let (_, m) = lower_text(
-        "name: g\nexecution: parallel\n---\nname: a\nrun: x\n",
-        &k8s::Options::default(),
-    );
-    let script = m.objects[0]["data"]["entrypoint.sh"].as_str().unwrap();
+fn the_entrypoint_is_valid_bash_and_shellcheck_clean() {
     let dir = std::env::temp_dir().join(format!("skyc-k8s-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("entrypoint.sh");
-    std::fs::write(&path, script).unwrap();
-    let status = std::process::Command::new("bash")
-        .arg("-n")
-        .arg(&path)
-        .status();
-    let _ = std::fs::remove_dir_all(&dir);
-    if let Ok(status) = status {
-        assert!(status.success(), "bash -n rejects the entrypoint");
+    for (what, text) in [
+        (
+            "group",
+            "name: g\nexecution: parallel\n---\nname: a\nrun: x\n",
+        ),
+        (
+            "pipeline",
+            "name: p\n---\nname: a\nrun: x\n---\nname: b\nrun: x\n",
+        ),
+    ] {
+        let (_, m) = lower_text(text, &k8s::Options::default());
+        let script = m.objects[0]["data"]["entrypoint.sh"].as_str().unwrap();
+        let path = dir.join(format!("{what}.sh"));
+        std::fs::write(&path, script).unwrap();
+        if let Ok(status) = std::process::Command::new("bash")
+            .arg("-n")
+            .arg(&path)
+            .status()
+        {
+            assert!(status.success(), "bash -n rejects the {what} entrypoint");
+        }
+        match std::process::Command::new("shellcheck").arg(&path).output() {
+            Ok(out) => assert!(
+                out.status.success(),
+                "shellcheck, {what}:\n{}",
+                String::from_utf8_lossy(&out.stdout)
+            ),
+            Err(_) => eprintln!("!!! SKIPPED: shellcheck is not installed"),
+        }
     }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -492,6 +818,15 @@ fn cli_exit_codes() {
         warn,
     );
     assert_eq!(o.status.code(), Some(2));
+    let pipeline = "name: p\n---\nname: a\nrun: x\n---\nname: b\nrun: x\n";
+    let o = run(&["build", "-", "--target", "k8s"], pipeline);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(String::from_utf8_lossy(&o.stdout).contains("dependsOn:\n"));
 }
 
 mod shapes {
@@ -663,8 +998,9 @@ mod shapes {
             name(),
             proptest::collection::vec(task(), 1..4),
             any::<bool>(),
+            any::<bool>(),
         )
-            .prop_map(|(name, mut tasks, net)| {
+            .prop_map(|(name, mut tasks, net, pipeline)| {
                 // Task names are unique and at least one task is primary, as
                 // the front end guarantees.
                 for (i, t) in tasks.iter_mut().enumerate() {
@@ -672,15 +1008,26 @@ mod shapes {
                 }
                 tasks[0].role = Role::Primary;
                 tasks[0].termination_delay_secs = None;
+                if pipeline {
+                    // A pipeline's steps are all primary, with no delay.
+                    for t in &mut tasks {
+                        t.role = Role::Primary;
+                        t.termination_delay_secs = None;
+                    }
+                }
                 Group {
                     name,
                     name_span: Some(Span::new(0, 1)),
-                    inter_connection: if net {
+                    inter_connection: if net && !pipeline {
                         InterConnection::Auto
                     } else {
                         InterConnection::Disabled
                     },
-                    execution: skyc_compiler::ir::Execution::Parallel,
+                    execution: if pipeline {
+                        Execution::Serial
+                    } else {
+                        Execution::Parallel
+                    },
                     tasks,
                 }
             })

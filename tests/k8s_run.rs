@@ -361,3 +361,23 @@ run: while true; do sleep 1; done
     let logs = logs(&s, id);
     assert!(logs.contains("(main-1) line 1"), "{logs}");
 }
+
+#[test]
+fn a_pipeline_is_refused_at_its_name_before_any_cluster_is_asked() {
+    let s = Scratch::new("k8s-pipeline");
+    let file = root().join("tests/fixtures/k8s-pipelines/train-then-eval.yaml");
+    let out = s
+        .skyc(&["run", &file.to_string_lossy(), "--target", "k8s"])
+        .env("KUBECONFIG", s.dir.join("no-such-kubeconfig"))
+        .output()
+        .expect("skyc run");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr
+            .contains("error[k8s-unsupported]: `skyc run --target k8s` does not run pipelines yet")
+            && stderr.contains("train-then-eval.yaml:2:7"),
+        "{stderr}"
+    );
+    assert_eq!(statuses(&s), Value::Array(Vec::new()));
+}

@@ -4,7 +4,8 @@
 //! Modelled: the JobSet controller (child Jobs, the labels it adds, pod
 //! subdomains, the headless Service it creates from `spec.network`), the
 //! Job controller (an Indexed Job's pod hostname is overwritten with
-//! `{job}-{index}`; a NonIndexed one keeps the template's), the
+//! `{job}-{index}` and the pod labelled with its index; a NonIndexed one
+//! keeps the template's hostname), the
 //! EndpointSlice controller (an endpoint gets a hostname only when the pod
 //! sets `hostname` and its `subdomain` is the Service's name), CoreDNS
 //! (`{hostname}.{service}.{ns}.svc.cluster.local` for headless Services)
@@ -103,6 +104,13 @@ impl Cluster {
                         ("batch.kubernetes.io/job-name", job_name.clone()),
                     ] {
                         labels.insert(k.into(), json!(v));
+                    }
+                    if indexed {
+                        // The PodIndexLabel gate: beta from 1.28, GA in 1.32.
+                        labels.insert(
+                            "batch.kubernetes.io/job-completion-index".into(),
+                            json!(p.to_string()),
+                        );
                     }
                     let spec = &pod["spec"];
                     let hostname = if indexed {

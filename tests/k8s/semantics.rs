@@ -1,6 +1,6 @@
 //! Rules the API server and the JobSet webhook enforce that no JSON Schema
 //! states: name shapes and lengths, podFailurePolicy consistency, labels,
-//! env names, volume references.
+//! env names, volume references, Indexed Jobs, `dependsOn`.
 
 use serde_json::Value;
 use skyc_targets::k8s::names::{
@@ -205,10 +205,49 @@ fn jobset(problems: &mut Vec<String>, js: &Value) {
             ));
         }
         let indexed = r["template"]["spec"]["completionMode"] == "Indexed";
-        if indexed && format!("{job}-0").len() > 63 {
-            problems.push(format!(
-                "{name}: pod `{job}-0` of an Indexed Job is longer than 63"
-            ));
+        if indexed {
+            // The webhook: the longest pod name, with its random suffix.
+            let completions = r["template"]["spec"]["completions"].as_u64();
+            let parallelism = r["template"]["spec"]["parallelism"].as_u64();
+            let pod = format!("{job}-{}-abcde", completions.unwrap_or(1).saturating_sub(1));
+            if !is_dns1035_label(&pod) {
+                problems.push(format!(
+                    "{name}: pod `{pod}` of an Indexed Job is not a DNS-1035 label of 63"
+                ));
+            }
+            // The API server: an Indexed Job has completions, and at most
+            // 100000 pods at once.
+            if completions.is_none() || parallelism.is_none_or(|p| p > 100_000) {
+                problems.push(format!(
+                    "{name}/{rname}: Indexed with completions {completions:?}, parallelism {parallelism:?}"
+                ));
+            }
+        }
+        // dependsOn: not on the first replicated Job, only on an earlier
+        // one (the webhook), one entry (JobSet v0.8's CRD), and never with
+        // `startupPolicy: InOrder` (a CEL rule).
+        if let Some(deps) = r.get("dependsOn") {
+            let entries = deps.as_array().cloned().unwrap_or_default();
+            if seen.len() == 1 {
+                problems.push(format!("{name}: the first replicated Job has dependsOn"));
+            }
+            if entries.len() != 1 {
+                problems.push(format!(
+                    "{name}/{rname}: {} dependsOn entries; JobSet v0.8 takes one",
+                    entries.len()
+                ));
+            }
+            for e in &entries {
+                let target = e["name"].as_str().unwrap_or_default();
+                if target == rname || !seen.contains(target) {
+                    problems.push(format!(
+                        "{name}/{rname}: depends on `{target}`, not an earlier replicated Job"
+                    ));
+                }
+            }
+            if spec["startupPolicy"]["startupPolicyOrder"] == "InOrder" {
+                problems.push(format!("{name}: dependsOn with startupPolicy InOrder"));
+            }
         }
         let at = format!("{name}/{rname}");
         labels(problems, &at, &r["template"]["metadata"]);

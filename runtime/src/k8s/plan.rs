@@ -4,8 +4,8 @@
 use crate::policy::GroupSpec;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use skyc_compiler::Diagnostic;
-use skyc_compiler::ir::Group;
+use skyc_compiler::ir::{Execution, Group};
+use skyc_compiler::{Diagnostic, Rule};
 use skyc_targets::k8s::{self, names};
 use std::time::Duration;
 
@@ -59,6 +59,10 @@ impl Plan {
         secrets: &[(String, String)],
         token: String,
     ) -> Result<Self, Vec<Diagnostic>> {
+        let unsupported = Self::unsupported(group);
+        if !unsupported.is_empty() {
+            return Err(unsupported);
+        }
         let manifests = k8s::lower(group, options);
         if manifests.has_errors() {
             return Err(manifests.diagnostics);
@@ -81,6 +85,32 @@ impl Plan {
             objects,
             token,
         })
+    }
+
+    /// What of `group` the runtime cannot run (checked before anything
+    /// else, the cluster included).
+    pub fn unsupported(group: &Group) -> Vec<Diagnostic> {
+        if group.execution != Execution::Serial {
+            return Vec::new();
+        }
+        // The runtime reads one Job per node; a pipeline's step is one
+        // Indexed Job of all its nodes.
+        let span = group
+            .name_span
+            .or_else(|| group.tasks.first().map(|t| t.name_span))
+            .unwrap_or_default();
+        vec![
+            Diagnostic::new(
+                Rule::K8sUnsupported,
+                span,
+                "`skyc run --target k8s` does not run pipelines yet".to_owned(),
+            )
+            .label("a pipeline")
+            .help(
+                "`skyc build FILE --target k8s | kubectl apply --server-side -f -` runs its \
+                 steps in order with JobSet alone, or `skyc run FILE` runs it on this machine",
+            ),
+        ]
     }
 
     /// The child Job that runs node `rank` of `task`.

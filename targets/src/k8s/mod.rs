@@ -1,5 +1,5 @@
-//! The Kubernetes target: one Job Group to a JobSet and the ConfigMap its
-//! pods run from (`skyc build FILE --target k8s`).
+//! The Kubernetes target: one Job Group or pipeline to a JobSet and the
+//! ConfigMap its pods run from (`skyc build FILE --target k8s`).
 //!
 //! Layout (docs/targets/k8s.md has the whole design): JobSet `{group}`
 //! with one replicated Job `{task}-{i}` per node, each a 1-pod NonIndexed
@@ -7,7 +7,9 @@
 //! the headless Service `{group}` that JobSet creates publishes
 //! `{task}-{i}.{group}`. Recovery is per node Job (podFailurePolicy and
 //! backoffLimit); success is over the primary tasks, with a gate the
-//! runtime opens after the termination delays.
+//! runtime opens after the termination delays. A pipeline is one
+//! replicated Job per step instead, an Indexed Job of all its nodes,
+//! each step depending on the previous one (`pipeline.rs`).
 //!
 //! Pure: [`lower`] takes the IR and options and returns objects and
 //! diagnostics located in the source; [`emit`] turns objects into text.
@@ -15,6 +17,7 @@
 pub mod emit;
 mod jobset;
 pub mod names;
+mod pipeline;
 mod pod;
 pub mod rbac;
 mod recovery;
@@ -23,7 +26,7 @@ mod script;
 pub mod yaml;
 
 use serde_json::{Value, json};
-use skyc_compiler::ir::{Group, Task};
+use skyc_compiler::ir::{Execution, Group, Task};
 use skyc_compiler::{Diagnostic, Rule, Severity, Span};
 
 /// What the command line decides for the Kubernetes target.
@@ -168,6 +171,10 @@ fn metadata(name: &str, options: &Options, labels: Value) -> Value {
     Value::Object(m)
 }
 
+/// A task's container parts, built once per task: the env after the
+/// contract, volume mounts, volumes.
+pub(crate) type Parts = (Vec<Value>, Vec<Value>, Vec<Value>);
+
 /// Lowering state: the input and the diagnostics found so far.
 pub(crate) struct Lowerer<'a> {
     group: &'a Group,
@@ -177,18 +184,6 @@ pub(crate) struct Lowerer<'a> {
 
 impl Lowerer<'_> {
     fn lower(&mut self) -> Vec<Value> {
-        if self.group.execution == skyc_compiler::ir::Execution::Serial {
-            self.push(
-                Diagnostic::new(
-                    Rule::K8sUnsupported,
-                    self.group_span(),
-                    "a pipeline (steps one after another) is not lowered to Kubernetes yet",
-                )
-                .label("a pipeline")
-                .help("run it on this machine (`skyc run FILE`)"),
-            );
-            return Vec::new();
-        }
         self.check_names();
         if self.diagnostics.iter().any(Diagnostic::is_error) {
             return Vec::new();
@@ -198,6 +193,14 @@ impl Lowerer<'_> {
         let mut objects = vec![config_map];
         objects.extend(jobset);
         objects
+    }
+
+    /// What the file is, in messages.
+    fn what(&self) -> &'static str {
+        match self.group.execution {
+            Execution::Parallel => "group",
+            Execution::Serial => "pipeline",
+        }
     }
 
     /// Where group-wide findings point: the header's name, or the task of
@@ -242,15 +245,24 @@ impl Lowerer<'_> {
                     Rule::K8sInvalidName,
                     self.group_span(),
                     format!(
-                        "the group name `{g}` is not a DNS-1035 label, so it cannot name the JobSet, its headless Service and the pods' subdomain"
+                        "the {} name `{g}` is not a DNS-1035 label, so it cannot name the JobSet, its headless Service and the pods' subdomain",
+                        self.what()
                     ),
                 )
                 .label("not a DNS-1035 label")
-                .help("use lower-case letters, digits and `-`, starting with a letter, at most 63 characters"),
+                .help(if self.group.name_span.is_none() && self.group.execution == Execution::Serial {
+                    "a pipeline without a header is named after its first step: start the file with a header `name: ...` of lower-case letters, digits and `-`"
+                } else {
+                    "use lower-case letters, digits and `-`, starting with a letter, at most 63 characters"
+                }),
             );
             return;
         }
         for task in &self.group.tasks {
+            if self.group.execution == Execution::Serial {
+                self.check_step_names(task);
+                continue;
+            }
             let last = names::node_name(&task.name, task.num_nodes.saturating_sub(1));
             let job = names::job_name(g, &last);
             if !names::is_dns1123_label(&last) {

@@ -72,6 +72,24 @@ pub fn job_name(group: &str, rjob: &str) -> String {
     format!("{group}-{rjob}-0")
 }
 
+/// The hostname the Job controller gives pod `i` of an Indexed Job:
+/// `{job}-{i}`. A pipeline step is one such Job, `{group}-{step}-0`.
+pub fn indexed_pod_hostname(job: &str, i: u32) -> String {
+    format!("{job}-{i}")
+}
+
+/// An Indexed Job's pod name is its hostname and a 5-character random
+/// suffix (`-xxxxx`); the JobSet webhook requires it to fit 63.
+pub const POD_NAME_SUFFIX_LEN: usize = 6;
+
+/// The most pods an Indexed Job may run at once (the API server's
+/// `maxParallelismForIndexedJob`).
+pub const MAX_INDEXED_PARALLELISM: u32 = 100_000;
+
+/// The annotation (and label) the Job controller puts on each pod of an
+/// Indexed Job: its completion index, a step node's rank.
+pub const COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
+
 /// The ConfigMap holding the entrypoint and every task's scripts.
 pub fn config_map(group: &str) -> String {
     format!("{group}-skyc")

@@ -1,12 +1,24 @@
-//! The pod of node `i` of a task: hostname and subdomain, the container
-//! (image, entrypoint, SkyPilot's environment contract, resources, ports,
-//! volumes) and node selection.
+//! The pod template of a task's node, or of every node of a pipeline step:
+//! hostname and subdomain, the container (image, entrypoint, SkyPilot's
+//! environment contract, resources, ports, volumes) and node selection.
 
-use super::names::{self, CONTAINER, SCRIPTS_DIR};
+use super::names::{self, COMPLETION_INDEX, CONTAINER, SCRIPTS_DIR};
 use super::resources::Shape;
-use super::{Lowerer, secret_name};
+use super::{Lowerer, Parts, secret_name};
 use serde_json::{Map, Value, json};
-use skyc_compiler::ir::{Role, Task};
+use skyc_compiler::ir::{Execution, Role, Task};
+
+/// The pods one Job template stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Pods {
+    /// Node `i` of a Job Group's task: a 1-pod NonIndexed Job whose pod
+    /// has the group hostname `{task}-{i}` and rank `i`.
+    Node(u32),
+    /// Every node of a pipeline step: one Indexed Job. The rank is the
+    /// pod's completion index, the hostname the Job controller's
+    /// `{job}-{index}` (steps have no group hostnames).
+    Step,
+}
 
 /// Environment variables skyc sets; a task's `envs` cannot replace them.
 const CONTRACT: &[&str] = &[
@@ -30,12 +42,16 @@ fn role(task: &Task) -> &'static str {
     }
 }
 
-/// The labels of a node's Job and pod: group, task, node index, role.
-pub(super) fn node_labels(group: &str, task: &Task, i: u32) -> Map<String, Value> {
+/// The labels of a Job and its pods: group, task, node index, role. A
+/// step's pods share one template; their index is the Job controller's
+/// `batch.kubernetes.io/job-completion-index` label.
+pub(super) fn node_labels(group: &str, task: &Task, pods: Pods) -> Map<String, Value> {
     let mut m = Map::new();
     m.insert("skyc.io/group".into(), json!(group));
     m.insert("skyc.io/task".into(), json!(task.name));
-    m.insert("skyc.io/node-index".into(), json!(i.to_string()));
+    if let Pods::Node(i) = pods {
+        m.insert("skyc.io/node-index".into(), json!(i.to_string()));
+    }
     m.insert("skyc.io/role".into(), json!(role(task)));
     m
 }
@@ -47,13 +63,19 @@ fn literal_env_value(v: &str) -> String {
 }
 
 impl Lowerer<'_> {
+    /// Whether skyc sets the variable `name` in this group's pods.
+    fn sets(&self, name: &str) -> bool {
+        CONTRACT.contains(&name)
+            && (name != "SKYPILOT_JOBGROUP_NAME" || self.group.execution == Execution::Parallel)
+    }
+
     /// Task-wide parts of the container, checked once per task: the env
     /// after the contract, and volumes. Warnings for what cannot be
     /// carried are reported here.
-    pub(super) fn task_parts(&mut self, task: &Task) -> (Vec<Value>, Vec<Value>, Vec<Value>) {
+    pub(super) fn task_parts(&mut self, task: &Task) -> Parts {
         let mut env = Vec::new();
         for e in &task.envs {
-            if CONTRACT.contains(&e.name.as_str()) {
+            if self.sets(&e.name) {
                 self.warn(
                     task,
                     format!(
@@ -225,14 +247,8 @@ impl Lowerer<'_> {
         Some(json!({"ephemeral": {"volumeClaimTemplate": {"spec": claim}}}))
     }
 
-    /// The pod template of node `i`.
-    pub(super) fn pod(
-        &self,
-        task: &Task,
-        i: u32,
-        shape: &Shape,
-        parts: &(Vec<Value>, Vec<Value>, Vec<Value>),
-    ) -> Value {
+    /// The pod template of `pods`.
+    pub(super) fn pod(&self, task: &Task, pods: Pods, shape: &Shape, parts: &Parts) -> Value {
         let g = &self.group.name;
         let (user_env, mounts, volumes) = parts;
         let cluster_info = json!({
@@ -241,9 +257,19 @@ impl Lowerer<'_> {
             "region": null,
             "zone": null,
         });
-        let mut env = vec![
-            json!({"name": "SKYPILOT_JOBGROUP_NAME", "value": g}),
-            json!({"name": "SKYPILOT_NODE_RANK", "value": i.to_string()}),
+        let mut env = Vec::new();
+        // A Job Group's own; a pipeline's steps are plain managed-job tasks.
+        if self.group.execution == Execution::Parallel {
+            env.push(json!({"name": "SKYPILOT_JOBGROUP_NAME", "value": g}));
+        }
+        env.push(match pods {
+            Pods::Node(i) => json!({"name": "SKYPILOT_NODE_RANK", "value": i.to_string()}),
+            Pods::Step => json!({
+                "name": "SKYPILOT_NODE_RANK",
+                "valueFrom": {"fieldRef": {"fieldPath": format!("metadata.annotations['{COMPLETION_INDEX}']")}},
+            }),
+        });
+        env.extend([
             json!({"name": "SKYPILOT_NUM_NODES", "value": task.num_nodes.to_string()}),
             json!({"name": "SKYPILOT_NUM_GPUS_PER_NODE", "value": shape.gpus_per_node.to_string()}),
             json!({"name": "SKYPILOT_JOB_RANK", "value": "0"}),
@@ -253,7 +279,7 @@ impl Lowerer<'_> {
                 "name": "SKYC_JOBSET_UID",
                 "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['jobset.sigs.k8s.io/jobset-uid']"}},
             }),
-        ];
+        ]);
         env.extend(user_env.iter().cloned());
         let mut container = Map::new();
         container.insert("name".into(), json!(CONTAINER));
@@ -285,8 +311,11 @@ impl Lowerer<'_> {
 
         let mut spec = Map::new();
         // The two fields that make `{task}-{i}.{group}` resolve through the
-        // JobSet's headless Service `{group}`.
-        spec.insert("hostname".into(), json!(names::node_name(&task.name, i)));
+        // JobSet's headless Service `{group}`. An Indexed Job's pod gets
+        // its hostname from the Job controller, which overwrites any other.
+        if let Pods::Node(i) = pods {
+            spec.insert("hostname".into(), json!(names::node_name(&task.name, i)));
+        }
         spec.insert("subdomain".into(), json!(g));
         // Required by podFailurePolicy; the JobSet webhook would otherwise
         // default it to OnFailure.
@@ -299,7 +328,7 @@ impl Lowerer<'_> {
         spec.insert("containers".into(), json!([Value::Object(container)]));
         spec.insert("volumes".into(), json!(volumes));
 
-        let mut labels = node_labels(g, task, i);
+        let mut labels = node_labels(g, task, pods);
         for (k, v) in &shape.labels {
             labels.insert(k.clone(), json!(v));
         }

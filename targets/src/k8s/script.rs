@@ -1,4 +1,4 @@
-//! The ConfigMap every pod of the group runs from: one entrypoint, and
+//! The ConfigMap every pod of the group (or pipeline) runs from: one entrypoint, and
 //! each task's `setup` and `run` as written.
 //!
 //! Scripts live in a ConfigMap rather than in the JobSet so the JobSet
@@ -8,7 +8,7 @@
 use super::names::{self, config_map};
 use super::{Lowerer, MAX_CONFIG_MAP_BYTES, metadata};
 use serde_json::{Map, Value, json};
-use skyc_compiler::ir::InterConnection;
+use skyc_compiler::ir::{Execution, InterConnection};
 use skyc_compiler::{Diagnostic, Rule};
 
 /// ConfigMap keys of a task's scripts.
@@ -43,7 +43,8 @@ impl Lowerer<'_> {
                     Rule::K8sTooLarge,
                     self.group_span(),
                     format!(
-                        "the scripts of this group take {size} bytes; a ConfigMap holds at most {MAX_CONFIG_MAP_BYTES}"
+                        "the scripts of this {} take {size} bytes; a ConfigMap holds at most {MAX_CONFIG_MAP_BYTES}",
+                        self.what()
                     ),
                 )
                 .label("scripts too large")
@@ -63,8 +64,25 @@ impl Lowerer<'_> {
     fn entrypoint(&self) -> String {
         let g = self.group;
         let tasks: Vec<String> = g.tasks.iter().map(|t| t.name.clone()).collect();
-        let networking = u8::from(g.inter_connection != InterConnection::Disabled);
+        // Only a Job Group's tasks wait for each other; a pipeline's steps
+        // never run together.
+        let networking = u8::from(
+            g.execution == Execution::Parallel && g.inter_connection != InterConnection::Disabled,
+        );
+        let (kind, hosts, node_host) = match g.execution {
+            Execution::Parallel => ("Job Group", "the group's hostnames", "$task-$i.$group"),
+            // The Job controller's hostname of an Indexed Job's pod,
+            // `{job}-{i}`, under the JobSet's subdomain.
+            Execution::Serial => (
+                "pipeline",
+                "the hostnames of the step's nodes",
+                "$group-$task-0-$i.$group",
+            ),
+        };
         ENTRYPOINT
+            .replace("@KIND@", kind)
+            .replace("@HOSTS@", hosts)
+            .replace("@NODE_HOST@", node_host)
             .replace("@GROUP@", &g.name)
             .replace("@TASKS@", &tasks.join(" "))
             .replace("@NETWORKING@", &networking.to_string())
@@ -78,7 +96,7 @@ impl Lowerer<'_> {
 /// (SIGTERM) reaches every process they started: bash as PID 1 neither
 /// forwards signals nor dies of an untrapped SIGTERM.
 const ENTRYPOINT: &str = r#"#!/bin/bash
-# skyc entrypoint for the Job Group @GROUP@: wait for the group's hostnames,
+# skyc entrypoint for the @KIND@ @GROUP@: wait for @HOSTS@,
 # then run the task's setup and run, as SkyPilot does on every node.
 set -uo pipefail
 dir=@DIR@
@@ -88,6 +106,7 @@ networking=@NETWORKING@
 task=$SKYC_TASK
 
 child=
+# shellcheck disable=SC2317 # called by the trap below
 on_term() {
   if [ -n "$child" ]; then
     kill -TERM -- "-$child" 2>/dev/null
@@ -139,7 +158,7 @@ export SKYPILOT_TASK_IDS
 # The task's own nodes, in rank order, as SKYPILOT_NODE_IPS.
 ips=()
 for ((i = 0; i < SKYPILOT_NUM_NODES; i++)); do
-  ip=$(await "$task-$i.$group" 300) || exit 1
+  ip=$(await "@NODE_HOST@" 300) || exit 1
   ips+=("$ip")
 done
 SKYPILOT_NODE_IPS=$(printf '%s\n' "${ips[@]}")
