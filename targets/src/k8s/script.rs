@@ -183,6 +183,9 @@ if [ -f "$dir/$task.setup.sh" ]; then
   code=$?
   if ((code != 0)); then
     echo "skyc: setup of $task failed with exit code $code" >&2
+    # The runtime tells a failed setup (FAILED_SETUP) from a failed run by
+    # the container's termination message.
+    echo setup >/dev/termination-log 2>/dev/null
     exit "$code"
   fi
   unset SKYPILOT_SETUP_NODE_RANK SKYPILOT_SETUP_NODE_IPS SKYPILOT_SETUP_NUM_GPUS_PER_NODE
