@@ -133,8 +133,8 @@ fn read(path: &Path) -> String {
 fn step_status(step_out: &Path) -> String {
     read(&step_out.join("status"))
         .lines()
-        .filter_map(|l| l.split_once(" group ").map(|(_, s)| s.to_owned()))
-        .last()
+        .rev()
+        .find_map(|l| l.split_once(" group ").map(|(_, s)| s.to_owned()))
         .unwrap_or_default()
 }
 

@@ -130,3 +130,17 @@ fn delimiter(script: &str) -> String {
     }
     end
 }
+
+#[cfg(test)]
+mod tests {
+    use super::delimiter;
+
+    #[test]
+    fn the_delimiter_is_no_line_of_the_script() {
+        assert_eq!(delimiter("echo SKYC_END_OF_STEP\n"), "SKYC_END_OF_STEP");
+        assert_eq!(
+            delimiter("a\nSKYC_END_OF_STEP\nSKYC_END_OF_STEP_\nb\n"),
+            "SKYC_END_OF_STEP__"
+        );
+    }
+}
