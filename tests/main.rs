@@ -18,5 +18,6 @@ mod lsp;
 mod pipelines;
 mod slurm;
 mod slurm_e2e;
+mod slurm_pipeline;
 mod slurm_run;
 mod slurm_step;

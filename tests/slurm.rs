@@ -4,7 +4,8 @@
 //! The end-to-end tests on a real cluster are in `slurm_e2e.rs`.
 
 use crate::examples::{accepted_examples, example_texts};
-use crate::support::{render_human, root, skyc, snapshots};
+use crate::support::{render_human, root, skyc, snapshots, yaml_files};
+use skyc_compiler::ir::{Execution, Group};
 use skyc_compiler::{Options, compile};
 use skyc_targets::slurm::{self, STEP, SUPERVISOR_MARKER};
 use std::path::{Path, PathBuf};
@@ -25,6 +26,264 @@ fn build(group: &skyc_compiler::ir::Group) -> String {
 /// which is the same for every group and snapshotted once).
 fn group_part(script: &str) -> &str {
     &script[..script.find(SUPERVISOR_MARKER).unwrap()]
+}
+
+fn build_pipeline(group: &Group) -> slurm::Pipeline {
+    let built = slurm::pipeline(
+        group,
+        &slurm::Options {
+            grace_secs: 30,
+            ..Default::default()
+        },
+    );
+    built
+        .pipeline
+        .unwrap_or_else(|| panic!("{:?}", built.diagnostics))
+}
+
+/// Pipelines written for the Slurm target's tests: (file stem, IR).
+pub(crate) fn pipeline_fixtures() -> Vec<(String, Group)> {
+    let files = yaml_files(&root().join("tests/fixtures/pipelines"));
+    assert!(files.len() >= 4);
+    files
+        .iter()
+        .map(|path| {
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            let text = std::fs::read_to_string(path).unwrap();
+            let c = compile(&name, text.as_bytes(), &Options::default());
+            let group = c
+                .group
+                .unwrap_or_else(|| panic!("{name}: {:?}", c.diagnostics));
+            assert_eq!(group.execution, Execution::Serial, "{name}");
+            (name.trim_end_matches(".yaml").to_owned(), group)
+        })
+        .collect()
+}
+
+/// A pipeline snapshot: the diagnostics as `skyc build` shows them, the
+/// `--out DIR` form's `submit.sh`, and each step's own part (the lifecycle
+/// is the group's, snapshotted once).
+fn pipeline_snapshot(file: &str, text: &str) -> String {
+    let mut c = compile(file, text.as_bytes(), &Options::default());
+    let group = c.group.clone().unwrap();
+    let options = slurm::Options {
+        grace_secs: 30,
+        ..Default::default()
+    };
+    let built = slurm::pipeline(&group, &options);
+    c.diagnostics.extend(built.diagnostics);
+    c.diagnostics
+        .sort_by_key(|d| (d.primary.span.start, d.primary.span.end, d.rule));
+    let pipeline = built
+        .pipeline
+        .unwrap_or_else(|| panic!("{file}: {}", render_human(&c)));
+    let mut snap = render_human(&c);
+    for (name, text) in pipeline.files() {
+        let part = text
+            .find(SUPERVISOR_MARKER)
+            .map_or(&text[..], |end| &text[..end]);
+        snap.push_str(&format!("==> {name} <==\n{part}"));
+    }
+    snap
+}
+
+/// The hostile group as a pipeline: its two tasks are two steps.
+fn hostile_pipeline() -> Group {
+    let yaml = hostile_yaml().replacen("execution: parallel\n", "", 1);
+    let c = compile("hostile.yaml", yaml.as_bytes(), &Options::default());
+    let group = c.group.unwrap_or_else(|| panic!("{:?}", c.diagnostics));
+    assert_eq!(group.execution, Execution::Serial);
+    group
+}
+
+#[test]
+fn jobs_of_every_pipeline_fixture() {
+    snapshots("slurm").bind(|| {
+        for path in yaml_files(&root().join("tests/fixtures/pipelines")) {
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            let text = std::fs::read_to_string(&path).unwrap();
+            insta::assert_snapshot!(
+                format!("pipeline-{}", name.trim_end_matches(".yaml")),
+                pipeline_snapshot(&name, &text)
+            );
+        }
+    });
+}
+
+/// What a fake sbatch saw, call by call: its arguments, the script on its
+/// standard input, `SKYC_OUT`, `SKYC_PIPELINE_JOB` and its directory.
+struct Submitted {
+    args: Vec<String>,
+    script: String,
+    out: String,
+    pipeline_job: String,
+    cwd: PathBuf,
+}
+
+/// `bin/sbatch` and `bin/scancel` that record each call in `dir`; sbatch
+/// prints a chatty line, then `ID;CLUSTER` with ids from 41, and refuses
+/// its call number $FAKE_FAIL_AT.
+fn fake_slurm(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let sbatch = r#"#!/bin/bash
+set -eu
+d=$FAKE_DIR
+n=$(($(cat "$d/count" 2>/dev/null || echo 0) + 1))
+echo "$n" >"$d/count"
+if [ "$n" = "${FAKE_FAIL_AT:-0}" ]; then
+    echo "sbatch: error: Batch job submission failed: Invalid partition name specified" >&2
+    exit 1
+fi
+cat >"$d/script.$n"
+printf '%s\n' "$@" >"$d/args.$n"
+printf '%s\n' "${SKYC_OUT-(unset)}" "${SKYC_PIPELINE_JOB-(unset)}" "$(pwd -P)" >"$d/env.$n"
+echo "sbatch: a site wrapper says hello"
+echo "$((40 + n));cluster"
+"#;
+    let scancel = "#!/bin/bash\nprintf '%s\\n' \"$@\" >>\"$FAKE_DIR/scancel\"\n";
+    for (name, text) in [("sbatch", sbatch), ("scancel", scancel)] {
+        let path = bin.join(name);
+        std::fs::write(&path, text).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+}
+
+/// Runs `bash script` in `cwd` with the fake sbatch first on PATH.
+fn run_submit(
+    script: &Path,
+    cwd: &Path,
+    fake: &Path,
+    env: &[(&str, &str)],
+) -> (std::process::Output, Vec<Submitted>) {
+    let _ = std::fs::remove_dir_all(fake.join("calls"));
+    std::fs::create_dir_all(fake.join("calls")).unwrap();
+    let path = format!(
+        "{}:{}",
+        fake.join("bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new("bash")
+        .arg(script)
+        .current_dir(cwd)
+        .env("PATH", path)
+        .env("FAKE_DIR", fake.join("calls"))
+        .env_remove("SKYC_OUT")
+        .env_remove("SKYC_PIPELINE_JOB")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let calls = fake.join("calls");
+    let mut submitted = Vec::new();
+    for n in 1.. {
+        let Ok(script) = std::fs::read_to_string(calls.join(format!("script.{n}"))) else {
+            break;
+        };
+        let read = |f: &str| std::fs::read_to_string(calls.join(format!("{f}.{n}"))).unwrap();
+        let args = read("args").lines().map(str::to_owned).collect();
+        let env = read("env");
+        let env: Vec<&str> = env.lines().collect();
+        submitted.push(Submitted {
+            args,
+            script,
+            out: env[0].to_owned(),
+            pipeline_job: env[1].to_owned(),
+            cwd: PathBuf::from(env[2]),
+        });
+    }
+    (out, submitted)
+}
+
+#[test]
+fn submit_scripts_hand_each_step_to_sbatch_byte_for_byte_in_order() {
+    let dir = tmp_dir("submit");
+    let fake = dir.join("fake");
+    fake_slurm(&fake);
+    let work = dir.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let work = work.canonicalize().unwrap();
+    let fixtures = pipeline_fixtures();
+    let three = &fixtures.iter().find(|(n, _)| n == "three-steps").unwrap().1;
+    for (name, group) in [("hostile", &hostile_pipeline()), ("three", three)] {
+        let pipeline = build_pipeline(group);
+        // Both forms: one self-contained file, and --out DIR's submit.sh,
+        // run from another directory.
+        let inline = dir.join(format!("{name}.submit.sh"));
+        std::fs::write(&inline, pipeline.submit_script()).unwrap();
+        let files = dir.join(format!("{name}.d"));
+        std::fs::create_dir_all(&files).unwrap();
+        for (file, text) in pipeline.files() {
+            std::fs::write(files.join(file), text).unwrap();
+        }
+        for script in [inline, files.join("submit.sh")] {
+            let (out, calls) = run_submit(&script, &work, &fake, &[]);
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let n = pipeline.steps.len();
+            assert_eq!(calls.len(), n);
+            let want: String = pipeline
+                .steps
+                .iter()
+                .enumerate()
+                .map(|(i, s)| format!("{} {}\n", s.name, 41 + i))
+                .collect();
+            assert_eq!(stdout, want, "`STEP JOBID` per step");
+            for (i, (call, step)) in calls.iter().zip(&pipeline.steps).enumerate() {
+                assert!(
+                    call.script == step.script,
+                    "{name} step {i}: script changed"
+                );
+                let mut args = vec!["--parsable".to_owned()];
+                if let Some(after) = step.after {
+                    args.push(slurm::StepJob::dependency(&(41 + after).to_string()));
+                }
+                assert_eq!(call.args, args, "{name} step {i}");
+                assert_eq!(call.out, "(unset)", "the job picks its own default");
+                let first = if i == 0 { "" } else { "41" };
+                assert_eq!(call.pipeline_job, first, "{name} step {i}");
+                assert_eq!(call.cwd, work, "the jobs start where the script is run");
+            }
+        }
+    }
+    // SKYC_OUT=DIR: each step writes DIR/STEP.
+    let pipeline = build_pipeline(three);
+    let script = dir.join("three.submit.sh");
+    let (out, calls) = run_submit(&script, &work, &fake, &[("SKYC_OUT", "/shared/out")]);
+    assert!(out.status.success());
+    let outs: Vec<&str> = calls.iter().map(|c| c.out.as_str()).collect();
+    assert_eq!(
+        outs,
+        [
+            "/shared/out/extract",
+            "/shared/out/transform",
+            "/shared/out/load"
+        ]
+    );
+    // A step sbatch refuses: nothing after it is submitted, the steps
+    // before it are cancelled, and the script fails.
+    let (out, calls) = run_submit(&script, &work, &fake, &[("FAKE_FAIL_AT", "3")]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(calls.len(), 2);
+    assert_eq!(
+        std::fs::read_to_string(fake.join("calls/scancel")).unwrap(),
+        "41\n42\n"
+    );
+    assert!(
+        stderr.contains("Invalid partition"),
+        "sbatch's own words: {stderr}"
+    );
+    assert!(stderr.contains("step load was not submitted"), "{stderr}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "extract 41\ntransform 42\n"
+    );
+    assert_eq!(pipeline.steps.len(), 3);
 }
 
 /// Whether `tool` runs; when it does not, fail under scripts/test
@@ -91,8 +350,8 @@ fn script_of_every_accepted_example() {
                 .sort_by_key(|d| (d.primary.span.start, d.primary.span.end, d.rule));
             let snap = match built.script {
                 Some(script) => render_human(&c) + group_part(&script),
-                // A pipeline: a located error, no script.
-                None if group.execution == skyc_compiler::ir::Execution::Serial => render_human(&c),
+                // A pipeline: its jobs instead (`build` refuses it).
+                None if group.execution == Execution::Serial => pipeline_snapshot(file, text),
                 None => panic!("{file}: {}", render_human(&c)),
             };
             insta::assert_snapshot!(file.trim_end_matches(".yaml").to_owned(), snap);
@@ -116,8 +375,7 @@ fn shellcheck_passes_on_every_emitted_script() {
     shellcheck(&step);
     let mut scripts: Vec<(String, String)> = accepted_examples()
         .iter()
-        // Pipelines have no Slurm script (a located error, tested above).
-        .filter(|(_, g)| g.execution == skyc_compiler::ir::Execution::Parallel)
+        .filter(|(_, g)| g.execution == Execution::Parallel)
         .map(|(n, g)| (n.clone(), build(g)))
         .collect();
     let hostile = compile(
@@ -126,6 +384,21 @@ fn shellcheck_passes_on_every_emitted_script() {
         &Options::default(),
     );
     scripts.push(("hostile".into(), build(hostile.group.as_ref().unwrap())));
+    // Pipelines: the submit script in both forms, and every step's job.
+    let mut pipelines: Vec<(String, Group)> = accepted_examples()
+        .into_iter()
+        .filter(|(_, g)| g.execution == Execution::Serial)
+        .chain(pipeline_fixtures())
+        .collect();
+    assert!(pipelines.len() > 4);
+    pipelines.push(("hostile-pipeline".into(), hostile_pipeline()));
+    for (name, group) in &pipelines {
+        let pipeline = build_pipeline(group);
+        scripts.push((format!("{name}.submit"), pipeline.submit_script()));
+        for (file, text) in pipeline.files() {
+            scripts.push((format!("{name}.{file}"), text));
+        }
+    }
     for (name, script) in scripts {
         let path = dir.join(format!("{name}.sh"));
         std::fs::write(&path, script).unwrap();
@@ -438,4 +711,124 @@ fn run_flags_of_the_other_target_are_usage_errors() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains(says), "{stderr}");
     }
+}
+
+/// A pipeline's chain is skyc's: options that would change it are located
+/// errors, from the task's config or the command line.
+#[test]
+fn options_that_would_change_the_chain_are_refused_in_pipelines() {
+    let dir = tmp_dir("chain-options");
+    let file = dir.join("p.yaml");
+    std::fs::write(
+        &file,
+        "name: p\n---\nname: a\nrun: echo\n---\nname: b\nrun: echo\nconfig:\n  slurm:\n    \
+         sbatch_options:\n      dependency: afterany:1\n",
+    )
+    .unwrap();
+    let build = |extra: &[&str]| {
+        skyc()
+            .args(["build", "--target", "slurm", "--color", "never"])
+            .args(extra)
+            .arg(&file)
+            .output()
+            .unwrap()
+    };
+    let out = build(&[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(out.stdout.is_empty());
+    assert!(stderr.contains("error[slurm-sbatch-option]: `--dependency` would change how a pipeline's steps are chained"), "{stderr}");
+    assert!(
+        stderr.contains("p.yaml:6:7"),
+        "located at the step: {stderr}"
+    );
+    std::fs::write(
+        &file,
+        "name: p\n---\nname: a\nrun: echo\n---\nname: b\nrun: echo\n",
+    )
+    .unwrap();
+    let out = build(&["--sbatch-option", "kill-on-invalid-dep=no"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        stderr.matches("`--kill-on-invalid-dep`").count(),
+        1,
+        "once: {stderr}"
+    );
+    // In a Job Group they are the user's.
+    std::fs::write(
+        &file,
+        "name: g\nexecution: parallel\n---\nname: a\nrun: echo\n",
+    )
+    .unwrap();
+    let out = build(&["--sbatch-option", "dependency=afterok:1"]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("#SBATCH --dependency=afterok:1\n"));
+}
+
+/// `skyc build --out DIR` writes each step's job and submit.sh;
+/// `skyc run --target slurm` does not submit pipelines yet and says how to.
+#[test]
+fn pipelines_build_to_a_directory_and_run_refuses_them() {
+    let dir = tmp_dir("pipeline-cli");
+    let jobs = dir.join("jobs");
+    let file = root().join("tests/fixtures/pipelines/three-steps.yaml");
+    let out = skyc()
+        .args(["build", "--target", "slurm", "--out"])
+        .arg(&jobs)
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.stdout.is_empty());
+    let mut names: Vec<String> = std::fs::read_dir(&jobs)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "step-0-extract.sbatch",
+            "step-1-transform.sbatch",
+            "step-2-load.sbatch",
+            "submit.sh"
+        ]
+    );
+    let stdout = skyc()
+        .args(["build", "--target", "slurm"])
+        .arg(&file)
+        .output()
+        .unwrap()
+        .stdout;
+    let stdout = String::from_utf8(stdout).unwrap();
+    for name in &names[..3] {
+        let script = std::fs::read_to_string(jobs.join(name)).unwrap();
+        assert!(stdout.contains(&script), "{name} is embedded as written");
+    }
+    let out = skyc()
+        .args([
+            "run",
+            "--target",
+            "slurm",
+            "--color",
+            "never",
+            "--state-dir",
+        ])
+        .arg(dir.join("state"))
+        .arg(&file)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("does not submit yet"), "{stderr}");
+    assert!(
+        stderr.contains("skyc build FILE --target slurm"),
+        "{stderr}"
+    );
+    assert!(!dir.join("state").exists(), "nothing was recorded");
 }

@@ -7,6 +7,7 @@ use super::out::{self, errln};
 use super::slurm::SlurmArgs;
 use super::{INVALID, OK, USAGE, input, parse_env, report};
 use clap::ValueEnum;
+use skyc_compiler::ir::Execution;
 use skyc_compiler::{Compilation, Diagnostic, Options, compile};
 use skyc_targets::cloud::{self, Cloud};
 use skyc_targets::k8s;
@@ -33,7 +34,8 @@ pub(crate) struct Args {
     output: Output,
     /// Write the output there instead of standard output: a directory with
     /// one file per object (k8s) or the group's instance spec (aws, gcp),
-    /// the batch script's file (slurm).
+    /// the batch script's file (slurm), or for a pipeline a directory with
+    /// each step's batch script and `submit.sh` (slurm).
     #[arg(long, value_name = "PATH")]
     out: Option<PathBuf>,
     /// SkyPilot's catalog directory (aws, gcp): `DIR/aws/vms.csv`,
@@ -61,7 +63,8 @@ enum Target {
     Ir,
     /// A JobSet and the ConfigMap its pods run from, for Kubernetes.
     K8s,
-    /// A Slurm batch script: one heterogeneous job, one component per task.
+    /// A Slurm batch script: one heterogeneous job, one component per task;
+    /// for a pipeline, a script that submits one batch job per step.
     Slurm,
     /// AWS instance specs: instances chosen from SkyPilot's catalog, and
     /// the EC2 requests that launch them.
@@ -123,6 +126,7 @@ pub(crate) fn run(args: &Args) -> u8 {
     let mut compilation = compile(&name, &bytes, &options);
     let mut objects = Vec::new();
     let mut script = None;
+    let mut pipeline = None;
     let mut spec = None;
     match (&compilation.group, args.target) {
         (Some(group), Target::K8s) => {
@@ -134,9 +138,19 @@ pub(crate) fn run(args: &Args) -> u8 {
             }
         }
         (Some(group), Target::Slurm) => {
-            let built = slurm::build(group, &args.slurm.options(args.grace));
-            add_diagnostics(&mut compilation, built.diagnostics);
-            script = built.script;
+            let options = args.slurm.options(args.grace);
+            match group.execution {
+                Execution::Parallel => {
+                    let built = slurm::build(group, &options);
+                    add_diagnostics(&mut compilation, built.diagnostics);
+                    script = built.script;
+                }
+                Execution::Serial => {
+                    let built = slurm::pipeline(group, &options);
+                    add_diagnostics(&mut compilation, built.diagnostics);
+                    pipeline = built.pipeline;
+                }
+            }
         }
         (Some(group), Target::Aws | Target::Gcp) => {
             if let Some(catalog) = &catalog {
@@ -175,6 +189,12 @@ pub(crate) fn run(args: &Args) -> u8 {
             }
         }
         Target::Slurm => {
+            if let Some(pipeline) = pipeline {
+                return match &args.out {
+                    Some(dir) => write_files(dir, &pipeline.files()),
+                    None => write_stdout(&pipeline.submit_script()),
+                };
+            }
             let Some(script) = script else {
                 return INVALID;
             };

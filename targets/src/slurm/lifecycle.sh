@@ -3,12 +3,28 @@
 # termination delay (at once if a primary failed) and SIGKILL after the
 # grace period; failed tasks restart within max_restarts_on_errors, or for
 # free on a listed exit code. Everything it decides goes to $SKYC_OUT/status.
+# A pipeline's step is the same with one task: this job runs step
+# $skyc_step of $skyc_steps, and the pipeline's jobs share the first one's id.
 if ((BASH_VERSINFO[0] * 100 + BASH_VERSINFO[1] < 501)); then
     echo "skyc: this batch script needs bash 5.1 or later (wait -n -p)" >&2
     exit 1
 fi
 skyc_job=${SLURM_JOB_ID:?skyc: submit this script with sbatch}
-export SKYC_OUT=${SKYC_OUT:-${SLURM_SUBMIT_DIR:-$PWD}/skyc-$skyc_group-$skyc_job}
+# Task ids name the group's job, or the pipeline's: its first step's, which
+# the submitter passes to later steps as SKYC_PIPELINE_JOB.
+if [ -n "${skyc_step:-}" ]; then
+    skyc_id=${SKYC_PIPELINE_JOB:-$skyc_job}
+    if ! [[ $skyc_id =~ ^[0-9]+$ ]]; then
+        echo "skyc: SKYC_PIPELINE_JOB is not a job id: $skyc_id" >&2
+        exit 1
+    fi
+    skyc_out=skyc-$skyc_group-$skyc_id/${skyc_tasks[0]}
+    skyc_id_names=("${skyc_steps[@]}") skyc_id_first=$skyc_step
+else
+    skyc_id=$skyc_job skyc_out=skyc-$skyc_group-$skyc_job
+    skyc_id_names=("${skyc_tasks[@]}") skyc_id_first=0
+fi
+export SKYC_OUT=${SKYC_OUT:-${SLURM_SUBMIT_DIR:-$PWD}/$skyc_out}
 skyc_restart=${SLURM_RESTART_COUNT:-0}
 # One directory per (re)start of the job: scripts, hosts, node records.
 export SKYC_RUN_DIR=$SKYC_OUT/.skyc/r$skyc_restart
@@ -45,6 +61,9 @@ skyc_het_var() {
 
 # Node IPs in rank order, and the hosts line of every node of every task.
 skyc_jobids="" skyc_hosts="" skyc_task_ids=""
+for skyc_i in "${!skyc_id_names[@]}"; do
+    skyc_task_ids+=${skyc_task_ids:+$'\n'}skyc-slurm-${skyc_id}_${skyc_group}_${skyc_id_names[skyc_i]}-$skyc_i
+done
 skyc_nnodes=() skyc_ips=()
 for skyc_g in "${!skyc_tasks[@]}"; do
     skyc_name=${skyc_tasks[skyc_g]}
@@ -63,7 +82,6 @@ for skyc_g in "${!skyc_tasks[@]}"; do
         skyc_fail "task $skyc_name got ${#skyc_nodes[@]} nodes, not ${skyc_want_nodes[skyc_g]}"
     skyc_nnodes[skyc_g]=${#skyc_nodes[@]}
     skyc_ips[skyc_g]=$skyc_list
-    skyc_task_ids+=${skyc_task_ids:+$'\n'}skyc-slurm-${skyc_job}_${skyc_group}_$skyc_name-$skyc_g
 done
 echo -n "$skyc_hosts" >"$SKYC_RUN_DIR/hosts"
 skyc_write_task_files "$SKYC_RUN_DIR"
@@ -78,9 +96,15 @@ skyc_launch() { # G
     local g=$1 name=${skyc_tasks[$1]} het=()
     if [ -n "${SLURM_HET_SIZE:-}" ]; then het=(--het-group="$g"); fi
     (
-        export SKYPILOT_JOBGROUP_NAME=$skyc_group SKYPILOT_NUM_NODES=${skyc_nnodes[g]} \
+        # A pipeline's steps are plain managed-job tasks: no Job Group.
+        if [ -n "${skyc_step:-}" ]; then
+            unset SKYPILOT_JOBGROUP_NAME
+        else
+            export SKYPILOT_JOBGROUP_NAME=$skyc_group
+        fi
+        export SKYPILOT_NUM_NODES=${skyc_nnodes[g]} \
             SKYPILOT_NODE_IPS=${skyc_ips[g]} SKYPILOT_NUM_GPUS_PER_NODE=${skyc_gpus[g]} \
-            SKYPILOT_TASK_ID=skyc-slurm-${skyc_job}_${skyc_group}_$name-$g \
+            SKYPILOT_TASK_ID=skyc-slurm-${skyc_id}_${skyc_group}_$name-$((skyc_id_first + g)) \
             SKYPILOT_TASK_IDS=$skyc_task_ids SKYC_TASK=$name SKYC_ATTEMPT=${skyc_attempt[g]}
         exec srun "${het[@]}" --job-name="$name" --nodes="${skyc_nnodes[g]}" \
             --ntasks-per-node=1 --kill-on-bad-exit=1 --open-mode=append \

@@ -4,7 +4,7 @@
 use super::lifecycle::fixed_part;
 use super::quote::{has_nul, quote};
 use super::sbatch::{SbatchError, SbatchOption};
-use skyc_compiler::ir::{Group, InterConnection, Role, Task, Workdir};
+use skyc_compiler::ir::{Execution, Group, InterConnection, Role, Task, Workdir};
 use skyc_compiler::{Diagnostic, Rule, Span};
 use std::fmt::Write;
 
@@ -29,92 +29,187 @@ pub struct Build {
     pub diagnostics: Vec<Diagnostic>,
 }
 
-/// Lowers `group` to one hetjob batch script.
+/// What one batch job runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Job {
+    /// A whole Job Group: one hetjob component per task.
+    Group,
+    /// Step `i` of a pipeline: its one task, as a job of its own.
+    Step(usize),
+}
+
+/// What every job of one build shares: the command line's options,
+/// checked once.
+pub(crate) struct Common<'a> {
+    options: &'a Options,
+    partition: Option<SbatchOption>,
+    account: Option<SbatchOption>,
+    time: Option<SbatchOption>,
+    /// Where a finding about the whole group points.
+    pub(crate) span: Span,
+}
+
+impl<'a> Common<'a> {
+    pub(crate) fn new(group: &Group, options: &'a Options, out: &mut Vec<Diagnostic>) -> Self {
+        let span = group
+            .name_span
+            .or_else(|| group.tasks.first().map(|t| t.name_span))
+            .unwrap_or_default();
+        let mut own = |name: &'static str, value: &Option<String>| {
+            value
+                .as_deref()
+                .and_then(|v| match SbatchOption::own(name, v) {
+                    Ok(o) => Some(o),
+                    Err(e) => {
+                        out.push(sbatch_error(e, span, "from the command line"));
+                        None
+                    }
+                })
+        };
+        let partition = own("partition", &options.partition);
+        let account = own("account", &options.account);
+        let time = own("time", &options.time);
+        check_name(&group.name, "group", span, out);
+        Self {
+            options,
+            partition,
+            account,
+            time,
+            span,
+        }
+    }
+
+    pub(crate) fn options(&self) -> &Options {
+        self.options
+    }
+}
+
+/// Lowers a Job Group to one hetjob batch script. A pipeline is not one
+/// script but one job per step: [`super::pipeline`] lowers it.
 pub fn build(group: &Group, options: &Options) -> Build {
     let mut diagnostics = Vec::new();
-    let group_span = group
-        .name_span
-        .or_else(|| group.tasks.first().map(|t| t.name_span))
-        .unwrap_or_default();
-    let own = |name: &'static str, value: &Option<String>, out: &mut Vec<Diagnostic>| {
-        value
-            .as_deref()
-            .and_then(|v| match SbatchOption::own(name, v) {
-                Ok(o) => Some(o),
-                Err(e) => {
-                    out.push(sbatch_error(e, group_span, "from the command line"));
-                    None
-                }
-            })
-    };
-    let partition = own("partition", &options.partition, &mut diagnostics);
-    let account = own("account", &options.account, &mut diagnostics);
-    let time = own("time", &options.time, &mut diagnostics);
-
-    if group.execution == skyc_compiler::ir::Execution::Serial {
+    let common = Common::new(group, options, &mut diagnostics);
+    if group.execution == Execution::Serial {
         diagnostics.push(
             Diagnostic::new(
                 Rule::SlurmUnrepresentable,
-                group_span,
-                "a pipeline (steps one after another) is not lowered to Slurm yet",
+                common.span,
+                "a pipeline runs on Slurm as one job per step, which `skyc run --target slurm` \
+                 does not submit yet",
             )
             .label("a pipeline")
-            .help("run it on this machine (`skyc run FILE`)"),
+            .help(
+                "`skyc build FILE --target slurm` writes the jobs and a script that submits \
+                 them (`bash`); `skyc run FILE` runs it on this machine",
+            ),
         );
         return Build {
             script: None,
             diagnostics,
         };
     }
-    check_name(&group.name, "group", group_span, &mut diagnostics);
-    let mut header = String::new();
-    header.push_str(
-        "#!/bin/bash\n\
-         # Built by skyc: a SkyPilot Job Group as one Slurm heterogeneous job, one\n\
-         # component per task. Submit with `sbatch FILE`; export SKYC_OUT=DIR first to\n\
-         # choose the output directory (default: skyc-GROUP-JOBID in the submit dir).\n",
-    );
-    for (g, task) in group.tasks.iter().enumerate() {
-        check_name(&task.name, "task", task.name_span, &mut diagnostics);
+    let script = batch_script(group, Job::Group, &common, &mut diagnostics);
+    Build {
+        script: (!diagnostics.iter().any(Diagnostic::is_error)).then_some(script),
+        diagnostics,
+    }
+}
+
+/// The batch script of one job: its `#SBATCH` header, the data of its
+/// tasks, then the lifecycle. Findings go to `out`; the caller drops the
+/// script when one is an error.
+pub(crate) fn batch_script(
+    group: &Group,
+    job: Job,
+    common: &Common,
+    out: &mut Vec<Diagnostic>,
+) -> String {
+    let tasks = match job {
+        Job::Group => &group.tasks[..],
+        Job::Step(i) => std::slice::from_ref(&group.tasks[i]),
+    };
+    let mut header = match job {
+        Job::Group => "#!/bin/bash\n\
+             # Built by skyc: a SkyPilot Job Group as one Slurm heterogeneous job, one\n\
+             # component per task. Submit with `sbatch FILE`; export SKYC_OUT=DIR first to\n\
+             # choose the output directory (default: skyc-GROUP-JOBID in the submit dir).\n"
+            .to_owned(),
+        Job::Step(i) => step_comment(group, i),
+    };
+    for (g, task) in tasks.iter().enumerate() {
+        check_name(&task.name, "task", task.name_span, out);
         if g > 0 {
             header.push_str("#SBATCH hetjob\n");
         }
         let mut lines = Vec::new();
         if g == 0 {
-            lines.extend(own_line(
-                "job-name",
-                &group.name,
-                group_span,
-                &mut diagnostics,
-            ));
+            // A group's job is named after the group, a step's after the step.
+            let (name, span, what) = match job {
+                Job::Group => (&group.name, common.span, "the group name"),
+                Job::Step(_) => (&task.name, task.name_span, "the step name"),
+            };
+            lines.extend(own_line("job-name", name, span, what, out));
             lines.push("#SBATCH --output=skyc-%x-%j.out".to_owned());
             // A requeue (node failure, preemption) must not truncate it.
             lines.push("#SBATCH --open-mode=append".to_owned());
-            // A lost node requeues the whole hetjob: the group restarts.
+            // A lost node requeues the whole job: the group (step) restarts.
             lines.push("#SBATCH --requeue".to_owned());
-            lines.extend(time.as_ref().map(SbatchOption::line));
+            if let Job::Step(_) = job {
+                // When the step before failed, Slurm cancels this job
+                // rather than leave it pending forever.
+                lines.push("#SBATCH --kill-on-invalid-dep=yes".to_owned());
+            }
+            lines.extend(common.time.as_ref().map(SbatchOption::line));
         }
-        lines.extend(resources(task, &mut diagnostics));
-        lines.extend(partition.as_ref().map(SbatchOption::line));
-        lines.extend(account.as_ref().map(SbatchOption::line));
-        lines.extend(
-            task_options(task, &mut diagnostics)
-                .iter()
-                .map(SbatchOption::line),
-        );
-        lines.extend(options.sbatch_options.iter().map(SbatchOption::line));
+        lines.extend(resources(task, out));
+        lines.extend(common.partition.as_ref().map(SbatchOption::line));
+        lines.extend(common.account.as_ref().map(SbatchOption::line));
+        let mut options = task_options(task, out);
+        if let Job::Step(_) = job {
+            options.retain(|o| {
+                let chained = super::pipeline::is_chain_option(o.name());
+                if chained {
+                    out.push(super::pipeline::chain_option_error(
+                        o.name(),
+                        task.name_span,
+                        "in `config.slurm.sbatch_options` of this step",
+                    ));
+                }
+                !chained
+            });
+        }
+        lines.extend(options.iter().map(SbatchOption::line));
+        lines.extend(common.options.sbatch_options.iter().map(SbatchOption::line));
         for line in lines {
             header.push_str(&line);
             header.push('\n');
         }
     }
-    let body = data(group, options, &mut diagnostics);
-    let script = (!diagnostics.iter().any(Diagnostic::is_error))
-        .then(|| format!("{header}set -u\n\n{body}\n{}", fixed_part()));
-    Build {
-        script,
-        diagnostics,
-    }
+    let body = data(group, job, tasks, common.options, out);
+    format!("{header}set -u\n\n{body}\n{}", fixed_part())
+}
+
+/// The opening comment of a step's script. Steps are numbered from 0, as
+/// in task ids and the names of unnamed steps.
+fn step_comment(group: &Group, i: usize) -> String {
+    let n = group.tasks.len();
+    let steps = if n == 1 { "step" } else { "steps" };
+    let step = &group.tasks[i].name;
+    let pipeline = &group.name;
+    let when = match i {
+        0 => "Submitted first; its job id (JOBID0) names the pipeline.".to_owned(),
+        _ => format!(
+            "Submitted after the job of step {} ended COMPLETED\n\
+             # (--dependency=afterok:JOBID), with SKYC_PIPELINE_JOB=JOBID0 (step 0's job).",
+            i - 1
+        ),
+    };
+    format!(
+        "#!/bin/bash\n\
+         # Built by skyc: step {i} ({step}) of the SkyPilot pipeline {pipeline} ({n} {steps}),\n\
+         # one Slurm batch job. {when}\n\
+         # Output: $SKYC_OUT, default skyc-{pipeline}-JOBID0/{step} in the submit dir.\n"
+    )
 }
 
 /// Names become paths, step names and hostnames: the compiler allows only
@@ -145,12 +240,13 @@ fn own_line(
     name: &'static str,
     value: &str,
     span: Span,
+    label: &str,
     out: &mut Vec<Diagnostic>,
 ) -> Option<String> {
     match SbatchOption::own(name, value) {
         Ok(o) => Some(o.line()),
         Err(e) => {
-            out.push(sbatch_error(e, span, "the group name"));
+            out.push(sbatch_error(e, span, label));
             None
         }
     }
@@ -264,19 +360,34 @@ fn task_options(task: &Task, out: &mut Vec<Diagnostic>) -> Vec<SbatchOption> {
 
 /// The group's data as shell: arrays indexed by component, and the
 /// function that writes each task's scripts.
-fn data(group: &Group, options: &Options, out: &mut Vec<Diagnostic>) -> String {
-    let tasks = &group.tasks;
+fn data(
+    group: &Group,
+    job: Job,
+    tasks: &[Task],
+    options: &Options,
+    out: &mut Vec<Diagnostic>,
+) -> String {
     let array = |f: &dyn Fn(&Task) -> String| -> String {
         let items: Vec<String> = tasks.iter().map(f).collect();
         format!("({})", items.join(" "))
     };
-    let hostnames = match group.inter_connection {
-        InterConnection::Auto => "auto",
-        InterConnection::Required => "required",
-        InterConnection::Disabled => "off",
+    // A pipeline's steps have no group hostnames, as in SkyPilot.
+    let hostnames = match (job, group.inter_connection) {
+        (Job::Step(_), _) | (_, InterConnection::Disabled) => "off",
+        (Job::Group, InterConnection::Auto) => "auto",
+        (Job::Group, InterConnection::Required) => "required",
     };
-    let mut s = String::from("# ---- the group (generated from the IR) ----\n");
+    let mut s = String::from(match job {
+        Job::Group => "# ---- the group (generated from the IR) ----\n",
+        Job::Step(_) => "# ---- the pipeline step (generated from the IR) ----\n",
+    });
     let _ = writeln!(s, "skyc_group={}", quote(&group.name));
+    if let Job::Step(i) = job {
+        // The pipeline's steps, for task ids; this job runs step `i`.
+        let steps: Vec<String> = group.tasks.iter().map(|t| quote(&t.name)).collect();
+        let _ = writeln!(s, "skyc_steps=({})", steps.join(" "));
+        let _ = writeln!(s, "skyc_step={i}");
+    }
     let _ = writeln!(s, "skyc_hostnames={hostnames}");
     let _ = writeln!(s, "skyc_grace={}", options.grace_secs);
     let _ = writeln!(s, "skyc_tasks={}", array(&|t| quote(&t.name)));
