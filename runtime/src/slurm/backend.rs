@@ -1,19 +1,24 @@
-//! The Slurm backend: groups submitted as one batch job each, and
-//! followed.
+//! The Slurm backend: a group submitted as one batch job, a pipeline as
+//! one batch job per step, and followed.
 //!
 //! The group's policy runs in the batch script, inside the allocation, so
 //! the group outlives the supervisor and the login node it runs on
-//! ([`Policy::Followed`]). The backend submits the job once, then reports
-//! what each [`Watch`] reads (the status file, squeue) as statuses, node
-//! rows and history; cancel is scancel.
+//! ([`Policy::Followed`]); a pipeline's order is kept by Slurm (each
+//! step's job waits for the one before it: `afterok`). The backend
+//! submits each job once, then reports what its [`Watch`] (a pipeline:
+//! [`PipelineWatch`]) reads (status files, squeue) as statuses, node rows
+//! and history; cancel is scancel.
 //!
 //! Submission is two steps across the store: [`Report::Marker`] with
-//! [`SUBMITTING`] is committed before sbatch runs, so a supervisor that
-//! dies around sbatch is followed by one that looks the job up (its
-//! `--comment`) before it would submit again.
+//! [`SUBMITTING`] is committed before the first sbatch, and each job's
+//! id is recorded as soon as sbatch gives it ([`Report::Job`]: the ids so
+//! far, comma-separated); the marker goes once every job is submitted. A
+//! supervisor that dies around an sbatch is followed by one that looks
+//! that job up (its `--comment`) before it would submit it again, then
+//! submits only the jobs left.
 
-use super::Plan;
-use super::watch::{self, AdoptError, SUBMITTING, Watch};
+use super::submit::{self, AdoptError, Before, SUBMITTING};
+use super::{Followed, PipelineWatch, Plan, Polled, Watch};
 use crate::backend::{Adoption, Backend, Policy, Report};
 use crate::policy::{Action, Engine, Status};
 use crate::store::now_ms;
@@ -28,25 +33,74 @@ const RETRY_MS: i64 = 5_000;
 
 pub struct SlurmBackend {
     state_dir: PathBuf,
-    watches: BTreeMap<i64, Box<Watch>>,
+    watches: BTreeMap<i64, Follow>,
     unsubmitted: BTreeMap<i64, Unsubmitted>,
     /// The last problem logged per group, so a cluster that stays down is
     /// logged once, not every poll.
     problems: BTreeMap<i64, String>,
 }
 
-/// A group whose job is not known yet.
+/// A submitted group, followed.
+enum Follow {
+    Group(Box<Watch>),
+    Pipeline(Box<PipelineWatch>),
+}
+
+impl Follow {
+    fn next_poll_ms(&self) -> i64 {
+        match self {
+            Self::Group(w) => w.next_poll_ms(),
+            Self::Pipeline(p) => p.next_poll_ms(),
+        }
+    }
+
+    fn poll(&mut self, now: i64) -> Polled {
+        match self {
+            Self::Group(w) => w.poll(now),
+            Self::Pipeline(p) => p.poll(now),
+        }
+    }
+
+    fn cancel(&mut self, now: i64) {
+        match self {
+            Self::Group(w) => w.cancel(now),
+            Self::Pipeline(p) => p.cancel(now),
+        }
+    }
+
+    /// The job ids, as recorded.
+    fn jobs(&self) -> String {
+        match self {
+            Self::Group(w) => w.job().to_owned(),
+            Self::Pipeline(p) => p.jobs(),
+        }
+    }
+
+    fn group_status(&self) -> Status {
+        match self {
+            Self::Group(w) => w.group_status(),
+            Self::Pipeline(p) => p.group_status(),
+        }
+    }
+}
+
+/// A group whose jobs are not all submitted yet.
 struct Unsubmitted {
     plan: Plan,
+    /// The ids of the jobs submitted so far, in order.
+    jobs: Vec<String>,
     /// [`SUBMITTING`] is committed: sbatch may run.
     marked: bool,
-    /// An sbatch of the group may have run (a marker found at adoption,
-    /// an sbatch that did not tell): the job is looked up before any
-    /// other.
+    /// An sbatch of the next job may have run (a marker found at
+    /// adoption, an sbatch that did not tell): that job is looked up
+    /// before it is submitted, and the job before it checked.
     lookup: bool,
     /// The marker was reported and awaits its commit.
     marking: bool,
     cancel: bool,
+    /// sbatch refused a job after others were submitted: they are
+    /// cancelled before the group ends with this.
+    refused: Option<String>,
     at_ms: i64,
 }
 
@@ -75,8 +129,9 @@ impl SlurmBackend {
         }
     }
 
-    /// One step towards the group's job: the marker, then sbatch (or the
-    /// lookup of a job an earlier sbatch submitted).
+    /// One step towards the group's jobs: the marker, then one sbatch (or
+    /// the lookup of a job an earlier sbatch submitted), until every job
+    /// is submitted; then the group is followed.
     fn advance(&mut self, gid: i64, now: i64, out: &mut Vec<(i64, Report)>) {
         let Some(mut u) = self.unsubmitted.remove(&gid) else {
             return;
@@ -87,22 +142,43 @@ impl SlurmBackend {
             u.marked = true;
         }
         let dir = u.plan.out_dir(&self.state_dir, gid);
+        let jobs = u.plan.submissions(&dir);
         let slurm = u.plan.cluster();
+        if let Some(reason) = u.refused.take() {
+            // A pipeline is submitted whole or not at all.
+            let ids: Vec<&str> = u.jobs.iter().map(String::as_str).collect();
+            if let Err(e) = slurm.cancel_all(&ids) {
+                self.problem(gid, Some(format!("cancelling: {e}; trying again")));
+                u.refused = Some(reason);
+                return self.later(gid, u, now);
+            }
+            out.push((gid, Report::Marker(None)));
+            out.push((gid, Report::Refused(reason)));
+            return;
+        }
+        let i = u.jobs.len();
+        if i >= jobs.len() {
+            return self.follow(gid, u, now);
+        }
+        let job = &jobs[i];
         let mut found = None;
+        let looked_up = u.lookup;
         if u.lookup {
             // A supervisor died around sbatch, or this one's sbatch could
             // not tell: the job may exist.
-            if watch::sbatch_running(&u.plan.token) {
+            if submit::sbatch_running(&job.token) {
                 self.problem(
                     gid,
                     Some("an earlier sbatch of this group is still running".into()),
                 );
                 return self.later(gid, u, now);
             }
-            match watch::find(&slurm, &u.plan, &dir) {
-                Ok(job) => {
-                    found = job;
-                    u.lookup = false;
+            match submit::find(&slurm, job) {
+                // Jobs are submitted in order: once one is not found, the
+                // later ones were never submitted either.
+                Ok(id) => {
+                    u.lookup = id.is_some();
+                    found = id;
                 }
                 Err(e) => {
                     self.problem(gid, Some(format!("{e}; trying again")));
@@ -111,17 +187,23 @@ impl SlurmBackend {
             }
         }
         if found.is_none() && u.cancel {
-            if u.marked {
-                out.push((gid, Report::Marker(None)));
+            if u.jobs.is_empty() {
+                if u.marked {
+                    out.push((gid, Report::Marker(None)));
+                }
+                out.push((gid, Report::Unstarted(Status::Cancelled)));
+                eprintln!("[{now}] group {gid}: cancelled before submission");
+                return;
             }
-            out.push((gid, Report::Unstarted(Status::Cancelled)));
-            eprintln!("[{now}] group {gid}: cancelled before submission");
-            return;
+            // The steps submitted are followed (and cancelled); the rest
+            // never will be.
+            out.push((gid, Report::Marker(None)));
+            return self.follow(gid, u, now);
         }
-        let job = match found {
-            Some(job) => job,
+        let id = match found {
+            Some(id) => id,
             None if !u.marked => {
-                if let Err(e) = watch::prepare(&u.plan, &dir) {
+                if let Err(e) = submit::prepare(&u.plan, &dir, &jobs) {
                     out.push((gid, Report::Refused(e)));
                     return;
                 }
@@ -131,41 +213,103 @@ impl SlurmBackend {
                 self.unsubmitted.insert(gid, u);
                 return;
             }
-            None => match watch::submit(&slurm, &u.plan, &dir, &dir.join("job.sh")) {
-                Ok(job) => job,
-                Err(AdoptError::Retry(e)) => {
-                    self.problem(gid, Some(format!("{e}; trying again")));
-                    u.lookup = true;
-                    return self.later(gid, u, now);
+            None => {
+                let mut after = job.after.map(|a| u.jobs[a].as_str());
+                if looked_up && let Some(a) = job.after {
+                    // Submitted late: Slurm may have forgotten the job
+                    // before, and would then take `afterok` as satisfied.
+                    match submit::before(&slurm, &u.jobs[a], &jobs[a]) {
+                        Ok(Before::Waiting) => {}
+                        Ok(Before::Succeeded) => after = None,
+                        Ok(Before::Ended) => {
+                            out.push((gid, Report::Marker(None)));
+                            return self.follow(gid, u, now);
+                        }
+                        Err(e) => {
+                            self.problem(gid, Some(format!("{e}; trying again")));
+                            u.lookup = true;
+                            return self.later(gid, u, now);
+                        }
+                    }
                 }
-                Err(AdoptError::Fatal(e)) => {
-                    out.push((gid, Report::Marker(None)));
-                    out.push((gid, Report::Refused(e)));
-                    return;
+                let step = u
+                    .plan
+                    .is_pipeline()
+                    .then(|| (u.jobs.first().map_or("", String::as_str), after));
+                match submit::submit(&slurm, job, step) {
+                    Ok(id) => id,
+                    Err(AdoptError::Retry(e)) => {
+                        self.problem(gid, Some(format!("{e}; trying again")));
+                        u.lookup = true;
+                        return self.later(gid, u, now);
+                    }
+                    Err(AdoptError::Fatal(e)) if u.jobs.is_empty() => {
+                        out.push((gid, Report::Marker(None)));
+                        out.push((gid, Report::Refused(e)));
+                        return;
+                    }
+                    Err(AdoptError::Fatal(e)) => {
+                        u.refused = Some(format!("step {}: {e}", u.plan.steps[i].name));
+                        u.at_ms = now;
+                        self.unsubmitted.insert(gid, u);
+                        return;
+                    }
                 }
-            },
+            }
         };
         self.problem(gid, None);
-        eprintln!("[{now}] group {gid}: Slurm job {job}");
-        out.push((gid, Report::Job(job.clone())));
-        out.push((gid, Report::Marker(None)));
+        eprintln!("[{now}] group {gid}: Slurm job {id}");
+        u.jobs.push(id.clone());
+        out.push((gid, Report::Job(u.jobs.join(","))));
+        let mut entry = json!({ "slurm_submitted": id });
+        if u.plan.is_pipeline() {
+            entry["step"] = json!(i);
+        }
         out.push((
             gid,
             Report::Record {
                 at_ms: now,
-                entry: json!({ "slurm_submitted": job }).to_string(),
+                entry: entry.to_string(),
             },
         ));
-        let mut w = Watch::new(&self.state_dir, gid, u.plan, job, now);
-        if u.cancel {
-            w.cancel(now);
+        if u.jobs.len() < jobs.len() {
+            // The next job at once (the supervisor drains again while
+            // there are reports); each id is committed before the next
+            // sbatch.
+            u.at_ms = now;
+            self.unsubmitted.insert(gid, u);
+            return;
         }
-        self.watches.insert(gid, Box::new(w));
+        out.push((gid, Report::Marker(None)));
+        self.follow(gid, u, now);
     }
 
     fn later(&mut self, gid: i64, mut u: Unsubmitted, now: i64) {
         u.at_ms = now + RETRY_MS;
         self.unsubmitted.insert(gid, u);
+    }
+
+    /// Follows the jobs submitted.
+    fn follow(&mut self, gid: i64, u: Unsubmitted, now: i64) {
+        let follow = if u.plan.is_pipeline() {
+            Follow::Pipeline(Box::new(PipelineWatch::new(
+                &self.state_dir,
+                gid,
+                &u.plan,
+                &u.jobs,
+                u.cancel,
+                now,
+            )))
+        } else {
+            let followed = Followed::group(&u.plan, &self.state_dir, gid);
+            let job = u.jobs.first().cloned().unwrap_or_default();
+            let mut w = Watch::new(u.plan.cluster(), followed, job, now);
+            if u.cancel {
+                w.cancel(now);
+            }
+            Follow::Group(Box::new(w))
+        };
+        self.watches.insert(gid, follow);
     }
 }
 
@@ -177,42 +321,64 @@ impl Backend for SlurmBackend {
     fn adopt(&mut self, gid: i64, adoption: &Adoption<'_>) -> Result<(), String> {
         let plan: Plan = serde_json::from_str(adoption.plan)
             .map_err(|e| format!("the group's Slurm plan: {e}"))?;
-        let now = now_ms();
-        match adoption.job {
-            Some(job) => {
-                let w = Watch::resume(
-                    adoption.store,
-                    &self.state_dir,
-                    gid,
-                    plan,
-                    job.to_owned(),
-                    adoption.cancel_requested,
-                    now,
-                )?;
-                eprintln!("[{now}] group {gid}: Slurm job {job}");
-                self.watches.insert(gid, Box::new(w));
-            }
-            None => {
-                self.unsubmitted.insert(
-                    gid,
-                    Unsubmitted {
-                        plan,
-                        marked: adoption.marker == Some(SUBMITTING),
-                        lookup: adoption.marker == Some(SUBMITTING),
-                        marking: false,
-                        cancel: adoption.cancel_requested,
-                        at_ms: now,
-                    },
-                );
-            }
+        let chained = plan
+            .steps
+            .iter()
+            .enumerate()
+            .all(|(i, s)| s.after.is_none_or(|a| a < i));
+        if plan.is_pipeline() && (plan.steps.len() != plan.spec.tasks.len() || !chained) {
+            return Err("the group's Slurm plan: a pipeline without its steps in order".into());
         }
+        let now = now_ms();
+        let marked = adoption.marker == Some(SUBMITTING);
+        let jobs: Vec<String> = adoption
+            .job
+            .filter(|j| !j.is_empty())
+            .map(|j| j.split(',').map(str::to_owned).collect())
+            .unwrap_or_default();
+        if jobs.is_empty() || marked {
+            self.unsubmitted.insert(
+                gid,
+                Unsubmitted {
+                    plan,
+                    jobs,
+                    marked,
+                    lookup: marked,
+                    marking: false,
+                    cancel: adoption.cancel_requested,
+                    refused: None,
+                    at_ms: now,
+                },
+            );
+            return Ok(());
+        }
+        let cancel = adoption.cancel_requested;
+        let follow = if plan.is_pipeline() {
+            let p = PipelineWatch::resume(
+                adoption.store,
+                &self.state_dir,
+                gid,
+                &plan,
+                &jobs,
+                cancel,
+                now,
+            )?;
+            Follow::Pipeline(Box::new(p))
+        } else {
+            let followed = Followed::group(&plan, &self.state_dir, gid);
+            let (slurm, job) = (plan.cluster(), jobs[0].clone());
+            let w = Watch::resume(adoption.store, gid, slurm, followed, job, cancel, now)?;
+            Follow::Group(Box::new(w))
+        };
+        eprintln!("[{now}] group {gid}: Slurm job {}", jobs.join(","));
+        self.watches.insert(gid, follow);
         Ok(())
     }
 
     /// The batch script carries out the policy; nothing to do here.
     fn execute(&mut self, _gid: i64, _engine: &Engine, _actions: &[Action]) {}
 
-    /// scancel now, and again until the job has ended; the end arrives
+    /// scancel now, and again until the jobs have ended; the end arrives
     /// through the polls.
     fn cancel(&mut self, gid: i64) {
         let now = now_ms();
@@ -256,7 +422,7 @@ impl Backend for SlurmBackend {
             if polled.finished {
                 eprintln!(
                     "[{now}] group {gid} (Slurm job {}): {}",
-                    w.job(),
+                    w.jobs(),
                     w.group_status()
                 );
                 self.watches.remove(&gid);
@@ -274,7 +440,7 @@ impl Backend for SlurmBackend {
     fn next_wake_ms(&self) -> Option<i64> {
         self.watches
             .values()
-            .map(|w| w.next_poll_ms())
+            .map(Follow::next_poll_ms)
             .chain(self.unsubmitted.values().map(|u| u.at_ms))
             .min()
     }
@@ -304,6 +470,7 @@ mod tests {
                 grace: Duration::ZERO,
             },
             script: String::new(),
+            steps: Vec::new(),
             out_dir: None,
             // No Slurm command can run: no PATH.
             env: Vec::new(),

@@ -3,6 +3,7 @@
 use super::JobState;
 use rustix::process::{Pid, Signal, kill_process};
 use std::collections::BTreeMap;
+use std::ffi::OsStr;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -86,7 +87,7 @@ impl Slurm {
         &self,
         program: &str,
         args: &[&str],
-        env: &[(&str, &Path)],
+        env: &[(&str, &OsStr)],
         cwd: Option<&Path>,
     ) -> Result<String, SlurmError> {
         let command = format!("{program} {}", args.join(" "));
@@ -143,7 +144,7 @@ impl Slurm {
     /// Submits `script` (as `skyc build --target slurm` wrote it) from its
     /// directory, with `SKYC_OUT=out_dir`; returns the leader's job id.
     pub fn submit(&self, script: &Path, out_dir: &Path) -> Result<String, SlurmError> {
-        self.sbatch(script, out_dir, None)
+        self.sbatch(script, out_dir, None, None)
     }
 
     /// Submits as `skyc run` does, tagging the job with `comment`, by
@@ -154,7 +155,22 @@ impl Slurm {
         out_dir: &Path,
         comment: &str,
     ) -> Result<String, SlurmError> {
-        self.sbatch(script, out_dir, Some(comment))
+        self.sbatch(script, out_dir, Some(comment), None)
+    }
+
+    /// Submits a pipeline's step as `skyc run` does: tagged with
+    /// `comment`, with `SKYC_PIPELINE_JOB=pipeline_job` (step 0's job id;
+    /// empty for step 0) and, when `after` is given, chained after that
+    /// job (`--dependency=afterok:AFTER`).
+    pub fn submit_step(
+        &self,
+        script: &Path,
+        out_dir: &Path,
+        comment: &str,
+        pipeline_job: &str,
+        after: Option<&str>,
+    ) -> Result<String, SlurmError> {
+        self.sbatch(script, out_dir, Some(comment), Some((pipeline_job, after)))
     }
 
     fn sbatch(
@@ -162,6 +178,7 @@ impl Slurm {
         script: &Path,
         out_dir: &Path,
         comment: Option<&str>,
+        step: Option<(&str, Option<&str>)>,
     ) -> Result<String, SlurmError> {
         let dir = script
             .parent()
@@ -169,10 +186,18 @@ impl Slurm {
             .unwrap_or(Path::new("."));
         let script = script.to_string_lossy();
         let comment = comment.map(|c| format!("--comment={c}"));
+        let dependency = step
+            .and_then(|(_, after)| after)
+            .map(skyc_targets::slurm::StepJob::dependency);
         let mut args = vec!["--parsable"];
         args.extend(comment.as_deref());
+        args.extend(dependency.as_deref());
         args.push(&script);
-        let out = self.run("sbatch", &args, &[("SKYC_OUT", out_dir)], Some(dir))?;
+        let mut env = vec![("SKYC_OUT", out_dir.as_os_str())];
+        if let Some((pipeline_job, _)) = step {
+            env.push((skyc_targets::slurm::PIPELINE_JOB, OsStr::new(pipeline_job)));
+        }
+        let out = self.run("sbatch", &args, &env, Some(dir))?;
         // `ID` or `ID;CLUSTER` on the last line (site wrappers may talk
         // first).
         let last = out
@@ -295,7 +320,12 @@ impl Slurm {
 
     /// Cancels the whole job (every component: this is the leader's id).
     pub fn cancel(&self, job: &str) -> Result<(), SlurmError> {
-        self.run("scancel", &[job], &[], None).map(drop)
+        self.cancel_all(&[job])
+    }
+
+    /// Cancels several jobs with one scancel.
+    pub fn cancel_all(&self, jobs: &[&str]) -> Result<(), SlurmError> {
+        self.run("scancel", jobs, &[], None).map(drop)
     }
 }
 

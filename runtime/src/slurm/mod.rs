@@ -13,22 +13,29 @@
 //! - [`Tracker`]: status lines and job states fed to the shared policy
 //!   [`Engine`](crate::policy::Engine), so per-task and group statuses come
 //!   from the same state machine as every other backend;
-//! - [`Plan`], [`Watch`] and [`SlurmBackend`]: `skyc run --target slurm`,
-//!   a group submitted and followed by the supervisor of the state
-//!   directory, its statuses recorded like a local group's.
+//! - [`Plan`], [`Watch`], [`PipelineWatch`] and [`SlurmBackend`]: `skyc
+//!   run --target slurm`, a group (one job) or a pipeline (one job per
+//!   step) submitted (`submit`) and followed by the supervisor of the
+//!   state directory, its statuses recorded like a local group's.
 
 mod backend;
 mod client;
+mod pipeline;
 mod plan;
 mod state;
 mod status;
+mod submit;
+#[cfg(test)]
+mod tests;
 mod tracker;
 mod watch;
 
 pub use backend::SlurmBackend;
 pub use client::{Component, Slurm, SlurmError, Step, is_job_id};
-pub use plan::Plan;
+pub use pipeline::PipelineWatch;
+pub use plan::{Plan, PlannedStep, Submission};
 pub use state::JobState;
 pub use status::{StatusFile, StatusLine, What, read_status};
+pub use submit::{AdoptError, SUBMITTING};
 pub use tracker::Tracker;
-pub use watch::{AdoptError, POLL, Polled, SUBMITTING, Watch};
+pub use watch::{Followed, POLL, Polled, Watch};

@@ -3,7 +3,7 @@
 //! group.
 
 use super::Slurm;
-use crate::policy::GroupSpec;
+use crate::policy::{Execution, GroupSpec};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -13,18 +13,51 @@ pub struct Plan {
     pub spec: GroupSpec,
     /// Per task (in `spec` order), its number of nodes.
     pub num_nodes: Vec<u32>,
-    /// The batch script, as `skyc build --target slurm` writes it.
+    /// A group's batch script, as `skyc build --target slurm` writes it;
+    /// empty for a pipeline.
     pub script: String,
+    /// A pipeline's steps, one batch job each, in order
+    /// (`skyc_targets::slurm::pipeline`); empty for a group.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<PlannedStep>,
     /// The job's directory: the script, its status file and the node
-    /// logs; compute nodes must see it at the same path. `None`: the
-    /// group's directory in the state directory.
+    /// logs (a pipeline's: one subdirectory per step); compute nodes must
+    /// see it at the same path. `None`: the group's directory in the
+    /// state directory.
     pub out_dir: Option<PathBuf>,
     /// sbatch's whole environment, which it exports to the job: the
     /// submitting client's, then the tasks' secrets.
     pub env: Vec<(String, String)>,
     /// sbatch's `--comment`: how a job whose id was never recorded (the
-    /// supervisor died inside sbatch) is found again.
+    /// supervisor died inside sbatch) is found again. A pipeline's step
+    /// `i` carries `<token>-<i>`.
     pub token: String,
+}
+
+/// One step of a pipeline: its batch job, and the step whose job must end
+/// COMPLETED first.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlannedStep {
+    pub name: String,
+    pub script: String,
+    /// `None` for the first step; a chain today (step `i - 1`).
+    pub after: Option<usize>,
+}
+
+/// One batch job of a plan, as the supervisor submits it: a group's one
+/// job, or a pipeline step's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Submission {
+    /// The batch script's file; sbatch runs in its directory, where Slurm
+    /// writes the script's own output (`skyc-<name>-<jobid>.out`).
+    pub file: PathBuf,
+    pub script: String,
+    /// The job's `SKYC_OUT`: its status file, `logs/` and `.skyc/`.
+    pub out: PathBuf,
+    /// The job's `--comment`.
+    pub token: String,
+    /// The submission whose job must end COMPLETED first.
+    pub after: Option<usize>,
 }
 
 impl Plan {
@@ -34,12 +67,71 @@ impl Plan {
         Slurm::with_env(self.env.clone())
     }
 
-    /// The job's directory, absolute (it reaches the job as `SKYC_OUT`).
+    /// A pipeline: one job per step, rather than the group's one job.
+    pub fn is_pipeline(&self) -> bool {
+        self.spec.execution == Execution::Serial
+    }
+
+    /// The job's directory, absolute (it reaches the job as `SKYC_OUT`;
+    /// a pipeline's steps get a subdirectory each).
     pub fn out_dir(&self, state: &Path, gid: i64) -> PathBuf {
         let dir = self
             .out_dir
             .clone()
             .unwrap_or_else(|| crate::local::paths::group_dir(state, gid));
         std::path::absolute(&dir).unwrap_or(dir)
+    }
+
+    /// The batch jobs to submit, in order, given the job directory: the
+    /// group's `job.sh`; a pipeline's steps as `skyc build --out DIR`
+    /// names them (`step-<i>-<name>.sbatch`), each step's output in
+    /// `<dir>/<step>` as the submit script of `skyc build` puts it.
+    pub fn submissions(&self, out: &Path) -> Vec<Submission> {
+        if !self.is_pipeline() {
+            return vec![Submission {
+                file: out.join("job.sh"),
+                script: self.script.clone(),
+                out: out.to_owned(),
+                token: self.token.clone(),
+                after: None,
+            }];
+        }
+        self.steps
+            .iter()
+            .enumerate()
+            .map(|(i, step)| Submission {
+                file: out.join(format!("step-{i}-{}.sbatch", step.name)),
+                script: step.script.clone(),
+                out: out.join(&step.name),
+                token: format!("{}-{i}", self.token),
+                after: step.after,
+            })
+            .collect()
+    }
+
+    /// The directory of a task's `logs/` (a pipeline's: its step's).
+    pub fn task_dir(&self, state: &Path, gid: i64, task: &str) -> PathBuf {
+        let out = self.out_dir(state, gid);
+        if self.is_pipeline() {
+            out.join(task)
+        } else {
+            out
+        }
+    }
+
+    /// The batch scripts' own output (srun's errors, a script that could
+    /// not start), per job of `jobs` (the group's recorded job ids):
+    /// `batch` for a group, `<step> batch` for a pipeline's steps.
+    pub fn batch_outputs(&self, state: &Path, gid: i64, jobs: &str) -> Vec<(String, PathBuf)> {
+        let out = self.out_dir(state, gid);
+        let output = |name: &str, job: &str| out.join(format!("skyc-{name}-{job}.out"));
+        if !self.is_pipeline() {
+            return vec![("batch".into(), output(&self.group, jobs))];
+        }
+        self.steps
+            .iter()
+            .zip(jobs.split(','))
+            .map(|(step, job)| (format!("{} batch", step.name), output(&step.name, job)))
+            .collect()
     }
 }

@@ -1,25 +1,19 @@
-//! A group run on Slurm, as the supervisor keeps it: submitted once, then
-//! polled (the batch script's status file, squeue) into a [`Tracker`], and
-//! the tracker's statuses written to the store.
+//! A batch job run by `skyc run --target slurm`, as the supervisor keeps
+//! it: a group's one job, or one step's of a pipeline. Submitted once,
+//! then polled (the batch script's status file, squeue) into a
+//! [`Tracker`], and the tracker's statuses written to the store.
 //!
 //! A Watch holds nothing that is not in the store, the job directory or
-//! Slurm: a new supervisor rebuilds the tracker from the status file. The
-//! gap around sbatch is closed by a marker written before it runs and the
-//! job's `--comment`: a supervisor that finds the marker waits for any
-//! sbatch of the group still running, then looks the job up before it
-//! would submit again.
+//! Slurm: a new supervisor rebuilds the tracker from the status file.
+//! Submission is `submit.rs`'s.
 
 use super::status::What;
-use super::{
-    JobState, Plan, Slurm, SlurmError, StatusFile, StatusLine, Tracker, is_job_id, read_status,
-};
+use super::{JobState, Plan, Slurm, SlurmError, StatusFile, StatusLine, Tracker};
 use crate::backend::{NodeInfo, Report, Statuses};
-use crate::policy::Status;
+use crate::policy::{Execution, GroupSpec, Status};
 use crate::store::Store;
 use serde_json::json;
 use std::fs;
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -43,16 +37,66 @@ const SQUEUE_GIVE_UP_MS: i64 = 30_000;
 /// How often a cancel is sent again until the job has ended.
 const CANCEL_AGAIN_MS: i64 = 5_000;
 
-/// The supervisor's marker (the group's `pending`) while sbatch may have
-/// submitted the job but its id is not recorded yet.
-pub const SUBMITTING: &str = "slurm-submitting";
+/// What a [`Watch`] follows: one batch job, a group's or a pipeline
+/// step's.
+#[derive(Clone, Debug)]
+pub struct Followed {
+    /// The job's tasks (a step's: its one task).
+    pub spec: GroupSpec,
+    /// The group's (pipeline's) name: its hosts' names end with it.
+    pub group: String,
+    /// The job's name, as Slurm names its output
+    /// (`skyc-<name>-<jobid>.out`, in `submit_dir`).
+    pub name: String,
+    /// The job's `SKYC_OUT`: status file, `logs/`, `.skyc/`.
+    pub out: PathBuf,
+    /// Where sbatch ran.
+    pub submit_dir: PathBuf,
+    /// The keys of its status lines and job states in the group's history:
+    /// `slurm` and `slurm_job` for a group, `slurm.<i>` and
+    /// `slurm_job.<i>` for a pipeline's step `i`.
+    pub lines_key: String,
+    pub states_key: String,
+}
 
-/// The file that claims a job directory for one group (its token).
-const OWNER: &str = ".skyc-owner";
+impl Followed {
+    /// A group's one job.
+    pub fn group(plan: &Plan, state_dir: &Path, gid: i64) -> Self {
+        let out = plan.out_dir(state_dir, gid);
+        Self {
+            spec: plan.spec.clone(),
+            group: plan.group.clone(),
+            name: plan.group.clone(),
+            submit_dir: out.clone(),
+            out,
+            lines_key: "slurm".into(),
+            states_key: "slurm_job".into(),
+        }
+    }
+
+    /// Step `i` of a pipeline: a job of one task.
+    pub fn step(plan: &Plan, state_dir: &Path, gid: i64, i: usize) -> Self {
+        let dir = plan.out_dir(state_dir, gid);
+        let task = plan.spec.tasks[i].clone();
+        Self {
+            spec: GroupSpec {
+                tasks: vec![task.clone()],
+                grace: plan.spec.grace,
+                execution: Execution::Parallel,
+            },
+            group: plan.group.clone(),
+            out: dir.join(&task.name),
+            name: task.name,
+            submit_dir: dir,
+            lines_key: format!("slurm.{i}"),
+            states_key: format!("slurm_job.{i}"),
+        }
+    }
+}
 
 pub struct Watch {
-    plan: Plan,
-    /// The job's directory ([`Plan::out_dir`]).
+    followed: Followed,
+    /// The job's directory ([`Followed::out`]).
     out: PathBuf,
     slurm: Slurm,
     job: String,
@@ -75,15 +119,6 @@ pub struct Watch {
     written: Option<Snapshot>,
 }
 
-/// Why a group could not be taken charge of.
-#[derive(Debug)]
-pub enum AdoptError {
-    /// The group cannot run (sbatch refused it, the directory is taken).
-    Fatal(String),
-    /// Slurm could not be asked; try again later.
-    Retry(String),
-}
-
 /// Everything a poll writes, to write only changes.
 #[derive(Clone, Debug, PartialEq)]
 struct Snapshot {
@@ -102,42 +137,38 @@ pub struct Polled {
     pub problem: Option<String>,
 }
 
-fn fatal(message: impl std::fmt::Display) -> AdoptError {
-    AdoptError::Fatal(message.to_string())
-}
-
 fn store_error(e: crate::store::Error) -> String {
     format!("state store: {e}")
 }
 
 impl Watch {
-    /// A group whose job a previous supervisor submitted (or found):
-    /// what it recorded is not recorded again.
+    /// A job a previous supervisor submitted (or found): what it
+    /// recorded is not recorded again.
     pub fn resume(
         store: &Store,
-        state_dir: &Path,
         gid: i64,
-        plan: Plan,
+        slurm: Slurm,
+        followed: Followed,
         job: String,
         cancel_requested: bool,
         now_ms: i64,
     ) -> Result<Self, String> {
         let recorded = store
-            .count_events_keyed(gid, "slurm")
+            .count_events_keyed(gid, &followed.lines_key)
             .map_err(store_error)?;
         let states = store
-            .last_event_keyed(gid, "slurm_job")
+            .last_event_keyed(gid, &followed.states_key)
             .map_err(store_error)?
             .and_then(|e| serde_json::from_str::<serde_json::Value>(&e).ok())
             .and_then(|v| {
-                v["slurm_job"].as_array().map(|a| {
+                v[&followed.states_key].as_array().map(|a| {
                     a.iter()
                         .filter_map(|s| s.as_str().map(JobState::parse))
                         .collect()
                 })
             })
             .unwrap_or_default();
-        let mut watch = Self::new(state_dir, gid, plan, job, now_ms);
+        let mut watch = Self::new(slurm, followed, job, now_ms);
         watch.recorded = recorded;
         watch.states = states;
         // A cancel a previous supervisor saw may not have reached Slurm.
@@ -145,14 +176,14 @@ impl Watch {
         Ok(watch)
     }
 
-    /// A group whose job was just submitted.
-    pub fn new(state_dir: &Path, gid: i64, plan: Plan, job: String, now_ms: i64) -> Self {
-        let out = plan.out_dir(state_dir, gid);
+    /// A job just submitted.
+    pub fn new(slurm: Slurm, followed: Followed, job: String, now_ms: i64) -> Self {
+        let out = followed.out.clone();
         Self {
-            tracker: Tracker::new(plan.spec.clone()),
+            tracker: Tracker::new(followed.spec.clone()),
             status: StatusFile::new(&out),
-            slurm: plan.cluster(),
-            plan,
+            slurm,
+            followed,
             out,
             job,
             next_poll_ms: now_ms,
@@ -257,7 +288,7 @@ impl Watch {
             || finished
         {
             let changed_states = states_changed.then_some(states.as_slice());
-            reports = Self::reports(&snapshot, new_lines, changed_states, &errors, now_ms);
+            reports = self.reports(&snapshot, new_lines, changed_states, &errors, now_ms);
             if finished {
                 reports.push(Report::Settled);
             }
@@ -272,26 +303,8 @@ impl Watch {
         }
     }
 
-    /// The components' states: squeue, else sacct once slurmctld has
-    /// forgotten the job (`MinJobAge`); empty when neither knows it.
     fn query(&self) -> Result<Vec<JobState>, SlurmError> {
-        let states: Vec<JobState> = self
-            .slurm
-            .components(&self.job)?
-            .into_iter()
-            .map(|c| c.state)
-            .collect();
-        if !states.is_empty() {
-            return Ok(states);
-        }
-        Ok(self
-            .slurm
-            .accounting(&self.job)?
-            .unwrap_or_default()
-            .iter()
-            .filter(|r| r.len() >= 3 && !r[0].contains('.'))
-            .map(|r| JobState::parse(&r[2]))
-            .collect())
+        job_states(&self.slurm, &self.job)
     }
 
     /// Whether the job has ended for good, given its states now.
@@ -332,14 +345,16 @@ impl Watch {
             "job {} ended {} before its batch script recorded the group's end; see {}",
             self.job,
             names.join(","),
-            self.out
-                .join(format!("skyc-{}-{}.out", self.plan.group, self.job))
+            self.followed
+                .submit_dir
+                .join(format!("skyc-{}-{}.out", self.followed.name, self.job))
                 .display()
         )
     }
 
     /// What to record of a poll, in the order the store takes it.
     fn reports(
+        &self,
         snapshot: &Snapshot,
         new_lines: &[StatusLine],
         changed_states: Option<&[JobState]>,
@@ -350,14 +365,14 @@ impl Watch {
         for line in new_lines {
             reports.push(Report::Record {
                 at_ms: (line.time * 1000.0) as i64,
-                entry: json!({ "slurm": line }).to_string(),
+                entry: json!({ &self.followed.lines_key: line }).to_string(),
             });
         }
         if let Some(states) = changed_states {
             let names: Vec<&str> = states.iter().map(JobState::name).collect();
             reports.push(Report::Record {
                 at_ms: now_ms,
-                entry: json!({ "slurm_job": names }).to_string(),
+                entry: json!({ &self.followed.states_key: names }).to_string(),
             });
         }
         reports.extend(errors.iter().cloned().map(Report::Error));
@@ -371,16 +386,20 @@ impl Watch {
         self.tracker.group_status()
     }
 
-    fn snapshot(&self, lines: &[StatusLine]) -> Snapshot {
+    /// A task's status, attempt and restarts (all, on errors), as last
+    /// polled.
+    pub fn task(&self, task: usize) -> (Status, u32, (u32, u32)) {
         let engine = self.tracker.engine();
-        let tasks = (0..self.plan.spec.tasks.len())
-            .map(|t| {
-                (
-                    self.tracker.task_status(t),
-                    engine.attempt(t),
-                    engine.restarts(t),
-                )
-            })
+        (
+            self.tracker.task_status(task),
+            engine.attempt(task),
+            engine.restarts(task),
+        )
+    }
+
+    fn snapshot(&self, lines: &[StatusLine]) -> Snapshot {
+        let tasks = (0..self.followed.spec.tasks.len())
+            .map(|t| self.task(t))
             .collect();
         Snapshot {
             statuses: Statuses {
@@ -403,7 +422,7 @@ impl Watch {
         let engine = self.tracker.engine();
         let mut nodes = Vec::new();
         for (ip, hostname) in read_hosts(&hosts) {
-            let Some((task, rank)) = node_of(&self.plan, &hostname) else {
+            let Some((task, rank)) = node_of(&self.followed, &hostname) else {
                 continue;
             };
             let attempt = engine.attempt(task);
@@ -415,7 +434,7 @@ impl Watch {
                     phase,
                     code,
                 } if l.restart == restart
-                    && *name == self.plan.spec.tasks[task].name
+                    && *name == self.followed.spec.tasks[task].name
                     && *a == attempt
                     && *r == rank =>
                 {
@@ -438,125 +457,34 @@ impl Watch {
     }
 }
 
+/// The components' states of a job: squeue, else sacct once slurmctld has
+/// forgotten the job (`MinJobAge`); empty when neither knows it.
+pub(super) fn job_states(slurm: &Slurm, job: &str) -> Result<Vec<JobState>, SlurmError> {
+    let states: Vec<JobState> = slurm
+        .components(job)?
+        .into_iter()
+        .map(|c| c.state)
+        .collect();
+    if !states.is_empty() {
+        return Ok(states);
+    }
+    Ok(slurm
+        .accounting(job)?
+        .unwrap_or_default()
+        .iter()
+        .filter(|r| r.len() >= 3 && !r[0].contains('.'))
+        .map(|r| JobState::parse(&r[2]))
+        .collect())
+}
+
 /// `{task}-{rank}.{group}` back to its task and rank.
-fn node_of(plan: &Plan, hostname: &str) -> Option<(usize, u32)> {
-    let node = hostname.strip_suffix(&format!(".{}", plan.group))?;
+fn node_of(followed: &Followed, hostname: &str) -> Option<(usize, u32)> {
+    let node = hostname.strip_suffix(&format!(".{}", followed.group))?;
     let (name, rank) = node.rsplit_once('-')?;
-    let task = plan.spec.tasks.iter().position(|t| t.name == name)?;
+    let tasks = &followed.spec.tasks;
+    let task = tasks.iter().position(|t| t.name == name)?;
     let rank: u32 = rank.parse().ok()?;
-    (rank < *plan.num_nodes.get(task)?).then_some((task, rank))
-}
-
-/// Claims the job directory and writes the batch script into it; the
-/// script's path.
-pub(super) fn prepare(plan: &Plan, out: &Path) -> Result<PathBuf, String> {
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(out)
-        .map_err(|e| format!("{}: {e}", out.display()))?;
-    claim(out, &plan.token).map_err(|e| match e {
-        AdoptError::Fatal(m) | AdoptError::Retry(m) => m,
-    })?;
-    let script = out.join("job.sh");
-    fs::write(&script, &plan.script).map_err(|e| format!("{}: {e}", script.display()))?;
-    Ok(script)
-}
-
-/// Submits the prepared script; the group is marked [`SUBMITTING`] by
-/// then, so that a crash around sbatch is recovered by [`find`], not by a
-/// second job.
-pub(super) fn submit(
-    slurm: &Slurm,
-    plan: &Plan,
-    out: &Path,
-    script: &Path,
-) -> Result<String, AdoptError> {
-    match slurm.submit_tagged(script, out, &plan.token) {
-        Ok(job) => Ok(job),
-        // sbatch can fail after slurmctld took the job (a timeout on the
-        // answer): only a lookup tells.
-        Err(e) => match find(slurm, plan, out) {
-            Ok(Some(job)) => Ok(job),
-            Ok(None) if is_transient(&e.message) => Err(AdoptError::Retry(e.to_string())),
-            Ok(None) => Err(AdoptError::Fatal(e.to_string())),
-            Err(lookup) => Err(AdoptError::Retry(format!("{e}; then {lookup}"))),
-        },
-    }
-}
-
-/// Makes `out` this group's: `.skyc-owner` created exclusively with the
-/// group's token, or already holding it (a resubmission after a crash).
-/// A directory with another run's output is refused.
-fn claim(out: &Path, token: &str) -> Result<(), AdoptError> {
-    let owner = out.join(OWNER);
-    match fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&owner)
-    {
-        Ok(mut f) => {
-            if out.join("status").exists() {
-                let _ = fs::remove_file(&owner);
-            } else {
-                return f
-                    .write_all(token.as_bytes())
-                    .map_err(|e| fatal(format!("{}: {e}", owner.display())));
-            }
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            if fs::read_to_string(&owner).is_ok_and(|t| t == token) {
-                return Ok(());
-            }
-        }
-        Err(e) => return Err(fatal(format!("{}: {e}", owner.display()))),
-    }
-    Err(fatal(format!(
-        "{} holds the output of another run; choose a new directory",
-        out.display()
-    )))
-}
-
-/// sbatch errors after which the job may yet be submitted: slurmctld
-/// could not be reached, or did not answer in time.
-fn is_transient(message: &str) -> bool {
-    [
-        "Unable to contact",
-        "timed out",
-        "Socket",
-        "temporarily",
-        "Connection refused",
-        "Zero Bytes",
-        "no answer in",
-    ]
-    .iter()
-    .any(|m| message.contains(m))
-}
-
-/// The job a supervisor submitted before it died: in the queue by its
-/// comment, or named by the status file once Slurm has forgotten it.
-pub(super) fn find(slurm: &Slurm, plan: &Plan, out: &Path) -> Result<Option<String>, String> {
-    if let Some(job) = slurm.find(&plan.token).map_err(|e| e.to_string())? {
-        return Ok(Some(job));
-    }
-    Ok(read_status(out).into_iter().find_map(|l| match l.what {
-        What::JobStart { leader } if is_job_id(&leader) => Some(leader),
-        _ => None,
-    }))
-}
-
-/// Whether an sbatch carrying the group's token still runs (the dead
-/// supervisor's child, which outlives it).
-pub(super) fn sbatch_running(token: &str) -> bool {
-    let needle = format!("--comment={token}");
-    let Ok(entries) = fs::read_dir("/proc") else {
-        return false;
-    };
-    entries.flatten().any(|e| {
-        fs::read(e.path().join("cmdline"))
-            .is_ok_and(|c| c.split(|&b| b == 0).any(|a| a == needle.as_bytes()))
-    })
+    (rank < tasks[task].num_nodes).then_some((task, rank))
 }
 
 /// `IP HOSTNAME` lines.
@@ -574,23 +502,7 @@ fn read_hosts(path: &Path) -> Vec<(String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::{GroupSpec, TaskSpec};
-
-    fn plan(tasks: Vec<TaskSpec>) -> Plan {
-        Plan {
-            group: "g.x".into(),
-            num_nodes: tasks.iter().map(|t| t.num_nodes).collect(),
-            spec: GroupSpec {
-                execution: crate::policy::Execution::Parallel,
-                tasks,
-                grace: Duration::ZERO,
-            },
-            script: String::new(),
-            out_dir: None,
-            env: Vec::new(),
-            token: "t".into(),
-        }
-    }
+    use crate::policy::TaskSpec;
 
     fn task(name: &str, n: u32) -> TaskSpec {
         TaskSpec {
@@ -603,29 +515,49 @@ mod tests {
         }
     }
 
-    #[test]
-    fn group_hostnames_map_back_to_their_nodes() {
-        let plan = plan(vec![task("a-b", 2), task("c", 1)]);
-        assert_eq!(node_of(&plan, "a-b-1.g.x"), Some((0, 1)));
-        assert_eq!(node_of(&plan, "c-0.g.x"), Some((1, 0)));
-        assert_eq!(node_of(&plan, "c-1.g.x"), None, "rank past num_nodes");
-        assert_eq!(node_of(&plan, "c-0.other"), None);
-        assert_eq!(node_of(&plan, "d-0.g.x"), None);
+    fn plan(execution: Execution, tasks: Vec<TaskSpec>) -> Plan {
+        Plan {
+            group: "g.x".into(),
+            num_nodes: tasks.iter().map(|t| t.num_nodes).collect(),
+            spec: GroupSpec {
+                execution,
+                tasks,
+                grace: Duration::ZERO,
+            },
+            script: String::new(),
+            steps: Vec::new(),
+            out_dir: Some("/jobs".into()),
+            env: Vec::new(),
+            token: "t".into(),
+        }
     }
 
     #[test]
-    fn a_job_directory_belongs_to_one_group() {
-        let dir = std::env::temp_dir().join(format!("skyc-claim-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
-        assert!(claim(&dir, "one").is_ok());
-        assert!(claim(&dir, "one").is_ok(), "the same group again");
-        assert!(matches!(claim(&dir, "two"), Err(AdoptError::Fatal(_))));
-        let other = dir.join("sub");
-        fs::create_dir_all(&other).unwrap();
-        fs::write(other.join("status"), "1 r0 group SUCCEEDED\n").unwrap();
-        assert!(matches!(claim(&other, "one"), Err(AdoptError::Fatal(_))));
-        assert!(!other.join(OWNER).exists());
-        let _ = fs::remove_dir_all(&dir);
+    fn group_hostnames_map_back_to_their_nodes() {
+        let plan = plan(Execution::Parallel, vec![task("a-b", 2), task("c", 1)]);
+        let group = Followed::group(&plan, Path::new("/state"), 1);
+        assert_eq!(node_of(&group, "a-b-1.g.x"), Some((0, 1)));
+        assert_eq!(node_of(&group, "c-0.g.x"), Some((1, 0)));
+        assert_eq!(node_of(&group, "c-1.g.x"), None, "rank past num_nodes");
+        assert_eq!(node_of(&group, "c-0.other"), None);
+        assert_eq!(node_of(&group, "d-0.g.x"), None);
+    }
+
+    #[test]
+    fn a_pipeline_step_is_followed_as_a_job_of_its_one_task() {
+        let plan = plan(Execution::Serial, vec![task("train", 2), task("eval", 1)]);
+        let step = Followed::step(&plan, Path::new("/state"), 1, 1);
+        assert_eq!(step.spec.tasks, vec![task("eval", 1)]);
+        assert_eq!(step.spec.execution, Execution::Parallel);
+        assert_eq!(step.out, Path::new("/jobs/eval"));
+        assert_eq!(step.submit_dir, Path::new("/jobs"));
+        assert_eq!((step.name.as_str(), step.group.as_str()), ("eval", "g.x"));
+        assert_eq!(
+            (step.lines_key.as_str(), step.states_key.as_str()),
+            ("slurm.1", "slurm_job.1")
+        );
+        // The step's hosts file names its nodes after the pipeline.
+        assert_eq!(node_of(&step, "eval-0.g.x"), Some((0, 0)));
+        assert_eq!(node_of(&step, "train-0.g.x"), None, "another step's");
     }
 }
