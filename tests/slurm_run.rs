@@ -422,6 +422,7 @@ fn a_job_submitted_before_a_crash_is_found_not_submitted_twice() {
         spec: GroupSpec::from_ir(&group, Duration::from_secs(5)),
         num_nodes: vec![1],
         script: script.clone(),
+        steps: Vec::new(),
         out_dir: Some(out.clone()),
         env: std::env::vars().collect(),
         token: format!("skyc-test-{}-{}", std::process::id(), now_ms()),

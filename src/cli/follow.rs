@@ -70,25 +70,28 @@ impl Follower {
         });
         let only = only.as_deref();
         let mut logs = Vec::new();
-        let dir = match group.backend {
-            Backend::Local | Backend::Kubernetes => paths::group_dir(state, gid),
+        // Where each task's `logs/` is: the group's directory, or on
+        // Slurm the job's (a pipeline's: its step's).
+        let dirs: Vec<PathBuf> = match group.backend {
+            Backend::Local | Backend::Kubernetes => vec![paths::group_dir(state, gid); tasks.len()],
             Backend::Slurm => {
                 let plan: SlurmPlan =
                     serde_json::from_str(&store.plan(gid).map_err(|e| e.to_string())?)
                         .map_err(|e| e.to_string())?;
-                let dir = plan.out_dir(state, gid);
-                // The batch script's own output: where it says why it
+                // The batch scripts' own output: where they say why they
                 // could not run the group.
-                if let (None, Some(job)) = (only, &group.job) {
-                    logs.push(Log::new(
-                        "(batch) ".to_owned(),
-                        dir.join(format!("skyc-{}-{job}.out", plan.group)),
-                    ));
+                if let (None, Some(jobs)) = (only, &group.job) {
+                    for (name, path) in plan.batch_outputs(state, gid, jobs) {
+                        logs.push(Log::new(format!("({name}) "), path));
+                    }
                 }
-                dir
+                tasks
+                    .iter()
+                    .map(|t| plan.task_dir(state, gid, &t.name))
+                    .collect()
             }
         };
-        for task in &tasks {
+        for (task, dir) in tasks.iter().zip(&dirs) {
             let nodes = u32::try_from(task.num_nodes).unwrap_or(1);
             for rank in 0..nodes {
                 let prefix = format!("{}-{rank}", task.name);
@@ -97,7 +100,7 @@ impl Follower {
                 }
                 logs.push(Log::new(
                     format!("({prefix}) "),
-                    paths::log(&dir, &task.name, rank),
+                    paths::log(dir, &task.name, rank),
                 ));
             }
         }

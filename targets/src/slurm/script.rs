@@ -94,14 +94,10 @@ pub fn build(group: &Group, options: &Options) -> Build {
             Diagnostic::new(
                 Rule::SlurmUnrepresentable,
                 common.span,
-                "a pipeline runs on Slurm as one job per step, which `skyc run --target slurm` \
-                 does not submit yet",
+                "a pipeline runs on Slurm as one batch job per step, not as one script",
             )
             .label("a pipeline")
-            .help(
-                "`skyc build FILE --target slurm` writes the jobs and a script that submits \
-                 them (`bash`); `skyc run FILE` runs it on this machine",
-            ),
+            .help("its jobs are `slurm::pipeline`'s, which `skyc build` and `skyc run` use"),
         );
         return Build {
             script: None,
