@@ -19,5 +19,6 @@ mod pipelines;
 mod slurm;
 mod slurm_e2e;
 mod slurm_pipeline;
+mod slurm_pipeline_run;
 mod slurm_run;
 mod slurm_step;
