@@ -65,9 +65,10 @@ pub(crate) struct Args {
     color: Color,
     #[command(flatten)]
     slurm: SlurmArgs,
-    /// The job's directory: its batch script, status file and node logs;
-    /// compute nodes must see it at the same path [default: the group's
-    /// directory in the state directory].
+    /// The job's directory: its batch script, status file and node logs
+    /// (a pipeline's: its step scripts, a directory per step); compute
+    /// nodes must see it at the same path [default: the group's directory
+    /// in the state directory].
     #[arg(long, value_name = "DIR", help_heading = "Slurm")]
     out_dir: Option<PathBuf>,
     #[command(flatten)]
@@ -82,7 +83,8 @@ enum Target {
     /// This machine.
     Local,
     /// A Slurm cluster, the one `SLURM_CONF` names (else Slurm's default):
-    /// the group runs as one heterogeneous job.
+    /// the group runs as one heterogeneous job, a pipeline as one job per
+    /// step.
     Slurm,
     /// A Kubernetes cluster, as kubectl finds it (`KUBECONFIG`,
     /// ~/.kube/config, in-cluster): the group runs as a JobSet.
