@@ -167,7 +167,11 @@ fn groups_table(shown: &[Shown], now: i64) -> Table {
                 table::truncate(&table::one_line(outage.map_or("", |o| o)), 80)
             ),
             (Some(error), _) => format!("error: {}", table::truncate(&table::one_line(error), 80)),
-            (None, Some(job)) => format!("{} job {job}", g.backend.as_str()),
+            (None, Some(job)) => {
+                // A pipeline on Slurm has a job per step.
+                let jobs = if job.contains(',') { "jobs" } else { "job" };
+                format!("{} {jobs} {job}", g.backend.as_str())
+            }
             (None, None) => String::new(),
         };
         t.row(vec![
