@@ -43,7 +43,11 @@ fn first_step_running(yaml: &str) -> Driver {
     assert_eq!(d.writes(), applied());
     d.cluster(|w| w.reconcile_cluster());
     let first = format!("g-{}-0", d.plan.spec.tasks[0].name);
-    assert_eq!(jobs(&d), [first.clone()], "only the first step's Job");
+    assert_eq!(
+        jobs(&d),
+        std::slice::from_ref(&first),
+        "only the first step's Job"
+    );
     assert_eq!(d.writes(), [bind(&d, &first, 0)]);
     let nodes = d.plan.spec.tasks[0].num_nodes;
     assert_eq!(d.fake.world().names("pods").len(), nodes as usize);
