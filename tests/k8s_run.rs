@@ -363,21 +363,91 @@ run: while true; do sleep 1; done
 }
 
 #[test]
-fn a_pipeline_is_refused_at_its_name_before_any_cluster_is_asked() {
+fn a_pipeline_is_accepted_up_to_the_cluster_check() {
     let s = Scratch::new("k8s-pipeline");
+    let kubeconfig = unreachable_kubeconfig(&s);
     let file = root().join("tests/fixtures/k8s-pipelines/train-then-eval.yaml");
     let out = s
         .skyc(&["run", &file.to_string_lossy(), "--target", "k8s"])
-        .env("KUBECONFIG", s.dir.join("no-such-kubeconfig"))
+        .env("KUBECONFIG", &kubeconfig)
         .output()
         .expect("skyc run");
     let stderr = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
-        stderr
-            .contains("error[k8s-unsupported]: `skyc run --target k8s` does not run pipelines yet")
-            && stderr.contains("train-then-eval.yaml:2:7"),
+        stderr.contains("the Kubernetes API server https://127.0.0.1:")
+            && stderr.contains("did not answer")
+            && !stderr.contains("pipeline"),
         "{stderr}"
     );
-    assert_eq!(statuses(&s), Value::Array(Vec::new()));
+    assert_eq!(statuses(&s), Value::Array(Vec::new()), "no group recorded");
+}
+
+#[test]
+fn e2e_a_pipeline_runs_its_steps_in_order_and_a_failed_step_cancels_the_rest() {
+    let Some(()) = cluster() else { return };
+    for (exit, want_status, want_code) in [(0, "SUCCEEDED", 0), (3, "FAILED", 100)] {
+        let s = Scratch::new(&format!("k8s-e2e-pipeline-{exit}"));
+        let name = unique(&format!("pipe{exit}"));
+        s.write(
+            "g.yaml",
+            &format!(
+                r#"name: {name}
+execution: serial
+---
+name: train
+num_nodes: 2
+resources:
+  job_recovery:
+    max_restarts_on_errors: 1
+run: |
+  sleep 3
+  echo "train-id $SKYPILOT_TASK_ID"
+  echo "train-end $(date +%s.%N)"
+  [ "$SKYPILOT_NODE_RANK" = 1 ] && exit {exit}
+  exit 0
+---
+name: eval
+run: |
+  echo "eval-id $SKYPILOT_TASK_ID"
+  echo "eval-start $(date +%s.%N)"
+"#
+            ),
+        );
+        let out = run_k8s(&s, "g.yaml", &[]);
+        assert_eq!(out.status.code(), Some(want_code), "{}", text(&out.stderr));
+        let status = s.status(1);
+        assert_eq!(status["status"], want_status, "{status:#}");
+        let logs = logs(&s, 1);
+        if exit == 0 {
+            assert_eq!(task(&status, "train")["status"], "SUCCEEDED");
+            assert_eq!(task(&status, "eval")["status"], "SUCCEEDED");
+            let ends: Vec<f64> = logs
+                .lines()
+                .filter_map(|l| l.split_once("train-end ").map(|(_, v)| v.trim()))
+                .filter_map(|v| v.parse().ok())
+                .collect();
+            assert_eq!(ends.len(), 2, "both nodes of the first step:\n{logs}");
+            let last = ends.iter().copied().fold(f64::MIN, f64::max);
+            // Node clocks may differ by a little.
+            assert!(stamp(&logs, "eval-start") > last - 1.0, "{logs}");
+            let id = |marker: &str| {
+                logs.lines()
+                    .find_map(|l| {
+                        l.split_once(&format!("{marker} "))
+                            .map(|(_, v)| v.trim().to_owned())
+                    })
+                    .unwrap_or_default()
+            };
+            assert!(
+                !id("train-id").is_empty() && id("train-id") != id("eval-id"),
+                "{logs}"
+            );
+        } else {
+            assert_eq!(task(&status, "train")["status"], "FAILED");
+            assert_eq!(task(&status, "train")["restarts_on_errors"], 1);
+            assert_eq!(task(&status, "eval")["status"], "CANCELLED");
+            assert!(!logs.contains("eval-start"), "{logs}");
+        }
+    }
 }

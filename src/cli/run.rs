@@ -379,14 +379,6 @@ fn plan_k8s(
     submitted_ms: i64,
 ) -> Result<Planned, String> {
     let options = args.k8s.options()?;
-    let unsupported = K8sPlan::unsupported(group);
-    if !unsupported.is_empty() {
-        return Ok(Planned {
-            backend: Backend::Kubernetes,
-            plan: None,
-            diagnostics: unsupported,
-        });
-    }
     // The cluster must answer before the group is recorded: a group that
     // cannot reach it never looks alive in `status`.
     let (kubeconfig, context) = k8s_client::pin(

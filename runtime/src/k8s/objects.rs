@@ -8,7 +8,7 @@ use super::plan::ATTEMPT_ANNOTATION;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ContainerStateTerminated, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use skyc_targets::k8s::names::CONTAINER;
+use skyc_targets::k8s::names::{COMPLETION_INDEX, CONTAINER};
 use std::collections::BTreeMap;
 
 /// The group's objects, by name.
@@ -73,7 +73,7 @@ pub fn version(meta: &ObjectMeta) -> Option<u64> {
     meta.resource_version.as_deref()?.parse().ok()
 }
 
-/// The attempt the runtime bound a node Job to.
+/// The attempt the runtime bound a node's or step's Job to.
 pub fn bound_attempt(job: &Job) -> Option<u32> {
     job.metadata
         .annotations
@@ -160,10 +160,25 @@ pub fn started(pod: &Pod) -> bool {
     matches!(pod_phase(pod), "Running" | "Succeeded" | "Failed")
 }
 
-/// The node label of a pod or Job: `skyc.io/task`, `skyc.io/node-index`.
+/// The node of a pod: its task (`skyc.io/task`) and rank, the
+/// `skyc.io/node-index` label of a group's node, else the completion
+/// index of a pipeline step's pod.
 pub fn node_of(meta: &ObjectMeta) -> Option<(&str, u32)> {
     let labels = meta.labels.as_ref()?;
     let task = labels.get("skyc.io/task")?;
-    let rank = labels.get("skyc.io/node-index")?.parse().ok()?;
+    let rank = match labels.get("skyc.io/node-index") {
+        Some(rank) => rank.parse().ok()?,
+        None => completion_index(meta)?,
+    };
     Some((task, rank))
+}
+
+/// The completion index the Job controller gives each pod of an Indexed
+/// Job (annotation, and label since Kubernetes 1.28).
+pub fn completion_index(meta: &ObjectMeta) -> Option<u32> {
+    let get = |m: &Option<BTreeMap<String, String>>| m.as_ref()?.get(COMPLETION_INDEX).cloned();
+    get(&meta.annotations)
+        .or_else(|| get(&meta.labels))?
+        .parse()
+        .ok()
 }

@@ -6,9 +6,11 @@
 //! state by a re-list is still seen, and reading the same state twice
 //! gives the same events, which the engine ignores the second time.
 //!
-//! A node Job belongs to the attempt in its `skyc.io/attempt` annotation
-//! (see [`super::reconcile`]); a node is read from the first pod its
-//! current Job created:
+//! A Job belongs to the attempt in its `skyc.io/attempt` annotation (see
+//! [`super::reconcile`]); a node is read from the first pod its current
+//! Job created for it (a group's node Job has only that node's pods; a
+//! pipeline step's Indexed Job has one completion index per node, see
+//! [`Layout`](super::plan::Layout)):
 //!
 //! | what the pod shows | event |
 //! |---|---|
@@ -18,6 +20,7 @@
 //! | `Failed` with no container end (evicted before it ran) | `NodeLost` |
 //! | being deleted while the task should run, and not by the JobSet's end | `NodeLost` (killed from outside) |
 //! | none left while the attempt stops, or its Job gone | `NodeLost` |
+//! | no Job yet while the task should run (JobSet waits on `dependsOn`, or remakes a deleted one) | nothing: waiting |
 //!
 //! A task is started when every node's pod has started, queued when a pod
 //! is unschedulable or the JobSet is suspended (Kueue has not admitted
@@ -67,14 +70,18 @@ pub fn observe(plan: &Plan, objs: &Objects, goal: &Goal) -> Vec<Report> {
             continue;
         }
         let attempt = tg.attempt;
-        let name = plan.job_name(task);
         let mut all_started = true;
         let mut any_queued = suspended;
         for (rank, &live) in (0u32..).zip(&tg.live) {
-            let job = objs.jobs.get(&name(rank));
+            let job = objs.jobs.get(&plan.job_of(task, rank));
             let current = job.filter(|j| objects::bound_attempt(j) == Some(attempt));
+            let pods = |job: &Job| -> Vec<&Pod> {
+                let mut pods = objs.pods_of(job);
+                pods.retain(|p| plan.layout().runs(p, rank));
+                pods
+            };
             if let Some(job) = current
-                && let Some(pod) = objs.pods_of(job).last()
+                && let Some(pod) = pods(job).last()
             {
                 nodes.push(NodeInfo {
                     hostname: plan.hostname(task, rank),
@@ -87,7 +94,7 @@ pub fn observe(plan: &Plan, objs: &Objects, goal: &Goal) -> Vec<Report> {
             let unbound = job
                 .filter(|j| objects::bound_attempt(j).is_none() && !objects::deleting(&j.metadata));
             let seen = match (current, unbound) {
-                (Some(job), _) => node(objs, job, tg.want, jobset_ended),
+                (Some(job), _) => node(job, &pods(job), tg.want, jobset_ended),
                 (None, Some(_)) => Seen::Waiting,
                 (None, None) => {
                     if tg.want != Want::Run || objs.jobset_gone() || jobset_ended {
@@ -144,11 +151,10 @@ pub fn observe(plan: &Plan, objs: &Objects, goal: &Goal) -> Vec<Report> {
     out
 }
 
-/// One node of the current attempt, from its Job and the first pod the
-/// Job made (later pods are the Job's own replacements, which the
-/// runtime's restart supersedes).
-fn node(objs: &Objects, job: &Job, want: Want, jobset_ended: bool) -> Seen {
-    let pods = objs.pods_of(job);
+/// One node of the current attempt, from its Job and the first of the
+/// pods the Job made for it (later ones are the Job's own replacements,
+/// which the runtime's restart supersedes).
+fn node(job: &Job, pods: &[&Pod], want: Want, jobset_ended: bool) -> Seen {
     let Some(pod) = pods.first() else {
         return if objects::job_condition(job, "Complete") {
             Seen::Exited {

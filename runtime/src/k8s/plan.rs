@@ -1,11 +1,14 @@
 //! The plan of a group run on Kubernetes: what the submitting client
 //! decided, stored with the group for the supervisor.
 
+use super::objects;
+use crate::policy::Execution;
 use crate::policy::GroupSpec;
+use k8s_openapi::api::core::v1::Pod;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use skyc_compiler::ir::{Execution, Group};
-use skyc_compiler::{Diagnostic, Rule};
+use skyc_compiler::Diagnostic;
+use skyc_compiler::ir::Group;
 use skyc_targets::k8s::{self, names};
 use std::time::Duration;
 
@@ -31,6 +34,31 @@ pub struct Plan {
     /// supervisor recognises its own JobSet, and refuses one it did not
     /// create.
     pub token: String,
+}
+
+/// Where a node runs: the one place that knows how the lowering maps nodes
+/// to Jobs and pods. Everything else (binding, stopping, restarting,
+/// failing) acts on Jobs, so it holds for both.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// A Job Group: one 1-pod Job per node, `{group}-{task}-{rank}-0`;
+    /// every pod of the Job runs the node.
+    NodeJobs,
+    /// A pipeline: one Indexed Job per step, `{group}-{step}-0`, of all
+    /// its nodes; a node is the pods of its completion index. The Job is
+    /// created by JobSet only once the previous step's completed, so a
+    /// step launched but without a Job yet is waiting, not lost.
+    StepJobs,
+}
+
+impl Layout {
+    /// Whether `pod`, of a Job of this layout, runs node `rank`.
+    pub fn runs(self, pod: &Pod, rank: u32) -> bool {
+        match self {
+            Layout::NodeJobs => true,
+            Layout::StepJobs => objects::completion_index(&pod.metadata) == Some(rank),
+        }
+    }
 }
 
 /// The annotation that ties an object to one `skyc run`.
@@ -59,10 +87,6 @@ impl Plan {
         secrets: &[(String, String)],
         token: String,
     ) -> Result<Self, Vec<Diagnostic>> {
-        let unsupported = Self::unsupported(group);
-        if !unsupported.is_empty() {
-            return Err(unsupported);
-        }
         let manifests = k8s::lower(group, options);
         if manifests.has_errors() {
             return Err(manifests.diagnostics);
@@ -87,39 +111,30 @@ impl Plan {
         })
     }
 
-    /// What of `group` the runtime cannot run (checked before anything
-    /// else, the cluster included).
-    pub fn unsupported(group: &Group) -> Vec<Diagnostic> {
-        if group.execution != Execution::Serial {
-            return Vec::new();
+    /// How the group's nodes map to Jobs and pods.
+    pub fn layout(&self) -> Layout {
+        match self.spec.execution {
+            Execution::Parallel => Layout::NodeJobs,
+            Execution::Serial => Layout::StepJobs,
         }
-        // The runtime reads one Job per node; a pipeline's step is one
-        // Indexed Job of all its nodes.
-        let span = group
-            .name_span
-            .or_else(|| group.tasks.first().map(|t| t.name_span))
-            .unwrap_or_default();
-        vec![
-            Diagnostic::new(
-                Rule::K8sUnsupported,
-                span,
-                "`skyc run --target k8s` does not run pipelines yet".to_owned(),
-            )
-            .label("a pipeline")
-            .help(
-                "`skyc build FILE --target k8s | kubectl apply --server-side -f -` runs its \
-                 steps in order with JobSet alone, or `skyc run FILE` runs it on this machine",
-            ),
-        ]
     }
 
     /// The child Job that runs node `rank` of `task`.
-    pub fn job_name(&self, task: usize) -> impl Fn(u32) -> String + '_ {
-        move |rank| {
-            names::job_name(
-                &self.group,
-                &names::node_name(&self.spec.tasks[task].name, rank),
-            )
+    pub fn job_of(&self, task: usize, rank: u32) -> String {
+        let name = &self.spec.tasks[task].name;
+        match self.layout() {
+            Layout::NodeJobs => names::job_name(&self.group, &names::node_name(name, rank)),
+            Layout::StepJobs => names::job_name(&self.group, name),
+        }
+    }
+
+    /// The child Jobs of `task`, each once, in rank order.
+    pub fn jobs_of(&self, task: usize) -> Vec<String> {
+        match self.layout() {
+            Layout::NodeJobs => (0..self.spec.tasks[task].num_nodes)
+                .map(|rank| self.job_of(task, rank))
+                .collect(),
+            Layout::StepJobs => vec![self.job_of(task, 0)],
         }
     }
 
@@ -128,13 +143,14 @@ impl Plan {
         names::job_name(&self.group, names::GATE)
     }
 
-    /// `{task}-{rank}.{group}`.
+    /// `{task}-{rank}.{group}` for a group's node; a step's pod has the
+    /// Job controller's hostname, `{job}-{rank}`, in the same subdomain.
     pub fn hostname(&self, task: usize, rank: u32) -> String {
-        format!(
-            "{}.{}",
-            names::node_name(&self.spec.tasks[task].name, rank),
-            self.group
-        )
+        let host = match self.layout() {
+            Layout::NodeJobs => names::node_name(&self.spec.tasks[task].name, rank),
+            Layout::StepJobs => names::indexed_pod_hostname(&self.job_of(task, rank), rank),
+        };
+        format!("{host}.{}", self.group)
     }
 
     /// The label selector of the group's Jobs and pods.

@@ -31,6 +31,15 @@
 //!   [`Op::FailJobSet`]), so the JobSet fails natively and releases its
 //!   quota. A cancel deletes the JobSet in the foreground
 //!   ([`Op::DeleteJobSet`]).
+//!
+//! All of it acts on Jobs, so it holds for a pipeline too, where a Job is
+//! a whole step (an Indexed Job of its nodes, see
+//! [`Layout`](super::plan::Layout)): binding, stopping (every pod of the
+//! step gets SIGTERM) and restarting are the step's, and the Job failed
+//! at the end is the failed step's, so JobSet never creates the steps
+//! after it. A step the engine has not launched has no Job yet (JobSet
+//! creates it once the previous step's is `Complete`); one made before
+//! the engine heard of that success is bound to the attempt it will run.
 
 use super::goal::{Goal, Want};
 use super::objects::{self, Objects};
@@ -82,15 +91,13 @@ pub fn reconcile(plan: &Plan, objs: &Objects, goal: &Goal) -> Vec<Op> {
     }
     let ended = jobset.terminal_state().is_some();
     for (task, tg) in goal.tasks.iter().enumerate() {
-        let name = plan.job_name(task);
-        for rank in 0..tg.live.len() as u32 {
-            let Some(job) = objs.jobs.get(&name(rank)) else {
+        for job_name in plan.jobs_of(task) {
+            let Some(job) = objs.jobs.get(&job_name) else {
                 continue;
             };
             if objects::deleting(&job.metadata) {
                 continue;
             }
-            let job_name = name(rank);
             let job_uid = uid(&job.metadata);
             match objects::bound_attempt(job) {
                 None if !ended => ops.push(Op::Bind {
@@ -161,14 +168,14 @@ pub fn reconcile(plan: &Plan, objs: &Objects, goal: &Goal) -> Vec<Op> {
     ops
 }
 
-/// The Job to fail the JobSet with: the first node Job of the first
-/// primary that did not succeed, and whether its deadline is set already.
+/// The Job to fail the JobSet with: the first Job of the first primary
+/// that did not succeed (in a pipeline, the step that failed: the later
+/// ones have no Job), and whether its deadline is set already.
 fn failing_job(plan: &Plan, objs: &Objects, goal: &Goal) -> Option<(String, (String, bool))> {
     let task = (0..goal.tasks.len())
         .find(|&t| plan.spec.tasks[t].primary && goal.tasks[t].status != Status::Succeeded)?;
-    let name = plan.job_name(task);
-    (0..goal.tasks[task].live.len() as u32).find_map(|rank| {
-        let job = objs.jobs.get(&name(rank))?;
+    plan.jobs_of(task).into_iter().find_map(|name| {
+        let job = objs.jobs.get(&name)?;
         if objects::deleting(&job.metadata) {
             return None;
         }
@@ -178,7 +185,7 @@ fn failing_job(plan: &Plan, objs: &Objects, goal: &Goal) -> Option<(String, (Str
             .and_then(|s| s.active_deadline_seconds)
             .is_some_and(|d| d <= 1);
         Some((
-            name(rank),
+            name,
             (job.metadata.uid.clone().unwrap_or_default(), deadline),
         ))
     })
@@ -187,11 +194,12 @@ fn failing_job(plan: &Plan, objs: &Objects, goal: &Goal) -> Option<(String, (Str
 /// The engine's SIGKILL for an attempt: every pod of its Jobs not yet
 /// ended.
 pub fn kill(plan: &Plan, objs: &Objects, task: usize, attempt: u32) -> Vec<Op> {
-    let name = plan.job_name(task);
-    let nodes = plan.spec.tasks.get(task).map_or(0, |t| t.num_nodes);
+    if task >= plan.spec.tasks.len() {
+        return Vec::new();
+    }
     let mut ops = Vec::new();
-    for rank in 0..nodes {
-        let Some(job) = objs.jobs.get(&name(rank)) else {
+    for name in plan.jobs_of(task) {
+        let Some(job) = objs.jobs.get(&name) else {
             continue;
         };
         if objects::bound_attempt(job) != Some(attempt) {

@@ -9,6 +9,7 @@
 
 use super::fake::World;
 use serde_json::{Value, json};
+use skyc_targets::k8s::names::COMPLETION_INDEX;
 
 fn deleting(o: &Value) -> bool {
     !o["metadata"]["deletionTimestamp"].is_null()
@@ -32,6 +33,51 @@ fn terminal(pod: &Value) -> bool {
         pod["status"]["phase"].as_str(),
         Some("Succeeded" | "Failed")
     )
+}
+
+/// A pod's completion index (an Indexed Job's).
+fn index_of(pod: &Value) -> Option<u32> {
+    pod["metadata"]["annotations"][COMPLETION_INDEX]
+        .as_str()?
+        .parse()
+        .ok()
+}
+
+/// Pod `i` of an Indexed Job as its controller makes it: named
+/// `{job}-{i}-xxxxx`, hostname `{job}-{i}`, the completion index as label
+/// and annotation.
+fn indexed_pod(job: &Value, name: &str, i: u32, n: u64) -> Value {
+    let mut spec = job["spec"]["template"]["spec"].clone();
+    spec["nodeName"] = Value::Null;
+    spec["hostname"] = json!(format!("{name}-{i}"));
+    let index = json!({COMPLETION_INDEX: i.to_string()});
+    let mut labels = job["spec"]["template"]["metadata"]["labels"].clone();
+    super::fake::merge(
+        &mut labels,
+        &json!({
+            "batch.kubernetes.io/controller-uid": job["metadata"]["uid"],
+            "batch.kubernetes.io/job-name": name,
+            "controller-uid": job["metadata"]["uid"],
+            "job-name": name,
+        }),
+    );
+    super::fake::merge(&mut labels, &index);
+    let mut annotations = job["spec"]["template"]["metadata"]["annotations"].clone();
+    super::fake::merge(&mut annotations, &index);
+    json!({
+        "metadata": {
+            "name": format!("{name}-{i}-x{n:04}"),
+            "labels": labels,
+            "annotations": annotations,
+            "finalizers": ["batch.kubernetes.io/job-tracking"],
+            "ownerReferences": [{
+                "apiVersion": "batch/v1", "kind": "Job", "name": name,
+                "uid": job["metadata"]["uid"], "controller": true, "blockOwnerDeletion": true,
+            }],
+        },
+        "spec": spec,
+        "status": {"phase": "Pending", "qosClass": "Burstable"},
+    })
 }
 
 impl World {
@@ -140,6 +186,23 @@ impl World {
                 if self.get("jobs", &job_name).is_some() {
                     continue;
                 }
+                // `dependsOn`: only once every Job of the named replicated
+                // Job is Complete.
+                let waits = rjob["dependsOn"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|dep| {
+                        let dep_job =
+                            format!("{name}-{}-0", dep["name"].as_str().unwrap_or_default());
+                        !jobs.iter().any(|j| {
+                            j["metadata"]["name"] == dep_job
+                                && condition(j, dep["status"].as_str().unwrap_or("Complete"))
+                        })
+                    });
+                if waits {
+                    continue;
+                }
                 let mut labels = rjob["template"]["metadata"]["labels"].clone();
                 let jobset_labels = json!({
                     "jobset.sigs.k8s.io/jobset-name": name,
@@ -234,10 +297,21 @@ impl World {
                 });
                 continue;
             }
-            if pods.iter().any(|p| p["status"]["phase"] == "Succeeded") {
+            let indexed = job["spec"]["completionMode"] == "Indexed";
+            let completions = job["spec"]["completions"].as_u64().unwrap_or(1) as u32;
+            let succeeded_index = |i: u32| {
+                pods.iter()
+                    .any(|p| p["status"]["phase"] == "Succeeded" && index_of(p) == Some(i))
+            };
+            let complete = if indexed {
+                (0..completions).all(succeeded_index)
+            } else {
+                pods.iter().any(|p| p["status"]["phase"] == "Succeeded")
+            };
+            if complete {
                 let now = self.now();
                 self.update("jobs", &name, |j| {
-                    j["status"]["succeeded"] = json!(1);
+                    j["status"]["succeeded"] = json!(completions);
                     j["status"]["active"] = json!(0);
                     j["status"]["completionTime"] = json!(now);
                     j["status"]["conditions"] = json!([
@@ -257,9 +331,24 @@ impl World {
                     self.delete_pod(&n);
                 }
             }
+            if indexed {
+                // One pod per index that has neither succeeded nor a pod
+                // still running or terminating (podReplacementPolicy:
+                // Failed), up to `parallelism` at once.
+                let mut running = active.len();
+                for i in 0..completions {
+                    let busy = pods.iter().any(|p| index_of(p) == Some(i) && !terminal(p));
+                    if running >= parallelism || busy || succeeded_index(i) {
+                        continue;
+                    }
+                    running += 1;
+                    let n = self.version();
+                    self.put("pods", indexed_pod(&job, &name, i, n));
+                }
+            }
             // podReplacementPolicy: Failed: no new pod while one terminates.
             let terminating = pods.iter().any(|p| deleting(p) && !terminal(p));
-            if active.len() < parallelism && !terminating {
+            if !indexed && active.len() < parallelism && !terminating {
                 let n = pods.len() + 1;
                 let mut spec = job["spec"]["template"]["spec"].clone();
                 spec["nodeName"] = Value::Null;
@@ -464,6 +553,30 @@ impl World {
             .into_iter()
             .rfind(|n| self.get("pods", n).is_some_and(|p| owned_by(p, &uid)))
             .unwrap_or_else(|| panic!("Job {job} has no pod"))
+    }
+
+    /// The current pod of index `i` of an Indexed Job (the newest).
+    pub(super) fn pod_of_index(&self, job: &str, i: u32) -> String {
+        let Some(j) = self.get("jobs", job) else {
+            panic!("no Job {job}: {:?}", self.names("jobs"));
+        };
+        let uid = j["metadata"]["uid"].clone();
+        self.names("pods")
+            .into_iter()
+            .filter(|n| {
+                self.get("pods", n)
+                    .is_some_and(|p| owned_by(p, &uid) && index_of(p) == Some(i))
+            })
+            .max_by_key(|n| {
+                self.get("pods", n).and_then(|p| {
+                    p["metadata"]["uid"]
+                        .as_str()?
+                        .strip_prefix("uid-")?
+                        .parse::<u64>()
+                        .ok()
+                })
+            })
+            .unwrap_or_else(|| panic!("Job {job} has no pod of index {i}"))
     }
 
     pub(super) fn uid(&self, resource: &str, name: &str) -> String {

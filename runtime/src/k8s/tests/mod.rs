@@ -8,6 +8,7 @@
 mod controllers;
 mod driver;
 mod fake;
+mod pipeline;
 mod refusals;
 mod supervised;
 mod units;

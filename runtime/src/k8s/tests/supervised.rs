@@ -40,11 +40,16 @@ impl Scene {
 
     /// A scene whose cluster `setup` prepares before the supervisor starts.
     fn with(name: &str, setup: impl FnOnce(&mut World)) -> Self {
+        Self::of(name, GROUP, setup)
+    }
+
+    /// A scene of the group `yaml`.
+    fn of(name: &str, yaml: &str, setup: impl FnOnce(&mut World)) -> Self {
         let dir =
             std::env::temp_dir().join(format!("skyc-supervised-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let plan = plan(GROUP);
+        let plan = plan(yaml);
         let mut store = Store::open(&dir).unwrap();
         store
             .insert_group(&NewGroup {
@@ -258,4 +263,63 @@ fn an_outage_is_recorded_and_cleared() {
     s.until("the outage cleared", |st| {
         st.group(GID).unwrap().is_some_and(|g| g.outage.is_none())
     });
+}
+
+#[test]
+fn a_pipeline_runs_its_steps_in_order_through_the_supervisor() {
+    let s = Scene::of(
+        "pipeline",
+        "\
+name: g
+execution: serial
+---
+name: train
+num_nodes: 2
+run: train
+---
+name: eval
+run: eval
+",
+        |_| {},
+    );
+    s.until("the first step running", |st| {
+        Scene::statuses(st) == ["RUNNING", "PENDING"]
+    });
+    assert_eq!(s.fake.world().names("jobs"), ["g-train-0"]);
+    let nodes = s.store().nodes(GID).unwrap();
+    assert_eq!(nodes.len(), 2, "{nodes:?}");
+    for n in &nodes {
+        assert_eq!(n.hostname, format!("g-train-0-{}.g", n.rank), "{n:?}");
+        assert!(
+            n.handle.starts_with(&format!("g-train-0-{}-", n.rank)),
+            "{n:?}"
+        );
+    }
+    {
+        let mut w = s.fake.world();
+        for i in 0..2 {
+            let pod = w.pod_of_index("g-train-0", i);
+            w.exit(&pod, 0);
+        }
+    }
+    s.until("the second step running", |st| {
+        Scene::statuses(st) == ["SUCCEEDED", "RUNNING"]
+    });
+    {
+        let mut w = s.fake.world();
+        let pod = w.pod_of_index("g-eval-0", 0);
+        w.exit(&pod, 0);
+    }
+    s.until("the group closed", |st| {
+        st.group(GID)
+            .unwrap()
+            .is_some_and(|g| g.finished_at_ms.is_some())
+    });
+    let group = s.store().group(GID).unwrap().unwrap();
+    assert_eq!(group.status, "SUCCEEDED");
+    assert_eq!(Scene::statuses(&s.store()), ["SUCCEEDED", "SUCCEEDED"]);
+    assert_eq!(
+        s.fake.world().get("jobsets", "g").unwrap()["status"]["terminalState"],
+        "Completed"
+    );
 }

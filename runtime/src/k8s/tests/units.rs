@@ -164,3 +164,39 @@ fn the_typed_jobset_round_trips_every_lowered_group() {
     }
     assert!(checked >= 10, "only {checked} JobSets checked");
 }
+
+/// A pipeline's node is its step's pod of that completion index: an end
+/// is told for that rank only, and the next step (no Job yet) is waiting.
+#[test]
+fn a_step_node_is_read_from_the_pods_of_its_completion_index() {
+    let plan = plan(
+        "name: g\nexecution: serial\n---\nname: train\nnum_nodes: 3\nrun: t\n---\nname: eval\nrun: e\n",
+    );
+    assert_eq!(plan.jobs_of(0), ["g-train-0"]);
+    assert_eq!(plan.job_of(0, 2), "g-train-0");
+    assert_eq!(plan.hostname(0, 2), "g-train-0-2.g");
+    let mut w = applied(&plan);
+    assert_eq!(w.names("jobs"), ["g-train-0"]);
+    let job = w.get("jobs", "g-train-0").unwrap();
+    assert_eq!(job["spec"]["completionMode"], "Indexed");
+    assert_eq!(
+        job["spec"]["backoffLimit"],
+        crate::k8s::apply::BACKOFF_LIMIT
+    );
+    let pod = w.pod_of_index("g-train-0", 1);
+    let meta: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta =
+        serde_json::from_value(w.get("pods", &pod).unwrap()["metadata"].clone()).unwrap();
+    assert_eq!(crate::k8s::objects::node_of(&meta), Some(("train", 1)));
+    w.run(&pod);
+    w.exit(&pod, 3);
+    assert_eq!(
+        events(&plan, &w),
+        [Event::NodeExited {
+            task: 0,
+            attempt: 0,
+            node: 1,
+            phase: Phase::Run,
+            code: 3,
+        }]
+    );
+}
