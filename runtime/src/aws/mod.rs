@@ -2,15 +2,35 @@
 //! requests `skyc build --target aws` emits, found again by their tags,
 //! and terminated when the engine says so.
 //!
+//! - [`Plan`]: the build's spec, with the run's own names, tags and
+//!   `ClientToken`s;
 //! - [`config`]: credentials, region and endpoint as the AWS SDKs find
 //!   them;
 //! - [`sigv4`], [`query`], [`response`], [`client`], [`retry`]: a small
 //!   EC2 client (the Query API, signed requests, XML answers) rather than
 //!   the AWS SDK, which costs minutes of build (DESIGN.md, "AWS");
+//! - [`world`], [`observe`] and [`reconcile`]: pure, where the engine
+//!   meets EC2: the run's instances to engine events, and the engine's
+//!   state ([`crate::k8s::goal`]) to EC2 operations;
+//! - [`ops`]: those operations, each safe to repeat.
 
 pub mod client;
 pub mod config;
+pub mod observe;
+pub mod ops;
+mod plan;
 pub mod query;
+pub mod reconcile;
 pub mod response;
 pub mod retry;
 pub mod sigv4;
+pub mod world;
+
+pub use client::{Ec2, Error, SetupError, Tuning};
+pub use config::{ConfigError, Settings};
+pub use plan::{
+    ATTEMPT_TAG, GROUP_TAG, Plan, PlanError, RANK_TAG, RUN_TAG, TASK_TAG, client_token, valid_run,
+};
+
+#[cfg(test)]
+mod tests;
