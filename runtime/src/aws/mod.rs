@@ -16,6 +16,7 @@
 
 pub mod client;
 pub mod config;
+pub mod node;
 pub mod observe;
 pub mod ops;
 mod plan;

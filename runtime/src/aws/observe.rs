@@ -15,9 +15,15 @@
 //! | is ending | `pending`, `running`, stopping | — (terminating) |
 //!
 //! A lost node comes with a [`Report::Error`] saying which instance and
-//! why (its `stateReason`, e.g. `Server.SpotInstanceTermination`). How a
-//! node's setup and run ended (exit codes) is the data plane's to report.
+//! why (its `stateReason`, e.g. `Server.SpotInstanceTermination`).
+//!
+//! How a node's setup and run ended comes from the data plane (its files,
+//! [`super::node::Outcomes`]): a node done is `NodeExited` with its phase
+//! and code whatever its instance shows (a node that ended and was then
+//! terminated is not lost), and exits come before losses in one pass; a
+//! node whose VM booted again is lost.
 
+use super::node::{Outcome, Outcomes};
 use super::plan::Plan;
 use super::response::{Instance, State};
 use super::world::{NodeKey, World};
@@ -26,8 +32,9 @@ use crate::k8s::goal::{Goal, Want};
 use crate::policy::Event;
 
 /// What the run's instances say now, for the engine and for status.
-pub fn observe(plan: &Plan, world: &World, goal: &Goal) -> Vec<Report> {
+pub fn observe(plan: &Plan, world: &World, goal: &Goal, outcomes: &Outcomes) -> Vec<Report> {
     let mut started = Vec::new();
+    let mut exits = Vec::new();
     let mut losses = Vec::new();
     let mut nodes = Vec::new();
     for (task, tg) in goal.tasks.iter().enumerate() {
@@ -44,18 +51,37 @@ pub fn observe(plan: &Plan, world: &World, goal: &Goal) -> Vec<Report> {
                 attempt,
             };
             let instance = world.instance(plan, key);
+            let outcome = outcomes.get(&key).copied();
             if let Some(i) = instance {
-                nodes.push(Report::Node(node_info(key, i)));
+                let mut info = node_info(key, i);
+                if let Some(Outcome::Exited { code, .. }) = outcome {
+                    info.exit_code = Some(code);
+                }
+                nodes.push(Report::Node(info));
             }
             if !live {
                 continue;
             }
             any_live = true;
+            if let Some(Outcome::Exited { phase, code }) = outcome {
+                exits.push(Report::Event {
+                    event: Event::NodeExited {
+                        task,
+                        attempt,
+                        node: rank,
+                        phase,
+                        code,
+                    },
+                    at_ms: None,
+                });
+                continue;
+            }
             let state = instance.and_then(|i| i.state);
-            let lost = match tg.want {
-                Want::Run => state.is_some_and(State::is_down),
-                _ => instance.is_none() || state.is_some_and(State::is_ending),
-            };
+            let lost = outcome == Some(Outcome::Rebooted)
+                || match tg.want {
+                    Want::Run => state.is_some_and(State::is_down),
+                    _ => instance.is_none() || state.is_some_and(State::is_ending),
+                };
             if lost {
                 if tg.want == Want::Run
                     && let Some(i) = instance
@@ -84,6 +110,7 @@ pub fn observe(plan: &Plan, world: &World, goal: &Goal) -> Vec<Report> {
     }
     let mut out = nodes;
     out.extend(started);
+    out.extend(exits);
     out.extend(losses);
     out
 }
@@ -113,10 +140,12 @@ pub fn node_info(key: NodeKey, i: &Instance) -> NodeInfo {
 /// Server.SpotInstanceTermination (a spot interruption)`.
 fn lost_message(plan: &Plan, key: NodeKey, i: &Instance) -> String {
     let task = &plan.spec.tasks[key.task].name;
-    let state = i.state.map_or("in an unknown state", |s| match s {
-        State::Stopping | State::Stopped => "stopped",
-        _ => "terminated",
-    });
+    let state = match i.state {
+        Some(State::Stopping | State::Stopped) => "stopped",
+        Some(State::Pending | State::Running) => "rebooted",
+        Some(_) => "terminated",
+        None => "in an unknown state",
+    };
     let mut text = format!("{task}-{} ({}", key.rank, i.id);
     if i.lifecycle.as_deref() == Some("spot") {
         text.push_str(", spot");

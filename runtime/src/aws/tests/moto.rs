@@ -18,6 +18,7 @@
 use super::{Driven, GROUP, plan};
 use crate::aws::client::{Ec2, Error, Tuning};
 use crate::aws::config::Settings;
+use crate::aws::node::Outcomes;
 use crate::aws::observe::observe;
 use crate::aws::ops;
 use crate::aws::plan::{Plan, client_token};
@@ -99,7 +100,7 @@ fn rt() -> tokio::runtime::Runtime {
 /// Returns the reports it gave the engine.
 async fn pass(ec2: &Ec2, p: &Plan, d: &mut Driven) -> Vec<Report> {
     let world = ops::world(ec2, p).await.unwrap();
-    let reports = observe(p, &world, &Goal::from_engine(&d.engine));
+    let reports = observe(p, &world, &Goal::from_engine(&d.engine), &Outcomes::new());
     for r in &reports {
         if let Report::Event { event, .. } = r {
             d.handle(event.clone());

@@ -2,6 +2,7 @@
 //! engine over made-up instance lists.
 
 use super::{Driven, GROUP, plan};
+use crate::aws::node::Outcomes;
 use crate::aws::observe::observe;
 use crate::aws::plan::{ATTEMPT_TAG, Plan, RANK_TAG, RUN_TAG, TASK_TAG, client_token};
 use crate::aws::query;
@@ -54,7 +55,7 @@ fn events(reports: &[Report]) -> Vec<Event> {
 
 /// Observes `world` and tells the engine.
 fn step(p: &Plan, world: &World, d: &mut Driven) {
-    let reports = observe(p, world, &Goal::from_engine(&d.engine));
+    let reports = observe(p, world, &Goal::from_engine(&d.engine), &Outcomes::new());
     feed(d, &reports);
 }
 
@@ -228,15 +229,15 @@ fn a_new_group_gets_its_network_then_every_node() {
     launch_all(&p, &mut world, &ops);
     assert_eq!(reconcile(&p, &world, &goal), vec![]);
     // Pending instances: nothing for the engine yet but where they run.
-    let reports = observe(&p, &world, &goal);
+    let reports = observe(&p, &world, &goal, &Outcomes::new());
     assert!(events(&reports).is_empty());
     assert_eq!(reports.len(), 3);
     // One running is not the task started; all are.
     set(&mut world, "i-000", State::Running, None);
-    assert!(events(&observe(&p, &world, &goal)).is_empty());
+    assert!(events(&observe(&p, &world, &goal, &Outcomes::new())).is_empty());
     set(&mut world, "i-010", State::Running, None);
     assert_eq!(
-        events(&observe(&p, &world, &goal)),
+        events(&observe(&p, &world, &goal, &Outcomes::new())),
         vec![Event::TaskStarted {
             task: TRAINER,
             attempt: 0
@@ -256,7 +257,7 @@ fn a_node_lost_out_of_band_restarts_its_task_only() {
         State::Terminated,
         Some("Server.SpotInstanceTermination"),
     );
-    let reports = observe(&p, &world, &Goal::from_engine(&d.engine));
+    let reports = observe(&p, &world, &Goal::from_engine(&d.engine), &Outcomes::new());
     assert_eq!(
         losses(&reports),
         vec![Event::NodeLost {
@@ -289,9 +290,9 @@ fn a_node_lost_out_of_band_restarts_its_task_only() {
         }]
     );
     // Until it is down, the engine waits; then the task starts again.
-    assert!(losses(&observe(&p, &world, &goal)).is_empty());
+    assert!(losses(&observe(&p, &world, &goal, &Outcomes::new())).is_empty());
     set(&mut world, "i-000", State::ShuttingDown, None);
-    feed(&mut d, &observe(&p, &world, &goal));
+    feed(&mut d, &observe(&p, &world, &goal, &Outcomes::new()));
     assert_eq!(d.engine.attempt(TRAINER), 1);
     assert_eq!(d.engine.restarts(TRAINER), (1, 0), "no budget used");
     let ops = reconcile(&p, &world, &Goal::from_engine(&d.engine));
@@ -332,7 +333,12 @@ fn a_stopped_instance_is_lost_too() {
         Some("Client.UserInitiatedShutdown"),
     );
     assert_eq!(
-        losses(&observe(&p, &world, &Goal::from_engine(&d.engine))),
+        losses(&observe(
+            &p,
+            &world,
+            &Goal::from_engine(&d.engine),
+            &Outcomes::new()
+        )),
         vec![Event::NodeLost {
             task: BUFFER,
             attempt: 0,
@@ -368,7 +374,7 @@ fn auxiliaries_end_after_their_delay_and_the_network_last() {
     let goal = Goal::from_engine(&d.engine);
     assert_eq!(terminated(&reconcile(&p, &world, &goal)), vec!["i-100"]);
     set(&mut world, "i-100", State::ShuttingDown, None);
-    feed(&mut d, &observe(&p, &world, &goal));
+    feed(&mut d, &observe(&p, &world, &goal, &Outcomes::new()));
     assert_eq!(d.engine.task_status(BUFFER), Status::Cancelled);
     assert_eq!(d.engine.group_status(), Status::Succeeded);
     let goal = Goal::from_engine(&d.engine);
@@ -396,7 +402,7 @@ fn cancel_terminates_every_instance() {
     for id in ["i-000", "i-010", "i-100", "i-007"] {
         set(&mut world, id, State::Terminated, None);
     }
-    feed(&mut d, &observe(&p, &world, &goal));
+    feed(&mut d, &observe(&p, &world, &goal, &Outcomes::new()));
     assert_eq!(d.engine.group_status(), Status::Cancelled);
     let goal = Goal::from_engine(&d.engine);
     assert_eq!(reconcile(&p, &world, &goal), vec![Op::DeleteNetwork]);
@@ -410,7 +416,7 @@ fn cancel_before_launch_answers_every_node() {
     let world = World::default();
     let goal = Goal::from_engine(&d.engine);
     assert_eq!(reconcile(&p, &world, &goal), vec![]);
-    feed(&mut d, &observe(&p, &world, &goal));
+    feed(&mut d, &observe(&p, &world, &goal, &Outcomes::new()));
     assert!(d.engine.is_finished());
     assert!(settled(&world, &Goal::from_engine(&d.engine)));
 }
@@ -455,4 +461,87 @@ fn a_restarted_supervisor_launches_nothing_twice() {
         .push(instance(&p, TRAINER, 1, 0, State::Pending));
     let ops = reconcile(&p, &world, &Goal::from_engine(&committed));
     assert_eq!(launches(&ops), vec![(0, 0, 0), (1, 0, 0)]);
+}
+
+#[test]
+fn a_node_that_ended_is_not_lost_when_its_instance_goes() {
+    use crate::aws::node::Outcome;
+    let p = plan(GROUP, "r1");
+    let (mut d, mut world) = running(&p);
+    // The buffer failed (its files say so), then its instance went.
+    set(&mut world, "i-100", State::Terminated, None);
+    let mut outcomes = Outcomes::new();
+    outcomes.insert(
+        crate::aws::world::NodeKey {
+            task: BUFFER,
+            rank: 0,
+            attempt: 0,
+        },
+        Outcome::Exited {
+            phase: Phase::Setup,
+            code: 3,
+        },
+    );
+    let reports = observe(&p, &world, &Goal::from_engine(&d.engine), &outcomes);
+    assert_eq!(
+        events(&reports)
+            .into_iter()
+            .filter(|e| !matches!(e, Event::TaskStarted { .. }))
+            .collect::<Vec<_>>(),
+        vec![Event::NodeExited {
+            task: BUFFER,
+            attempt: 0,
+            node: 0,
+            phase: Phase::Setup,
+            code: 3
+        }]
+    );
+    assert!(
+        reports
+            .iter()
+            .any(|r| matches!(r, Report::Node(n) if n.handle == "i-100" && n.exit_code == Some(3)))
+    );
+    feed(&mut d, &reports);
+    assert_eq!(d.engine.task_status(BUFFER), Status::FailedSetup);
+    assert_eq!(d.engine.task_status(TRAINER), Status::Running);
+    // A node whose VM booted again is lost.
+    outcomes.insert(
+        crate::aws::world::NodeKey {
+            task: TRAINER,
+            rank: 1,
+            attempt: 0,
+        },
+        Outcome::Rebooted,
+    );
+    let reports = observe(&p, &world, &Goal::from_engine(&d.engine), &outcomes);
+    assert_eq!(
+        losses(&reports),
+        vec![Event::NodeLost {
+            task: TRAINER,
+            attempt: 0,
+            node: 1
+        }]
+    );
+}
+
+#[test]
+fn every_node_gets_the_groups_hosts_once_all_have_addresses() {
+    use crate::aws::node::hosts;
+    let p = plan(GROUP, "r1");
+    let d = Driven::start(&p);
+    let goal = Goal::from_engine(&d.engine);
+    let mut world = World {
+        network: Some("sg-1".into()),
+        ..World::default()
+    };
+    assert_eq!(hosts(&p, &world, &goal), None);
+    let ops = reconcile(&p, &world, &goal);
+    launch_all(&p, &mut world, &ops);
+    world.instances[2].private_ip = None;
+    assert_eq!(hosts(&p, &world, &goal), None, "an address is missing");
+    world.instances[2].private_ip = Some("10.0.9.9".into());
+    assert_eq!(
+        hosts(&p, &world, &goal).unwrap(),
+        "10.0.0.0 trainer-0.g\n10.0.0.1 trainer-1.g\n10.0.9.9 buffer-0.g\n"
+    );
 }
