@@ -12,7 +12,11 @@
 //! - [`world`], [`observe`] and [`reconcile`]: pure, where the engine
 //!   meets EC2: the run's instances to engine events, and the engine's
 //!   state ([`crate::k8s::goal`]) to EC2 operations;
-//! - [`ops`]: those operations, each safe to repeat.
+//! - [`ops`]: those operations, each safe to repeat;
+//! - [`node`] and [`remote`]: the data plane's pure half (a node's files
+//!   to its outcome, the hosts file, the commands run on a node over SSH
+//!   and how their answers are read); the transport itself is not wired
+//!   yet.
 
 pub mod client;
 pub mod config;
@@ -22,6 +26,7 @@ pub mod ops;
 mod plan;
 pub mod query;
 pub mod reconcile;
+pub mod remote;
 pub mod response;
 pub mod retry;
 pub mod sigv4;
