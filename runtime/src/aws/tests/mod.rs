@@ -1,8 +1,11 @@
 //! The AWS control plane: the reconciler and observer on their own (pure,
-//! `units`), and the whole loop against an EC2 stand-in on loopback
-//! (`moto`: moto's server, which scripts/test starts).
+//! `units`), and the whole loop (`scenarios`) against an EC2 stand-in on
+//! loopback (`moto`: moto's server, which scripts/test starts) and, when
+//! asked, against AWS (`e2e`).
 
+mod e2e;
 mod moto;
+mod scenarios;
 mod units;
 
 use super::plan::Plan;
