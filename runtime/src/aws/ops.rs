@@ -17,7 +17,7 @@ use super::plan::{Plan, RUN_TAG};
 use super::query;
 use super::reconcile::Op;
 use super::response::{self, Instance, SecurityGroup};
-use super::world::World;
+use super::world::{Network, READY_TAG, World};
 
 /// Page size of DescribeInstances (EC2 allows 5 to 1000).
 const PAGE: &str = "200";
@@ -69,9 +69,15 @@ async fn security_groups(ec2: &Ec2, filter: (&str, &str)) -> Result<Vec<Security
 }
 
 /// The run's security group, found by its tag.
-pub async fn find_network(ec2: &Ec2, plan: &Plan) -> Result<Option<String>, Error> {
+pub async fn find_network(ec2: &Ec2, plan: &Plan) -> Result<Option<Network>, Error> {
     let groups = security_groups(ec2, (&format!("tag:{RUN_TAG}"), &plan.run)).await?;
-    Ok(groups.into_iter().map(|g| g.id).min())
+    Ok(groups
+        .into_iter()
+        .map(|g| Network {
+            ready: g.tags.get(READY_TAG).is_some_and(|v| v == "ready"),
+            id: g.id,
+        })
+        .min_by(|a, b| a.id.cmp(&b.id)))
 }
 
 /// The run's world: its instances and security group.
@@ -88,10 +94,11 @@ async fn send(ec2: &Ec2, operation: &str, request: &serde_json::Value) -> Result
 }
 
 /// Makes the run's security group (with its rules) and placement groups,
-/// and returns the group's id.
+/// then marks it ready, and returns the group's id.
 pub async fn ensure_network(ec2: &Ec2, plan: &Plan) -> Result<String, Error> {
     let id = match find_network(ec2, plan).await? {
-        Some(id) => id,
+        Some(Network { id, ready: true }) => return Ok(id),
+        Some(Network { id, ready: false }) => id,
         None => match send(ec2, "CreateSecurityGroup", &plan.create_security_group()).await {
             Ok(body) => {
                 response::group_id(&body).map_err(|e| unreadable("CreateSecurityGroup", e))?
@@ -122,6 +129,11 @@ pub async fn ensure_network(ec2: &Ec2, plan: &Plan) -> Result<String, Error> {
             Err(e) => return Err(e),
         }
     }
+    let mut p = query::action("CreateTags");
+    query::list(&mut p, "ResourceId", &[&id]);
+    p.push(("Tag.1.Key".into(), READY_TAG.into()));
+    p.push(("Tag.1.Value".into(), "ready".into()));
+    ec2.call(&p).await?;
     Ok(id)
 }
 
@@ -207,15 +219,15 @@ pub async fn apply(ec2: &Ec2, plan: &Plan, world: &World, op: &Op) -> Result<(),
             rank,
             attempt,
         } => {
-            let Some(sg) = &world.network else {
+            let Some(Network { id, ready: true }) = &world.network else {
                 return Ok(());
             };
-            launch(ec2, plan, *task, *rank, *attempt, sg)
+            launch(ec2, plan, *task, *rank, *attempt, id)
                 .await
                 .map(drop)
         }
         Op::DeleteNetwork => match &world.network {
-            Some(sg) => delete_network(ec2, plan, sg).await.map(drop),
+            Some(n) => delete_network(ec2, plan, &n.id).await.map(drop),
             None => Ok(()),
         },
     }

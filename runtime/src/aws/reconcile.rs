@@ -27,7 +27,8 @@ use crate::k8s::goal::{Goal, Want};
 pub enum Op {
     /// Terminate these instances (sorted).
     Terminate { ids: Vec<String> },
-    /// Make the run's security group (and placement groups).
+    /// Make the run's security group, its rules and placement groups
+    /// (what is missing of them).
     EnsureNetwork,
     /// Launch a node's attempt.
     Launch {
@@ -86,12 +87,12 @@ pub fn reconcile(plan: &Plan, world: &World, goal: &Goal) -> Vec<Op> {
         }
     }
     if !launches.is_empty() {
-        // The launches need the security group's id: they wait for the
-        // next pass when it is not there yet.
-        if world.network.is_none() {
-            ops.push(Op::EnsureNetwork);
-        } else {
+        // The launches need the security group, complete: they wait for
+        // the next pass when it is not.
+        if world.network.as_ref().is_some_and(|n| n.ready) {
             ops.extend(launches);
+        } else {
+            ops.push(Op::EnsureNetwork);
         }
     }
     ops

@@ -19,9 +19,21 @@ pub struct World {
     /// Every instance tagged with the run, in any state (terminated ones
     /// stay listed for about an hour).
     pub instances: Vec<Instance>,
-    /// The run's security group id, when it exists.
-    pub network: Option<String>,
+    /// The run's security group, when it exists.
+    pub network: Option<Network>,
 }
+
+/// The run's security group.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Network {
+    pub id: String,
+    /// Tagged [`READY_TAG`] once its rules and the run's placement groups
+    /// are made too: a supervisor that died in between makes the rest.
+    pub ready: bool,
+}
+
+/// The tag (value `ready`) that says a run's network is complete.
+pub const READY_TAG: &str = "skyc-network";
 
 impl World {
     /// The node an instance of this run runs, if its tags say so.

@@ -79,6 +79,7 @@ on_moto!(
     an_instance_terminated_out_of_band_is_a_lost_node,
     an_instance_stopped_out_of_band_is_a_lost_node,
     refusals_are_clear,
+    a_network_left_incomplete_is_completed,
 );
 
 #[test]

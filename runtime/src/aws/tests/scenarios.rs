@@ -205,6 +205,8 @@ pub(super) async fn launches_a_groups_instances_from_the_build(t: &Target, p: &P
     let d = running_group(t, ec2, p).await;
     let world = ops::world(&ec2, &p).await.unwrap();
     let sg = world.network.clone().expect("the run's security group");
+    assert!(sg.ready);
+    let sg = sg.id;
     assert_eq!(world.instances.len(), 3);
     for (task, rank) in [(TRAINER, 0), (TRAINER, 1), (BUFFER, 0)] {
         let i = world
@@ -277,7 +279,7 @@ async fn cleanup(t: &Target, ec2: &Ec2, p: &Plan) {
                 let gone = match (&world.network, ids.is_empty()) {
                     (None, true) => return,
                     (Some(sg), true) if world.remaining().next().is_none() => {
-                        ops::delete_network(ec2, p, sg).await.unwrap_or(false)
+                        ops::delete_network(ec2, p, &sg.id).await.unwrap_or(false)
                     }
                     _ => false,
                 };
@@ -570,4 +572,41 @@ pub(super) async fn refusals_are_clear(_: &Target, _: &Plan, ec2: &Ec2) {
     ops::terminate(&ec2, &["i-00000000000000000".to_owned()])
         .await
         .unwrap();
+}
+
+/// A supervisor died between making the security group and giving it its
+/// rules: the next one completes it before launching anything.
+pub(super) async fn a_network_left_incomplete_is_completed(t: &Target, p: &Plan, ec2: &Ec2) {
+    let params = query::serialize("CreateSecurityGroup", &p.create_security_group()).unwrap();
+    let body = ec2.call(&params).await.unwrap();
+    let sg = crate::aws::response::group_id(&body).unwrap();
+    let world = world_when(t, ec2, p, |w| w.network.is_some()).await;
+    assert_eq!(
+        world.network,
+        Some(crate::aws::world::Network {
+            id: sg.clone(),
+            ready: false
+        })
+    );
+    running_group(t, ec2, p).await;
+    let world = ops::world(ec2, p).await.unwrap();
+    assert_eq!(
+        world.network.as_ref().map(|n| (n.id.as_str(), n.ready)),
+        Some((sg.as_str(), true))
+    );
+    // Its rule lets the group's nodes reach each other.
+    let mut q = query::action("DescribeSecurityGroups");
+    query::list(&mut q, "GroupId", &[&sg]);
+    let body = ec2.call(&q).await.unwrap();
+    let doc = roxmltree::Document::parse(&body).unwrap();
+    let perms = doc
+        .descendants()
+        .find(|n| n.tag_name().name() == "ipPermissions")
+        .unwrap();
+    assert!(
+        perms
+            .descendants()
+            .any(|n| n.tag_name().name() == "groupId" && n.text() == Some(sg.as_str())),
+        "{body}"
+    );
 }

@@ -8,7 +8,7 @@ use crate::aws::plan::{ATTEMPT_TAG, Plan, RANK_TAG, RUN_TAG, TASK_TAG, client_to
 use crate::aws::query;
 use crate::aws::reconcile::{Op, reconcile, settled};
 use crate::aws::response::{Instance, State};
-use crate::aws::world::World;
+use crate::aws::world::{Network, World};
 use crate::backend::Report;
 use crate::k8s::goal::Goal;
 use crate::policy::{Event, Phase, Status, Timer};
@@ -35,6 +35,13 @@ fn instance(plan: &Plan, task: usize, rank: u32, attempt: u32, state: State) -> 
         i.tags.insert(k.to_owned(), v);
     }
     i
+}
+
+fn net(id: &str) -> Network {
+    Network {
+        id: id.into(),
+        ready: true,
+    }
 }
 
 fn set(world: &mut World, id: &str, state: State, reason: Option<&str>) {
@@ -108,7 +115,7 @@ fn terminated(ops: &[Op]) -> Vec<String> {
 fn running(plan: &Plan) -> (Driven, World) {
     let d = Driven::start(plan);
     let mut world = World {
-        network: Some("sg-1".into()),
+        network: Some(net("sg-1")),
         ..World::default()
     };
     let ops = reconcile(plan, &world, &Goal::from_engine(&d.engine));
@@ -221,7 +228,14 @@ fn a_new_group_gets_its_network_then_every_node() {
     let goal = Goal::from_engine(&d.engine);
     let mut world = World::default();
     assert_eq!(reconcile(&p, &world, &goal), vec![Op::EnsureNetwork]);
-    world.network = Some("sg-1".into());
+    // A security group without its rules yet (its maker died): made
+    // complete before any launch.
+    world.network = Some(Network {
+        id: "sg-1".into(),
+        ready: false,
+    });
+    assert_eq!(reconcile(&p, &world, &goal), vec![Op::EnsureNetwork]);
+    world.network = Some(net("sg-1"));
     let ops = reconcile(&p, &world, &goal);
     assert_eq!(launches(&ops), vec![(0, 0, 0), (0, 1, 0), (1, 0, 0)]);
     // Idempotent: the same state, the same calls; once launched, none.
@@ -453,7 +467,7 @@ fn a_restarted_supervisor_launches_nothing_twice() {
     let committed: crate::policy::Engine =
         serde_json::from_str(&serde_json::to_string(&d.engine).unwrap()).unwrap();
     let mut world = World {
-        network: Some("sg-1".into()),
+        network: Some(net("sg-1")),
         ..World::default()
     };
     world
@@ -531,7 +545,7 @@ fn every_node_gets_the_groups_hosts_once_all_have_addresses() {
     let d = Driven::start(&p);
     let goal = Goal::from_engine(&d.engine);
     let mut world = World {
-        network: Some("sg-1".into()),
+        network: Some(net("sg-1")),
         ..World::default()
     };
     assert_eq!(hosts(&p, &world, &goal), None);
