@@ -203,7 +203,7 @@ async fn running_group(t: &Target, ec2: &Ec2, p: &Plan) -> Driven {
 
 pub(super) async fn launches_a_groups_instances_from_the_build(t: &Target, p: &Plan, ec2: &Ec2) {
     let d = running_group(t, ec2, p).await;
-    let world = ops::world(&ec2, &p).await.unwrap();
+    let world = ops::world(ec2, p).await.unwrap();
     let sg = world.network.clone().expect("the run's security group");
     assert!(sg.ready);
     let sg = sg.id;
@@ -211,7 +211,7 @@ pub(super) async fn launches_a_groups_instances_from_the_build(t: &Target, p: &P
     for (task, rank) in [(TRAINER, 0), (TRAINER, 1), (BUFFER, 0)] {
         let i = world
             .instance(
-                &p,
+                p,
                 NodeKey {
                     task,
                     rank,
@@ -258,7 +258,7 @@ pub(super) async fn launches_a_groups_instances_from_the_build(t: &Target, p: &P
             .unwrap(),
     )
     .unwrap();
-    let key = crate::aws::world::World::key(&p, &world.instances[0]).unwrap();
+    let key = crate::aws::world::World::key(p, &world.instances[0]).unwrap();
     assert_eq!(
         text,
         p.nodes[key.task][key.rank as usize]["UserData"]
@@ -300,30 +300,30 @@ async fn cleanup(t: &Target, ec2: &Ec2, p: &Plan) {
 }
 
 pub(super) async fn a_launch_repeated_is_one_instance(t: &Target, p: &Plan, ec2: &Ec2) {
-    let d = Driven::start(&p);
+    let d = Driven::start(p);
     let goal = Goal::from_engine(&d.engine);
-    let sg = ops::ensure_network(&ec2, &p).await.unwrap();
+    let sg = ops::ensure_network(ec2, p).await.unwrap();
     // The network is made once, however often it is asked for.
-    assert_eq!(ops::ensure_network(&ec2, &p).await.unwrap(), sg);
+    assert_eq!(ops::ensure_network(ec2, p).await.unwrap(), sg);
     // A supervisor that launched, died before it recorded anything,
     // and came back: it reads the world and launches only what is
     // missing.
-    let first = ops::launch(&ec2, &p, TRAINER, 0, 0, &sg).await.unwrap();
+    let first = ops::launch(ec2, p, TRAINER, 0, 0, &sg).await.unwrap();
     let world = world_when(t, ec2, p, |w| {
         w.network.is_some() && !w.instances.is_empty()
     })
     .await;
-    let ops_now = reconcile(&p, &world, &goal);
+    let ops_now = reconcile(p, &world, &goal);
     assert_eq!(ops_now.len(), 2, "{ops_now:?}");
     for op in &ops_now {
-        ops::apply(&ec2, &p, &world, op).await.unwrap();
+        ops::apply(ec2, p, &world, op).await.unwrap();
     }
     let world = world_when(t, ec2, p, |w| w.instances.len() >= 3).await;
     assert_eq!(world.instances.len(), 3);
     assert_eq!(
         world
             .instance(
-                &p,
+                p,
                 NodeKey {
                     task: TRAINER,
                     rank: 0,
@@ -334,15 +334,15 @@ pub(super) async fn a_launch_repeated_is_one_instance(t: &Target, p: &Plan, ec2:
             .id,
         first.id
     );
-    assert!(reconcile(&p, &world, &goal).is_empty());
+    assert!(reconcile(p, &world, &goal).is_empty());
 }
 
 pub(super) async fn a_new_client_finds_the_run_again(t: &Target, p: &Plan, ec2: &Ec2) {
     let d = running_group(t, ec2, p).await;
-    let before = ops::world(&ec2, &p).await.unwrap();
+    let before = ops::world(ec2, p).await.unwrap();
     // A restarted supervisor: a new client, the plan and engine as
     // stored.
-    let stored: Plan = serde_json::from_str(&serde_json::to_string(&p).unwrap()).unwrap();
+    let stored: Plan = serde_json::from_str(&serde_json::to_string(p).unwrap()).unwrap();
     let again = t.client(&stored);
     let after = ops::world(&again, &stored).await.unwrap();
     assert_eq!(after.network, before.network);
@@ -360,11 +360,11 @@ pub(super) async fn auxiliaries_end_after_the_primaries_and_the_network_last(
     ec2: &Ec2,
 ) {
     let mut d = running_group(t, ec2, p).await;
-    let buffer = ops::world(&ec2, &p)
+    let buffer = ops::world(ec2, p)
         .await
         .unwrap()
         .instance(
-            &p,
+            p,
             NodeKey {
                 task: BUFFER,
                 rank: 0,
@@ -399,7 +399,7 @@ pub(super) async fn auxiliaries_end_after_the_primaries_and_the_network_last(
     .await;
     assert_eq!(d.engine.group_status(), Status::Succeeded);
     assert_eq!(d.engine.task_status(BUFFER), Status::Cancelled);
-    let world = ops::world(&ec2, &p).await.unwrap();
+    let world = ops::world(ec2, p).await.unwrap();
     assert!(world.network.is_none(), "the security group is deleted");
     assert!(
         world
@@ -417,7 +417,7 @@ pub(super) async fn cancel_terminates_every_instance(t: &Target, p: &Plan, ec2: 
     })
     .await;
     assert_eq!(d.engine.group_status(), Status::Cancelled);
-    let world = ops::world(&ec2, &p).await.unwrap();
+    let world = ops::world(ec2, p).await.unwrap();
     assert_eq!(world.instances.len(), 3);
     assert!(live_ids(&world).is_empty());
     assert!(world.network.is_none());
@@ -429,10 +429,10 @@ pub(super) async fn an_instance_terminated_out_of_band_is_a_lost_node(
     ec2: &Ec2,
 ) {
     let mut d = running_group(t, ec2, p).await;
-    let world = ops::world(&ec2, &p).await.unwrap();
+    let world = ops::world(ec2, p).await.unwrap();
     let victim = world
         .instance(
-            &p,
+            p,
             NodeKey {
                 task: TRAINER,
                 rank: 1,
@@ -444,7 +444,7 @@ pub(super) async fn an_instance_terminated_out_of_band_is_a_lost_node(
         .clone();
     let buffer = world
         .instance(
-            &p,
+            p,
             NodeKey {
                 task: BUFFER,
                 rank: 0,
@@ -497,19 +497,19 @@ pub(super) async fn an_instance_terminated_out_of_band_is_a_lost_node(
     );
     until(t, ec2, p, &mut d, |d, w| {
         d.engine.attempt(TRAINER) == 1
-            && state_of(w, &p, TRAINER, 0, 1) == Some(State::Running)
-            && state_of(w, &p, TRAINER, 1, 1) == Some(State::Running)
+            && state_of(w, p, TRAINER, 0, 1) == Some(State::Running)
+            && state_of(w, p, TRAINER, 1, 1) == Some(State::Running)
             && d.engine.task_status(TRAINER) == Status::Running
     })
     .await;
     assert_eq!(d.engine.restarts(TRAINER), (1, 0), "no budget used");
-    let world = ops::world(&ec2, &p).await.unwrap();
+    let world = ops::world(ec2, p).await.unwrap();
     // The buffer was not touched; the trainer's old instances are gone.
-    assert_eq!(state_of(&world, &p, BUFFER, 0, 0), Some(State::Running));
+    assert_eq!(state_of(&world, p, BUFFER, 0, 0), Some(State::Running));
     assert_eq!(
         world
             .instance(
-                &p,
+                p,
                 NodeKey {
                     task: BUFFER,
                     rank: 0,
@@ -520,7 +520,7 @@ pub(super) async fn an_instance_terminated_out_of_band_is_a_lost_node(
             .id,
         buffer
     );
-    assert!(state_of(&world, &p, TRAINER, 0, 0).is_some_and(State::is_ending));
+    assert!(state_of(&world, p, TRAINER, 0, 0).is_some_and(State::is_ending));
     assert_eq!(d.engine.task_status(BUFFER), Status::Running);
 }
 
@@ -530,10 +530,10 @@ pub(super) async fn an_instance_stopped_out_of_band_is_a_lost_node(
     ec2: &Ec2,
 ) {
     let mut d = running_group(t, ec2, p).await;
-    let world = ops::world(&ec2, &p).await.unwrap();
+    let world = ops::world(ec2, p).await.unwrap();
     let buffer = world
         .instance(
-            &p,
+            p,
             NodeKey {
                 task: BUFFER,
                 rank: 0,
@@ -547,14 +547,14 @@ pub(super) async fn an_instance_stopped_out_of_band_is_a_lost_node(
     query::list(&mut q, "InstanceId", &[&buffer]);
     ec2.call(&q).await.unwrap();
     until(t, ec2, p, &mut d, |d, w| {
-        d.engine.attempt(BUFFER) == 1 && state_of(w, &p, BUFFER, 0, 1) == Some(State::Running)
+        d.engine.attempt(BUFFER) == 1 && state_of(w, p, BUFFER, 0, 1) == Some(State::Running)
     })
     .await;
     // The stopped instance is terminated: nothing of an old attempt
     // stays, not even stopped.
-    let world = ops::world(&ec2, &p).await.unwrap();
-    assert!(state_of(&world, &p, BUFFER, 0, 0).is_some_and(State::is_ending));
-    assert_eq!(state_of(&world, &p, TRAINER, 0, 0), Some(State::Running));
+    let world = ops::world(ec2, p).await.unwrap();
+    assert!(state_of(&world, p, BUFFER, 0, 0).is_some_and(State::is_ending));
+    assert_eq!(state_of(&world, p, TRAINER, 0, 0), Some(State::Running));
     assert_eq!(d.engine.attempt(TRAINER), 0);
 }
 
@@ -569,7 +569,7 @@ pub(super) async fn refusals_are_clear(_: &Target, _: &Plan, ec2: &Ec2) {
         "{e}"
     );
     // Terminating what is gone is done.
-    ops::terminate(&ec2, &["i-00000000000000000".to_owned()])
+    ops::terminate(ec2, &["i-00000000000000000".to_owned()])
         .await
         .unwrap();
 }
