@@ -12,7 +12,8 @@
 //! - [`world`], [`observe`] and [`reconcile`]: pure, where the engine
 //!   meets EC2: the run's instances to engine events, and the engine's
 //!   state ([`crate::k8s::goal`]) to EC2 operations;
-//! - [`ops`]: those operations, each safe to repeat;
+//! - [`ops`]: those operations, each safe to repeat; [`pass`]: one pass
+//!   of the loop (world, reports, operations), what the backend runs;
 //! - [`node`] and [`remote`]: the data plane's pure half (a node's files
 //!   to its outcome, the hosts file, the commands run on a node over SSH
 //!   and how their answers are read); the transport itself is not wired
@@ -23,6 +24,7 @@ pub mod config;
 pub mod node;
 pub mod observe;
 pub mod ops;
+pub mod pass;
 mod plan;
 pub mod query;
 pub mod reconcile;

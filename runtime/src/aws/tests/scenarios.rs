@@ -13,7 +13,6 @@ use super::{Driven, plan};
 use crate::aws::client::{Ec2, Tuning};
 use crate::aws::config::Settings;
 use crate::aws::node::Outcomes;
-use crate::aws::observe::observe;
 use crate::aws::ops;
 use crate::aws::plan::{Plan, client_token};
 use crate::aws::query;
@@ -96,32 +95,28 @@ fn run_id(name: &str) -> String {
     )
 }
 
-/// One pass of the supervisor's loop: read the run's world, tell the
-/// engine what it shows, then carry out the reconciler's operations.
-/// Returns the reports it gave the engine.
+/// One pass of the supervisor's loop ([`crate::aws::pass`]), with the
+/// engine hearing what it reports. Returns the reports.
 async fn pass(t: &Target, ec2: &Ec2, p: &Plan, d: &mut Driven) -> Vec<Report> {
-    let world = match ops::world(ec2, p).await {
-        Ok(w) => w,
-        Err(e) if !t.strict => {
-            eprintln!("pass: {e}");
-            return Vec::new();
-        }
-        Err(e) => panic!("{e}"),
-    };
-    let reports = observe(p, &world, &Goal::from_engine(&d.engine), &Outcomes::new());
-    for r in &reports {
+    let passed =
+        crate::aws::pass::pass(ec2, p, &Goal::from_engine(&d.engine), &Outcomes::new()).await;
+    let errors: Vec<&Report> = passed
+        .reports
+        .iter()
+        .filter(|r| matches!(r, Report::Error(m) if !m.contains("out of band")))
+        .collect();
+    if t.strict {
+        assert_eq!(passed.outage, None);
+        assert!(errors.is_empty(), "{errors:?}");
+    } else if passed.outage.is_some() || !errors.is_empty() {
+        eprintln!("pass: {:?} {errors:?}", passed.outage);
+    }
+    for r in &passed.reports {
         if let Report::Event { event, .. } = r {
             d.handle(event.clone());
         }
     }
-    for op in reconcile(p, &world, &Goal::from_engine(&d.engine)) {
-        match ops::apply(ec2, p, &world, &op).await {
-            Ok(()) => {}
-            Err(e) if !t.strict => eprintln!("pass: {op:?}: {e}"),
-            Err(e) => panic!("{op:?}: {e}"),
-        }
-    }
-    reports
+    passed.reports
 }
 
 /// Passes until `done` holds, or the target's deadline.
@@ -421,6 +416,9 @@ pub(super) async fn cancel_terminates_every_instance(t: &Target, p: &Plan, ec2: 
     assert_eq!(world.instances.len(), 3);
     assert!(live_ids(&world).is_empty());
     assert!(world.network.is_none());
+    // And the backend hears that nothing is left.
+    let last = pass(t, ec2, p, &mut d).await;
+    assert!(last.contains(&Report::Settled), "{last:?}");
 }
 
 pub(super) async fn an_instance_terminated_out_of_band_is_a_lost_node(
