@@ -3,6 +3,10 @@
 //! ([`observe`]), carry out what the engine's state asks ([`reconcile`]),
 //! and say when everything is gone ([`Report::Settled`]).
 //!
+//! A launch EC2 has no room for (capacity, a quota) leaves its task
+//! PENDING (`TaskQueued`) with EC2's message, and is asked again on the
+//! next pass.
+//!
 //! The pass works from the goal it is given; events it reports reach the
 //! engine through the supervisor, and the next pass works from the goal
 //! that follows. A call that fails is reported and asked again on a later
@@ -14,16 +18,18 @@ use super::node::Outcomes;
 use super::observe::observe;
 use super::ops;
 use super::plan::Plan;
-use super::reconcile::{reconcile, settled};
+use super::reconcile::{Op, reconcile, settled};
+use super::retry;
 use crate::backend::Report;
 use crate::k8s::goal::Goal;
+use crate::policy::Event;
 
 /// Whether an error means EC2 is out of reach, rather than refusing one
 /// call.
 pub fn is_outage(e: &Error) -> bool {
     match e {
         Error::Unreachable { .. } => true,
-        Error::Api { status, .. } => *status >= 500,
+        Error::Api { status, code, .. } => *status >= 500 && !retry::is_capacity(code),
         _ => false,
     }
 }
@@ -59,7 +65,7 @@ pub async fn pass(ec2: &Ec2, plan: &Plan, goal: &Goal, outcomes: &Outcomes) -> P
             if is_outage(&e) {
                 out.outage = Some(e.to_string());
             } else {
-                out.reports.push(Report::Error(e.to_string()));
+                out.reports.extend(refused(plan, op, &e));
             }
         }
     }
@@ -67,4 +73,28 @@ pub async fn pass(ec2: &Ec2, plan: &Plan, goal: &Goal, outcomes: &Outcomes) -> P
         out.reports.push(Report::Settled);
     }
     out
+}
+
+/// What the supervisor hears of an operation EC2 refused.
+pub fn refused(plan: &Plan, op: &Op, e: &Error) -> Vec<Report> {
+    match op {
+        Op::Launch {
+            task,
+            rank,
+            attempt,
+        } if e.code().is_some_and(retry::is_capacity) => vec![
+            Report::Event {
+                event: Event::TaskQueued {
+                    task: *task,
+                    attempt: *attempt,
+                },
+                at_ms: None,
+            },
+            Report::Error(format!(
+                "{}-{rank} waits for EC2: {e}",
+                plan.spec.tasks.get(*task).map_or("?", |t| t.name.as_str())
+            )),
+        ],
+        _ => vec![Report::Error(e.to_string())],
+    }
 }

@@ -51,6 +51,21 @@ const CREDENTIALS: &[&str] = &[
     "Blocked",
 ];
 
+/// Codes that mean EC2 has no room for a launch now (capacity, quotas):
+/// the task waits (PENDING) and the launch is asked again.
+const CAPACITY: &[&str] = &[
+    "InsufficientInstanceCapacity",
+    "InsufficientCapacity",
+    "InstanceLimitExceeded",
+    "VcpuLimitExceeded",
+    "MaxSpotInstanceCountExceeded",
+    "InsufficientFreeAddressesInSubnet",
+];
+
+pub fn is_capacity(code: &str) -> bool {
+    CAPACITY.contains(&code)
+}
+
 pub fn is_throttling(code: &str) -> bool {
     THROTTLING.contains(&code)
 }
@@ -62,6 +77,9 @@ pub fn is_credentials(code: &str) -> bool {
 pub fn is_transient(e: &Error) -> bool {
     match e {
         Error::Unreachable { .. } => true,
+        // No capacity is answered with a 5xx, but asking again at once
+        // will not help: the next pass asks again.
+        Error::Api { code, .. } if is_capacity(code) => false,
         Error::Api { status, code, .. } => {
             *status >= 500
                 || *status == 429
@@ -133,6 +151,7 @@ mod tests {
         assert!(!is_transient(&api(401, "AuthFailure")));
         assert!(!is_transient(&api(400, "InstanceLimitExceeded")));
         assert!(is_credentials("AuthFailure"));
+        assert!(!is_transient(&api(500, "InsufficientInstanceCapacity")));
     }
 
     #[test]

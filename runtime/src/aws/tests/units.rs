@@ -559,3 +559,49 @@ fn every_node_gets_the_groups_hosts_once_all_have_addresses() {
         "10.0.0.0 trainer-0.g\n10.0.0.1 trainer-1.g\n10.0.9.9 buffer-0.g\n"
     );
 }
+
+#[test]
+fn a_launch_without_capacity_leaves_its_task_pending() {
+    use crate::aws::client::Error;
+    use crate::aws::pass::refused;
+    let p = plan(GROUP, "r1");
+    let mut d = Driven::start(&p);
+    let launch = Op::Launch {
+        task: BUFFER,
+        rank: 0,
+        attempt: 0,
+    };
+    let no_room = Error::Api {
+        action: "RunInstances".into(),
+        status: 500,
+        code: "InsufficientInstanceCapacity".into(),
+        message: "We currently do not have sufficient m6i.2xlarge capacity".into(),
+        request_id: None,
+    };
+    let reports = refused(&p, &launch, &no_room);
+    assert_eq!(
+        reports[1],
+        Report::Error(
+            "buffer-0 waits for EC2: EC2 refused RunInstances: InsufficientInstanceCapacity: \
+             We currently do not have sufficient m6i.2xlarge capacity (HTTP 500)"
+                .into()
+        )
+    );
+    feed(&mut d, &reports);
+    assert_eq!(d.engine.task_status(BUFFER), Status::Pending);
+    assert_eq!(d.engine.task_status(TRAINER), Status::Starting);
+    // Any other refusal is shown, and changes nothing.
+    let bad = Error::Api {
+        action: "RunInstances".into(),
+        status: 400,
+        code: "InvalidAMIID.NotFound".into(),
+        message: String::new(),
+        request_id: None,
+    };
+    assert_eq!(
+        refused(&p, &launch, &bad),
+        vec![Report::Error(
+            "EC2 refused RunInstances: InvalidAMIID.NotFound (HTTP 400)".into()
+        )]
+    );
+}
