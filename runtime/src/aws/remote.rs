@@ -2,15 +2,14 @@
 //! (over SSH, DESIGN.md "The AWS runtime") to deliver its `hosts` and
 //! secrets and to read its files, and how the answers are read.
 //!
-//! Every remote script is fixed text; the only values in it are numbers
-//! the runtime formats and secret names that are shell variable names
-//! (quoted all the same). Contents travel on standard input, answers as
+//! Every remote script is fixed text; the only values in it are the
+//! node's directory (the spec's `node_dir`), numbers the runtime formats
+//! and secret names that are shell variable names, each quoted. Contents travel on standard input, answers as
 //! base64 on one line each, so no byte of a file or a secret is ever
 //! parsed by a shell.
 
 use super::node::NodeFiles;
 use base64::Engine as _;
-use skyc_targets::cloud::NODE_DIR;
 use skyc_targets::slurm::{is_variable_name, quote};
 use std::path::Path;
 
@@ -29,25 +28,25 @@ pub struct Command {
     pub stdin: Vec<u8>,
 }
 
-/// Writes the `hosts` file atomically (the agent may read it any time).
-pub fn deliver_hosts(hosts: &str) -> Command {
+/// Writes the `hosts` file of the node directory `dir` atomically (the
+/// agent may read it any time).
+pub fn deliver_hosts(dir: &str, hosts: &str) -> Command {
+    let tmp = quote(&format!("{dir}/hosts.tmp"));
+    let path = quote(&format!("{dir}/hosts"));
     Command {
-        script: format!(
-            "umask 077 && cat > {d}/hosts.tmp && mv -f {d}/hosts.tmp {d}/hosts",
-            d = NODE_DIR
-        ),
+        script: format!("umask 077 && cat > {tmp} && mv -f {tmp} {path}"),
         stdin: hosts.as_bytes().to_vec(),
     }
 }
 
 /// Writes one secret's value (the file's bytes exactly), atomically;
 /// `None` for a name that is not a variable name (the build refuses those).
-pub fn deliver_secret(name: &str, value: &[u8]) -> Option<Command> {
+pub fn deliver_secret(dir: &str, name: &str, value: &[u8]) -> Option<Command> {
     if !is_variable_name(name) {
         return None;
     }
-    let path = quote(&format!("{NODE_DIR}/secrets/{name}"));
-    let tmp = quote(&format!("{NODE_DIR}/secrets/.{name}.tmp"));
+    let path = quote(&format!("{dir}/secrets/{name}"));
+    let tmp = quote(&format!("{dir}/secrets/.{name}.tmp"));
     Some(Command {
         script: format!("umask 077 && cat > {tmp} && mv -f {tmp} {path}"),
         stdin: value.to_vec(),
@@ -56,15 +55,16 @@ pub fn deliver_secret(name: &str, value: &[u8]) -> Option<Command> {
 
 /// Reads the node's state: the tail of `status` and both exit files, one
 /// line each, `NAME BASE64` (a missing file has no line).
-pub fn read_files() -> Command {
+pub fn read_files(dir: &str) -> Command {
     Command {
         script: format!(
-            "cd {NODE_DIR} 2>/dev/null || exit 0\n\
+            "cd {} 2>/dev/null || exit 0\n\
              [ -e status ] && printf 'status %s\\n' \"$(tail -c {STATUS_TAIL_BYTES} status | base64 -w0)\"\n\
              for f in setup.exit run.exit; do\n  \
                [ -e \"$f\" ] && printf '%s %s\\n' \"$f\" \"$(base64 -w0 < \"$f\")\"\n\
              done\n\
-             exit 0"
+             exit 0",
+            quote(dir)
         ),
         stdin: Vec::new(),
     }
@@ -109,13 +109,13 @@ impl Log {
 
 /// Reads a log from byte `offset` (what the runtime has already), at most
 /// [`LOG_CHUNK_BYTES`]: `SIZE BASE64`, the file's size then the bytes.
-pub fn read_log(log: Log, offset: u64) -> Command {
+pub fn read_log(dir: &str, log: Log, offset: u64) -> Command {
     Command {
         script: format!(
-            "f={NODE_DIR}/{file}\n\
+            "f={path}\n\
              [ -e \"$f\" ] || {{ echo 0; exit 0; }}\n\
              printf '%s %s\\n' \"$(wc -c < \"$f\")\" \"$(tail -c +{start} \"$f\" | head -c {LOG_CHUNK_BYTES} | base64 -w0)\"",
-            file = log.file(),
+            path = quote(&format!("{dir}/{}", log.file())),
             start = offset + 1,
         ),
         stdin: Vec::new(),
@@ -188,13 +188,11 @@ mod tests {
     use super::*;
     use std::process::Stdio;
 
-    /// Runs a command's script as `sh -c` would on the node, with the
-    /// node's directory moved to `dir`.
-    fn run(command: &Command, dir: &Path) -> String {
-        let script = command.script.replace(NODE_DIR, &dir.display().to_string());
+    /// Runs a command's script as `sh -c` would on the node.
+    fn run(command: &Command) -> String {
         let mut child = std::process::Command::new("sh")
             .arg("-c")
-            .arg(script)
+            .arg(&command.script)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -211,8 +209,13 @@ mod tests {
         String::from_utf8(out.stdout).unwrap()
     }
 
+    fn d(dir: &Path) -> String {
+        dir.display().to_string()
+    }
+
     fn node_dir(name: &str) -> std::path::PathBuf {
-        let dir = std::env::temp_dir().join(format!("skyc-remote-{name}-{}", std::process::id()));
+        // A space in the path: it must be quoted everywhere.
+        let dir = std::env::temp_dir().join(format!("skyc remote-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("secrets")).unwrap();
         dir
@@ -221,11 +224,14 @@ mod tests {
     #[test]
     fn files_are_read_whatever_they_hold() {
         let dir = node_dir("read");
-        assert_eq!(parse_files(&run(&read_files(), &dir)), NodeFiles::default());
+        assert_eq!(
+            parse_files(&run(&read_files(&d(&dir)))),
+            NodeFiles::default()
+        );
         let hostile = "1.0 agent start\n2.0 setup start $(touch x) `y` '\"\n";
         std::fs::write(dir.join("status"), hostile).unwrap();
         std::fs::write(dir.join("setup.exit"), "0\n").unwrap();
-        let files = parse_files(&run(&read_files(), &dir));
+        let files = parse_files(&run(&read_files(&d(&dir))));
         assert_eq!(files.status, hostile);
         assert_eq!(files.setup_exit.as_deref(), Some("0\n"));
         assert_eq!(files.run_exit, None);
@@ -233,7 +239,7 @@ mod tests {
         // Only the tail of a long status file.
         let long = "9.0 run start\n".repeat(1000);
         std::fs::write(dir.join("status"), &long).unwrap();
-        let files = parse_files(&run(&read_files(), &dir));
+        let files = parse_files(&run(&read_files(&d(&dir))));
         assert_eq!(files.status.len() as u64, STATUS_TAIL_BYTES);
         assert!(long.ends_with(&files.status));
     }
@@ -241,36 +247,36 @@ mod tests {
     #[test]
     fn hosts_and_secrets_are_delivered_byte_for_byte() {
         let dir = node_dir("deliver");
-        run(&deliver_hosts("10.0.0.1 a-0.g\n"), &dir);
+        run(&deliver_hosts(&d(&dir), "10.0.0.1 a-0.g\n"));
         assert_eq!(
             std::fs::read_to_string(dir.join("hosts")).unwrap(),
             "10.0.0.1 a-0.g\n"
         );
         let value = b"p@ss 'word' $(rm -rf /) \n\0tail";
-        run(&deliver_secret("TOKEN", value).unwrap(), &dir);
+        run(&deliver_secret(&d(&dir), "TOKEN", value).unwrap());
         assert_eq!(std::fs::read(dir.join("secrets/TOKEN")).unwrap(), value);
-        assert_eq!(deliver_secret("../etc/passwd", b"x"), None);
-        assert_eq!(deliver_secret("A B", b"x"), None);
+        assert_eq!(deliver_secret("/x", "../etc/passwd", b"x"), None);
+        assert_eq!(deliver_secret("/x", "A B", b"x"), None);
     }
 
     #[test]
     fn logs_are_read_from_an_offset() {
         let dir = node_dir("log");
         assert_eq!(
-            parse_log(&run(&read_log(Log::Run, 0), &dir)),
+            parse_log(&run(&read_log(&d(&dir), Log::Run, 0))),
             Some((0, vec![]))
         );
         std::fs::write(dir.join("run.log"), b"line 1\nline 2\n").unwrap();
         assert_eq!(
-            parse_log(&run(&read_log(Log::Run, 0), &dir)),
+            parse_log(&run(&read_log(&d(&dir), Log::Run, 0))),
             Some((14, b"line 1\nline 2\n".to_vec()))
         );
         assert_eq!(
-            parse_log(&run(&read_log(Log::Run, 7), &dir)),
+            parse_log(&run(&read_log(&d(&dir), Log::Run, 7))),
             Some((14, b"line 2\n".to_vec()))
         );
         assert_eq!(
-            parse_log(&run(&read_log(Log::Run, 14), &dir)),
+            parse_log(&run(&read_log(&d(&dir), Log::Run, 14))),
             Some((14, vec![]))
         );
         assert_eq!(parse_log("garbage"), None);
@@ -283,7 +289,7 @@ mod tests {
             dir: "/s".into(),
             user: "ubuntu".into(),
         };
-        let argv = ssh.argv("10.0.0.5", &deliver_hosts(""));
+        let argv = ssh.argv("10.0.0.5", &deliver_hosts("/var/lib/skyc", ""));
         assert_eq!(argv[0], "ssh");
         assert!(argv.contains(&"StrictHostKeyChecking=accept-new".to_owned()));
         assert!(argv.contains(&"UserKnownHostsFile=/s/known_hosts".to_owned()));
@@ -299,7 +305,7 @@ mod tests {
             .unwrap();
         assert_eq!(
             String::from_utf8(printed.stdout).unwrap(),
-            deliver_hosts("").script
+            deliver_hosts("/var/lib/skyc", "").script
         );
     }
 }
