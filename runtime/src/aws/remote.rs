@@ -10,8 +10,13 @@
 
 use super::node::NodeFiles;
 use base64::Engine as _;
+use rustix::process::{Pid, Signal, kill_process};
 use skyc_targets::slurm::{is_variable_name, quote};
+use std::io::Write as _;
 use std::path::Path;
+use std::process::Stdio;
+use std::sync::mpsc;
+use std::time::Duration;
 
 /// How much of the `status` file is read each time: its last lines say
 /// where the node is.
@@ -139,20 +144,55 @@ pub fn parse_log(out: &str) -> Option<(u64, Vec<u8>)> {
 pub struct Ssh {
     /// The run's private key (in the group's directory, mode 0600).
     pub key: String,
-    /// Where the run's `known_hosts` and connection sockets live.
+    /// Where the run's `known_hosts` and connection sockets live (short:
+    /// a socket's path holds at most 107 bytes).
     pub dir: String,
-    /// The image's login user (`ubuntu` on the default images).
+    /// The image's login user (`ubuntu` on the default images); commands
+    /// run through `sudo` unless it is `root`.
     pub user: String,
+    /// The SSH port, when not 22.
+    pub port: Option<u16>,
 }
 
+/// Why a command on a node did not run to success.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RemoteError {
+    /// `ssh` could not reach or log in to the node (its exit status 255).
+    Unreachable(String),
+    /// The command ran and failed.
+    Failed { code: Option<i32>, stderr: String },
+    /// No answer in time; `ssh` was killed.
+    Timeout(Duration),
+    /// `ssh` itself cannot run.
+    Spawn(String),
+}
+
+impl std::fmt::Display for RemoteError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RemoteError::Unreachable(why) => write!(f, "cannot reach the node: {why}"),
+            RemoteError::Failed { code, stderr } => {
+                write!(f, "a command on the node failed")?;
+                if let Some(c) = code {
+                    write!(f, " (exit {c})")?;
+                }
+                if !stderr.is_empty() {
+                    write!(f, ": {stderr}")?;
+                }
+                Ok(())
+            }
+            RemoteError::Timeout(t) => write!(f, "no answer from the node in {} s", t.as_secs()),
+            RemoteError::Spawn(why) => write!(f, "cannot run ssh: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for RemoteError {}
+
 impl Ssh {
-    /// The `ssh` argument vector that runs `command` on the node at
-    /// `address` as root. One multiplexed connection per node is kept
-    /// for a minute after its last use; host keys are learnt on first
-    /// contact into the run's own file (each instance is new).
-    pub fn argv(&self, address: &str, command: &Command) -> Vec<String> {
+    fn options(&self) -> Vec<String> {
         let dir = Path::new(&self.dir);
-        let mut argv: Vec<String> = vec!["ssh".into()];
+        let mut argv: Vec<String> = Vec::new();
         for (k, v) in [
             ("BatchMode", "yes".to_owned()),
             ("IdentitiesOnly", "yes".to_owned()),
@@ -172,21 +212,94 @@ impl Ssh {
             argv.push("-o".into());
             argv.push(format!("{k}={v}"));
         }
+        if let Some(port) = self.port {
+            argv.push("-p".into());
+            argv.push(port.to_string());
+        }
         argv.push("-i".into());
         argv.push(self.key.clone());
+        argv
+    }
+
+    /// The `ssh` argument vector that runs `command` on the node at
+    /// `address` as root. One multiplexed connection per node is kept
+    /// for a minute after its last use; host keys are learnt on first
+    /// contact into the run's own file (each instance is new).
+    pub fn argv(&self, address: &str, command: &Command) -> Vec<String> {
+        let mut argv: Vec<String> = vec!["ssh".into()];
+        argv.extend(self.options());
         argv.push(format!("{}@{address}", self.user));
         argv.push("--".into());
         // ssh joins its arguments into one line for the remote shell:
         // one argument, quoted once for it.
-        argv.push(format!("sudo -n sh -c {}", quote(&command.script)));
+        let sudo = if self.user == "root" { "" } else { "sudo -n " };
+        argv.push(format!("{sudo}sh -c {}", quote(&command.script)));
         argv
+    }
+
+    /// Runs `command` on the node at `address`; its standard output.
+    /// Blocks, at most `timeout` (then `ssh` is killed).
+    pub fn run(
+        &self,
+        address: &str,
+        command: &Command,
+        timeout: Duration,
+    ) -> Result<String, RemoteError> {
+        let argv = self.argv(address, command);
+        let mut child = std::process::Command::new(&argv[0])
+            .args(&argv[1..])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| RemoteError::Spawn(e.to_string()))?;
+        let stdin = child.stdin.take();
+        let input = command.stdin.clone();
+        // Written from a thread: a large input and a large output must
+        // not wait for each other.
+        let writer = std::thread::spawn(move || {
+            if let Some(mut pipe) = stdin {
+                let _ = pipe.write_all(&input);
+            }
+        });
+        let pid = child.id();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || tx.send(child.wait_with_output()));
+        let out = match rx.recv_timeout(timeout) {
+            Ok(out) => out.map_err(|e| RemoteError::Spawn(e.to_string()))?,
+            Err(_) => {
+                if let Some(pid) = i32::try_from(pid).ok().and_then(Pid::from_raw) {
+                    let _ = kill_process(pid, Signal::KILL);
+                }
+                let _ = rx.recv();
+                let _ = writer.join();
+                return Err(RemoteError::Timeout(timeout));
+            }
+        };
+        let _ = writer.join();
+        let stderr = String::from_utf8_lossy(&out.stderr).trim().to_owned();
+        match out.status.code() {
+            Some(0) => Ok(String::from_utf8_lossy(&out.stdout).into_owned()),
+            Some(255) => Err(RemoteError::Unreachable(stderr)),
+            code => Err(RemoteError::Failed { code, stderr }),
+        }
+    }
+
+    /// Ends the node's shared connection, if one is open.
+    pub fn close(&self, address: &str) {
+        let _ = std::process::Command::new("ssh")
+            .args(self.options())
+            .args(["-O", "exit", &format!("{}@{address}", self.user)])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::process::Stdio;
 
     /// Runs a command's script as `sh -c` would on the node.
     fn run(command: &Command) -> String {
@@ -197,7 +310,6 @@ mod tests {
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
-        use std::io::Write as _;
         child
             .stdin
             .take()
@@ -288,6 +400,7 @@ mod tests {
             key: "/s/key".into(),
             dir: "/s".into(),
             user: "ubuntu".into(),
+            port: None,
         };
         let argv = ssh.argv("10.0.0.5", &deliver_hosts("/var/lib/skyc", ""));
         assert_eq!(argv[0], "ssh");

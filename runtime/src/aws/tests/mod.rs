@@ -6,6 +6,7 @@
 mod e2e;
 mod moto;
 mod scenarios;
+mod ssh;
 mod units;
 
 use super::plan::Plan;
