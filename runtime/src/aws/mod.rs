@@ -16,8 +16,8 @@
 //!   of the loop (world, reports, operations), what the backend runs;
 //! - [`node`] and [`remote`]: the data plane's pure half (a node's files
 //!   to its outcome, the hosts file, the commands run on a node over SSH
-//!   and how their answers are read); the transport itself is not wired
-//!   yet.
+//!   and how their answers are read, through OpenSSH's client); the
+//!   backend does not drive them yet.
 
 pub mod client;
 pub mod config;
