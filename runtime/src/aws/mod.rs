@@ -21,6 +21,7 @@
 
 pub mod client;
 pub mod config;
+pub mod data;
 pub mod node;
 pub mod observe;
 pub mod ops;

@@ -7,6 +7,7 @@ mod e2e;
 mod moto;
 mod scenarios;
 mod ssh;
+mod standin;
 mod units;
 
 use super::plan::Plan;
