@@ -20,6 +20,7 @@ use crate::aws::query;
 use crate::aws::remote::Ssh;
 use crate::aws::response::State;
 use crate::aws::sigv4::Credentials;
+use crate::aws::world::{NodeKey, World};
 use crate::backend::Report;
 use crate::k8s::goal::Goal;
 use crate::policy::{Event, Status, Timer};
@@ -67,15 +68,6 @@ fn ready() -> Option<String> {
     }
 }
 
-fn plan(run: &str) -> Plan {
-    let yaml = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../examples/train-eval.yaml"
-    ))
-    .unwrap();
-    super::plan(&yaml, run)
-}
-
 async fn user_data(ec2: &Ec2, id: &str) -> String {
     let mut q = query::action("DescribeInstanceAttribute");
     q.push(("InstanceId".into(), id.to_owned()));
@@ -95,38 +87,248 @@ async fn user_data(ec2: &Ec2, id: &str) -> String {
     .unwrap()
 }
 
-#[test]
-fn the_example_group_succeeds_on_stand_in_machines() {
-    let Some(endpoint) = ready() else { return };
-    let run = format!("standin-{}", std::process::id());
-    let p = plan(&run);
-    // Short: the SSH connection sockets live here.
-    let dir = PathBuf::from(format!("/tmp/skyc-si-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let machines = Machines { dir: dir.join("m") };
-    let key = dir.join("key");
-    assert!(
-        Command::new("ssh-keygen")
-            .args(["-q", "-t", "ed25519", "-N", "", "-f"])
-            .arg(&key)
-            .status()
-            .unwrap()
-            .success()
-    );
-    let settings = Settings {
-        profile: "default".into(),
-        credentials: Credentials {
-            access_key_id: "AKIDSKYCTEST".into(),
-            secret_access_key: "skyc-test-secret".into(),
-            session_token: None,
-        },
-        credentials_source: "the test".into(),
-        region: None,
-        endpoint: Some(endpoint),
-    };
-    let ec2 = Ec2::new(&settings, Some(&p.region), Tuning::default()).unwrap();
-    let mut data = DataPlane::new(
+/// The supervisor's loop around a group on stand-in machines, one step at
+/// a time, with what it needs to start again as a new supervisor would.
+struct Harness {
+    /// Held while the harness lives: machines share one bridge, so the
+    /// tests that make them (each its own process) run one at a time.
+    _serial: std::fs::File,
+    p: Plan,
+    dir: PathBuf,
+    machines: Machines,
+    key: PathBuf,
+    settings: Settings,
+    ec2: Ec2,
+    data: DataPlane,
+    d: Driven,
+    /// Machine name (instance id) to its address.
+    up: BTreeMap<String, String>,
+    due: Vec<(Instant, Timer)>,
+    seen_timers: usize,
+    errors: BTreeSet<String>,
+    settled: bool,
+    rt: tokio::runtime::Runtime,
+}
+
+impl Harness {
+    fn new(name: &str, yaml: &str) -> Option<Harness> {
+        let endpoint = ready()?;
+        let serial = std::fs::File::create("/tmp/skyc-standin.lock").unwrap();
+        rustix::fs::flock(&serial, rustix::fs::FlockOperation::LockExclusive).unwrap();
+        let p = super::plan(yaml, &format!("{name}-{}", std::process::id()));
+        // Short: the SSH connection sockets live here.
+        let dir = PathBuf::from(format!("/tmp/skyc-si-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let key = dir.join("key");
+        assert!(
+            Command::new("ssh-keygen")
+                .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+                .arg(&key)
+                .status()
+                .unwrap()
+                .success()
+        );
+        let settings = Settings {
+            profile: "default".into(),
+            credentials: Credentials {
+                access_key_id: "AKIDSKYCTEST".into(),
+                secret_access_key: "skyc-test-secret".into(),
+                session_token: None,
+            },
+            credentials_source: "the test".into(),
+            region: None,
+            endpoint: Some(endpoint),
+        };
+        let ec2 = Ec2::new(&settings, Some(&p.region), Tuning::default()).unwrap();
+        let data = data_plane(&dir, &key);
+        let d = Driven::start(&p);
+        Some(Harness {
+            _serial: serial,
+            machines: Machines { dir: dir.join("m") },
+            p,
+            dir,
+            key,
+            settings,
+            ec2,
+            data,
+            d,
+            up: BTreeMap::new(),
+            due: Vec::new(),
+            seen_timers: 0,
+            errors: BTreeSet::new(),
+            settled: false,
+            rt: tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap(),
+        })
+    }
+
+    fn world(&self) -> World {
+        self.rt.block_on(ops::world(&self.ec2, &self.p)).unwrap()
+    }
+
+    fn instance_id(&self, task: usize, rank: u32, attempt: u32) -> Option<String> {
+        self.world()
+            .instance(
+                &self.p,
+                NodeKey {
+                    task,
+                    rank,
+                    attempt,
+                },
+            )
+            .map(|i| i.id.clone())
+    }
+
+    /// One pass: timers due, machines following the instances, the data
+    /// plane, the control plane, the engine hearing what they report.
+    fn step(&mut self) {
+        for timer in &self.d.timers[self.seen_timers..] {
+            let after = match timer {
+                Timer::AuxiliaryDelay(task) => self.p.spec.tasks[*task].termination_delay,
+                Timer::Kill { .. } => self.p.spec.grace,
+            };
+            self.due.push((Instant::now() + after, *timer));
+        }
+        self.seen_timers = self.d.timers.len();
+        let now = Instant::now();
+        let fired: Vec<Timer> = self
+            .due
+            .iter()
+            .filter(|(at, _)| *at <= now)
+            .map(|(_, t)| *t)
+            .collect();
+        for timer in fired {
+            self.d.handle(Event::TimerFired(timer));
+        }
+        self.due.retain(|(at, _)| *at > now);
+
+        let goal = Goal::from_engine(&self.d.engine);
+        let world = self.world();
+        for i in &world.instances {
+            let running = i.state == Some(State::Running);
+            if running && !self.up.contains_key(&i.id) {
+                let ud = self.dir.join(format!("{}.user-data", i.id));
+                std::fs::write(&ud, self.rt.block_on(user_data(&self.ec2, &i.id))).unwrap();
+                let ip = i.private_ip.clone().unwrap();
+                let ok = Command::new(STANDIN)
+                    .arg("up")
+                    .arg(&self.machines.dir)
+                    .arg(&i.id)
+                    .arg(&ip)
+                    .arg(&ud)
+                    .arg(self.key.with_extension("pub"))
+                    .status()
+                    .unwrap()
+                    .success();
+                assert!(ok, "scripts/standin up {}", i.id);
+                self.up.insert(i.id.clone(), ip);
+            } else if !running && let Some(ip) = self.up.remove(&i.id) {
+                self.data.ssh.close(&ip);
+                Command::new(STANDIN)
+                    .arg("down")
+                    .arg(&self.machines.dir)
+                    .arg(&i.id)
+                    .status()
+                    .unwrap();
+            }
+        }
+        let (outcomes, errs) = self.data.step(&self.p, &world, &goal);
+        self.errors.extend(errs);
+        let passed = self.rt.block_on(pass(&self.ec2, &self.p, &goal, outcomes));
+        self.settled = false;
+        for r in passed.reports {
+            match r {
+                Report::Event { event, .. } => self.d.handle(event),
+                Report::Settled => self.settled = true,
+                Report::Error(e) if !e.contains("out of band") => {
+                    self.errors.insert(e);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Steps until `done` holds (at most 90 s).
+    fn until(&mut self, what: &str, done: impl Fn(&Harness) -> bool) {
+        let start = Instant::now();
+        while !done(self) {
+            assert!(
+                start.elapsed() < Duration::from_secs(90),
+                "not {what} after 90 s: {:?}; errors {:?}",
+                self.d.engine,
+                self.errors
+            );
+            self.step();
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Steps until the group has ended and nothing of it is left.
+    fn run_to_the_end(&mut self) {
+        self.until("ended and settled", |h| {
+            h.d.engine.is_finished() && h.settled && h.up.is_empty()
+        });
+        let world = self.world();
+        assert!(
+            world
+                .instances
+                .iter()
+                .all(|i| i.state == Some(State::Terminated)),
+            "{:?}",
+            world.instances
+        );
+        assert!(world.network.is_none());
+    }
+
+    fn log(&self, node: &str) -> String {
+        std::fs::read_to_string(self.dir.join("logs").join(format!("{node}.log")))
+            .unwrap_or_default()
+    }
+
+    /// A new supervisor: the engine as committed (through its stored
+    /// form), a new client and data plane; nothing else is kept.
+    fn restart(&mut self) {
+        let stored = serde_json::to_string(&self.d.engine).unwrap();
+        self.d.engine = serde_json::from_str(&stored).unwrap();
+        self.ec2 = Ec2::new(&self.settings, Some(&self.p.region), Tuning::default()).unwrap();
+        for ip in self.up.values() {
+            self.data.ssh.close(ip);
+        }
+        self.data = data_plane(&self.dir, &self.key);
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        for ip in self.up.values() {
+            self.data.ssh.close(ip);
+        }
+        // Whatever a failed test left: terminated and deleted.
+        let world = self.rt.block_on(ops::world(&self.ec2, &self.p));
+        if let Ok(world) = world {
+            let ids: Vec<String> = world.instances.iter().map(|i| i.id.clone()).collect();
+            let _ = self.rt.block_on(ops::terminate(&self.ec2, &ids));
+            if let Some(n) = &world.network {
+                let _ = self
+                    .rt
+                    .block_on(ops::delete_network(&self.ec2, &self.p, &n.id));
+            }
+        }
+        let _ = Command::new(STANDIN)
+            .arg("stop")
+            .arg(&self.machines.dir)
+            .status();
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+fn data_plane(dir: &Path, key: &Path) -> DataPlane {
+    DataPlane::new(
         Ssh {
             key: key.display().to_string(),
             dir: dir.display().to_string(),
@@ -136,98 +338,50 @@ fn the_example_group_succeeds_on_stand_in_machines() {
         skyc_targets::cloud::NODE_DIR.to_owned(),
         dir.join("logs"),
         Duration::from_secs(20),
-    );
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let mut d = Driven::start(&p);
-    let mut up: BTreeMap<String, String> = BTreeMap::new();
-    let mut due: Vec<(Instant, Timer)> = Vec::new();
-    let mut seen_timers = 0;
-    let mut errors = BTreeSet::new();
-    let start = Instant::now();
-    rt.block_on(async {
-        loop {
-            assert!(
-                start.elapsed() < Duration::from_secs(120),
-                "the group did not end: {:?}; errors {errors:?}",
-                d.engine
-            );
-            // Timers, as the supervisor fires them (the engine's delays).
-            for timer in &d.timers[seen_timers..] {
-                let after = match timer {
-                    Timer::AuxiliaryDelay(task) => p.spec.tasks[*task].termination_delay,
-                    Timer::Kill { .. } => p.spec.grace,
-                };
-                due.push((Instant::now() + after, *timer));
-            }
-            seen_timers = d.timers.len();
-            let now = Instant::now();
-            for (_, timer) in due.iter().filter(|(at, _)| *at <= now) {
-                d.handle(Event::TimerFired(*timer));
-            }
-            due.retain(|(at, _)| *at > now);
+    )
+}
 
-            let goal = Goal::from_engine(&d.engine);
-            let world = ops::world(&ec2, &p).await.unwrap();
-            // The machines follow the instances.
-            for i in &world.instances {
-                let running = i.state == Some(State::Running);
-                if running && !up.contains_key(&i.id) {
-                    let ud = dir.join(format!("{}.user-data", i.id));
-                    std::fs::write(&ud, user_data(&ec2, &i.id).await).unwrap();
-                    let ip = i.private_ip.clone().unwrap();
-                    let ok = Command::new(STANDIN)
-                        .arg("up")
-                        .arg(&machines.dir)
-                        .arg(&i.id)
-                        .arg(&ip)
-                        .arg(&ud)
-                        .arg(key.with_extension("pub"))
-                        .status()
-                        .unwrap()
-                        .success();
-                    assert!(ok, "scripts/standin up {}", i.id);
-                    up.insert(i.id.clone(), ip);
-                } else if !running && up.contains_key(&i.id) {
-                    data.ssh.close(&up[&i.id]);
-                    Command::new(STANDIN)
-                        .arg("down")
-                        .arg(&machines.dir)
-                        .arg(&i.id)
-                        .status()
-                        .unwrap();
-                    up.remove(&i.id);
-                }
-            }
-            let (outcomes, errs) = data.step(&p, &world, &goal);
-            errors.extend(errs);
-            let passed = pass(&ec2, &p, &goal, outcomes).await;
-            let mut settled = false;
-            for r in passed.reports {
-                match r {
-                    Report::Event { event, .. } => d.handle(event),
-                    Report::Settled => settled = true,
-                    Report::Error(e) => {
-                        errors.insert(e);
-                    }
-                    _ => {}
-                }
-            }
-            if d.engine.is_finished() && settled {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
+const TRAINER: usize = 0;
+
+#[test]
+fn the_example_group_succeeds_on_stand_in_machines() {
+    let yaml = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/train-eval.yaml"
+    ))
+    .unwrap();
+    let Some(mut h) = Harness::new("example", &yaml) else {
+        return;
+    };
+    let trainer0_ip = {
+        h.until("launched", |h| h.instance_id(TRAINER, 0, 0).is_some());
+        let w = h.world();
+        w.instance(
+            &h.p,
+            NodeKey {
+                task: TRAINER,
+                rank: 0,
+                attempt: 0,
+            },
+        )
+        .unwrap()
+        .private_ip
+        .clone()
+        .unwrap()
+    };
+    let mut trainer_done = None;
+    h.until("trainer done", |h| {
+        h.d.engine.task_status(TRAINER) == Status::Succeeded
     });
-    assert_eq!(d.engine.group_status(), Status::Succeeded, "{errors:?}");
-    assert_eq!(d.engine.task_status(0), Status::Succeeded);
-    assert_eq!(d.engine.task_status(1), Status::Cancelled);
-    assert!(errors.is_empty(), "{errors:?}");
-    let log = |name: &str| std::fs::read_to_string(dir.join("logs").join(name)).unwrap();
+    trainer_done.get_or_insert(Instant::now());
+    h.run_to_the_end();
+    // The evaluator ran on for its termination delay (5 s), then ended.
+    assert!(trainer_done.unwrap().elapsed() >= Duration::from_secs(5));
+    assert_eq!(h.d.engine.group_status(), Status::Succeeded);
+    assert_eq!(h.d.engine.task_status(1), Status::Cancelled);
+    assert!(h.errors.is_empty(), "{:?}", h.errors);
     for rank in 0..2 {
-        let trainer = log(&format!("trainer-{rank}.log"));
+        let trainer = h.log(&format!("trainer-{rank}"));
         assert!(
             trainer.contains(&format!("trainer rank {rank}/2 in train-eval"))
                 && trainer.contains("training done"),
@@ -236,35 +390,128 @@ fn the_example_group_succeeds_on_stand_in_machines() {
     }
     // The evaluator found the trainer by its group hostname, at the
     // trainer's instance address, and read its checkpoints.
-    let evaluator = log("evaluator-0.log");
-    let world = rt.block_on(ops::world(&ec2, &p)).unwrap();
-    let trainer0 = world
-        .instance(
-            &p,
-            crate::aws::world::NodeKey {
-                task: 0,
-                rank: 0,
-                attempt: 0,
-            },
-        )
-        .unwrap();
+    let evaluator = h.log("evaluator-0");
     assert!(
         evaluator.contains(&format!(
-            "evaluator: trainer-0.train-eval is at {}",
-            trainer0.private_ip.as_deref().unwrap()
+            "evaluator: trainer-0.train-eval is at {trainer0_ip}"
         )) && evaluator.contains("latest checkpoint:"),
         "{evaluator}"
     );
-    // Nothing outlives the group: every instance terminated, every
-    // machine stopped, the security group deleted.
+}
+
+/// A trainer whose nodes print where they and their peers are, then run
+/// a while; a helper beside it until it ends.
+const LONG: &str = "\
+name: lg
+execution: parallel
+primary_tasks: [trainer]
+---
+name: trainer
+num_nodes: 2
+run: |
+  echo \"rank ${SKYPILOT_NODE_RANK} ips $(echo ${SKYPILOT_NODE_IPS})\"
+  echo \"peer $(getent hosts trainer-1.lg | cut -d' ' -f1)\"
+  sleep 15
+  echo done
+---
+name: helper
+run: sleep 600
+";
+
+#[test]
+fn a_lost_instance_is_replaced_and_the_other_task_untouched() {
+    let Some(mut h) = Harness::new("lost", LONG) else {
+        return;
+    };
+    h.until("running its run", |h| {
+        h.log("trainer-1").contains("rank 1") && h.log("trainer-0").contains("rank 0")
+    });
+    let helper = h.instance_id(1, 0, 0).unwrap();
+    let victim = h.instance_id(TRAINER, 1, 0).unwrap();
+    // Out of band: as EC2 reclaiming a spot instance.
+    let mut q = query::action("TerminateInstances");
+    query::list(&mut q, "InstanceId", &[&victim]);
+    h.rt.block_on(h.ec2.call(&q)).unwrap();
+    h.until("replaced", |h| {
+        h.d.engine.attempt(TRAINER) == 1 && h.log("trainer-1").matches("rank 1").count() == 2
+    });
+    h.run_to_the_end();
+    assert_eq!(h.d.engine.group_status(), Status::Succeeded);
+    assert_eq!(h.d.engine.restarts(TRAINER), (1, 0), "no budget used");
+    assert_eq!(h.d.engine.restarts(1), (0, 0));
+    assert!(h.errors.is_empty(), "{:?}", h.errors);
+    // The helper ran on one instance throughout.
+    let world = h.world();
+    let helpers: Vec<_> = world
+        .instances
+        .iter()
+        .filter(|i| World::key(&h.p, i).is_some_and(|k| k.task == 1))
+        .map(|i| i.id.clone())
+        .collect();
+    assert_eq!(helpers, vec![helper]);
+    // The new nodes have new addresses, and the hostnames follow them.
+    let new1 = world
+        .instance(
+            &h.p,
+            NodeKey {
+                task: TRAINER,
+                rank: 1,
+                attempt: 1,
+            },
+        )
+        .unwrap()
+        .private_ip
+        .clone()
+        .unwrap();
+    let log0 = h.log("trainer-0");
     assert!(
-        world
-            .instances
-            .iter()
-            .all(|i| i.state == Some(State::Terminated))
+        log0.contains(&format!(
+            "peer {new1}
+"
+        )),
+        "{log0}"
     );
-    assert!(world.network.is_none());
-    assert!(up.is_empty(), "machines still up: {up:?}");
-    drop(machines);
-    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(
+        log0.matches("done").count(),
+        1,
+        "attempt 0 was stopped: {log0}"
+    );
+}
+
+#[test]
+fn a_primary_failure_ends_the_group_failed() {
+    let yaml = LONG.replace("  sleep 15\n", "  exit 3\n");
+    let Some(mut h) = Harness::new("fail", &yaml) else {
+        return;
+    };
+    h.run_to_the_end();
+    assert_eq!(h.d.engine.group_status(), Status::Failed);
+    assert_eq!(h.d.engine.task_status(TRAINER), Status::Failed);
+    assert_eq!(h.d.engine.task_status(1), Status::Cancelled);
+    assert!(h.errors.is_empty(), "{:?}", h.errors);
+}
+
+#[test]
+fn cancel_terminates_every_instance() {
+    let Some(mut h) = Harness::new("cancel", LONG) else {
+        return;
+    };
+    h.until("running its run", |h| h.log("trainer-0").contains("rank 0"));
+    h.d.handle(Event::CancelRequested);
+    h.run_to_the_end();
+    assert_eq!(h.d.engine.group_status(), Status::Cancelled);
+    assert!(!h.log("trainer-0").contains("done"));
+}
+
+#[test]
+fn a_new_supervisor_carries_on_and_launches_nothing_twice() {
+    let Some(mut h) = Harness::new("crash", LONG) else {
+        return;
+    };
+    h.until("running its run", |h| h.log("trainer-0").contains("rank 0"));
+    h.restart();
+    h.run_to_the_end();
+    assert_eq!(h.d.engine.group_status(), Status::Succeeded);
+    assert_eq!(h.d.engine.restarts(TRAINER), (0, 0));
+    assert_eq!(h.world().instances.len(), 3, "one instance per node");
 }
