@@ -78,10 +78,10 @@ impl DataPlane {
                 };
                 let name = format!("{}-{rank}", plan.spec.tasks[task].name);
                 match self.node(&instance.id, ip, &name, hosts.as_deref()) {
-                    Ok(Some(outcome)) => {
+                    Ok(outcome) => {
                         self.outcomes.insert(key, outcome);
                     }
-                    Ok(None) | Err(RemoteError::Unreachable(_)) => {}
+                    Err(RemoteError::Unreachable(_)) => {}
                     Err(e) => errors.push(format!("{name} ({}): {e}", instance.id)),
                 }
             }
@@ -95,7 +95,7 @@ impl DataPlane {
         ip: &str,
         name: &str,
         hosts: Option<&str>,
-    ) -> Result<Option<Outcome>, RemoteError> {
+    ) -> Result<Outcome, RemoteError> {
         if let Some(hosts) = hosts
             && self.delivered.get(id).map(String::as_str) != Some(hosts)
         {
@@ -151,6 +151,6 @@ impl DataPlane {
                 }
             }
         }
-        Ok(Some(outcome))
+        Ok(outcome)
     }
 }
