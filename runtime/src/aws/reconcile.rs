@@ -10,9 +10,9 @@
 //!   before it saw the instance) is one instance.
 //! - **Terminate** (EC2's only way to stop a node) every instance that is
 //!   not wanted: of an older attempt, of an attempt that is ending
-//!   (the engine's SIGTERM), of a node the engine no longer waits for, of
-//!   a task that has ended, and all of them on cancel and at the group's
-//!   end. Instances already shutting down or terminated are left alone.
+//!   (the engine's SIGTERM), of a task that has ended, and all of them on
+//!   cancel and at the group's end. A node that has ended keeps its
+//!   instance until its task ends. Instances already shutting down or terminated are left alone.
 //! - **The network** (the run's security group and placement groups) is
 //!   made before the first launch and deleted once the group has ended and
 //!   every instance is terminated (EC2 refuses to delete a group in use).
@@ -98,14 +98,15 @@ pub fn reconcile(plan: &Plan, world: &World, goal: &Goal) -> Vec<Op> {
     ops
 }
 
-/// Whether the instance of `key` should still run.
+/// Whether the instance of `key` should still run: every instance of a
+/// running attempt, also of a node that has ended, as a cluster stays up
+/// until its job ends (what an ended node left running, a server its
+/// peers use, goes on until its task ends).
 fn wanted(goal: &Goal, key: NodeKey) -> bool {
     let Some(tg) = goal.tasks.get(key.task) else {
         return false;
     };
-    tg.want == Want::Run
-        && key.attempt == tg.attempt
-        && tg.live.get(key.rank as usize).copied().unwrap_or(false)
+    tg.want == Want::Run && key.attempt == tg.attempt
 }
 
 /// Everything the run had is gone: once the engine has finished, the

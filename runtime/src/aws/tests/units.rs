@@ -605,3 +605,29 @@ fn a_launch_without_capacity_leaves_its_task_pending() {
         )]
     );
 }
+
+#[test]
+fn an_ended_node_keeps_its_instance_until_its_task_ends() {
+    let p = plan(GROUP, "r1");
+    let (mut d, world) = running(&p);
+    // Rank 0 (say, a server rank 1 still reads from) is done first.
+    d.handle(Event::NodeExited {
+        task: TRAINER,
+        attempt: 0,
+        node: 0,
+        phase: Phase::Run,
+        code: 0,
+    });
+    assert_eq!(reconcile(&p, &world, &Goal::from_engine(&d.engine)), vec![]);
+    d.handle(Event::NodeExited {
+        task: TRAINER,
+        attempt: 0,
+        node: 1,
+        phase: Phase::Run,
+        code: 0,
+    });
+    assert_eq!(
+        terminated(&reconcile(&p, &world, &Goal::from_engine(&d.engine))),
+        vec!["i-000", "i-010"]
+    );
+}
