@@ -38,7 +38,8 @@ pub mod world;
 pub use client::{Ec2, Error, SetupError, Tuning};
 pub use config::{ConfigError, Settings};
 pub use plan::{
-    ATTEMPT_TAG, GROUP_TAG, Plan, PlanError, RANK_TAG, RUN_TAG, TASK_TAG, client_token, valid_run,
+    ATTEMPT_TAG, GROUP_TAG, Plan, PlanError, RANK_TAG, RUN_TAG, SshAccess, TASK_TAG, client_token,
+    valid_run,
 };
 
 #[cfg(test)]

@@ -8,6 +8,9 @@
 //! - `RunInstances` carries the attempt's `ClientToken` and tags, so a
 //!   launch repeated is the same launch.
 //! - `TerminateInstances` of an instance already gone is done.
+//! - With SSH access, the run's key pair is imported (a duplicate is the
+//!   same key) and `tcp/22` opened to the runtime; the key pair goes
+//!   with the security group.
 //! - The security group is deleted once no instance uses it; EC2 answers
 //!   `DependencyViolation` while one still shuts down, and the next pass
 //!   tries again.
@@ -18,6 +21,7 @@ use super::query;
 use super::reconcile::Op;
 use super::response::{self, Instance, SecurityGroup};
 use super::world::{Network, READY_TAG, World};
+use base64::Engine as _;
 
 /// Page size of DescribeInstances (EC2 allows 5 to 1000).
 const PAGE: &str = "200";
@@ -129,6 +133,29 @@ pub async fn ensure_network(ec2: &Ec2, plan: &Plan) -> Result<String, Error> {
             Err(e) => return Err(e),
         }
     }
+    if let Some(ssh) = &plan.ssh {
+        let mut p = query::action("ImportKeyPair");
+        p.push(("KeyName".into(), plan.key_pair()));
+        p.push((
+            "PublicKeyMaterial".into(),
+            base64::engine::general_purpose::STANDARD.encode(ssh.public_key.trim()),
+        ));
+        p.push(("TagSpecification.1.ResourceType".into(), "key-pair".into()));
+        p.push(("TagSpecification.1.Tag.1.Key".into(), RUN_TAG.into()));
+        p.push(("TagSpecification.1.Tag.1.Value".into(), plan.run.clone()));
+        match ec2.call(&p).await {
+            Ok(_) => {}
+            Err(e) if e.code() == Some("InvalidKeyPair.Duplicate") => {}
+            Err(e) => return Err(e),
+        }
+    }
+    if let Some(rule) = plan.authorize_ssh(&id) {
+        match send(ec2, "AuthorizeSecurityGroupIngress", &rule).await {
+            Ok(_) => {}
+            Err(e) if e.code() == Some("InvalidPermission.Duplicate") => {}
+            Err(e) => return Err(e),
+        }
+    }
     let mut p = query::action("CreateTags");
     query::list(&mut p, "ResourceId", &[&id]);
     p.push(("Tag.1.Key".into(), READY_TAG.into()));
@@ -196,6 +223,16 @@ pub async fn delete_network(ec2: &Ec2, plan: &Plan, sg: &str) -> Result<bool, Er
             Ok(_) => {}
             Err(e) if e.code() == Some("InvalidPlacementGroup.Unknown") => {}
             Err(e) if e.code() == Some("InvalidPlacementGroup.InUse") => return Ok(false),
+            Err(e) => return Err(e),
+        }
+    }
+    if plan.ssh.is_some() {
+        // EC2 answers success for a key pair that is not there.
+        let mut p = query::action("DeleteKeyPair");
+        p.push(("KeyName".into(), plan.key_pair()));
+        match ec2.call(&p).await {
+            Ok(_) => {}
+            Err(e) if e.code() == Some("InvalidKeyPair.NotFound") => {}
             Err(e) => return Err(e),
         }
     }

@@ -11,6 +11,7 @@
 //! | placement group | `skyc-{group}-{task}` | `skyc-{group}-{task}-{run}` |
 //! | instance tags | `Name`, `skyc-group`, `skyc-task`, `skyc-rank` | plus `skyc-run`, `skyc-attempt` |
 //! | `ClientToken` | none | [`client_token`] of run, task, rank and attempt |
+//! | key pair (with [`Plan::ssh`]) | none | `skyc-{group}-{run}`, named by every launch, and a `tcp/22` rule from the runtime |
 //!
 //! So a restarted supervisor finds its run's instances by the `skyc-run`
 //! tag, and a `RunInstances` sent again for the same node and attempt
@@ -41,6 +42,21 @@ pub struct Plan {
     pub requests: Vec<(String, Value)>,
     /// Per task, per rank: the `RunInstances` request of the node.
     pub nodes: Vec<Vec<Value>>,
+    /// How the runtime reaches the nodes, when it does (the data plane).
+    #[serde(default)]
+    pub ssh: Option<SshAccess>,
+}
+
+/// The run's SSH access to its nodes: the public half of the key the
+/// runtime made for the run (imported as the run's key pair, named by
+/// every launch), and where the runtime connects from (a `tcp/22` rule of
+/// the run's security group).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SshAccess {
+    /// One OpenSSH public key line (`ssh-ed25519 AAAA... comment`).
+    pub public_key: String,
+    /// An IPv4 CIDR (`203.0.113.7/32`).
+    pub from: String,
 }
 
 /// A spec the runtime cannot run.
@@ -121,7 +137,28 @@ impl Plan {
             spec: group_spec,
             requests,
             nodes,
+            ssh: None,
         })
+    }
+
+    /// The run's key pair (with [`Plan::ssh`]).
+    pub fn key_pair(&self) -> String {
+        format!("skyc-{}-{}", self.group, self.run)
+    }
+
+    /// The rule that lets the runtime reach the nodes' SSH, with
+    /// [`Plan::ssh`].
+    pub fn authorize_ssh(&self, id: &str) -> Option<Value> {
+        let ssh = self.ssh.as_ref()?;
+        Some(json!({
+            "GroupId": id,
+            "IpPermissions": [{
+                "IpProtocol": "tcp",
+                "FromPort": 22,
+                "ToPort": 22,
+                "IpRanges": [{"CidrIp": ssh.from, "Description": "the skyc runtime"}],
+            }],
+        }))
     }
 
     /// The run's security group.
@@ -213,6 +250,9 @@ impl Plan {
         }
         if let Some(name) = r["Placement"]["GroupName"].as_str() {
             r["Placement"]["GroupName"] = json!(self.placement_group(name));
+        }
+        if self.ssh.is_some() {
+            r["KeyName"] = json!(self.key_pair());
         }
         let attempt = attempt.to_string();
         self.tag(&mut r, &[(ATTEMPT_TAG, &attempt)]);

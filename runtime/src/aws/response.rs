@@ -73,6 +73,7 @@ pub struct Instance {
     /// `spot` for spot instances.
     pub lifecycle: Option<String>,
     pub client_token: Option<String>,
+    pub key_name: Option<String>,
     pub tags: BTreeMap<String, String>,
 }
 
@@ -133,6 +134,7 @@ fn instance(node: Node<'_, '_>) -> Instance {
         public_ip: text(node, "ipAddress"),
         lifecycle: text(node, "instanceLifecycle"),
         client_token: text(node, "clientToken"),
+        key_name: text(node, "keyName"),
         tags: tags(node),
     }
 }

@@ -69,4 +69,5 @@ on_aws!(
     an_instance_stopped_out_of_band_is_a_lost_node,
     refusals_are_clear,
     a_network_left_incomplete_is_completed,
+    ssh_access_is_the_runs,
 );

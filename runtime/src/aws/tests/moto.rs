@@ -80,6 +80,7 @@ on_moto!(
     an_instance_stopped_out_of_band_is_a_lost_node,
     refusals_are_clear,
     a_network_left_incomplete_is_completed,
+    ssh_access_is_the_runs,
 );
 
 #[test]

@@ -263,9 +263,12 @@ pub(super) async fn launches_a_groups_instances_from_the_build(t: &Target, p: &P
     drop(d);
 }
 
-/// Terminates whatever a run left and deletes its security group, waiting
-/// for EC2 to let it go (a group in use cannot be deleted).
+/// Terminates whatever a run left and deletes its security group and key
+/// pair, waiting for EC2 to let it go (a group in use cannot be deleted).
 async fn cleanup(t: &Target, ec2: &Ec2, p: &Plan) {
+    let mut q = query::action("DeleteKeyPair");
+    q.push(("KeyName".into(), p.key_pair()));
+    let _ = ec2.call(&q).await;
     let start = Instant::now();
     loop {
         match ops::world(ec2, p).await {
@@ -607,4 +610,55 @@ pub(super) async fn a_network_left_incomplete_is_completed(t: &Target, p: &Plan,
             .any(|n| n.tag_name().name() == "groupId" && n.text() == Some(sg.as_str())),
         "{body}"
     );
+}
+
+/// With SSH access, the run imports its key pair, names it in every
+/// launch, opens `tcp/22` to the runtime, and deletes the key pair with
+/// the security group.
+pub(super) async fn ssh_access_is_the_runs(t: &Target, p: &Plan, ec2: &Ec2) {
+    let dir = std::env::temp_dir().join(format!("skyc-key-{}", p.run));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = dir.join("key");
+    assert!(
+        std::process::Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+            .arg(&key)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let mut p = p.clone();
+    p.ssh = Some(crate::aws::plan::SshAccess {
+        public_key: std::fs::read_to_string(key.with_extension("pub")).unwrap(),
+        from: "203.0.113.7/32".into(),
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    let p = &p;
+    let mut d = running_group(t, ec2, p).await;
+    let world = ops::world(ec2, p).await.unwrap();
+    assert!(
+        world
+            .instances
+            .iter()
+            .all(|i| i.key_name.as_deref() == Some(p.key_pair().as_str())),
+        "{:?}",
+        world.instances
+    );
+    let sg = world.network.unwrap().id;
+    let mut q = query::action("DescribeSecurityGroups");
+    query::list(&mut q, "GroupId", &[&sg]);
+    let body = ec2.call(&q).await.unwrap();
+    assert!(body.contains("<cidrIp>203.0.113.7/32</cidrIp>"), "{body}");
+    let key_pairs = || async {
+        let mut q = query::action("DescribeKeyPairs");
+        query::filters(&mut q, &[("key-name", &[&p.key_pair()])]);
+        ec2.call(&q).await.unwrap()
+    };
+    assert!(key_pairs().await.contains(&p.key_pair()));
+    d.handle(Event::CancelRequested);
+    until(t, ec2, p, &mut d, |d, w| {
+        settled(w, &Goal::from_engine(&d.engine))
+    })
+    .await;
+    assert!(!key_pairs().await.contains(&p.key_pair()));
 }

@@ -170,6 +170,26 @@ fn the_plan_makes_the_builds_requests_the_runs() {
     ] {
         assert!(tags.contains(&json!({"Key": k, "Value": v})), "{k}");
     }
+    // With SSH access: the run's key pair in every launch, port 22 open
+    // to the runtime.
+    let mut with_ssh = p.clone();
+    with_ssh.ssh = Some(crate::aws::plan::SshAccess {
+        public_key: "ssh-ed25519 AAAA k".into(),
+        from: "203.0.113.7/32".into(),
+    });
+    assert_eq!(with_ssh.key_pair(), "skyc-g-r1");
+    assert_eq!(
+        with_ssh.run_instances(TRAINER, 0, 0, "sg-9")["KeyName"],
+        "skyc-g-r1"
+    );
+    assert!(run.get("KeyName").is_none());
+    let ssh_rule = with_ssh.authorize_ssh("sg-9").unwrap();
+    assert_eq!(
+        ssh_rule["IpPermissions"][0]["IpRanges"][0]["CidrIp"],
+        "203.0.113.7/32"
+    );
+    assert_eq!(p.authorize_ssh("sg-9"), None);
+    query::serialize("AuthorizeSecurityGroupIngress", &ssh_rule).unwrap();
     // Every request the runtime sends is one EC2 takes.
     for op in [
         ("CreateSecurityGroup", sg),
