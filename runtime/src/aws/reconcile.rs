@@ -48,8 +48,15 @@ pub fn reconcile(plan: &Plan, world: &World, goal: &Goal) -> Vec<Op> {
         if instance.state.is_some_and(State::is_ending) {
             continue;
         }
-        let wanted =
-            !everything_ends && World::key(plan, instance).is_some_and(|key| wanted(goal, key));
+        // One instance per node's attempt: should EC2 ever show two (a
+        // token EC2 forgot), the one the world counts stays.
+        let wanted = !everything_ends
+            && World::key(plan, instance).is_some_and(|key| {
+                wanted(goal, key)
+                    && world
+                        .instance(plan, key)
+                        .is_some_and(|kept| kept.id == instance.id)
+            });
         if !wanted {
             terminate.push(instance.id.clone());
         }

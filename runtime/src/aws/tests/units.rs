@@ -651,3 +651,18 @@ fn an_ended_node_keeps_its_instance_until_its_task_ends() {
         vec!["i-000", "i-010"]
     );
 }
+
+#[test]
+fn a_second_instance_of_one_attempt_is_terminated() {
+    let p = plan(GROUP, "r1");
+    let (d, mut world) = running(&p);
+    let mut twin = instance(&p, BUFFER, 0, 0, State::Pending);
+    twin.id = "i-twin".into();
+    world.instances.push(twin);
+    assert_eq!(
+        reconcile(&p, &world, &Goal::from_engine(&d.engine)),
+        vec![Op::Terminate {
+            ids: vec!["i-twin".into()]
+        }]
+    );
+}
