@@ -12,6 +12,7 @@
 //! [`backend::Backend`] interface. [`secrets`] gives tasks their secrets on
 //! every target.
 
+pub mod aws;
 pub mod backend;
 pub mod k8s;
 pub mod local;

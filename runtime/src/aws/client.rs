@@ -1,0 +1,354 @@
+//! The EC2 client: a form-encoded POST per call, signed with SigV4, over
+//! the HTTP/1.1 and TLS stack the Kubernetes client already brings
+//! (hyper, rustls with the system's roots). Every try is bounded in time;
+//! transient failures are retried with backoff (see [`super::retry`]).
+//!
+//! The operations the runtime needs are in [`super::ops`]; this is the
+//! transport and the error model.
+
+use super::config::{ConfigError, Settings};
+use super::query;
+use super::response;
+use super::retry::{self, Backoff};
+use super::sigv4::{self, Credentials};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_util::client::legacy::Client as HttpClient;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// The largest answer read (DescribeInstances pages are asked small).
+const MAX_BODY: usize = 16 << 20;
+
+/// Why a call failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Error {
+    /// EC2 answered with an error.
+    Api {
+        action: String,
+        status: u16,
+        code: String,
+        message: String,
+        request_id: Option<String>,
+    },
+    /// No answer: the connection failed, broke, or timed out.
+    Unreachable { endpoint: String, why: String },
+    /// An answer that is not what the API returns.
+    Response { action: String, why: String },
+    /// A request that cannot be sent as it is (its member, and why).
+    Request(String),
+}
+
+impl Error {
+    /// The API's error code, if EC2 answered.
+    pub fn code(&self) -> Option<&str> {
+        match self {
+            Error::Api { code, .. } => Some(code),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Api {
+                action,
+                status,
+                code,
+                message,
+                ..
+            } => {
+                write!(f, "EC2 refused {action}: {code}")?;
+                if !message.is_empty() {
+                    write!(f, ": {message}")?;
+                }
+                write!(f, " (HTTP {status})")?;
+                if retry::is_credentials(code) {
+                    write!(
+                        f,
+                        "; check the AWS credentials (AWS_ACCESS_KEY_ID, AWS_PROFILE, ~/.aws/credentials)"
+                    )?;
+                }
+                Ok(())
+            }
+            Error::Unreachable { endpoint, why } => {
+                write!(f, "cannot reach the EC2 endpoint {endpoint}: {why}")
+            }
+            Error::Response { action, why } => {
+                write!(f, "EC2's answer to {action} cannot be read: {why}")
+            }
+            Error::Request(why) => write!(f, "cannot send {why}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// Time limits, so tests can run them fast.
+#[derive(Clone, Copy, Debug)]
+pub struct Tuning {
+    pub connect_timeout: Duration,
+    /// One try, from sending to the last byte of the answer.
+    pub request_timeout: Duration,
+    pub backoff: Backoff,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Self {
+            connect_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(30),
+            backoff: Backoff::default(),
+        }
+    }
+}
+
+type Https = hyper_rustls::HttpsConnector<HttpConnector>;
+
+/// A client of one region's EC2 endpoint.
+#[derive(Clone)]
+pub struct Ec2 {
+    /// `scheme://authority` (no trailing `/`), for messages.
+    endpoint: String,
+    uri: http::Uri,
+    host: String,
+    path: String,
+    region: String,
+    credentials: Credentials,
+    http: HttpClient<Https, Full<Bytes>>,
+    tuning: Tuning,
+}
+
+impl std::fmt::Debug for Ec2 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ec2")
+            .field("endpoint", &self.endpoint)
+            .field("region", &self.region)
+            .finish_non_exhaustive()
+    }
+}
+
+/// EC2's own endpoint of a region.
+pub fn default_endpoint(region: &str) -> String {
+    let suffix = if region.starts_with("cn-") {
+        "amazonaws.com.cn"
+    } else {
+        "amazonaws.com"
+    };
+    format!("https://ec2.{region}.{suffix}")
+}
+
+/// Why a client cannot be made.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SetupError {
+    Config(ConfigError),
+    /// The endpoint is not an `http(s)://host[:port][/path]` URL.
+    Endpoint(String),
+    /// The system's TLS roots cannot be loaded.
+    Tls(String),
+}
+
+impl std::fmt::Display for SetupError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SetupError::Config(e) => e.fmt(f),
+            SetupError::Endpoint(why) => write!(f, "bad EC2 endpoint: {why}"),
+            SetupError::Tls(why) => write!(f, "cannot load TLS root certificates: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for SetupError {}
+
+impl Ec2 {
+    /// A client for `region` (the spec's; else the configured one) with
+    /// the configured credentials and endpoint.
+    pub fn new(
+        settings: &Settings,
+        region: Option<&str>,
+        tuning: Tuning,
+    ) -> Result<Ec2, SetupError> {
+        let region = settings.region_or(region).map_err(SetupError::Config)?;
+        let endpoint = settings
+            .endpoint
+            .clone()
+            .unwrap_or_else(|| default_endpoint(&region));
+        let uri: http::Uri = endpoint
+            .parse()
+            .map_err(|e| SetupError::Endpoint(format!("`{endpoint}`: {e}")))?;
+        match uri.scheme_str() {
+            Some("http" | "https") => {}
+            _ => {
+                return Err(SetupError::Endpoint(format!(
+                    "`{endpoint}` is not an http:// or https:// URL"
+                )));
+            }
+        }
+        let Some(authority) = uri.authority() else {
+            return Err(SetupError::Endpoint(format!("`{endpoint}` has no host")));
+        };
+        let host = authority.as_str().to_owned();
+        let path = match uri.path() {
+            "" => "/".to_owned(),
+            p => p.to_owned(),
+        };
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_connect_timeout(Some(tuning.connect_timeout));
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_native_roots()
+            .map_err(|e| SetupError::Tls(e.to_string()))?
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
+        let client = HttpClient::builder(TokioExecutor::new()).build(https);
+        Ok(Ec2 {
+            endpoint: format!("{}://{host}", uri.scheme_str().unwrap_or("https")),
+            uri,
+            host,
+            path,
+            region,
+            credentials: settings.credentials.clone(),
+            http: client,
+            tuning,
+        })
+    }
+
+    pub fn region(&self) -> &str {
+        &self.region
+    }
+
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// Calls `params`' action (its first parameter) and returns the
+    /// answer's text, retrying transient failures.
+    pub async fn call(&self, params: &[(String, String)]) -> Result<String, Error> {
+        let backoff = self.tuning.backoff;
+        let mut n = 0;
+        loop {
+            match self.try_once(params).await {
+                Ok(body) => return Ok(body),
+                Err(e) if retry::is_transient(&e) && n + 1 < backoff.tries.max(1) => {
+                    tokio::time::sleep(backoff.delay(n, jitter())).await;
+                    n += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    async fn try_once(&self, params: &[(String, String)]) -> Result<String, Error> {
+        let action = params
+            .iter()
+            .find(|(k, _)| k == "Action")
+            .map_or("", |(_, v)| v.as_str())
+            .to_owned();
+        let body = query::form(params);
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        let amz_date = sigv4::amz_date(now);
+        let content_type = "application/x-www-form-urlencoded; charset=utf-8";
+        let signed = sigv4::sign(
+            &sigv4::Request {
+                method: "POST",
+                host: &self.host,
+                path: &self.path,
+                query: &[],
+                headers: &[("content-type", content_type)],
+                body: body.as_bytes(),
+            },
+            sigv4::Scope {
+                region: &self.region,
+                service: "ec2",
+                amz_date: &amz_date,
+            },
+            &self.credentials,
+        );
+        let mut req = http::Request::post(self.uri.clone())
+            .header(http::header::HOST, &self.host)
+            .header(http::header::CONTENT_TYPE, content_type)
+            .header(
+                http::header::USER_AGENT,
+                concat!("skyc/", env!("CARGO_PKG_VERSION")),
+            );
+        for (k, v) in &signed {
+            req = req.header(k.as_str(), v.as_str());
+        }
+        let req = req
+            .body(Full::new(Bytes::from(body)))
+            .map_err(|e| Error::Request(format!("{action}: {e}")))?;
+        let unreachable = |why: String| Error::Unreachable {
+            endpoint: self.endpoint.clone(),
+            why,
+        };
+        let started = Instant::now();
+        let exchange = async {
+            let resp = self
+                .http
+                .request(req)
+                .await
+                .map_err(|e| unreachable(root_cause(&e)))?;
+            let status = resp.status().as_u16();
+            let bytes = Limited::new(resp.into_body(), MAX_BODY)
+                .collect()
+                .await
+                .map_err(|e| unreachable(format!("the answer broke off: {e}")))?
+                .to_bytes();
+            Ok::<_, Error>((status, bytes))
+        };
+        let (status, bytes) = tokio::time::timeout(self.tuning.request_timeout, exchange)
+            .await
+            .map_err(|_| {
+                unreachable(format!(
+                    "no answer within {} s",
+                    started.elapsed().as_secs()
+                ))
+            })??;
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        if (200..300).contains(&status) {
+            return Ok(text);
+        }
+        match response::error(&text) {
+            Some(e) => Err(Error::Api {
+                action,
+                status,
+                code: e.code,
+                message: e.message,
+                request_id: e.request_id,
+            }),
+            None => Err(Error::Api {
+                action,
+                status,
+                code: String::new(),
+                message: text.chars().take(200).collect(),
+                request_id: None,
+            }),
+        }
+    }
+}
+
+/// The innermost cause of an error ("connection refused").
+fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause = e;
+    while let Some(next) = cause.source() {
+        cause = next;
+    }
+    let text = cause.to_string();
+    if text.is_empty() { e.to_string() } else { text }
+}
+
+/// A number in 0..1 that differs between calls and processes: enough to
+/// spread retries, which is all it is for.
+fn jitter() -> f64 {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let mixed =
+        u64::from(nanos).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(std::process::id());
+    (mixed % 1_000_000) as f64 / 1_000_000.0
+}

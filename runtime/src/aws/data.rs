@@ -1,0 +1,156 @@
+//! The data plane's loop step: for every node whose instance runs, deliver
+//! the group's `hosts` (once complete, again when it changes), follow its
+//! logs into the group's directory, and read how it is doing. Blocking
+//! (OpenSSH's client, one node after another); the backend runs it off
+//! its async thread.
+//!
+//! A node's exit is reported only once its logs have been read to the
+//! end, since the reconciler terminates an ended node's instance.
+//!
+//! Not yet: secrets (the plan does not carry them), the run's key pair
+//! and port-22 rule on EC2, public addresses (the runtime outside the
+//! VPC), and log offsets kept in the store (a new supervisor reads each
+//! log again from its start).
+
+use super::node::{self, Outcome, Outcomes};
+use super::plan::Plan;
+use super::remote::{self, Log, RemoteError, Ssh};
+use super::response::State;
+use super::world::{NodeKey, World};
+use crate::k8s::goal::{Goal, Want};
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub struct DataPlane {
+    pub ssh: Ssh,
+    /// The spec's `node_dir`.
+    pub node_dir: String,
+    /// Where node logs go: `{task}-{rank}.log`, every attempt appended.
+    pub logs: PathBuf,
+    pub timeout: Duration,
+    /// The hosts file each instance has.
+    delivered: HashMap<String, String>,
+    /// Bytes of each instance's logs already copied.
+    offsets: HashMap<(String, &'static str), u64>,
+    /// The last outcome read of each node.
+    outcomes: Outcomes,
+}
+
+impl DataPlane {
+    pub fn new(ssh: Ssh, node_dir: String, logs: PathBuf, timeout: Duration) -> DataPlane {
+        DataPlane {
+            ssh,
+            node_dir,
+            logs,
+            timeout,
+            delivered: HashMap::new(),
+            offsets: HashMap::new(),
+            outcomes: Outcomes::new(),
+        }
+    }
+
+    /// One pass over the nodes; the outcomes so far, and what went wrong
+    /// (a node not answering while it boots is not wrong).
+    pub fn step(&mut self, plan: &Plan, world: &World, goal: &Goal) -> (&Outcomes, Vec<String>) {
+        let hosts = node::hosts(plan, world, goal);
+        let mut errors = Vec::new();
+        for (task, tg) in goal.tasks.iter().enumerate() {
+            if tg.want == Want::Done {
+                continue;
+            }
+            for rank in 0..tg.live.len() as u32 {
+                let key = NodeKey {
+                    task,
+                    rank,
+                    attempt: tg.attempt,
+                };
+                if matches!(self.outcomes.get(&key), Some(Outcome::Exited { .. })) {
+                    continue;
+                }
+                let Some(instance) = world.instance(plan, key) else {
+                    continue;
+                };
+                let (Some(State::Running), Some(ip)) = (instance.state, &instance.private_ip)
+                else {
+                    continue;
+                };
+                let name = format!("{}-{rank}", plan.spec.tasks[task].name);
+                match self.node(&instance.id, ip, &name, hosts.as_deref()) {
+                    Ok(outcome) => {
+                        self.outcomes.insert(key, outcome);
+                    }
+                    Err(RemoteError::Unreachable(_)) => {}
+                    Err(e) => errors.push(format!("{name} ({}): {e}", instance.id)),
+                }
+            }
+        }
+        (&self.outcomes, errors)
+    }
+
+    fn node(
+        &mut self,
+        id: &str,
+        ip: &str,
+        name: &str,
+        hosts: Option<&str>,
+    ) -> Result<Outcome, RemoteError> {
+        if let Some(hosts) = hosts
+            && self.delivered.get(id).map(String::as_str) != Some(hosts)
+        {
+            self.ssh.run(
+                ip,
+                &remote::deliver_hosts(&self.node_dir, hosts),
+                self.timeout,
+            )?;
+            self.delivered.insert(id.to_owned(), hosts.to_owned());
+        }
+        let files = remote::parse_files(&self.ssh.run(
+            ip,
+            &remote::read_files(&self.node_dir),
+            self.timeout,
+        )?);
+        let outcome = node::outcome(&files);
+        let done = matches!(outcome, Outcome::Exited { .. });
+        for log in [Log::Setup, Log::Run] {
+            // Until a read comes back short: everything up to now.
+            loop {
+                let file = match log {
+                    Log::Setup => "setup.log",
+                    Log::Run => "run.log",
+                };
+                let offset = self
+                    .offsets
+                    .get(&(id.to_owned(), file))
+                    .copied()
+                    .unwrap_or(0);
+                let out = self.ssh.run(
+                    ip,
+                    &remote::read_log(&self.node_dir, log, offset),
+                    self.timeout,
+                )?;
+                let Some((_, bytes)) = remote::parse_log(&out) else {
+                    break;
+                };
+                if !bytes.is_empty() {
+                    std::fs::create_dir_all(&self.logs)
+                        .and_then(|()| {
+                            std::fs::OpenOptions::new()
+                                .create(true)
+                                .append(true)
+                                .open(self.logs.join(format!("{name}.log")))
+                        })
+                        .and_then(|mut f| f.write_all(&bytes))
+                        .map_err(|e| RemoteError::Spawn(format!("the node's log: {e}")))?;
+                    self.offsets
+                        .insert((id.to_owned(), file), offset + bytes.len() as u64);
+                }
+                if !done || (bytes.len() as u64) < remote::LOG_CHUNK_BYTES {
+                    break;
+                }
+            }
+        }
+        Ok(outcome)
+    }
+}

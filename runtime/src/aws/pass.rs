@@ -1,0 +1,100 @@
+//! One pass of the control plane, as the backend runs it every few
+//! seconds for each group: read the run's world, say what it shows
+//! ([`observe`]), carry out what the engine's state asks ([`reconcile`]),
+//! and say when everything is gone ([`Report::Settled`]).
+//!
+//! A launch EC2 has no room for (capacity, a quota) leaves its task
+//! PENDING (`TaskQueued`) with EC2's message, and is asked again on the
+//! next pass.
+//!
+//! The pass works from the goal it is given; events it reports reach the
+//! engine through the supervisor, and the next pass works from the goal
+//! that follows. A call that fails is reported and asked again on a later
+//! pass (the reconciler asks for what is still missing); no answer, or a
+//! 5xx, is an outage: statuses stay as they are until EC2 answers again.
+
+use super::client::{Ec2, Error};
+use super::node::Outcomes;
+use super::observe::observe;
+use super::ops;
+use super::plan::Plan;
+use super::reconcile::{Op, reconcile, settled};
+use super::retry;
+use crate::backend::Report;
+use crate::k8s::goal::Goal;
+use crate::policy::Event;
+
+/// Whether an error means EC2 is out of reach, rather than refusing one
+/// call.
+pub fn is_outage(e: &Error) -> bool {
+    match e {
+        Error::Unreachable { .. } => true,
+        Error::Api { status, code, .. } => *status >= 500 && !retry::is_capacity(code),
+        _ => false,
+    }
+}
+
+/// What one pass found.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Passed {
+    /// For the supervisor, in order.
+    pub reports: Vec<Report>,
+    /// EC2 is out of reach (why), or `None`: the backend reports a change
+    /// as [`Report::Outage`].
+    pub outage: Option<String>,
+}
+
+/// One pass over a group's run.
+pub async fn pass(ec2: &Ec2, plan: &Plan, goal: &Goal, outcomes: &Outcomes) -> Passed {
+    let mut out = Passed::default();
+    let world = match ops::world(ec2, plan).await {
+        Ok(w) => w,
+        Err(e) if is_outage(&e) => {
+            out.outage = Some(e.to_string());
+            return out;
+        }
+        Err(e) => {
+            out.reports.push(Report::Error(e.to_string()));
+            return out;
+        }
+    };
+    out.reports.extend(observe(plan, &world, goal, outcomes));
+    let ops = reconcile(plan, &world, goal);
+    for op in &ops {
+        if let Err(e) = ops::apply(ec2, plan, &world, op).await {
+            if is_outage(&e) {
+                out.outage = Some(e.to_string());
+            } else {
+                out.reports.extend(refused(plan, op, &e));
+            }
+        }
+    }
+    if ops.is_empty() && settled(&world, goal) {
+        out.reports.push(Report::Settled);
+    }
+    out
+}
+
+/// What the supervisor hears of an operation EC2 refused.
+pub fn refused(plan: &Plan, op: &Op, e: &Error) -> Vec<Report> {
+    match op {
+        Op::Launch {
+            task,
+            rank,
+            attempt,
+        } if e.code().is_some_and(retry::is_capacity) => vec![
+            Report::Event {
+                event: Event::TaskQueued {
+                    task: *task,
+                    attempt: *attempt,
+                },
+                at_ms: None,
+            },
+            Report::Error(format!(
+                "{}-{rank} waits for EC2: {e}",
+                plan.spec.tasks.get(*task).map_or("?", |t| t.name.as_str())
+            )),
+        ],
+        _ => vec![Report::Error(e.to_string())],
+    }
+}

@@ -1,0 +1,301 @@
+//! The plan of a group run on AWS: the instance spec `skyc build --target
+//! aws` emits, cut to what the runtime sends, with the run's identity.
+//!
+//! The build names things after the group (`skyc-{group}`), so two runs of
+//! one group would share them; the runtime makes every name and tag its
+//! run's ([`Plan::run`]):
+//!
+//! | what | the build | the runtime |
+//! |---|---|---|
+//! | security group | `skyc-{group}` by name | `skyc-{group}-{run}`, tagged `skyc-run`, referred to by id |
+//! | placement group | `skyc-{group}-{task}` | `skyc-{group}-{task}-{run}` |
+//! | instance tags | `Name`, `skyc-group`, `skyc-task`, `skyc-rank` | plus `skyc-run`, `skyc-attempt` |
+//! | `ClientToken` | none | [`client_token`] of run, task, rank and attempt |
+//! | key pair (with [`Plan::ssh`]) | none | `skyc-{group}-{run}`, named by every launch, and a `tcp/22` rule from the runtime |
+//!
+//! So a restarted supervisor finds its run's instances by the `skyc-run`
+//! tag, and a `RunInstances` sent again for the same node and attempt
+//! (a retry, or a supervisor that died before it saw the answer) is the
+//! same request to EC2, which launches nothing twice.
+
+use crate::policy::GroupSpec;
+use ring::digest;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+pub const RUN_TAG: &str = "skyc-run";
+pub const TASK_TAG: &str = "skyc-task";
+pub const RANK_TAG: &str = "skyc-rank";
+pub const ATTEMPT_TAG: &str = "skyc-attempt";
+pub const GROUP_TAG: &str = "skyc-group";
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    pub group: String,
+    /// Unique to this run (the submitting client makes it): letters,
+    /// digits and `-`, at most 40.
+    pub run: String,
+    /// The spec's region: the group was priced and built for it.
+    pub region: String,
+    pub spec: GroupSpec,
+    /// The spec's per-group requests, in order (`operation`, `request`).
+    pub requests: Vec<(String, Value)>,
+    /// Per task, per rank: the `RunInstances` request of the node.
+    pub nodes: Vec<Vec<Value>>,
+    /// How the runtime reaches the nodes, when it does (the data plane).
+    #[serde(default)]
+    pub ssh: Option<SshAccess>,
+}
+
+/// The run's SSH access to its nodes: the public half of the key the
+/// runtime made for the run (imported as the run's key pair, named by
+/// every launch), and where the runtime connects from (a `tcp/22` rule of
+/// the run's security group).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SshAccess {
+    /// One OpenSSH public key line (`ssh-ed25519 AAAA... comment`).
+    pub public_key: String,
+    /// An IPv4 CIDR (`203.0.113.7/32`).
+    pub from: String,
+}
+
+/// A spec the runtime cannot run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlanError(pub String);
+
+impl std::fmt::Display for PlanError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for PlanError {}
+
+/// Whether `run` can be a run id.
+pub fn valid_run(run: &str) -> bool {
+    !run.is_empty()
+        && run.len() <= 40
+        && run.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+}
+
+impl Plan {
+    /// The plan of `spec` (the document of `skyc build --target aws`),
+    /// for a run `run` of the group whose engine spec is `group_spec`.
+    pub fn from_spec(doc: &Value, group_spec: GroupSpec, run: &str) -> Result<Plan, PlanError> {
+        let fail = |why: String| Err(PlanError(why));
+        if !valid_run(run) {
+            return fail(format!(
+                "`{run}` is not a run id (letters, digits, `-`, at most 40)"
+            ));
+        }
+        if doc["kind"] != skyc_targets::cloud::KIND || doc["cloud"] != "aws" {
+            return fail("not an AWS instance spec (`kind: CloudInstances`, `cloud: aws`)".into());
+        }
+        let (Some(group), Some(region)) = (doc["group"].as_str(), doc["region"].as_str()) else {
+            return fail("the spec has no `group` or `region`".into());
+        };
+        let mut requests = Vec::new();
+        for r in doc["requests"].as_array().into_iter().flatten() {
+            let (Some(op), Some(body)) = (r["operation"].as_str(), r.get("request")) else {
+                return fail("a group request without `operation` and `request`".into());
+            };
+            requests.push((op.to_owned(), body.clone()));
+        }
+        let mut nodes: Vec<Vec<Value>> = group_spec
+            .tasks
+            .iter()
+            .map(|t| vec![Value::Null; t.num_nodes as usize])
+            .collect();
+        for n in doc["nodes"].as_array().into_iter().flatten() {
+            let task = n["task"].as_str().unwrap_or_default();
+            let Some(t) = group_spec.tasks.iter().position(|s| s.name == task) else {
+                return fail(format!("node of an unknown task `{task}`"));
+            };
+            let rank = n["rank"].as_u64().unwrap_or(u64::MAX);
+            let Some(slot) = nodes[t].get_mut(rank as usize) else {
+                return fail(format!("task `{task}` has no rank {rank}"));
+            };
+            if n["launch"]["operation"] != "RunInstances" {
+                return fail(format!(
+                    "node {task}-{rank} is not launched by RunInstances"
+                ));
+            }
+            *slot = n["launch"]["request"].clone();
+        }
+        for (t, ranks) in nodes.iter().enumerate() {
+            if let Some(rank) = ranks.iter().position(|r| !r.is_object()) {
+                return fail(format!(
+                    "the spec has no request for node {}-{rank}",
+                    group_spec.tasks[t].name
+                ));
+            }
+        }
+        Ok(Plan {
+            group: group.to_owned(),
+            run: run.to_owned(),
+            region: region.to_owned(),
+            spec: group_spec,
+            requests,
+            nodes,
+            ssh: None,
+        })
+    }
+
+    /// The run's key pair (with [`Plan::ssh`]).
+    pub fn key_pair(&self) -> String {
+        format!("skyc-{}-{}", self.group, self.run)
+    }
+
+    /// The rule that lets the runtime reach the nodes' SSH, with
+    /// [`Plan::ssh`].
+    pub fn authorize_ssh(&self, id: &str) -> Option<Value> {
+        let ssh = self.ssh.as_ref()?;
+        Some(json!({
+            "GroupId": id,
+            "IpPermissions": [{
+                "IpProtocol": "tcp",
+                "FromPort": 22,
+                "ToPort": 22,
+                "IpRanges": [{"CidrIp": ssh.from, "Description": "the skyc runtime"}],
+            }],
+        }))
+    }
+
+    /// The run's security group.
+    pub fn security_group(&self) -> String {
+        format!("skyc-{}-{}", self.group, self.run)
+    }
+
+    /// The run's name for a placement group the build named `name`.
+    pub fn placement_group(&self, name: &str) -> String {
+        format!("{name}-{}", self.run)
+    }
+
+    /// The placement groups the build asks for, under the run's names.
+    pub fn placement_groups(&self) -> Vec<(String, Value)> {
+        self.requests
+            .iter()
+            .filter(|(op, _)| op == "CreatePlacementGroup")
+            .filter_map(|(_, r)| {
+                let name = r["GroupName"].as_str()?;
+                let mut r = r.clone();
+                let run_name = self.placement_group(name);
+                r["GroupName"] = json!(run_name);
+                self.tag(&mut r, &[]);
+                Some((run_name, r))
+            })
+            .collect()
+    }
+
+    /// The `CreateSecurityGroup` request, under the run's name and tags.
+    pub fn create_security_group(&self) -> Value {
+        let mut r = self
+            .requests
+            .iter()
+            .find(|(op, _)| op == "CreateSecurityGroup")
+            .map(|(_, r)| r.clone())
+            .unwrap_or_else(|| json!({"Description": format!("skyc Job Group {}", self.group)}));
+        r["GroupName"] = json!(self.security_group());
+        self.tag(&mut r, &[]);
+        r
+    }
+
+    /// The `AuthorizeSecurityGroupIngress` request, naming the run's
+    /// group by id (`id`) wherever the build named the group's.
+    pub fn authorize_ingress(&self, id: &str) -> Option<Value> {
+        let built = format!("skyc-{}", self.group);
+        let (_, r) = self
+            .requests
+            .iter()
+            .find(|(op, _)| op == "AuthorizeSecurityGroupIngress")?;
+        let mut r = r.clone();
+        if let Some(obj) = r.as_object_mut() {
+            obj.remove("GroupName");
+            obj.insert("GroupId".into(), json!(id));
+        }
+        for perm in r["IpPermissions"].as_array_mut().into_iter().flatten() {
+            for pair in perm["UserIdGroupPairs"]
+                .as_array_mut()
+                .into_iter()
+                .flatten()
+            {
+                if pair["GroupName"] == built.as_str()
+                    && let Some(obj) = pair.as_object_mut()
+                {
+                    obj.remove("GroupName");
+                    obj.insert("GroupId".into(), json!(id));
+                }
+            }
+        }
+        Some(r)
+    }
+
+    /// The `RunInstances` request of a node's attempt: the build's, in
+    /// the run's security group (`sg`, by id) and placement group, with
+    /// the run's tags and the attempt's `ClientToken`.
+    pub fn run_instances(&self, task: usize, rank: u32, attempt: u32, sg: &str) -> Value {
+        let mut r = self.nodes[task][rank as usize].clone();
+        if let Some(obj) = r.as_object_mut() {
+            obj.remove("SecurityGroups");
+            obj.insert("SecurityGroupIds".into(), json!([sg]));
+            obj.insert(
+                "ClientToken".into(),
+                json!(client_token(
+                    &self.run,
+                    &self.spec.tasks[task].name,
+                    rank,
+                    attempt
+                )),
+            );
+        }
+        if let Some(name) = r["Placement"]["GroupName"].as_str() {
+            r["Placement"]["GroupName"] = json!(self.placement_group(name));
+        }
+        if self.ssh.is_some() {
+            r["KeyName"] = json!(self.key_pair());
+        }
+        let attempt = attempt.to_string();
+        self.tag(&mut r, &[(ATTEMPT_TAG, &attempt)]);
+        r
+    }
+
+    /// Adds the run's tag (and `extra`) to every tag specification of a
+    /// request, or a specification for `instance`-less requests.
+    fn tag(&self, request: &mut Value, extra: &[(&str, &str)]) {
+        let mut tags = vec![json!({"Key": RUN_TAG, "Value": self.run})];
+        tags.extend(extra.iter().map(|(k, v)| json!({"Key": k, "Value": v})));
+        match request["TagSpecifications"].as_array_mut() {
+            Some(specs) => {
+                for spec in specs {
+                    if let Some(list) = spec["Tags"].as_array_mut() {
+                        list.retain(|t| {
+                            t["Key"] != RUN_TAG && !extra.iter().any(|(k, _)| t["Key"] == *k)
+                        });
+                        list.extend(tags.iter().cloned());
+                    }
+                }
+            }
+            None => {
+                let resource = if request.get("Strategy").is_some() {
+                    "placement-group"
+                } else {
+                    "security-group"
+                };
+                let mut all = vec![json!({"Key": GROUP_TAG, "Value": self.group})];
+                all.extend(tags);
+                request["TagSpecifications"] = json!([{"ResourceType": resource, "Tags": all}]);
+            }
+        }
+    }
+}
+
+/// The `ClientToken` of one node's attempt: the same for the same run,
+/// task, rank and attempt, whoever computes it and however often, and
+/// different otherwise (a new attempt must launch a new instance; a token
+/// reused would return the old one). At most 64 ASCII characters, as EC2
+/// requires.
+pub fn client_token(run: &str, task: &str, rank: u32, attempt: u32) -> String {
+    let input = format!("{run}\n{task}\n{rank}\n{attempt}");
+    let hash = digest::digest(&digest::SHA256, input.as_bytes());
+    format!("skyc-{}", &super::sigv4::hex(hash.as_ref())[..40])
+}

@@ -1,0 +1,123 @@
+//! The scenarios against moto's server on loopback: an EC2 stand-in
+//! (PyPI `moto[server]`), not EC2. scripts/test starts it (scripts/moto)
+//! and exports SKYC_MOTO_ENDPOINT and SKYC_MOTO_REQUIRED=1: there a
+//! missing server fails these tests; a bare `cargo test` without one skips
+//! them with a loud message.
+//!
+//! What moto does not do as EC2 does, and so what these tests do not
+//! show: it records a `RunInstances` `ClientToken` but does not
+//! deduplicate by it (moto 5.2.5; here a launch is kept single by the
+//! reconciler finding the attempt's instance first, on EC2 by the token
+//! too); it has no placement groups, no spot interruptions (an instance
+//! is terminated out of band instead), no eventual consistency, and it
+//! runs no VM.
+
+use super::GROUP;
+use super::scenarios::{self, Target};
+use crate::aws::client::{Ec2, Error, Tuning};
+use crate::aws::config::Settings;
+use crate::aws::ops;
+use crate::aws::retry::Backoff;
+use crate::aws::sigv4::Credentials;
+use std::time::{Duration, Instant};
+
+fn settings(endpoint: &str) -> Settings {
+    // moto takes any credentials; these could sign nothing on AWS.
+    Settings {
+        profile: "default".into(),
+        credentials: Credentials {
+            access_key_id: "AKIDSKYCTEST".into(),
+            secret_access_key: "skyc-test-secret".into(),
+            session_token: None,
+        },
+        credentials_source: "the test".into(),
+        region: None,
+        endpoint: Some(endpoint.to_owned()),
+    }
+}
+
+/// The stand-in, or `None` (after a loud message) when there is none and
+/// none is required.
+fn moto() -> Option<Target> {
+    match std::env::var("SKYC_MOTO_ENDPOINT") {
+        Ok(e) if !e.is_empty() => Some(Target {
+            settings: settings(&e),
+            group: GROUP,
+            poll: Duration::ZERO,
+            deadline: Duration::from_secs(20),
+            strict: true,
+        }),
+        _ => {
+            assert!(
+                std::env::var_os("SKYC_MOTO_REQUIRED").is_none(),
+                "SKYC_MOTO_REQUIRED is set but SKYC_MOTO_ENDPOINT is not"
+            );
+            eprintln!(
+                "!!! SKIPPED: no EC2 stand-in (SKYC_MOTO_ENDPOINT unset); scripts/test starts one (scripts/moto)"
+            );
+            None
+        }
+    }
+}
+
+macro_rules! on_moto {
+    ($($name:ident),* $(,)?) => {$(
+        #[test]
+        fn $name() {
+            let Some(t) = moto() else { return };
+            t.run(stringify!($name), |t, p, ec2| Box::pin(scenarios::$name(t, p, ec2)));
+        }
+    )*};
+}
+
+on_moto!(
+    launches_a_groups_instances_from_the_build,
+    a_launch_repeated_is_one_instance,
+    a_new_client_finds_the_run_again,
+    auxiliaries_end_after_the_primaries_and_the_network_last,
+    cancel_terminates_every_instance,
+    an_instance_terminated_out_of_band_is_a_lost_node,
+    an_instance_stopped_out_of_band_is_a_lost_node,
+    refusals_are_clear,
+    a_network_left_incomplete_is_completed,
+    ssh_access_is_the_runs,
+);
+
+#[test]
+fn an_unreachable_endpoint_fails_in_bounded_time() {
+    // A port nothing listens on: no stand-in needed.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let p = super::plan(GROUP, "unreachable");
+    let tuning = Tuning {
+        connect_timeout: Duration::from_millis(500),
+        request_timeout: Duration::from_secs(2),
+        backoff: Backoff {
+            first: Duration::from_millis(10),
+            max: Duration::from_millis(50),
+            tries: 3,
+        },
+    };
+    let ec2 = Ec2::new(
+        &settings(&format!("http://127.0.0.1:{port}")),
+        Some(&p.region),
+        tuning,
+    )
+    .unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let e = rt.block_on(ops::world(&ec2, &p)).unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(matches!(e, Error::Unreachable { .. }), "{e:?}");
+    assert!(
+        e.to_string().starts_with(&format!(
+            "cannot reach the EC2 endpoint http://127.0.0.1:{port}: "
+        )),
+        "{e}"
+    );
+}

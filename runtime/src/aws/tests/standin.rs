@@ -1,0 +1,517 @@
+//! A whole group on stand-in machines: the control plane against moto
+//! (scripts/moto), and for each instance moto reports a machine at its
+//! private address (scripts/standin: namespaces on this host) that runs
+//! the instance's user data as cloud-init would and serves SSH; the data
+//! plane delivers hosts and reads exits and logs over SSH. The engine runs
+//! around it as the supervisor runs it, timers fired when they fall due.
+//!
+//! Needs the stand-in EC2 (SKYC_MOTO_ENDPOINT), root, sshd and iproute2;
+//! skips loudly otherwise (fails under scripts/test, which provides them).
+//! docs/targets/cloud.md and scripts/standin say what differs from a VM.
+
+use super::Driven;
+use crate::aws::client::{Ec2, Tuning};
+use crate::aws::config::Settings;
+use crate::aws::data::DataPlane;
+use crate::aws::ops;
+use crate::aws::pass::pass;
+use crate::aws::plan::Plan;
+use crate::aws::query;
+use crate::aws::remote::Ssh;
+use crate::aws::response::State;
+use crate::aws::sigv4::Credentials;
+use crate::aws::world::{NodeKey, World};
+use crate::backend::Report;
+use crate::k8s::goal::Goal;
+use crate::policy::{Event, Status, Timer};
+use base64::Engine as _;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const STANDIN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/standin");
+
+struct Machines {
+    dir: PathBuf,
+}
+
+impl Drop for Machines {
+    fn drop(&mut self) {
+        let _ = Command::new(STANDIN).arg("stop").arg(&self.dir).status();
+    }
+}
+
+fn ready() -> Option<String> {
+    let endpoint = std::env::var("SKYC_MOTO_ENDPOINT")
+        .ok()
+        .filter(|e| !e.is_empty());
+    let root = rustix::process::geteuid().is_root();
+    let tools = Path::new("/usr/sbin/sshd").exists()
+        && Command::new("ip")
+            .arg("-V")
+            .output()
+            .is_ok_and(|o| o.status.success());
+    match endpoint {
+        Some(e) if root && tools => Some(e),
+        _ => {
+            assert!(
+                std::env::var_os("SKYC_MOTO_REQUIRED").is_none()
+                    || std::env::var_os("SKYC_SSHD_REQUIRED").is_none(),
+                "scripts/test provides the EC2 stand-in, root and sshd, yet one is missing"
+            );
+            eprintln!(
+                "!!! SKIPPED: stand-in machines need the EC2 stand-in (SKYC_MOTO_ENDPOINT), root, sshd and ip"
+            );
+            None
+        }
+    }
+}
+
+async fn user_data(ec2: &Ec2, id: &str) -> String {
+    let mut q = query::action("DescribeInstanceAttribute");
+    q.push(("InstanceId".into(), id.to_owned()));
+    q.push(("Attribute".into(), "userData".into()));
+    let body = ec2.call(&q).await.unwrap();
+    let doc = roxmltree::Document::parse(&body).unwrap();
+    let b64 = doc
+        .descendants()
+        .find(|n| n.tag_name().name() == "value")
+        .and_then(|n| n.text())
+        .unwrap();
+    String::from_utf8(
+        base64::engine::general_purpose::STANDARD
+            .decode(b64.trim())
+            .unwrap(),
+    )
+    .unwrap()
+}
+
+/// The supervisor's loop around a group on stand-in machines, one step at
+/// a time, with what it needs to start again as a new supervisor would.
+struct Harness {
+    /// Held while the harness lives: machines share one bridge, so the
+    /// tests that make them (each its own process) run one at a time.
+    _serial: std::fs::File,
+    p: Plan,
+    dir: PathBuf,
+    machines: Machines,
+    key: PathBuf,
+    settings: Settings,
+    ec2: Ec2,
+    data: DataPlane,
+    d: Driven,
+    /// Machine name (instance id) to its address.
+    up: BTreeMap<String, String>,
+    due: Vec<(Instant, Timer)>,
+    seen_timers: usize,
+    errors: BTreeSet<String>,
+    settled: bool,
+    rt: tokio::runtime::Runtime,
+}
+
+impl Harness {
+    fn new(name: &str, yaml: &str) -> Option<Harness> {
+        let endpoint = ready()?;
+        let serial = std::fs::File::create("/tmp/skyc-standin.lock").unwrap();
+        rustix::fs::flock(&serial, rustix::fs::FlockOperation::LockExclusive).unwrap();
+        let p = super::plan(yaml, &format!("{name}-{}", std::process::id()));
+        // Short: the SSH connection sockets live here.
+        let dir = PathBuf::from(format!("/tmp/skyc-si-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let key = dir.join("key");
+        assert!(
+            Command::new("ssh-keygen")
+                .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+                .arg(&key)
+                .status()
+                .unwrap()
+                .success()
+        );
+        let settings = Settings {
+            profile: "default".into(),
+            credentials: Credentials {
+                access_key_id: "AKIDSKYCTEST".into(),
+                secret_access_key: "skyc-test-secret".into(),
+                session_token: None,
+            },
+            credentials_source: "the test".into(),
+            region: None,
+            endpoint: Some(endpoint),
+        };
+        let ec2 = Ec2::new(&settings, Some(&p.region), Tuning::default()).unwrap();
+        let data = data_plane(&dir, &key);
+        let d = Driven::start(&p);
+        Some(Harness {
+            _serial: serial,
+            machines: Machines { dir: dir.join("m") },
+            p,
+            dir,
+            key,
+            settings,
+            ec2,
+            data,
+            d,
+            up: BTreeMap::new(),
+            due: Vec::new(),
+            seen_timers: 0,
+            errors: BTreeSet::new(),
+            settled: false,
+            rt: tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap(),
+        })
+    }
+
+    fn world(&self) -> World {
+        self.rt.block_on(ops::world(&self.ec2, &self.p)).unwrap()
+    }
+
+    fn instance_id(&self, task: usize, rank: u32, attempt: u32) -> Option<String> {
+        self.world()
+            .instance(
+                &self.p,
+                NodeKey {
+                    task,
+                    rank,
+                    attempt,
+                },
+            )
+            .map(|i| i.id.clone())
+    }
+
+    /// One pass: timers due, machines following the instances, the data
+    /// plane, the control plane, the engine hearing what they report.
+    fn step(&mut self) {
+        for timer in &self.d.timers[self.seen_timers..] {
+            let after = match timer {
+                Timer::AuxiliaryDelay(task) => self.p.spec.tasks[*task].termination_delay,
+                Timer::Kill { .. } => self.p.spec.grace,
+            };
+            self.due.push((Instant::now() + after, *timer));
+        }
+        self.seen_timers = self.d.timers.len();
+        let now = Instant::now();
+        let fired: Vec<Timer> = self
+            .due
+            .iter()
+            .filter(|(at, _)| *at <= now)
+            .map(|(_, t)| *t)
+            .collect();
+        for timer in fired {
+            self.d.handle(Event::TimerFired(timer));
+        }
+        self.due.retain(|(at, _)| *at > now);
+
+        let goal = Goal::from_engine(&self.d.engine);
+        let world = self.world();
+        for i in &world.instances {
+            let running = i.state == Some(State::Running);
+            if running && !self.up.contains_key(&i.id) {
+                let ud = self.dir.join(format!("{}.user-data", i.id));
+                std::fs::write(&ud, self.rt.block_on(user_data(&self.ec2, &i.id))).unwrap();
+                let ip = i.private_ip.clone().unwrap();
+                let ok = Command::new(STANDIN)
+                    .arg("up")
+                    .arg(&self.machines.dir)
+                    .arg(&i.id)
+                    .arg(&ip)
+                    .arg(&ud)
+                    .arg(self.key.with_extension("pub"))
+                    .status()
+                    .unwrap()
+                    .success();
+                assert!(ok, "scripts/standin up {}", i.id);
+                self.up.insert(i.id.clone(), ip);
+            } else if !running && let Some(ip) = self.up.remove(&i.id) {
+                self.data.ssh.close(&ip);
+                Command::new(STANDIN)
+                    .arg("down")
+                    .arg(&self.machines.dir)
+                    .arg(&i.id)
+                    .status()
+                    .unwrap();
+            }
+        }
+        let (outcomes, errs) = self.data.step(&self.p, &world, &goal);
+        self.errors.extend(errs);
+        let passed = self.rt.block_on(pass(&self.ec2, &self.p, &goal, outcomes));
+        self.settled = false;
+        for r in passed.reports {
+            match r {
+                Report::Event { event, .. } => self.d.handle(event),
+                Report::Settled => self.settled = true,
+                Report::Error(e) if !e.contains("out of band") => {
+                    self.errors.insert(e);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Steps until `done` holds (at most 90 s).
+    fn until(&mut self, what: &str, done: impl Fn(&Harness) -> bool) {
+        let start = Instant::now();
+        while !done(self) {
+            assert!(
+                start.elapsed() < Duration::from_secs(90),
+                "not {what} after 90 s: {:?}; errors {:?}",
+                self.d.engine,
+                self.errors
+            );
+            self.step();
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Steps until the group has ended and nothing of it is left.
+    fn run_to_the_end(&mut self) {
+        self.until("ended and settled", |h| {
+            h.d.engine.is_finished() && h.settled && h.up.is_empty()
+        });
+        let world = self.world();
+        assert!(
+            world
+                .instances
+                .iter()
+                .all(|i| i.state == Some(State::Terminated)),
+            "{:?}",
+            world.instances
+        );
+        assert!(world.network.is_none());
+    }
+
+    fn log(&self, node: &str) -> String {
+        std::fs::read_to_string(self.dir.join("logs").join(format!("{node}.log")))
+            .unwrap_or_default()
+    }
+
+    /// A new supervisor: the engine as committed (through its stored
+    /// form), a new client and data plane; nothing else is kept.
+    fn restart(&mut self) {
+        let stored = serde_json::to_string(&self.d.engine).unwrap();
+        self.d.engine = serde_json::from_str(&stored).unwrap();
+        self.ec2 = Ec2::new(&self.settings, Some(&self.p.region), Tuning::default()).unwrap();
+        for ip in self.up.values() {
+            self.data.ssh.close(ip);
+        }
+        self.data = data_plane(&self.dir, &self.key);
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        for ip in self.up.values() {
+            self.data.ssh.close(ip);
+        }
+        // Whatever a failed test left: terminated and deleted.
+        let world = self.rt.block_on(ops::world(&self.ec2, &self.p));
+        if let Ok(world) = world {
+            let ids: Vec<String> = world.instances.iter().map(|i| i.id.clone()).collect();
+            let _ = self.rt.block_on(ops::terminate(&self.ec2, &ids));
+            if let Some(n) = &world.network {
+                let _ = self
+                    .rt
+                    .block_on(ops::delete_network(&self.ec2, &self.p, &n.id));
+            }
+        }
+        let _ = Command::new(STANDIN)
+            .arg("stop")
+            .arg(&self.machines.dir)
+            .status();
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+fn data_plane(dir: &Path, key: &Path) -> DataPlane {
+    DataPlane::new(
+        Ssh {
+            key: key.display().to_string(),
+            dir: dir.display().to_string(),
+            user: "root".into(),
+            port: None,
+        },
+        skyc_targets::cloud::NODE_DIR.to_owned(),
+        dir.join("logs"),
+        Duration::from_secs(20),
+    )
+}
+
+const TRAINER: usize = 0;
+
+#[test]
+fn the_example_group_succeeds_on_stand_in_machines() {
+    let yaml = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/train-eval.yaml"
+    ))
+    .unwrap();
+    let Some(mut h) = Harness::new("example", &yaml) else {
+        return;
+    };
+    let trainer0_ip = {
+        h.until("launched", |h| h.instance_id(TRAINER, 0, 0).is_some());
+        let w = h.world();
+        w.instance(
+            &h.p,
+            NodeKey {
+                task: TRAINER,
+                rank: 0,
+                attempt: 0,
+            },
+        )
+        .unwrap()
+        .private_ip
+        .clone()
+        .unwrap()
+    };
+    let mut trainer_done = None;
+    h.until("trainer done", |h| {
+        h.d.engine.task_status(TRAINER) == Status::Succeeded
+    });
+    trainer_done.get_or_insert(Instant::now());
+    h.run_to_the_end();
+    // The evaluator ran on for its termination delay (5 s), then ended.
+    assert!(trainer_done.unwrap().elapsed() >= Duration::from_secs(5));
+    assert_eq!(h.d.engine.group_status(), Status::Succeeded);
+    assert_eq!(h.d.engine.task_status(1), Status::Cancelled);
+    assert!(h.errors.is_empty(), "{:?}", h.errors);
+    for rank in 0..2 {
+        let trainer = h.log(&format!("trainer-{rank}"));
+        assert!(
+            trainer.contains(&format!("trainer rank {rank}/2 in train-eval"))
+                && trainer.contains("training done"),
+            "{trainer}"
+        );
+    }
+    // The evaluator found the trainer by its group hostname, at the
+    // trainer's instance address, and read its checkpoints.
+    let evaluator = h.log("evaluator-0");
+    assert!(
+        evaluator.contains(&format!(
+            "evaluator: trainer-0.train-eval is at {trainer0_ip}"
+        )) && evaluator.contains("latest checkpoint:"),
+        "{evaluator}"
+    );
+}
+
+/// A trainer whose nodes print where they and their peers are, then run
+/// a while; a helper beside it until it ends.
+const LONG: &str = "\
+name: lg
+execution: parallel
+primary_tasks: [trainer]
+---
+name: trainer
+num_nodes: 2
+run: |
+  echo \"rank ${SKYPILOT_NODE_RANK} ips $(echo ${SKYPILOT_NODE_IPS})\"
+  echo \"peer $(getent hosts trainer-1.lg | cut -d' ' -f1)\"
+  sleep 15
+  echo done
+---
+name: helper
+run: sleep 600
+";
+
+#[test]
+fn a_lost_instance_is_replaced_and_the_other_task_untouched() {
+    let Some(mut h) = Harness::new("lost", LONG) else {
+        return;
+    };
+    h.until("running its run", |h| {
+        h.log("trainer-1").contains("rank 1") && h.log("trainer-0").contains("rank 0")
+    });
+    let helper = h.instance_id(1, 0, 0).unwrap();
+    let victim = h.instance_id(TRAINER, 1, 0).unwrap();
+    // Out of band: as EC2 reclaiming a spot instance.
+    let mut q = query::action("TerminateInstances");
+    query::list(&mut q, "InstanceId", &[&victim]);
+    h.rt.block_on(h.ec2.call(&q)).unwrap();
+    h.until("replaced", |h| {
+        h.d.engine.attempt(TRAINER) == 1 && h.log("trainer-1").matches("rank 1").count() == 2
+    });
+    h.run_to_the_end();
+    assert_eq!(h.d.engine.group_status(), Status::Succeeded);
+    assert_eq!(h.d.engine.restarts(TRAINER), (1, 0), "no budget used");
+    assert_eq!(h.d.engine.restarts(1), (0, 0));
+    assert!(h.errors.is_empty(), "{:?}", h.errors);
+    // The helper ran on one instance throughout.
+    let world = h.world();
+    let helpers: Vec<_> = world
+        .instances
+        .iter()
+        .filter(|i| World::key(&h.p, i).is_some_and(|k| k.task == 1))
+        .map(|i| i.id.clone())
+        .collect();
+    assert_eq!(helpers, vec![helper]);
+    // The new nodes have new addresses, and the hostnames follow them.
+    let new1 = world
+        .instance(
+            &h.p,
+            NodeKey {
+                task: TRAINER,
+                rank: 1,
+                attempt: 1,
+            },
+        )
+        .unwrap()
+        .private_ip
+        .clone()
+        .unwrap();
+    let log0 = h.log("trainer-0");
+    assert!(
+        log0.contains(&format!(
+            "peer {new1}
+"
+        )),
+        "{log0}"
+    );
+    assert_eq!(
+        log0.matches("done").count(),
+        1,
+        "attempt 0 was stopped: {log0}"
+    );
+}
+
+#[test]
+fn a_primary_failure_ends_the_group_failed() {
+    let yaml = LONG.replace("  sleep 15\n", "  exit 3\n");
+    let Some(mut h) = Harness::new("fail", &yaml) else {
+        return;
+    };
+    h.run_to_the_end();
+    assert_eq!(h.d.engine.group_status(), Status::Failed);
+    assert_eq!(h.d.engine.task_status(TRAINER), Status::Failed);
+    assert_eq!(h.d.engine.task_status(1), Status::Cancelled);
+    assert!(h.errors.is_empty(), "{:?}", h.errors);
+}
+
+#[test]
+fn cancel_terminates_every_instance() {
+    let Some(mut h) = Harness::new("cancel", LONG) else {
+        return;
+    };
+    h.until("running its run", |h| h.log("trainer-0").contains("rank 0"));
+    h.d.handle(Event::CancelRequested);
+    h.run_to_the_end();
+    assert_eq!(h.d.engine.group_status(), Status::Cancelled);
+    assert!(!h.log("trainer-0").contains("done"));
+}
+
+#[test]
+fn a_new_supervisor_carries_on_and_launches_nothing_twice() {
+    let Some(mut h) = Harness::new("crash", LONG) else {
+        return;
+    };
+    h.until("running its run", |h| h.log("trainer-0").contains("rank 0"));
+    h.restart();
+    h.run_to_the_end();
+    assert_eq!(h.d.engine.group_status(), Status::Succeeded);
+    assert_eq!(h.d.engine.restarts(TRAINER), (0, 0));
+    assert_eq!(h.world().instances.len(), 3, "one instance per node");
+}

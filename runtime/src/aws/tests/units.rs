@@ -1,0 +1,668 @@
+//! The plan's rewrites, and the reconciler and observer driven by the
+//! engine over made-up instance lists.
+
+use super::{Driven, GROUP, plan};
+use crate::aws::node::Outcomes;
+use crate::aws::observe::observe;
+use crate::aws::plan::{ATTEMPT_TAG, Plan, RANK_TAG, RUN_TAG, TASK_TAG, client_token};
+use crate::aws::query;
+use crate::aws::reconcile::{Op, reconcile, settled};
+use crate::aws::response::{Instance, State};
+use crate::aws::world::{Network, World};
+use crate::backend::Report;
+use crate::k8s::goal::Goal;
+use crate::policy::{Event, Phase, Status, Timer};
+use serde_json::json;
+
+const TRAINER: usize = 0;
+const BUFFER: usize = 1;
+
+fn instance(plan: &Plan, task: usize, rank: u32, attempt: u32, state: State) -> Instance {
+    let mut i = Instance {
+        id: format!("i-{task}{rank}{attempt}"),
+        state: Some(state),
+        instance_type: "m6i.2xlarge".into(),
+        zone: Some("us-east-1a".into()),
+        private_ip: Some(format!("10.0.{task}.{}", rank + 10 * attempt)),
+        ..Instance::default()
+    };
+    for (k, v) in [
+        (RUN_TAG, plan.run.clone()),
+        (TASK_TAG, plan.spec.tasks[task].name.clone()),
+        (RANK_TAG, rank.to_string()),
+        (ATTEMPT_TAG, attempt.to_string()),
+    ] {
+        i.tags.insert(k.to_owned(), v);
+    }
+    i
+}
+
+fn net(id: &str) -> Network {
+    Network {
+        id: id.into(),
+        ready: true,
+    }
+}
+
+fn set(world: &mut World, id: &str, state: State, reason: Option<&str>) {
+    let i = world.instances.iter_mut().find(|i| i.id == id).unwrap();
+    i.state = Some(state);
+    i.reason_code = reason.map(str::to_owned);
+}
+
+fn events(reports: &[Report]) -> Vec<Event> {
+    reports
+        .iter()
+        .filter_map(|r| match r {
+            Report::Event { event, .. } => Some(event.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Observes `world` and tells the engine.
+fn step(p: &Plan, world: &World, d: &mut Driven) {
+    let reports = observe(p, world, &Goal::from_engine(&d.engine), &Outcomes::new());
+    feed(d, &reports);
+}
+
+fn feed(d: &mut Driven, reports: &[Report]) {
+    for e in events(reports) {
+        d.handle(e);
+    }
+}
+
+/// The losses among the events (a running task's `TaskStarted` repeats
+/// at every observation; the engine ignores it).
+fn losses(reports: &[Report]) -> Vec<Event> {
+    events(reports)
+        .into_iter()
+        .filter(|e| matches!(e, Event::NodeLost { .. }))
+        .collect()
+}
+
+fn launches(ops: &[Op]) -> Vec<(usize, u32, u32)> {
+    ops.iter()
+        .filter_map(|op| match op {
+            Op::Launch {
+                task,
+                rank,
+                attempt,
+            } => Some((*task, *rank, *attempt)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Applies launches to the world as EC2 would (a pending instance each).
+fn launch_all(plan: &Plan, world: &mut World, ops: &[Op]) {
+    for (task, rank, attempt) in launches(ops) {
+        world
+            .instances
+            .push(instance(plan, task, rank, attempt, State::Pending));
+    }
+}
+
+fn terminated(ops: &[Op]) -> Vec<String> {
+    ops.iter()
+        .flat_map(|op| match op {
+            Op::Terminate { ids } => ids.clone(),
+            _ => Vec::new(),
+        })
+        .collect()
+}
+
+fn running(plan: &Plan) -> (Driven, World) {
+    let d = Driven::start(plan);
+    let mut world = World {
+        network: Some(net("sg-1")),
+        ..World::default()
+    };
+    let ops = reconcile(plan, &world, &Goal::from_engine(&d.engine));
+    launch_all(plan, &mut world, &ops);
+    for i in &mut world.instances {
+        i.state = Some(State::Running);
+    }
+    let mut d = d;
+    step(plan, &world, &mut d);
+    assert_eq!(d.engine.task_status(TRAINER), Status::Running);
+    assert_eq!(d.engine.task_status(BUFFER), Status::Running);
+    (d, world)
+}
+
+#[test]
+fn the_plan_makes_the_builds_requests_the_runs() {
+    let p = plan(GROUP, "r1");
+    assert_eq!(p.nodes.len(), 2);
+    assert_eq!(p.nodes[TRAINER].len(), 2);
+    assert_eq!(p.security_group(), "skyc-g-r1");
+    let sg = p.create_security_group();
+    assert_eq!(sg["GroupName"], "skyc-g-r1");
+    let tags = &sg["TagSpecifications"][0]["Tags"];
+    assert!(
+        tags.as_array()
+            .unwrap()
+            .contains(&json!({"Key": "skyc-run", "Value": "r1"}))
+    );
+    assert!(
+        tags.as_array()
+            .unwrap()
+            .contains(&json!({"Key": "skyc-group", "Value": "g"}))
+    );
+    let ingress = p.authorize_ingress("sg-9").unwrap();
+    assert_eq!(ingress["GroupId"], "sg-9");
+    assert!(ingress.get("GroupName").is_none());
+    assert_eq!(
+        ingress["IpPermissions"][0]["UserIdGroupPairs"][0]["GroupId"],
+        "sg-9"
+    );
+    let run = p.run_instances(TRAINER, 1, 3, "sg-9");
+    assert_eq!(run["SecurityGroupIds"], json!(["sg-9"]));
+    assert!(run.get("SecurityGroups").is_none());
+    assert_eq!(run["ClientToken"], client_token("r1", "trainer", 1, 3));
+    let tags = run["TagSpecifications"][0]["Tags"].as_array().unwrap();
+    for (k, v) in [
+        ("skyc-run", "r1"),
+        ("skyc-attempt", "3"),
+        ("skyc-task", "trainer"),
+        ("skyc-rank", "1"),
+        ("skyc-group", "g"),
+    ] {
+        assert!(tags.contains(&json!({"Key": k, "Value": v})), "{k}");
+    }
+    // With SSH access: the run's key pair in every launch, port 22 open
+    // to the runtime.
+    let mut with_ssh = p.clone();
+    with_ssh.ssh = Some(crate::aws::plan::SshAccess {
+        public_key: "ssh-ed25519 AAAA k".into(),
+        from: "203.0.113.7/32".into(),
+    });
+    assert_eq!(with_ssh.key_pair(), "skyc-g-r1");
+    assert_eq!(
+        with_ssh.run_instances(TRAINER, 0, 0, "sg-9")["KeyName"],
+        "skyc-g-r1"
+    );
+    assert!(run.get("KeyName").is_none());
+    let ssh_rule = with_ssh.authorize_ssh("sg-9").unwrap();
+    assert_eq!(
+        ssh_rule["IpPermissions"][0]["IpRanges"][0]["CidrIp"],
+        "203.0.113.7/32"
+    );
+    assert_eq!(p.authorize_ssh("sg-9"), None);
+    query::serialize("AuthorizeSecurityGroupIngress", &ssh_rule).unwrap();
+    // Every request the runtime sends is one EC2 takes.
+    for op in [
+        ("CreateSecurityGroup", sg),
+        ("AuthorizeSecurityGroupIngress", ingress),
+        ("RunInstances", run),
+    ] {
+        query::serialize(op.0, &op.1).unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+#[test]
+fn placement_groups_are_the_runs() {
+    let p = plan(
+        "name: g\nexecution: parallel\n---\nname: t\nnum_nodes: 2\nresources: {network_tier: best}\nrun: x\n",
+        "r2",
+    );
+    let pgs = p.placement_groups();
+    assert_eq!(pgs.len(), 1);
+    assert_eq!(pgs[0].0, "skyc-g-t-r2");
+    let run = p.run_instances(0, 0, 0, "sg-1");
+    assert_eq!(run["Placement"]["GroupName"], "skyc-g-t-r2");
+    query::serialize("CreatePlacementGroup", &pgs[0].1).unwrap();
+}
+
+#[test]
+fn client_tokens_name_one_attempt_of_one_node() {
+    let t = client_token("run", "trainer", 0, 0);
+    assert_eq!(t, client_token("run", "trainer", 0, 0));
+    assert!(t.len() <= 64 && t.is_ascii());
+    for other in [
+        client_token("run2", "trainer", 0, 0),
+        client_token("run", "trainer2", 0, 0),
+        client_token("run", "trainer", 1, 0),
+        client_token("run", "trainer", 0, 1),
+    ] {
+        assert_ne!(t, other);
+    }
+}
+
+#[test]
+fn plans_refuse_what_they_cannot_run() {
+    let p = plan(GROUP, "r1");
+    let spec = p.spec.clone();
+    let bad =
+        |doc: serde_json::Value, run: &str| Plan::from_spec(&doc, spec.clone(), run).unwrap_err().0;
+    assert!(bad(json!({}), "r1").contains("not an AWS instance spec"));
+    assert!(bad(json!({}), "r 1").contains("not a run id"));
+    let doc = json!({"kind": "CloudInstances", "cloud": "aws", "group": "g", "region": "us-east-1", "nodes": []});
+    assert_eq!(bad(doc, "r1"), "the spec has no request for node trainer-0");
+}
+
+#[test]
+fn a_new_group_gets_its_network_then_every_node() {
+    let p = plan(GROUP, "r1");
+    let d = Driven::start(&p);
+    let goal = Goal::from_engine(&d.engine);
+    let mut world = World::default();
+    assert_eq!(reconcile(&p, &world, &goal), vec![Op::EnsureNetwork]);
+    // A security group without its rules yet (its maker died): made
+    // complete before any launch.
+    world.network = Some(Network {
+        id: "sg-1".into(),
+        ready: false,
+    });
+    assert_eq!(reconcile(&p, &world, &goal), vec![Op::EnsureNetwork]);
+    world.network = Some(net("sg-1"));
+    let ops = reconcile(&p, &world, &goal);
+    assert_eq!(launches(&ops), vec![(0, 0, 0), (0, 1, 0), (1, 0, 0)]);
+    // Idempotent: the same state, the same calls; once launched, none.
+    assert_eq!(reconcile(&p, &world, &goal), ops);
+    launch_all(&p, &mut world, &ops);
+    assert_eq!(reconcile(&p, &world, &goal), vec![]);
+    // Pending instances: nothing for the engine yet but where they run.
+    let reports = observe(&p, &world, &goal, &Outcomes::new());
+    assert!(events(&reports).is_empty());
+    assert_eq!(reports.len(), 3);
+    // One running is not the task started; all are.
+    set(&mut world, "i-000", State::Running, None);
+    assert!(events(&observe(&p, &world, &goal, &Outcomes::new())).is_empty());
+    set(&mut world, "i-010", State::Running, None);
+    assert_eq!(
+        events(&observe(&p, &world, &goal, &Outcomes::new())),
+        vec![Event::TaskStarted {
+            task: TRAINER,
+            attempt: 0
+        }]
+    );
+}
+
+#[test]
+fn a_node_lost_out_of_band_restarts_its_task_only() {
+    let p = plan(GROUP, "r1");
+    let (mut d, mut world) = running(&p);
+    let buffer_instance = "i-100";
+    world.instances[1].lifecycle = Some("spot".into());
+    set(
+        &mut world,
+        "i-010",
+        State::Terminated,
+        Some("Server.SpotInstanceTermination"),
+    );
+    let reports = observe(&p, &world, &Goal::from_engine(&d.engine), &Outcomes::new());
+    assert_eq!(
+        losses(&reports),
+        vec![Event::NodeLost {
+            task: TRAINER,
+            attempt: 0,
+            node: 1
+        }]
+    );
+    let message = reports.iter().find_map(|r| match r {
+        Report::Error(m) => Some(m.clone()),
+        _ => None,
+    });
+    assert_eq!(
+        message.as_deref(),
+        Some(
+            "trainer-1 (i-010, spot) was terminated out of band: \
+             Server.SpotInstanceTermination (a spot interruption); \
+             its task restarts on new instances"
+        )
+    );
+    feed(&mut d, &reports);
+    assert_eq!(d.engine.task_status(TRAINER), Status::Recovering);
+    // The attempt ends: its other node is terminated, the buffer is not.
+    let goal = Goal::from_engine(&d.engine);
+    let ops = reconcile(&p, &world, &goal);
+    assert_eq!(
+        ops,
+        vec![Op::Terminate {
+            ids: vec!["i-000".into()]
+        }]
+    );
+    // Until it is down, the engine waits; then the task starts again.
+    assert!(losses(&observe(&p, &world, &goal, &Outcomes::new())).is_empty());
+    set(&mut world, "i-000", State::ShuttingDown, None);
+    feed(&mut d, &observe(&p, &world, &goal, &Outcomes::new()));
+    assert_eq!(d.engine.attempt(TRAINER), 1);
+    assert_eq!(d.engine.restarts(TRAINER), (1, 0), "no budget used");
+    let ops = reconcile(&p, &world, &Goal::from_engine(&d.engine));
+    assert_eq!(launches(&ops), vec![(0, 0, 1), (0, 1, 1)]);
+    assert!(terminated(&ops).is_empty());
+    launch_all(&p, &mut world, &ops);
+    for id in ["i-001", "i-011"] {
+        set(&mut world, id, State::Running, None);
+    }
+    step(&p, &world, &mut d);
+    assert_eq!(d.engine.task_status(TRAINER), Status::Running);
+    assert_eq!(d.engine.task_status(BUFFER), Status::Running);
+    assert_eq!(
+        world
+            .instance(
+                &p,
+                crate::aws::world::NodeKey {
+                    task: BUFFER,
+                    rank: 0,
+                    attempt: 0
+                }
+            )
+            .unwrap()
+            .id,
+        buffer_instance
+    );
+    assert_eq!(reconcile(&p, &world, &Goal::from_engine(&d.engine)), vec![]);
+}
+
+#[test]
+fn a_stopped_instance_is_lost_too() {
+    let p = plan(GROUP, "r1");
+    let (d, mut world) = running(&p);
+    set(
+        &mut world,
+        "i-100",
+        State::Stopped,
+        Some("Client.UserInitiatedShutdown"),
+    );
+    assert_eq!(
+        losses(&observe(
+            &p,
+            &world,
+            &Goal::from_engine(&d.engine),
+            &Outcomes::new()
+        )),
+        vec![Event::NodeLost {
+            task: BUFFER,
+            attempt: 0,
+            node: 0
+        }]
+    );
+}
+
+#[test]
+fn auxiliaries_end_after_their_delay_and_the_network_last() {
+    let p = plan(GROUP, "r1");
+    let (mut d, mut world) = running(&p);
+    for node in 0..2 {
+        d.handle(Event::NodeExited {
+            task: TRAINER,
+            attempt: 0,
+            node,
+            phase: Phase::Run,
+            code: 0,
+        });
+    }
+    assert_eq!(d.engine.task_status(TRAINER), Status::Succeeded);
+    // The trainer's instances are no longer needed; the buffer's is,
+    // until its delay.
+    let ops = reconcile(&p, &world, &Goal::from_engine(&d.engine));
+    assert_eq!(terminated(&ops), vec!["i-000", "i-010"]);
+    for id in ["i-000", "i-010"] {
+        set(&mut world, id, State::Terminated, None);
+    }
+    assert_eq!(reconcile(&p, &world, &Goal::from_engine(&d.engine)), vec![]);
+    assert_eq!(d.timers, vec![Timer::AuxiliaryDelay(BUFFER)]);
+    d.handle(Event::TimerFired(Timer::AuxiliaryDelay(BUFFER)));
+    let goal = Goal::from_engine(&d.engine);
+    assert_eq!(terminated(&reconcile(&p, &world, &goal)), vec!["i-100"]);
+    set(&mut world, "i-100", State::ShuttingDown, None);
+    feed(&mut d, &observe(&p, &world, &goal, &Outcomes::new()));
+    assert_eq!(d.engine.task_status(BUFFER), Status::Cancelled);
+    assert_eq!(d.engine.group_status(), Status::Succeeded);
+    let goal = Goal::from_engine(&d.engine);
+    // The security group waits for the last instance to be terminated.
+    assert_eq!(reconcile(&p, &world, &goal), vec![]);
+    assert!(!settled(&world, &goal));
+    set(&mut world, "i-100", State::Terminated, None);
+    assert_eq!(reconcile(&p, &world, &goal), vec![Op::DeleteNetwork]);
+    world.network = None;
+    assert!(settled(&world, &goal));
+}
+
+#[test]
+fn cancel_terminates_every_instance() {
+    let p = plan(GROUP, "r1");
+    let (mut d, mut world) = running(&p);
+    // An instance of an older attempt, still shutting down, is left be.
+    world
+        .instances
+        .push(instance(&p, TRAINER, 0, 7, State::ShuttingDown));
+    d.handle(Event::CancelRequested);
+    let goal = Goal::from_engine(&d.engine);
+    let ops = reconcile(&p, &world, &goal);
+    assert_eq!(terminated(&ops), vec!["i-000", "i-010", "i-100"]);
+    for id in ["i-000", "i-010", "i-100", "i-007"] {
+        set(&mut world, id, State::Terminated, None);
+    }
+    feed(&mut d, &observe(&p, &world, &goal, &Outcomes::new()));
+    assert_eq!(d.engine.group_status(), Status::Cancelled);
+    let goal = Goal::from_engine(&d.engine);
+    assert_eq!(reconcile(&p, &world, &goal), vec![Op::DeleteNetwork]);
+}
+
+#[test]
+fn cancel_before_launch_answers_every_node() {
+    let p = plan(GROUP, "r1");
+    let mut d = Driven::start(&p);
+    d.handle(Event::CancelRequested);
+    let world = World::default();
+    let goal = Goal::from_engine(&d.engine);
+    assert_eq!(reconcile(&p, &world, &goal), vec![]);
+    feed(&mut d, &observe(&p, &world, &goal, &Outcomes::new()));
+    assert!(d.engine.is_finished());
+    assert!(settled(&world, &Goal::from_engine(&d.engine)));
+}
+
+#[test]
+fn instances_not_of_this_run_or_attempt_are_not_kept() {
+    let p = plan(GROUP, "r1");
+    let (d, mut world) = running(&p);
+    let goal = Goal::from_engine(&d.engine);
+    // Another run's instance is never seen (the run's tag finds only its
+    // own); one of this run with tags it cannot place, or of a later
+    // attempt than the engine's (a store older than EC2), is terminated.
+    let mut stray = instance(&p, TRAINER, 0, 0, State::Running);
+    stray.id = "i-stray".into();
+    stray.tags.insert(TASK_TAG.into(), "nobody".into());
+    world.instances.push(stray);
+    world
+        .instances
+        .push(instance(&p, BUFFER, 0, 5, State::Running));
+    assert_eq!(
+        reconcile(&p, &world, &goal),
+        vec![Op::Terminate {
+            ids: vec!["i-105".into(), "i-stray".into()]
+        }]
+    );
+}
+
+#[test]
+fn a_restarted_supervisor_launches_nothing_twice() {
+    // The engine as committed, the instances as EC2 shows them: whatever
+    // was launched before the crash is found, not launched again.
+    let p = plan(GROUP, "r1");
+    let d = Driven::start(&p);
+    let committed: crate::policy::Engine =
+        serde_json::from_str(&serde_json::to_string(&d.engine).unwrap()).unwrap();
+    let mut world = World {
+        network: Some(net("sg-1")),
+        ..World::default()
+    };
+    world
+        .instances
+        .push(instance(&p, TRAINER, 1, 0, State::Pending));
+    let ops = reconcile(&p, &world, &Goal::from_engine(&committed));
+    assert_eq!(launches(&ops), vec![(0, 0, 0), (1, 0, 0)]);
+}
+
+#[test]
+fn a_node_that_ended_is_not_lost_when_its_instance_goes() {
+    use crate::aws::node::Outcome;
+    let p = plan(GROUP, "r1");
+    let (mut d, mut world) = running(&p);
+    // The buffer failed (its files say so), then its instance went.
+    set(&mut world, "i-100", State::Terminated, None);
+    let mut outcomes = Outcomes::new();
+    outcomes.insert(
+        crate::aws::world::NodeKey {
+            task: BUFFER,
+            rank: 0,
+            attempt: 0,
+        },
+        Outcome::Exited {
+            phase: Phase::Setup,
+            code: 3,
+        },
+    );
+    let reports = observe(&p, &world, &Goal::from_engine(&d.engine), &outcomes);
+    assert_eq!(
+        events(&reports)
+            .into_iter()
+            .filter(|e| !matches!(e, Event::TaskStarted { .. }))
+            .collect::<Vec<_>>(),
+        vec![Event::NodeExited {
+            task: BUFFER,
+            attempt: 0,
+            node: 0,
+            phase: Phase::Setup,
+            code: 3
+        }]
+    );
+    assert!(
+        reports
+            .iter()
+            .any(|r| matches!(r, Report::Node(n) if n.handle == "i-100" && n.exit_code == Some(3)))
+    );
+    feed(&mut d, &reports);
+    assert_eq!(d.engine.task_status(BUFFER), Status::FailedSetup);
+    assert_eq!(d.engine.task_status(TRAINER), Status::Running);
+    // A node whose VM booted again is lost.
+    outcomes.insert(
+        crate::aws::world::NodeKey {
+            task: TRAINER,
+            rank: 1,
+            attempt: 0,
+        },
+        Outcome::Rebooted,
+    );
+    let reports = observe(&p, &world, &Goal::from_engine(&d.engine), &outcomes);
+    assert_eq!(
+        losses(&reports),
+        vec![Event::NodeLost {
+            task: TRAINER,
+            attempt: 0,
+            node: 1
+        }]
+    );
+}
+
+#[test]
+fn every_node_gets_the_groups_hosts_once_all_have_addresses() {
+    use crate::aws::node::hosts;
+    let p = plan(GROUP, "r1");
+    let d = Driven::start(&p);
+    let goal = Goal::from_engine(&d.engine);
+    let mut world = World {
+        network: Some(net("sg-1")),
+        ..World::default()
+    };
+    assert_eq!(hosts(&p, &world, &goal), None);
+    let ops = reconcile(&p, &world, &goal);
+    launch_all(&p, &mut world, &ops);
+    world.instances[2].private_ip = None;
+    assert_eq!(hosts(&p, &world, &goal), None, "an address is missing");
+    world.instances[2].private_ip = Some("10.0.9.9".into());
+    assert_eq!(
+        hosts(&p, &world, &goal).unwrap(),
+        "10.0.0.0 trainer-0.g\n10.0.0.1 trainer-1.g\n10.0.9.9 buffer-0.g\n"
+    );
+}
+
+#[test]
+fn a_launch_without_capacity_leaves_its_task_pending() {
+    use crate::aws::client::Error;
+    use crate::aws::pass::refused;
+    let p = plan(GROUP, "r1");
+    let mut d = Driven::start(&p);
+    let launch = Op::Launch {
+        task: BUFFER,
+        rank: 0,
+        attempt: 0,
+    };
+    let no_room = Error::Api {
+        action: "RunInstances".into(),
+        status: 500,
+        code: "InsufficientInstanceCapacity".into(),
+        message: "We currently do not have sufficient m6i.2xlarge capacity".into(),
+        request_id: None,
+    };
+    let reports = refused(&p, &launch, &no_room);
+    assert_eq!(
+        reports[1],
+        Report::Error(
+            "buffer-0 waits for EC2: EC2 refused RunInstances: InsufficientInstanceCapacity: \
+             We currently do not have sufficient m6i.2xlarge capacity (HTTP 500)"
+                .into()
+        )
+    );
+    feed(&mut d, &reports);
+    assert_eq!(d.engine.task_status(BUFFER), Status::Pending);
+    assert_eq!(d.engine.task_status(TRAINER), Status::Starting);
+    // Any other refusal is shown, and changes nothing.
+    let bad = Error::Api {
+        action: "RunInstances".into(),
+        status: 400,
+        code: "InvalidAMIID.NotFound".into(),
+        message: String::new(),
+        request_id: None,
+    };
+    assert_eq!(
+        refused(&p, &launch, &bad),
+        vec![Report::Error(
+            "EC2 refused RunInstances: InvalidAMIID.NotFound (HTTP 400)".into()
+        )]
+    );
+}
+
+#[test]
+fn an_ended_node_keeps_its_instance_until_its_task_ends() {
+    let p = plan(GROUP, "r1");
+    let (mut d, world) = running(&p);
+    // Rank 0 (say, a server rank 1 still reads from) is done first.
+    d.handle(Event::NodeExited {
+        task: TRAINER,
+        attempt: 0,
+        node: 0,
+        phase: Phase::Run,
+        code: 0,
+    });
+    assert_eq!(reconcile(&p, &world, &Goal::from_engine(&d.engine)), vec![]);
+    d.handle(Event::NodeExited {
+        task: TRAINER,
+        attempt: 0,
+        node: 1,
+        phase: Phase::Run,
+        code: 0,
+    });
+    assert_eq!(
+        terminated(&reconcile(&p, &world, &Goal::from_engine(&d.engine))),
+        vec!["i-000", "i-010"]
+    );
+}
+
+#[test]
+fn a_second_instance_of_one_attempt_is_terminated() {
+    let p = plan(GROUP, "r1");
+    let (d, mut world) = running(&p);
+    let mut twin = instance(&p, BUFFER, 0, 0, State::Pending);
+    twin.id = "i-twin".into();
+    world.instances.push(twin);
+    assert_eq!(
+        reconcile(&p, &world, &Goal::from_engine(&d.engine)),
+        vec![Op::Terminate {
+            ids: vec!["i-twin".into()]
+        }]
+    );
+}
