@@ -54,8 +54,10 @@ pub fn observe(plan: &Plan, world: &World, goal: &Goal, outcomes: &Outcomes) -> 
             let outcome = outcomes.get(&key).copied();
             if let Some(i) = instance {
                 let mut info = node_info(key, i);
-                if let Some(Outcome::Exited { code, .. }) = outcome {
+                info.hostname = format!("{}-{rank}.{}", plan.spec.tasks[task].name, plan.group);
+                if let Some(Outcome::Exited { phase, code }) = outcome {
                     info.exit_code = Some(code);
+                    info.phase = Some(crate::local::paths::phase_name(phase).to_owned());
                 }
                 nodes.push(Report::Node(info));
             }
@@ -132,7 +134,7 @@ pub fn node_info(key: NodeKey, i: &Instance) -> NodeInfo {
         handle: i.id.clone(),
         machine,
         ip: i.private_ip.clone().unwrap_or_default(),
-        exit_code: None,
+        ..NodeInfo::default()
     }
 }
 
