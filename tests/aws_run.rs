@@ -25,9 +25,6 @@ use std::time::{Duration, Instant};
 
 const STANDIN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/standin");
 
-/// The region `skyc build --target aws` prices groups in by default.
-const REGION: &str = "us-east-1";
-
 /// `skyc` with the stand-in's endpoint and test credentials, and no
 /// shared AWS files.
 fn aws_skyc(s: &Scratch, endpoint: &str, args: &[&str]) -> Command {
@@ -192,11 +189,15 @@ impl Run {
         .expect("skyc run");
         assert!(out.status.success(), "{}", text(&out.stderr));
         let gid: i64 = text(&out.stdout).trim().parse().expect("group id");
-        let run = std::fs::read_dir(s.state().join("aws"))
-            .expect("the run's key directory")
-            .filter_map(|e| e.ok()?.file_name().into_string().ok())
-            .next()
-            .expect("a run");
+        // The run and its region (the spec's), as the group's plan has them.
+        let plan: Value = serde_json::from_str(
+            &skyc_runtime::store::Store::open(&s.state())
+                .and_then(|store| store.plan(gid))
+                .expect("the group's plan"),
+        )
+        .expect("plan JSON");
+        let run = plan["run"].as_str().expect("a run").to_owned();
+        let region = plan["region"].as_str().expect("a region").to_owned();
         let settings = Settings {
             profile: "default".into(),
             credentials: skyc_runtime::aws::sigv4::Credentials {
@@ -208,7 +209,7 @@ impl Run {
             region: None,
             endpoint: Some(endpoint.clone()),
         };
-        let ec2 = Ec2::new(&settings, Some(REGION), Tuning::default()).expect("client");
+        let ec2 = Ec2::new(&settings, Some(&region), Tuning::default()).expect("client");
         let machines = s.dir.join("m");
         Some(Run {
             s,

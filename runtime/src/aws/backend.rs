@@ -41,6 +41,8 @@ const SSH_TIMEOUT: Duration = Duration::from_secs(30);
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RunPlan {
     /// With [`Plan::ssh`] set: the run's key pair and `tcp/22` rule.
+    /// Flattened: the supervisor reads every plan's `spec`.
+    #[serde(flatten)]
     pub plan: Plan,
     /// The run's private key (mode 0600), made by the submitting client.
     pub key: PathBuf,
