@@ -333,9 +333,7 @@ impl Run {
         }
         let instances = self.instances();
         assert!(
-            instances
-                .iter()
-                .all(|i| i.state == Some(State::Terminated)),
+            instances.iter().all(|i| i.state == Some(State::Terminated)),
             "{instances:?}"
         );
         let network = self.rt.block_on(async {
@@ -351,7 +349,10 @@ impl Run {
 impl Drop for Run {
     fn drop(&mut self) {
         let _ = aws_skyc(&self.s, &self.endpoint, &["cancel", "--all"]).output();
-        let _ = Command::new(STANDIN).arg("stop").arg(&self.machines).status();
+        let _ = Command::new(STANDIN)
+            .arg("stop")
+            .arg(&self.machines)
+            .status();
         // Whatever a failed test left on the stand-in.
         if let Ok(instances) = self.rt.block_on(ops::instances(&self.ec2, &self.run)) {
             let ids: Vec<String> = instances.into_iter().map(|i| i.id).collect();
@@ -438,13 +439,62 @@ fn cancel_terminates_every_instance_on_aws() {
         r.follow();
         std::thread::sleep(Duration::from_millis(300));
     }
-    let out = r
-        .s
-        .skyc(&["cancel", &r.gid.to_string()])
-        .output()
-        .expect("cancel");
+    let out =
+        r.s.skyc(&["cancel", &r.gid.to_string()])
+            .output()
+            .expect("cancel");
     assert!(out.status.success(), "{}", text(&out.stderr));
     let status = r.until("finished", finished);
     assert_eq!(status["status"], "CANCELLED", "{status:#}");
     r.assert_nothing_left();
+}
+
+#[test]
+fn a_supervisor_killed_mid_run_is_replaced_and_launches_nothing_twice() {
+    let s = Scratch::new("aws-kill-file");
+    let file = s.write(
+        "long.yaml",
+        "name: lg\nexecution: parallel\nprimary_tasks: [trainer]\n---\nname: trainer\n\
+         num_nodes: 2\nrun: |\n  echo started\n  sleep 15\n  echo done\n---\nname: helper\n\
+         run: sleep 600\n",
+    );
+    let Some(mut r) = Run::start("aws-kill", &file) else {
+        return;
+    };
+    let start = Instant::now();
+    while !r.logs("trainer-0").contains("started") {
+        assert!(start.elapsed() < Duration::from_secs(120), "never started");
+        r.follow();
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let pid: i32 = std::fs::read_to_string(r.s.state().join("supervisor.pid"))
+        .expect("supervisor.pid")
+        .trim()
+        .parse()
+        .expect("a pid");
+    let pid = rustix::process::Pid::from_raw(pid).expect("a pid");
+    rustix::process::kill_process(pid, rustix::process::Signal::KILL).expect("SIGKILL");
+    // `status` starts a new supervisor for the live group (Run::until
+    // asks it every pass), from an environment without AWS settings.
+    let status = r.until("finished", finished);
+    assert_eq!(status["status"], "SUCCEEDED", "{status:#}");
+    assert_eq!(task(&status, "trainer")["restarts"], 0);
+    assert_eq!(r.instances().len(), 3, "one instance per node");
+    r.assert_nothing_left();
+}
+
+#[test]
+fn aws_flags_are_refused_on_other_targets() {
+    let s = Scratch::new("aws-flags");
+    let example = root().join("examples/train-eval.yaml");
+    let out = s
+        .skyc(&["run", &example.to_string_lossy(), "--catalog", "x"])
+        .output()
+        .expect("skyc run");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("--catalog and --ssh-from are for the aws target"),
+        "{}",
+        text(&out.stderr)
+    );
 }

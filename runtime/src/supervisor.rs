@@ -16,8 +16,8 @@
 //! One `poll(2)` loop: client wake-ups on a Unix socket, each backend's
 //! [`Backend::wake_fd`], and the nearest timer or backend poll.
 
-use crate::backend::{Adoption, Backend, NodeInfo, Policy, Report};
 use crate::aws::Aws;
+use crate::backend::{Adoption, Backend, NodeInfo, Policy, Report};
 use crate::k8s::{Connect, Kubernetes, Tuning, kubeconfig};
 use crate::local::agent;
 use crate::local::machine::Local;

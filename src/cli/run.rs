@@ -1,5 +1,6 @@
 //! `skyc run FILE`: run a group and supervise it.
 
+use super::catalog;
 use super::check::Color;
 use super::exit::{self, FAILED, INVALID, NOT_FINISHED, OK, USAGE};
 use super::follow::Follower;
@@ -11,7 +12,6 @@ use super::{input, parse_env, report};
 use clap::ValueEnum;
 use skyc_compiler::ir::{Execution, Group, Role};
 use skyc_compiler::{Diagnostic, Options, compile};
-use super::catalog;
 use skyc_runtime::aws::{Plan as AwsPlan, RunPlan, SshAccess};
 use skyc_runtime::k8s::{Plan as K8sPlan, client as k8s_client};
 use skyc_runtime::local::capacity::Capacity;
@@ -86,7 +86,12 @@ pub(crate) struct Args {
     catalog: Option<PathBuf>,
     /// The image's login user, whom the runtime reaches the nodes as over
     /// SSH (commands run through `sudo` unless it is root).
-    #[arg(long, value_name = "USER", default_value = "ubuntu", help_heading = "AWS")]
+    #[arg(
+        long,
+        value_name = "USER",
+        default_value = "ubuntu",
+        help_heading = "AWS"
+    )]
     ssh_user: String,
     /// Where the runtime connects to the nodes' SSH from (the run's
     /// `tcp/22` rule) [default: this machine's address on its default
