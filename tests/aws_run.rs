@@ -498,3 +498,52 @@ fn aws_flags_are_refused_on_other_targets() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn a_lost_instance_is_replaced_and_the_other_task_untouched_on_aws() {
+    let s = Scratch::new("aws-lost-file");
+    let file = s.write(
+        "long.yaml",
+        "name: lg\nexecution: parallel\nprimary_tasks: [trainer]\n---\nname: trainer\n\
+         num_nodes: 2\nrun: |\n  echo \"rank ${SKYPILOT_NODE_RANK}\"\n  sleep 15\n  echo done\n\
+         ---\nname: helper\nrun: sleep 600\n",
+    );
+    let Some(mut r) = Run::start("aws-lost", &file) else {
+        return;
+    };
+    let start = Instant::now();
+    while !r.logs("trainer-1").contains("rank 1") {
+        assert!(start.elapsed() < Duration::from_secs(120), "never started");
+        r.follow();
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let of = |r: &Run, t: &str| -> Vec<String> {
+        r.instances()
+            .into_iter()
+            .filter(|i| i.tags.get("skyc-task").map(String::as_str) == Some(t))
+            .map(|i| i.id)
+            .collect()
+    };
+    let helper = of(&r, "helper");
+    let victim = r
+        .instances()
+        .into_iter()
+        .find(|i| {
+            i.tags.get("skyc-task").map(String::as_str) == Some("trainer")
+                && i.tags.get("skyc-rank").map(String::as_str) == Some("1")
+        })
+        .expect("trainer-1")
+        .id;
+    // Out of band, as EC2 reclaiming a spot instance.
+    r.rt.block_on(ops::terminate(&r.ec2, std::slice::from_ref(&victim)))
+        .expect("TerminateInstances");
+    let status = r.until("finished", finished);
+    assert_eq!(status["status"], "SUCCEEDED", "{status:#}");
+    assert_eq!(task(&status, "trainer")["restarts"], 1, "{status:#}");
+    assert_eq!(task(&status, "trainer")["restarts_on_errors"], 0);
+    assert_eq!(task(&status, "helper")["restarts"], 0);
+    assert_eq!(of(&r, "helper"), helper, "the helper ran on one instance");
+    assert_eq!(of(&r, "trainer").len(), 4, "two attempts of two nodes");
+    assert_eq!(r.logs("trainer-1").matches("rank 1").count(), 2);
+    r.assert_nothing_left();
+}
