@@ -3,6 +3,7 @@
 mod support;
 
 mod agent;
+mod aws_run;
 mod cli;
 mod cloud;
 mod conformance;

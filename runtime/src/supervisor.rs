@@ -16,6 +16,7 @@
 //! One `poll(2)` loop: client wake-ups on a Unix socket, each backend's
 //! [`Backend::wake_fd`], and the nearest timer or backend poll.
 
+use crate::aws::Aws;
 use crate::backend::{Adoption, Backend, NodeInfo, Policy, Report};
 use crate::k8s::{Connect, Kubernetes, Tuning, kubeconfig};
 use crate::local::agent;
@@ -48,6 +49,8 @@ pub struct Supervisor {
     /// Started with the first Kubernetes group, with `k8s_setup`.
     k8s: Option<Kubernetes>,
     k8s_setup: (Connect, Tuning),
+    /// Started with the first AWS group.
+    aws: Option<Aws>,
     groups: BTreeMap<i64, GroupRun>,
 }
 
@@ -110,6 +113,7 @@ pub fn serve(dir: &Path, k8s: (Connect, Tuning)) -> io::Result<()> {
         slurm: SlurmBackend::new(dir),
         k8s: None,
         k8s_setup: k8s,
+        aws: None,
         groups: BTreeMap::new(),
     };
     let result = supervisor.run();
@@ -178,6 +182,12 @@ impl Supervisor {
                 }
                 self.k8s.as_mut().expect("started above")
             }
+            store::Backend::Aws => {
+                if self.aws.is_none() {
+                    self.aws = Some(Aws::start(self.dir.clone())?);
+                }
+                self.aws.as_mut().expect("started above")
+            }
         })
     }
 
@@ -185,6 +195,9 @@ impl Supervisor {
         let mut all: Vec<&mut dyn Backend> = vec![&mut self.local, &mut self.slurm];
         if let Some(k8s) = &mut self.k8s {
             all.push(k8s);
+        }
+        if let Some(aws) = &mut self.aws {
+            all.push(aws);
         }
         all
     }
@@ -215,6 +228,9 @@ impl Supervisor {
             let mut sources = vec![&self.local as &dyn Backend, &self.slurm];
             if let Some(k8s) = &self.k8s {
                 sources.push(k8s);
+            }
+            if let Some(aws) = &self.aws {
+                sources.push(aws);
             }
             for fd in sources.iter().filter_map(|b| b.wake_fd()) {
                 fds.push(PollFd::from_borrowed_fd(fd, PollFlags::IN));
@@ -369,6 +385,15 @@ impl Supervisor {
                     );
                 }
                 self.k8s.as_mut().expect("started above")
+            }
+            store::Backend::Aws => {
+                if self.aws.is_none() {
+                    self.aws = Some(
+                        Aws::start(self.dir.clone())
+                            .map_err(|e| format!("the AWS backend: {e}"))?,
+                    );
+                }
+                self.aws.as_mut().expect("started above")
             }
         };
         let policy = backend.policy();

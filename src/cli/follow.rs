@@ -73,7 +73,9 @@ impl Follower {
         // Where each task's `logs/` is: the group's directory, or on
         // Slurm the job's (a pipeline's: its step's).
         let dirs: Vec<PathBuf> = match group.backend {
-            Backend::Local | Backend::Kubernetes => vec![paths::group_dir(state, gid); tasks.len()],
+            Backend::Local | Backend::Kubernetes | Backend::Aws => {
+                vec![paths::group_dir(state, gid); tasks.len()]
+            }
             Backend::Slurm => {
                 let plan: SlurmPlan =
                     serde_json::from_str(&store.plan(gid).map_err(|e| e.to_string())?)

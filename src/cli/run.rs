@@ -1,5 +1,6 @@
 //! `skyc run FILE`: run a group and supervise it.
 
+use super::catalog;
 use super::check::Color;
 use super::exit::{self, FAILED, INVALID, NOT_FINISHED, OK, USAGE};
 use super::follow::Follower;
@@ -11,6 +12,7 @@ use super::{input, parse_env, report};
 use clap::ValueEnum;
 use skyc_compiler::ir::{Execution, Group, Role};
 use skyc_compiler::{Diagnostic, Options, compile};
+use skyc_runtime::aws::{Plan as AwsPlan, RunPlan, SshAccess};
 use skyc_runtime::k8s::{Plan as K8sPlan, client as k8s_client};
 use skyc_runtime::local::capacity::Capacity;
 use skyc_runtime::local::network::{self, Mode};
@@ -19,6 +21,7 @@ use skyc_runtime::policy::GroupSpec;
 use skyc_runtime::slurm::{Plan as SlurmPlan, PlannedStep};
 use skyc_runtime::store::{Backend, NewGroup, NewTask, Store, now_ms};
 use skyc_runtime::supervisor;
+use skyc_targets::cloud::{self, Cloud};
 use skyc_targets::slurm;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -76,6 +79,25 @@ pub(crate) struct Args {
     /// The kubeconfig context [default: the current one].
     #[arg(long, value_name = "NAME", help_heading = "Kubernetes")]
     context: Option<String>,
+    /// SkyPilot's catalog directory (`DIR/aws/vms.csv`, as in
+    /// ~/.sky/catalogs/v8) [default: $SKYC_CATALOG, then
+    /// ~/.sky/catalogs/v8, then the snapshot skyc ships].
+    #[arg(long, value_name = "DIR", help_heading = "AWS")]
+    catalog: Option<PathBuf>,
+    /// The image's login user, whom the runtime reaches the nodes as over
+    /// SSH (commands run through `sudo` unless it is root).
+    #[arg(
+        long,
+        value_name = "USER",
+        default_value = "ubuntu",
+        help_heading = "AWS"
+    )]
+    ssh_user: String,
+    /// Where the runtime connects to the nodes' SSH from (the run's
+    /// `tcp/22` rule) [default: this machine's address on its default
+    /// route, /32].
+    #[arg(long, value_name = "CIDR", help_heading = "AWS")]
+    ssh_from: Option<String>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -89,6 +111,9 @@ enum Target {
     /// A Kubernetes cluster, as kubectl finds it (`KUBECONFIG`,
     /// ~/.kube/config, in-cluster): the group runs as a JobSet.
     K8s,
+    /// AWS, as the AWS CLI finds it (credentials, `AWS_ENDPOINT_URL`):
+    /// one EC2 instance per node, reached over SSH.
+    Aws,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -168,6 +193,9 @@ fn submit(args: &Args) -> Result<Submitted, String> {
     if args.target != Target::K8s && args.context.is_some() {
         return Err("--context is for the k8s target".into());
     }
+    if args.target != Target::Aws && (args.catalog.is_some() || args.ssh_from.is_some()) {
+        return Err("--catalog and --ssh-from are for the aws target".into());
+    }
     let (name, bytes) = input::read(&args.file)?;
     let options = Options {
         env: args.env.clone(),
@@ -195,6 +223,7 @@ fn submit(args: &Args) -> Result<Submitted, String> {
         Target::Local => plan_local(args, &group, &name, &secrets, submitted_ms)?,
         Target::Slurm => plan_slurm(args, &group, &secrets, submitted_ms)?,
         Target::K8s => plan_k8s(args, &group, &secrets, submitted_ms)?,
+        Target::Aws => plan_aws(args, &group, submitted_ms)?,
     };
     compilation.diagnostics.extend(planned.diagnostics);
     compilation
@@ -423,6 +452,99 @@ fn plan_k8s(
             .transpose()?,
         diagnostics,
     })
+}
+
+fn plan_aws(args: &Args, group: &Group, submitted_ms: i64) -> Result<Planned, String> {
+    // The nodes wait for their secrets, which the runtime does not
+    // deliver yet: refused rather than left waiting.
+    if let Some(task) = group.tasks.iter().find(|t| !t.secrets.is_empty()) {
+        return Err(format!(
+            "task `{}` has `secrets`, which the aws target does not deliver yet",
+            task.name
+        ));
+    }
+    let catalog = catalog::load(Cloud::Aws, args.catalog.as_deref())?;
+    let built = cloud::build(group, &catalog);
+    let diagnostics = built.diagnostics;
+    let Some(doc) = built
+        .document
+        .filter(|_| !diagnostics.iter().any(Diagnostic::is_error))
+    else {
+        return Ok(Planned {
+            backend: Backend::Aws,
+            plan: None,
+            diagnostics,
+        });
+    };
+    let grace = Duration::from_secs_f64(args.grace);
+    let run = format!("{submitted_ms}-{}", std::process::id());
+    let mut plan = AwsPlan::from_spec(&doc, GroupSpec::from_ir(group, grace), &run)
+        .map_err(|e| format!("the instance spec: {e}"))?;
+    // EC2 must answer, with these credentials, before the group is
+    // recorded: a group that cannot reach it never looks alive.
+    let settings = skyc_runtime::aws::backend::reach(&plan)?;
+    let from = match &args.ssh_from {
+        Some(cidr) => cidr.clone(),
+        None => default_route_address()?,
+    };
+    let key_dir = std::path::absolute(args.state.dir().join("aws").join(&run))
+        .map_err(|e| format!("the run's key: {e}"))?;
+    let key = make_key(&key_dir, &plan.key_pair())?;
+    let public_key = std::fs::read_to_string(key.with_extension("pub"))
+        .map_err(|e| format!("the run's key: {e}"))?;
+    plan.ssh = Some(SshAccess {
+        public_key: public_key.trim().to_owned(),
+        from,
+    });
+    let run = RunPlan {
+        plan,
+        key,
+        user: args.ssh_user.clone(),
+        port: None,
+        settings,
+    };
+    Ok(Planned {
+        backend: Backend::Aws,
+        plan: Some(serde_json::to_string(&run).map_err(|e| e.to_string())?),
+        diagnostics,
+    })
+}
+
+/// This machine's address on its default route, as a /32: what the
+/// nodes see the runtime connect from. No packet is sent (a UDP
+/// socket's connect only chooses the route).
+fn default_route_address() -> Result<String, String> {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").map_err(|e| e.to_string())?;
+    socket
+        .connect("192.0.2.1:22")
+        .and_then(|()| socket.local_addr())
+        .map(|a| format!("{}/32", a.ip()))
+        .map_err(|e| format!("this machine has no default route ({e}); give --ssh-from CIDR"))
+}
+
+/// Makes the run's SSH key pair in `dir` (private to this user):
+/// `id_ed25519` and `id_ed25519.pub`; returns the private key's path.
+fn make_key(dir: &Path, comment: &str) -> Result<PathBuf, String> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    let key = dir.join("id_ed25519");
+    let out = std::process::Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-C", comment, "-f"])
+        .arg(&key)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run ssh-keygen (OpenSSH's client is needed): {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "ssh-keygen could not make the run's key: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(key)
 }
 
 /// Follows a running group: its statuses on stderr, its logs on stdout.

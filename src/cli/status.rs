@@ -234,17 +234,22 @@ fn live(s: &Shown) -> bool {
 }
 
 /// One group's nodes: where each runs (its agent's pid here, its pod
-/// and machine on Kubernetes), its attempt and how it ended.
+/// and machine on Kubernetes, its instance and machine type and zone on
+/// AWS), its attempt and how it ended.
 fn nodes_table(s: &Shown) -> Table {
-    let pods = s.group.backend == Backend::Kubernetes;
-    let mut t = Table::new(if pods {
-        &[
-            "NODE", "HOSTNAME", "ADDRESS", "ATTEMPT", "PHASE", "POD", "MACHINE", "EXIT",
-        ][..]
-    } else {
-        &[
+    let handle = match s.group.backend {
+        Backend::Kubernetes => Some("POD"),
+        Backend::Aws => Some("INSTANCE"),
+        Backend::Local | Backend::Slurm => None,
+    };
+    let pods = handle.is_some();
+    let mut t = Table::new(&match handle {
+        Some(handle) => vec![
+            "NODE", "HOSTNAME", "ADDRESS", "ATTEMPT", "PHASE", handle, "MACHINE", "EXIT",
+        ],
+        None => vec![
             "NODE", "HOSTNAME", "ADDRESS", "ATTEMPT", "PHASE", "PID", "EXIT",
-        ][..]
+        ],
     });
     let live = live(s);
     for n in &s.nodes {

@@ -30,8 +30,10 @@ use super::sigv4::Credentials;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// What the configuration says, ready for a client.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// What the configuration says, ready for a client. Serializable: the
+/// submitting client pins its settings in the group's plan (the store is
+/// private to the user), so any later supervisor reaches EC2 as it did.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Settings {
     pub profile: String,
     pub credentials: Credentials,

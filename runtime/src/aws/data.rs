@@ -7,10 +7,10 @@
 //! A node's exit is reported only once its logs have been read to the
 //! end, since the reconciler terminates an ended node's instance.
 //!
-//! Not yet: secrets (the plan does not carry them), the run's key pair
-//! and port-22 rule on EC2, public addresses (the runtime outside the
-//! VPC), and log offsets kept in the store (a new supervisor reads each
-//! log again from its start).
+//! Not yet: secrets (the plan does not carry them; `skyc run --target
+//! aws` refuses groups with secrets), public addresses (the runtime
+//! outside the VPC), and log offsets kept in the store (a new supervisor
+//! reads each log again from its start).
 
 use super::node::{self, Outcome, Outcomes};
 use super::plan::Plan;

@@ -16,9 +16,12 @@
 //!   of the loop (world, reports, operations), what the backend runs;
 //! - [`node`] and [`remote`]: the data plane's pure half (a node's files
 //!   to its outcome, the hosts file, the commands run on a node over SSH
-//!   and how their answers are read, through OpenSSH's client); the
-//!   backend does not drive them yet.
+//!   and how their answers are read, through OpenSSH's client), and
+//!   [`data`], their loop step;
+//! - [`backend`]: the supervisor's [`crate::backend::Backend`] for AWS
+//!   groups, a thread per group running both planes.
 
+pub mod backend;
 pub mod client;
 pub mod config;
 pub mod data;
@@ -35,6 +38,7 @@ pub mod retry;
 pub mod sigv4;
 pub mod world;
 
+pub use backend::{Aws, RunPlan};
 pub use client::{Ec2, Error, SetupError, Tuning};
 pub use config::{ConfigError, Settings};
 pub use plan::{

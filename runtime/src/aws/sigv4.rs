@@ -13,7 +13,7 @@ use std::fmt::Write as _;
 const ALGORITHM: &str = "AWS4-HMAC-SHA256";
 
 /// What a request is signed with.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Credentials {
     pub access_key_id: String,
     pub secret_access_key: String,

@@ -48,6 +48,9 @@ pub enum Backend {
     /// A Kubernetes cluster; the supervisor applies and supervises.
     #[serde(rename = "k8s")]
     Kubernetes,
+    /// EC2 instances; the supervisor launches, supervises and terminates.
+    #[serde(rename = "aws")]
+    Aws,
 }
 
 impl Backend {
@@ -56,6 +59,7 @@ impl Backend {
             Self::Local => "local",
             Self::Slurm => "slurm",
             Self::Kubernetes => "k8s",
+            Self::Aws => "aws",
         }
     }
 
@@ -63,6 +67,7 @@ impl Backend {
         match s {
             "slurm" => Self::Slurm,
             "k8s" => Self::Kubernetes,
+            "aws" => Self::Aws,
             _ => Self::Local,
         }
     }

@@ -1,0 +1,549 @@
+//! `skyc run --target aws`, through the command line.
+//!
+//! Without an EC2 endpoint: what the client refuses before anything is
+//! recorded (no credentials, an endpoint that does not answer, secrets).
+//!
+//! With the EC2 stand-in (moto's server, `SKYC_MOTO_ENDPOINT`, which
+//! scripts/test starts) and stand-in machines (scripts/standin: root,
+//! sshd, iproute2): the supervisor launches the group's instances on the
+//! stand-in, and the test starts a machine at each running instance's
+//! address that boots its user data, as EC2 would; the supervisor
+//! reaches them over SSH as it would reach VMs. docs/targets/cloud.md
+//! says what differs from a VM. Skipped, loudly, without them (failed
+//! under scripts/test, which provides them).
+
+use crate::support::root;
+use crate::support::scratch::{Scratch, task, text};
+use base64::Engine as _;
+use serde_json::Value;
+use skyc_runtime::aws::response::State;
+use skyc_runtime::aws::{Ec2, Settings, Tuning, ops, query};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const STANDIN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/standin");
+
+/// `skyc` with the stand-in's endpoint and test credentials, and no
+/// shared AWS files.
+fn aws_skyc(s: &Scratch, endpoint: &str, args: &[&str]) -> Command {
+    let mut cmd = s.skyc(args);
+    cmd.env("HOME", &s.dir)
+        .env("AWS_ENDPOINT_URL", endpoint)
+        .env("AWS_ACCESS_KEY_ID", "AKIDSKYCTEST")
+        .env("AWS_SECRET_ACCESS_KEY", "skyc-test-secret")
+        .env_remove("AWS_PROFILE")
+        .env_remove("AWS_SESSION_TOKEN")
+        .env_remove("AWS_ENDPOINT_URL_EC2");
+    cmd
+}
+
+fn statuses(s: &Scratch) -> Value {
+    let out = s.skyc(&["status", "--json"]).output().expect("status");
+    serde_json::from_slice(&out.stdout).expect("status JSON")
+}
+
+fn closed_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+#[test]
+fn an_endpoint_that_does_not_answer_is_named_and_nothing_is_recorded() {
+    let s = Scratch::new("aws-unreachable");
+    let endpoint = format!("http://127.0.0.1:{}", closed_port());
+    let example = root().join("examples/train-eval.yaml");
+    let out = aws_skyc(
+        &s,
+        &endpoint,
+        &["run", &example.to_string_lossy(), "--target", "aws"],
+    )
+    .output()
+    .expect("skyc run");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.starts_with("error: ") && stderr.contains(&endpoint),
+        "{stderr}"
+    );
+    assert_eq!(statuses(&s), Value::Array(Vec::new()), "no group recorded");
+}
+
+#[test]
+fn no_credentials_is_a_clear_error_and_nothing_is_recorded() {
+    let s = Scratch::new("aws-nocreds");
+    let example = root().join("examples/train-eval.yaml");
+    let out = s
+        .skyc(&["run", &example.to_string_lossy(), "--target", "aws"])
+        .env("HOME", &s.dir)
+        .env_remove("AWS_ACCESS_KEY_ID")
+        .env_remove("AWS_SECRET_ACCESS_KEY")
+        .env_remove("AWS_PROFILE")
+        .env_remove("AWS_SHARED_CREDENTIALS_FILE")
+        .env_remove("AWS_CONFIG_FILE")
+        .output()
+        .expect("skyc run");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.starts_with("error: "), "{stderr}");
+    assert!(stderr.contains("credentials"), "{stderr}");
+    assert_eq!(statuses(&s), Value::Array(Vec::new()));
+}
+
+#[test]
+fn a_group_with_secrets_is_refused_on_aws() {
+    let s = Scratch::new("aws-secrets");
+    let file = s.write(
+        "g.yaml",
+        "name: g\nexecution: parallel\n---\nname: a\nsecrets: {TOKEN: null}\nrun: echo hi\n",
+    );
+    let out = aws_skyc(
+        &s,
+        "http://127.0.0.1:1",
+        &["run", &file.to_string_lossy(), "--target", "aws"],
+    )
+    .env("TOKEN", "x")
+    .output()
+    .expect("skyc run");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("task `a` has `secrets`, which the aws target does not deliver yet"),
+        "{stderr}"
+    );
+    assert_eq!(statuses(&s), Value::Array(Vec::new()));
+}
+
+/// The stand-in's endpoint when it and the stand-in machines' tools are
+/// here; `None` (after a loud message) otherwise.
+fn ready() -> Option<String> {
+    let endpoint = std::env::var("SKYC_MOTO_ENDPOINT")
+        .ok()
+        .filter(|e| !e.is_empty());
+    let root = rustix::process::geteuid().is_root();
+    let tools = Path::new("/usr/sbin/sshd").exists()
+        && Command::new("ip")
+            .arg("-V")
+            .output()
+            .is_ok_and(|o| o.status.success());
+    match endpoint {
+        Some(e) if root && tools => Some(e),
+        _ => {
+            assert!(
+                std::env::var_os("SKYC_MOTO_REQUIRED").is_none()
+                    || std::env::var_os("SKYC_SSHD_REQUIRED").is_none(),
+                "scripts/test provides the EC2 stand-in, root and sshd, yet one is missing"
+            );
+            eprintln!(
+                "!!! SKIPPED: `skyc run --target aws` on stand-in machines needs the EC2 \
+                 stand-in (SKYC_MOTO_ENDPOINT), root, sshd and ip"
+            );
+            None
+        }
+    }
+}
+
+/// A group run through `skyc run --target aws -d`, with a stand-in
+/// machine for each of its running instances.
+struct Run {
+    s: Scratch,
+    endpoint: String,
+    gid: i64,
+    /// The run id (the `skyc-run` tag), from the run's key directory.
+    run: String,
+    ec2: Ec2,
+    rt: tokio::runtime::Runtime,
+    /// Machine (instance id) to its address.
+    up: BTreeMap<String, String>,
+    machines: PathBuf,
+    /// Machines share one bridge and host routes: one run at a time, here
+    /// and in the runtime's own stand-in tests.
+    _serial: std::fs::File,
+}
+
+impl Run {
+    fn start(name: &str, file: &Path) -> Option<Run> {
+        let endpoint = ready()?;
+        let serial = std::fs::File::create("/tmp/skyc-standin.lock").expect("lock file");
+        rustix::fs::flock(&serial, rustix::fs::FlockOperation::LockExclusive).expect("flock");
+        let s = Scratch::new(name);
+        let out = aws_skyc(
+            &s,
+            &endpoint,
+            &[
+                "run",
+                &file.to_string_lossy(),
+                "--target",
+                "aws",
+                "-d",
+                "--ssh-user",
+                "root",
+                "--grace",
+                "2",
+            ],
+        )
+        .output()
+        .expect("skyc run");
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let gid: i64 = text(&out.stdout).trim().parse().expect("group id");
+        // The run and its region (the spec's), as the group's plan has them.
+        let plan: Value = serde_json::from_str(
+            &skyc_runtime::store::Store::open(&s.state())
+                .and_then(|store| store.plan(gid))
+                .expect("the group's plan"),
+        )
+        .expect("plan JSON");
+        let run = plan["run"].as_str().expect("a run").to_owned();
+        let region = plan["region"].as_str().expect("a region").to_owned();
+        let settings = Settings {
+            profile: "default".into(),
+            credentials: skyc_runtime::aws::sigv4::Credentials {
+                access_key_id: "AKIDSKYCTEST".into(),
+                secret_access_key: "skyc-test-secret".into(),
+                session_token: None,
+            },
+            credentials_source: "the test".into(),
+            region: None,
+            endpoint: Some(endpoint.clone()),
+        };
+        let ec2 = Ec2::new(&settings, Some(&region), Tuning::default()).expect("client");
+        let machines = s.dir.join("m");
+        Some(Run {
+            s,
+            endpoint,
+            gid,
+            run,
+            ec2,
+            rt: tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime"),
+            up: BTreeMap::new(),
+            machines,
+            _serial: serial,
+        })
+    }
+
+    fn key(&self) -> PathBuf {
+        self.s
+            .state()
+            .join("aws")
+            .join(&self.run)
+            .join("id_ed25519.pub")
+    }
+
+    fn instances(&self) -> Vec<skyc_runtime::aws::response::Instance> {
+        self.rt
+            .block_on(ops::instances(&self.ec2, &self.run))
+            .expect("DescribeInstances")
+    }
+
+    fn user_data(&self, id: &str) -> String {
+        let mut q = query::action("DescribeInstanceAttribute");
+        q.push(("InstanceId".into(), id.to_owned()));
+        q.push(("Attribute".into(), "userData".into()));
+        let body = self.rt.block_on(self.ec2.call(&q)).expect("user data");
+        let start = body.find("<value>").expect("a value") + "<value>".len();
+        let end = body[start..].find("</value>").expect("its end") + start;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(body[start..end].trim())
+            .expect("base64");
+        String::from_utf8(bytes).expect("UTF-8")
+    }
+
+    /// Machines follow the instances: one boots for each instance that
+    /// runs, and goes when its instance does.
+    fn follow(&mut self) {
+        for i in self.instances() {
+            let running = i.state == Some(State::Running);
+            if running && !self.up.contains_key(&i.id) {
+                let ud = self.s.dir.join(format!("{}.user-data", i.id));
+                std::fs::write(&ud, self.user_data(&i.id)).expect("user data");
+                let ip = i.private_ip.clone().expect("an address");
+                let ok = Command::new(STANDIN)
+                    .arg("up")
+                    .arg(&self.machines)
+                    .arg(&i.id)
+                    .arg(&ip)
+                    .arg(&ud)
+                    .arg(self.key())
+                    .status()
+                    .expect("scripts/standin")
+                    .success();
+                assert!(ok, "scripts/standin up {}", i.id);
+                self.up.insert(i.id.clone(), ip);
+            } else if !running && self.up.remove(&i.id).is_some() {
+                let _ = Command::new(STANDIN)
+                    .arg("down")
+                    .arg(&self.machines)
+                    .arg(&i.id)
+                    .status();
+            }
+        }
+    }
+
+    fn status(&self) -> Value {
+        self.s.try_status(self.gid)
+    }
+
+    /// Follows until `done` holds of the group's status (at most 120 s).
+    fn until(&mut self, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+        let start = Instant::now();
+        loop {
+            self.follow();
+            let status = self.status();
+            if done(&status) {
+                return status;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(120),
+                "not {what} after 120 s: {status:#}"
+            );
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+
+    fn logs(&self, node: &str) -> String {
+        std::fs::read_to_string(
+            self.s
+                .state()
+                .join("groups")
+                .join(self.gid.to_string())
+                .join("logs")
+                .join(format!("{node}.log")),
+        )
+        .unwrap_or_default()
+    }
+
+    /// Every instance of the run is terminated, and its security group
+    /// gone (waiting for the supervisor to settle the group, 60 s at most).
+    fn assert_nothing_left(&mut self) {
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(60)
+            && !self
+                .instances()
+                .iter()
+                .all(|i| i.state == Some(State::Terminated))
+        {
+            self.follow();
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        let instances = self.instances();
+        assert!(
+            instances.iter().all(|i| i.state == Some(State::Terminated)),
+            "{instances:?}"
+        );
+        let network = self.rt.block_on(async {
+            let mut p = query::action("DescribeSecurityGroups");
+            query::filters(&mut p, &[("tag:skyc-run", &[self.run.as_str()])]);
+            self.ec2.call(&p).await
+        });
+        let body = network.expect("DescribeSecurityGroups");
+        assert!(!body.contains("<groupId>"), "{body}");
+    }
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        let _ = aws_skyc(&self.s, &self.endpoint, &["cancel", "--all"]).output();
+        let _ = Command::new(STANDIN)
+            .arg("stop")
+            .arg(&self.machines)
+            .status();
+        // Whatever a failed test left on the stand-in.
+        if let Ok(instances) = self.rt.block_on(ops::instances(&self.ec2, &self.run)) {
+            let ids: Vec<String> = instances.into_iter().map(|i| i.id).collect();
+            let _ = self.rt.block_on(ops::terminate(&self.ec2, &ids));
+        }
+    }
+}
+
+fn finished(s: &Value) -> bool {
+    !s["finished_at_ms"].is_null()
+}
+
+#[test]
+fn the_example_group_succeeds_on_aws_stand_in_machines() {
+    let Some(mut r) = Run::start("aws-example", &root().join("examples/train-eval.yaml")) else {
+        return;
+    };
+    // While it runs, `status` names each node's instance and machine.
+    let running = r.until("running", |s| task(s, "trainer")["status"] == "RUNNING");
+    let table = text(
+        &r.s.skyc(&["status", &r.gid.to_string()])
+            .output()
+            .expect("status")
+            .stdout,
+    );
+    assert!(
+        table.contains("INSTANCE") && table.contains("MACHINE") && table.contains(" i-"),
+        "{table}\n{running:#}"
+    );
+    let status = r.until("finished", finished);
+    assert_eq!(status["status"], "SUCCEEDED", "{status:#}");
+    assert_eq!(task(&status, "trainer")["status"], "SUCCEEDED");
+    assert_eq!(task(&status, "evaluator")["status"], "CANCELLED");
+    for rank in 0..2 {
+        let log = r.logs(&format!("trainer-{rank}"));
+        assert!(
+            log.contains(&format!("trainer rank {rank}/2 in train-eval"))
+                && log.contains("training done"),
+            "{log}"
+        );
+    }
+    // The evaluator found the trainer by its group hostname, at the
+    // trainer's instance address, and read its checkpoints.
+    let trainer0 = r
+        .instances()
+        .into_iter()
+        .find(|i| {
+            i.tags.get("skyc-task").map(String::as_str) == Some("trainer")
+                && i.tags.get("skyc-rank").map(String::as_str) == Some("0")
+        })
+        .and_then(|i| i.private_ip)
+        .expect("trainer-0's address");
+    let log = r.logs("evaluator-0");
+    assert!(
+        log.contains(&format!("evaluator: trainer-0.train-eval is at {trainer0}"))
+            && log.contains("latest checkpoint:"),
+        "{log}"
+    );
+    // `skyc logs` reads them.
+    let logs = text(
+        &r.s.skyc(&["logs", &r.gid.to_string()])
+            .output()
+            .expect("logs")
+            .stdout,
+    );
+    assert!(logs.contains("training done"), "{logs}");
+    r.assert_nothing_left();
+}
+
+#[test]
+fn cancel_terminates_every_instance_on_aws() {
+    let s = Scratch::new("aws-cancel-file");
+    let file = s.write(
+        "long.yaml",
+        "name: lg\nexecution: parallel\nprimary_tasks: [trainer]\n---\nname: trainer\n\
+         num_nodes: 2\nrun: |\n  echo started\n  sleep 600\n---\nname: helper\nrun: sleep 600\n",
+    );
+    let Some(mut r) = Run::start("aws-cancel", &file) else {
+        return;
+    };
+    let start = Instant::now();
+    while !r.logs("trainer-0").contains("started") {
+        assert!(start.elapsed() < Duration::from_secs(120), "never started");
+        r.follow();
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let out =
+        r.s.skyc(&["cancel", &r.gid.to_string()])
+            .output()
+            .expect("cancel");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let status = r.until("finished", finished);
+    assert_eq!(status["status"], "CANCELLED", "{status:#}");
+    r.assert_nothing_left();
+}
+
+#[test]
+fn a_supervisor_killed_mid_run_is_replaced_and_launches_nothing_twice() {
+    let s = Scratch::new("aws-kill-file");
+    let file = s.write(
+        "long.yaml",
+        "name: lg\nexecution: parallel\nprimary_tasks: [trainer]\n---\nname: trainer\n\
+         num_nodes: 2\nrun: |\n  echo started\n  sleep 15\n  echo done\n---\nname: helper\n\
+         run: sleep 600\n",
+    );
+    let Some(mut r) = Run::start("aws-kill", &file) else {
+        return;
+    };
+    let start = Instant::now();
+    while !r.logs("trainer-0").contains("started") {
+        assert!(start.elapsed() < Duration::from_secs(120), "never started");
+        r.follow();
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let pid: i32 = std::fs::read_to_string(r.s.state().join("supervisor.pid"))
+        .expect("supervisor.pid")
+        .trim()
+        .parse()
+        .expect("a pid");
+    let pid = rustix::process::Pid::from_raw(pid).expect("a pid");
+    rustix::process::kill_process(pid, rustix::process::Signal::KILL).expect("SIGKILL");
+    // `status` starts a new supervisor for the live group (Run::until
+    // asks it every pass), from an environment without AWS settings.
+    let status = r.until("finished", finished);
+    assert_eq!(status["status"], "SUCCEEDED", "{status:#}");
+    assert_eq!(task(&status, "trainer")["restarts"], 0);
+    assert_eq!(r.instances().len(), 3, "one instance per node");
+    r.assert_nothing_left();
+}
+
+#[test]
+fn aws_flags_are_refused_on_other_targets() {
+    let s = Scratch::new("aws-flags");
+    let example = root().join("examples/train-eval.yaml");
+    let out = s
+        .skyc(&["run", &example.to_string_lossy(), "--catalog", "x"])
+        .output()
+        .expect("skyc run");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("--catalog and --ssh-from are for the aws target"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn a_lost_instance_is_replaced_and_the_other_task_untouched_on_aws() {
+    let s = Scratch::new("aws-lost-file");
+    let file = s.write(
+        "long.yaml",
+        "name: lg\nexecution: parallel\nprimary_tasks: [trainer]\n---\nname: trainer\n\
+         num_nodes: 2\nrun: |\n  echo \"rank ${SKYPILOT_NODE_RANK}\"\n  sleep 15\n  echo done\n\
+         ---\nname: helper\nrun: sleep 600\n",
+    );
+    let Some(mut r) = Run::start("aws-lost", &file) else {
+        return;
+    };
+    let start = Instant::now();
+    while !r.logs("trainer-1").contains("rank 1") {
+        assert!(start.elapsed() < Duration::from_secs(120), "never started");
+        r.follow();
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let of = |r: &Run, t: &str| -> Vec<String> {
+        r.instances()
+            .into_iter()
+            .filter(|i| i.tags.get("skyc-task").map(String::as_str) == Some(t))
+            .map(|i| i.id)
+            .collect()
+    };
+    let helper = of(&r, "helper");
+    let victim = r
+        .instances()
+        .into_iter()
+        .find(|i| {
+            i.tags.get("skyc-task").map(String::as_str) == Some("trainer")
+                && i.tags.get("skyc-rank").map(String::as_str) == Some("1")
+        })
+        .expect("trainer-1")
+        .id;
+    // Out of band, as EC2 reclaiming a spot instance.
+    r.rt.block_on(ops::terminate(&r.ec2, std::slice::from_ref(&victim)))
+        .expect("TerminateInstances");
+    let status = r.until("finished", finished);
+    assert_eq!(status["status"], "SUCCEEDED", "{status:#}");
+    assert_eq!(task(&status, "trainer")["restarts"], 1, "{status:#}");
+    assert_eq!(task(&status, "trainer")["restarts_on_errors"], 0);
+    assert_eq!(task(&status, "helper")["restarts"], 0);
+    assert_eq!(of(&r, "helper"), helper, "the helper ran on one instance");
+    assert_eq!(of(&r, "trainer").len(), 4, "two attempts of two nodes");
+    assert_eq!(r.logs("trainer-1").matches("rank 1").count(), 2);
+    r.assert_nothing_left();
+}
