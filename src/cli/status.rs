@@ -308,7 +308,10 @@ fn group_json(s: &Shown, supervisor: Option<i64>) -> serde_json::Value {
                 "hostname": n.hostname,
                 "ip": n.ip,
                 "pid": if live { n.pid } else { None },
-                "pod": (!n.handle.is_empty()).then_some(&n.handle),
+                "pod": (g.backend == Backend::Kubernetes && !n.handle.is_empty())
+                    .then_some(&n.handle),
+                "instance": (g.backend == Backend::Aws && !n.handle.is_empty())
+                    .then_some(&n.handle),
                 "machine": (!n.machine.is_empty()).then_some(&n.machine),
                 "attempt": n.attempt,
                 "phase": n.phase,
