@@ -223,7 +223,7 @@ fn submit(args: &Args) -> Result<Submitted, String> {
         Target::Local => plan_local(args, &group, &name, &secrets, submitted_ms)?,
         Target::Slurm => plan_slurm(args, &group, &secrets, submitted_ms)?,
         Target::K8s => plan_k8s(args, &group, &secrets, submitted_ms)?,
-        Target::Aws => plan_aws(args, &group, submitted_ms)?,
+        Target::Aws => plan_aws(args, &group, &secrets, submitted_ms)?,
     };
     compilation.diagnostics.extend(planned.diagnostics);
     compilation
@@ -454,18 +454,26 @@ fn plan_k8s(
     })
 }
 
-fn plan_aws(args: &Args, group: &Group, submitted_ms: i64) -> Result<Planned, String> {
-    // The nodes wait for their secrets, which the runtime does not
-    // deliver yet: refused rather than left waiting.
-    if let Some(task) = group.tasks.iter().find(|t| !t.secrets.is_empty()) {
-        return Err(format!(
-            "task `{}` has `secrets`, which the aws target does not deliver yet",
-            task.name
-        ));
-    }
+fn plan_aws(
+    args: &Args,
+    group: &Group,
+    secrets: &[(String, String)],
+    submitted_ms: i64,
+) -> Result<Planned, String> {
     let catalog = catalog::load(Cloud::Aws, args.catalog.as_deref())?;
     let built = cloud::build(group, &catalog);
-    let diagnostics = built.diagnostics;
+    let mut diagnostics = built.diagnostics;
+    // Each task's secrets, written to its instances by the runtime (they
+    // never enter the spec or the user data).
+    let values: Vec<Vec<(String, String)>> = group
+        .tasks
+        .iter()
+        .map(|task| {
+            let (found, missing) = skyc_runtime::secrets::resolve(task, secrets);
+            diagnostics.extend(missing);
+            found
+        })
+        .collect();
     let Some(doc) = built
         .document
         .filter(|_| !diagnostics.iter().any(Diagnostic::is_error))
@@ -502,6 +510,7 @@ fn plan_aws(args: &Args, group: &Group, submitted_ms: i64) -> Result<Planned, St
         user: args.ssh_user.clone(),
         port: None,
         settings,
+        secrets: values,
     };
     Ok(Planned {
         backend: Backend::Aws,

@@ -55,6 +55,10 @@ pub struct RunPlan {
     /// so a supervisor started later from another environment reaches
     /// EC2 as the client did.
     pub settings: Settings,
+    /// Per task, the values of its `secrets`, written to each of its
+    /// instances.
+    #[serde(default)]
+    pub secrets: Vec<Vec<(String, String)>>,
 }
 
 /// The AWS configuration (credentials, region, endpoint) as this process
@@ -180,7 +184,7 @@ impl Backend for Aws {
             .map_err(|e| e.to_string())?;
         let group_dir = crate::local::paths::group_dir(&self.state_dir, gid);
         let dir = ssh_dir(&group_dir).map_err(|e| format!("the run's SSH directory: {e}"))?;
-        let data = DataPlane::new(
+        let mut data = DataPlane::new(
             Ssh {
                 key: run.key.display().to_string(),
                 dir: dir.display().to_string(),
@@ -191,6 +195,7 @@ impl Backend for Aws {
             group_dir.join("logs"),
             SSH_TIMEOUT,
         );
+        data.secrets = run.secrets.clone();
         let (tx, rx) = mpsc::channel();
         let out = Out {
             gid,

@@ -7,8 +7,8 @@
 //! A node's exit is reported only once its logs have been read to the
 //! end, since the reconciler terminates an ended node's instance.
 //!
-//! Not yet: secrets (the plan does not carry them; `skyc run --target
-//! aws` refuses groups with secrets), public addresses (the runtime
+//! Secrets are written to each instance once (`secrets/NAME`), before
+//! anything else; its agent waits for them. Not yet: public addresses (the runtime
 //! outside the VPC), and log offsets kept in the store (a new supervisor
 //! reads each log again from its start).
 
@@ -30,8 +30,12 @@ pub struct DataPlane {
     /// Where node logs go: `{task}-{rank}.log`, every attempt appended.
     pub logs: PathBuf,
     pub timeout: Duration,
+    /// Per task, its secrets' values, delivered to each of its instances.
+    pub secrets: Vec<Vec<(String, String)>>,
     /// The hosts file each instance has.
     delivered: HashMap<String, String>,
+    /// Instances that have their task's secrets.
+    armed: std::collections::HashSet<String>,
     /// Bytes of each instance's logs already copied.
     offsets: HashMap<(String, &'static str), u64>,
     /// The last outcome read of each node.
@@ -45,7 +49,9 @@ impl DataPlane {
             node_dir,
             logs,
             timeout,
+            secrets: Vec::new(),
             delivered: HashMap::new(),
+            armed: std::collections::HashSet::new(),
             offsets: HashMap::new(),
             outcomes: Outcomes::new(),
         }
@@ -77,6 +83,12 @@ impl DataPlane {
                     continue;
                 };
                 let name = format!("{}-{rank}", plan.spec.tasks[task].name);
+                if let Err(e) = self.arm(&instance.id, ip, task) {
+                    if !matches!(e, RemoteError::Unreachable(_)) {
+                        errors.push(format!("{name} ({}): {e}", instance.id));
+                    }
+                    continue;
+                }
                 match self.node(&instance.id, ip, &name, hosts.as_deref()) {
                     Ok(outcome) => {
                         self.outcomes.insert(key, outcome);
@@ -87,6 +99,23 @@ impl DataPlane {
             }
         }
         (&self.outcomes, errors)
+    }
+
+    /// Delivers the task's secrets to an instance, once: its agent waits
+    /// for them before setup.
+    fn arm(&mut self, id: &str, ip: &str, task: usize) -> Result<(), RemoteError> {
+        if self.armed.contains(id) {
+            return Ok(());
+        }
+        for (name, value) in self.secrets.get(task).into_iter().flatten() {
+            // Names are checked when the group is built; one that no
+            // command can carry is never sent.
+            if let Some(command) = remote::deliver_secret(&self.node_dir, name, value.as_bytes()) {
+                self.ssh.run(ip, &command, self.timeout)?;
+            }
+        }
+        self.armed.insert(id.to_owned());
+        Ok(())
     }
 
     fn node(

@@ -50,10 +50,13 @@ pub fn deliver_secret(dir: &str, name: &str, value: &[u8]) -> Option<Command> {
     if !is_variable_name(name) {
         return None;
     }
+    let secrets = quote(&format!("{dir}/secrets"));
     let path = quote(&format!("{dir}/secrets/{name}"));
     let tmp = quote(&format!("{dir}/secrets/.{name}.tmp"));
     Some(Command {
-        script: format!("umask 077 && cat > {tmp} && mv -f {tmp} {path}"),
+        // The directory may not be made yet: sshd can answer before the
+        // boot script has run.
+        script: format!("umask 077 && mkdir -p {secrets} && cat > {tmp} && mv -f {tmp} {path}"),
         stdin: value.to_vec(),
     })
 }
