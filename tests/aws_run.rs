@@ -499,6 +499,15 @@ fn a_supervisor_killed_mid_run_is_replaced_and_launches_nothing_twice() {
     assert_eq!(status["status"], "SUCCEEDED", "{status:#}");
     assert_eq!(task(&status, "trainer")["restarts"], 0);
     assert_eq!(r.instances().len(), 3, "one instance per node");
+    // The new supervisor went on where the log copy stopped.
+    for rank in 0..2 {
+        let log = r.logs(&format!("trainer-{rank}"));
+        assert_eq!(
+            (log.matches("started").count(), log.matches("done").count()),
+            (1, 1),
+            "trainer-{rank}: {log}"
+        );
+    }
     r.assert_nothing_left();
 }
 

@@ -8,9 +8,10 @@
 //! end, since the reconciler terminates an ended node's instance.
 //!
 //! Secrets are written to each instance once (`secrets/NAME`), before
-//! anything else; its agent waits for them. Not yet: public addresses (the runtime
-//! outside the VPC), and log offsets kept in the store (a new supervisor
-//! reads each log again from its start).
+//! anything else; its agent waits for them. The bytes of each log already
+//! copied are counted in the group's `logs/.aws/`, so a new supervisor
+//! goes on from there. Not yet: public addresses (the runtime outside the
+//! VPC).
 
 use super::node::{self, Outcome, Outcomes};
 use super::plan::Plan;
@@ -149,11 +150,10 @@ impl DataPlane {
                     Log::Setup => "setup.log",
                     Log::Run => "run.log",
                 };
-                let offset = self
-                    .offsets
-                    .get(&(id.to_owned(), file))
-                    .copied()
-                    .unwrap_or(0);
+                let offset = match self.offsets.get(&(id.to_owned(), file)) {
+                    Some(&o) => o,
+                    None => read_offset(&self.logs, id, file),
+                };
                 let out = self.ssh.run(
                     ip,
                     &remote::read_log(&self.node_dir, log, offset),
@@ -172,8 +172,12 @@ impl DataPlane {
                         })
                         .and_then(|mut f| f.write_all(&bytes))
                         .map_err(|e| RemoteError::Spawn(format!("the node's log: {e}")))?;
-                    self.offsets
-                        .insert((id.to_owned(), file), offset + bytes.len() as u64);
+                    let next = offset + bytes.len() as u64;
+                    // After the bytes: a crash in between copies a chunk
+                    // twice rather than losing it.
+                    write_offset(&self.logs, id, file, next)
+                        .map_err(|e| RemoteError::Spawn(format!("the node's log offset: {e}")))?;
+                    self.offsets.insert((id.to_owned(), file), next);
                 }
                 if !done || (bytes.len() as u64) < remote::LOG_CHUNK_BYTES {
                     break;
@@ -182,4 +186,26 @@ impl DataPlane {
         }
         Ok(outcome)
     }
+}
+
+/// Where the bytes of an instance's log already copied are counted, so a
+/// new supervisor goes on from there.
+fn offset_path(logs: &std::path::Path, id: &str, file: &str) -> PathBuf {
+    logs.join(".aws").join(format!("{id}.{file}.offset"))
+}
+
+fn read_offset(logs: &std::path::Path, id: &str, file: &str) -> u64 {
+    std::fs::read_to_string(offset_path(logs, id, file))
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn write_offset(logs: &std::path::Path, id: &str, file: &str, offset: u64) -> std::io::Result<()> {
+    let path = offset_path(logs, id, file);
+    let dir = path.parent().unwrap_or(logs);
+    std::fs::create_dir_all(dir)?;
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, offset.to_string())?;
+    std::fs::rename(tmp, path)
 }
