@@ -201,6 +201,9 @@ impl Run {
             "-d",
             "--ssh-user",
             "root",
+            // Stand-in machines have only their private address.
+            "--ssh-via",
+            "private",
             "--grace",
             "2",
         ];

@@ -98,6 +98,17 @@ pub(crate) struct Args {
     /// route, /32].
     #[arg(long, value_name = "CIDR", help_heading = "AWS")]
     ssh_from: Option<String>,
+    /// Which address of a node the runtime connects to: its public one
+    /// when it has one (`auto`), or always its private one (a runtime
+    /// inside the VPC).
+    #[arg(long, value_enum, default_value_t = SshVia::Auto, help_heading = "AWS")]
+    ssh_via: SshVia,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum SshVia {
+    Auto,
+    Private,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -508,6 +519,7 @@ fn plan_aws(
         plan,
         key,
         user: args.ssh_user.clone(),
+        private: args.ssh_via == SshVia::Private,
         port: None,
         settings,
         secrets: values,

@@ -48,6 +48,10 @@ pub struct RunPlan {
     pub key: PathBuf,
     /// The image's login user.
     pub user: String,
+    /// Reach nodes at their private addresses even when they have public
+    /// ones (a runtime inside the VPC).
+    #[serde(default)]
+    pub private: bool,
     /// The nodes' SSH port, when not 22.
     #[serde(default)]
     pub port: Option<u16>,
@@ -196,6 +200,7 @@ impl Backend for Aws {
             SSH_TIMEOUT,
         );
         data.secrets = run.secrets.clone();
+        data.private = run.private;
         let (tx, rx) = mpsc::channel();
         let out = Out {
             gid,

@@ -10,8 +10,8 @@
 //! Secrets are written to each instance once (`secrets/NAME`), before
 //! anything else; its agent waits for them. The bytes of each log already
 //! copied are counted in the group's `logs/.aws/`, so a new supervisor
-//! goes on from there. Not yet: public addresses (the runtime outside the
-//! VPC).
+//! goes on from there. Nodes are reached at their public address when
+//! they have one (a runtime outside the VPC), else at their private one.
 
 use super::node::{self, Outcome, Outcomes};
 use super::plan::Plan;
@@ -31,6 +31,9 @@ pub struct DataPlane {
     /// Where node logs go: `{task}-{rank}.log`, every attempt appended.
     pub logs: PathBuf,
     pub timeout: Duration,
+    /// Connect to nodes at their private addresses only (else at their
+    /// public one when they have one).
+    pub private: bool,
     /// Per task, its secrets' values, delivered to each of its instances.
     pub secrets: Vec<Vec<(String, String)>>,
     /// The hosts file each instance has.
@@ -50,6 +53,7 @@ impl DataPlane {
             node_dir,
             logs,
             timeout,
+            private: false,
             secrets: Vec::new(),
             delivered: HashMap::new(),
             armed: std::collections::HashSet::new(),
@@ -79,8 +83,11 @@ impl DataPlane {
                 let Some(instance) = world.instance(plan, key) else {
                     continue;
                 };
-                let (Some(State::Running), Some(ip)) = (instance.state, &instance.private_ip)
-                else {
+                let address = match &instance.public_ip {
+                    Some(public) if !self.private => Some(public),
+                    _ => instance.private_ip.as_ref(),
+                };
+                let (Some(State::Running), Some(ip)) = (instance.state, address) else {
                     continue;
                 };
                 let name = format!("{}-{rank}", plan.spec.tasks[task].name);

@@ -328,7 +328,7 @@ impl Drop for Harness {
 }
 
 fn data_plane(dir: &Path, key: &Path) -> DataPlane {
-    DataPlane::new(
+    let mut data = DataPlane::new(
         Ssh {
             key: key.display().to_string(),
             dir: dir.display().to_string(),
@@ -338,7 +338,10 @@ fn data_plane(dir: &Path, key: &Path) -> DataPlane {
         skyc_targets::cloud::NODE_DIR.to_owned(),
         dir.join("logs"),
         Duration::from_secs(20),
-    )
+    );
+    // Stand-in machines have only their private address.
+    data.private = true;
+    data
 }
 
 const TRAINER: usize = 0;
