@@ -578,3 +578,58 @@ fn a_lost_instance_is_replaced_and_the_other_task_untouched_on_aws() {
     assert_eq!(r.logs("trainer-1").matches("rank 1").count(), 2);
     r.assert_nothing_left();
 }
+
+/// The README's example group on AWS itself, through `skyc run --target
+/// aws`, with the credentials and region of this environment; only with
+/// `SKYC_AWS_E2E=1` (it launches instances and costs money), skipped
+/// loudly otherwise. Nothing of the run may be left afterwards.
+#[test]
+fn e2e_the_example_group_on_aws_itself() {
+    if std::env::var("SKYC_AWS_E2E").as_deref() != Ok("1") {
+        eprintln!(
+            "!!! SKIPPED: `skyc run --target aws` against AWS itself (set SKYC_AWS_E2E=1 and AWS \
+             credentials; it launches instances)"
+        );
+        return;
+    }
+    let s = Scratch::new("aws-e2e-example");
+    let example = root().join("examples/train-eval.yaml");
+    let mut args = vec!["run", "--target", "aws"];
+    let from = std::env::var("SKYC_AWS_E2E_SSH_FROM").unwrap_or_default();
+    if !from.is_empty() {
+        args.extend(["--ssh-from", &from]);
+    }
+    let example = example.to_string_lossy();
+    args.insert(1, &example);
+    let out = s.skyc(&args).output().expect("skyc run");
+    let logs = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}\n{logs}", text(&out.stderr));
+    assert!(logs.contains("latest checkpoint:"), "{logs}");
+    let status = s.status(1);
+    assert_eq!(status["status"], "SUCCEEDED", "{status:#}");
+    assert_eq!(task(&status, "evaluator")["status"], "CANCELLED");
+    // Every instance of the run terminated.
+    let plan: Value = serde_json::from_str(
+        &skyc_runtime::store::Store::open(&s.state())
+            .and_then(|store| store.plan(1))
+            .expect("the group's plan"),
+    )
+    .expect("plan JSON");
+    let run = plan["run"].as_str().expect("a run").to_owned();
+    let region = plan["region"].as_str().expect("a region").to_owned();
+    let settings = Settings::from_env().expect("AWS settings");
+    let ec2 = Ec2::new(&settings, Some(&region), Tuning::default()).expect("client");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let instances = rt
+        .block_on(ops::instances(&ec2, &run))
+        .expect("DescribeInstances");
+    assert!(
+        instances
+            .iter()
+            .all(|i| matches!(i.state, Some(State::Terminated | State::ShuttingDown))),
+        "{instances:?}"
+    );
+}
