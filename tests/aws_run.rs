@@ -445,6 +445,28 @@ fn the_example_group_succeeds_on_aws_stand_in_machines() {
 }
 
 #[test]
+fn a_failed_primary_stops_the_auxiliary_at_once_on_aws() {
+    let s = Scratch::new("aws-primary-file");
+    let file = s.write(
+        "fail.yaml",
+        "name: pf\nexecution: parallel\nprimary_tasks: [main]\ntermination_delay: 600s\n\
+         ---\nname: main\nrun: |\n  sleep 5\n  echo failing\n  exit 7\n---\nname: helper\n\
+         run: sleep 600\n",
+    );
+    let Some(mut r) = Run::start("aws-primary", &file) else {
+        return;
+    };
+    let status = r.until("finished", finished);
+    // The 600 s delay is not waited: a failed primary stops the others.
+    assert_eq!(status["status"], "FAILED", "{status:#}");
+    assert_eq!(task(&status, "main")["status"], "FAILED");
+    assert_eq!(task(&status, "main")["nodes"][0]["exit_code"], 7);
+    assert_eq!(task(&status, "helper")["status"], "CANCELLED");
+    assert!(r.logs("main-0").contains("failing"));
+    r.assert_nothing_left();
+}
+
+#[test]
 fn cancel_terminates_every_instance_on_aws() {
     let s = Scratch::new("aws-cancel-file");
     let file = s.write(
