@@ -41,17 +41,64 @@ const IDLE_EXIT: Duration = Duration::from_secs(2);
 const ROUNDS: usize = 1_000;
 
 pub struct Supervisor {
-    dir: PathBuf,
     store: Store,
     listener: UnixListener,
+    backends: Backends,
+    groups: BTreeMap<i64, GroupRun>,
+}
+
+/// One of each backend; the cluster ones started with their first group.
+struct Backends {
+    dir: PathBuf,
     local: Local,
     slurm: SlurmBackend,
-    /// Started with the first Kubernetes group, with `k8s_setup`.
+    /// Started with `k8s_setup`.
     k8s: Option<Kubernetes>,
     k8s_setup: (Connect, Tuning),
-    /// Started with the first AWS group.
     aws: Option<Aws>,
-    groups: BTreeMap<i64, GroupRun>,
+}
+
+/// Why a backend did not start, naming it.
+fn started(what: &str, e: io::Error) -> io::Error {
+    io::Error::other(format!("the {what} backend: {e}"))
+}
+
+impl Backends {
+    /// The backend of a kind, started if it is the first of its groups.
+    fn get(&mut self, kind: store::Backend) -> io::Result<&mut dyn Backend> {
+        Ok(match kind {
+            store::Backend::Local => &mut self.local,
+            store::Backend::Slurm => &mut self.slurm,
+            store::Backend::Kubernetes => {
+                if self.k8s.is_none() {
+                    let (connect, tuning) = self.k8s_setup.clone();
+                    self.k8s = Some(
+                        Kubernetes::start(self.dir.clone(), connect, tuning)
+                            .map_err(|e| started("Kubernetes", e))?,
+                    );
+                }
+                self.k8s.as_mut().expect("started above")
+            }
+            store::Backend::Aws => {
+                if self.aws.is_none() {
+                    self.aws = Some(Aws::start(self.dir.clone()).map_err(|e| started("AWS", e))?);
+                }
+                self.aws.as_mut().expect("started above")
+            }
+        })
+    }
+
+    /// Every backend started so far.
+    fn all(&mut self) -> Vec<&mut dyn Backend> {
+        let mut all: Vec<&mut dyn Backend> = vec![&mut self.local, &mut self.slurm];
+        if let Some(k8s) = &mut self.k8s {
+            all.push(k8s);
+        }
+        if let Some(aws) = &mut self.aws {
+            all.push(aws);
+        }
+        all
+    }
 }
 
 struct GroupRun {
@@ -106,14 +153,16 @@ pub fn serve(dir: &Path, k8s: (Connect, Tuning)) -> io::Result<()> {
     let listener = UnixListener::bind(&socket)?;
     listener.set_nonblocking(true)?;
     let mut supervisor = Supervisor {
-        dir: dir.to_owned(),
         store: Store::open(dir).map_err(io::Error::other)?,
         listener,
-        local: Local::new(dir)?,
-        slurm: SlurmBackend::new(dir),
-        k8s: None,
-        k8s_setup: k8s,
-        aws: None,
+        backends: Backends {
+            dir: dir.to_owned(),
+            local: Local::new(dir)?,
+            slurm: SlurmBackend::new(dir),
+            k8s: None,
+            k8s_setup: k8s,
+            aws: None,
+        },
         groups: BTreeMap::new(),
     };
     let result = supervisor.run();
@@ -170,36 +219,12 @@ impl Supervisor {
         }
     }
 
-    /// The backend of a kind, started if it is the first of its groups.
     fn backend(&mut self, kind: store::Backend) -> io::Result<&mut dyn Backend> {
-        Ok(match kind {
-            store::Backend::Local => &mut self.local,
-            store::Backend::Slurm => &mut self.slurm,
-            store::Backend::Kubernetes => {
-                if self.k8s.is_none() {
-                    let (connect, tuning) = self.k8s_setup.clone();
-                    self.k8s = Some(Kubernetes::start(self.dir.clone(), connect, tuning)?);
-                }
-                self.k8s.as_mut().expect("started above")
-            }
-            store::Backend::Aws => {
-                if self.aws.is_none() {
-                    self.aws = Some(Aws::start(self.dir.clone())?);
-                }
-                self.aws.as_mut().expect("started above")
-            }
-        })
+        self.backends.get(kind)
     }
 
     fn backends(&mut self) -> Vec<&mut dyn Backend> {
-        let mut all: Vec<&mut dyn Backend> = vec![&mut self.local, &mut self.slurm];
-        if let Some(k8s) = &mut self.k8s {
-            all.push(k8s);
-        }
-        if let Some(aws) = &mut self.aws {
-            all.push(aws);
-        }
-        all
+        self.backends.all()
     }
 
     /// One wait for something to happen, and its handling.
@@ -225,13 +250,7 @@ impl Supervisor {
         };
         let wake = {
             let mut fds = vec![PollFd::new(&self.listener, PollFlags::IN)];
-            let mut sources = vec![&self.local as &dyn Backend, &self.slurm];
-            if let Some(k8s) = &self.k8s {
-                sources.push(k8s);
-            }
-            if let Some(aws) = &self.aws {
-                sources.push(aws);
-            }
+            let sources = self.backends.all();
             for fd in sources.iter().filter_map(|b| b.wake_fd()) {
                 fds.push(PollFd::from_borrowed_fd(fd, PollFlags::IN));
             }
@@ -373,29 +392,7 @@ impl Supervisor {
                 .map_err(|e| e.to_string())?;
         }
         let store = &self.store;
-        let backend: &mut dyn Backend = match row.backend {
-            store::Backend::Local => &mut self.local,
-            store::Backend::Slurm => &mut self.slurm,
-            store::Backend::Kubernetes => {
-                if self.k8s.is_none() {
-                    let (connect, tuning) = self.k8s_setup.clone();
-                    self.k8s = Some(
-                        Kubernetes::start(self.dir.clone(), connect, tuning)
-                            .map_err(|e| format!("the Kubernetes backend: {e}"))?,
-                    );
-                }
-                self.k8s.as_mut().expect("started above")
-            }
-            store::Backend::Aws => {
-                if self.aws.is_none() {
-                    self.aws = Some(
-                        Aws::start(self.dir.clone())
-                            .map_err(|e| format!("the AWS backend: {e}"))?,
-                    );
-                }
-                self.aws.as_mut().expect("started above")
-            }
-        };
+        let backend = self.backends.get(row.backend).map_err(|e| e.to_string())?;
         let policy = backend.policy();
         backend.adopt(
             gid,
