@@ -550,6 +550,25 @@ fn aws_flags_are_refused_on_other_targets() {
         "{}",
         text(&out.stderr)
     );
+    // The login user reaches `ssh`: only a login name is taken.
+    for user in ["-oProxyCommand=touch /tmp/x", "Ubuntu", "a b", ""] {
+        let out = s
+            .skyc(&[
+                "run",
+                "--target",
+                "aws",
+                &format!("--ssh-user={user}"),
+                &example.to_string_lossy(),
+            ])
+            .output()
+            .expect("skyc run");
+        assert_eq!(out.status.code(), Some(2), "{user:?}");
+        assert!(
+            text(&out.stderr).contains("not a login name"),
+            "{user:?}: {}",
+            text(&out.stderr)
+        );
+    }
 }
 
 #[test]

@@ -90,6 +90,7 @@ pub(crate) struct Args {
         long,
         value_name = "USER",
         default_value = "ubuntu",
+        value_parser = login_name,
         help_heading = "AWS"
     )]
     ssh_user: String,
@@ -529,6 +530,24 @@ fn plan_aws(
         plan: Some(serde_json::to_string(&run).map_err(|e| e.to_string())?),
         diagnostics,
     })
+}
+
+/// A login name as `useradd` takes one: the runtime passes it to `ssh`.
+fn login_name(user: &str) -> Result<String, String> {
+    let mut chars = user.chars();
+    let first = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_');
+    let rest = chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "_.-".contains(c));
+    if first && rest && user.len() <= 32 {
+        Ok(user.to_owned())
+    } else {
+        Err(
+            "not a login name: lower-case letters, digits, `_`, `.` and `-`, \
+             starting with a letter or `_`, at most 32"
+                .into(),
+        )
+    }
 }
 
 /// This machine's address on its default route, as a /32: what the

@@ -321,6 +321,10 @@ impl Group {
                 let key = PathBuf::from(&self.data.ssh.key);
                 let _ = std::fs::remove_file(key.with_extension("pub"));
                 let _ = std::fs::remove_file(&key);
+                // The run's own directory, made for the key alone.
+                if let Some(dir) = key.parent() {
+                    let _ = std::fs::remove_dir(dir);
+                }
                 false
             }
         }

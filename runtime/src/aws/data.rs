@@ -1,8 +1,10 @@
 //! The data plane's loop step: for every node whose instance runs, deliver
 //! the group's `hosts` (once complete, again when it changes), follow its
 //! logs into the group's directory, and read how it is doing. Blocking
-//! (OpenSSH's client, one node after another); the backend runs it off
-//! its async thread.
+//! (OpenSSH's client); the nodes of one pass are visited at once, each
+//! in a thread of its own ([`MAX_AT_ONCE`] at a time), so a slow or
+//! silent node holds up no other. The backend runs it off its async
+//! thread.
 //!
 //! A node's exit is reported only once its logs have been read to the
 //! end, since the reconciler terminates an ended node's instance.
@@ -12,17 +14,30 @@
 //! copied are counted in the group's `logs/.aws/`, so a new supervisor
 //! goes on from there. Nodes are reached at their public address when
 //! they have one (a runtime outside the VPC), else at their private one.
+//!
+//! A node the runtime has not read for [`DataPlane::silence`] (no login,
+//! no answer, commands failing) is given up on ([`Outcome::Silent`]): one
+//! never read cannot be set up (a wrong login user, no sudo, a refused
+//! key, a blocked port), one read before has failed.
 
 use super::node::{self, Outcome, Outcomes};
 use super::plan::Plan;
-use super::remote::{self, Log, RemoteError, Ssh};
+use super::remote::{self, LOGS, RemoteError, Ssh};
 use super::response::State;
 use super::world::{NodeKey, World};
 use crate::k8s::goal::{Goal, Want};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::Write as _;
-use std::path::PathBuf;
-use std::time::Duration;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The most nodes visited at once (each an `ssh` process).
+pub const MAX_AT_ONCE: usize = 32;
+
+/// How long a running instance may go without an SSH answer before its
+/// node is given up on. Generous: an instance is `running` well before
+/// its sshd answers.
+pub const SILENCE: Duration = Duration::from_secs(600);
 
 pub struct DataPlane {
     pub ssh: Ssh,
@@ -31,6 +46,8 @@ pub struct DataPlane {
     /// Where node logs go: `{task}-{rank}.log`, every attempt appended.
     pub logs: PathBuf,
     pub timeout: Duration,
+    /// How long a node may go without an SSH answer ([`SILENCE`]).
+    pub silence: Duration,
     /// Connect to nodes at their private addresses only (else at their
     /// public one when they have one).
     pub private: bool,
@@ -39,11 +56,43 @@ pub struct DataPlane {
     /// The hosts file each instance has.
     delivered: HashMap<String, String>,
     /// Instances that have their task's secrets.
-    armed: std::collections::HashSet<String>,
-    /// Bytes of each instance's logs already copied.
-    offsets: HashMap<(String, &'static str), u64>,
+    armed: HashSet<String>,
+    /// Bytes of each instance's logs already copied, per log of [`LOGS`].
+    offsets: HashMap<String, [u64; 2]>,
+    /// Per instance: since when it has been tried without an answer, and
+    /// whether it ever answered.
+    heard: HashMap<String, Heard>,
     /// The last outcome read of each node.
     outcomes: Outcomes,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Heard {
+    /// The first try since the last answer (or ever).
+    silent_since: Option<Instant>,
+    answered: bool,
+}
+
+/// One node to visit in a pass, with what the visit needs.
+struct Visit<'a> {
+    key: NodeKey,
+    id: String,
+    address: String,
+    /// `{task}-{rank}`, the log's name.
+    name: String,
+    /// The task's secrets, when the instance does not have them yet.
+    secrets: Option<&'a [(String, String)]>,
+    /// The hosts file, when the instance does not have this one.
+    hosts: Option<&'a str>,
+    offsets: [u64; 2],
+}
+
+/// What a visit did; `result` is the node's outcome or why it has none.
+struct Visited {
+    armed: bool,
+    delivered: bool,
+    offsets: [u64; 2],
+    result: Result<Outcome, RemoteError>,
 }
 
 impl DataPlane {
@@ -53,22 +102,27 @@ impl DataPlane {
             node_dir,
             logs,
             timeout,
+            silence: SILENCE,
             private: false,
             secrets: Vec::new(),
             delivered: HashMap::new(),
-            armed: std::collections::HashSet::new(),
+            armed: HashSet::new(),
             offsets: HashMap::new(),
+            heard: HashMap::new(),
             outcomes: Outcomes::new(),
         }
     }
 
     /// One pass over the nodes; the outcomes so far, and what went wrong
-    /// (a node not answering while it boots is not wrong).
+    /// (a node not answering while it boots is not wrong, until it has
+    /// been silent too long).
     pub fn step(&mut self, plan: &Plan, world: &World, goal: &Goal) -> (&Outcomes, Vec<String>) {
         let hosts = node::hosts(plan, world, goal);
-        let mut errors = Vec::new();
+        let mut visits = Vec::new();
         for (task, tg) in goal.tasks.iter().enumerate() {
-            if tg.want == Want::Done {
+            if tg.want == Want::Done || goal.cancel {
+                // A cancelled run's instances are being terminated:
+                // nothing to read that the engine waits for.
                 continue;
             }
             for rank in 0..tg.live.len() as u32 {
@@ -77,7 +131,10 @@ impl DataPlane {
                     rank,
                     attempt: tg.attempt,
                 };
-                if matches!(self.outcomes.get(&key), Some(Outcome::Exited { .. })) {
+                if matches!(
+                    self.outcomes.get(&key),
+                    Some(Outcome::Exited { .. } | Outcome::Silent { .. })
+                ) {
                     continue;
                 }
                 let Some(instance) = world.instance(plan, key) else {
@@ -87,128 +144,212 @@ impl DataPlane {
                     Some(public) if !self.private => Some(public),
                     _ => instance.private_ip.as_ref(),
                 };
-                let (Some(State::Running), Some(ip)) = (instance.state, address) else {
+                let (Some(State::Running), Some(address)) = (instance.state, address) else {
                     continue;
                 };
-                let name = format!("{}-{rank}", plan.spec.tasks[task].name);
-                if let Err(e) = self.arm(&instance.id, ip, task) {
-                    if !matches!(e, RemoteError::Unreachable(_)) {
-                        errors.push(format!("{name} ({}): {e}", instance.id));
-                    }
-                    continue;
+                let id = instance.id.clone();
+                visits.push(Visit {
+                    key,
+                    name: format!("{}-{rank}", plan.spec.tasks[task].name),
+                    address: address.clone(),
+                    secrets: (!self.armed.contains(&id))
+                        .then(|| self.secrets.get(task).map(Vec::as_slice).unwrap_or(&[])),
+                    hosts: hosts
+                        .as_deref()
+                        .filter(|h| self.delivered.get(&id).map(String::as_str) != Some(h)),
+                    offsets: self
+                        .offsets
+                        .get(&id)
+                        .copied()
+                        .unwrap_or_else(|| LOGS.map(|log| read_offset(&self.logs, &id, log))),
+                    id,
+                });
+            }
+        }
+        let visited: Vec<Visited> = visits
+            .chunks(MAX_AT_ONCE)
+            .flat_map(|chunk| {
+                std::thread::scope(|s| {
+                    let handles: Vec<_> = chunk.iter().map(|v| s.spawn(|| self.visit(v))).collect();
+                    handles
+                        .into_iter()
+                        .map(|h| {
+                            h.join().unwrap_or_else(|_| Visited {
+                                armed: false,
+                                delivered: false,
+                                offsets: [0; 2],
+                                result: Err(RemoteError::Spawn("the visit panicked".into())),
+                            })
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let now = Instant::now();
+        let mut errors = Vec::new();
+        for (v, done) in visits.iter().zip(visited) {
+            if done.armed {
+                self.armed.insert(v.id.clone());
+            }
+            if done.delivered
+                && let Some(h) = v.hosts
+            {
+                self.delivered.insert(v.id.clone(), h.to_owned());
+            }
+            if done.offsets != v.offsets {
+                self.offsets.insert(v.id.clone(), done.offsets);
+            }
+            let heard = self.heard.entry(v.id.clone()).or_insert(Heard {
+                silent_since: None,
+                answered: false,
+            });
+            match done.result {
+                Ok(outcome) => {
+                    *heard = Heard {
+                        silent_since: None,
+                        answered: true,
+                    };
+                    self.outcomes.insert(v.key, outcome);
                 }
-                match self.node(&instance.id, ip, &name, hosts.as_deref()) {
-                    Ok(outcome) => {
-                        self.outcomes.insert(key, outcome);
+                // No login, no answer in time, or a command that fails
+                // (no sudo, a full disk): the node cannot be followed.
+                // Shown at once unless it may be a node still booting;
+                // given up on once it has lasted too long.
+                Err(e) => {
+                    let why = match e {
+                        RemoteError::Unreachable(why) => why,
+                        other => {
+                            let text = other.to_string();
+                            errors.push(format!("{} ({}): {text}", v.name, v.id));
+                            text
+                        }
+                    };
+                    let since = *heard.silent_since.get_or_insert(now);
+                    if now.duration_since(since) >= self.silence {
+                        let answered = heard.answered;
+                        errors.push(silent_message(v, answered, self.silence, &why));
+                        self.outcomes.insert(v.key, Outcome::Silent { answered });
                     }
-                    Err(RemoteError::Unreachable(_)) => {}
-                    Err(e) => errors.push(format!("{name} ({}): {e}", instance.id)),
                 }
             }
         }
         (&self.outcomes, errors)
     }
 
-    /// Delivers the task's secrets to an instance, once: its agent waits
-    /// for them before setup.
-    fn arm(&mut self, id: &str, ip: &str, task: usize) -> Result<(), RemoteError> {
-        if self.armed.contains(id) {
-            return Ok(());
-        }
-        for (name, value) in self.secrets.get(task).into_iter().flatten() {
-            // Names are checked when the group is built; one that no
-            // command can carry is never sent.
-            if let Some(command) = remote::deliver_secret(&self.node_dir, name, value.as_bytes()) {
-                self.ssh.run(ip, &command, self.timeout)?;
-            }
-        }
-        self.armed.insert(id.to_owned());
-        Ok(())
+    /// Visits one node: its secrets and hosts when it lacks them, then
+    /// its state and new log bytes (all of them once it has ended).
+    fn visit(&self, v: &Visit<'_>) -> Visited {
+        let mut done = Visited {
+            armed: false,
+            delivered: false,
+            offsets: v.offsets,
+            result: Ok(Outcome::Starting),
+        };
+        done.result = self.visit_steps(v, &mut done);
+        done
     }
 
-    fn node(
-        &mut self,
-        id: &str,
-        ip: &str,
-        name: &str,
-        hosts: Option<&str>,
-    ) -> Result<Outcome, RemoteError> {
-        if let Some(hosts) = hosts
-            && self.delivered.get(id).map(String::as_str) != Some(hosts)
-        {
+    fn visit_steps(&self, v: &Visit<'_>, done: &mut Visited) -> Result<Outcome, RemoteError> {
+        if let Some(secrets) = v.secrets {
+            for (name, value) in secrets {
+                // Names are checked when the group is built; one that no
+                // command can carry is never sent.
+                if let Some(command) =
+                    remote::deliver_secret(&self.node_dir, name, value.as_bytes())
+                {
+                    self.ssh.run(&v.address, &command, self.timeout)?;
+                }
+            }
+            done.armed = true;
+        }
+        if let Some(hosts) = v.hosts {
             self.ssh.run(
-                ip,
+                &v.address,
                 &remote::deliver_hosts(&self.node_dir, hosts),
                 self.timeout,
             )?;
-            self.delivered.insert(id.to_owned(), hosts.to_owned());
+            done.delivered = true;
         }
-        let files = remote::parse_files(&self.ssh.run(
-            ip,
-            &remote::read_files(&self.node_dir),
-            self.timeout,
-        )?);
-        let outcome = node::outcome(&files);
-        let done = matches!(outcome, Outcome::Exited { .. });
-        for log in [Log::Setup, Log::Run] {
-            // Until a read comes back short: everything up to now.
-            loop {
-                let file = match log {
-                    Log::Setup => "setup.log",
-                    Log::Run => "run.log",
-                };
-                let offset = match self.offsets.get(&(id.to_owned(), file)) {
-                    Some(&o) => o,
-                    None => read_offset(&self.logs, id, file),
-                };
-                let out = self.ssh.run(
-                    ip,
-                    &remote::read_log(&self.node_dir, log, offset),
-                    self.timeout,
-                )?;
-                let Some((_, bytes)) = remote::parse_log(&out) else {
-                    break;
-                };
-                if !bytes.is_empty() {
-                    std::fs::create_dir_all(&self.logs)
-                        .and_then(|()| {
-                            std::fs::OpenOptions::new()
-                                .create(true)
-                                .append(true)
-                                .open(self.logs.join(format!("{name}.log")))
-                        })
-                        .and_then(|mut f| f.write_all(&bytes))
-                        .map_err(|e| RemoteError::Spawn(format!("the node's log: {e}")))?;
-                    let next = offset + bytes.len() as u64;
-                    // After the bytes: a crash in between copies a chunk
-                    // twice rather than losing it.
-                    write_offset(&self.logs, id, file, next)
-                        .map_err(|e| RemoteError::Spawn(format!("the node's log offset: {e}")))?;
-                    self.offsets.insert((id.to_owned(), file), next);
+        loop {
+            let out = self.ssh.run(
+                &v.address,
+                &remote::read_node(&self.node_dir, done.offsets),
+                self.timeout,
+            )?;
+            let read = remote::parse_node(&out);
+            let outcome = node::outcome(&read.files);
+            let mut full = false;
+            for (i, log) in read.logs.iter().enumerate() {
+                let Some((_, bytes)) = log else { continue };
+                if bytes.is_empty() {
+                    continue;
                 }
-                if !done || (bytes.len() as u64) < remote::LOG_CHUNK_BYTES {
-                    break;
-                }
+                append(&self.logs, &v.name, bytes)
+                    .map_err(|e| RemoteError::Spawn(format!("the node's log: {e}")))?;
+                done.offsets[i] += bytes.len() as u64;
+                // After the bytes: a crash in between copies a chunk
+                // twice rather than losing it.
+                write_offset(&self.logs, &v.id, LOGS[i], done.offsets[i])
+                    .map_err(|e| RemoteError::Spawn(format!("the node's log offset: {e}")))?;
+                full |= bytes.len() as u64 >= remote::LOG_CHUNK_BYTES;
+            }
+            // An ended node is read to the end of its logs before its
+            // exit is told; a running one a chunk a pass.
+            if !full || !matches!(outcome, Outcome::Exited { .. }) {
+                return Ok(outcome);
             }
         }
-        Ok(outcome)
+    }
+}
+
+fn append(logs: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+    std::fs::create_dir_all(logs)?;
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(logs.join(format!("{name}.log")))?
+        .write_all(bytes)
+}
+
+/// Why a node is given up on, for `skyc status` and the log.
+fn silent_message(v: &Visit<'_>, answered: bool, silence: Duration, why: &str) -> String {
+    let secs = silence.as_secs();
+    let span = if secs < 120 {
+        format!("{secs} s")
+    } else {
+        format!("{} min", secs.div_ceil(60))
+    };
+    let why = if why.is_empty() { "no answer" } else { why };
+    if answered {
+        format!(
+            "{} ({}): no usable SSH answer for {span} ({why}); \
+             the node is lost and its task restarts on new instances",
+            v.name, v.id
+        )
+    } else {
+        format!(
+            "{} ({}): no usable SSH answer in {span} since it began running ({why}); \
+             its setup fails. Check the image's login user and its sudo (--ssh-user), that \
+             the nodes see the runtime at the --ssh-from address, and that the image runs sshd",
+            v.name, v.id
+        )
     }
 }
 
 /// Where the bytes of an instance's log already copied are counted, so a
 /// new supervisor goes on from there.
-fn offset_path(logs: &std::path::Path, id: &str, file: &str) -> PathBuf {
+fn offset_path(logs: &Path, id: &str, file: &str) -> PathBuf {
     logs.join(".aws").join(format!("{id}.{file}.offset"))
 }
 
-fn read_offset(logs: &std::path::Path, id: &str, file: &str) -> u64 {
+fn read_offset(logs: &Path, id: &str, file: &str) -> u64 {
     std::fs::read_to_string(offset_path(logs, id, file))
         .ok()
         .and_then(|t| t.trim().parse().ok())
         .unwrap_or(0)
 }
 
-fn write_offset(logs: &std::path::Path, id: &str, file: &str, offset: u64) -> std::io::Result<()> {
+fn write_offset(logs: &Path, id: &str, file: &str, offset: u64) -> std::io::Result<()> {
     let path = offset_path(logs, id, file);
     let dir = path.parent().unwrap_or(logs);
     std::fs::create_dir_all(dir)?;

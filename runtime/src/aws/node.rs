@@ -33,6 +33,10 @@ pub enum Outcome {
     /// The VM booted a second time (`boot again`): its task is not
     /// resumed, the node is lost.
     Rebooted,
+    /// SSH has not reached the node for the data plane's limit: lost when
+    /// it `answered` before, else a failed setup (it cannot be reached,
+    /// so it cannot run).
+    Silent { answered: bool },
 }
 
 /// The outcomes of the nodes read so far, by node and attempt.

@@ -21,7 +21,9 @@
 //! [`super::node::Outcomes`]): a node done is `NodeExited` with its phase
 //! and code whatever its instance shows (a node that ended and was then
 //! terminated is not lost), and exits come before losses in one pass; a
-//! node whose VM booted again is lost.
+//! node whose VM booted again is lost. A node SSH never reached in the
+//! data plane's limit failed its setup (exit 255, as `ssh` says); one
+//! that answered, then went silent that long, is lost.
 
 use super::node::{Outcome, Outcomes};
 use super::plan::Plan;
@@ -29,7 +31,7 @@ use super::response::{Instance, State};
 use super::world::{NodeKey, World};
 use crate::backend::{NodeInfo, Report};
 use crate::k8s::goal::{Goal, Want};
-use crate::policy::Event;
+use crate::policy::{Event, Phase};
 
 /// What the run's instances say now, for the engine and for status.
 pub fn observe(plan: &Plan, world: &World, goal: &Goal, outcomes: &Outcomes) -> Vec<Report> {
@@ -65,7 +67,13 @@ pub fn observe(plan: &Plan, world: &World, goal: &Goal, outcomes: &Outcomes) -> 
                 continue;
             }
             any_live = true;
-            if let Some(Outcome::Exited { phase, code }) = outcome {
+            let exit = match outcome {
+                Some(Outcome::Exited { phase, code }) => Some((phase, code)),
+                // Never reached: ssh's own status for a failed login.
+                Some(Outcome::Silent { answered: false }) => Some((Phase::Setup, 255)),
+                _ => None,
+            };
+            if let Some((phase, code)) = exit {
                 exits.push(Report::Event {
                     event: Event::NodeExited {
                         task,
@@ -79,13 +87,18 @@ pub fn observe(plan: &Plan, world: &World, goal: &Goal, outcomes: &Outcomes) -> 
                 continue;
             }
             let state = instance.and_then(|i| i.state);
+            let silent = outcome == Some(Outcome::Silent { answered: true });
             let lost = outcome == Some(Outcome::Rebooted)
+                || silent
                 || match tg.want {
                     Want::Run => state.is_some_and(State::is_down),
                     _ => instance.is_none() || state.is_some_and(State::is_ending),
                 };
             if lost {
+                // A silent node's error comes from the data plane, with
+                // what SSH said.
                 if tg.want == Want::Run
+                    && !silent
                     && let Some(i) = instance
                 {
                     losses.push(Report::Error(lost_message(plan, key, i)));

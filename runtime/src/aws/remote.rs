@@ -61,9 +61,16 @@ pub fn deliver_secret(dir: &str, name: &str, value: &[u8]) -> Option<Command> {
     })
 }
 
-/// Reads the node's state: the tail of `status` and both exit files, one
-/// line each, `NAME BASE64` (a missing file has no line).
-pub fn read_files(dir: &str) -> Command {
+/// The logs a node's phases write, in the order they are read.
+pub const LOGS: [&str; 2] = ["setup.log", "run.log"];
+
+/// Reads the node's state in one call: the tail of `status`, both exit
+/// files, then each of [`LOGS`] from its byte `offsets` (what the runtime
+/// has already), at most [`LOG_CHUNK_BYTES`] of each. One line each,
+/// `NAME BASE64` for a file, `NAME SIZE BASE64` for a log; a missing file
+/// has no line. The exits are read before the logs, so the logs read
+/// with an exit hold everything the phase wrote.
+pub fn read_node(dir: &str, offsets: [u64; 2]) -> Command {
     Command {
         script: format!(
             "cd {} 2>/dev/null || exit 0\n\
@@ -71,75 +78,64 @@ pub fn read_files(dir: &str) -> Command {
              for f in setup.exit run.exit; do\n  \
                [ -e \"$f\" ] && printf '%s %s\\n' \"$f\" \"$(base64 -w0 < \"$f\")\"\n\
              done\n\
+             chunk() {{\n  \
+               [ -e \"$1\" ] || return 0\n  \
+               printf '%s %s %s\\n' \"$1\" \"$(wc -c < \"$1\")\" \"$(tail -c +\"$2\" \"$1\" | head -c {LOG_CHUNK_BYTES} | base64 -w0)\"\n\
+             }}\n\
+             chunk {} {}\n\
+             chunk {} {}\n\
              exit 0",
-            quote(dir)
+            quote(dir),
+            LOGS[0],
+            offsets[0] + 1,
+            LOGS[1],
+            offsets[1] + 1,
         ),
         stdin: Vec::new(),
     }
 }
 
-/// Parses what [`read_files`] printed.
-pub fn parse_files(out: &str) -> NodeFiles {
-    let mut files = NodeFiles::default();
+/// What [`read_node`] found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeRead {
+    pub files: NodeFiles,
+    /// Per log of [`LOGS`]: its size and the bytes from the offset asked;
+    /// `None` when the file is not there yet.
+    pub logs: [Option<(u64, Vec<u8>)>; 2],
+}
+
+/// Parses what [`read_node`] printed; lines it cannot read are left out.
+pub fn parse_node(out: &str) -> NodeRead {
+    let b64 = |data: Option<&str>| {
+        base64::engine::general_purpose::STANDARD
+            .decode(data.unwrap_or("").trim())
+            .ok()
+    };
+    let mut read = NodeRead::default();
     for line in out.lines() {
-        let Some((name, data)) = line.split_once(' ') else {
+        let mut words = line.split_whitespace();
+        let Some(name) = words.next() else {
             continue;
         };
-        let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(data.trim()) else {
+        if let Some(i) = LOGS.iter().position(|l| *l == name) {
+            let size = words.next().and_then(|w| w.parse().ok());
+            if let (Some(size), Some(bytes)) = (size, b64(words.next())) {
+                read.logs[i] = Some((size, bytes));
+            }
+            continue;
+        }
+        let Some(bytes) = b64(words.next()) else {
             continue;
         };
         let text = String::from_utf8_lossy(&bytes).into_owned();
         match name {
-            "status" => files.status = text,
-            "setup.exit" => files.setup_exit = Some(text),
-            "run.exit" => files.run_exit = Some(text),
+            "status" => read.files.status = text,
+            "setup.exit" => read.files.setup_exit = Some(text),
+            "run.exit" => read.files.run_exit = Some(text),
             _ => {}
         }
     }
-    files
-}
-
-/// Which log a phase writes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Log {
-    Setup,
-    Run,
-}
-
-impl Log {
-    fn file(self) -> &'static str {
-        match self {
-            Log::Setup => "setup.log",
-            Log::Run => "run.log",
-        }
-    }
-}
-
-/// Reads a log from byte `offset` (what the runtime has already), at most
-/// [`LOG_CHUNK_BYTES`]: `SIZE BASE64`, the file's size then the bytes.
-pub fn read_log(dir: &str, log: Log, offset: u64) -> Command {
-    Command {
-        script: format!(
-            "f={path}\n\
-             [ -e \"$f\" ] || {{ echo 0; exit 0; }}\n\
-             printf '%s %s\\n' \"$(wc -c < \"$f\")\" \"$(tail -c +{start} \"$f\" | head -c {LOG_CHUNK_BYTES} | base64 -w0)\"",
-            path = quote(&format!("{dir}/{}", log.file())),
-            start = offset + 1,
-        ),
-        stdin: Vec::new(),
-    }
-}
-
-/// What [`read_log`] printed: the file's size and the new bytes. A size
-/// below the offset asked means the file is not the one read before.
-pub fn parse_log(out: &str) -> Option<(u64, Vec<u8>)> {
-    let line = out.lines().next()?;
-    let (size, data) = line.split_once(' ').unwrap_or((line, ""));
-    let size = size.trim().parse().ok()?;
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(data.trim())
-        .ok()?;
-    Some((size, bytes))
+    read
 }
 
 /// How the runtime reaches nodes.
@@ -231,8 +227,9 @@ impl Ssh {
     pub fn argv(&self, address: &str, command: &Command) -> Vec<String> {
         let mut argv: Vec<String> = vec!["ssh".into()];
         argv.extend(self.options());
-        argv.push(format!("{}@{address}", self.user));
-        argv.push("--".into());
+        // The user as an option's argument and the address after `--`:
+        // neither is ever read as an option, whatever it holds.
+        argv.extend(["-l".into(), self.user.clone(), "--".into(), address.into()]);
         // ssh joins its arguments into one line for the remote shell:
         // one argument, quoted once for it.
         let sudo = if self.user == "root" { "" } else { "sudo -n " };
@@ -292,7 +289,7 @@ impl Ssh {
     pub fn close(&self, address: &str) {
         let _ = std::process::Command::new("ssh")
             .args(self.options())
-            .args(["-O", "exit", &format!("{}@{address}", self.user)])
+            .args(["-O", "exit", "-l", &self.user, "--", address])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -339,14 +336,12 @@ mod tests {
     #[test]
     fn files_are_read_whatever_they_hold() {
         let dir = node_dir("read");
-        assert_eq!(
-            parse_files(&run(&read_files(&d(&dir)))),
-            NodeFiles::default()
-        );
+        let read = |dir: &Path| parse_node(&run(&read_node(&d(dir), [0, 0])));
+        assert_eq!(read(&dir), NodeRead::default());
         let hostile = "1.0 agent start\n2.0 setup start $(touch x) `y` '\"\n";
         std::fs::write(dir.join("status"), hostile).unwrap();
         std::fs::write(dir.join("setup.exit"), "0\n").unwrap();
-        let files = parse_files(&run(&read_files(&d(&dir))));
+        let files = read(&dir).files;
         assert_eq!(files.status, hostile);
         assert_eq!(files.setup_exit.as_deref(), Some("0\n"));
         assert_eq!(files.run_exit, None);
@@ -354,9 +349,11 @@ mod tests {
         // Only the tail of a long status file.
         let long = "9.0 run start\n".repeat(1000);
         std::fs::write(dir.join("status"), &long).unwrap();
-        let files = parse_files(&run(&read_files(&d(&dir))));
+        let files = read(&dir).files;
         assert_eq!(files.status.len() as u64, STATUS_TAIL_BYTES);
         assert!(long.ends_with(&files.status));
+        // No directory yet: nothing, not an error.
+        assert_eq!(read(&dir.join("none")), NodeRead::default());
     }
 
     #[test]
@@ -377,24 +374,26 @@ mod tests {
     #[test]
     fn logs_are_read_from_an_offset() {
         let dir = node_dir("log");
-        assert_eq!(
-            parse_log(&run(&read_log(&d(&dir), Log::Run, 0))),
-            Some((0, vec![]))
-        );
+        let read = |offsets| parse_node(&run(&read_node(&d(&dir), offsets))).logs;
+        assert_eq!(read([0, 0]), [None, None]);
+        std::fs::write(dir.join("setup.log"), b"").unwrap();
         std::fs::write(dir.join("run.log"), b"line 1\nline 2\n").unwrap();
         assert_eq!(
-            parse_log(&run(&read_log(&d(&dir), Log::Run, 0))),
-            Some((14, b"line 1\nline 2\n".to_vec()))
+            read([0, 0]),
+            [Some((0, vec![])), Some((14, b"line 1\nline 2\n".to_vec()))]
         );
+        assert_eq!(read([0, 7])[1], Some((14, b"line 2\n".to_vec())));
+        assert_eq!(read([0, 14])[1], Some((14, vec![])));
+        // At most a chunk a call.
+        let big = vec![b'x'; LOG_CHUNK_BYTES as usize + 10];
+        std::fs::write(dir.join("setup.log"), &big).unwrap();
+        let [setup, _] = read([5, 0]);
+        let (size, bytes) = setup.unwrap();
         assert_eq!(
-            parse_log(&run(&read_log(&d(&dir), Log::Run, 7))),
-            Some((14, b"line 2\n".to_vec()))
+            (size, bytes.len() as u64),
+            (big.len() as u64, LOG_CHUNK_BYTES)
         );
-        assert_eq!(
-            parse_log(&run(&read_log(&d(&dir), Log::Run, 14))),
-            Some((14, vec![]))
-        );
-        assert_eq!(parse_log("garbage"), None);
+        assert_eq!(parse_node("garbage\nrun.log x y\n"), NodeRead::default());
     }
 
     #[test]
@@ -410,10 +409,11 @@ mod tests {
         assert!(argv.contains(&"StrictHostKeyChecking=accept-new".to_owned()));
         assert!(argv.contains(&"UserKnownHostsFile=/s/known_hosts".to_owned()));
         let at = argv.iter().position(|a| a == "--").unwrap();
-        assert_eq!(argv[at - 1], "ubuntu@10.0.0.5");
-        assert_eq!(argv.len(), at + 2);
+        assert_eq!(argv[at - 2..at], ["-l", "ubuntu"]);
+        assert_eq!(argv[at + 1], "10.0.0.5");
+        assert_eq!(argv.len(), at + 3);
         // The remote shell, given that line, runs exactly the script.
-        let line = &argv[at + 1];
+        let line = &argv[at + 2];
         let printed = std::process::Command::new("sh")
             .arg("-c")
             .arg(line.replacen("sudo -n sh -c", "printf %s", 1))

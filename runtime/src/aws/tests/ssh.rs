@@ -6,10 +6,7 @@
 //! loudly.
 
 use crate::aws::node::{Outcome, outcome};
-use crate::aws::remote::{
-    Log, RemoteError, Ssh, deliver_hosts, deliver_secret, parse_files, parse_log, read_files,
-    read_log,
-};
+use crate::aws::remote::{RemoteError, Ssh, deliver_hosts, deliver_secret, parse_node, read_node};
 use crate::policy::Phase;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -142,10 +139,11 @@ fn a_nodes_files_travel_over_ssh() {
     )
     .unwrap();
     std::fs::write(node.join("setup.exit"), "0\n").unwrap();
-    let files = parse_files(&ssh.run(at, &read_files(&nd), T).unwrap());
+    let read = |offsets| parse_node(&ssh.run(at, &read_node(&nd, offsets), T).unwrap());
+    let files = read([0, 0]).files;
     assert_eq!(outcome(&files), Outcome::Running(Phase::Run));
     std::fs::write(node.join("run.exit"), "42\n").unwrap();
-    let files = parse_files(&ssh.run(at, &read_files(&nd), T).unwrap());
+    let files = read([0, 0]).files;
     assert_eq!(
         outcome(&files),
         Outcome::Exited {
@@ -157,10 +155,11 @@ fn a_nodes_files_travel_over_ssh() {
     // Logs, from where the runtime left off; binary output intact.
     let log: Vec<u8> = (0..=255u8).cycle().take(70_000).collect();
     std::fs::write(node.join("run.log"), &log).unwrap();
-    let (size, first) = parse_log(&ssh.run(at, &read_log(&nd, Log::Run, 0), T).unwrap()).unwrap();
+    let [_, run] = read([0, 0]).logs;
+    let (size, first) = run.unwrap();
     assert_eq!((size, first.as_slice()), (70_000, log.as_slice()));
-    let (_, rest) = parse_log(&ssh.run(at, &read_log(&nd, Log::Run, 69_990), T).unwrap()).unwrap();
-    assert_eq!(rest, &log[69_990..]);
+    let [_, run] = read([0, 69_990]).logs;
+    assert_eq!(run.unwrap().1, &log[69_990..]);
 
     ssh.close(at);
 }
@@ -180,7 +179,8 @@ fn failures_say_what_failed() {
     );
     // Reading one is nothing yet, not an error.
     assert_eq!(
-        ssh.run(at, &read_files("/nonexistent/skyc"), T).unwrap(),
+        ssh.run(at, &read_node("/nonexistent/skyc", [0, 0]), T)
+            .unwrap(),
         ""
     );
     ssh.close(at);
@@ -193,7 +193,7 @@ fn failures_say_what_failed() {
             .unwrap()
             .port(),
     );
-    let e = off.run(at, &read_files("/x"), T).unwrap_err();
+    let e = off.run(at, &read_node("/x", [0, 0]), T).unwrap_err();
     assert!(matches!(e, RemoteError::Unreachable(_)), "{e:?}");
     // A key the node does not know: unreachable too (no login).
     let mut stranger = client(&sshd);
@@ -201,6 +201,6 @@ fn failures_say_what_failed() {
     stranger.key = sshd.dir.join("other").display().to_string();
     stranger.dir = sshd.dir.join("s2").display().to_string();
     std::fs::create_dir_all(&stranger.dir).unwrap();
-    let e = stranger.run(at, &read_files("/x"), T).unwrap_err();
+    let e = stranger.run(at, &read_node("/x", [0, 0]), T).unwrap_err();
     assert!(matches!(e, RemoteError::Unreachable(_)), "{e:?}");
 }

@@ -423,7 +423,7 @@ run: sleep 600
 
 #[test]
 fn a_lost_instance_is_replaced_and_the_other_task_untouched() {
-    let Some(mut h) = Harness::new("lost", LONG) else {
+    let Some(mut h) = Harness::new("lost", &first_runs_outlast("lost")) else {
         return;
     };
     h.until("running its run", |h| {
@@ -517,4 +517,68 @@ fn a_new_supervisor_carries_on_and_launches_nothing_twice() {
     assert_eq!(h.d.engine.group_status(), Status::Succeeded);
     assert_eq!(h.d.engine.restarts(TRAINER), (0, 0));
     assert_eq!(h.world().instances.len(), 3, "one instance per node");
+}
+
+/// LONG, with each rank's first run outlasting the test (it ends only if
+/// it is stopped) and its second short. Stand-in machines share this
+/// host's /tmp: the first run of a rank leaves a mark in the directory
+/// of the harness named `name`.
+fn first_runs_outlast(name: &str) -> String {
+    let marks = format!("/tmp/skyc-si-{name}-{}", std::process::id());
+    LONG.replace(
+        "  sleep 15\n",
+        &format!("  if mkdir {marks}/rank-$SKYPILOT_NODE_RANK; then sleep 600; else sleep 2; fi\n"),
+    )
+}
+
+#[test]
+fn a_node_that_goes_silent_is_lost_and_its_task_restarts() {
+    let Some(mut h) = Harness::new("silent", &first_runs_outlast("silent")) else {
+        return;
+    };
+    h.data.silence = Duration::from_secs(5);
+    h.until("running its run", |h| {
+        h.log("trainer-1").contains("rank 1") && h.log("trainer-0").contains("rank 0")
+    });
+    // The machine stops answering while EC2 still reports it running,
+    // as a hung host does.
+    let victim = h.instance_id(TRAINER, 1, 0).unwrap();
+    Command::new(STANDIN)
+        .arg("down")
+        .arg(&h.machines.dir)
+        .arg(&victim)
+        .status()
+        .unwrap();
+    h.until("replaced", |h| h.d.engine.attempt(TRAINER) == 1);
+    h.run_to_the_end();
+    assert_eq!(h.d.engine.group_status(), Status::Succeeded);
+    assert_eq!(h.d.engine.restarts(TRAINER), (1, 0), "no budget used");
+    assert_eq!(h.d.engine.restarts(1), (0, 0));
+    let errors: Vec<_> = h.errors.iter().collect();
+    assert!(
+        errors.len() == 1
+            && errors[0].starts_with(&format!("trainer-1 ({victim}): no usable SSH answer for"))
+            && errors[0].contains("the node is lost"),
+        "{errors:?}"
+    );
+}
+
+#[test]
+fn a_node_ssh_never_reaches_fails_its_setup_saying_why() {
+    let Some(mut h) = Harness::new("never", LONG) else {
+        return;
+    };
+    // A login user that cannot run the commands (no shell, no sudo), as
+    // a wrong --ssh-user: they fail on every node.
+    h.data.ssh.user = "nobody".into();
+    h.data.silence = Duration::from_secs(5);
+    h.run_to_the_end();
+    assert_eq!(h.d.engine.group_status(), Status::FailedSetup);
+    assert!(
+        h.errors.iter().any(|e| e.starts_with("trainer-0 (")
+            && e.contains("no usable SSH answer in 5 s")
+            && e.contains("--ssh-user")),
+        "{:?}",
+        h.errors
+    );
 }

@@ -556,6 +556,28 @@ fn a_node_that_ended_is_not_lost_when_its_instance_goes() {
             node: 1
         }]
     );
+    // A node that answered and then went silent is lost too; its error
+    // (what SSH said) comes from the data plane, so none is added.
+    let rank1 = crate::aws::world::NodeKey {
+        task: TRAINER,
+        rank: 1,
+        attempt: 0,
+    };
+    outcomes.insert(rank1, Outcome::Silent { answered: true });
+    let reports = observe(&p, &world, &Goal::from_engine(&d.engine), &outcomes);
+    assert_eq!(losses(&reports).len(), 1);
+    assert!(!reports.iter().any(|r| matches!(r, Report::Error(_))));
+    // One never reached failed its setup, as ssh's status says.
+    outcomes.insert(rank1, Outcome::Silent { answered: false });
+    let reports = observe(&p, &world, &Goal::from_engine(&d.engine), &outcomes);
+    assert!(losses(&reports).is_empty());
+    assert!(events(&reports).contains(&Event::NodeExited {
+        task: TRAINER,
+        attempt: 0,
+        node: 1,
+        phase: Phase::Setup,
+        code: 255
+    }));
 }
 
 #[test]
