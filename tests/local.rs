@@ -378,6 +378,58 @@ run: |
 }
 
 #[test]
+fn a_started_group_its_supervisor_cannot_take_charge_of_is_kept_and_tried_again() {
+    let s = Scratch::new("unadopted");
+    s.write(
+        "g.yaml",
+        r#"name: kept
+---
+name: worker
+run: |
+  echo started >> "$SCRATCH/marks"
+  while [ ! -e "$SCRATCH/go" ]; do sleep 0.05; done
+  echo finished >> "$SCRATCH/marks"
+"#,
+    );
+    let id = s.detach("g.yaml");
+    let status = s.wait_for(id, Duration::from_secs(20), |_| {
+        s.read("marks").contains("started")
+    });
+    let pid = status["supervisor_pid"].as_i64().expect("supervisor pid");
+    assert!(
+        Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()
+            .is_ok_and(|s| s.success())
+    );
+    // The group's plan as a supervisor that cannot read it finds it.
+    let db = rusqlite::Connection::open(s.state().join("state.db")).expect("the store");
+    let plan: String = db
+        .query_row("SELECT plan FROM groups WHERE id = ?1", [id], |r| r.get(0))
+        .expect("the plan");
+    db.execute("UPDATE groups SET plan = '{}' WHERE id = ?1", [id])
+        .expect("plan replaced");
+    // The next supervisor keeps the group, its node running, and says why.
+    let status = s.wait_for(id, Duration::from_secs(20), |s| {
+        s["unreachable"]
+            .as_str()
+            .is_some_and(|u| u.contains("cannot take charge of the group"))
+    });
+    assert_eq!(status["status"], "RUNNING", "{status:#}");
+    assert!(status["finished_at_ms"].is_null());
+    assert!(!node_processes(&s.state()).is_empty(), "the node runs on");
+    // Readable again: the next try (a client's request) takes charge,
+    // and the group ends as it would have.
+    db.execute("UPDATE groups SET plan = ?2 WHERE id = ?1", (id, &plan))
+        .expect("plan restored");
+    std::fs::write(s.dir.join("go"), "").expect("go");
+    let status = s.wait_finished(id);
+    assert_eq!(status["status"], "SUCCEEDED", "{status:#}");
+    assert!(status["unreachable"].is_null(), "{status:#}");
+    assert_eq!(s.read("marks"), "started\nfinished\n", "one run");
+}
+
+#[test]
 fn environment_contract() {
     let s = Scratch::new("env");
     s.write(

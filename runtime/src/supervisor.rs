@@ -36,6 +36,10 @@ use std::time::Duration;
 /// How long a supervisor with nothing to run waits before it exits.
 const IDLE_EXIT: Duration = Duration::from_secs(2);
 
+/// Between two tries at taking charge of a started group that failed
+/// (clients' requests try at once too).
+const ADOPT_RETRY: Duration = Duration::from_secs(30);
+
 /// How many rounds of reports and decisions one turn carries on for while
 /// backends have more to say (each round's actions may cause reports).
 const ROUNDS: usize = 1_000;
@@ -45,6 +49,9 @@ pub struct Supervisor {
     listener: UnixListener,
     backends: Backends,
     groups: BTreeMap<i64, GroupRun>,
+    /// Groups already started on their backend that this supervisor could
+    /// not take charge of, and when it tries again ([`ADOPT_RETRY`]).
+    unadopted: BTreeMap<i64, i64>,
 }
 
 /// One of each backend; the cluster ones started with their first group.
@@ -164,6 +171,7 @@ pub fn serve(dir: &Path, k8s: (Connect, Tuning)) -> io::Result<()> {
             aws: None,
         },
         groups: BTreeMap::new(),
+        unadopted: BTreeMap::new(),
     };
     let result = supervisor.run();
     // Clients that find no socket start a new supervisor; remove it before
@@ -204,7 +212,7 @@ impl Supervisor {
         let mut idle_since = None;
         loop {
             self.turn()?;
-            if self.groups.is_empty() {
+            if self.groups.is_empty() && self.unadopted.is_empty() {
                 let since = *idle_since.get_or_insert_with(now_ms);
                 if now_ms() - since >= IDLE_EXIT.as_millis() as i64 {
                     // A group may have arrived since the last scan.
@@ -239,6 +247,7 @@ impl Supervisor {
             .values()
             .flat_map(|g| g.timers.iter().map(|t| t.1))
             .chain(polls)
+            .chain(self.unadopted.values().copied())
             .min();
         let wait_ms = match next {
             Some(deadline) => (deadline - now_ms()).clamp(0, IDLE_EXIT.as_millis() as i64),
@@ -275,6 +284,8 @@ impl Supervisor {
         self.settle_all()?;
         if wake {
             self.answer_clients()?;
+        } else if self.unadopted.values().any(|&at| at <= now) {
+            self.scan()?;
         }
         Ok(())
     }
@@ -323,14 +334,20 @@ impl Supervisor {
     fn scan(&mut self) -> io::Result<()> {
         let live = self.store.live_groups().map_err(db)?;
         for gid in live {
-            if !self.groups.contains_key(&gid)
-                && let Err(e) = self.adopt(gid)
-            {
-                log(format_args!("group {gid}: {e}"));
-                // What the backend took on before the failure is let go.
-                self.close(gid)?;
-                self.fail_group(gid, &e)?;
-                continue;
+            if !self.groups.contains_key(&gid) {
+                match self.adopt(gid) {
+                    Ok(()) => {
+                        self.unadopted.remove(&gid);
+                    }
+                    Err(e) => {
+                        log(format_args!("group {gid}: {e}"));
+                        // What the backend took on before the failure is
+                        // let go.
+                        self.close(gid)?;
+                        self.not_adopted(gid, &e)?;
+                        continue;
+                    }
+                }
             }
             let state = self.store.runtime_state(gid).map_err(db)?;
             if state.cancel_requested && !state.cancel_seen {
@@ -646,6 +663,33 @@ impl Supervisor {
         self.store
             .transaction(|tx| tx.clear_network(gid))
             .map_err(db)
+    }
+
+    /// A group this supervisor could not take charge of. One that never
+    /// started on its backend ends FAILED_SETUP with the reason; one that
+    /// did (its nodes may be running, its instances costing) is never
+    /// given up on: the reason is its outage, and it is tried again.
+    fn not_adopted(&mut self, gid: i64, reason: &str) -> io::Result<()> {
+        // A group the store cannot tell of is not started.
+        let job = self.store.group(gid).ok().flatten().and_then(|g| g.job);
+        let started = job.is_some()
+            || self.store.runtime_state(gid).is_ok_and(|state| {
+                state.engine.is_some() || state.network.is_some() || state.pending.is_some()
+            });
+        if !started {
+            self.unadopted.remove(&gid);
+            return self.fail_group(gid, reason);
+        }
+        let outage = format!(
+            "this supervisor cannot take charge of the group ({reason}); it tries again every {} s",
+            ADOPT_RETRY.as_secs()
+        );
+        self.store
+            .transaction(|tx| tx.set_outage(gid, Some(&outage)))
+            .map_err(db)?;
+        self.unadopted
+            .insert(gid, now_ms() + ADOPT_RETRY.as_millis() as i64);
+        Ok(())
     }
 
     /// Ends a group that cannot be started at all (its network, its plan,
