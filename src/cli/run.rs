@@ -503,6 +503,15 @@ fn plan_aws(
     // EC2 must answer, with these credentials, before the group is
     // recorded: a group that cannot reach it never looks alive.
     let settings = skyc_runtime::aws::backend::reach(&plan)?;
+    if settings.credentials.session_token.is_some() {
+        eprintln!(
+            "skyc: note: the AWS credentials from {} are temporary (a session token). Once \
+             they expire, the runtime renews them from profile `{}` of the shared \
+             credentials file; if none are there, it can neither follow nor terminate the \
+             run's instances until some are",
+            settings.credentials_source, settings.profile
+        );
+    }
     let from = match &args.ssh_from {
         Some(cidr) => cidr.clone(),
         None => default_route_address()?,

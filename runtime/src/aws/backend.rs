@@ -18,6 +18,7 @@ use super::ops;
 use super::pass::pass;
 use super::plan::Plan;
 use super::remote::Ssh;
+use super::retry;
 use crate::backend::{Adoption, Backend, NodeInfo, Report};
 use crate::k8s::goal::Goal;
 use crate::policy::{Action, Engine};
@@ -155,6 +156,7 @@ impl Drop for Aws {
 fn ssh_dir(group_dir: &Path) -> io::Result<PathBuf> {
     let own = group_dir.join("ssh");
     let dir = if own.as_os_str().len() <= 36 {
+        std::fs::create_dir_all(group_dir)?;
         own
     } else {
         use std::os::unix::ffi::OsStrExt as _;
@@ -211,6 +213,8 @@ impl Backend for Aws {
             plan: run.plan,
             goal: Goal::from_engine(adoption.engine),
             ec2,
+            settings: run.settings,
+            tuning: self.tuning,
             data,
             out,
             sent_nodes: BTreeMap::new(),
@@ -262,6 +266,10 @@ struct Group {
     plan: Plan,
     goal: Goal,
     ec2: Ec2,
+    /// What `ec2` was made from: the run's pinned settings, or renewed
+    /// ones once EC2 refused those.
+    settings: Settings,
+    tuning: Tuning,
     data: DataPlane,
     out: Out,
     /// What `status` was last told of each node, so a pass that finds
@@ -287,7 +295,19 @@ impl Group {
             }
         };
         loop {
-            self.step(&rt);
+            // A bug in one pass must not leave the group unfollowed: it
+            // is shown, and the next pass starts again from the world.
+            let stepped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.step(&rt)));
+            if let Err(panic) = stepped {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                self.out.send(Report::Error(format!(
+                    "the AWS backend failed a pass over this group ({what}); it goes on with the next"
+                )));
+            }
             // Wait for the next decision, or the poll interval; take
             // every decision queued meanwhile, the latest goal winning.
             match rx.recv_timeout(POLL) {
@@ -337,6 +357,30 @@ impl Group {
         }
     }
 
+    /// EC2 refuses the credentials the client is made with (expired,
+    /// rotated): the ones the configuration gives now, if they differ,
+    /// are tried on the next pass; else the run is in an outage (nothing
+    /// of it is followed or terminated) until they are renewed.
+    fn credentials_refused(&mut self, e: &super::client::Error) {
+        if let Some(now) = self.settings.renewed_here()
+            && let Ok(ec2) = Ec2::new(&now, Some(&self.plan.region), self.tuning)
+        {
+            self.out.send(Report::Error(format!(
+                "{e}; trying the credentials {} gives now",
+                now.credentials_source
+            )));
+            self.ec2 = ec2;
+            self.settings = now;
+            return;
+        }
+        self.set_outage(Some(format!(
+            "{e}. The run's credentials came from {}; put renewed ones in profile `{}` \
+             of the shared credentials file, where skyc looks for them: until then the \
+             run's instances are neither followed nor terminated",
+            self.settings.credentials_source, self.settings.profile
+        )));
+    }
+
     /// One pass: the data plane over the world as it is, then the
     /// control plane.
     fn step(&mut self, rt: &tokio::runtime::Runtime) {
@@ -344,6 +388,10 @@ impl Group {
             Ok(w) => w,
             Err(e) if super::pass::is_outage(&e) => {
                 self.set_outage(Some(e.to_string()));
+                return;
+            }
+            Err(e) if e.code().is_some_and(retry::is_credentials) => {
+                self.credentials_refused(&e);
                 return;
             }
             Err(e) => {

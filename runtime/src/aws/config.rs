@@ -256,19 +256,38 @@ impl Settings {
 
     /// [`Settings::resolve`] on this process's environment and files.
     pub fn from_env() -> Result<Settings, ConfigError> {
-        Settings::resolve(
-            &|k| std::env::var(k).ok(),
-            &|path| match std::fs::read(path) {
-                Ok(bytes) if bytes.len() > MAX_FILE_BYTES => {
-                    Err(format!("larger than {MAX_FILE_BYTES} bytes"))
-                }
-                Ok(bytes) => String::from_utf8(bytes)
-                    .map(Some)
-                    .map_err(|_| "not UTF-8".to_owned()),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-                Err(e) => Err(e.to_string()),
-            },
-        )
+        Settings::resolve(&|k| std::env::var(k).ok(), &read_file)
+    }
+
+    /// The run's credentials as the configuration gives them now, for a
+    /// run whose pinned ones (`self`) EC2 refuses (expired, rotated):
+    /// read from `env` and `read` as [`Settings::resolve`] reads them,
+    /// with the pinned profile unless the environment names one, and the
+    /// pinned region and endpoint. `None` when there are none, or they
+    /// are the ones pinned.
+    pub fn renewed(
+        &self,
+        env: &dyn Fn(&str) -> Option<String>,
+        read: &dyn Fn(&Path) -> Result<Option<String>, String>,
+    ) -> Option<Settings> {
+        let env = |k: &str| match k {
+            "AWS_PROFILE" => env(k)
+                .filter(|v| !v.is_empty())
+                .or_else(|| env("AWS_DEFAULT_PROFILE").filter(|v| !v.is_empty()))
+                .or_else(|| Some(self.profile.clone())),
+            _ => env(k),
+        };
+        let now = Settings::resolve(&env, read).ok()?;
+        (now.credentials != self.credentials).then(|| Settings {
+            region: self.region.clone(),
+            endpoint: self.endpoint.clone(),
+            ..now
+        })
+    }
+
+    /// [`Settings::renewed`] from this process's environment and files.
+    pub fn renewed_here(&self) -> Option<Settings> {
+        self.renewed(&|k| std::env::var(k).ok(), &read_file)
     }
 
     /// The region to work in: the one asked for (the spec's), else the
@@ -364,9 +383,77 @@ impl Ini {
     }
 }
 
+/// A configuration file's text; `None` when there is none.
+fn read_file(path: &Path) -> Result<Option<String>, String> {
+    match std::fs::read(path) {
+        Ok(bytes) if bytes.len() > MAX_FILE_BYTES => {
+            Err(format!("larger than {MAX_FILE_BYTES} bytes"))
+        }
+        Ok(bytes) => String::from_utf8(bytes)
+            .map(Some)
+            .map_err(|_| "not UTF-8".to_owned()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn refused_credentials_are_renewed_from_the_runs_profile() {
+        let files = |key: &str| {
+            vec![(
+                "/home/u/.aws/credentials".to_owned(),
+                format!(
+                    "[default]\naws_access_key_id = AKDEFAULT\naws_secret_access_key = d\n\
+                     [team]\naws_access_key_id = {key}\naws_secret_access_key = s\n\
+                     aws_session_token = t\n"
+                ),
+            )]
+        };
+        let renewed = |pinned: &Settings, env: &[(&str, &str)], files: Vec<(String, String)>| {
+            let env: BTreeMap<String, String> = env
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect();
+            let files: BTreeMap<PathBuf, String> =
+                files.into_iter().map(|(k, v)| (k.into(), v)).collect();
+            pinned.renewed(&|k| env.get(k).cloned(), &|p| Ok(files.get(p).cloned()))
+        };
+        let file_refs = files("AKOLD");
+        let pinned = resolve(
+            &[
+                HOME,
+                ("AWS_PROFILE", "team"),
+                ("AWS_ENDPOINT_URL", "http://e:1"),
+            ],
+            &file_refs
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
+        // The same ones: nothing to try.
+        assert_eq!(renewed(&pinned, &[HOME], files("AKOLD")), None);
+        // Renewed in the run's profile, found by a supervisor whose
+        // environment names no profile and no endpoint: the run's kept.
+        let now = renewed(&pinned, &[HOME], files("AKNEW")).unwrap();
+        assert_eq!(now.credentials.access_key_id, "AKNEW");
+        assert_eq!(now.profile, "team");
+        assert_eq!(now.endpoint.as_deref(), Some("http://e:1"));
+        // The environment's own credentials win, as everywhere.
+        let env = [
+            HOME,
+            ("AWS_ACCESS_KEY_ID", "AKENV"),
+            ("AWS_SECRET_ACCESS_KEY", "x"),
+        ];
+        let now = renewed(&pinned, &env, files("AKOLD")).unwrap();
+        assert_eq!(now.credentials.access_key_id, "AKENV");
+        // None to be found.
+        assert_eq!(renewed(&pinned, &[HOME], vec![]), None);
+    }
 
     fn resolve(env: &[(&str, &str)], files: &[(&str, &str)]) -> Result<Settings, ConfigError> {
         let env: BTreeMap<String, String> = env
