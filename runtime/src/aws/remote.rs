@@ -231,9 +231,13 @@ impl Ssh {
         // neither is ever read as an option, whatever it holds.
         argv.extend(["-l".into(), self.user.clone(), "--".into(), address.into()]);
         // ssh joins its arguments into one line for the remote shell:
-        // one argument, quoted once for it.
+        // one argument, quoted once for it, in single quotes whatever it
+        // holds (newlines too), which every POSIX login shell reads.
         let sudo = if self.user == "root" { "" } else { "sudo -n " };
-        argv.push(format!("{sudo}sh -c {}", quote(&command.script)));
+        argv.push(format!(
+            "{sudo}sh -c '{}'",
+            command.script.replace('\'', "'\\''")
+        ));
         argv
     }
 
@@ -413,6 +417,9 @@ mod tests {
         assert_eq!(argv[at + 1], "10.0.0.5");
         assert_eq!(argv.len(), at + 3);
         // The remote shell, given that line, runs exactly the script.
+        // The remote shell, given that line, runs exactly the script,
+        // newlines and quotes included, with no `$'…'` quoting (which
+        // dash, a common /bin/sh, does not read).
         let line = &argv[at + 2];
         let printed = std::process::Command::new("sh")
             .arg("-c")
@@ -423,5 +430,15 @@ mod tests {
             String::from_utf8(printed.stdout).unwrap(),
             deliver_hosts("/var/lib/skyc", "").script
         );
+        let read = read_node("/var/lib/it's", [0, 0]);
+        assert!(read.script.contains('\n'));
+        let line = ssh.argv("10.0.0.5", &read).pop().unwrap();
+        assert!(!line.contains("$'"), "{line}");
+        let printed = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(line.replacen("sudo -n sh -c", "printf %s", 1))
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8(printed.stdout).unwrap(), read.script);
     }
 }
