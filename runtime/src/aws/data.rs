@@ -257,13 +257,14 @@ impl DataPlane {
                 if let Some(command) =
                     remote::deliver_secret(&self.node_dir, name, value.as_bytes())
                 {
-                    self.ssh.run(&v.address, &command, self.timeout)?;
+                    self.ssh.run(&v.id, &v.address, &command, self.timeout)?;
                 }
             }
             done.armed = true;
         }
         if let Some(hosts) = v.hosts {
             self.ssh.run(
+                &v.id,
                 &v.address,
                 &remote::deliver_hosts(&self.node_dir, hosts),
                 self.timeout,
@@ -272,6 +273,7 @@ impl DataPlane {
         }
         loop {
             let out = self.ssh.run(
+                &v.id,
                 &v.address,
                 &remote::read_node(&self.node_dir, done.offsets),
                 self.timeout,

@@ -189,8 +189,17 @@ impl std::fmt::Display for RemoteError {
 impl std::error::Error for RemoteError {}
 
 impl Ssh {
-    fn options(&self) -> Vec<String> {
+    /// The options for the node that is instance `id`: its host key and
+    /// shared connection are the instance's, not its address's, since
+    /// EC2 gives a terminated instance's address to new ones.
+    fn options(&self, id: &str) -> Vec<String> {
         let dir = Path::new(&self.dir);
+        // Instance ids are `i-` and hex; anything else is left out.
+        let id: String = id
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
+            .take(40)
+            .collect();
         let mut argv: Vec<String> = Vec::new();
         for (k, v) in [
             ("BatchMode", "yes".to_owned()),
@@ -200,8 +209,12 @@ impl Ssh {
                 "UserKnownHostsFile",
                 dir.join("known_hosts").display().to_string(),
             ),
+            ("HostKeyAlias", format!("skyc-{id}")),
             ("ControlMaster", "auto".to_owned()),
-            ("ControlPath", dir.join("cm-%C").display().to_string()),
+            (
+                "ControlPath",
+                dir.join(format!("cm-{id}")).display().to_string(),
+            ),
             ("ControlPersist", "60".to_owned()),
             ("ConnectTimeout", "10".to_owned()),
             ("ServerAliveInterval", "5".to_owned()),
@@ -220,13 +233,14 @@ impl Ssh {
         argv
     }
 
-    /// The `ssh` argument vector that runs `command` on the node at
-    /// `address` as root. One multiplexed connection per node is kept
-    /// for a minute after its last use; host keys are learnt on first
-    /// contact into the run's own file (each instance is new).
-    pub fn argv(&self, address: &str, command: &Command) -> Vec<String> {
+    /// The `ssh` argument vector that runs `command` as root on the node
+    /// that is instance `id`, at `address`. One multiplexed connection
+    /// per instance is kept for a minute after its last use; host keys
+    /// are learnt on first contact into the run's own file (each
+    /// instance is new), under the instance's id.
+    pub fn argv(&self, id: &str, address: &str, command: &Command) -> Vec<String> {
         let mut argv: Vec<String> = vec!["ssh".into()];
-        argv.extend(self.options());
+        argv.extend(self.options(id));
         // The user as an option's argument and the address after `--`:
         // neither is ever read as an option, whatever it holds.
         argv.extend(["-l".into(), self.user.clone(), "--".into(), address.into()]);
@@ -241,15 +255,17 @@ impl Ssh {
         argv
     }
 
-    /// Runs `command` on the node at `address`; its standard output.
-    /// Blocks, at most `timeout` (then `ssh` is killed).
+    /// Runs `command` on the node that is instance `id`, at `address`;
+    /// its standard output. Blocks, at most `timeout` (then `ssh` is
+    /// killed).
     pub fn run(
         &self,
+        id: &str,
         address: &str,
         command: &Command,
         timeout: Duration,
     ) -> Result<String, RemoteError> {
-        let argv = self.argv(address, command);
+        let argv = self.argv(id, address, command);
         let mut child = std::process::Command::new(&argv[0])
             .args(&argv[1..])
             .stdin(Stdio::piped())
@@ -289,10 +305,10 @@ impl Ssh {
         }
     }
 
-    /// Ends the node's shared connection, if one is open.
-    pub fn close(&self, address: &str) {
+    /// Ends the shared connection to instance `id`, if one is open.
+    pub fn close(&self, id: &str, address: &str) {
         let _ = std::process::Command::new("ssh")
-            .args(self.options())
+            .args(self.options(id))
             .args(["-O", "exit", "-l", &self.user, "--", address])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -408,7 +424,9 @@ mod tests {
             user: "ubuntu".into(),
             port: None,
         };
-        let argv = ssh.argv("10.0.0.5", &deliver_hosts("/var/lib/skyc", ""));
+        let argv = ssh.argv("i-0abc", "10.0.0.5", &deliver_hosts("/var/lib/skyc", ""));
+        assert!(argv.contains(&"HostKeyAlias=skyc-i-0abc".to_owned()));
+        assert!(argv.contains(&"ControlPath=/s/cm-i-0abc".to_owned()));
         assert_eq!(argv[0], "ssh");
         assert!(argv.contains(&"StrictHostKeyChecking=accept-new".to_owned()));
         assert!(argv.contains(&"UserKnownHostsFile=/s/known_hosts".to_owned()));
@@ -432,7 +450,7 @@ mod tests {
         );
         let read = read_node("/var/lib/it's", [0, 0]);
         assert!(read.script.contains('\n'));
-        let line = ssh.argv("10.0.0.5", &read).pop().unwrap();
+        let line = ssh.argv("i-0abc", "10.0.0.5", &read).pop().unwrap();
         assert!(!line.contains("$'"), "{line}");
         let printed = std::process::Command::new("sh")
             .arg("-c")

@@ -42,6 +42,11 @@ fn keygen(path: &Path) {
 /// Starts a private sshd, or `None` (after a loud message) when there is
 /// none and none is required.
 fn sshd(name: &str) -> Option<Sshd> {
+    sshd_on(name, None)
+}
+
+/// [`sshd`] on `port`, when given.
+fn sshd_on(name: &str, port: Option<u16>) -> Option<Sshd> {
     let root = rustix::process::geteuid().is_root();
     if !Path::new(SSHD).exists() || !root {
         assert!(
@@ -60,11 +65,13 @@ fn sshd(name: &str) -> Option<Sshd> {
     keygen(&dir.join("host"));
     keygen(&dir.join("key"));
     std::fs::copy(dir.join("key.pub"), dir.join("authorized_keys")).unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = port.unwrap_or_else(|| {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    });
     let config = format!(
         "Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/host\nAuthorizedKeysFile {d}/authorized_keys\n\
          PidFile {d}/sshd.pid\nPermitRootLogin prohibit-password\nPasswordAuthentication no\n\
@@ -106,6 +113,9 @@ fn client(sshd: &Sshd) -> Ssh {
 
 const T: Duration = Duration::from_secs(20);
 
+/// The instance the private sshd stands for.
+const ID: &str = "i-0123456789abcdef0";
+
 #[test]
 fn a_nodes_files_travel_over_ssh() {
     let Some(sshd) = sshd("files") else { return };
@@ -117,6 +127,7 @@ fn a_nodes_files_travel_over_ssh() {
     let at = "127.0.0.1";
 
     ssh.run(
+        ID,
         at,
         &deliver_hosts(&nd, "10.0.0.1 a-0.g\n10.0.0.2 a-1.g\n"),
         T,
@@ -127,7 +138,7 @@ fn a_nodes_files_travel_over_ssh() {
         "10.0.0.1 a-0.g\n10.0.0.2 a-1.g\n"
     );
     let secret = b"s3cr3t 'quoted' $(touch /tmp/skyc-canary) \n\0end";
-    ssh.run(at, &deliver_secret(&nd, "TOKEN", secret).unwrap(), T)
+    ssh.run(ID, at, &deliver_secret(&nd, "TOKEN", secret).unwrap(), T)
         .unwrap();
     assert_eq!(std::fs::read(node.join("secrets/TOKEN")).unwrap(), secret);
     assert!(!Path::new("/tmp/skyc-canary").exists());
@@ -139,7 +150,7 @@ fn a_nodes_files_travel_over_ssh() {
     )
     .unwrap();
     std::fs::write(node.join("setup.exit"), "0\n").unwrap();
-    let read = |offsets| parse_node(&ssh.run(at, &read_node(&nd, offsets), T).unwrap());
+    let read = |offsets| parse_node(&ssh.run(ID, at, &read_node(&nd, offsets), T).unwrap());
     let files = read([0, 0]).files;
     assert_eq!(outcome(&files), Outcome::Running(Phase::Run));
     std::fs::write(node.join("run.exit"), "42\n").unwrap();
@@ -161,7 +172,7 @@ fn a_nodes_files_travel_over_ssh() {
     let [_, run] = read([0, 69_990]).logs;
     assert_eq!(run.unwrap().1, &log[69_990..]);
 
-    ssh.close(at);
+    ssh.close(ID, at);
 }
 
 #[test]
@@ -171,7 +182,7 @@ fn failures_say_what_failed() {
     let at = "127.0.0.1";
     // A node directory that does not exist: writing there fails.
     let e = ssh
-        .run(at, &deliver_hosts("/nonexistent/skyc", "x\n"), T)
+        .run(ID, at, &deliver_hosts("/nonexistent/skyc", "x\n"), T)
         .unwrap_err();
     assert!(
         matches!(e, RemoteError::Failed { code: Some(_), .. }),
@@ -179,11 +190,11 @@ fn failures_say_what_failed() {
     );
     // Reading one is nothing yet, not an error.
     assert_eq!(
-        ssh.run(at, &read_node("/nonexistent/skyc", [0, 0]), T)
+        ssh.run(ID, at, &read_node("/nonexistent/skyc", [0, 0]), T)
             .unwrap(),
         ""
     );
-    ssh.close(at);
+    ssh.close(ID, at);
     // Nothing listens: unreachable, not a failed command.
     let mut off = client(&sshd);
     off.port = Some(
@@ -193,7 +204,7 @@ fn failures_say_what_failed() {
             .unwrap()
             .port(),
     );
-    let e = off.run(at, &read_node("/x", [0, 0]), T).unwrap_err();
+    let e = off.run(ID, at, &read_node("/x", [0, 0]), T).unwrap_err();
     assert!(matches!(e, RemoteError::Unreachable(_)), "{e:?}");
     // A key the node does not know: unreachable too (no login).
     let mut stranger = client(&sshd);
@@ -201,6 +212,48 @@ fn failures_say_what_failed() {
     stranger.key = sshd.dir.join("other").display().to_string();
     stranger.dir = sshd.dir.join("s2").display().to_string();
     std::fs::create_dir_all(&stranger.dir).unwrap();
-    let e = stranger.run(at, &read_node("/x", [0, 0]), T).unwrap_err();
+    let e = stranger
+        .run(ID, at, &read_node("/x", [0, 0]), T)
+        .unwrap_err();
     assert!(matches!(e, RemoteError::Unreachable(_)), "{e:?}");
+}
+
+#[test]
+fn an_address_given_to_a_new_instance_is_a_new_host() {
+    let Some(first) = sshd("reuse-a") else { return };
+    let mut ssh = client(&first);
+    // The run's own directory for known hosts and sockets, kept across
+    // both machines as the runtime keeps it.
+    let run = PathBuf::from(format!("/tmp/skyc-ssh-reuse-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&run);
+    std::fs::create_dir_all(&run).unwrap();
+    ssh.dir = run.display().to_string();
+    let at = "127.0.0.1";
+    let echo = |ssh: &Ssh, id: &str| {
+        ssh.run(
+            id,
+            at,
+            &crate::aws::remote::Command {
+                script: "echo here".into(),
+                stdin: Vec::new(),
+            },
+            T,
+        )
+    };
+    assert_eq!(echo(&ssh, "i-000000000000000a1").unwrap(), "here\n");
+    ssh.close("i-000000000000000a1", at);
+    // The instance is gone; a new one has its address (and port) and,
+    // being a new machine, another host key.
+    let port = first.port;
+    drop(first);
+    let second = sshd_on("reuse-b", Some(port)).unwrap();
+    ssh.key = second.dir.join("key").display().to_string();
+    assert_eq!(echo(&ssh, "i-000000000000000b2").unwrap(), "here\n");
+    ssh.close("i-000000000000000b2", at);
+    // The first instance's key is still what its id is known by.
+    assert!(matches!(
+        echo(&ssh, "i-000000000000000a1"),
+        Err(RemoteError::Unreachable(_))
+    ));
+    let _ = std::fs::remove_dir_all(&run);
 }

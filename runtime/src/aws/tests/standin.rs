@@ -226,7 +226,7 @@ impl Harness {
                 assert!(ok, "scripts/standin up {}", i.id);
                 self.up.insert(i.id.clone(), ip);
             } else if !running && let Some(ip) = self.up.remove(&i.id) {
-                self.data.ssh.close(&ip);
+                self.data.ssh.close(&i.id, &ip);
                 Command::new(STANDIN)
                     .arg("down")
                     .arg(&self.machines.dir)
@@ -294,8 +294,8 @@ impl Harness {
         let stored = serde_json::to_string(&self.d.engine).unwrap();
         self.d.engine = serde_json::from_str(&stored).unwrap();
         self.ec2 = Ec2::new(&self.settings, Some(&self.p.region), Tuning::default()).unwrap();
-        for ip in self.up.values() {
-            self.data.ssh.close(ip);
+        for (id, ip) in &self.up {
+            self.data.ssh.close(id, ip);
         }
         self.data = data_plane(&self.dir, &self.key);
     }
@@ -303,8 +303,8 @@ impl Harness {
 
 impl Drop for Harness {
     fn drop(&mut self) {
-        for ip in self.up.values() {
-            self.data.ssh.close(ip);
+        for (id, ip) in &self.up {
+            self.data.ssh.close(id, ip);
         }
         // Whatever a failed test left: terminated and deleted.
         let world = self.rt.block_on(ops::world(&self.ec2, &self.p));
