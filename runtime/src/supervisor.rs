@@ -217,7 +217,7 @@ impl Supervisor {
                 if now_ms() - since >= IDLE_EXIT.as_millis() as i64 {
                     // A group may have arrived since the last scan.
                     self.scan()?;
-                    if self.groups.is_empty() {
+                    if self.groups.is_empty() && self.unadopted.is_empty() {
                         return Ok(());
                     }
                 }
@@ -333,17 +333,19 @@ impl Supervisor {
     /// Takes charge of new groups and passes on cancel requests.
     fn scan(&mut self) -> io::Result<()> {
         let live = self.store.live_groups().map_err(db)?;
+        self.unadopted.retain(|gid, _| live.contains(gid));
         for gid in live {
             if !self.groups.contains_key(&gid) {
                 match self.adopt(gid) {
                     Ok(()) => {
-                        self.unadopted.remove(&gid);
+                        if self.unadopted.remove(&gid).is_some() {
+                            self.store
+                                .transaction(|tx| tx.set_outage(gid, None))
+                                .map_err(db)?;
+                        }
                     }
                     Err(e) => {
                         log(format_args!("group {gid}: {e}"));
-                        // What the backend took on before the failure is
-                        // let go.
-                        self.close(gid)?;
                         self.not_adopted(gid, &e)?;
                         continue;
                     }
@@ -403,7 +405,7 @@ impl Supervisor {
             .collect();
         // An outage a previous supervisor saw is the backend's to report
         // again.
-        if row.outage.is_some() {
+        if row.outage.is_some() && !self.unadopted.contains_key(&gid) {
             self.store
                 .transaction(|tx| tx.set_outage(gid, None))
                 .map_err(|e| e.to_string())?;
@@ -678,10 +680,16 @@ impl Supervisor {
             });
         if !started {
             self.unadopted.remove(&gid);
+            // What the backend took on before the failure is let go.
+            self.close(gid)?;
             return self.fail_group(gid, reason);
         }
+        // Forgotten, not released: what runs on the backend (its network,
+        // its key) is the group's, for the next try.
+        self.groups.remove(&gid);
         let outage = format!(
-            "this supervisor cannot take charge of the group ({reason}); it tries again every {} s",
+            "this supervisor cannot take charge of the group ({reason}); it tries again every \
+             {} s, and a cancel waits until it has",
             ADOPT_RETRY.as_secs()
         );
         self.store

@@ -504,12 +504,21 @@ fn plan_aws(
     // recorded: a group that cannot reach it never looks alive.
     let settings = skyc_runtime::aws::backend::reach(&plan)?;
     if settings.credentials.session_token.is_some() {
+        let renew = if settings.from_environment() {
+            "nothing renews credentials from the environment: once they expire the \
+             runtime can neither follow nor terminate the run's instances (a profile's \
+             are renewed from it)"
+                .to_owned()
+        } else {
+            format!(
+                "once they expire the runtime reads profile `{}` again; until it holds \
+                 renewed ones, it can neither follow nor terminate the run's instances",
+                settings.profile
+            )
+        };
         eprintln!(
-            "skyc: note: the AWS credentials from {} are temporary (a session token). Once \
-             they expire, the runtime renews them from profile `{}` of the shared \
-             credentials file; if none are there, it can neither follow nor terminate the \
-             run's instances until some are",
-            settings.credentials_source, settings.profile
+            "skyc: note: the AWS credentials from {} are temporary (a session token); {renew}",
+            settings.credentials_source
         );
     }
     let from = match &args.ssh_from {

@@ -295,19 +295,7 @@ impl Group {
             }
         };
         loop {
-            // A bug in one pass must not leave the group unfollowed: it
-            // is shown, and the next pass starts again from the world.
-            let stepped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.step(&rt)));
-            if let Err(panic) = stepped {
-                let what = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| (*s).to_owned())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_default();
-                self.out.send(Report::Error(format!(
-                    "the AWS backend failed a pass over this group ({what}); it goes on with the next"
-                )));
-            }
+            self.step(&rt);
             // Wait for the next decision, or the poll interval; take
             // every decision queued meanwhile, the latest goal winning.
             match rx.recv_timeout(POLL) {
@@ -373,11 +361,19 @@ impl Group {
             self.settings = now;
             return;
         }
+        let renew = if self.settings.from_environment() {
+            "they came from the environment of the `skyc run` that submitted the group, \
+             which nothing renews"
+                .to_owned()
+        } else {
+            format!(
+                "renew them in profile `{}` ({}), where they came from",
+                self.settings.profile, self.settings.credentials_source
+            )
+        };
         self.set_outage(Some(format!(
-            "{e}. The run's credentials came from {}; put renewed ones in profile `{}` \
-             of the shared credentials file, where skyc looks for them: until then the \
-             run's instances are neither followed nor terminated",
-            self.settings.credentials_source, self.settings.profile
+            "{e}. The run's credentials: {renew}. Until EC2 takes them the run's instances \
+             are neither followed nor terminated"
         )));
     }
 
@@ -390,7 +386,7 @@ impl Group {
                 self.set_outage(Some(e.to_string()));
                 return;
             }
-            Err(e) if e.code().is_some_and(retry::is_credentials) => {
+            Err(e) if e.code().is_some_and(retry::is_expired_credentials) => {
                 self.credentials_refused(&e);
                 return;
             }

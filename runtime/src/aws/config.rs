@@ -45,6 +45,9 @@ pub struct Settings {
     pub endpoint: Option<String>,
 }
 
+/// The credentials' source when they come from the environment.
+const ENVIRONMENT: &str = "the environment";
+
 /// Why there are no usable settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ConfigError {
@@ -178,17 +181,17 @@ impl Settings {
                         session_token: var("AWS_SESSION_TOKEN")
                             .or_else(|| var("AWS_SECURITY_TOKEN")),
                     },
-                    "the environment".to_owned(),
+                    ENVIRONMENT.to_owned(),
                 ),
                 (Some(_), None) => {
                     return Err(ConfigError::HalfCredentials {
-                        source: "the environment".into(),
+                        source: ENVIRONMENT.into(),
                         missing: "AWS_SECRET_ACCESS_KEY",
                     });
                 }
                 (None, Some(_)) => {
                     return Err(ConfigError::HalfCredentials {
-                        source: "the environment".into(),
+                        source: ENVIRONMENT.into(),
                         missing: "AWS_ACCESS_KEY_ID",
                     });
                 }
@@ -259,23 +262,32 @@ impl Settings {
         Settings::resolve(&|k| std::env::var(k).ok(), &read_file)
     }
 
-    /// The run's credentials as the configuration gives them now, for a
-    /// run whose pinned ones (`self`) EC2 refuses (expired, rotated):
-    /// read from `env` and `read` as [`Settings::resolve`] reads them,
-    /// with the pinned profile unless the environment names one, and the
-    /// pinned region and endpoint. `None` when there are none, or they
-    /// are the ones pinned.
+    /// Whether the credentials came from the environment (which nothing
+    /// renews), not a profile.
+    pub fn from_environment(&self) -> bool {
+        self.credentials_source == ENVIRONMENT
+    }
+
+    /// The run's credentials as its profile gives them now, for a run
+    /// whose pinned ones (`self`) EC2 refuses (expired, rotated): the
+    /// pinned profile read from the shared files (`env` says only where
+    /// they are), the pinned region and endpoint. Never from anywhere
+    /// else, which could be another account whose EC2 shows none of the
+    /// run's instances. `None` when the pinned ones came from the
+    /// environment (nothing renews those), or the profile gives none or
+    /// the same.
     pub fn renewed(
         &self,
         env: &dyn Fn(&str) -> Option<String>,
         read: &dyn Fn(&Path) -> Result<Option<String>, String>,
     ) -> Option<Settings> {
+        if self.from_environment() {
+            return None;
+        }
         let env = |k: &str| match k {
-            "AWS_PROFILE" => env(k)
-                .filter(|v| !v.is_empty())
-                .or_else(|| env("AWS_DEFAULT_PROFILE").filter(|v| !v.is_empty()))
-                .or_else(|| Some(self.profile.clone())),
-            _ => env(k),
+            "AWS_PROFILE" => Some(self.profile.clone()),
+            "HOME" | "AWS_CONFIG_FILE" | "AWS_SHARED_CREDENTIALS_FILE" => env(k),
+            _ => None,
         };
         let now = Settings::resolve(&env, read).ok()?;
         (now.credentials != self.credentials).then(|| Settings {
@@ -443,16 +455,22 @@ mod tests {
         assert_eq!(now.credentials.access_key_id, "AKNEW");
         assert_eq!(now.profile, "team");
         assert_eq!(now.endpoint.as_deref(), Some("http://e:1"));
-        // The environment's own credentials win, as everywhere.
+        // Only the run's profile: not the supervisor's environment's
+        // credentials or profile, which may be another account's.
         let env = [
             HOME,
             ("AWS_ACCESS_KEY_ID", "AKENV"),
             ("AWS_SECRET_ACCESS_KEY", "x"),
+            ("AWS_PROFILE", "default"),
         ];
-        let now = renewed(&pinned, &env, files("AKOLD")).unwrap();
-        assert_eq!(now.credentials.access_key_id, "AKENV");
+        assert_eq!(renewed(&pinned, &env, files("AKOLD")), None);
+        let now = renewed(&pinned, &env, files("AKNEW")).unwrap();
+        assert_eq!(now.credentials.access_key_id, "AKNEW");
         // None to be found.
         assert_eq!(renewed(&pinned, &[HOME], vec![]), None);
+        // Pinned from the environment: nothing renews them.
+        let from_env = resolve(&env, &[]).unwrap();
+        assert_eq!(renewed(&from_env, &[HOME], files("AKNEW")), None);
     }
 
     fn resolve(env: &[(&str, &str)], files: &[(&str, &str)]) -> Result<Settings, ConfigError> {

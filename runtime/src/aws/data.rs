@@ -70,8 +70,13 @@ pub struct DataPlane {
 struct Heard {
     /// The first try since the last answer (or ever).
     silent_since: Option<Instant>,
+    /// The last try.
+    last_try: Instant,
     answered: bool,
 }
+
+/// A longer time between two tries of a node starts its silence again.
+const SILENCE_GAP: Duration = Duration::from_secs(120);
 
 /// One node to visit in a pass, with what the visit needs.
 struct Visit<'a> {
@@ -173,20 +178,34 @@ impl DataPlane {
                     let handles: Vec<_> = chunk.iter().map(|v| s.spawn(|| self.visit(v))).collect();
                     handles
                         .into_iter()
-                        .map(|h| {
-                            h.join().unwrap_or_else(|_| Visited {
-                                armed: false,
-                                delivered: false,
-                                offsets: [0; 2],
-                                result: Err(RemoteError::Spawn("the visit panicked".into())),
-                            })
-                        })
+                        .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
                         .collect::<Vec<_>>()
                 })
             })
             .collect();
         let now = Instant::now();
         let mut errors = Vec::new();
+        // Every node silent while some answered before: the runtime's own
+        // network is the likelier fault (a changed address no longer in
+        // the `tcp/22` rule, a VPN down), and no node is given up on.
+        let all_silent = !visited.is_empty()
+            && visited.iter().all(|d| {
+                matches!(
+                    d.result,
+                    Err(RemoteError::Unreachable(_) | RemoteError::Timeout(_))
+                )
+            });
+        let runtime_cut_off = all_silent
+            && (self.heard.values().any(|h| h.answered)
+                || visits.iter().any(|v| v.offsets != [0, 0]));
+        if runtime_cut_off {
+            errors.push(
+                "no node of the run answers over SSH: the runtime's own network may be cut \
+                 off from them (its address no longer the --ssh-from one?); none is given up \
+                 on until one answers"
+                    .to_owned(),
+            );
+        }
         for (v, done) in visits.iter().zip(visited) {
             if done.armed {
                 self.armed.insert(v.id.clone());
@@ -201,20 +220,33 @@ impl DataPlane {
             }
             let heard = self.heard.entry(v.id.clone()).or_insert(Heard {
                 silent_since: None,
-                answered: false,
+                last_try: now,
+                // Log bytes copied (by this supervisor or one before it)
+                // mean the node answered once.
+                answered: v.offsets != [0, 0],
             });
+            // Silence counts over tries that follow each other; a gap (an
+            // EC2 outage, a suspended laptop) starts it again.
+            if now.duration_since(heard.last_try) > SILENCE_GAP || runtime_cut_off {
+                heard.silent_since = None;
+            }
+            heard.last_try = now;
             match done.result {
                 Ok(outcome) => {
-                    *heard = Heard {
-                        silent_since: None,
-                        answered: true,
-                    };
+                    heard.silent_since = None;
+                    heard.answered = true;
                     self.outcomes.insert(v.key, outcome);
                 }
+                // The runtime's own failure (ssh not runnable, its disk):
+                // shown, never held against the node.
+                Err(e @ RemoteError::Spawn(_)) => {
+                    errors.push(format!("{} ({}): {e}", v.name, v.id));
+                }
+                _ if runtime_cut_off => {}
                 // No login, no answer in time, or a command that fails
-                // (no sudo, a full disk): the node cannot be followed.
-                // Shown at once unless it may be a node still booting;
-                // given up on once it has lasted too long.
+                // (no sudo, a full disk on the node): the node cannot be
+                // followed. Shown at once unless it may be a node still
+                // booting; given up on once it has lasted too long.
                 Err(e) => {
                     let why = match e {
                         RemoteError::Unreachable(why) => why,

@@ -70,6 +70,20 @@ pub fn is_throttling(code: &str) -> bool {
     THROTTLING.contains(&code)
 }
 
+/// Codes that mean the credentials themselves are no longer good
+/// (expired, rotated, or the clock is off), rather than lacking a
+/// permission: a renewed set may work.
+pub fn is_expired_credentials(code: &str) -> bool {
+    [
+        "AuthFailure",
+        "InvalidClientTokenId",
+        "SignatureDoesNotMatch",
+        "ExpiredToken",
+        "RequestExpired",
+    ]
+    .contains(&code)
+}
+
 pub fn is_credentials(code: &str) -> bool {
     CREDENTIALS.contains(&code)
 }

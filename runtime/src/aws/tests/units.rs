@@ -688,3 +688,76 @@ fn a_second_instance_of_one_attempt_is_terminated() {
         }]
     );
 }
+
+/// The data plane against nodes that do not answer (a closed port on
+/// loopback): given up on when none ever answered, never while every
+/// node is silent though some answered before (the runtime is cut off).
+#[test]
+fn silent_nodes_are_given_up_on_unless_the_runtime_is_cut_off() {
+    use crate::aws::data::DataPlane;
+    use crate::aws::node::Outcome;
+    use crate::aws::remote::Ssh;
+    if std::process::Command::new("ssh")
+        .arg("-V")
+        .output()
+        .is_err()
+    {
+        eprintln!("!!! SKIPPED: no ssh client");
+        return;
+    }
+    let p = plan(GROUP, "r1");
+    let (d, mut world) = running(&p);
+    for i in &mut world.instances {
+        i.private_ip = Some("127.0.0.1".into());
+    }
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = std::env::temp_dir().join(format!("skyc-silent-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let data = |logs: &str| {
+        let mut data = DataPlane::new(
+            Ssh {
+                key: dir.join("no-key").display().to_string(),
+                dir: dir.display().to_string(),
+                user: "root".into(),
+                port: Some(closed),
+            },
+            "/var/lib/skyc".into(),
+            dir.join(logs),
+            std::time::Duration::from_secs(5),
+        );
+        data.private = true;
+        data.silence = std::time::Duration::ZERO;
+        data
+    };
+    let goal = Goal::from_engine(&d.engine);
+    let nodes = world.instances.len();
+
+    let mut never = data("never");
+    let (outcomes, errors) = never.step(&p, &world, &goal);
+    assert_eq!(outcomes.len(), nodes);
+    assert!(
+        outcomes
+            .values()
+            .all(|o| *o == Outcome::Silent { answered: false })
+    );
+    assert_eq!(errors.len(), nodes, "{errors:?}");
+
+    // One node's log was copied before (by a supervisor before this one).
+    let offsets = dir.join("once/.aws");
+    std::fs::create_dir_all(&offsets).unwrap();
+    let id = &world.instances[0].id;
+    std::fs::write(offsets.join(format!("{id}.run.log.offset")), "12").unwrap();
+    let mut once = data("once");
+    let (outcomes, errors) = once.step(&p, &world, &goal);
+    assert!(outcomes.is_empty(), "{outcomes:?}");
+    assert!(
+        errors.len() == 1 && errors[0].starts_with("no node of the run answers over SSH"),
+        "{errors:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
