@@ -328,6 +328,16 @@ impl Run {
         }
     }
 
+    /// Follows until `node`'s log holds `text` (at most 120 s).
+    fn until_logged(&mut self, node: &str, text: &str) {
+        let start = Instant::now();
+        while !self.logs(node).contains(text) {
+            assert!(start.elapsed() < Duration::from_secs(120), "never started");
+            self.follow();
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+
     fn logs(&self, node: &str) -> String {
         std::fs::read_to_string(
             self.s
@@ -477,12 +487,7 @@ fn cancel_terminates_every_instance_on_aws() {
     let Some(mut r) = Run::start("aws-cancel", &file) else {
         return;
     };
-    let start = Instant::now();
-    while !r.logs("trainer-0").contains("started") {
-        assert!(start.elapsed() < Duration::from_secs(120), "never started");
-        r.follow();
-        std::thread::sleep(Duration::from_millis(300));
-    }
+    r.until_logged("trainer-0", "started");
     let out =
         r.s.skyc(&["cancel", &r.gid.to_string()])
             .output()
@@ -505,12 +510,7 @@ fn a_supervisor_killed_mid_run_is_replaced_and_launches_nothing_twice() {
     let Some(mut r) = Run::start("aws-kill", &file) else {
         return;
     };
-    let start = Instant::now();
-    while !r.logs("trainer-0").contains("started") {
-        assert!(start.elapsed() < Duration::from_secs(120), "never started");
-        r.follow();
-        std::thread::sleep(Duration::from_millis(300));
-    }
+    r.until_logged("trainer-0", "started");
     let pid: i32 = std::fs::read_to_string(r.s.state().join("supervisor.pid"))
         .expect("supervisor.pid")
         .trim()
@@ -583,12 +583,7 @@ fn a_lost_instance_is_replaced_and_the_other_task_untouched_on_aws() {
     let Some(mut r) = Run::start("aws-lost", &file) else {
         return;
     };
-    let start = Instant::now();
-    while !r.logs("trainer-1").contains("rank 1") {
-        assert!(start.elapsed() < Duration::from_secs(120), "never started");
-        r.follow();
-        std::thread::sleep(Duration::from_millis(300));
-    }
+    r.until_logged("trainer-1", "rank 1");
     let of = |r: &Run, t: &str| -> Vec<String> {
         r.instances()
             .into_iter()

@@ -3,8 +3,7 @@
 //! own.
 
 use crate::support;
-use crate::support::scratch::{Scratch, node_processes, task, text};
-use serde_json::Value;
+use crate::support::scratch::{Scratch, kill_supervisor, node_processes, task, text};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -323,17 +322,7 @@ run: |
             .as_array()
             .is_some_and(|n| n.iter().any(|n| n["phase"] == "run"))
     });
-    let kill = |status: &Value| {
-        let pid = status["supervisor_pid"].as_i64().expect("supervisor pid");
-        assert!(
-            Command::new("kill")
-                .args(["-KILL", &pid.to_string()])
-                .status()
-                .is_ok_and(|s| s.success())
-        );
-        pid
-    };
-    let first = kill(&status);
+    let first = kill_supervisor(&status);
     std::thread::sleep(Duration::from_millis(800));
     // The next command notices and starts a new supervisor.
     let status = s.status(id);
@@ -343,7 +332,7 @@ run: |
     let status = s.wait_for(id, Duration::from_secs(20), |s| {
         task(s, "writer")["status"] == "SUCCEEDED"
     });
-    kill(&status);
+    kill_supervisor(&status);
     let status = s.wait_finished(id);
     assert_eq!(status["status"], "SUCCEEDED", "{status:#}");
     assert_eq!(task(&status, "helper")["status"], "CANCELLED");
@@ -395,13 +384,7 @@ run: |
     let status = s.wait_for(id, Duration::from_secs(20), |_| {
         s.read("marks").contains("started")
     });
-    let pid = status["supervisor_pid"].as_i64().expect("supervisor pid");
-    assert!(
-        Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .status()
-            .is_ok_and(|s| s.success())
-    );
+    kill_supervisor(&status);
     // The group's plan as a supervisor that cannot read it finds it.
     let db = rusqlite::Connection::open(s.state().join("state.db")).expect("the store");
     let plan: String = db

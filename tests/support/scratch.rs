@@ -135,6 +135,18 @@ pub(crate) fn task<'a>(status: &'a Value, name: &str) -> &'a Value {
 }
 
 /// Processes anywhere on the machine started for a node of `state`.
+/// SIGKILLs the supervisor `status` names; its pid.
+pub(crate) fn kill_supervisor(status: &Value) -> i64 {
+    let pid = status["supervisor_pid"].as_i64().expect("supervisor pid");
+    assert!(
+        Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()
+            .is_ok_and(|s| s.success())
+    );
+    pid
+}
+
 pub(crate) fn node_processes(state: &Path) -> Vec<i32> {
     let marker = format!("SKYC_NODE_DIR={}", state.display());
     std::fs::read_dir("/proc")
