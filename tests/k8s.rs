@@ -1053,3 +1053,172 @@ mod shapes {
         }
     }
 }
+
+/// The layout skyc's runtime applies (`build --layout pods`): a small
+/// anchor JobSet and one pod per node, each valid against the JobSet CRD
+/// and Kubernetes' schemas, each node's `{task}-{i}.{group}` resolving to
+/// exactly its pod, whatever the group's size.
+mod runtime_layout {
+    use super::*;
+    use skyc_targets::k8s::{MAX_OBJECT_BYTES, pods};
+
+    /// Every problem of the runtime's objects of `group`; `from` limits
+    /// the pods each name is resolved from (all pods: quadratic).
+    fn problems(group: &Group, objects: &[Value], from: usize) -> Vec<String> {
+        // The pods of a task differ only in name, hostname and rank: the
+        // first and last of each are validated (a schema check of every
+        // pod of a 2,000-node group would take minutes in a debug build).
+        let mut sample: Vec<Value> = Vec::new();
+        for o in objects {
+            let last_of_task = |o: &Value| {
+                let task = o["metadata"]["labels"]["skyc.io/task"].as_str()?;
+                let rank: u32 = o["metadata"]["labels"]["skyc.io/node-index"]
+                    .as_str()?
+                    .parse()
+                    .ok()?;
+                let t = group.tasks.iter().find(|t| t.name == task)?;
+                Some(rank == 0 || rank + 1 == t.num_nodes)
+            };
+            if o["kind"] != "Pod" || last_of_task(o) == Some(true) {
+                sample.push(o.clone());
+            }
+        }
+        let mut out = schema::validate(&sample);
+        for o in objects {
+            let size = o.to_string().len();
+            if size > MAX_OBJECT_BYTES {
+                out.push(format!("{} is {size} bytes", o["metadata"]["name"]));
+            }
+        }
+        let cluster = dns::Cluster::from_objects(objects, "default");
+        let nodes: u32 = group.tasks.iter().map(|t| t.num_nodes).sum();
+        let records = cluster.records();
+        if records.len() != nodes as usize || records.values().any(|p| p.len() != 1) {
+            out.push(format!("{} DNS names for {nodes} nodes", records.len()));
+        }
+        for task in &group.tasks {
+            for i in 0..task.num_nodes {
+                let name = format!("{}-{i}.{}", task.name, group.name);
+                for pod in cluster.pods.iter().take(from) {
+                    let answer = dns::Cluster::resolve_in(&records, pod, &name);
+                    let ok = matches!(answer.as_slice(), [p] if {
+                        let l = &cluster.pods[*p].labels;
+                        l["skyc.io/task"] == json!(task.name)
+                            && l["skyc.io/node-index"] == json!(i.to_string())
+                    });
+                    if !ok {
+                        out.push(format!("{name} resolves to pods {answer:?}"));
+                        break;
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn lowered(text: &str) -> (Group, Vec<Value>) {
+        let c = compile("g.yaml", text.as_bytes(), &Options::default());
+        let Some(group) = c.group.clone() else {
+            panic!("{}", render_human(&c))
+        };
+        let m = pods::lower(&group, &k8s::Options::default());
+        assert!(!m.has_errors(), "{:?}", m.diagnostics);
+        let all = m.manifests(&group.name);
+        (group, all)
+    }
+
+    #[test]
+    fn every_example_and_pipeline() {
+        let mut files: Vec<(String, String)> = examples();
+        for path in yaml_files(&root().join("tests/fixtures/k8s-pipelines")) {
+            let text = std::fs::read_to_string(&path).unwrap();
+            files.push((path.display().to_string(), text));
+        }
+        let mut checked = 0;
+        for (file, text) in files {
+            let c = compile(&file, text.as_bytes(), &Options::default());
+            let Some(group) = c.group else { continue };
+            let m = pods::lower(&group, &k8s::Options::default());
+            if m.has_errors() {
+                assert!(m.objects.is_empty() && m.templates.is_empty(), "{file}");
+                continue;
+            }
+            let all = m.manifests(&group.name);
+            let p = problems(&group, &all, usize::MAX);
+            assert!(p.is_empty(), "{file}:\n{}", p.join("\n"));
+            checked += 1;
+        }
+        assert!(checked >= 10, "only {checked} groups checked");
+    }
+
+    /// The README's example group in the runtime's layout, for review.
+    #[test]
+    fn snapshot_of_the_example_group() {
+        let text = std::fs::read_to_string(root().join("examples/train-eval.yaml")).unwrap();
+        let (_, all) = lowered(&text);
+        snapshots("k8s").bind(|| {
+            insta::assert_snapshot!(
+                "runtime-layout-train-eval",
+                emit::render(&all, emit::Format::Yaml)
+            );
+        });
+    }
+
+    /// 1,024 trainer nodes, 256 rollout nodes and a replay buffer: the
+    /// RL group one JobSet per node could not hold.
+    #[test]
+    fn an_rl_group_of_1281_nodes() {
+        let text = "\
+name: rl
+execution: parallel
+primary_tasks: [trainer]
+---
+name: trainer
+num_nodes: 1024
+resources:
+  accelerators: H100:8
+run: python train.py --peers ${SKYPILOT_NUM_NODES}
+---
+name: rollout
+num_nodes: 256
+resources:
+  accelerators: L4:1
+run: python serve.py --trainer trainer-0.${SKYPILOT_JOBGROUP_NAME}
+---
+name: replay-buffer
+resources:
+  cpus: 32+
+  memory: 256+
+run: python buffer.py
+";
+        let (group, all) = lowered(text);
+        assert_eq!(all.iter().filter(|o| o["kind"] == "Pod").count(), 1281);
+        let p = problems(&group, &all, 3);
+        assert!(p.is_empty(), "{}", p.join("\n"));
+        // The JobSet build of the same group is refused at its size.
+        let m = k8s::lower(&group, &k8s::Options::default());
+        assert!(rules(&m).contains(&Rule::K8sTooLarge));
+    }
+
+    /// 2,000 nodes in two tasks.
+    #[test]
+    fn a_group_of_2000_nodes() {
+        let text = "\
+name: big
+execution: parallel
+---
+name: workers
+num_nodes: 1999
+run: echo work
+---
+name: head
+run: echo head
+";
+        let (group, all) = lowered(text);
+        assert_eq!(all.iter().filter(|o| o["kind"] == "Pod").count(), 2000);
+        let p = problems(&group, &all, 2);
+        assert!(p.is_empty(), "{}", p.join("\n"));
+        let largest = all.iter().map(|o| o.to_string().len()).max().unwrap();
+        assert!(largest < 64 * 1024, "largest object {largest} bytes");
+    }
+}

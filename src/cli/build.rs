@@ -49,6 +49,11 @@ pub(crate) struct Args {
     /// for a cluster administrator to bind (k8s).
     #[arg(long, help_heading = "Kubernetes")]
     rbac: bool,
+    /// `jobset`: self-contained manifests for `kubectl apply`; `pods`:
+    /// what `skyc run --target k8s` creates (an anchor JobSet, and each
+    /// node's first pod), for review (k8s).
+    #[arg(long, value_enum, default_value_t = Layout::Jobset, help_heading = "Kubernetes")]
+    layout: Layout,
     #[command(flatten)]
     slurm: SlurmArgs,
     /// Seconds between SIGTERM and SIGKILL when a task is terminated
@@ -84,6 +89,12 @@ impl Target {
     }
 }
 
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Layout {
+    Jobset,
+    Pods,
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 enum Output {
     Yaml,
@@ -93,6 +104,10 @@ enum Output {
 pub(crate) fn run(args: &Args) -> u8 {
     if args.rbac && !matches!(args.target, Target::K8s) {
         errln!("error: --rbac is for the k8s target");
+        return USAGE;
+    }
+    if args.layout == Layout::Pods && !matches!(args.target, Target::K8s) {
+        errln!("error: --layout is for the k8s target");
         return USAGE;
     }
     let k8s_options = match args.k8s.options() {
@@ -129,6 +144,19 @@ pub(crate) fn run(args: &Args) -> u8 {
     let mut pipeline = None;
     let mut spec = None;
     match (&compilation.group, args.target) {
+        (Some(group), Target::K8s) if args.layout == Layout::Pods => {
+            if k8s_options.queue.is_some() {
+                errln!("error: {}", k8s::pods::NO_QUEUE);
+                return USAGE;
+            }
+            let manifests = k8s::pods::lower(group, &k8s_options);
+            let all = manifests.manifests(&group.name);
+            add_diagnostics(&mut compilation, manifests.diagnostics);
+            objects = all;
+            if args.rbac {
+                objects.insert(0, k8s::rbac::role(k8s_options.namespace.as_deref()));
+            }
+        }
         (Some(group), Target::K8s) => {
             let manifests = k8s::lower(group, &k8s_options);
             add_diagnostics(&mut compilation, manifests.diagnostics);

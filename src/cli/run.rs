@@ -420,6 +420,9 @@ fn plan_k8s(
     submitted_ms: i64,
 ) -> Result<Planned, String> {
     let options = args.k8s.options()?;
+    if options.queue.is_some() {
+        return Err(skyc_targets::k8s::pods::NO_QUEUE.to_owned());
+    }
     // The cluster must answer before the group is recorded: a group that
     // cannot reach it never looks alive in `status`.
     let (kubeconfig, context) = k8s_client::pin(

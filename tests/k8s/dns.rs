@@ -49,6 +49,27 @@ impl Cluster {
         for o in objects.iter().filter(|o| o["kind"] == "JobSet") {
             c.add_jobset(o, default_namespace);
         }
+        // The pods skyc's runtime creates itself, as they are written.
+        for o in objects.iter().filter(|o| o["kind"] == "Pod") {
+            let spec = &o["spec"];
+            c.pods.push(Pod {
+                namespace: o["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or(default_namespace)
+                    .to_owned(),
+                hostname: spec["hostname"].as_str().map(str::to_owned),
+                subdomain: spec["subdomain"].as_str().map(str::to_owned),
+                labels: o["metadata"]["labels"]
+                    .as_object()
+                    .cloned()
+                    .unwrap_or_default(),
+                dns_policy: spec["dnsPolicy"]
+                    .as_str()
+                    .unwrap_or("ClusterFirst")
+                    .to_owned(),
+                host_network: spec["hostNetwork"].as_bool().unwrap_or(false),
+            });
+        }
         c
     }
 
@@ -167,11 +188,19 @@ impl Cluster {
 
     /// The pods a lookup of `name` from pod `from` answers with.
     pub(crate) fn resolve(&self, from: &Pod, name: &str) -> Vec<usize> {
+        Self::resolve_in(&self.records(), from, name)
+    }
+
+    /// [`Cluster::resolve`] over records made once (a large group's).
+    pub(crate) fn resolve_in(
+        records: &BTreeMap<String, Vec<usize>>,
+        from: &Pod,
+        name: &str,
+    ) -> Vec<usize> {
         assert!(
             !from.host_network && from.dns_policy == "ClusterFirst",
             "only ClusterFirst pods use the cluster search path"
         );
-        let records = self.records();
         let dots = name.matches('.').count();
         let mut candidates = Vec::new();
         if dots < 5 {

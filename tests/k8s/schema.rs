@@ -154,6 +154,21 @@ pub(crate) fn validate(objects: &[Value]) -> Vec<String> {
                     ));
                 }
             }
+            // A pod, as the template of a Job: the Job schema holds the
+            // pod's (PodTemplateSpec's metadata and spec are a pod's).
+            Some("Pod") => {
+                let job = json!({
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "metadata": {"name": o["metadata"]["name"]},
+                    "spec": {"template": {"metadata": o["metadata"], "spec": o["spec"]}},
+                });
+                out.extend(errors(
+                    &v.job,
+                    &format!("Pod {}", o["metadata"]["name"]),
+                    &job,
+                ));
+            }
             Some("Service") => out.extend(errors(&v.service, "Service", o)),
             Some("ConfigMap") => out.extend(errors(&v.config_map, "ConfigMap", o)),
             Some("Secret") => out.extend(errors(&v.secret, "Secret", o)),

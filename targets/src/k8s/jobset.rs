@@ -46,28 +46,7 @@ impl Lowerer<'_> {
                 )),
             );
         }
-        let mut labels = Map::new();
-        labels.insert("skyc.io/group".into(), json!(g.name));
-        if let Some(q) = &self.options.queue {
-            labels.insert("kueue.x-k8s.io/queue-name".into(), json!(q));
-        }
-        let jobset = json!({
-            "apiVersion": "jobset.x-k8s.io/v1alpha2",
-            "kind": "JobSet",
-            "metadata": metadata(&g.name, self.options, Value::Object(labels)),
-            "spec": {
-                "network": {
-                    "enableDNSHostnames": true,
-                    "subdomain": g.name,
-                    "publishNotReadyAddresses": true,
-                },
-                // The webhook's default, written out. A pipeline's order is
-                // in `dependsOn`, which excludes only `InOrder`.
-                "startupPolicy": {"startupPolicyOrder": "AnyOrder"},
-                "successPolicy": {"operator": "All", "targetReplicatedJobs": targets},
-                "replicatedJobs": rjobs,
-            },
-        });
+        let jobset = self.jobset_object(targets, rjobs);
         // Not measured when building stopped: it is past the limit.
         let size = (!stopped).then(|| jobset.to_string().len());
         if size.is_none_or(|s| s > MAX_OBJECT_BYTES) {
@@ -104,6 +83,35 @@ impl Lowerer<'_> {
             );
         }
         Some(jobset)
+    }
+
+    /// The JobSet of `rjobs`, complete when the `targets` are: the
+    /// headless Service `{group}` of the pods' subdomain comes from its
+    /// `network`.
+    pub(super) fn jobset_object(&self, targets: Vec<Value>, rjobs: Vec<Value>) -> Value {
+        let g = self.group;
+        let mut labels = Map::new();
+        labels.insert("skyc.io/group".into(), json!(g.name));
+        if let Some(q) = &self.options.queue {
+            labels.insert("kueue.x-k8s.io/queue-name".into(), json!(q));
+        }
+        json!({
+            "apiVersion": "jobset.x-k8s.io/v1alpha2",
+            "kind": "JobSet",
+            "metadata": metadata(&g.name, self.options, Value::Object(labels)),
+            "spec": {
+                "network": {
+                    "enableDNSHostnames": true,
+                    "subdomain": g.name,
+                    "publishNotReadyAddresses": true,
+                },
+                // The webhook's default, written out. A pipeline's order is
+                // in `dependsOn`, which excludes only `InOrder`.
+                "startupPolicy": {"startupPolicyOrder": "AnyOrder"},
+                "successPolicy": {"operator": "All", "targetReplicatedJobs": targets},
+                "replicatedJobs": rjobs,
+            },
+        })
     }
 
     /// A Job Group: one replicated Job `{task}-{i}` per node, all started
@@ -218,7 +226,7 @@ impl Rjobs {
 /// The replicated Job that completes the JobSet: it starts with no pod
 /// (`parallelism: 0`), and the runtime scales it to 1 once every
 /// auxiliary's delay has passed; its pod exits 0.
-fn gate(group: &str, image: &str) -> Value {
+pub(super) fn gate(group: &str, image: &str) -> Value {
     let labels = json!({"skyc.io/group": group, "skyc.io/role": "gate"});
     json!({
         "name": names::GATE,

@@ -19,6 +19,7 @@ mod jobset;
 pub mod names;
 mod pipeline;
 mod pod;
+pub mod pods;
 pub mod rbac;
 mod recovery;
 mod resources;
@@ -119,21 +120,23 @@ pub const MAX_OBJECT_BYTES: usize = 1536 * 1024;
 /// A ConfigMap's data may not exceed 1 MiB.
 pub const MAX_CONFIG_MAP_BYTES: usize = 1 << 20;
 
+/// How a group's nodes become pods.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// Self-contained manifests for `kubectl apply`: one JobSet whose
+    /// controllers create and recover every node's pod (`skyc build`).
+    JobSet,
+    /// What skyc's runtime applies (`skyc run`): a JobSet that anchors the
+    /// group (its headless Service, its end, Kueue-free), and one pod per
+    /// node attempt that the runtime creates itself ([`pods`]).
+    Pods,
+}
+
 /// Lowers `group` to a ConfigMap (entrypoint and scripts) and a JobSet.
 pub fn lower(group: &Group, options: &Options) -> Manifests {
-    let mut l = Lowerer {
-        group,
-        options,
-        diagnostics: Vec::new(),
-    };
+    let mut l = Lowerer::new(group, options, Layout::JobSet);
     let objects = l.lower();
-    let mut diagnostics = l.diagnostics;
-    diagnostics.sort_by_key(|d| (d.primary.span.start, d.primary.span.end, d.rule));
-    let failed = diagnostics.iter().any(Diagnostic::is_error);
-    Manifests {
-        objects: if failed { Vec::new() } else { objects },
-        diagnostics,
-    }
+    l.finish(objects)
 }
 
 /// The Secret a runtime creates from values given at run time (never from
@@ -179,7 +182,31 @@ pub(crate) type Parts = (Vec<Value>, Vec<Value>, Vec<Value>);
 pub(crate) struct Lowerer<'a> {
     group: &'a Group,
     options: &'a Options,
+    layout: Layout,
     diagnostics: Vec<Diagnostic>,
+}
+
+impl<'a> Lowerer<'a> {
+    fn new(group: &'a Group, options: &'a Options, layout: Layout) -> Self {
+        Self {
+            group,
+            options,
+            layout,
+            diagnostics: Vec::new(),
+        }
+    }
+
+    /// The objects, or none when an error was found, with every finding
+    /// in source order.
+    fn finish(self, objects: Vec<Value>) -> Manifests {
+        let mut diagnostics = self.diagnostics;
+        diagnostics.sort_by_key(|d| (d.primary.span.start, d.primary.span.end, d.rule));
+        let failed = diagnostics.iter().any(Diagnostic::is_error);
+        Manifests {
+            objects: if failed { Vec::new() } else { objects },
+            diagnostics,
+        }
+    }
 }
 
 impl Lowerer<'_> {
@@ -259,7 +286,7 @@ impl Lowerer<'_> {
             return;
         }
         for task in &self.group.tasks {
-            if self.group.execution == Execution::Serial {
+            if self.group.execution == Execution::Serial && self.layout == Layout::JobSet {
                 self.check_step_names(task);
                 continue;
             }
@@ -275,7 +302,7 @@ impl Lowerer<'_> {
                     "not a DNS label",
                     Some("use lower-case letters, digits and `-`, starting and ending with a letter or digit"),
                 );
-            } else if job.len() > 63 {
+            } else if self.layout == Layout::JobSet && job.len() > 63 {
                 self.error(
                     Rule::K8sInvalidName,
                     task,
@@ -310,11 +337,15 @@ impl Lowerer<'_> {
         }
     }
 
-    /// A gate is needed when some auxiliary must outlive the primaries.
+    /// A gate is needed when some auxiliary must outlive the primaries,
+    /// and always when the runtime runs the group: it is the JobSet's
+    /// only replicated Job then.
     fn needs_gate(&self) -> bool {
-        self.group
-            .tasks
-            .iter()
-            .any(|t| t.termination_delay_secs.is_some_and(|d| d > 0))
+        self.layout == Layout::Pods
+            || self
+                .group
+                .tasks
+                .iter()
+                .any(|t| t.termination_delay_secs.is_some_and(|d| d > 0))
     }
 }

@@ -72,6 +72,14 @@ pub fn job_name(group: &str, rjob: &str) -> String {
     format!("{group}-{rjob}-0")
 }
 
+/// The pod skyc's runtime creates for `attempt` of node `rank` of
+/// `task`: one name per attempt, so a new attempt never waits for the
+/// old pod's name to be free. At most 63 + 1 + 63 + 22 characters, well
+/// within a pod name's 253.
+pub fn pod_name(group: &str, task: &str, rank: u32, attempt: u32) -> String {
+    format!("{group}-{task}-{rank}-{attempt}")
+}
+
 /// The hostname the Job controller gives pod `i` of an Indexed Job:
 /// `{job}-{i}`. A pipeline step is one such Job, `{group}-{step}-0`.
 pub fn indexed_pod_hostname(job: &str, i: u32) -> String {

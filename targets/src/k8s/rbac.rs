@@ -30,9 +30,10 @@ impl Permission {
 /// Everything the runtime does, and why:
 /// - JobSets: server-side apply creates and updates the group's; it is
 ///   read and watched for its status; cancel deletes it;
-/// - Jobs (JobSet's children): watched; annotated with their attempt,
-///   scaled to stop a task, deleted to restart one;
-/// - pods: watched; deleted at the end of a termination's grace;
+/// - Jobs (JobSet's children, the delay gate): watched; the gate opened
+///   (or failed) at the group's end;
+/// - pods: one created per node attempt; watched; deleted to stop an
+///   attempt (SIGTERM, then the grace) and at the end of the grace;
 ///   `pods/log` streamed into the state directory;
 /// - ConfigMaps: the group's scripts, applied; Secrets: the values of
 ///   `secrets` given at run time, applied.
@@ -46,13 +47,13 @@ pub const PERMISSIONS: &[Permission] = &[
     Permission {
         group: "batch",
         resource: "jobs",
-        verbs: &["get", "list", "watch", "patch", "delete"],
+        verbs: &["get", "list", "watch", "patch"],
         secrets_only: false,
     },
     Permission {
         group: "",
         resource: "pods",
-        verbs: &["get", "list", "watch", "delete"],
+        verbs: &["get", "list", "watch", "create", "delete"],
         secrets_only: false,
     },
     Permission {

@@ -6,7 +6,7 @@
 //! verbatim, with no quoting for YAML, JSON or `$(VAR)` expansion.
 
 use super::names::{self, config_map};
-use super::{Lowerer, MAX_CONFIG_MAP_BYTES, metadata};
+use super::{Layout, Lowerer, MAX_CONFIG_MAP_BYTES, metadata};
 use serde_json::{Map, Value, json};
 use skyc_compiler::ir::{Execution, InterConnection};
 use skyc_compiler::{Diagnostic, Rule};
@@ -69,11 +69,17 @@ impl Lowerer<'_> {
         let networking = u8::from(
             g.execution == Execution::Parallel && g.inter_connection != InterConnection::Disabled,
         );
-        let (kind, hosts, node_host) = match g.execution {
-            Execution::Parallel => ("Job Group", "the group's hostnames", "$task-$i.$group"),
+        let (kind, hosts, node_host) = match (g.execution, self.layout) {
+            (Execution::Parallel, _) => ("Job Group", "the group's hostnames", "$task-$i.$group"),
+            // The runtime names every node's pod as a group's.
+            (Execution::Serial, Layout::Pods) => (
+                "pipeline",
+                "the hostnames of the step's nodes",
+                "$task-$i.$group",
+            ),
             // The Job controller's hostname of an Indexed Job's pod,
             // `{job}-{i}`, under the JobSet's subdomain.
-            Execution::Serial => (
+            (Execution::Serial, Layout::JobSet) => (
                 "pipeline",
                 "the hostnames of the step's nodes",
                 "$group-$task-0-$i.$group",
