@@ -20,16 +20,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, Resource};
 use serde_json::{Value, json};
-use skyc_targets::k8s::names;
 use skyc_targets::k8s::rbac::{self, Permission};
 
 /// The API group and version of JobSet.
 pub const JOBSET_API: &str = "jobset.x-k8s.io/v1alpha2";
-
-/// The node Jobs' `backoffLimit` once the runtime runs the group: the
-/// Job never fails by itself, so the engine alone decides restarts and
-/// ends (the build's own limit is for manifests applied without it).
-pub const BACKOFF_LIMIT: i64 = i32::MAX as i64;
 
 /// Why a group cannot be put on the cluster.
 #[derive(Debug)]
@@ -46,27 +40,15 @@ impl From<kube::Error> for Refusal {
     }
 }
 
-/// The objects as the runtime applies them: the build's, in the plan's
-/// namespace, marked with the run's token, and with the node Jobs'
-/// failure handling handed to the runtime (`backoffLimit`
-/// [`BACKOFF_LIMIT`]; pods get `--grace` between SIGTERM and SIGKILL).
+/// The objects as the runtime applies them: the plan's, in its
+/// namespace, marked with the run's token.
 pub fn prepare(plan: &Plan) -> Vec<Value> {
-    let grace = plan.spec.grace.as_secs_f64().ceil() as i64;
     plan.objects
         .iter()
         .map(|o| {
             let mut o = o.clone();
             o["metadata"]["namespace"] = json!(plan.namespace);
             o["metadata"]["annotations"][RUN_ANNOTATION] = json!(plan.token);
-            if o["kind"] == "JobSet"
-                && let Some(rjobs) = o["spec"]["replicatedJobs"].as_array_mut()
-            {
-                for rjob in rjobs.iter_mut().filter(|r| r["name"] != names::GATE) {
-                    let spec = &mut rjob["template"]["spec"];
-                    spec["backoffLimit"] = json!(BACKOFF_LIMIT);
-                    spec["template"]["spec"]["terminationGracePeriodSeconds"] = json!(grace);
-                }
-            }
             o
         })
         .collect()

@@ -32,7 +32,7 @@ pub mod watch;
 mod worker;
 
 pub use jobset::JobSet;
-pub use plan::{ATTEMPT_ANNOTATION, FIELD_MANAGER, GROUP_LABEL, Plan, RUN_ANNOTATION};
+pub use plan::{FIELD_MANAGER, GROUP_LABEL, LAUNCHED_ANNOTATION, Plan, RUN_ANNOTATION};
 pub use worker::{Connect, Kubernetes, Tuning, kubeconfig};
 
 #[cfg(test)]

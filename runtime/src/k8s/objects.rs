@@ -4,11 +4,12 @@
 //! observer and the reconciler need.
 
 use super::jobset::JobSet;
-use super::plan::ATTEMPT_ANNOTATION;
+use super::plan::LAUNCHED_ANNOTATION;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ContainerStateTerminated, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use skyc_targets::k8s::names::{COMPLETION_INDEX, CONTAINER};
+use skyc_targets::k8s::names::CONTAINER;
+use skyc_targets::k8s::pods::{ATTEMPT_LABEL, NODE_INDEX_LABEL, TASK_LABEL};
 use std::collections::BTreeMap;
 
 /// The group's objects, by name.
@@ -73,12 +74,24 @@ pub fn version(meta: &ObjectMeta) -> Option<u64> {
     meta.resource_version.as_deref()?.parse().ok()
 }
 
-/// The attempt the runtime bound a node's or step's Job to.
-pub fn bound_attempt(job: &Job) -> Option<u32> {
-    job.metadata
+/// The attempt of `task` whose pods the runtime has created (the
+/// JobSet's `skyc.io/launched-{task}` annotation).
+pub fn launched(jobset: &JobSet, task: usize) -> Option<u32> {
+    jobset
+        .metadata
         .annotations
         .as_ref()?
-        .get(ATTEMPT_ANNOTATION)?
+        .get(&format!("{LAUNCHED_ANNOTATION}{task}"))?
+        .parse()
+        .ok()
+}
+
+/// The attempt a node's pod runs (its `skyc.io/attempt` label).
+pub fn pod_attempt(pod: &Pod) -> Option<u32> {
+    pod.metadata
+        .labels
+        .as_ref()?
+        .get(ATTEMPT_LABEL)?
         .parse()
         .ok()
 }
@@ -160,25 +173,11 @@ pub fn started(pod: &Pod) -> bool {
     matches!(pod_phase(pod), "Running" | "Succeeded" | "Failed")
 }
 
-/// The node of a pod: its task (`skyc.io/task`) and rank, the
-/// `skyc.io/node-index` label of a group's node, else the completion
-/// index of a pipeline step's pod.
+/// The node of a pod: its task (`skyc.io/task`) and rank
+/// (`skyc.io/node-index`).
 pub fn node_of(meta: &ObjectMeta) -> Option<(&str, u32)> {
     let labels = meta.labels.as_ref()?;
-    let task = labels.get("skyc.io/task")?;
-    let rank = match labels.get("skyc.io/node-index") {
-        Some(rank) => rank.parse().ok()?,
-        None => completion_index(meta)?,
-    };
+    let task = labels.get(TASK_LABEL)?;
+    let rank = labels.get(NODE_INDEX_LABEL)?.parse().ok()?;
     Some((task, rank))
-}
-
-/// The completion index the Job controller gives each pod of an Indexed
-/// Job (annotation, and label since Kubernetes 1.28).
-pub fn completion_index(meta: &ObjectMeta) -> Option<u32> {
-    let get = |m: &Option<BTreeMap<String, String>>| m.as_ref()?.get(COMPLETION_INDEX).cloned();
-    get(&meta.annotations)
-        .or_else(|| get(&meta.labels))?
-        .parse()
-        .ok()
 }

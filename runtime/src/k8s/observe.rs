@@ -6,11 +6,8 @@
 //! state by a re-list is still seen, and reading the same state twice
 //! gives the same events, which the engine ignores the second time.
 //!
-//! A Job belongs to the attempt in its `skyc.io/attempt` annotation (see
-//! [`super::reconcile`]); a node is read from the first pod its current
-//! Job created for it (a group's node Job has only that node's pods; a
-//! pipeline step's Indexed Job has one completion index per node, see
-//! [`Layout`](super::plan::Layout)):
+//! A node of the current attempt is read from its one pod,
+//! `{group}-{task}-{rank}-{attempt}` (see [`super::reconcile`]):
 //!
 //! | what the pod shows | event |
 //! |---|---|
@@ -18,22 +15,19 @@
 //! | `Succeeded` | `NodeExited` run 0 |
 //! | `Failed`, container `main` terminated with a code | `NodeExited` with it (setup when the entrypoint's termination message says so) |
 //! | `Failed` with no container end (evicted before it ran) | `NodeLost` |
-//! | being deleted while the task should run, and not by the JobSet's end | `NodeLost` (killed from outside) |
-//! | none left while the attempt stops, or its Job gone | `NodeLost` |
-//! | no Job yet while the task should run (JobSet waits on `dependsOn`, or remakes a deleted one) | nothing: waiting |
+//! | being deleted while the task should run | `NodeLost` (killed from outside) |
+//! | missing once the attempt is launched (`skyc.io/launched-{task}`), or the JobSet gone | `NodeLost` |
+//! | the attempt not launched yet | nothing: waiting |
 //!
 //! A task is started when every node's pod has started, queued when a pod
-//! is unschedulable or the JobSet is suspended (Kueue has not admitted
-//! it). Events come in a fixed order, exits before losses, so that when
-//! the JobSet ends the auxiliaries itself (no delay gate), the primaries'
-//! ends reach the engine before the auxiliaries' pods vanish.
+//! is unschedulable or the JobSet is suspended. Events come in a fixed
+//! order, exits before losses.
 
 use super::goal::{Goal, Want};
 use super::objects::{self, Objects};
 use super::plan::Plan;
 use crate::backend::{NodeInfo, Report};
 use crate::policy::{Event, Phase};
-use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 
 /// How one node of the current attempt looks.
@@ -70,19 +64,16 @@ pub fn observe(plan: &Plan, objs: &Objects, goal: &Goal) -> Vec<Report> {
             continue;
         }
         let attempt = tg.attempt;
+        let launched = objs
+            .jobset
+            .as_ref()
+            .and_then(|j| objects::launched(j, task))
+            .is_some_and(|a| a >= attempt);
         let mut all_started = true;
         let mut any_queued = suspended;
         for (rank, &live) in (0u32..).zip(&tg.live) {
-            let job = objs.jobs.get(&plan.job_of(task, rank));
-            let current = job.filter(|j| objects::bound_attempt(j) == Some(attempt));
-            let pods = |job: &Job| -> Vec<&Pod> {
-                let mut pods = objs.pods_of(job);
-                pods.retain(|p| plan.layout().runs(p, rank));
-                pods
-            };
-            if let Some(job) = current
-                && let Some(pod) = pods(job).last()
-            {
+            let pod = objs.pods.get(&plan.pod_of(task, rank, attempt));
+            if let Some(pod) = pod {
                 nodes.push(NodeInfo {
                     hostname: plan.hostname(task, rank),
                     ..node_info(task, rank, attempt, pod)
@@ -91,18 +82,11 @@ pub fn observe(plan: &Plan, objs: &Objects, goal: &Goal) -> Vec<Report> {
             if !live {
                 continue;
             }
-            let unbound = job
-                .filter(|j| objects::bound_attempt(j).is_none() && !objects::deleting(&j.metadata));
-            let seen = match (current, unbound) {
-                (Some(job), _) => node(job, &pods(job), tg.want, jobset_ended),
-                (None, Some(_)) => Seen::Waiting,
-                (None, None) => {
-                    if tg.want != Want::Run || objs.jobset_gone() || jobset_ended {
-                        Seen::Lost
-                    } else {
-                        Seen::Waiting
-                    }
-                }
+            let seen = match pod {
+                Some(pod) => node(pod, tg.want, jobset_ended),
+                None if launched || objs.jobset_gone() || jobset_ended => Seen::Lost,
+                None if tg.want != Want::Run => Seen::Lost,
+                None => Seen::Waiting,
             };
             all_started &= matches!(seen, Seen::Running | Seen::Exited { .. } | Seen::Lost);
             any_queued |= seen == Seen::Queued;
@@ -151,23 +135,8 @@ pub fn observe(plan: &Plan, objs: &Objects, goal: &Goal) -> Vec<Report> {
     out
 }
 
-/// One node of the current attempt, from its Job and the first of the
-/// pods the Job made for it (later ones are the Job's own replacements,
-/// which the runtime's restart supersedes).
-fn node(job: &Job, pods: &[&Pod], want: Want, jobset_ended: bool) -> Seen {
-    let Some(pod) = pods.first() else {
-        return if objects::job_condition(job, "Complete") {
-            Seen::Exited {
-                phase: Phase::Run,
-                code: 0,
-                at_ms: None,
-            }
-        } else if want != Want::Run || objects::deleting(&job.metadata) || jobset_ended {
-            Seen::Lost
-        } else {
-            Seen::Waiting
-        };
-    };
+/// One node of the current attempt, from its pod.
+fn node(pod: &Pod, want: Want, jobset_ended: bool) -> Seen {
     if objects::disruption(pod).is_some() {
         return Seen::Lost;
     }

@@ -1,15 +1,13 @@
 //! The plan of a group run on Kubernetes: what the submitting client
 //! decided, stored with the group for the supervisor.
 
-use super::objects;
-use crate::policy::Execution;
+use super::jobset::JobSet;
 use crate::policy::GroupSpec;
-use k8s_openapi::api::core::v1::Pod;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Value, json};
 use skyc_compiler::Diagnostic;
 use skyc_compiler::ir::Group;
-use skyc_targets::k8s::{self, names};
+use skyc_targets::k8s::{self, names, pods};
 use std::time::Duration;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -26,47 +24,27 @@ pub struct Plan {
     #[serde(default)]
     pub kubeconfig: Option<String>,
     pub spec: GroupSpec,
-    /// What `skyc build --target k8s` emits, in apply order (the
-    /// ConfigMap, then the JobSet), plus the Secret of run-time values
-    /// when the group has secrets, before the JobSet.
+    /// What the runtime applies, in order: the ConfigMap, the Secret of
+    /// run-time values when the group has secrets, and the anchor JobSet
+    /// (`skyc_targets::k8s::pods`).
     pub objects: Vec<Value>,
+    /// Each task's pod template, from which the runtime makes every
+    /// node's pod of every attempt.
+    pub templates: Vec<Value>,
     /// Marks every object of this run (annotation [`RUN_ANNOTATION`]): a
     /// supervisor recognises its own JobSet, and refuses one it did not
     /// create.
     pub token: String,
 }
 
-/// Where a node runs: the one place that knows how the lowering maps nodes
-/// to Jobs and pods. Everything else (binding, stopping, restarting,
-/// failing) acts on Jobs, so it holds for both.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Layout {
-    /// A Job Group: one 1-pod Job per node, `{group}-{task}-{rank}-0`;
-    /// every pod of the Job runs the node.
-    NodeJobs,
-    /// A pipeline: one Indexed Job per step, `{group}-{step}-0`, of all
-    /// its nodes; a node is the pods of its completion index. The Job is
-    /// created by JobSet only once the previous step's completed, so a
-    /// step launched but without a Job yet is waiting, not lost.
-    StepJobs,
-}
-
-impl Layout {
-    /// Whether `pod`, of a Job of this layout, runs node `rank`.
-    pub fn runs(self, pod: &Pod, rank: u32) -> bool {
-        match self {
-            Layout::NodeJobs => true,
-            Layout::StepJobs => objects::completion_index(&pod.metadata) == Some(rank),
-        }
-    }
-}
-
 /// The annotation that ties an object to one `skyc run`.
 pub const RUN_ANNOTATION: &str = "skyc.io/run";
 
-/// The annotation the runtime puts on each node Job: the engine's attempt
-/// it runs.
-pub const ATTEMPT_ANNOTATION: &str = "skyc.io/attempt";
+/// The annotation prefix, on the JobSet, of the attempt of each task
+/// whose pods the runtime has created (`skyc.io/launched-{task index}`):
+/// written before the pods are, so a pod of that attempt that is missing
+/// afterwards was taken away, and is never made again.
+pub const LAUNCHED_ANNOTATION: &str = "skyc.io/launched-";
 
 /// The label every object and pod of a group carries.
 pub const GROUP_LABEL: &str = "skyc.io/group";
@@ -87,7 +65,7 @@ impl Plan {
         secrets: &[(String, String)],
         token: String,
     ) -> Result<Self, Vec<Diagnostic>> {
-        let manifests = k8s::lower(group, options);
+        let manifests = k8s::pods::lower(group, options);
         if manifests.has_errors() {
             return Err(manifests.diagnostics);
         }
@@ -107,35 +85,37 @@ impl Plan {
             kubeconfig: std::env::var("KUBECONFIG").ok().filter(|k| !k.is_empty()),
             spec: GroupSpec::from_ir(group, grace),
             objects,
+            templates: manifests.templates,
             token,
         })
     }
 
-    /// How the group's nodes map to Jobs and pods.
-    pub fn layout(&self) -> Layout {
-        match self.spec.execution {
-            Execution::Parallel => Layout::NodeJobs,
-            Execution::Serial => Layout::StepJobs,
-        }
+    /// The pod of `attempt` of node `rank` of `task`.
+    pub fn pod_of(&self, task: usize, rank: u32, attempt: u32) -> String {
+        names::pod_name(&self.group, &self.spec.tasks[task].name, rank, attempt)
     }
 
-    /// The child Job that runs node `rank` of `task`.
-    pub fn job_of(&self, task: usize, rank: u32) -> String {
-        let name = &self.spec.tasks[task].name;
-        match self.layout() {
-            Layout::NodeJobs => names::job_name(&self.group, &names::node_name(name, rank)),
-            Layout::StepJobs => names::job_name(&self.group, name),
-        }
-    }
-
-    /// The child Jobs of `task`, each once, in rank order.
-    pub fn jobs_of(&self, task: usize) -> Vec<String> {
-        match self.layout() {
-            Layout::NodeJobs => (0..self.spec.tasks[task].num_nodes)
-                .map(|rank| self.job_of(task, rank))
-                .collect(),
-            Layout::StepJobs => vec![self.job_of(task, 0)],
-        }
+    /// The pod to create for `attempt` of node `rank` of `task`, owned by
+    /// the JobSet `anchor` (so deleting it deletes the pod), with the
+    /// JobSet's uid (`SKYPILOT_TASK_ID`), the run's token and its grace.
+    pub fn node_pod(&self, task: usize, rank: u32, attempt: u32, anchor: &JobSet) -> Value {
+        let Some(template) = self.templates.get(task) else {
+            return Value::Null;
+        };
+        let uid = anchor.metadata.uid.clone().unwrap_or_default();
+        let mut pod = pods::node_pod(template, &self.group, rank, attempt);
+        pod["metadata"]["namespace"] = json!(self.namespace);
+        pod["metadata"]["labels"][pods::JOBSET_UID_LABEL] = json!(uid);
+        pod["metadata"]["annotations"][RUN_ANNOTATION] = json!(self.token);
+        pod["metadata"]["ownerReferences"] = json!([{
+            "apiVersion": super::apply::JOBSET_API,
+            "kind": "JobSet",
+            "name": self.group,
+            "uid": uid,
+        }]);
+        pod["spec"]["terminationGracePeriodSeconds"] =
+            json!(self.spec.grace.as_secs_f64().ceil() as i64);
+        pod
     }
 
     /// The child Job of the termination-delay gate.
@@ -143,14 +123,13 @@ impl Plan {
         names::job_name(&self.group, names::GATE)
     }
 
-    /// `{task}-{rank}.{group}` for a group's node; a step's pod has the
-    /// Job controller's hostname, `{job}-{rank}`, in the same subdomain.
+    /// `{task}-{rank}.{group}`, for a group's node and a pipeline step's.
     pub fn hostname(&self, task: usize, rank: u32) -> String {
-        let host = match self.layout() {
-            Layout::NodeJobs => names::node_name(&self.spec.tasks[task].name, rank),
-            Layout::StepJobs => names::indexed_pod_hostname(&self.job_of(task, rank), rank),
-        };
-        format!("{host}.{}", self.group)
+        format!(
+            "{}.{}",
+            names::node_name(&self.spec.tasks[task].name, rank),
+            self.group
+        )
     }
 
     /// The label selector of the group's Jobs and pods.

@@ -3,68 +3,61 @@
 //! state gives the same requests, and once a request's effect is seen it
 //! is not asked again.
 //!
-//! Who owns what. The manifests own creation: the JobSet controller
-//! creates every node Job, and recreates one that is deleted while the
-//! JobSet runs; the Job controller creates its pod. The runtime owns
-//! every decision SkyPilot's semantics need, through the engine:
+//! Who owns what. The runtime owns every node's pod: each attempt of each
+//! node is exactly one pod, created when the engine launched the attempt
+//! and by nothing else (no Job replaces it, so no pod ever runs that the
+//! engine did not decide, whether the supervisor is up or not). The
+//! JobSet anchors the group: its headless Service publishes the pods'
+//! hostnames, its end is the group's, and deleting it deletes the pods.
 //!
-//! - **Attempts.** A node Job created by JobSet carries no attempt; the
-//!   runtime annotates it with the engine's current attempt
-//!   (`skyc.io/attempt`, [`Op::Bind`]) before it reads its pods, so a
-//!   pod's end is always told to the engine with the attempt it ran.
-//! - **Restarts** (a new attempt): the old attempt's Jobs are deleted in
-//!   the foreground, each only if it is still the Job of that uid
-//!   ([`Op::Delete`]); JobSet recreates them, with the same names and
-//!   hostnames, and they are bound to the new attempt. The task restarts
-//!   as a whole, every node.
-//! - **Stopping** an attempt (a node failed, or the task is terminated):
-//!   its Jobs go to `parallelism: 0` ([`Op::Stop`]); the Job controller
-//!   deletes the pods, each getting SIGTERM and its grace period, and the
-//!   Job stays active so JobSet neither recreates nor counts it. The
-//!   node Jobs' own `backoffLimit` is raised at apply time (see
-//!   [`super::apply`]), so no Job ever fails by itself and the JobSet's
-//!   native failure never preempts the engine.
+//! - **Launch** ([`Op::Launch`]): once a task's current attempt is
+//!   launched and no pod of an older attempt of it is left, the JobSet
+//!   records the attempt (`skyc.io/launched-{task}`), then every node's
+//!   pod is created. The record comes first: a pod of a recorded attempt
+//!   that is missing was taken away (or never made, the supervisor having
+//!   died in between) and is read as lost, never made again.
+//! - **Stopping** an attempt (a node failed or was lost, or the task is
+//!   terminated): its pods are deleted ([`Op::DeletePod`]), each getting
+//!   SIGTERM and the run's grace; the engine's SIGKILL after the grace
+//!   deletes the rest at once ([`Op::KillPod`]).
+//! - **Restarts** (a newer attempt): the older attempt's pods are deleted,
+//!   ended ones included, so a hostname is never held by two pods; the new
+//!   attempt is launched once they are gone. The task restarts as a
+//!   whole, every node.
 //! - **The end.** When every task has ended: a SUCCEEDED group opens the
-//!   delay gate ([`Op::OpenGate`], when the JobSet has one) and JobSet
-//!   completes natively; any other end fails one Job of the first
-//!   unsuccessful primary on purpose (`activeDeadlineSeconds: 1`,
-//!   [`Op::FailJobSet`]), so the JobSet fails natively and releases its
-//!   quota. A cancel deletes the JobSet in the foreground
-//!   ([`Op::DeleteJobSet`]).
+//!   gate ([`Op::OpenGate`]) and JobSet completes natively; any other end
+//!   fails the gate on purpose (`activeDeadlineSeconds: 1`,
+//!   [`Op::FailJobSet`]), so the JobSet fails natively. A cancel deletes
+//!   the JobSet in the foreground ([`Op::DeleteJobSet`]), and the pods
+//!   with it.
 //!
-//! All of it acts on Jobs, so it holds for a pipeline too, where a Job is
-//! a whole step (an Indexed Job of its nodes, see
-//! [`Layout`](super::plan::Layout)): binding, stopping (every pod of the
-//! step gets SIGTERM) and restarting are the step's, and the Job failed
-//! at the end is the failed step's, so JobSet never creates the steps
-//! after it. A step the engine has not launched has no Job yet (JobSet
-//! creates it once the previous step's is `Complete`); one made before
-//! the engine heard of that success is bound to the attempt it will run.
+//! A pipeline is the same: the engine launches each step only after the
+//! one before it succeeded.
 
 use super::goal::{Goal, Want};
 use super::objects::{self, Objects};
 use super::plan::Plan;
 use crate::policy::Status;
-use skyc_targets::k8s::names;
+use k8s_openapi::api::core::v1::Pod;
+use skyc_targets::k8s::pods::TASK_LABEL;
 
 /// One API request, as data: what to do to which object (its uid is the
 /// precondition, so a request meant for one incarnation never touches
 /// the next).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Op {
-    /// Annotate a node Job with the attempt it runs.
-    Bind {
-        job: String,
-        uid: String,
+    /// Record `attempt` of `task` on the JobSet (uid `anchor`), then
+    /// create its nodes' pods.
+    Launch {
+        task: usize,
         attempt: u32,
+        anchor: String,
     },
-    /// `parallelism: 0`: stop the Job's pod, keep the Job.
-    Stop { job: String, uid: String },
-    /// Delete a node Job of an older attempt (foreground).
-    Delete { job: String, uid: String },
+    /// Delete a node's pod with its grace: SIGTERM, then SIGKILL.
+    DeletePod { pod: String, uid: String },
     /// `parallelism: 1` on the delay gate.
     OpenGate { job: String, uid: String },
-    /// `activeDeadlineSeconds: 1` on one Job, so the JobSet fails.
+    /// `activeDeadlineSeconds: 1` on the gate, so the JobSet fails.
     FailJobSet { job: String, uid: String },
     /// Delete the JobSet (foreground): cancel.
     DeleteJobSet { uid: String },
@@ -72,14 +65,24 @@ pub enum Op {
     KillPod { pod: String, uid: String },
 }
 
+fn uid(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
+    m.uid.clone().unwrap_or_default()
+}
+
+/// The pods of `task`, any attempt.
+pub fn pods_of_task<'a>(plan: &Plan, objs: &'a Objects, task: usize) -> Vec<&'a Pod> {
+    let name = &plan.spec.tasks[task].name;
+    objs.pods
+        .values()
+        .filter(|p| p.metadata.labels.as_ref().and_then(|l| l.get(TASK_LABEL)) == Some(name))
+        .collect()
+}
+
 /// The requests that bring the group's objects to the goal, in order.
 pub fn reconcile(plan: &Plan, objs: &Objects, goal: &Goal) -> Vec<Op> {
     let mut ops = Vec::new();
     let Some(jobset) = objs.jobset.as_ref() else {
         return ops;
-    };
-    let uid = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
-        m.uid.clone().unwrap_or_default()
     };
     if goal.cancel || goal.end == Some(Status::Cancelled) {
         if !objects::deleting(&jobset.metadata) {
@@ -90,131 +93,87 @@ pub fn reconcile(plan: &Plan, objs: &Objects, goal: &Goal) -> Vec<Op> {
         return ops;
     }
     let ended = jobset.terminal_state().is_some();
+    let open = !ended && !jobset.is_suspended() && !objects::deleting(&jobset.metadata);
     for (task, tg) in goal.tasks.iter().enumerate() {
-        for job_name in plan.jobs_of(task) {
-            let Some(job) = objs.jobs.get(&job_name) else {
+        let mut older_left = false;
+        for pod in pods_of_task(plan, objs, task) {
+            let Some(attempt) = objects::pod_attempt(pod) else {
                 continue;
             };
-            if objects::deleting(&job.metadata) {
-                continue;
-            }
-            let job_uid = uid(&job.metadata);
-            match objects::bound_attempt(job) {
-                None if !ended => ops.push(Op::Bind {
-                    job: job_name,
-                    uid: job_uid,
-                    attempt: tg.attempt,
-                }),
-                None => {}
-                // An older attempt's Job: deleted for the restart, unless
-                // the task has ended meanwhile (JobSet would make it again
-                // only to be stopped): then stopped where it is.
-                Some(a) if a < tg.attempt && !ended => {
-                    if tg.want != Want::Done {
-                        ops.push(Op::Delete {
-                            job: job_name,
-                            uid: job_uid,
-                        });
-                    } else if tg.status != Status::Succeeded
-                        && objects::parallelism(job) != 0
-                        && !objects::job_finished(job)
-                    {
-                        ops.push(Op::Stop {
-                            job: job_name,
-                            uid: job_uid,
-                        });
-                    }
+            let stop = if attempt < tg.attempt {
+                older_left = true;
+                true
+            } else if attempt == tg.attempt {
+                match tg.want {
+                    Want::Run => false,
+                    Want::Stop | Want::Done => !objects::pod_terminal(pod),
                 }
-                Some(a) if a == tg.attempt => {
-                    let stop = match tg.want {
-                        Want::Run => false,
-                        Want::Stop => true,
-                        Want::Done => tg.status != Status::Succeeded,
-                    };
-                    if stop && objects::parallelism(job) != 0 && !objects::job_finished(job) {
-                        ops.push(Op::Stop {
-                            job: job_name,
-                            uid: job_uid,
-                        });
-                    }
-                }
-                Some(_) => {}
-            }
-        }
-    }
-    match goal.end {
-        Some(Status::Succeeded) if !ended => {
-            let gate = plan.gate_job();
-            if jobset.replicated_job(names::GATE).is_some()
-                && let Some(job) = objs.jobs.get(&gate)
-                && objects::parallelism(job) == 0
-                && !objects::deleting(&job.metadata)
-            {
-                ops.push(Op::OpenGate {
-                    job: gate,
-                    uid: uid(&job.metadata),
+            } else {
+                false
+            };
+            if stop && !objects::deleting(&pod.metadata) {
+                ops.push(Op::DeletePod {
+                    pod: pod.metadata.name.clone().unwrap_or_default(),
+                    uid: uid(&pod.metadata),
                 });
             }
         }
-        Some(status) if status != Status::Succeeded && !ended => {
-            if let Some((job, meta)) = failing_job(plan, objs, goal)
-                && !meta.1
+        let launched = objects::launched(jobset, task);
+        if open
+            && tg.want == Want::Run
+            && tg.live.iter().any(|&l| l)
+            && launched.is_none_or(|a| a < tg.attempt)
+            && !older_left
+        {
+            ops.push(Op::Launch {
+                task,
+                attempt: tg.attempt,
+                anchor: uid(&jobset.metadata),
+            });
+        }
+    }
+    if goal.end.is_some() && !ended {
+        let gate = plan.gate_job();
+        if let Some(job) = objs.jobs.get(&gate)
+            && !objects::deleting(&job.metadata)
+        {
+            let job_uid = uid(&job.metadata);
+            if goal.end == Some(Status::Succeeded) {
+                if objects::parallelism(job) == 0 {
+                    ops.push(Op::OpenGate {
+                        job: gate,
+                        uid: job_uid,
+                    });
+                }
+            } else if job
+                .spec
+                .as_ref()
+                .and_then(|s| s.active_deadline_seconds)
+                .is_none_or(|d| d > 1)
             {
-                ops.push(Op::FailJobSet { job, uid: meta.0 });
+                ops.push(Op::FailJobSet {
+                    job: gate,
+                    uid: job_uid,
+                });
             }
         }
-        _ => {}
     }
     ops
 }
 
-/// The Job to fail the JobSet with: the first Job of the first primary
-/// that did not succeed (in a pipeline, the step that failed: the later
-/// ones have no Job), and whether its deadline is set already.
-fn failing_job(plan: &Plan, objs: &Objects, goal: &Goal) -> Option<(String, (String, bool))> {
-    let task = (0..goal.tasks.len())
-        .find(|&t| plan.spec.tasks[t].primary && goal.tasks[t].status != Status::Succeeded)?;
-    plan.jobs_of(task).into_iter().find_map(|name| {
-        let job = objs.jobs.get(&name)?;
-        if objects::deleting(&job.metadata) {
-            return None;
-        }
-        let deadline = job
-            .spec
-            .as_ref()
-            .and_then(|s| s.active_deadline_seconds)
-            .is_some_and(|d| d <= 1);
-        Some((
-            name,
-            (job.metadata.uid.clone().unwrap_or_default(), deadline),
-        ))
-    })
-}
-
-/// The engine's SIGKILL for an attempt: every pod of its Jobs not yet
-/// ended.
+/// The engine's SIGKILL for an attempt: every pod of it not yet ended.
 pub fn kill(plan: &Plan, objs: &Objects, task: usize, attempt: u32) -> Vec<Op> {
     if task >= plan.spec.tasks.len() {
         return Vec::new();
     }
-    let mut ops = Vec::new();
-    for name in plan.jobs_of(task) {
-        let Some(job) = objs.jobs.get(&name) else {
-            continue;
-        };
-        if objects::bound_attempt(job) != Some(attempt) {
-            continue;
-        }
-        for pod in objs.pods_of(job) {
-            if !objects::pod_terminal(pod) {
-                ops.push(Op::KillPod {
-                    pod: pod.metadata.name.clone().unwrap_or_default(),
-                    uid: pod.metadata.uid.clone().unwrap_or_default(),
-                });
-            }
-        }
-    }
-    ops
+    pods_of_task(plan, objs, task)
+        .into_iter()
+        .filter(|p| objects::pod_attempt(p) == Some(attempt) && !objects::pod_terminal(p))
+        .map(|p| Op::KillPod {
+            pod: p.metadata.name.clone().unwrap_or_default(),
+            uid: uid(&p.metadata),
+        })
+        .collect()
 }
 
 /// Everything the group had is gone or final: nothing more will happen
@@ -229,4 +188,5 @@ pub fn settled(objs: &Objects, goal: &Goal) -> bool {
     objs.jobset
         .as_ref()
         .is_none_or(|j| j.terminal_state().is_some())
+        && objs.pods.values().all(objects::pod_terminal)
 }

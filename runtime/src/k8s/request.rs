@@ -4,11 +4,12 @@
 //!
 //! Every write names the object's uid: merge patches carry
 //! `metadata.uid`, deletes a uid precondition. A request meant for one
-//! incarnation of a Job can therefore never touch the Job JobSet made in
-//! its place, however late it arrives or often it is retried.
+//! incarnation of an object can therefore never touch another of the same
+//! name, however late it arrives or often it is retried. Pods are created,
+//! never patched: each attempt has its own.
 
 use super::jobset::JobSet;
-use super::plan::{ATTEMPT_ANNOTATION, FIELD_MANAGER};
+use super::plan::{FIELD_MANAGER, LAUNCHED_ANNOTATION, Plan};
 use super::reconcile::Op;
 use super::retry::{self, Backoff};
 use super::watch::{SharedRef, Watched, lock};
@@ -67,8 +68,110 @@ fn delete_params(uid: &str) -> DeleteParams {
     })
 }
 
+/// How many pods of one launch are created at once.
+const CREATE_CONCURRENCY: usize = 16;
+
 /// Carries out `op`, trying again while the answer is transient.
-pub async fn execute(apis: &Apis, shared: &SharedRef, op: &Op, backoff: Backoff) -> Outcome {
+pub async fn execute(
+    plan: &Plan,
+    apis: &Apis,
+    shared: &SharedRef,
+    op: &Op,
+    backoff: Backoff,
+) -> Outcome {
+    if let Op::Launch { task, attempt, .. } = op {
+        // The record first: a pod of a recorded attempt is never made
+        // again once it is gone.
+        let recorded = execute_one(apis, shared, op, backoff).await;
+        if !matches!(recorded, Outcome::Done) {
+            return recorded;
+        }
+        return launch(plan, apis, shared, *task, *attempt, backoff).await;
+    }
+    execute_one(apis, shared, op, backoff).await
+}
+
+/// Creates every node's pod of a recorded attempt, some at once; the
+/// first failure that is not transient is the outcome (the pods not made
+/// are read as lost).
+async fn launch(
+    plan: &Plan,
+    apis: &Apis,
+    shared: &SharedRef,
+    task: usize,
+    attempt: u32,
+    backoff: Backoff,
+) -> Outcome {
+    use futures::StreamExt;
+    let Some(anchor) = lock(shared).objs.jobset.clone() else {
+        return Outcome::Moot;
+    };
+    let nodes = plan.spec.tasks.get(task).map_or(0, |t| t.num_nodes);
+    let outcomes: Vec<Outcome> = futures::stream::iter(0..nodes)
+        .map(|rank| {
+            let pod = plan.node_pod(task, rank, attempt, &anchor);
+            let name = plan.pod_of(task, rank, attempt);
+            async move { create_pod(apis, shared, &name, &pod, backoff).await }
+        })
+        .buffer_unordered(CREATE_CONCURRENCY)
+        .collect()
+        .await;
+    outcomes
+        .into_iter()
+        .find(|o| !matches!(o, Outcome::Done))
+        .unwrap_or(Outcome::Done)
+}
+
+/// Creates one pod; one of that name already there is this run's (the
+/// name carries the attempt), so that is done too.
+async fn create_pod(
+    apis: &Apis,
+    shared: &SharedRef,
+    name: &str,
+    pod: &Value,
+    backoff: Backoff,
+) -> Outcome {
+    let body: Pod = match serde_json::from_value(pod.clone()) {
+        Ok(p) => p,
+        Err(e) => return Outcome::Refused(format!("the pod {name} is not a pod: {e}")),
+    };
+    let params = kube::api::PostParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..kube::api::PostParams::default()
+    };
+    let mut tries = 0;
+    loop {
+        let result = tokio::time::timeout(CALL_TIMEOUT, apis.pods.create(&params, &body)).await;
+        match result {
+            Ok(Ok(created)) => {
+                put(shared, created);
+                return Outcome::Done;
+            }
+            Ok(Err(e)) if retry::already_exists(&e) => return Outcome::Done,
+            Ok(Err(e)) if retry::is_transient(&e) => {
+                tries += 1;
+                if tries >= backoff.tries {
+                    return Outcome::Failing(e);
+                }
+                tokio::time::sleep(backoff.delay(tries - 1)).await;
+            }
+            Ok(Err(e)) => {
+                return Outcome::Refused(format!("creating pod {name}: {}", retry::describe(&e)));
+            }
+            Err(_) => {
+                tries += 1;
+                if tries >= backoff.tries {
+                    return Outcome::Failing(kube::Error::ReadEvents(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("no answer within {} s", CALL_TIMEOUT.as_secs()),
+                    )));
+                }
+            }
+        }
+    }
+}
+
+async fn execute_one(apis: &Apis, shared: &SharedRef, op: &Op, backoff: Backoff) -> Outcome {
     let mut tries = 0;
     loop {
         let result = match tokio::time::timeout(CALL_TIMEOUT, once(apis, shared, op)).await {
@@ -108,16 +211,32 @@ async fn once(apis: &Apis, shared: &SharedRef, op: &Op) -> Result<(), kube::Erro
         async move { apis.jobs.patch(&job, &params, &Patch::Merge(&body)).await }
     };
     match op {
-        Op::Bind { job, uid, attempt } => {
-            let rest =
-                json!({"metadata": {"annotations": {ATTEMPT_ANNOTATION: attempt.to_string()}}});
-            put(shared, patch_job(job, uid, rest).await?);
-        }
-        Op::Stop { job, uid } => {
-            put(
-                shared,
-                patch_job(job, uid, json!({"spec": {"parallelism": 0}})).await?,
+        Op::Launch {
+            task,
+            attempt,
+            anchor,
+        } => {
+            let body = merge(
+                anchor,
+                json!({"metadata": {"annotations": {
+                    format!("{LAUNCHED_ANNOTATION}{task}"): attempt.to_string()
+                }}}),
             );
+            let js = apis
+                .jobsets
+                .patch(&apis.group, &params, &Patch::Merge(&body))
+                .await?;
+            put(shared, js);
+        }
+        Op::DeletePod { pod, uid } => {
+            let params = DeleteParams::default().preconditions(Preconditions {
+                uid: Some(uid.clone()),
+                resource_version: None,
+            });
+            match apis.pods.delete(pod, &params).await? {
+                Either::Left(obj) => put(shared, obj),
+                Either::Right(_) => forget(shared, op),
+            }
         }
         Op::OpenGate { job, uid } => {
             put(
@@ -131,10 +250,6 @@ async fn once(apis: &Apis, shared: &SharedRef, op: &Op) -> Result<(), kube::Erro
                 patch_job(job, uid, json!({"spec": {"activeDeadlineSeconds": 1}})).await?,
             );
         }
-        Op::Delete { job, uid } => match apis.jobs.delete(job, &delete_params(uid)).await? {
-            Either::Left(obj) => put(shared, obj),
-            Either::Right(_) => forget(shared, op),
-        },
         Op::DeleteJobSet { uid } => {
             match apis
                 .jobsets
@@ -171,11 +286,7 @@ fn forget(shared: &SharedRef, op: &Op) {
     let mut s = lock(shared);
     let uid_is = |m: &kube::core::ObjectMeta, uid: &str| m.uid.as_deref() == Some(uid);
     match op {
-        Op::Bind { job, uid, .. }
-        | Op::Stop { job, uid }
-        | Op::Delete { job, uid }
-        | Op::OpenGate { job, uid }
-        | Op::FailJobSet { job, uid } => {
+        Op::OpenGate { job, uid } | Op::FailJobSet { job, uid } => {
             if s.objs
                 .jobs
                 .get(job)
@@ -184,7 +295,7 @@ fn forget(shared: &SharedRef, op: &Op) {
                 s.objs.jobs.remove(job);
             }
         }
-        Op::DeleteJobSet { uid } => {
+        Op::Launch { anchor: uid, .. } | Op::DeleteJobSet { uid } => {
             if s.objs
                 .jobset
                 .as_ref()
@@ -193,7 +304,7 @@ fn forget(shared: &SharedRef, op: &Op) {
                 s.objs.jobset = None;
             }
         }
-        Op::KillPod { pod, uid } => {
+        Op::KillPod { pod, uid } | Op::DeletePod { pod, uid } => {
             if s.objs
                 .pods
                 .get(pod)
@@ -208,9 +319,10 @@ fn forget(shared: &SharedRef, op: &Op) {
 /// The op's object, for messages.
 pub fn describe(op: &Op) -> String {
     match op {
-        Op::Bind { job, attempt, .. } => format!("annotating Job {job} with attempt {attempt}"),
-        Op::Stop { job, .. } => format!("stopping Job {job}"),
-        Op::Delete { job, .. } => format!("deleting Job {job}"),
+        Op::Launch { task, attempt, .. } => {
+            format!("launching attempt {attempt} of task {task}")
+        }
+        Op::DeletePod { pod, .. } => format!("stopping pod {pod}"),
         Op::OpenGate { job, .. } => format!("opening the delay gate {job}"),
         Op::FailJobSet { job, .. } => format!("failing Job {job}"),
         Op::DeleteJobSet { .. } => "deleting the JobSet".to_owned(),

@@ -72,7 +72,7 @@ pub fn is_transient(e: &Error) -> bool {
     unanswered(e)
         || match code(e) {
             Some(429) => true,
-            Some(409) => !stale(e),
+            Some(409) => !stale(e) && !already_exists(e),
             Some(c) => c >= 500,
             None => false,
         }
@@ -85,6 +85,11 @@ pub fn is_outage(e: &Error) -> bool {
 
 pub fn not_found(e: &Error) -> bool {
     code(e) == Some(404)
+}
+
+/// A create found an object of that name (409 `AlreadyExists`).
+pub fn already_exists(e: &Error) -> bool {
+    matches!(e, Error::Api(s) if s.code == 409 && s.reason == "AlreadyExists")
 }
 
 /// An error in a sentence: the API's own message when it answered.

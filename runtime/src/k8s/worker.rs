@@ -640,7 +640,7 @@ impl Group {
             }
             wrote = true;
             let backoff = self.backoff();
-            let hold = match request::execute(apis, shared, &op, backoff).await {
+            let hold = match request::execute(&self.plan, apis, shared, &op, backoff).await {
                 Outcome::Done | Outcome::Moot => backoff.max,
                 Outcome::Refused(why) => {
                     self.out
@@ -699,18 +699,7 @@ impl Group {
             if !objects::started(pod) || self.following.contains(&uid) {
                 continue;
             }
-            let attempt = pod
-                .metadata
-                .owner_references
-                .iter()
-                .flatten()
-                .find_map(|o| {
-                    objs.jobs
-                        .values()
-                        .find(|j| j.metadata.uid.as_deref() == Some(&o.uid))
-                })
-                .and_then(objects::bound_attempt)
-                .unwrap_or(0);
+            let attempt = objects::pod_attempt(pod).unwrap_or(0);
             self.following.insert(uid.clone());
             let node = NodeLog {
                 group_dir: crate::local::paths::group_dir(&self.ctx.state_dir, self.out.gid),
