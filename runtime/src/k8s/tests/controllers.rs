@@ -119,6 +119,8 @@ impl World {
             };
             let jobs = self.owned("jobs", &js);
             if deleting(&js) {
+                // The garbage collector, in the foreground: every
+                // dependent (Jobs, and the runtime's pods) goes first.
                 for job in &jobs {
                     let n = job["metadata"]["name"]
                         .as_str()
@@ -126,7 +128,15 @@ impl World {
                         .to_owned();
                     self.delete_foreground("jobs", &n);
                 }
-                if jobs.is_empty() {
+                let pods = self.owned("pods", &js);
+                for pod in &pods {
+                    let n = pod["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned();
+                    self.delete_pod(&n);
+                }
+                if jobs.is_empty() && pods.is_empty() {
                     self.remove("jobsets", &name);
                 }
                 continue;

@@ -393,6 +393,20 @@ impl World {
     }
 
     /// Every write request since the last call, one line each.
+    /// Every pod ever created through the API, in order: what ran on the
+    /// cluster, whatever was deleted since.
+    pub(super) fn created_pods(&self) -> Vec<String> {
+        self.requests
+            .iter()
+            .filter(|r| r.method == "POST" && r.path.ends_with("/pods"))
+            .filter_map(|r| {
+                r.body.as_ref()?["metadata"]["name"]
+                    .as_str()
+                    .map(str::to_owned)
+            })
+            .collect()
+    }
+
     pub(super) fn take_writes(&mut self) -> Vec<String> {
         let new: Vec<String> = self.requests[self.taken..]
             .iter()
@@ -607,6 +621,26 @@ impl World {
                 Some(o) => response(200, o),
                 None => not_found(&resource, &name),
             },
+            ("POST", None, _) => {
+                let body = seen.body.clone().unwrap_or(json!({}));
+                let name = body["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                if self.get(&resource, &name).is_some() {
+                    return status(
+                        409,
+                        "AlreadyExists",
+                        &format!("{resource} \"{name}\" already exists"),
+                    );
+                }
+                let mut obj = body;
+                if resource == "pods" && obj["status"].is_null() {
+                    obj["status"] = json!({"phase": "Pending"});
+                }
+                let obj = self.put(&resource, obj);
+                response(201, &obj)
+            }
             ("PATCH", Some(name), _) if seen.content_type.contains("apply-patch") => {
                 let body = seen.body.clone().unwrap_or(json!({}));
                 let obj = match self.get(&resource, &name).cloned() {
