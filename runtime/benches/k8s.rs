@@ -1,10 +1,18 @@
 //! The Kubernetes backend against the tests' fake API server (in this
-//! process, no sockets):
+//! process, no sockets), with the runtime creating one pod per node
+//! attempt (`g-{task}-{rank}-{attempt}`):
 //!
 //! - latency: from a watch event to the first API request it causes,
-//!   through the engine (a pod fails: the restart's DELETE) and through
-//!   the reconciler alone (JobSet makes a Job: its attempt annotation);
+//!   through the engine: a node's pod fails, and the other node's pod is
+//!   deleted; the old attempt's pods are gone, and the restart is
+//!   launched (the JobSet's `skyc.io/launched-{task}` annotation);
+//! - scale: a group of 1,000 nodes (a task of 999 and one of 1): the
+//!   time to create every pod, then, every pod running, the API requests
+//!   per node per minute and the resident memory per node;
 //! - memory: resident memory per supervised group, with N groups running.
+//!
+//! Each part runs in a process of its own, so that one's freed memory
+//! does not hide the next one's.
 //!
 //! `cargo bench -p skyc-runtime --bench k8s [-- ROUNDS GROUPS]`.
 
@@ -20,16 +28,17 @@ use rustix::event::{PollFd, PollFlags, Timespec, poll};
 use skyc_runtime::backend::{Backend, Report};
 use skyc_runtime::k8s::client::Cluster;
 use skyc_runtime::k8s::retry::Backoff;
-use skyc_runtime::k8s::{ATTEMPT_ANNOTATION, Connect, Kubernetes, Plan, Tuning, apply};
+use skyc_runtime::k8s::{Connect, JobSet, Kubernetes, LAUNCHED_ANNOTATION, Plan, Tuning, apply};
 use skyc_runtime::policy::{Engine, Status};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-fn plan(name: &str) -> Plan {
+/// A group of a primary task of `nodes` nodes and an evaluator of one.
+fn plan(name: &str, nodes: u32) -> Plan {
     let yaml = format!(
         "name: {name}\nexecution: parallel\nprimary_tasks: [trainer]\ntermination_delay: 30s\n---\n\
-         name: trainer\nnum_nodes: 2\nresources:\n  job_recovery:\n    max_restarts_on_errors: 100000\nrun: train\n---\n\
+         name: trainer\nnum_nodes: {nodes}\nresources:\n  job_recovery:\n    max_restarts_on_errors: 100000\nrun: train\n---\n\
          name: evaluator\nrun: evaluate\n"
     );
     let c = skyc_compiler::compile(
@@ -86,6 +95,23 @@ struct Supervisor {
 }
 
 impl Supervisor {
+    fn new(fake: &Fake) -> Self {
+        Self {
+            backend: Kubernetes::start(std::env::temp_dir(), connect(fake), tuning())
+                .expect("starts"),
+            engines: BTreeMap::new(),
+        }
+    }
+
+    /// Takes the group on and starts its engine.
+    fn start(&mut self, gid: i64, plan: &Plan) {
+        let mut engine = Engine::new(plan.spec.clone());
+        let actions = engine.start();
+        self.backend.adopt_plan(gid, plan.clone(), &engine, None);
+        self.backend.execute(gid, &engine, &actions);
+        self.engines.insert(gid, engine);
+    }
+
     /// Waits up to `wait` for the backend's fd, then hands over what it
     /// reported.
     fn turn(&mut self, wait: Duration) -> usize {
@@ -121,13 +147,33 @@ impl Supervisor {
             self.turn(Duration::from_millis(2));
         }
     }
+
+    /// Turns until nothing was reported for `turns` turns of 10 ms.
+    fn quiet(&mut self, turns: u32) {
+        let mut quiet = 0;
+        while quiet < turns {
+            quiet = if self.turn(Duration::from_millis(10)) == 0 {
+                quiet + 1
+            } else {
+                0
+            };
+        }
+    }
 }
 
-fn last_write(w: &World, since: usize, what: &str) -> Option<Instant> {
+/// When the first write since `since` whose line contains `what` arrived.
+fn first_write(w: &World, since: usize, what: &str) -> Option<Instant> {
     w.requests[since..]
         .iter()
         .find(|r| r.method != "GET" && r.line().contains(what))
         .map(|r| r.at)
+}
+
+fn count_writes(w: &World, since: usize, method: &str) -> usize {
+    w.requests[since..]
+        .iter()
+        .filter(|r| r.method == method)
+        .count()
 }
 
 fn stats(name: &str, mut v: Vec<Duration>) {
@@ -144,88 +190,67 @@ fn stats(name: &str, mut v: Vec<Duration>) {
 
 fn latency(rounds: usize) {
     let fake = Fake::default();
-    let p = plan("g");
-    let mut s = Supervisor {
-        backend: Kubernetes::start(std::env::temp_dir(), connect(&fake), tuning()).expect("starts"),
-        engines: BTreeMap::new(),
-    };
-    let mut engine = Engine::new(p.spec.clone());
-    let actions = engine.start();
-    s.backend.adopt_plan(1, p.clone(), &engine, None);
-    s.backend.execute(1, &engine, &actions);
-    s.engines.insert(1, engine);
+    let p = plan("g", 2);
+    let mut s = Supervisor::new(&fake);
+    s.start(1, &p);
+    let pods = |attempt: u32| [p.pod_of(0, 0, attempt), p.pod_of(0, 1, attempt)];
     s.until(&fake, Duration::from_secs(10), |w, _| {
-        w.get("jobsets", "g").is_some()
+        w.created_pods().len() == 3
     });
-    let mut through_engine = Vec::new();
-    let mut reconciler_only = Vec::new();
-    for _ in 0..rounds {
-        // JobSet makes the trainer's Jobs (again): how soon is the first
-        // one annotated with its attempt?
-        // (The old Jobs' deletion finishes first, so that this pass of the
-        // JobSet controller only creates.)
-        for _ in 0..10 {
-            let mut w = fake.world();
-            w.job_controller();
-            w.kubelet();
-        }
+    {
+        let mut w = fake.world();
+        w.reconcile_cluster();
+        w.run_pending();
+    }
+    s.until(&fake, Duration::from_secs(10), |_, s| {
+        s.engines[&1].task_status(0) == Status::Running
+    });
+    let launch = format!("{LAUNCHED_ANNOTATION}0");
+    let mut stop = Vec::new();
+    let mut relaunch = Vec::new();
+    for attempt in 0..rounds as u32 {
+        let [failed, other] = pods(attempt);
+        s.quiet(5);
+        // A trainer pod fails: how soon is the other node's pod deleted?
         let since = fake.world().requests.len();
         let t0 = Instant::now();
-        fake.world().jobset_controller();
+        fake.world().exit(&failed, 1);
+        let other_path = format!("/pods/{other}");
         s.until(&fake, Duration::from_secs(10), |w, _| {
-            last_write(w, since, "g-trainer-1-0").is_some()
+            first_write(w, since, &other_path).is_some()
         });
-        reconciler_only
-            .push(last_write(&fake.world(), since, "skyc.io/attempt").expect("a bind") - t0);
-        {
-            let mut w = fake.world();
-            w.reconcile_cluster();
-            w.run_pending();
-        }
+        stop.push(first_write(&fake.world(), since, &other_path).expect("a stop") - t0);
+        // The restart deletes both pods, the failed one included.
+        s.until(&fake, Duration::from_secs(10), |w, _| {
+            count_writes(w, since, "DELETE") == 2
+        });
+        // The other node ends (SIGTERM), the failed pod goes.
+        fake.world().kubelet();
+        s.quiet(5);
+        // The last old pod goes: how soon is the restart launched?
+        let since = fake.world().requests.len();
+        let t0 = Instant::now();
+        fake.world().kubelet();
+        s.until(&fake, Duration::from_secs(10), |w, _| {
+            first_write(w, since, &launch).is_some()
+        });
+        relaunch.push(first_write(&fake.world(), since, &launch).expect("a launch") - t0);
+        let [a, b] = pods(attempt + 1);
+        s.until(&fake, Duration::from_secs(10), |w, _| {
+            w.get("pods", &a).is_some() && w.get("pods", &b).is_some()
+        });
+        fake.world().run_pending();
         s.until(&fake, Duration::from_secs(10), |_, s| {
             s.engines[&1].task_status(0) == Status::Running
         });
-        // A trainer pod fails: how soon is the other node stopped?
-        let since = fake.world().requests.len();
-        let t0 = Instant::now();
-        {
-            let mut w = fake.world();
-            let pod = w.pod_of("g-trainer-0-0");
-            w.exit(&pod, 1);
-        }
-        s.until(&fake, Duration::from_secs(10), |w, _| {
-            last_write(w, since, "parallelism\":0").is_some()
-        });
-        through_engine
-            .push(last_write(&fake.world(), since, "parallelism\":0").expect("a stop") - t0);
-        s.until(&fake, Duration::from_secs(10), |w, _| {
-            w.requests[since..]
-                .iter()
-                .filter(|r| r.line().contains("parallelism\":0"))
-                .count()
-                == 2
-        });
-        // The restart: pods go, then both Jobs are deleted.
-        {
-            let mut w = fake.world();
-            w.job_controller();
-            w.kubelet();
-        }
-        s.until(&fake, Duration::from_secs(10), |w, _| {
-            w.requests[since..]
-                .iter()
-                .filter(|r| r.method == "DELETE")
-                .count()
-                == 2
-        });
     }
     stats(
-        "watch event -> request (through the engine: a failed pod, the stop)",
-        through_engine,
+        "latency: pod failed event -> DELETE of the other node's pod",
+        stop,
     );
     stats(
-        "watch event -> request (reconciler only: a new Job, its attempt)",
-        reconciler_only,
+        "latency: last old pod gone event -> launch PATCH of the restart",
+        relaunch,
     );
 }
 
@@ -240,57 +265,119 @@ fn rss_kb() -> u64 {
         .unwrap_or(0)
 }
 
-fn memory(groups: usize) {
+/// Puts the group's objects on the cluster as the runtime left them with
+/// attempt 0 of every task launched and every pod running.
+fn populate(w: &mut World, p: &Plan) {
+    for o in apply::prepare(p) {
+        let resource = if o["kind"] == "JobSet" {
+            "jobsets"
+        } else {
+            "configmaps"
+        };
+        w.put(resource, o);
+    }
+    w.reconcile_cluster();
+    let tasks = p.spec.tasks.len();
+    w.update("jobsets", &p.group, |j| {
+        for t in 0..tasks {
+            j["metadata"]["annotations"][format!("{LAUNCHED_ANNOTATION}{t}")] =
+                serde_json::json!("0");
+        }
+    });
+    let anchor: JobSet =
+        serde_json::from_value(w.get("jobsets", &p.group).expect("a JobSet").clone())
+            .expect("a JobSet");
+    for (t, task) in p.spec.tasks.iter().enumerate() {
+        for rank in 0..task.num_nodes {
+            w.put("pods", p.node_pod(t, rank, 0, &anchor));
+        }
+    }
+    w.run_pending();
+}
+
+const NODES: u32 = 1000;
+
+fn scale() {
+    // Creation: from nothing to every pod created.
+    {
+        let fake = Fake::default();
+        let p = plan("big", NODES - 1);
+        let mut s = Supervisor::new(&fake);
+        let t0 = Instant::now();
+        s.start(1, &p);
+        s.until(&fake, Duration::from_secs(300), |w, _| {
+            w.created_pods().len() == NODES as usize
+        });
+        let created = fake.world().requests.last().expect("requests").at - t0;
+        println!("scale: {NODES} nodes, start -> every pod created: {created:.2?}");
+    }
+    // Steady state: every pod running, nothing happening. The cluster's
+    // objects are made before the backend starts, so that its memory is
+    // the backend's alone.
     let fake = Fake::default();
-    let plans: Vec<Plan> = (0..groups).map(|i| plan(&format!("g{i}"))).collect();
+    let p = plan("big", NODES - 1);
     {
         let mut w = fake.world();
-        for p in &plans {
-            for o in apply::prepare(p) {
-                let resource = if o["kind"] == "JobSet" {
-                    "jobsets"
-                } else {
-                    "configmaps"
-                };
-                w.put(resource, o);
-            }
-        }
-        w.reconcile_cluster();
-        for job in w.names("jobs") {
-            w.update("jobs", &job, |j| {
-                j["metadata"]["annotations"][ATTEMPT_ANNOTATION] = serde_json::json!("0");
-            });
-        }
-        w.run_pending();
+        populate(&mut w, &p);
         w.requests.clear();
     }
     let before = rss_kb();
-    let mut s = Supervisor {
-        backend: Kubernetes::start(std::env::temp_dir(), connect(&fake), tuning()).expect("starts"),
-        engines: BTreeMap::new(),
+    let mut s = Supervisor::new(&fake);
+    s.start(1, &p);
+    s.until(&fake, Duration::from_secs(300), |_, s| {
+        s.engines[&1].group_status() == Status::Running
+    });
+    assert!(fake.world().created_pods().is_empty(), "pods made again");
+    s.quiet(50);
+    let window = Duration::from_secs(5);
+    let since = fake.world().requests.len();
+    let end = Instant::now() + window;
+    while Instant::now() < end {
+        s.turn(Duration::from_millis(10));
+    }
+    let after = rss_kb();
+    let (watches, other) = {
+        let w = fake.world();
+        let seen = &w.requests[since..];
+        let watches = seen.iter().filter(|r| r.query.contains("watch=")).count();
+        (watches, seen.len() - watches)
     };
+    let per = |n: usize| n as f64 * 60.0 / window.as_secs_f64() / f64::from(NODES);
+    println!(
+        "scale: {NODES} nodes running, quiet {window:.0?}: {:.3} API requests per node per minute \
+         ({watches} watch opens, {other} others)",
+        per(watches + other)
+    );
+    println!(
+        "scale: {NODES} nodes running: {} KiB more resident, {:.1} KiB per node",
+        after.saturating_sub(before),
+        after.saturating_sub(before) as f64 / f64::from(NODES)
+    );
+}
+
+fn memory(groups: usize) {
+    let fake = Fake::default();
+    let plans: Vec<Plan> = (0..groups).map(|i| plan(&format!("g{i}"), 2)).collect();
+    {
+        let mut w = fake.world();
+        for p in &plans {
+            populate(&mut w, p);
+        }
+        w.requests.clear();
+    }
+    let before = rss_kb();
+    let mut s = Supervisor::new(&fake);
     for (i, p) in plans.iter().enumerate() {
-        let gid = i as i64 + 1;
-        let mut engine = Engine::new(p.spec.clone());
-        let actions = engine.start();
-        s.backend.adopt_plan(gid, p.clone(), &engine, None);
-        s.backend.execute(gid, &engine, &actions);
-        s.engines.insert(gid, engine);
+        s.start(i as i64 + 1, p);
     }
     s.until(&fake, Duration::from_secs(120), |_, s| {
         s.engines
             .values()
             .all(|e| e.group_status() == Status::Running)
     });
+    assert!(fake.world().created_pods().is_empty(), "pods made again");
     // Quiet for a while: every watch open, nothing in flight.
-    let mut quiet = 0;
-    while quiet < 20 {
-        quiet = if s.turn(Duration::from_millis(10)) == 0 {
-            quiet + 1
-        } else {
-            0
-        };
-    }
+    s.quiet(20);
     fake.world().requests.clear();
     let after = rss_kb();
     println!(
@@ -301,12 +388,30 @@ fn memory(groups: usize) {
 }
 
 fn main() {
-    let args: Vec<usize> = std::env::args()
-        .skip(1)
-        .filter_map(|a| a.parse().ok())
-        .collect();
-    let rounds = args.first().copied().unwrap_or(30);
-    let groups = args.get(1).copied().unwrap_or(200);
-    latency(rounds);
-    memory(groups);
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let numbers: Vec<usize> = args.iter().filter_map(|a| a.parse().ok()).collect();
+    let rounds = numbers.first().copied().unwrap_or(30);
+    let groups = numbers.get(1).copied().unwrap_or(200);
+    let part = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--part="))
+        .map(str::to_owned);
+    match part.as_deref() {
+        Some("latency") => latency(rounds),
+        Some("scale") => scale(),
+        Some("memory") => memory(groups),
+        Some(other) => panic!("no part {other}"),
+        None => {
+            let me = std::env::current_exe().expect("this program");
+            for part in ["latency", "scale", "memory"] {
+                let status = std::process::Command::new(&me)
+                    .arg(format!("--part={part}"))
+                    .arg(rounds.to_string())
+                    .arg(groups.to_string())
+                    .status()
+                    .expect("runs");
+                assert!(status.success(), "{part} failed");
+            }
+        }
+    }
 }

@@ -10,7 +10,6 @@ mod driver;
 mod fake;
 #[cfg(any())] // being moved to the pods layout
 mod pipeline;
-#[cfg(any())] // being moved to the pods layout
 mod recovery;
 mod refusals;
 mod supervised;
@@ -59,6 +58,7 @@ fn pod(task: &str, rank: u32, attempt: u32) -> String {
 /// `nodes` nodes: the record, then one pod per node (created some at
 /// once, so in any order).
 fn launched(d: &Driver, index: usize, task: &str, nodes: u32, attempt: u32) -> Vec<String> {
+    assert_eq!(d.plan.spec.tasks[index].name, task, "task {index}");
     let mut w = vec![launch(d, index, attempt)];
     w.extend((0..nodes).map(|_| format!("POST {P} Pod")));
     w

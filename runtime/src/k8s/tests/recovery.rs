@@ -1,13 +1,19 @@
 //! Scenarios of recovery, failure, cancel and the supervisor's crashes.
+//! Each asserts the exact pods that ran: one per node per attempt the
+//! engine decided, and no other.
 
 use super::*;
 
-fn delete(d: &Driver, job: &str) -> String {
-    format!("DELETE {J}/{job} Foreground uid={}", d.uid("jobs", job))
-}
+const GATE: &str = "g-skyc-gate-0";
 
 /// One task with a recovery policy, and an auxiliary beside it.
 fn recovering(policy: &str) -> String {
+    recovering_on(1, policy)
+}
+
+/// One task of `nodes` nodes with a recovery policy, and an auxiliary
+/// beside it.
+fn recovering_on(nodes: u32, policy: &str) -> String {
     format!(
         "\
 name: g
@@ -15,6 +21,7 @@ execution: parallel
 primary_tasks: [trainer]
 ---
 name: trainer
+num_nodes: {nodes}
 resources:
   job_recovery:
 {policy}
@@ -26,75 +33,53 @@ run: sleep 1000
     )
 }
 
-/// The Job a restart deleted goes, JobSet makes it again, the backend
-/// binds it to the new attempt and its pod runs.
-fn recreated(d: &mut Driver, jobs: &[&str], attempt: u32) {
+/// `parallelism: 1` on the gate: the group succeeded.
+fn open_gate(d: &Driver) -> String {
+    format!(
+        "PATCH {J}/{GATE} {{\"spec\":{{\"parallelism\":1}}}} uid={}",
+        d.uid("jobs", GATE)
+    )
+}
+
+/// `activeDeadlineSeconds: 1` on the gate: the group ended otherwise.
+fn fail_gate(d: &Driver) -> String {
+    format!(
+        "PATCH {J}/{GATE} {{\"spec\":{{\"activeDeadlineSeconds\":1}}}} uid={}",
+        d.uid("jobs", GATE)
+    )
+}
+
+/// The older attempt's pods are gone: the new attempt is launched, one
+/// new pod per node, and they run.
+fn relaunched(d: &mut Driver, index: usize, task: &str, nodes: u32, attempt: u32) {
     d.cluster(|w| w.reconcile_cluster());
-    let binds: Vec<String> = jobs.iter().map(|j| bind(d, j, attempt)).collect();
-    assert_eq!(d.writes(), binds);
+    let want = launched(d, index, task, nodes, attempt);
+    assert_eq!(d.writes(), want);
     d.cluster(|w| w.run_pending());
     assert!(d.writes().is_empty());
 }
 
-#[test]
-fn a_listed_exit_code_restarts_without_using_the_budget() {
-    let mut d = running(&recovering(
-        "    max_restarts_on_errors: 0\n    recover_on_exit_codes: [33]",
-    ));
-    let pod = d.fake.world().pod_of("g-trainer-0-0");
-    d.cluster(|w| w.exit(&pod, 33));
-    assert_eq!(d.writes(), [delete(&d, "g-trainer-0-0")]);
-    assert_eq!(d.statuses()[0], Status::Recovering);
-    recreated(&mut d, &["g-trainer-0-0"], 1);
-    assert_eq!(d.statuses()[0], Status::Running);
-    assert_eq!(d.engine.restarts(0), (1, 0));
-    let pod = d.fake.world().pod_of("g-trainer-0-0");
-    d.cluster(|w| w.exit(&pod, 0));
-    // The buffer (no delay) stops at once; JobSet completes by itself.
-    assert_eq!(d.writes(), [stop(&d, "g-buffer-0-0")]);
-    d.cluster(|w| w.reconcile_cluster());
-    assert_eq!(d.statuses(), [Status::Succeeded, Status::Cancelled]);
-    assert_eq!(d.engine.group_status(), Status::Succeeded);
+/// The gate is open: its pod runs and ends, and JobSet completes by
+/// itself, with no more requests.
+fn completes(d: &mut Driver) {
+    d.cluster(|w| {
+        w.reconcile_cluster();
+        let gate = w.pod_of(GATE);
+        w.run(&gate);
+        w.exit(&gate, 0);
+        w.reconcile_cluster();
+    });
+    assert_eq!(
+        d.fake.world().get("jobsets", "g").unwrap()["status"]["terminalState"],
+        "Completed"
+    );
     assert!(d.writes().is_empty());
     assert!(d.settled());
 }
 
-#[test]
-fn a_user_failure_within_the_budget_restarts_the_task() {
-    let mut d = running(&recovering("    max_restarts_on_errors: 1"));
-    let pod = d.fake.world().pod_of("g-trainer-0-0");
-    // The Job controller replaces the failed pod before the backend acts:
-    // the restart deletes the Job with both pods, and the failure counts
-    // once.
-    d.cluster(|w| {
-        w.exit(&pod, 1);
-        w.job_controller();
-    });
-    assert_eq!(d.fake.world().names("pods").len(), 3);
-    assert_eq!(d.writes(), [delete(&d, "g-trainer-0-0")]);
-    recreated(&mut d, &["g-trainer-0-0"], 1);
-    assert_eq!(d.engine.restarts(0), (1, 1));
-    assert_eq!(d.statuses(), [Status::Running, Status::Running]);
-    // A second failure: the budget is spent, the task fails, its Job stops
-    // (no replacement runs), the buffer stops at once, and the JobSet is
-    // failed on purpose.
-    let pod = d.fake.world().pod_of("g-trainer-0-0");
-    d.cluster(|w| w.exit(&pod, 1));
-    assert_eq!(d.statuses(), [Status::Failed, Status::Cancelling]);
-    assert_eq!(
-        d.writes(),
-        [stop(&d, "g-trainer-0-0"), stop(&d, "g-buffer-0-0")]
-    );
-    d.cluster(|w| w.reconcile_cluster());
-    assert_eq!(d.statuses(), [Status::Failed, Status::Cancelled]);
-    assert_eq!(d.engine.group_status(), Status::Failed);
-    assert_eq!(
-        d.writes(),
-        [format!(
-            "PATCH {J}/g-trainer-0-0 {{\"spec\":{{\"activeDeadlineSeconds\":1}}}} uid={}",
-            d.uid("jobs", "g-trainer-0-0")
-        )]
-    );
+/// The gate was failed on purpose: its Job exceeds its deadline, and
+/// JobSet fails by itself, with no more requests.
+fn fails(d: &mut Driver) {
     d.cluster(|w| w.reconcile_cluster());
     assert_eq!(
         d.fake.world().get("jobsets", "g").unwrap()["status"]["terminalState"],
@@ -102,6 +87,144 @@ fn a_user_failure_within_the_budget_restarts_the_task() {
     );
     assert!(d.writes().is_empty());
     assert!(d.settled());
+}
+
+/// The pods on the cluster now, sorted.
+fn pods_now(d: &Driver) -> Vec<String> {
+    let mut pods = d.fake.world().names("pods");
+    pods.sort();
+    pods
+}
+
+#[test]
+fn a_listed_exit_code_restarts_without_using_the_budget() {
+    let mut d = running(&recovering(
+        "    max_restarts_on_errors: 0\n    recover_on_exit_codes: [33]",
+    ));
+    d.cluster(|w| w.exit(&pod("trainer", 0, 0), 33));
+    // The ended pod of the old attempt is deleted (its hostname is
+    // freed) before the new attempt's pod is made.
+    assert_eq!(d.writes(), [stop(&d, "g-trainer-0-0")]);
+    assert_eq!(d.statuses()[0], Status::Recovering);
+    relaunched(&mut d, 0, "trainer", 1, 1);
+    assert_eq!(d.statuses()[0], Status::Running);
+    assert_eq!(d.engine.restarts(0), (1, 0));
+    d.cluster(|w| w.exit(&pod("trainer", 0, 1), 0));
+    // The buffer (no delay) stops at once; then the gate opens.
+    assert_eq!(d.writes(), [stop(&d, "g-buffer-0-0")]);
+    d.cluster(|w| w.reconcile_cluster());
+    assert_eq!(d.statuses(), [Status::Succeeded, Status::Cancelled]);
+    assert_eq!(d.engine.group_status(), Status::Succeeded);
+    assert_eq!(d.writes(), [open_gate(&d)]);
+    completes(&mut d);
+    assert_eq!(
+        created(&d),
+        ["g-buffer-0-0", "g-trainer-0-0", "g-trainer-0-1"]
+    );
+}
+
+/// Issue 19: a listed exit code three times, then success: the node ran
+/// exactly four times, one pod each.
+#[test]
+fn a_listed_exit_code_three_times_then_success_runs_four_pods() {
+    let mut d = running(&recovering(
+        "    max_restarts_on_errors: 0\n    recover_on_exit_codes: [29]",
+    ));
+    for attempt in 0..3 {
+        let p = pod("trainer", 0, attempt);
+        // The Job controller (of the gate, the only Job) makes nothing.
+        d.cluster(|w| {
+            w.exit(&p, 29);
+            w.job_controller();
+        });
+        assert_eq!(d.writes(), [stop(&d, &p)]);
+        relaunched(&mut d, 0, "trainer", 1, attempt + 1);
+        assert_eq!(d.engine.restarts(0), (attempt + 1, 0));
+    }
+    d.cluster(|w| w.exit(&pod("trainer", 0, 3), 0));
+    assert_eq!(d.writes(), [stop(&d, "g-buffer-0-0")]);
+    d.cluster(|w| w.reconcile_cluster());
+    assert_eq!(d.engine.group_status(), Status::Succeeded);
+    assert_eq!(d.writes(), [open_gate(&d)]);
+    completes(&mut d);
+    assert_eq!(
+        created(&d),
+        [
+            "g-buffer-0-0",
+            "g-trainer-0-0",
+            "g-trainer-0-1",
+            "g-trainer-0-2",
+            "g-trainer-0-3"
+        ]
+    );
+}
+
+#[test]
+fn a_user_failure_within_the_budget_restarts_the_task() {
+    let mut d = running(&recovering("    max_restarts_on_errors: 1"));
+    // No controller replaces the failed pod: only the engine's restart
+    // makes a new one, and the failure counts once.
+    d.cluster(|w| {
+        w.exit(&pod("trainer", 0, 0), 1);
+        w.reconcile_cluster();
+    });
+    assert_eq!(d.writes(), [stop(&d, "g-trainer-0-0")]);
+    relaunched(&mut d, 0, "trainer", 1, 1);
+    assert_eq!(d.engine.restarts(0), (1, 1));
+    assert_eq!(d.statuses(), [Status::Running, Status::Running]);
+    // A second failure: the budget is spent, the task fails (its pod has
+    // ended: nothing to stop), the buffer stops at once, and the JobSet
+    // is failed on purpose through the gate.
+    d.cluster(|w| w.exit(&pod("trainer", 0, 1), 1));
+    assert_eq!(d.statuses(), [Status::Failed, Status::Cancelling]);
+    assert_eq!(d.writes(), [stop(&d, "g-buffer-0-0")]);
+    d.cluster(|w| w.reconcile_cluster());
+    assert_eq!(d.statuses(), [Status::Failed, Status::Cancelled]);
+    assert_eq!(d.engine.group_status(), Status::Failed);
+    assert_eq!(d.writes(), [fail_gate(&d)]);
+    fails(&mut d);
+    assert_eq!(d.engine.restarts(0), (1, 1));
+    assert_eq!(
+        created(&d),
+        ["g-buffer-0-0", "g-trainer-0-0", "g-trainer-0-1"]
+    );
+}
+
+/// Issue 19: a counted failure of one node of a two-node task restarts
+/// the task as a whole, with exactly one new pod per node.
+#[test]
+fn a_counted_failure_restarts_with_one_new_pod_per_node() {
+    let mut d = running(&recovering_on(2, "    max_restarts_on_errors: 1"));
+    d.cluster(|w| {
+        w.exit(&pod("trainer", 1, 0), 1);
+        w.reconcile_cluster();
+    });
+    // The attempt stops: its healthy node gets SIGTERM.
+    assert_eq!(d.writes(), [stop(&d, "g-trainer-0-0")]);
+    assert_eq!(d.statuses()[0], Status::Recovering);
+    // Once it has ended, the task restarts: the failed pod goes too (its
+    // hostname is freed), then the new attempt is launched.
+    d.cluster(|w| w.reconcile_cluster());
+    assert_eq!(d.writes(), [stop(&d, "g-trainer-1-0")]);
+    assert_eq!(d.engine.restarts(0), (1, 1));
+    relaunched(&mut d, 0, "trainer", 2, 1);
+    assert_eq!(d.statuses(), [Status::Running, Status::Running]);
+    // The peer's SIGTERM (143) is the old attempt's: not a failure.
+    assert_eq!(d.engine.restarts(0), (1, 1));
+    assert_eq!(
+        created(&d),
+        [
+            "g-buffer-0-0",
+            "g-trainer-0-0",
+            "g-trainer-0-1",
+            "g-trainer-1-0",
+            "g-trainer-1-1"
+        ]
+    );
+    assert_eq!(
+        pods_now(&d),
+        ["g-buffer-0-0", "g-trainer-0-1", "g-trainer-1-1"]
+    );
 }
 
 #[test]
@@ -122,39 +245,37 @@ resources:
 run: serve
 ",
     );
-    for attempt in 0..2 {
-        let pod = d.fake.world().pod_of("g-buffer-0-0");
-        d.cluster(|w| {
-            w.exit(&pod, 2);
-            w.job_controller();
-        });
-        if attempt == 0 {
-            assert_eq!(d.writes(), [delete(&d, "g-buffer-0-0")]);
-            recreated(&mut d, &["g-buffer-0-0"], 1);
-        }
-    }
-    // Spent: the buffer fails and its Job stops; the trainer runs on.
-    assert_eq!(d.statuses(), [Status::Running, Status::Failed]);
+    d.cluster(|w| {
+        w.exit(&pod("buffer", 0, 0), 2);
+        w.reconcile_cluster();
+    });
     assert_eq!(d.writes(), [stop(&d, "g-buffer-0-0")]);
-    d.cluster(|w| w.reconcile_cluster());
+    relaunched(&mut d, 1, "buffer", 1, 1);
+    d.cluster(|w| {
+        w.exit(&pod("buffer", 0, 1), 2);
+        w.reconcile_cluster();
+    });
+    // Spent: the buffer fails (its pod has ended, nothing to stop); the
+    // trainer runs on.
+    assert_eq!(d.statuses(), [Status::Running, Status::Failed]);
     assert!(d.writes().is_empty());
     assert_eq!(d.engine.group_status(), Status::Running);
-    let pod = d.fake.world().pod_of("g-trainer-0-0");
     d.cluster(|w| {
-        w.exit(&pod, 0);
+        w.exit(&pod("trainer", 0, 0), 0);
         w.reconcile_cluster();
     });
     // The group is SkyPilot's: its primaries'.
     assert_eq!(d.engine.group_status(), Status::Succeeded);
     assert_eq!(d.statuses(), [Status::Succeeded, Status::Failed]);
-    assert!(d.writes().is_empty());
-    assert!(d.settled());
+    assert_eq!(d.writes(), [open_gate(&d)]);
+    completes(&mut d);
+    assert_eq!(
+        created(&d),
+        ["g-buffer-0-0", "g-buffer-0-1", "g-trainer-0-0"]
+    );
 }
 
-#[test]
-fn a_disrupted_pod_restarts_every_node_of_its_task_for_free() {
-    let mut d = running(
-        "\
+const TWO_NODES: &str = "\
 name: g
 execution: parallel
 primary_tasks: [trainer]
@@ -165,54 +286,87 @@ run: train
 ---
 name: buffer
 run: serve
-",
-    );
-    let pod = d.fake.world().pod_of("g-trainer-1-0");
-    d.cluster(|w| w.disrupt(&pod, "PreemptionByScheduler"));
+";
+
+#[test]
+fn a_disrupted_pod_restarts_every_node_of_its_task_for_free() {
+    let mut d = running(TWO_NODES);
+    d.cluster(|w| w.disrupt(&pod("trainer", 1, 0), "PreemptionByScheduler"));
     assert_eq!(d.statuses()[0], Status::Recovering);
-    // The attempt stops: both nodes, the healthy one with SIGTERM.
-    assert_eq!(
-        d.writes(),
-        [stop(&d, "g-trainer-0-0"), stop(&d, "g-trainer-1-0")]
-    );
-    d.cluster(|w| w.reconcile_cluster());
-    // Both gone: both Jobs are deleted, and made again.
-    assert_eq!(
-        d.writes(),
-        [delete(&d, "g-trainer-0-0"), delete(&d, "g-trainer-1-0")]
-    );
-    recreated(&mut d, &["g-trainer-0-0", "g-trainer-1-0"], 1);
+    // The attempt stops: the healthy node with SIGTERM (the disrupted
+    // one is being deleted already).
+    assert_eq!(d.writes(), [stop(&d, "g-trainer-0-0")]);
+    // Both gone: the new attempt's two pods.
+    relaunched(&mut d, 0, "trainer", 2, 1);
     assert_eq!(d.statuses(), [Status::Running, Status::Running]);
     assert_eq!(d.engine.restarts(0), (1, 0));
     assert_eq!(d.engine.restarts(1), (0, 0));
+    assert_eq!(
+        created(&d),
+        [
+            "g-buffer-0-0",
+            "g-trainer-0-0",
+            "g-trainer-0-1",
+            "g-trainer-1-0",
+            "g-trainer-1-1"
+        ]
+    );
+}
+
+/// Issue 19: one node of a two-node task is taken away: the whole task
+/// restarts once, with exactly two new pods; the other task's pod is
+/// never touched.
+#[test]
+fn a_disruption_of_one_node_restarts_its_task_once_and_nothing_else() {
+    let mut d = running(TWO_NODES);
+    let buffer = d.uid("pods", "g-buffer-0-0");
+    d.cluster(|w| {
+        w.disrupt(&pod("trainer", 0, 0), "EvictionByEvictionAPI");
+        w.reconcile_cluster();
+    });
+    assert_eq!(d.writes(), [stop(&d, "g-trainer-1-0")]);
+    relaunched(&mut d, 0, "trainer", 2, 1);
+    // The old pods' ends (143) are the old attempt's: no second restart.
+    d.cluster(|w| w.reconcile_cluster());
+    assert!(d.writes().is_empty());
+    assert_eq!(d.statuses(), [Status::Running, Status::Running]);
+    assert_eq!(d.engine.restarts(0), (1, 0));
+    assert_eq!(d.engine.restarts(1), (0, 0));
+    assert_eq!(d.uid("pods", "g-buffer-0-0"), buffer);
+    assert_eq!(
+        d.fake.world().get("pods", "g-buffer-0-0").unwrap()["status"]["phase"],
+        "Running"
+    );
+    assert_eq!(
+        created(&d),
+        [
+            "g-buffer-0-0",
+            "g-trainer-0-0",
+            "g-trainer-0-1",
+            "g-trainer-1-0",
+            "g-trainer-1-1"
+        ]
+    );
+    assert_eq!(
+        pods_now(&d),
+        ["g-buffer-0-0", "g-trainer-0-1", "g-trainer-1-1"]
+    );
 }
 
 #[test]
 fn a_failed_primary_stops_the_auxiliaries_at_once() {
     let mut d = running(DELAYED);
-    let pod = d.fake.world().pod_of("g-trainer-0-0");
-    d.cluster(|w| w.exit(&pod, 1));
-    // No delay: the buffer stops now, the trainer's Job too (so the Job
-    // controller's replacement never runs).
+    d.cluster(|w| w.exit(&pod("trainer", 0, 0), 1));
+    // No delay: the buffer stops now; the trainer's pod has ended, and
+    // nothing makes another.
     assert_eq!(d.statuses(), [Status::Failed, Status::Cancelling]);
     assert!(!d.timers.iter().any(|t| t.0 == Timer::AuxiliaryDelay(1)));
-    assert_eq!(
-        d.writes(),
-        [stop(&d, "g-trainer-0-0"), stop(&d, "g-buffer-0-0")]
-    );
+    assert_eq!(d.writes(), [stop(&d, "g-buffer-0-0")]);
     d.cluster(|w| w.reconcile_cluster());
     assert_eq!(d.engine.group_status(), Status::Failed);
-    assert_eq!(
-        d.writes(),
-        [format!(
-            "PATCH {J}/g-trainer-0-0 {{\"spec\":{{\"activeDeadlineSeconds\":1}}}} uid={}",
-            d.uid("jobs", "g-trainer-0-0")
-        )]
-    );
-    d.cluster(|w| w.reconcile_cluster());
-    assert!(d.settled());
-    // JobSet ended the Jobs still active (the gate's).
-    assert!(d.fake.world().get("jobs", "g-skyc-gate-0").is_none());
+    assert_eq!(d.writes(), [fail_gate(&d)]);
+    fails(&mut d);
+    assert_eq!(created(&d), ["g-buffer-0-0", "g-trainer-0-0"]);
 }
 
 #[test]
@@ -227,10 +381,7 @@ fn cancel_deletes_the_jobset_and_waits_for_its_pods() {
         task: 0,
         attempt: 0,
     };
-    let (trainer, buffer) = {
-        let w = d.fake.world();
-        (w.pod_of("g-trainer-0-0"), w.pod_of("g-buffer-0-0"))
-    };
+    let (trainer, buffer) = (pod("trainer", 0, 0), pod("buffer", 0, 0));
     d.fire(timer);
     assert_eq!(
         d.writes(),
@@ -247,12 +398,13 @@ fn cancel_deletes_the_jobset_and_waits_for_its_pods() {
     assert!(d.fake.world().get("jobsets", "g").is_none());
     assert!(d.writes().is_empty());
     assert!(d.settled());
+    assert_eq!(created(&d), ["g-buffer-0-0", "g-trainer-0-0"]);
 }
 
 #[test]
 fn a_watch_that_is_gone_lists_again_and_misses_nothing() {
     let mut d = running(DELAYED);
-    let pod = d.fake.world().pod_of("g-trainer-0-0");
+    let pod = pod("trainer", 0, 0);
     let before = d.fake.world().requests.len();
     // The pod watch ends with 410 Gone, and the trainer ends while no
     // watch is open.
@@ -272,14 +424,14 @@ fn a_watch_that_is_gone_lists_again_and_misses_nothing() {
     let watch = d.fake.world().requests.last().unwrap().query.clone();
     assert!(watch.contains("watch=true"), "{watch}");
     assert_eq!(d.statuses(), [Status::Succeeded, Status::Running]);
+    assert_eq!(created(&d), ["g-buffer-0-0", "g-trainer-0-0"]);
 }
 
 #[test]
 fn a_supervisor_killed_during_the_delay_carries_on_without_repeating() {
     let mut d = running(DELAYED);
-    let pod = d.fake.world().pod_of("g-trainer-0-0");
     d.cluster(|w| {
-        w.exit(&pod, 0);
+        w.exit(&pod("trainer", 0, 0), 0);
         w.reconcile_cluster();
     });
     assert!(d.timers.iter().any(|t| t.0 == Timer::AuxiliaryDelay(1)));
@@ -287,73 +439,145 @@ fn a_supervisor_killed_during_the_delay_carries_on_without_repeating() {
     d.kill_supervisor();
     d.restart_supervisor();
     // The new backend finds this run's JobSet: no apply, no request that
-    // was made already; the trainer's end is reported again and ignored.
+    // was made already (no launch: both attempts are recorded); the
+    // trainer's end is reported again and ignored.
     assert_eq!(d.writes(), [RULES]);
     assert_eq!(d.engine, engine);
     d.fire(Timer::AuxiliaryDelay(1));
     assert_eq!(d.writes(), [stop(&d, "g-buffer-0-0")]);
     d.cluster(|w| w.reconcile_cluster());
     assert_eq!(d.engine.group_status(), Status::Succeeded);
-    assert_eq!(d.writes().len(), 1, "the gate opens once");
+    assert_eq!(d.writes(), [open_gate(&d)], "the gate opens once");
+    completes(&mut d);
+    assert_eq!(created(&d), ["g-buffer-0-0", "g-trainer-0-0"]);
+}
+
+/// How many times the engine was told of a failure of the trainer.
+fn failures(d: &Driver) -> usize {
+    d.reports
+        .iter()
+        .filter(|r| {
+            matches!(
+                r,
+                Report::Event {
+                    event: Event::NodeExited {
+                        task: 0,
+                        code: 1,
+                        ..
+                    },
+                    ..
+                }
+            )
+        })
+        .count()
 }
 
 #[test]
 fn a_supervisor_killed_during_a_restart_restarts_once() {
     let mut d = running(&recovering("    max_restarts_on_errors: 2"));
-    let exits = |d: &Driver| {
-        d.reports
-            .iter()
-            .filter(|r| {
-                matches!(
-                    r,
-                    Report::Event {
-                        event: Event::NodeExited {
-                            task: 0,
-                            code: 1,
-                            ..
-                        },
-                        ..
-                    }
-                )
-            })
-            .count()
-    };
     // Killed before the failure was recorded: the next supervisor reads
     // it from the cluster, and restarts.
     d.kill_supervisor();
-    let pod = d.fake.world().pod_of("g-trainer-0-0");
-    d.cluster(|w| w.exit(&pod, 1));
+    d.cluster(|w| w.exit(&pod("trainer", 0, 0), 1));
     d.restart_supervisor();
-    assert_eq!(d.writes(), [RULES.to_owned(), delete(&d, "g-trainer-0-0")]);
+    assert_eq!(d.writes(), [RULES.to_owned(), stop(&d, "g-trainer-0-0")]);
     assert_eq!(d.engine.restarts(0), (1, 1));
-    recreated(&mut d, &["g-trainer-0-0"], 1);
+    // Killed after the old pod's delete, before the launch: the next
+    // supervisor launches the attempt the engine decided, once.
+    d.kill_supervisor();
+    d.cluster(|w| w.reconcile_cluster());
+    assert!(d.fake.world().get("pods", "g-trainer-0-0").is_none());
+    d.restart_supervisor();
+    let mut want = vec![RULES.to_owned()];
+    want.extend(launched(&d, 0, "trainer", 1, 1));
+    assert_eq!(d.writes(), want);
+    d.cluster(|w| w.run_pending());
+    assert!(d.writes().is_empty());
+    assert_eq!(d.statuses()[0], Status::Running);
     // Killed after the second restart was recorded, before it was carried
     // out: the next supervisor carries it out from the engine's state,
     // once, and does not count the failure again.
-    let pod = d.fake.world().pod_of("g-trainer-0-0");
     d.dies_before_executing = true;
-    d.cluster(|w| w.exit(&pod, 1));
+    d.cluster(|w| w.exit(&pod("trainer", 0, 1), 1));
     assert_eq!(d.engine.restarts(0), (2, 2));
     assert!(d.writes().is_empty());
     d.kill_supervisor();
     d.restart_supervisor();
-    assert_eq!(d.writes(), [RULES.to_owned(), delete(&d, "g-trainer-0-0")]);
+    assert_eq!(d.writes(), [RULES.to_owned(), stop(&d, "g-trainer-0-1")]);
     assert_eq!(d.engine.restarts(0), (2, 2));
-    // Killed after the delete, before the new Job was bound: the new
-    // incarnation is bound to the current attempt, not deleted again.
-    d.cluster(|w| w.reconcile_cluster());
-    assert_eq!(d.writes(), [bind(&d, "g-trainer-0-0", 2)]);
+    // Killed after the launch was recorded, before its pod was made: the
+    // pod is never made late; it is read as lost, and the task restarts
+    // for free with a new attempt.
     d.kill_supervisor();
     d.cluster(|w| {
-        w.remove("jobs", "g-trainer-0-0");
         w.reconcile_cluster();
+        w.update("jobsets", "g", |js| {
+            js["metadata"]["annotations"]["skyc.io/launched-0"] = serde_json::json!("2");
+        });
     });
     d.restart_supervisor();
-    assert_eq!(d.writes(), [RULES.to_owned(), bind(&d, "g-trainer-0-0", 2)]);
+    let mut want = vec![RULES.to_owned()];
+    want.extend(launched(&d, 0, "trainer", 1, 3));
+    assert_eq!(d.writes(), want);
     d.cluster(|w| w.run_pending());
+    assert!(d.writes().is_empty());
     assert_eq!(d.statuses()[0], Status::Running);
-    assert_eq!(d.engine.restarts(0), (2, 2));
-    assert_eq!(exits(&d), 2, "each failure told once");
+    assert_eq!(d.engine.restarts(0), (3, 2));
+    assert_eq!(failures(&d), 2, "each failure told once");
+    assert_eq!(
+        created(&d),
+        [
+            "g-buffer-0-0",
+            "g-trainer-0-0",
+            "g-trainer-0-1",
+            "g-trainer-0-3"
+        ]
+    );
+}
+
+/// Issue 19: a pod fails while the supervisor is down for longer than
+/// any Job backoff, the cluster's controllers running all along: no pod
+/// is made meanwhile; the next supervisor counts the failure once and
+/// makes exactly one new pod per node.
+#[test]
+fn a_failure_while_the_supervisor_is_down_is_counted_once() {
+    let mut d = running(&recovering_on(2, "    max_restarts_on_errors: 1"));
+    d.kill_supervisor();
+    d.cluster(|w| w.exit(&pod("trainer", 0, 0), 1));
+    let before = pods_now(&d);
+    for _ in 0..5 {
+        d.cluster(|w| w.reconcile_cluster());
+    }
+    assert_eq!(pods_now(&d), before, "no controller makes a pod");
+    assert_eq!(
+        created(&d),
+        ["g-buffer-0-0", "g-trainer-0-0", "g-trainer-1-0"]
+    );
+    assert!(d.writes().is_empty());
+    d.restart_supervisor();
+    // The failure is read from the cluster: the attempt stops (the
+    // healthy node gets SIGTERM), and once it has ended the task restarts
+    // (the failed pod goes too).
+    assert_eq!(d.writes(), [RULES.to_owned(), stop(&d, "g-trainer-1-0")]);
+    d.cluster(|w| w.reconcile_cluster());
+    assert_eq!(d.writes(), [stop(&d, "g-trainer-0-0")]);
+    assert_eq!(d.engine.restarts(0), (1, 1));
+    relaunched(&mut d, 0, "trainer", 2, 1);
+    d.cluster(|w| w.reconcile_cluster());
+    assert!(d.writes().is_empty());
+    assert_eq!(d.statuses(), [Status::Running, Status::Running]);
+    assert_eq!(d.engine.restarts(0), (1, 1));
+    assert_eq!(failures(&d), 1, "the failure told once");
+    assert_eq!(
+        created(&d),
+        [
+            "g-buffer-0-0",
+            "g-trainer-0-0",
+            "g-trainer-0-1",
+            "g-trainer-1-0",
+            "g-trainer-1-1"
+        ]
+    );
 }
 
 #[test]
@@ -366,6 +590,8 @@ fn api_errors_are_retried_with_backoff() {
                 w.fail("POST", "selfsubjectrulesreviews", Some(503), 1);
                 w.fail("PATCH", "/configmaps/", Some(429), 1);
                 w.fail("PATCH", "/jobsets/", Some(409), 1);
+                // The trainer's first pod, twice.
+                w.fail("POST", "/pods", Some(503), 2);
             }
             fake
         },
@@ -375,38 +601,41 @@ fn api_errors_are_retried_with_backoff() {
     let cm = format!("PATCH {CM}/g-skyc apply ConfigMap g-skyc manager=skyc");
     let js = format!("PATCH {JS}/g apply JobSet g manager=skyc");
     // Each failure starts the adoption again from its first check (all
-    // of it is idempotent), after a backoff.
-    assert_eq!(
-        d.writes(),
-        [
-            RULES.to_owned(),
-            RULES.to_owned(),
-            cm.clone(),
-            RULES.to_owned(),
-            cm.clone(),
-            js.clone(),
-            RULES.to_owned(),
-            cm,
-            js
-        ]
-    );
-    d.cluster(|w| {
-        w.fail("PATCH", "/jobs/g-trainer-0-0", Some(500), 2);
-        w.reconcile_cluster();
-    });
-    let b = bind(&d, "g-trainer-0-0", 0);
-    assert_eq!(
-        d.writes(),
-        [b.clone(), b.clone(), b, bind(&d, "g-buffer-0-0", 0)]
-    );
+    // of it is idempotent), after a backoff; a pod's create is retried
+    // by itself.
+    let post = format!("POST {P} Pod");
+    let mut want = vec![
+        RULES.to_owned(),
+        RULES.to_owned(),
+        cm.clone(),
+        RULES.to_owned(),
+        cm.clone(),
+        js.clone(),
+        RULES.to_owned(),
+        cm,
+        js,
+        launch(&d, 0, 0),
+        post.clone(),
+        post.clone(),
+        post,
+    ];
+    want.extend(launched(&d, 1, "buffer", 1, 0));
+    assert_eq!(d.writes(), want);
+    d.cluster(|w| w.reconcile_cluster());
+    assert!(d.writes().is_empty());
     d.cluster(|w| w.run_pending());
     assert_eq!(d.statuses(), [Status::Running, Status::Running]);
+    // The failed creates made no pod: one pod per node.
+    assert_eq!(pods_now(&d), ["g-buffer-0-0", "g-trainer-0-0"]);
+    let mut made = created(&d);
+    made.dedup();
+    assert_eq!(made, ["g-buffer-0-0", "g-trainer-0-0"]);
 }
 
 #[test]
 fn an_api_server_that_stops_answering_is_an_outage_until_it_answers() {
     let mut d = running(DELAYED);
-    let pod = d.fake.world().pod_of("g-trainer-0-0");
+    let pod = pod("trainer", 0, 0);
     d.cluster(|w| {
         w.down = true;
         w.close_watches();
@@ -434,4 +663,5 @@ fn an_api_server_that_stops_answering_is_an_outage_until_it_answers() {
         Some(&Report::Outage(None))
     );
     assert_eq!(d.statuses(), [Status::Succeeded, Status::Running]);
+    assert_eq!(created(&d), ["g-buffer-0-0", "g-trainer-0-0"]);
 }
