@@ -129,6 +129,7 @@ fn build_rbac_prepends_the_role_the_runtime_needs() {
     for (resource, verb) in [
         ("jobsets", "patch"),
         ("jobsets", "watch"),
+        ("pods", "create"),
         ("pods", "delete"),
         ("pods/log", "get"),
     ] {
@@ -306,6 +307,52 @@ run: sleep 20; echo finished
     let logs = logs(&s, 1);
     assert_eq!(logs.matches("(broken-0) attempt").count(), 2, "{logs}");
     assert!(logs.contains("(steady-0) finished"), "{logs}");
+}
+
+/// A run that always exits with a listed code restarts without end;
+/// every start of the user's `run` is one the engine decided: after
+/// some restarts and a cancel, the starts in the logs are the engine's
+/// attempts, never more (a Job would also have replaced each pod on its
+/// own).
+#[test]
+fn e2e_every_start_of_a_node_is_an_attempt_of_the_engine() {
+    let Some(()) = cluster() else { return };
+    let s = Scratch::new("k8s-e2e-listed");
+    let name = unique("listed");
+    s.write(
+        "g.yaml",
+        &format!(
+            r#"name: {name}
+execution: parallel
+---
+name: trainer
+resources:
+  job_recovery:
+    recover_on_exit_codes: [29]
+run: echo "start $(date +%s.%N)"; sleep 3; exit 29
+"#
+        ),
+    );
+    let out = run_k8s(&s, "g.yaml", &["-d"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(600);
+    while task(&s.status(1), "trainer")["restarts"].as_u64() < Some(3) {
+        assert!(std::time::Instant::now() < deadline, "{:#}", s.status(1));
+        std::thread::sleep(std::time::Duration::from_secs(2));
+    }
+    let cancel = s.skyc(&["cancel", "1"]).output().expect("skyc cancel");
+    assert!(cancel.status.success(), "{}", text(&cancel.stderr));
+    while s.status(1)["status"] != "CANCELLED" {
+        assert!(std::time::Instant::now() < deadline, "{:#}", s.status(1));
+        std::thread::sleep(std::time::Duration::from_secs(2));
+    }
+    let status = s.status(1);
+    let attempts = task(&status, "trainer")["restarts"].as_u64().unwrap() + 1;
+    let starts = logs(&s, 1).matches("(trainer-0) start").count() as u64;
+    assert!(
+        (attempts - 1..=attempts).contains(&starts),
+        "{starts} starts for {attempts} attempts"
+    );
 }
 
 #[test]

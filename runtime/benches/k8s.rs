@@ -143,7 +143,12 @@ impl Supervisor {
     fn until(&mut self, fake: &Fake, limit: Duration, done: impl Fn(&World, &Self) -> bool) {
         let end = Instant::now() + limit;
         while !done(&fake.world(), self) {
-            assert!(Instant::now() < end, "timed out");
+            if Instant::now() >= end {
+                let w = fake.world();
+                let last: Vec<String> =
+                    w.requests.iter().rev().take(12).map(|r| r.line()).collect();
+                panic!("timed out; the last requests, newest first: {last:#?}");
+            }
             self.turn(Duration::from_millis(2));
         }
     }
@@ -220,12 +225,12 @@ fn latency(rounds: usize) {
             first_write(w, since, &other_path).is_some()
         });
         stop.push(first_write(&fake.world(), since, &other_path).expect("a stop") - t0);
-        // The restart deletes both pods, the failed one included.
+        // The other node ends (SIGTERM); the restart then deletes the
+        // failed pod too.
+        fake.world().kubelet();
         s.until(&fake, Duration::from_secs(10), |w, _| {
             count_writes(w, since, "DELETE") == 2
         });
-        // The other node ends (SIGTERM), the failed pod goes.
-        fake.world().kubelet();
         s.quiet(5);
         // The last old pod goes: how soon is the restart launched?
         let since = fake.world().requests.len();
@@ -308,7 +313,14 @@ fn scale() {
         s.until(&fake, Duration::from_secs(300), |w, _| {
             w.created_pods().len() == NODES as usize
         });
-        let created = fake.world().requests.last().expect("requests").at - t0;
+        let created = fake
+            .world()
+            .requests
+            .iter()
+            .rfind(|r| r.method == "POST" && r.path.ends_with("/pods"))
+            .expect("a pod")
+            .at
+            - t0;
         println!("scale: {NODES} nodes, start -> every pod created: {created:.2?}");
     }
     // Steady state: every pod running, nothing happening. The cluster's

@@ -1,9 +1,11 @@
-//! `skyc run --target k8s`: a group applied to a Kubernetes cluster as the
-//! JobSet `skyc build --target k8s` emits, and supervised with the shared
-//! policy engine.
+//! `skyc run --target k8s`: a group put on a Kubernetes cluster in the
+//! runtime's layout (`skyc_targets::k8s::pods`: an anchor JobSet, and one
+//! pod per node attempt that the runtime creates when the engine decides)
+//! and supervised with the shared policy engine.
 //!
-//! - [`Plan`]: what the submitting client stores (the build's objects,
-//!   the namespace and context, the engine's spec);
+//! - [`Plan`]: what the submitting client stores (the anchor's objects,
+//!   each task's pod template, the namespace and context, the engine's
+//!   spec);
 //! - [`client`]: the cluster as kubectl finds it (kubeconfig, `--context`,
 //!   in-cluster), and whether it answers;
 //! - [`apply`]: the checks that refuse a group before anything is
@@ -11,7 +13,8 @@
 //!   server-side apply;
 //! - [`observe`] and [`reconcile`]: pure, where the engine meets the
 //!   cluster: the JobSet, Jobs and pods to engine events, and the engine's
-//!   state to API requests ([`goal`] reads that state);
+//!   state to API requests (launches, pod deletions, the gate; [`goal`]
+//!   reads that state);
 //! - [`watch`], [`request`], [`logs`], [`retry`]: the I/O, on one thread
 //!   of its own ([`Kubernetes`], the supervisor's [`Backend`]).
 //!

@@ -182,6 +182,8 @@ pub(super) struct World {
     pub(super) logs: BTreeMap<String, String>,
     /// Requests already returned by `take_writes`.
     taken: usize,
+    /// Every pod the API server created, in order.
+    created: Vec<String>,
 }
 
 impl Default for World {
@@ -202,6 +204,7 @@ impl Default for World {
             incomplete: false,
             logs: BTreeMap::new(),
             taken: 0,
+            created: Vec::new(),
         }
     }
 }
@@ -392,21 +395,13 @@ impl World {
         });
     }
 
-    /// Every write request since the last call, one line each.
-    /// Every pod ever created through the API, in order: what ran on the
-    /// cluster, whatever was deleted since.
+    /// Every pod the API server created (answered 201), in order: what
+    /// ran on the cluster, whatever was deleted since.
     pub(super) fn created_pods(&self) -> Vec<String> {
-        self.requests
-            .iter()
-            .filter(|r| r.method == "POST" && r.path.ends_with("/pods"))
-            .filter_map(|r| {
-                r.body.as_ref()?["metadata"]["name"]
-                    .as_str()
-                    .map(str::to_owned)
-            })
-            .collect()
+        self.created.clone()
     }
 
+    /// Every write request since the last call, one line each.
     pub(super) fn take_writes(&mut self) -> Vec<String> {
         let new: Vec<String> = self.requests[self.taken..]
             .iter()
@@ -639,6 +634,9 @@ impl World {
                     obj["status"] = json!({"phase": "Pending"});
                 }
                 let obj = self.put(&resource, obj);
+                if resource == "pods" {
+                    self.created.push(name);
+                }
                 response(201, &obj)
             }
             ("PATCH", Some(name), _) if seen.content_type.contains("apply-patch") => {

@@ -173,9 +173,8 @@ fn a_group_runs_to_its_end_through_the_supervisor() {
     let ended = Instant::now();
     {
         let mut w = s.fake.world();
-        for job in ["g-trainer-0-0", "g-trainer-1-0"] {
-            let pod = w.pod_of(job);
-            w.exit(&pod, 0);
+        for pod in ["g-trainer-0-0", "g-trainer-1-0"] {
+            w.exit(pod, 0);
         }
     }
     s.until("the group closed", |st| {
@@ -285,21 +284,19 @@ run: eval
     s.until("the first step running", |st| {
         Scene::statuses(st) == ["RUNNING", "PENDING"]
     });
-    assert_eq!(s.fake.world().names("jobs"), ["g-train-0"]);
+    // Only the first step's pods exist; the second's are made once the
+    // first succeeded.
+    assert_eq!(s.fake.world().created_pods().len(), 2);
     let nodes = s.store().nodes(GID).unwrap();
     assert_eq!(nodes.len(), 2, "{nodes:?}");
     for n in &nodes {
-        assert_eq!(n.hostname, format!("g-train-0-{}.g", n.rank), "{n:?}");
-        assert!(
-            n.handle.starts_with(&format!("g-train-0-{}-", n.rank)),
-            "{n:?}"
-        );
+        assert_eq!(n.hostname, format!("train-{}.g", n.rank), "{n:?}");
+        assert_eq!(n.handle, format!("g-train-{}-0", n.rank), "{n:?}");
     }
     {
         let mut w = s.fake.world();
         for i in 0..2 {
-            let pod = w.pod_of_index("g-train-0", i);
-            w.exit(&pod, 0);
+            w.exit(&format!("g-train-{i}-0"), 0);
         }
     }
     s.until("the second step running", |st| {
@@ -307,8 +304,7 @@ run: eval
     });
     {
         let mut w = s.fake.world();
-        let pod = w.pod_of_index("g-eval-0", 0);
-        w.exit(&pod, 0);
+        w.exit("g-eval-0-0", 0);
     }
     s.until("the group closed", |st| {
         st.group(GID)
