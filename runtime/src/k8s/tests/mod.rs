@@ -8,12 +8,10 @@
 mod controllers;
 mod driver;
 mod fake;
-#[cfg(any())] // being moved to the pods layout
 mod pipeline;
 mod recovery;
 mod refusals;
 mod supervised;
-#[cfg(any())] // being moved to the pods layout
 mod units;
 
 use crate::backend::Report;

@@ -1,10 +1,10 @@
-//! Pipelines: one Indexed Job per step, each created by JobSet once the
-//! previous step's Job is `Complete` (`dependsOn`). The runtime binds,
-//! stops, restarts and fails a step through its one Job, and reads a node
-//! from the pods of its completion index.
+//! Pipelines: the engine launches each step's pods only once the step
+//! before it SUCCEEDED; a step restarts, fails and is cancelled through
+//! its own pods, and the pipeline ends through the gate as a group does.
 
 use super::driver::Driver;
-use super::{J, JS, RULES, applied, bind, delete, recreated, stop};
+use super::recovery::{fail_gate, fails, relaunched};
+use super::{JS, RULES, applied, created, launched, pod, stop};
 use crate::backend::Report;
 use crate::policy::{Event, Status};
 
@@ -21,35 +21,17 @@ name: eval
 run: eval
 ";
 
-fn jobs(d: &Driver) -> Vec<String> {
-    d.fake.world().names("jobs")
-}
-
-fn pod(d: &Driver, job: &str, index: u32) -> String {
-    d.fake.world().pod_of_index(job, index)
-}
-
-fn fail_jobset(d: &Driver, job: &str) -> String {
-    format!(
-        "PATCH {J}/{job} {{\"spec\":{{\"activeDeadlineSeconds\":1}}}} uid={}",
-        d.uid("jobs", job)
-    )
-}
-
-/// Applies, lets JobSet make the first step's Job (only it) and the Job
-/// its pods, binds it, runs them.
+/// Applies and launches the first step only, and runs its pods.
 fn first_step_running(yaml: &str) -> Driver {
     let mut d = Driver::start(yaml);
-    assert_eq!(d.writes(), applied());
-    d.cluster(|w| w.reconcile_cluster());
-    let first = format!("g-{}-0", d.plan.spec.tasks[0].name);
-    assert_eq!(
-        jobs(&d),
-        std::slice::from_ref(&first),
-        "only the first step's Job"
+    let (first, nodes) = (
+        d.plan.spec.tasks[0].name.clone(),
+        d.plan.spec.tasks[0].num_nodes,
     );
-    assert_eq!(d.writes(), [bind(&d, &first, 0)]);
-    let nodes = d.plan.spec.tasks[0].num_nodes;
+    let mut want = applied();
+    want.extend(launched(&d, 0, &first, nodes, 0));
+    assert_eq!(d.writes(), want);
+    d.cluster(|w| w.reconcile_cluster());
     assert_eq!(d.fake.world().names("pods").len(), nodes as usize);
     d.cluster(|w| w.run_pending());
     assert!(d.writes().is_empty());
@@ -58,22 +40,35 @@ fn first_step_running(yaml: &str) -> Driver {
     d
 }
 
-/// Every pod of the step's Job ends with `code`.
-fn step_exits(d: &mut Driver, job: &str, nodes: u32, code: i32) {
-    let pods: Vec<String> = (0..nodes).map(|i| pod(d, job, i)).collect();
+/// Every node of the step's attempt ends with `code`.
+fn step_exits(d: &mut Driver, step: &str, nodes: u32, attempt: u32, code: i32) {
     d.cluster(|w| {
-        for p in &pods {
-            w.exit(p, code);
+        for i in 0..nodes {
+            w.exit(&pod(step, i, attempt), code);
         }
         w.reconcile_cluster();
     });
 }
 
+/// The gate opened: the pipeline succeeded.
+fn completes(d: &mut Driver) {
+    d.cluster(|w| {
+        w.reconcile_cluster();
+        let gate = w.pod_of(super::recovery::GATE);
+        w.run(&gate);
+        w.exit(&gate, 0);
+        w.reconcile_cluster();
+    });
+    assert_eq!(
+        d.fake.world().get("jobsets", "g").unwrap()["status"]["terminalState"],
+        "Completed"
+    );
+}
+
 #[test]
 fn a_pipeline_runs_its_steps_in_order_to_succeeded() {
     let mut d = first_step_running(TWO_STEPS);
-    // Where each node runs: the step's pods, with the Job controller's
-    // hostnames.
+    // Where each node runs: its own pod, with a group's hostname.
     let hosts: Vec<(u32, String, String)> = d
         .reports
         .iter()
@@ -83,47 +78,42 @@ fn a_pipeline_runs_its_steps_in_order_to_succeeded() {
         })
         .collect();
     for rank in 0..2 {
-        let handle = pod(&d, "g-train-0", rank);
         assert!(
-            hosts.contains(&(rank, format!("g-train-0-{rank}.g"), handle.clone())),
+            hosts.contains(&(rank, format!("train-{rank}.g"), pod("train", rank, 0))),
             "{hosts:?}"
-        );
-        assert!(
-            handle.starts_with(&format!("g-train-0-{rank}-")),
-            "{handle}"
         );
     }
     // One node done: the step runs on, and the next waits.
-    let first = pod(&d, "g-train-0", 0);
     d.cluster(|w| {
-        w.exit(&first, 0);
+        w.exit(&pod("train", 0, 0), 0);
         w.reconcile_cluster();
     });
     assert!(d.writes().is_empty());
     assert_eq!(d.statuses(), [Status::Running, Status::Pending]);
-    assert_eq!(jobs(&d), ["g-train-0"]);
-    // Both done: the step's Job completes, and only then does JobSet make
-    // the next step's, which is bound to its first attempt.
-    let second = pod(&d, "g-train-0", 1);
+    // Both done: only then is the next step launched.
     d.cluster(|w| {
-        w.exit(&second, 0);
+        w.exit(&pod("train", 1, 0), 0);
         w.reconcile_cluster();
     });
-    assert_eq!(jobs(&d), ["g-eval-0", "g-train-0"]);
-    assert_eq!(d.writes(), [bind(&d, "g-eval-0", 0)]);
+    assert_eq!(d.writes(), launched(&d, 1, "eval", 1, 0));
     assert_eq!(d.statuses(), [Status::Succeeded, Status::Starting]);
     d.cluster(|w| w.run_pending());
     assert_eq!(d.statuses(), [Status::Succeeded, Status::Running]);
-    step_exits(&mut d, "g-eval-0", 1, 0);
-    // JobSet completes by itself: no gate, no write.
-    assert!(d.writes().is_empty());
+    step_exits(&mut d, "eval", 1, 0, 0);
     assert_eq!(d.statuses(), [Status::Succeeded, Status::Succeeded]);
     assert_eq!(d.engine.group_status(), Status::Succeeded);
     assert_eq!(
-        d.fake.world().get("jobsets", "g").unwrap()["status"]["terminalState"],
-        "Completed"
+        d.writes(),
+        [format!(
+            "PATCH {}/g-skyc-gate-0 {{\"spec\":{{\"parallelism\":1}}}} uid={}",
+            super::J,
+            d.uid("jobs", "g-skyc-gate-0")
+        )]
     );
+    completes(&mut d);
+    assert!(d.writes().is_empty());
     assert!(d.settled());
+    assert_eq!(created(&d), ["g-eval-0-0", "g-train-0-0", "g-train-1-0"]);
 }
 
 #[test]
@@ -144,37 +134,32 @@ name: eval
 run: eval
 ",
     );
-    // Node 1 fails: the step's Job stops (node 0 gets SIGTERM), then the
-    // restart deletes it and JobSet makes it again.
-    let failed = pod(&d, "g-train-0", 1);
-    d.cluster(|w| w.exit(&failed, 1));
+    // Node 1 fails: node 0 gets SIGTERM; once it ended, the failed pod is
+    // deleted too, and the step is launched again, every node.
+    d.cluster(|w| w.exit(&pod("train", 1, 0), 1));
     assert_eq!(d.statuses(), [Status::Recovering, Status::Pending]);
-    assert_eq!(d.writes(), [stop(&d, "g-train-0")]);
+    assert_eq!(d.writes(), [stop(&d, &pod("train", 0, 0))]);
     d.cluster(|w| w.reconcile_cluster());
-    assert_eq!(d.writes(), [delete(&d, "g-train-0")]);
-    recreated(&mut d, &["g-train-0"], 1);
+    assert_eq!(d.writes(), [stop(&d, &pod("train", 1, 0))]);
+    relaunched(&mut d, 0, "train", 2, 1);
     assert_eq!(d.statuses(), [Status::Running, Status::Pending]);
     assert_eq!(d.engine.restarts(0), (1, 1));
-    assert_eq!(jobs(&d), ["g-train-0"]);
     // Node 0 fails: the budget is spent, the step FAILED, the next one
-    // CANCELLED without ever being created, and the failed step's Job
-    // fails the JobSet.
-    let failed = pod(&d, "g-train-0", 0);
-    d.cluster(|w| w.exit(&failed, 1));
-    assert_eq!(d.writes(), [stop(&d, "g-train-0")]);
+    // CANCELLED without ever being launched, and the gate fails the
+    // JobSet.
+    d.cluster(|w| w.exit(&pod("train", 0, 1), 1));
+    assert_eq!(d.writes(), [stop(&d, &pod("train", 1, 1))]);
     d.cluster(|w| w.reconcile_cluster());
     assert_eq!(d.statuses(), [Status::Failed, Status::Cancelled]);
     assert_eq!(d.engine.group_status(), Status::Failed);
-    assert_eq!(d.writes(), [fail_jobset(&d, "g-train-0")]);
-    d.cluster(|w| w.reconcile_cluster());
-    assert_eq!(
-        d.fake.world().get("jobsets", "g").unwrap()["status"]["terminalState"],
-        "Failed"
-    );
-    assert!(d.writes().is_empty());
-    assert!(d.settled());
-    assert_eq!(jobs(&d), ["g-train-0"], "the later step was never created");
+    assert_eq!(d.writes(), [fail_gate(&d)]);
+    fails(&mut d);
     assert_eq!(d.engine.restarts(0), (1, 1));
+    assert_eq!(
+        created(&d),
+        ["g-train-0-0", "g-train-0-1", "g-train-1-0", "g-train-1-1"],
+        "the later step was never launched"
+    );
 }
 
 #[test]
@@ -195,8 +180,8 @@ name: publish
 run: publish
 ",
     );
-    step_exits(&mut d, "g-fetch-0", 1, 0);
-    assert_eq!(d.writes(), [bind(&d, "g-train-0", 0)]);
+    step_exits(&mut d, "fetch", 1, 0, 0);
+    assert_eq!(d.writes(), launched(&d, 1, "train", 2, 0));
     d.cluster(|w| w.run_pending());
     assert_eq!(
         d.statuses(),
@@ -209,7 +194,7 @@ run: publish
         d.statuses(),
         [Status::Succeeded, Status::Cancelling, Status::Cancelled]
     );
-    // JobSet deletes its Jobs, the Job controller their pods (SIGTERM).
+    // The garbage collector deletes the JobSet's pods (SIGTERM).
     d.cluster(|w| w.reconcile_cluster());
     assert!(d.writes().is_empty());
     assert_eq!(
@@ -219,13 +204,11 @@ run: publish
     assert_eq!(d.engine.group_status(), Status::Cancelled);
     assert!(d.fake.world().get("jobsets", "g").is_none());
     assert!(d.settled());
-    let publish = d
-        .fake
-        .world()
-        .requests
-        .iter()
-        .any(|r| r.line().contains("g-publish-0"));
-    assert!(!publish, "the last step was never created");
+    assert_eq!(
+        created(&d),
+        ["g-fetch-0-0", "g-train-0-0", "g-train-1-0"],
+        "the last step was never launched"
+    );
 }
 
 #[test]
@@ -249,30 +232,39 @@ run: eval
     // Killed before a failure was recorded: the next supervisor reads it
     // from the cluster and restarts the step, once.
     d.kill_supervisor();
-    let failed = pod(&d, "g-train-0", 0);
-    d.cluster(|w| w.exit(&failed, 1));
-    d.restart_supervisor();
-    assert_eq!(d.writes(), [RULES.to_owned(), stop(&d, "g-train-0")]);
-    d.cluster(|w| w.reconcile_cluster());
-    assert_eq!(d.writes(), [delete(&d, "g-train-0")]);
-    recreated(&mut d, &["g-train-0"], 1);
-    assert_eq!(d.engine.restarts(0), (1, 1));
-    // The step ends well while no supervisor runs; JobSet makes the next
-    // step's Job meanwhile.
-    d.kill_supervisor();
-    let pods: Vec<String> = (0..2).map(|i| pod(&d, "g-train-0", i)).collect();
     d.cluster(|w| {
-        for p in &pods {
-            w.exit(p, 0);
+        w.exit(&pod("train", 0, 0), 1);
+        // Nothing replaces the pod meanwhile.
+        for _ in 0..5 {
+            w.reconcile_cluster();
+        }
+    });
+    assert_eq!(d.fake.world().created_pods().len(), 2);
+    d.restart_supervisor();
+    assert_eq!(
+        d.writes(),
+        [RULES.to_owned(), stop(&d, &pod("train", 1, 0))]
+    );
+    d.cluster(|w| w.reconcile_cluster());
+    assert_eq!(d.writes(), [stop(&d, &pod("train", 0, 0))]);
+    relaunched(&mut d, 0, "train", 2, 1);
+    assert_eq!(d.engine.restarts(0), (1, 1));
+    // The step ends well while no supervisor runs: nothing launches the
+    // next step meanwhile.
+    d.kill_supervisor();
+    d.cluster(|w| {
+        for i in 0..2 {
+            w.exit(&pod("train", i, 1), 0);
         }
         w.reconcile_cluster();
     });
-    assert_eq!(jobs(&d), ["g-eval-0", "g-train-0"]);
-    let eval = d.uid("jobs", "g-eval-0");
+    assert!(d.fake.world().get("pods", &pod("eval", 0, 0)).is_none());
     d.restart_supervisor();
-    assert_eq!(d.writes(), [RULES.to_owned(), bind(&d, "g-eval-0", 0)]);
+    let mut want = vec![RULES.to_owned()];
+    want.extend(launched(&d, 1, "eval", 1, 0));
+    assert_eq!(d.writes(), want);
     assert_eq!(d.statuses(), [Status::Succeeded, Status::Starting]);
-    // Killed again after the step was bound: nothing is done twice.
+    // Killed again after the step was launched: nothing is done twice.
     let engine = d.engine.clone();
     d.kill_supervisor();
     d.restart_supervisor();
@@ -280,7 +272,6 @@ run: eval
     assert_eq!(d.engine, engine);
     d.cluster(|w| w.run_pending());
     assert_eq!(d.statuses(), [Status::Succeeded, Status::Running]);
-    assert_eq!(d.uid("jobs", "g-eval-0"), eval, "the next step's Job, once");
     assert_eq!(d.engine.attempt(1), 0);
     assert_eq!(d.engine.restarts(0), (1, 1), "the restart counted once");
     let exits = d
@@ -301,7 +292,16 @@ run: eval
         })
         .count();
     assert_eq!(exits, 1, "the failure told once");
-    step_exits(&mut d, "g-eval-0", 1, 0);
+    step_exits(&mut d, "eval", 1, 0, 0);
     assert_eq!(d.engine.group_status(), Status::Succeeded);
-    assert!(d.settled());
+    assert_eq!(
+        created(&d),
+        [
+            "g-eval-0-0",
+            "g-train-0-0",
+            "g-train-0-1",
+            "g-train-1-0",
+            "g-train-1-1"
+        ]
+    );
 }

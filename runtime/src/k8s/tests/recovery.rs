@@ -4,7 +4,7 @@
 
 use super::*;
 
-const GATE: &str = "g-skyc-gate-0";
+pub(super) const GATE: &str = "g-skyc-gate-0";
 
 /// One task with a recovery policy, and an auxiliary beside it.
 fn recovering(policy: &str) -> String {
@@ -34,7 +34,7 @@ run: sleep 1000
 }
 
 /// `parallelism: 1` on the gate: the group succeeded.
-fn open_gate(d: &Driver) -> String {
+pub(super) fn open_gate(d: &Driver) -> String {
     format!(
         "PATCH {J}/{GATE} {{\"spec\":{{\"parallelism\":1}}}} uid={}",
         d.uid("jobs", GATE)
@@ -42,7 +42,7 @@ fn open_gate(d: &Driver) -> String {
 }
 
 /// `activeDeadlineSeconds: 1` on the gate: the group ended otherwise.
-fn fail_gate(d: &Driver) -> String {
+pub(super) fn fail_gate(d: &Driver) -> String {
     format!(
         "PATCH {J}/{GATE} {{\"spec\":{{\"activeDeadlineSeconds\":1}}}} uid={}",
         d.uid("jobs", GATE)
@@ -51,7 +51,7 @@ fn fail_gate(d: &Driver) -> String {
 
 /// The older attempt's pods are gone: the new attempt is launched, one
 /// new pod per node, and they run.
-fn relaunched(d: &mut Driver, index: usize, task: &str, nodes: u32, attempt: u32) {
+pub(super) fn relaunched(d: &mut Driver, index: usize, task: &str, nodes: u32, attempt: u32) {
     d.cluster(|w| w.reconcile_cluster());
     let want = launched(d, index, task, nodes, attempt);
     assert_eq!(d.writes(), want);
@@ -61,7 +61,7 @@ fn relaunched(d: &mut Driver, index: usize, task: &str, nodes: u32, attempt: u32
 
 /// The gate is open: its pod runs and ends, and JobSet completes by
 /// itself, with no more requests.
-fn completes(d: &mut Driver) {
+pub(super) fn completes(d: &mut Driver) {
     d.cluster(|w| {
         w.reconcile_cluster();
         let gate = w.pod_of(GATE);
@@ -79,7 +79,7 @@ fn completes(d: &mut Driver) {
 
 /// The gate was failed on purpose: its Job exceeds its deadline, and
 /// JobSet fails by itself, with no more requests.
-fn fails(d: &mut Driver) {
+pub(super) fn fails(d: &mut Driver) {
     d.cluster(|w| w.reconcile_cluster());
     assert_eq!(
         d.fake.world().get("jobsets", "g").unwrap()["status"]["terminalState"],
@@ -90,7 +90,7 @@ fn fails(d: &mut Driver) {
 }
 
 /// The pods on the cluster now, sorted.
-fn pods_now(d: &Driver) -> Vec<String> {
+pub(super) fn pods_now(d: &Driver) -> Vec<String> {
     let mut pods = d.fake.world().names("pods");
     pods.sort();
     pods

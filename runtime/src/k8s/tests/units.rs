@@ -9,7 +9,7 @@ use crate::k8s::goal::Goal;
 use crate::k8s::jobset::JobSet;
 use crate::k8s::objects::Objects;
 use crate::k8s::observe::observe;
-use crate::k8s::{ATTEMPT_ANNOTATION, Plan};
+use crate::k8s::{LAUNCHED_ANNOTATION, Plan};
 use crate::policy::{Engine, Event, Phase};
 use serde_json::{Value, json};
 
@@ -34,7 +34,8 @@ fn objects(w: &World) -> Objects {
     o
 }
 
-/// The group applied and its Jobs bound to attempt 0, pods created.
+/// The group applied, every task launched at attempt 0: recorded on the
+/// JobSet and its pods created.
 fn applied(plan: &Plan) -> World {
     let mut w = World::default();
     for o in crate::k8s::apply::prepare(plan) {
@@ -46,10 +47,16 @@ fn applied(plan: &Plan) -> World {
         w.put(resource, o);
     }
     w.reconcile_cluster();
-    for job in w.names("jobs") {
-        w.update("jobs", &job, |j| {
-            j["metadata"]["annotations"][ATTEMPT_ANNOTATION] = json!("0");
+    for t in 0..plan.spec.tasks.len() {
+        w.update("jobsets", "g", |js| {
+            js["metadata"]["annotations"][format!("{LAUNCHED_ANNOTATION}{t}")] = json!("0");
         });
+        let js: JobSet = serde_json::from_value(w.get("jobsets", "g").unwrap().clone()).unwrap();
+        for rank in 0..plan.spec.tasks[t].num_nodes {
+            let mut pod = plan.node_pod(t, rank, 0, &js);
+            pod["status"] = json!({"phase": "Pending"});
+            w.put("pods", pod);
+        }
     }
     w
 }
@@ -70,7 +77,7 @@ fn events(plan: &Plan, w: &World) -> Vec<Event> {
 fn a_failed_setup_is_told_as_setup() {
     let plan = plan(DELAYED);
     let mut w = applied(&plan);
-    let pod = w.pod_of("g-trainer-0-0");
+    let pod = "g-trainer-0-0".to_owned();
     w.run(&pod);
     w.exit_with(&pod, 3, Some("setup\n"));
     assert!(events(&plan, &w).contains(&Event::NodeExited {
@@ -86,7 +93,7 @@ fn a_failed_setup_is_told_as_setup() {
 fn unschedulable_pods_and_a_suspended_jobset_queue_their_tasks() {
     let plan = plan(DELAYED);
     let mut w = applied(&plan);
-    let pod = w.pod_of("g-trainer-0-0");
+    let pod = "g-trainer-0-0".to_owned();
     w.update("pods", &pod, |p| {
         p["status"]["conditions"] = json!([{"type": "PodScheduled", "status": "False",
             "reason": "Unschedulable", "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."}]);
@@ -115,18 +122,23 @@ fn unschedulable_pods_and_a_suspended_jobset_queue_their_tasks() {
     );
 }
 
+/// A pod missing once its attempt is launched was taken away: lost. An
+/// attempt not launched yet has no pods: waiting.
 #[test]
-fn pods_of_an_unbound_job_are_not_told_until_it_is_bound() {
+fn a_missing_pod_is_lost_once_launched_and_waited_for_before() {
     let plan = plan(DELAYED);
     let mut w = applied(&plan);
-    let pod = w.pod_of("g-trainer-0-0");
-    w.run(&pod);
-    w.exit(&pod, 1);
-    w.update("jobs", "g-trainer-0-0", |j| {
-        j["metadata"]["annotations"]
+    w.remove("pods", "g-trainer-0-0");
+    assert!(events(&plan, &w).contains(&Event::NodeLost {
+        task: 0,
+        attempt: 0,
+        node: 0
+    }));
+    w.update("jobsets", "g", |js| {
+        js["metadata"]["annotations"]
             .as_object_mut()
             .unwrap()
-            .remove(ATTEMPT_ANNOTATION);
+            .remove(&format!("{LAUNCHED_ANNOTATION}0"));
     });
     assert!(events(&plan, &w).is_empty());
 }
@@ -153,8 +165,11 @@ fn the_typed_jobset_round_trips_every_lowered_group() {
             &skyc_compiler::Options::default(),
         );
         let Some(group) = c.group else { continue };
-        let m = skyc_targets::k8s::lower(&group, &skyc_targets::k8s::Options::default());
-        for o in m.objects.iter().filter(|o| o["kind"] == "JobSet") {
+        let options = skyc_targets::k8s::Options::default();
+        // The build's JobSet, and the runtime's anchor.
+        let mut objects = skyc_targets::k8s::lower(&group, &options).objects;
+        objects.extend(skyc_targets::k8s::pods::lower(&group, &options).objects);
+        for o in objects.iter().filter(|o| o["kind"] == "JobSet") {
             let typed: JobSet = serde_json::from_value(o.clone())
                 .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             let back: Value = serde_json::to_value(&typed).unwrap();
@@ -162,28 +177,21 @@ fn the_typed_jobset_round_trips_every_lowered_group() {
             checked += 1;
         }
     }
-    assert!(checked >= 10, "only {checked} JobSets checked");
+    assert!(checked >= 20, "only {checked} JobSets checked");
 }
 
-/// A pipeline's node is its step's pod of that completion index: an end
-/// is told for that rank only, and the next step (no Job yet) is waiting.
+/// A pipeline's node is its own pod, named and hosted as a group's: an
+/// end is told for that rank only.
 #[test]
-fn a_step_node_is_read_from_the_pods_of_its_completion_index() {
+fn a_step_node_is_read_from_its_own_pod() {
     let plan = plan(
         "name: g\nexecution: serial\n---\nname: train\nnum_nodes: 3\nrun: t\n---\nname: eval\nrun: e\n",
     );
-    assert_eq!(plan.jobs_of(0), ["g-train-0"]);
-    assert_eq!(plan.job_of(0, 2), "g-train-0");
-    assert_eq!(plan.hostname(0, 2), "g-train-0-2.g");
+    assert_eq!(plan.pod_of(0, 2, 0), "g-train-2-0");
+    assert_eq!(plan.hostname(0, 2), "train-2.g");
     let mut w = applied(&plan);
-    assert_eq!(w.names("jobs"), ["g-train-0"]);
-    let job = w.get("jobs", "g-train-0").unwrap();
-    assert_eq!(job["spec"]["completionMode"], "Indexed");
-    assert_eq!(
-        job["spec"]["backoffLimit"],
-        crate::k8s::apply::BACKOFF_LIMIT
-    );
-    let pod = w.pod_of_index("g-train-0", 1);
+    assert_eq!(w.names("jobs"), ["g-skyc-gate-0"]);
+    let pod = plan.pod_of(0, 1, 0);
     let meta: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta =
         serde_json::from_value(w.get("pods", &pod).unwrap()["metadata"].clone()).unwrap();
     assert_eq!(crate::k8s::objects::node_of(&meta), Some(("train", 1)));
