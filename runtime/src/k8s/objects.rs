@@ -1,5 +1,5 @@
-//! What the runtime knows of one group's objects: the JobSet, its child
-//! Jobs and their pods, as the watches last saw them (and as the runtime's
+//! What the runtime knows of one group's objects: the JobSet, its gate's
+//! Job and the nodes' pods, as the watches last saw them (and as the runtime's
 //! own writes returned them), with the few readings of each that the
 //! observer and the reconciler need.
 
@@ -29,34 +29,6 @@ pub enum Kind {
 }
 
 impl Objects {
-    /// The pods a Job created, oldest first.
-    pub fn pods_of(&self, job: &Job) -> Vec<&Pod> {
-        let Some(uid) = job.metadata.uid.as_deref() else {
-            return Vec::new();
-        };
-        let mut pods: Vec<&Pod> = self
-            .pods
-            .values()
-            .filter(|p| {
-                p.metadata
-                    .owner_references
-                    .iter()
-                    .flatten()
-                    .any(|o| o.uid == uid)
-            })
-            .collect();
-        pods.sort_by(|a, b| {
-            let key = |p: &Pod| {
-                (
-                    p.metadata.creation_timestamp.as_ref().map(|t| t.0),
-                    p.metadata.name.clone(),
-                )
-            };
-            key(a).cmp(&key(b))
-        });
-        pods
-    }
-
     /// The JobSet is gone, or being deleted.
     pub fn jobset_gone(&self) -> bool {
         self.jobset.as_ref().is_none_or(|j| deleting(&j.metadata))
@@ -98,19 +70,6 @@ pub fn pod_attempt(pod: &Pod) -> Option<u32> {
 
 pub fn parallelism(job: &Job) -> i32 {
     job.spec.as_ref().and_then(|s| s.parallelism).unwrap_or(1)
-}
-
-/// A true condition of `type_` on the Job (`Complete`, `Failed`).
-pub fn job_condition(job: &Job, type_: &str) -> bool {
-    job.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == type_ && c.status == "True"))
-}
-
-/// The Job has ended, either way.
-pub fn job_finished(job: &Job) -> bool {
-    job_condition(job, "Complete") || job_condition(job, "Failed")
 }
 
 pub fn pod_phase(pod: &Pod) -> &str {

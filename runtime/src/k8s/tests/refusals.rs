@@ -44,7 +44,10 @@ fn rbac_denial_names_each_verb_and_resource() {
         ]);
     });
     let m = refused(&d);
-    assert!(m.contains("may not patch jobs.batch, create pods in"), "{m}");
+    assert!(
+        m.contains("may not patch jobs.batch, create pods in"),
+        "{m}"
+    );
     assert!(m.contains("namespace `team`"), "{m}");
     assert!(m.contains("skyc build --target k8s --rbac"), "{m}");
     assert_eq!(d.writes(), [RULES], "nothing is created");
