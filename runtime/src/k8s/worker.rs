@@ -49,6 +49,12 @@ const LOG_TAIL_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 /// How often, meanwhile, the log followers are looked at.
 const LOG_TAIL_POLL: std::time::Duration = std::time::Duration::from_millis(100);
 
+/// How long past its grace a deleted pod may stay before it is deleted
+/// at once (grace 0): a pod whose node no longer answers stays
+/// `Terminating` until then, and holds its hostname and its task's
+/// restart.
+const FORCE_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// How often a finished JobSet of an earlier run is looked for while it
 /// goes away.
 const REPLACE_POLL: std::time::Duration = std::time::Duration::from_millis(500);
@@ -70,6 +76,9 @@ pub struct Tuning {
     pub backoff: Backoff,
     /// Follow pod logs into the state directory.
     pub logs: bool,
+    /// How long past its grace a deleted pod may stay before it is
+    /// deleted at once (its node does not answer).
+    pub force_after: std::time::Duration,
 }
 
 impl Default for Tuning {
@@ -77,6 +86,7 @@ impl Default for Tuning {
         Self {
             backoff: Backoff::default(),
             logs: true,
+            force_after: FORCE_AFTER,
         }
     }
 }
@@ -306,6 +316,9 @@ struct Group {
     followers: Vec<tokio::task::JoinHandle<()>>,
     /// When the cluster's objects were first seen settled.
     cluster_settled_at: Option<Instant>,
+    /// Pods being deleted, by uid: when this runtime first saw it (its
+    /// own clock, so the cluster's clock does not matter).
+    deleting_since: BTreeMap<String, Instant>,
 }
 
 /// How a wait for the cluster ended.
@@ -334,6 +347,7 @@ impl Group {
             following: BTreeSet::new(),
             followers: Vec::new(),
             cluster_settled_at: None,
+            deleting_since: BTreeMap::new(),
         }
     }
 
@@ -550,6 +564,11 @@ impl Group {
                         .filter(|_| !self.settled)
                         .map(|_| Instant::now() + LOG_TAIL_POLL),
                 )
+                .chain(
+                    self.deleting_since
+                        .values()
+                        .map(|at| *at + self.plan.spec.grace + self.ctx.tuning.force_after),
+                )
                 .min();
             tokio::select! {
                 msg = rx.recv() => match msg {
@@ -630,6 +649,7 @@ impl Group {
             }
         }
         let mut ops = reconcile::reconcile(&self.plan, &objs, &self.goal);
+        ops.extend(self.overdue(&objs));
         for (task, attempt) in std::mem::take(&mut self.kills) {
             ops.extend(reconcile::kill(&self.plan, &objs, task, attempt));
         }
@@ -684,6 +704,33 @@ impl Group {
             self.out.send(Report::Settled);
         }
         wrote
+    }
+
+    /// Pods deleted longer ago than their grace and `force_after` and
+    /// still not gone (their node does not answer): deleted at once.
+    fn overdue(&mut self, objs: &objects::Objects) -> Vec<Op> {
+        let now = Instant::now();
+        let limit = self.plan.spec.grace + self.ctx.tuning.force_after;
+        let mut seen = BTreeSet::new();
+        let mut ops = Vec::new();
+        for pod in objs.pods.values() {
+            let Some(uid) = pod.metadata.uid.clone() else {
+                continue;
+            };
+            if !objects::deleting(&pod.metadata) || objects::pod_terminal(pod) {
+                continue;
+            }
+            let since = *self.deleting_since.entry(uid.clone()).or_insert(now);
+            if now.duration_since(since) >= limit {
+                ops.push(Op::KillPod {
+                    pod: pod.metadata.name.clone().unwrap_or_default(),
+                    uid: uid.clone(),
+                });
+            }
+            seen.insert(uid);
+        }
+        self.deleting_since.retain(|uid, _| seen.contains(uid));
+        ops
     }
 
     /// Starts following the log of every pod that has started and is not

@@ -417,7 +417,7 @@ impl World {
             let Some(pod) = self.get("pods", &name).cloned() else {
                 continue;
             };
-            if !deleting(&pod) {
+            if !deleting(&pod) || self.unreachable.contains(&name) {
                 continue;
             }
             if terminal(&pod)
@@ -563,30 +563,6 @@ impl World {
             .into_iter()
             .rfind(|n| self.get("pods", n).is_some_and(|p| owned_by(p, &uid)))
             .unwrap_or_else(|| panic!("Job {job} has no pod"))
-    }
-
-    /// The current pod of index `i` of an Indexed Job (the newest).
-    pub(super) fn pod_of_index(&self, job: &str, i: u32) -> String {
-        let Some(j) = self.get("jobs", job) else {
-            panic!("no Job {job}: {:?}", self.names("jobs"));
-        };
-        let uid = j["metadata"]["uid"].clone();
-        self.names("pods")
-            .into_iter()
-            .filter(|n| {
-                self.get("pods", n)
-                    .is_some_and(|p| owned_by(p, &uid) && index_of(p) == Some(i))
-            })
-            .max_by_key(|n| {
-                self.get("pods", n).and_then(|p| {
-                    p["metadata"]["uid"]
-                        .as_str()?
-                        .strip_prefix("uid-")?
-                        .parse::<u64>()
-                        .ok()
-                })
-            })
-            .unwrap_or_else(|| panic!("Job {job} has no pod of index {i}"))
     }
 
     pub(super) fn uid(&self, resource: &str, name: &str) -> String {

@@ -62,6 +62,7 @@ pub(super) fn tuning() -> Tuning {
             tries: 4,
         },
         logs: false,
+        force_after: Duration::from_millis(100),
     }
 }
 

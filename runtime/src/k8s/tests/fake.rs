@@ -184,6 +184,8 @@ pub(super) struct World {
     taken: usize,
     /// Every pod the API server created, in order.
     created: Vec<String>,
+    /// Pods whose node no longer answers: the kubelet never ends them.
+    pub(super) unreachable: std::collections::BTreeSet<String>,
 }
 
 impl Default for World {
@@ -205,6 +207,7 @@ impl Default for World {
             logs: BTreeMap::new(),
             taken: 0,
             created: Vec::new(),
+            unreachable: std::collections::BTreeSet::new(),
         }
     }
 }
@@ -694,6 +697,12 @@ impl World {
                 }
                 let foreground = opts["propagationPolicy"] == "Foreground";
                 if resource == "pods" {
+                    // Grace 0 removes the object at once (a forced
+                    // deletion), whatever its node says.
+                    if opts["gracePeriodSeconds"] == 0 && self.unreachable.contains(&name) {
+                        self.remove("pods", &name);
+                        return response(200, &obj);
+                    }
                     if obj["metadata"]["deletionTimestamp"].is_null() {
                         obj["metadata"]["deletionTimestamp"] = json!(self.now());
                     }

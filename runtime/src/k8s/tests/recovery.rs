@@ -353,6 +353,55 @@ fn a_disruption_of_one_node_restarts_its_task_once_and_nothing_else() {
     );
 }
 
+/// A node that no longer answers: its pod is evicted but stays
+/// `Terminating`, holding its hostname. Past its grace (and the
+/// runtime's patience) it is deleted at once, and only then does the
+/// task's next attempt start.
+#[test]
+fn a_pod_stuck_terminating_on_a_lost_node_is_deleted_at_once_then_the_task_restarts() {
+    let fake = super::fake::Fake::default();
+    let mut plan = super::driver::plan(TWO_NODES);
+    plan.spec.grace = std::time::Duration::from_millis(100);
+    let mut tuning = super::driver::tuning();
+    tuning.force_after = std::time::Duration::from_millis(1500);
+    let mut d = Driver::start_with(fake, plan, tuning);
+    d.writes();
+    d.cluster(|w| {
+        w.reconcile_cluster();
+        w.run_pending();
+    });
+    let lost = pod("trainer", 0, 0);
+    d.cluster(|w| {
+        w.unreachable.insert(lost.clone());
+        w.disrupt(&lost, "DeletionByTaintManager");
+        w.reconcile_cluster();
+    });
+    assert_eq!(d.writes(), [stop(&d, "g-trainer-1-0")]);
+    d.cluster(|w| w.reconcile_cluster());
+    // The lost pod is still there: no new attempt yet.
+    assert!(d.writes().is_empty());
+    assert!(d.fake.world().get("pods", &lost).is_some());
+    std::thread::sleep(std::time::Duration::from_millis(2000));
+    d.settle();
+    let writes = d.writes();
+    assert!(
+        writes[0].starts_with(&format!("DELETE {P}/{lost} grace=0 uid=")),
+        "{writes:?}"
+    );
+    assert_eq!(writes[1..], launched(&d, 0, "trainer", 2, 1)[..]);
+    assert_eq!(d.engine.restarts(0), (1, 0));
+    assert_eq!(
+        created(&d),
+        [
+            "g-buffer-0-0",
+            "g-trainer-0-0",
+            "g-trainer-0-1",
+            "g-trainer-1-0",
+            "g-trainer-1-1"
+        ]
+    );
+}
+
 #[test]
 fn a_failed_primary_stops_the_auxiliaries_at_once() {
     let mut d = running(DELAYED);
