@@ -69,13 +69,23 @@ fn uid(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String
     m.uid.clone().unwrap_or_default()
 }
 
-/// The pods of `task`, any attempt.
-pub fn pods_of_task<'a>(plan: &Plan, objs: &'a Objects, task: usize) -> Vec<&'a Pod> {
-    let name = &plan.spec.tasks[task].name;
-    objs.pods
-        .values()
-        .filter(|p| p.metadata.labels.as_ref().and_then(|l| l.get(TASK_LABEL)) == Some(name))
-        .collect()
+/// The pods of each task, any attempt, in one look at every pod.
+pub fn pods_by_task<'a>(plan: &Plan, objs: &'a Objects) -> Vec<Vec<&'a Pod>> {
+    let index: std::collections::BTreeMap<&str, usize> = plan
+        .spec
+        .tasks
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.name.as_str(), i))
+        .collect();
+    let mut out = vec![Vec::new(); plan.spec.tasks.len()];
+    for p in objs.pods.values() {
+        let task = p.metadata.labels.as_ref().and_then(|l| l.get(TASK_LABEL));
+        if let Some(&i) = task.and_then(|t| index.get(t.as_str())) {
+            out[i].push(p);
+        }
+    }
+    out
 }
 
 /// The requests that bring the group's objects to the goal, in order.
@@ -94,9 +104,10 @@ pub fn reconcile(plan: &Plan, objs: &Objects, goal: &Goal) -> Vec<Op> {
     }
     let ended = jobset.terminal_state().is_some();
     let open = !ended && !jobset.is_suspended() && !objects::deleting(&jobset.metadata);
+    let by_task = pods_by_task(plan, objs);
     for (task, tg) in goal.tasks.iter().enumerate() {
         let mut older_left = false;
-        for pod in pods_of_task(plan, objs, task) {
+        for &pod in &by_task[task] {
             let Some(attempt) = objects::pod_attempt(pod) else {
                 continue;
             };
@@ -166,7 +177,8 @@ pub fn kill(plan: &Plan, objs: &Objects, task: usize, attempt: u32) -> Vec<Op> {
     if task >= plan.spec.tasks.len() {
         return Vec::new();
     }
-    pods_of_task(plan, objs, task)
+    pods_by_task(plan, objs)
+        .swap_remove(task)
         .into_iter()
         .filter(|p| objects::pod_attempt(p) == Some(attempt) && !objects::pod_terminal(p))
         .map(|p| Op::KillPod {

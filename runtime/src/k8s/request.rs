@@ -147,7 +147,23 @@ async fn create_pod(
                 put(shared, created);
                 return Outcome::Done;
             }
-            Ok(Err(e)) if retry::already_exists(&e) => return Outcome::Done,
+            // This run's pod (the name carries the attempt), or one of an
+            // earlier run of the group still going away: then wait for it.
+            Ok(Err(e)) if retry::already_exists(&e) => {
+                let ours = match apis.pods.get_opt(name).await {
+                    Ok(Some(p)) => run_of(&p.metadata) == run_of_value(pod),
+                    Ok(None) => false,
+                    Err(_) => false,
+                };
+                if ours {
+                    return Outcome::Done;
+                }
+                tries += 1;
+                if tries >= backoff.tries {
+                    return Outcome::Failing(e);
+                }
+                tokio::time::sleep(backoff.delay(tries - 1)).await;
+            }
             Ok(Err(e)) if retry::is_transient(&e) => {
                 tries += 1;
                 if tries >= backoff.tries {
@@ -169,6 +185,17 @@ async fn create_pod(
             }
         }
     }
+}
+
+fn run_of(meta: &kube::core::ObjectMeta) -> Option<&str> {
+    meta.annotations
+        .as_ref()?
+        .get(super::RUN_ANNOTATION)
+        .map(String::as_str)
+}
+
+fn run_of_value(pod: &Value) -> Option<&str> {
+    pod["metadata"]["annotations"][super::RUN_ANNOTATION].as_str()
 }
 
 async fn execute_one(apis: &Apis, shared: &SharedRef, op: &Op, backoff: Backoff) -> Outcome {
@@ -234,7 +261,7 @@ async fn once(apis: &Apis, shared: &SharedRef, op: &Op) -> Result<(), kube::Erro
                 resource_version: None,
             });
             match apis.pods.delete(pod, &params).await? {
-                Either::Left(obj) => put(shared, obj),
+                Either::Left(obj) => put_cached(shared, obj),
                 Either::Right(_) => forget(shared, op),
             }
         }
@@ -268,7 +295,7 @@ async fn once(apis: &Apis, shared: &SharedRef, op: &Op) -> Result<(), kube::Erro
                     resource_version: None,
                 });
             match apis.pods.delete(pod, &params).await? {
-                Either::Left(obj) => put(shared, obj),
+                Either::Left(obj) => put_cached(shared, obj),
                 Either::Right(_) => forget(shared, op),
             }
         }
@@ -278,6 +305,16 @@ async fn once(apis: &Apis, shared: &SharedRef, op: &Op) -> Result<(), kube::Erro
 
 fn put<K: Watched>(shared: &SharedRef, obj: K) {
     K::put(&mut lock(shared).objs, obj);
+}
+
+/// A deleted pod as the API answered, only if the cache still has it: the
+/// watch may have seen it go already (an ended pod goes at once), and it
+/// must not come back.
+fn put_cached(shared: &SharedRef, pod: Pod) {
+    let mut s = lock(shared);
+    if s.objs.pods.contains_key(&pod.name_any()) {
+        <Pod as Watched>::put(&mut s.objs, pod);
+    }
 }
 
 /// The object an op was for is gone (or replaced): drop it from the cache

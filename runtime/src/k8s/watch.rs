@@ -53,7 +53,15 @@ pub trait Watched:
     const KIND: Kind;
     fn put(objs: &mut Objects, obj: Self);
     fn remove(objs: &mut Objects, name: &str);
-    fn clear(objs: &mut Objects);
+    /// Forgets every object no newer than the list of version `listed`:
+    /// one the runtime wrote after the list was taken (a pod it just
+    /// created) stays.
+    fn clear(objs: &mut Objects, listed: Option<u64>);
+}
+
+/// Whether a cached object is newer than a list of version `listed`.
+fn after(meta: &kube::core::ObjectMeta, listed: Option<u64>) -> bool {
+    matches!((objects::version(meta), listed), (Some(v), Some(l)) if v > l)
 }
 
 /// Keeps the newer of two versions: a watch event older than what a
@@ -75,8 +83,14 @@ impl Watched for JobSet {
     fn remove(objs: &mut Objects, _: &str) {
         objs.jobset = None;
     }
-    fn clear(objs: &mut Objects) {
-        objs.jobset = None;
+    fn clear(objs: &mut Objects, listed: Option<u64>) {
+        if !objs
+            .jobset
+            .as_ref()
+            .is_some_and(|j| after(&j.metadata, listed))
+        {
+            objs.jobset = None;
+        }
     }
 }
 
@@ -91,8 +105,8 @@ impl Watched for Job {
     fn remove(objs: &mut Objects, name: &str) {
         objs.jobs.remove(name);
     }
-    fn clear(objs: &mut Objects) {
-        objs.jobs.clear();
+    fn clear(objs: &mut Objects, listed: Option<u64>) {
+        objs.jobs.retain(|_, j| after(&j.metadata, listed));
     }
 }
 
@@ -107,8 +121,8 @@ impl Watched for Pod {
     fn remove(objs: &mut Objects, name: &str) {
         objs.pods.remove(name);
     }
-    fn clear(objs: &mut Objects) {
-        objs.pods.clear();
+    fn clear(objs: &mut Objects, listed: Option<u64>) {
+        objs.pods.retain(|_, p| after(&p.metadata, listed));
     }
 }
 
@@ -153,7 +167,12 @@ pub async fn run<K: Watched>(
             Ok(list) => {
                 failures = 0;
                 let mut s = lock(&shared);
-                K::clear(&mut s.objs);
+                let listed = list
+                    .metadata
+                    .resource_version
+                    .as_deref()
+                    .and_then(|v| v.parse().ok());
+                K::clear(&mut s.objs, listed);
                 for item in list.items {
                     K::put(&mut s.objs, item);
                 }

@@ -26,6 +26,7 @@ use super::retry::{self, Backoff};
 use super::watch::{self, Shared, SharedRef, lock};
 use crate::backend::{Adoption, Backend, NodeInfo, Report};
 use crate::policy::{Action, Engine, Event};
+use futures::StreamExt;
 use futures::future::BoxFuture;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
@@ -54,6 +55,13 @@ const LOG_TAIL_POLL: std::time::Duration = std::time::Duration::from_millis(100)
 /// `Terminating` until then, and holds its hostname and its task's
 /// restart.
 const FORCE_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// How many pod deletions of one pass go out at once.
+const DELETE_CONCURRENCY: usize = 16;
+
+/// The exit code of a node whose pod the API server refused to create,
+/// as for a node the AWS runtime could never reach.
+const UNLAUNCHABLE: i32 = 255;
 
 /// How often a finished JobSet of an earlier run is looked for while it
 /// goes away.
@@ -606,10 +614,19 @@ impl Group {
     /// One look at the group: report what changed, send what the goal
     /// needs. Returns whether any request was made.
     async fn pass(&mut self, apis: &Apis, shared: &SharedRef) -> bool {
-        let (objs, outage, listed) = {
+        let (mut objs, outage, listed) = {
             let s = lock(shared);
             (s.objs.clone(), s.outage.clone(), s.listed.len())
         };
+        // Only this run's pods: an earlier run's of the same names may
+        // still be going away.
+        objs.pods.retain(|_, p| {
+            p.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(super::RUN_ANNOTATION))
+                == Some(&self.plan.token)
+        });
         self.set_outage(outage);
         if listed < 3 {
             return false;
@@ -653,26 +670,32 @@ impl Group {
         for (task, attempt) in std::mem::take(&mut self.kills) {
             ops.extend(reconcile::kill(&self.plan, &objs, task, attempt));
         }
-        let mut wrote = false;
-        for op in ops {
-            if self.held.contains_key(&op) {
-                continue;
-            }
-            wrote = true;
-            let backoff = self.backoff();
-            let hold = match request::execute(&self.plan, apis, shared, &op, backoff).await {
-                Outcome::Done | Outcome::Moot => backoff.max,
-                Outcome::Refused(why) => {
-                    self.out
-                        .send(Report::Error(format!("{}: {why}", request::describe(&op))));
-                    backoff.max
-                }
-                Outcome::Failing(e) => {
-                    watch::failed(shared, &self.server, &e);
-                    backoff.max
-                }
-            };
-            self.held.insert(op, Instant::now() + hold);
+        let ops: Vec<Op> = ops
+            .into_iter()
+            .filter(|op| !self.held.contains_key(op))
+            .collect();
+        let wrote = !ops.is_empty();
+        // Pod deletions go out some at once (a large task's restart
+        // deletes every node's pod); the rest in the reconciler's order.
+        let (deletes, rest): (Vec<Op>, Vec<Op>) = ops
+            .into_iter()
+            .partition(|op| matches!(op, Op::DeletePod { .. } | Op::KillPod { .. }));
+        let backoff = self.backoff();
+        let plan = &self.plan;
+        let done: Vec<(Op, Outcome)> = futures::stream::iter(deletes)
+            .map(|op| async move {
+                let outcome = request::execute(plan, apis, shared, &op, backoff).await;
+                (op, outcome)
+            })
+            .buffer_unordered(DELETE_CONCURRENCY)
+            .collect()
+            .await;
+        for (op, outcome) in done {
+            self.answered(shared, op, outcome);
+        }
+        for op in rest {
+            let outcome = request::execute(&self.plan, apis, shared, &op, backoff).await;
+            self.answered(shared, op, outcome);
         }
         if self.ctx.tuning.logs {
             self.follow_logs(apis, shared, &objs);
@@ -706,8 +729,50 @@ impl Group {
         wrote
     }
 
+    /// What an op's answer leaves to do: say a refusal, fail a refused
+    /// launch's nodes, and hold the op back for a while either way.
+    fn answered(&mut self, shared: &SharedRef, op: Op, outcome: Outcome) {
+        let backoff = self.backoff();
+        match outcome {
+            Outcome::Done | Outcome::Moot => {}
+            Outcome::Refused(why) => {
+                self.out
+                    .send(Report::Error(format!("{}: {why}", request::describe(&op))));
+                if let Op::Launch { task, attempt, .. } = op {
+                    self.unlaunchable(shared, task, attempt);
+                }
+            }
+            Outcome::Failing(e) => watch::failed(shared, &self.server, &e),
+        }
+        self.held.insert(op, Instant::now() + backoff.max);
+    }
+
+    /// A launch the API server refused for good (a quota, an admission
+    /// policy, an invalid pod): each node it could not create failed its
+    /// setup, so the task ends FAILED_SETUP instead of being launched
+    /// again and again.
+    fn unlaunchable(&mut self, shared: &SharedRef, task: usize, attempt: u32) {
+        let nodes = self.plan.spec.tasks.get(task).map_or(0, |t| t.num_nodes);
+        for rank in 0..nodes {
+            let name = self.plan.pod_of(task, rank, attempt);
+            if !lock(shared).objs.pods.contains_key(&name) {
+                self.send_event(
+                    Event::NodeExited {
+                        task,
+                        attempt,
+                        node: rank,
+                        phase: crate::policy::Phase::Setup,
+                        code: UNLAUNCHABLE,
+                    },
+                    None,
+                );
+            }
+        }
+    }
+
     /// Pods deleted longer ago than their grace and `force_after` and
-    /// still not gone (their node does not answer): deleted at once.
+    /// still there (their node does not answer, or the cache missed
+    /// their going): deleted at once.
     fn overdue(&mut self, objs: &objects::Objects) -> Vec<Op> {
         let now = Instant::now();
         let limit = self.plan.spec.grace + self.ctx.tuning.force_after;
@@ -717,7 +782,9 @@ impl Group {
             let Some(uid) = pod.metadata.uid.clone() else {
                 continue;
             };
-            if !objects::deleting(&pod.metadata) || objects::pod_terminal(pod) {
+            // An ended pod whose deletion is not seen done is asked again
+            // (a 404 then drops it from the cache).
+            if !objects::deleting(&pod.metadata) {
                 continue;
             }
             let since = *self.deleting_since.entry(uid.clone()).or_insert(now);

@@ -714,3 +714,77 @@ fn an_api_server_that_stops_answering_is_an_outage_until_it_answers() {
     assert_eq!(d.statuses(), [Status::Succeeded, Status::Running]);
     assert_eq!(created(&d), ["g-buffer-0-0", "g-trainer-0-0"]);
 }
+
+/// The API server refuses the pods for good (a quota, an admission
+/// policy): the task fails its setup once, and is never launched again.
+#[test]
+fn a_pod_the_api_server_refuses_fails_its_task_setup_once() {
+    let fake = super::fake::Fake::default();
+    fake.world().fail("POST", "/pods", Some(403), 1);
+    let mut d = Driver::start_with(fake, super::driver::plan(DELAYED), super::driver::tuning());
+    d.settle();
+    // The buffer is stopped at once (its primary failed).
+    d.cluster(|w| {
+        w.run_pending();
+        w.reconcile_cluster();
+    });
+    assert_eq!(d.statuses(), [Status::FailedSetup, Status::Cancelled]);
+    assert_eq!(d.engine.group_status(), Status::FailedSetup);
+    assert_eq!(d.engine.restarts(0), (0, 0));
+    assert!(
+        d.reports
+            .iter()
+            .any(|r| matches!(r, Report::Error(m) if m.contains("launching attempt 0 of task 0"))),
+        "{:?}",
+        d.reports
+    );
+    let launches = d
+        .writes()
+        .iter()
+        .filter(|w| w.contains("skyc.io/launched-0"))
+        .count();
+    assert_eq!(launches, 1, "launched once");
+    assert_eq!(created(&d), ["g-buffer-0-0"]);
+}
+
+/// A pod of an earlier run of the group, still going away, holds the
+/// name of this run's first pod: it is neither read nor taken for this
+/// run's, and this run's pod is made once it is gone.
+#[test]
+fn a_pod_of_an_earlier_run_is_not_taken_for_this_runs() {
+    let fake = super::fake::Fake::default();
+    fake.world().put(
+        "pods",
+        serde_json::json!({
+            "metadata": {"name": "g-trainer-0-0", "labels": {"skyc.io/group": "g",
+                "skyc.io/task": "trainer", "skyc.io/node-index": "0", "skyc.io/attempt": "0"},
+                "annotations": {"skyc.io/run": "run-0"}},
+            "spec": {"containers": []},
+            "status": {"phase": "Succeeded"},
+        }),
+    );
+    let mut d = Driver::start_with(fake, super::driver::plan(DELAYED), super::driver::tuning());
+    // The earlier run's Succeeded pod is not this run's end.
+    assert_ne!(d.statuses()[0], Status::Succeeded);
+    d.cluster(|w| {
+        w.remove("pods", "g-trainer-0-0");
+        w.reconcile_cluster();
+    });
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    d.settle();
+    d.cluster(|w| w.run_pending());
+    assert_eq!(d.statuses(), [Status::Running, Status::Running]);
+    // This run's pod (of its first attempt, or, when the earlier one
+    // outlasted the creation's tries, of a free second one).
+    let attempt = d.engine.attempt(0);
+    let mine = d
+        .fake
+        .world()
+        .get("pods", &pod("trainer", 0, attempt))
+        .cloned();
+    assert_eq!(
+        mine.unwrap()["metadata"]["annotations"]["skyc.io/run"],
+        "run-1"
+    );
+    assert_eq!(d.engine.restarts(0).1, 0, "no budget used");
+}
