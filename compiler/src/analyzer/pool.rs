@@ -14,15 +14,6 @@ use crate::ir::{Pool, PoolWorkers};
 use crate::yaml::{Document, Entry, Node, Value};
 use crate::{Diagnostic, Diagnostics, Rule, Span};
 
-/// The fields of `pool` (`schemas/pool.json`).
-const FIELDS: [&str; 6] = [
-    "workers",
-    "min_workers",
-    "max_workers",
-    "queue_length_threshold",
-    "upscale_delay_seconds",
-    "downscale_delay_seconds",
-];
 /// SkyServe's defaults for an autoscaled pool (`sky/serve/constants.py`).
 const DEFAULT_QUEUE_LENGTH_THRESHOLD: u64 = 1;
 const DEFAULT_UPSCALE_DELAY_SECONDS: f64 = 300.0;
@@ -70,10 +61,10 @@ pub(super) fn check(root: &Node, in_group: bool, out: &mut Diagnostics) {
             .label("pools are not supported in Job Groups"),
         );
     }
-    // SkyPilot checks the section as the service spec `{pool: ...}`, once
-    // its schema passed: an unknown field (`worker`) is its one error.
-    let known = |e: &Entry| e.key.as_str().is_some_and(|k| FIELDS.contains(&k));
-    if pool.value.as_map().is_some_and(|m| m.iter().all(known)) {
+    // SkyPilot checks the section as the service spec `{pool: ...}` once
+    // its schema passed (run before this): an unknown field (`worker`) is
+    // then its one error.
+    if pool.value.as_map().is_some() && !out.has_error_within(pool.value.span) {
         let spec = Node::new(Value::Map(vec![pool.clone()]), pool.value.span);
         service::check_spec(&spec, Rule::InvalidPool, out);
     }

@@ -441,6 +441,12 @@ impl<'a> Check<'a, '_> {
             if let Some(n) = min.node {
                 d = d.with_secondary(n.span, "the minimum");
             }
+            if pool.is_some() {
+                d = d.help(
+                    "a pool's minimum is `min_workers`, else `workers`, else 1: raise \
+                     `max_workers`, or lower the minimum",
+                );
+            }
             self.out.push(d);
         }
         match (target, max) {
