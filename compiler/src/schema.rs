@@ -802,6 +802,12 @@ mod tests {
         let bad =
             serde_json::json!({"name": "t", "service": {"replica_policy": {"max_replicas": 1}}});
         assert!(!validator.is_valid(&bad));
+        let pool = serde_json::json!({"setup": "x", "pool": {"min_workers": 1, "max_workers": 2}});
+        assert!(validator.is_valid(&pool));
+        let bad = serde_json::json!({"setup": "x", "pool": {"worker": 2}});
+        assert!(!validator.is_valid(&bad));
+        let bad = serde_json::json!({"service": {"pool": {"workers": -1}}});
+        assert!(!validator.is_valid(&bad));
         let header =
             serde_json::json!({"name": "g", "execution": "parallel", "termination_delay": "30s"});
         assert!(validator.is_valid(&header));

@@ -279,3 +279,41 @@ fn workers(pool: &Node) -> Option<PoolWorkers> {
         ),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::ir::PoolWorkers;
+    use crate::{Options, compile};
+
+    fn pool_of(text: &str) -> Option<PoolWorkers> {
+        let c = compile("p.yaml", text.as_bytes(), &Options::default());
+        assert!(!c.has_errors(), "{:?}", c.diagnostics);
+        c.group.and_then(|g| g.pool).map(|p| p.workers)
+    }
+
+    #[test]
+    fn resolves_the_workers_as_skypilot_does() {
+        assert_eq!(
+            pool_of("pool:\n  workers: 3\nsetup: x\n"),
+            Some(PoolWorkers::Fixed { count: 3 })
+        );
+        assert_eq!(
+            pool_of("pool:\n  workers: 2\n  max_workers: 5\n"),
+            Some(PoolWorkers::Autoscaled {
+                min_workers: 2,
+                max_workers: 5,
+                queue_length_threshold: 1,
+                upscale_delay_seconds: 300.0,
+                downscale_delay_seconds: 1200.0,
+            })
+        );
+    }
+
+    /// `sky jobs pool apply` reads one document; a pipeline is no pool file.
+    #[test]
+    fn only_a_single_document_is_a_pool_file() {
+        assert_eq!(pool_of("run: a\n---\npool:\n  workers: 1\nrun: b\n"), None);
+        assert_eq!(pool_of("run: a\n"), None);
+        assert!(pool_of("---\npool:\n  workers: 1\n---\n").is_some());
+    }
+}
