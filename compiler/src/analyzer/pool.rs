@@ -240,7 +240,7 @@ fn count(node: Option<&Node>) -> Option<u64> {
     match node?.value {
         Value::Int(i) => u64::try_from(i).ok(),
         #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-        Value::Float(f) if f.fract() == 0.0 && f >= 0.0 && f < 1.8e19 => Some(f as u64),
+        Value::Float(f) if f.fract() == 0.0 && (0.0..1.8e19).contains(&f) => Some(f as u64),
         _ => None,
     }
 }
