@@ -137,3 +137,34 @@ fn schema_validates_documents_for_editors() {
     assert!(!validator.is_valid(&serde_json::json!({"name": "a", "runn": "x"})));
     assert!(!validator.is_valid(&serde_json::json!({"name": "g", "execution": "serial"})));
 }
+
+/// A pool file: its IR says it is a pool; targets that cannot take one
+/// refuse it at `pool`; `skyc run` refuses it (pools are applied).
+#[test]
+fn pool_file_is_a_pool_in_the_ir_and_refused_by_targets_and_run() {
+    let settings = snapshots("cli");
+    settings.bind(|| {
+        let ir = run(&["build", "--target", "ir", "pool.yaml"]);
+        assert_eq!(ir.status.code(), Some(0), "{}", transcript(&ir));
+        let json: serde_json::Value = serde_json::from_slice(&ir.stdout).unwrap();
+        insta::assert_json_snapshot!("build_ir_pool", json["pool"]);
+        assert_eq!(json["tasks"][0]["setup"], "pip install -r requirements.txt");
+        let mut refusals = String::new();
+        for target in ["k8s", "slurm", "aws", "gcp"] {
+            let o = run(&["build", "--target", target, "pool.yaml"]);
+            assert_eq!(o.status.code(), Some(1), "{target}: {}", transcript(&o));
+            assert!(o.stdout.is_empty(), "{target}: nothing built");
+            refusals.push_str(&format!("=== --target {target}\n{}", transcript(&o)));
+        }
+        let pods = run(&["build", "--target", "k8s", "--layout", "pods", "pool.yaml"]);
+        assert_eq!(pods.status.code(), Some(1), "{}", transcript(&pods));
+        insta::assert_snapshot!("build_pool_refused", refusals);
+        let state = std::env::temp_dir().join(format!("skyc-cli-pool-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&state);
+        let state_flag = state.to_string_lossy().into_owned();
+        let o = run(&["run", "--state-dir", &state_flag, "pool.yaml"]);
+        assert_eq!(o.status.code(), Some(1), "{}", transcript(&o));
+        assert!(!state.exists(), "nothing submitted");
+        insta::assert_snapshot!("run_pool_refused", transcript(&o));
+    });
+}

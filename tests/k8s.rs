@@ -1029,6 +1029,7 @@ mod shapes {
                         Execution::Parallel
                     },
                     tasks,
+                    pool: None,
                 }
             })
     }

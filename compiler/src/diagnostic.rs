@@ -168,6 +168,14 @@ impl Diagnostics {
         self.errors > 0
     }
 
+    /// Whether an error kept so far starts within `span`.
+    pub(crate) fn has_error_within(&self, span: Span) -> bool {
+        self.items.iter().any(|d| {
+            d.is_error()
+                && (span.start..span.end.max(span.start + 1)).contains(&d.primary.span.start)
+        })
+    }
+
     /// No more diagnostics will be kept: producers may skip the work of
     /// building them.
     pub fn is_full(&self) -> bool {

@@ -18,6 +18,37 @@ pub struct Group {
     pub execution: Execution,
     /// In order; a pipeline's steps run in this order.
     pub tasks: Vec<Task>,
+    /// A pool file (`sky jobs pool apply`): its one task is each worker's,
+    /// and jobs are submitted to the pool. Absent for everything else.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pool: Option<Pool>,
+}
+
+/// A pool of workers for managed jobs, as SkyPilot's spec resolves it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Pool {
+    /// The `pool` key, for targets that refuse a pool.
+    #[serde(skip)]
+    pub span: Span,
+    pub workers: PoolWorkers,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum PoolWorkers {
+    /// `workers: N` without `max_workers`.
+    Fixed { count: u64 },
+    /// `max_workers` set: SkyServe's queue-length autoscaler, with its
+    /// defaults filled in (`min_workers`: `workers`, else 1;
+    /// `queue_length_threshold` 1; delays 300 s up, 1200 s down).
+    Autoscaled {
+        min_workers: u64,
+        max_workers: u64,
+        /// Scale up when more jobs than this wait.
+        queue_length_threshold: u64,
+        upscale_delay_seconds: f64,
+        downscale_delay_seconds: f64,
+    },
 }
 
 /// How a group's tasks are ordered in time. A pipeline is a chain: each

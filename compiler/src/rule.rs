@@ -86,6 +86,10 @@ rules! {
     NoCommonInfra = "no-common-infra", Warning, "Tasks pinned to infrastructures that share no option, so SkyPilot sets up no in-group networking.";
     // SkyServe (`service`).
     InvalidService = "invalid-service", Error, "A `service` section SkyServe rejects.";
+    // Pools (a file with a top-level `pool`, for `sky jobs pool apply`).
+    InvalidPool = "invalid-pool", Error, "A pool file `sky jobs pool apply` rejects.";
+    PoolRunIgnored = "pool-run-ignored", Warning, "A pool's `run`, which SkyPilot ignores: the jobs submitted to the pool bring their own.";
+    RunPoolFile = "run-pool-file", Error, "A pool file given to `skyc run`: a pool is applied, then jobs are submitted to it.";
     // Checks SkyPilot does not make.
     UnknownHostTask = "unknown-host-task", Error, "A group hostname names a task that does not exist.";
     HostIndexOutOfRange = "host-index-out-of-range", Error, "A group hostname names a node the task does not have.";

@@ -15,7 +15,7 @@ use std::sync::LazyLock;
 
 const BASE: &str = "https://skyc.dev/schemas/";
 /// The schemas; `skyc.json`, the editor's entry point, comes last.
-const SOURCES: [(&str, &str); 6] = [
+const SOURCES: [(&str, &str); 7] = [
     ("header.json", include_str!("../../schemas/header.json")),
     ("task.json", include_str!("../../schemas/task.json")),
     (
@@ -24,6 +24,7 @@ const SOURCES: [(&str, &str); 6] = [
     ),
     ("storage.json", include_str!("../../schemas/storage.json")),
     ("service.json", include_str!("../../schemas/service.json")),
+    ("pool.json", include_str!("../../schemas/pool.json")),
     ("skyc.json", include_str!("../../schemas/skyc.json")),
 ];
 
@@ -40,6 +41,7 @@ struct HeaderSchema;
         "https://skyc.dev/schemas/resources.json" => { path = "../schemas/resources.json" },
         "https://skyc.dev/schemas/storage.json" => { path = "../schemas/storage.json" },
         "https://skyc.dev/schemas/service.json" => { path = "../schemas/service.json" },
+        "https://skyc.dev/schemas/pool.json" => { path = "../schemas/pool.json" },
     },
     pattern_options = { engine = regex }
 )]
@@ -50,6 +52,7 @@ struct Schemas {
     task_json: Json,
     resources_json: Json,
     service_json: Json,
+    pool_json: Json,
 }
 
 fn parse(name: &str) -> Json {
@@ -64,6 +67,7 @@ static SCHEMAS: LazyLock<Schemas> = LazyLock::new(|| Schemas {
     task_json: parse("task.json"),
     resources_json: parse("resources.json"),
     service_json: parse("service.json"),
+    pool_json: parse("pool.json"),
 });
 
 /// Which schema a document is checked against.
@@ -501,12 +505,30 @@ fn unknown_field(root: &Node, target: &Target<'_>, name: &str, kind: DocumentKin
         .label("expected an accelerator such as `H100` or `A100:1`")
         .help("keys are upper-case letters and digits, optionally with `:COUNT`");
     }
+    if (target.field == "pool" || target.field.ends_with(".pool")) && SERVICE_FIELDS.contains(&name)
+    {
+        return d.help(format!(
+            "`{name}` is a field of a service (`service:`); a pool has `workers`, or \
+             `min_workers` and `max_workers` to autoscale"
+        ));
+    }
     let candidates = fields_at(kind, &target.field);
     if let Some(suggestion) = did_you_mean(name, candidates.iter().map(String::as_str)) {
         d = d.did_you_mean(key_span, name, suggestion);
     }
     d
 }
+
+/// A service's fields that a pool does not have.
+const SERVICE_FIELDS: [&str; 7] = [
+    "replicas",
+    "replica_policy",
+    "readiness_probe",
+    "ports",
+    "load_balancing_policy",
+    "load_balancer",
+    "tls",
+];
 
 /// The property names the schema defines for the object at `field`.
 fn fields_at(kind: DocumentKind, field: &str) -> Vec<String> {
@@ -528,6 +550,7 @@ fn fields_at(kind: DocumentKind, field: &str) -> Vec<String> {
                 &schemas.resources_json
             }
             Some(s) if s.get("$ref").is_some() && name == "service" => &schemas.service_json,
+            Some(s) if s.get("$ref").is_some() && name == "pool" => &schemas.pool_json,
             Some(s) => s,
             None => return Vec::new(),
         };
@@ -778,6 +801,12 @@ mod tests {
         assert!(validator.is_valid(&service));
         let bad =
             serde_json::json!({"name": "t", "service": {"replica_policy": {"max_replicas": 1}}});
+        assert!(!validator.is_valid(&bad));
+        let pool = serde_json::json!({"setup": "x", "pool": {"min_workers": 1, "max_workers": 2}});
+        assert!(validator.is_valid(&pool));
+        let bad = serde_json::json!({"setup": "x", "pool": {"worker": 2}});
+        assert!(!validator.is_valid(&bad));
+        let bad = serde_json::json!({"service": {"pool": {"workers": -1}}});
         assert!(!validator.is_valid(&bad));
         let header =
             serde_json::json!({"name": "g", "execution": "parallel", "termination_delay": "30s"});

@@ -8,7 +8,7 @@ use super::slurm::SlurmArgs;
 use super::{INVALID, OK, USAGE, input, parse_env, report};
 use clap::ValueEnum;
 use skyc_compiler::ir::Execution;
-use skyc_compiler::{Compilation, Diagnostic, Options, compile};
+use skyc_compiler::{Compilation, Diagnostic, Options, Rule, compile};
 use skyc_targets::cloud::{self, Cloud};
 use skyc_targets::k8s;
 use skyc_targets::slurm;
@@ -144,6 +144,11 @@ pub(crate) fn run(args: &Args) -> u8 {
     let mut pipeline = None;
     let mut spec = None;
     match (&compilation.group, args.target) {
+        // Refused here: the k8s target's lowering does not look for pools.
+        (Some(group), Target::K8s) if group.pool.is_some() => {
+            let refusal = skyc_targets::pool_refusal(group, "Kubernetes", Rule::K8sUnsupported);
+            add_diagnostics(&mut compilation, refusal.into_iter().collect());
+        }
         (Some(group), Target::K8s) if args.layout == Layout::Pods => {
             if k8s_options.queue.is_some() {
                 errln!("error: {}", k8s::pods::NO_QUEUE);

@@ -11,7 +11,7 @@ use super::state::StateArgs;
 use super::{input, parse_env, report};
 use clap::ValueEnum;
 use skyc_compiler::ir::{Execution, Group, Role};
-use skyc_compiler::{Diagnostic, Options, compile};
+use skyc_compiler::{Diagnostic, Options, Rule, compile};
 use skyc_runtime::aws::{Plan as AwsPlan, RunPlan, SshAccess};
 use skyc_runtime::k8s::{Plan as K8sPlan, client as k8s_client};
 use skyc_runtime::local::capacity::Capacity;
@@ -220,6 +220,26 @@ fn submit(args: &Args) -> Result<Submitted, String> {
         show(&compilation);
         return Ok(Submitted::Invalid);
     };
+    if let Some(pool) = &group.pool {
+        // A pool is applied, then jobs are submitted to it.
+        compilation.diagnostics.push(
+            Diagnostic::new(
+                Rule::RunPoolFile,
+                pool.span,
+                "this is a pool file: `skyc run` runs jobs, and a pool is not one",
+            )
+            .label("a pool of workers")
+            .help(
+                "pools are applied with `skyc pool apply`, which skyc does not have yet; to run \
+                 this task as a job, remove `pool`",
+            ),
+        );
+        compilation
+            .diagnostics
+            .sort_by_key(|d| (d.primary.span.start, d.rule));
+        show(&compilation);
+        return Ok(Submitted::Invalid);
+    }
     let secrets: Vec<(String, String)> = args
         .secrets
         .iter()

@@ -5,3 +5,21 @@
 pub mod cloud;
 pub mod k8s;
 pub mod slurm;
+
+use skyc_compiler::ir::Group;
+use skyc_compiler::{Diagnostic, Rule};
+
+/// A target that cannot take a pool refuses it at its `pool` key.
+/// `target` is its name as users write it (`Slurm`, `AWS`).
+pub fn pool_refusal(group: &Group, target: &str, rule: Rule) -> Option<Diagnostic> {
+    let pool = group.pool.as_ref()?;
+    Some(
+        Diagnostic::new(
+            rule,
+            pool.span,
+            format!("pools are not supported on the {target} target yet"),
+        )
+        .label("a pool")
+        .help("`skyc build --target ir` prints the pool as checked"),
+    )
+}

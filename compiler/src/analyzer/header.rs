@@ -237,6 +237,7 @@ impl Header {
             inter_connection: self.inter_connection,
             execution: Execution::Parallel,
             tasks,
+            pool: None,
         }
     }
 }

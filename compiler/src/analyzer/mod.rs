@@ -6,6 +6,7 @@ mod header;
 pub(crate) mod hostnames;
 pub(crate) mod names;
 mod placement;
+mod pool;
 pub(crate) mod resources;
 mod service;
 mod task;
@@ -237,7 +238,7 @@ impl<'a> Analyzer<'a> {
                 .and_then(|n| Some((n.as_str()?, n.span)));
             return self.pipeline(name, &tasks);
         }
-        self.single_task(tasks[0])
+        self.single_task(tasks[0], pool::is_pool_file(documents))
     }
 
     /// Several tasks without a Job Group header: a managed-job pipeline, run
@@ -312,6 +313,7 @@ impl<'a> Analyzer<'a> {
             inter_connection: InterConnection::Disabled,
             execution: Execution::Serial,
             tasks: steps,
+            pool: None,
         };
         (!self.diagnostics.has_errors()).then_some(group)
     }
@@ -336,8 +338,9 @@ impl<'a> Analyzer<'a> {
         }
     }
 
-    /// One task document, run as a one-task group.
-    fn single_task(&mut self, doc: &Document) -> Option<Group> {
+    /// One task document, run as a one-task group; or the task of a pool
+    /// file, its workers' (`pool_file`).
+    fn single_task(&mut self, doc: &Document, pool_file: bool) -> Option<Group> {
         if doc.root.as_map().is_none() {
             self.push(not_a_mapping(&doc.root, "a task"));
             return None;
@@ -347,7 +350,14 @@ impl<'a> Analyzer<'a> {
             options: self.options,
             in_group: false,
         };
-        let mut task = task::analyze(&ctx, &doc.root, self.diagnostics)?;
+        let task = task::analyze(&ctx, &doc.root, self.diagnostics);
+        // A pool file is checked as `sky jobs pool apply` checks it.
+        let pool = if pool_file {
+            pool::analyze(&doc.root, self.diagnostics)
+        } else {
+            None
+        };
+        let mut task = task?;
         if task.name.is_empty() {
             "task".clone_into(&mut task.name);
         }
@@ -358,6 +368,7 @@ impl<'a> Analyzer<'a> {
             inter_connection: InterConnection::Auto,
             execution: Execution::Parallel,
             tasks: vec![task],
+            pool,
         };
         self.check_group(&group, std::slice::from_ref(doc));
         (!self.diagnostics.has_errors()).then_some(group)
@@ -420,7 +431,7 @@ impl<'a> Analyzer<'a> {
             root: only_name,
             start: root.span,
         };
-        self.single_task(&doc)
+        self.single_task(&doc, false)
     }
 
     fn check_pipeline_execution(&mut self, execution: &Node, documents: usize) {

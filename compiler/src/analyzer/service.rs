@@ -179,19 +179,28 @@ pub(super) fn check(root: &Node, out: &mut Diagnostics) {
     let Some(service) = root.get_present("service").filter(|s| s.as_map().is_some()) else {
         return;
     };
-    Check { service, out }.run();
+    check_spec(service, Rule::InvalidService, out);
+}
+
+/// Checks a service spec as `SkyServiceSpec.from_yaml_config` does, each
+/// finding under `rule`. A top-level `pool` is checked as the spec
+/// `{pool: ...}` (`pool.rs`), as SkyPilot does.
+pub(super) fn check_spec(service: &Node, rule: Rule, out: &mut Diagnostics) {
+    Check { service, rule, out }.run();
 }
 
 struct Check<'a, 'o> {
     service: &'a Node,
+    /// `invalid-service`, or `invalid-pool` for a pool file.
+    rule: Rule,
     out: &'o mut Diagnostics,
 }
 
-fn invalid(span: Span, message: impl Into<String>) -> Diagnostic {
-    Diagnostic::new(Rule::InvalidService, span, message)
-}
-
 impl<'a> Check<'a, '_> {
+    fn invalid(&self, span: Span, message: impl Into<String>) -> Diagnostic {
+        Diagnostic::new(self.rule, span, message)
+    }
+
     fn field(&self, key: &str) -> Option<&'a Node> {
         self.service.get_present(key)
     }
@@ -204,7 +213,7 @@ impl<'a> Check<'a, '_> {
         self.unknown_without_value();
         if let (Some(replicas), Some(policy)) = (self.key("replicas"), self.key("replica_policy")) {
             self.out.push(
-                invalid(
+                self.invalid(
                     policy.key.span,
                     "cannot specify both `replicas` and `replica_policy` in the service YAML",
                 )
@@ -248,7 +257,7 @@ impl<'a> Check<'a, '_> {
         let (path, probe) = match &entry.value.value {
             Value::Null => {
                 self.out.push(
-                    invalid(entry.key.span, "`readiness_probe` has no value")
+                    self.invalid(entry.key.span, "`readiness_probe` has no value")
                         .label("SkyPilot fails on an empty probe")
                         .help(
                             "give the path to probe (`readiness_probe: /health`), or leave the \
@@ -266,7 +275,7 @@ impl<'a> Check<'a, '_> {
             && !text.starts_with('/')
         {
             self.out.push(
-                invalid(
+                self.invalid(
                     path.span,
                     format!("readiness_path must start with a slash (/), got `{text}`"),
                 )
@@ -279,7 +288,7 @@ impl<'a> Check<'a, '_> {
             && let Err(why) = pyjson::loads(text)
         {
             self.out.push(
-                invalid(
+                self.invalid(
                     post_data.span,
                     "invalid JSON string for `post_data` in the `readiness_probe` section of \
                      your service YAML",
@@ -329,7 +338,7 @@ impl<'a> Check<'a, '_> {
         let workers = self.key("workers").filter(|e| !e.value.is_null());
         if is_pool && let Some(p) = self.key("replica_policy").filter(|_| policy.is_some()) {
             self.out.push(
-                invalid(
+                self.invalid(
                     p.key.span,
                     "cannot specify `replica_policy` for cluster pool",
                 )
@@ -343,7 +352,7 @@ impl<'a> Check<'a, '_> {
         }
         if let (Some(r), Some(w)) = (replicas, workers) {
             self.out.push(
-                invalid(w.key.span, "cannot specify both `replicas` and `workers`")
+                self.invalid(w.key.span, "cannot specify both `replicas` and `workers`")
                     .label("a second count")
                     .with_secondary(r.key.span, "`replicas` set here")
                     .help("use one of them"),
@@ -351,7 +360,7 @@ impl<'a> Check<'a, '_> {
         }
         if let Some(r) = replicas.filter(|_| is_pool) {
             self.out.push(
-                invalid(r.key.span, "cannot specify `replicas` for pool")
+                self.invalid(r.key.span, "cannot specify `replicas` for pool")
                     .label("not for a pool")
                     .with_secondary(pool_key, "a pool")
                     .help("use `workers` instead"),
@@ -418,18 +427,25 @@ impl<'a> Check<'a, '_> {
             && max.value < min.value
             && !from_pool_bounds
         {
-            let mut d = invalid(
-                max_span(max),
-                format!(
-                    "max_replicas must be greater than or equal to min_replicas, found \
+            let mut d = self
+                .invalid(
+                    max_span(max),
+                    format!(
+                        "max_replicas must be greater than or equal to min_replicas, found \
                      min_replicas={}, max_replicas={}",
-                    min.shown(),
-                    max.shown()
-                ),
-            )
-            .label("below the minimum");
+                        min.shown(),
+                        max.shown()
+                    ),
+                )
+                .label("below the minimum");
             if let Some(n) = min.node {
                 d = d.with_secondary(n.span, "the minimum");
+            }
+            if pool.is_some() {
+                d = d.help(
+                    "a pool's minimum is `min_workers`, else `workers`, else 1: raise \
+                     `max_workers`, or lower the minimum",
+                );
             }
             self.out.push(d);
         }
@@ -437,7 +453,7 @@ impl<'a> Check<'a, '_> {
             (Some(target), None) => {
                 let span = self.policy_key_of(target).unwrap_or(target.span);
                 self.out.push(
-                    invalid(
+                    self.invalid(
                         span,
                         "max_replicas must be set where target_qps_per_replica is set",
                     )
@@ -446,7 +462,7 @@ impl<'a> Check<'a, '_> {
                 );
             }
             (None, Some(max)) if !is_pool && max.value != min.value => self.out.push(
-                invalid(
+                self.invalid(
                     max_span(max),
                     "detected different min_replicas and max_replicas while \
                      target_qps_per_replica is not set",
@@ -476,7 +492,7 @@ impl<'a> Check<'a, '_> {
         let (min, max) = (field("min_workers"), field("max_workers"));
         if min.is_none() && max.is_none() && workers.is_none() {
             self.out.push(
-                invalid(
+                self.invalid(
                     pool_key,
                     "one of workers, or both min_workers and max_workers must be set for pool \
                      autoscaling",
@@ -491,7 +507,7 @@ impl<'a> Check<'a, '_> {
         ] {
             if let (Some(e), None) = (set, max) {
                 self.out.push(
-                    invalid(
+                    self.invalid(
                         e.key.span,
                         format!(
                             "max_workers must be set when {what} is specified for pool autoscaling"
@@ -506,7 +522,7 @@ impl<'a> Check<'a, '_> {
             && lo.value > hi.value
         {
             self.out.push(
-                invalid(
+                self.invalid(
                     min.value.span,
                     format!(
                         "min_workers ({}) must be <= max_workers ({}) for pool autoscaling",
@@ -530,7 +546,7 @@ impl<'a> Check<'a, '_> {
             // A block mapping's span runs on to the next key: point at its own.
             let span = self.policy_key_of(target).unwrap_or(target.span);
             self.out.push(
-                invalid(
+                self.invalid(
                     span,
                     "when using dict type target_qps_per_replica, load_balancing_policy must be \
                      \"instance_aware_least_load\"",
@@ -541,7 +557,7 @@ impl<'a> Check<'a, '_> {
         }
         if let Some(lb) = lb.filter(|_| instance_aware && !by_accelerator) {
             self.out.push(
-                invalid(
+                self.invalid(
                     lb.span,
                     "when using \"instance_aware_least_load\" policy, target_qps_per_replica \
                      must be a dict mapping GPU types to QPS values",
@@ -584,7 +600,8 @@ impl<'a> Check<'a, '_> {
             let Some(e) = entry.filter(|e| !e.value.is_null()) else {
                 continue;
             };
-            let mut d = invalid(e.key.span, format!("{name} is not supported for pool"))
+            let mut d = self
+                .invalid(e.key.span, format!("{name} is not supported for pool"))
                 .label("not for a pool")
                 .with_secondary(pool_key, "a pool");
             if name.ends_with("_delay_seconds") {
@@ -605,7 +622,7 @@ impl<'a> Check<'a, '_> {
                 .field("load_balancing_policy")
                 .map_or(self.service.span, |n| n.span);
             self.out.push(
-                invalid(span, format!("unknown load balancing policy: {text}"))
+                self.invalid(span, format!("unknown load balancing policy: {text}"))
                     .label("policies are lower-case")
                     .help(format!("write `{lower}`")),
             );

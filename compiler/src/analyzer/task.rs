@@ -1,7 +1,7 @@
 //! One task: its fields beyond structure, lowered to an IR [`Task`].
 
 use super::Options;
-use super::{resources, service};
+use super::{pool, resources, service};
 use crate::ir::{EnvVar, FileMount, Role, Task, VolumeMount, Workdir};
 use crate::schema::{self, DocumentKind};
 use crate::yaml::{Node, Value};
@@ -27,7 +27,7 @@ pub(super) fn analyze(ctx: &TaskContext<'_>, root: &Node, out: &mut Diagnostics)
     let num_nodes = num_nodes(root, out);
     let secrets = secrets(root, out);
     let (resources, recovery) = resources::analyze(root.get_present("resources"), out);
-    check_exclusive(ctx, root, out);
+    pool::check(root, ctx.in_group, out);
     check_file_mounts(root, out);
     for field in ["inputs", "outputs"] {
         if let Some(e) = root.entry(field)
@@ -243,34 +243,6 @@ fn strip_scope(name: &str) -> &str {
         .iter()
         .find_map(|p| name.strip_prefix(p))
         .unwrap_or(name)
-}
-
-fn check_exclusive(ctx: &TaskContext<'_>, root: &Node, out: &mut Diagnostics) {
-    let service = root.entry("service").filter(|e| !e.value.is_null());
-    let pool = root.entry("pool").filter(|e| !e.value.is_null());
-    if let (Some(s), Some(p)) = (service, pool) {
-        out.push(
-            Diagnostic::new(
-                Rule::ConflictingFields,
-                p.key.span,
-                "`service` and `pool` cannot both be set",
-            )
-            .label("second")
-            .with_secondary(s.key.span, "first"),
-        );
-    }
-    if ctx.in_group
-        && let Some(p) = pool
-    {
-        out.push(
-            Diagnostic::new(
-                Rule::ConflictingFields,
-                p.key.span,
-                "tasks of a Job Group cannot use a pool",
-            )
-            .label("pools are not supported in Job Groups"),
-        );
-    }
 }
 
 /// What SkyPilot checks of `file_mounts` when loading: each source is a

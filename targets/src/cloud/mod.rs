@@ -107,6 +107,14 @@ impl Build {
 
 /// Lowers `group` to the instance spec of the catalog's cloud.
 pub fn build(group: &Group, catalog: &Catalog) -> Build {
+    if let Some(refusal) =
+        crate::pool_refusal(group, catalog.cloud.display(), Rule::CloudUnrepresentable)
+    {
+        return Build {
+            document: None,
+            diagnostics: vec![refusal],
+        };
+    }
     if group.execution == skyc_compiler::ir::Execution::Serial {
         let span = group
             .name_span

@@ -88,6 +88,12 @@ impl<'a> Common<'a> {
 /// script but one job per step: [`super::pipeline`] lowers it.
 pub fn build(group: &Group, options: &Options) -> Build {
     let mut diagnostics = Vec::new();
+    if let Some(refusal) = crate::pool_refusal(group, "Slurm", Rule::SlurmUnrepresentable) {
+        return Build {
+            script: None,
+            diagnostics: vec![refusal],
+        };
+    }
     let common = Common::new(group, options, &mut diagnostics);
     if group.execution == Execution::Serial {
         diagnostics.push(
