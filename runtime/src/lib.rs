@@ -14,8 +14,12 @@
 
 pub mod aws;
 pub mod backend;
+pub mod backoff;
+pub mod goal;
 pub mod k8s;
 pub mod local;
+pub mod outbox;
+pub mod paths;
 pub mod policy;
 pub mod secrets;
 pub mod slurm;

@@ -20,14 +20,14 @@ use super::plan::Plan;
 use super::remote::Ssh;
 use super::retry;
 use crate::backend::{Adoption, Backend, NodeInfo, Report};
-use crate::k8s::goal::Goal;
+use crate::goal::Goal;
+use crate::outbox::{Out, Outbox};
 use crate::policy::{Action, Engine};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::Duration;
 
@@ -89,30 +89,10 @@ enum Msg {
     Release,
 }
 
-/// Where a group's reports go: the channel, then a byte in the pipe.
-#[derive(Clone)]
-struct Out {
-    gid: i64,
-    tx: mpsc::Sender<(i64, Report)>,
-    wake: Arc<OwnedFd>,
-}
-
-impl Out {
-    fn send(&self, report: Report) {
-        if self.tx.send((self.gid, report)).is_ok() {
-            // A full pipe already wakes the reader.
-            let _ = rustix::io::write(&*self.wake, &[1]);
-        }
-    }
-}
-
 pub struct Aws {
     state_dir: PathBuf,
     groups: BTreeMap<i64, mpsc::Sender<Msg>>,
-    tx: mpsc::Sender<(i64, Report)>,
-    reports: mpsc::Receiver<(i64, Report)>,
-    wake_read: OwnedFd,
-    wake: Arc<OwnedFd>,
+    outbox: Outbox,
     /// The tuning of every group's client (tests make it short).
     tuning: Tuning,
 }
@@ -120,17 +100,10 @@ pub struct Aws {
 impl Aws {
     /// The backend; group logs go under `state_dir`'s group directories.
     pub fn start(state_dir: PathBuf) -> io::Result<Aws> {
-        let (read, write) = rustix::pipe::pipe_with(
-            rustix::pipe::PipeFlags::NONBLOCK | rustix::pipe::PipeFlags::CLOEXEC,
-        )?;
-        let (tx, reports) = mpsc::channel();
         Ok(Aws {
             state_dir,
             groups: BTreeMap::new(),
-            tx,
-            reports,
-            wake_read: read,
-            wake: Arc::new(write),
+            outbox: Outbox::new()?,
             tuning: Tuning::default(),
         })
     }
@@ -188,7 +161,7 @@ impl Backend for Aws {
             .map_err(|e| format!("the group's AWS plan: {e}"))?;
         let ec2 = Ec2::new(&run.settings, Some(&run.plan.region), self.tuning)
             .map_err(|e| e.to_string())?;
-        let group_dir = crate::local::paths::group_dir(&self.state_dir, gid);
+        let group_dir = crate::paths::group_dir(&self.state_dir, gid);
         let dir = ssh_dir(&group_dir).map_err(|e| format!("the run's SSH directory: {e}"))?;
         let mut data = DataPlane::new(
             Ssh {
@@ -204,11 +177,7 @@ impl Backend for Aws {
         data.secrets = run.secrets.clone();
         data.private = run.private;
         let (tx, rx) = mpsc::channel();
-        let out = Out {
-            gid,
-            tx: self.tx.clone(),
-            wake: Arc::clone(&self.wake),
-        };
+        let out = self.outbox.post().out(gid);
         let group = Group {
             plan: run.plan,
             goal: Goal::from_engine(adoption.engine),
@@ -247,13 +216,11 @@ impl Backend for Aws {
     }
 
     fn drain(&mut self, _now_ms: i64) -> Vec<(i64, Report)> {
-        let mut buf = [0u8; 256];
-        while matches!(rustix::io::read(&self.wake_read, &mut buf), Ok(n) if n > 0) {}
-        self.reports.try_iter().collect()
+        self.outbox.drain()
     }
 
     fn wake_fd(&self) -> Option<BorrowedFd<'_>> {
-        Some(self.wake_read.as_fd())
+        Some(self.outbox.wake_fd())
     }
 
     fn next_wake_ms(&self) -> Option<i64> {

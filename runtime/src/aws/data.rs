@@ -25,7 +25,7 @@ use super::plan::Plan;
 use super::remote::{self, LOGS, RemoteError, Ssh};
 use super::response::State;
 use super::world::{NodeKey, World};
-use crate::k8s::goal::{Goal, Want};
+use crate::goal::{Goal, Want};
 use std::collections::{HashMap, HashSet};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};

@@ -11,7 +11,7 @@
 //!   the AWS SDK, which costs minutes of build (DESIGN.md, "AWS");
 //! - [`world`], [`observe`] and [`reconcile`]: pure, where the engine
 //!   meets EC2: the run's instances to engine events, and the engine's
-//!   state ([`crate::k8s::goal`]) to EC2 operations;
+//!   state ([`crate::goal`]) to EC2 operations;
 //! - [`ops`]: those operations, each safe to repeat; [`pass`]: one pass
 //!   of the loop (world, reports, operations), what the backend runs;
 //! - [`node`] and [`remote`]: the data plane's pure half (a node's files

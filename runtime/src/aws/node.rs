@@ -6,7 +6,7 @@
 
 use super::plan::Plan;
 use super::world::{NodeKey, World};
-use crate::k8s::goal::{Goal, Want};
+use crate::goal::{Goal, Want};
 use crate::policy::Phase;
 use std::collections::BTreeMap;
 

@@ -30,7 +30,7 @@ use super::plan::Plan;
 use super::response::{Instance, State};
 use super::world::{NodeKey, World};
 use crate::backend::{NodeInfo, Report};
-use crate::k8s::goal::{Goal, Want};
+use crate::goal::{Goal, Want};
 use crate::policy::{Event, Phase};
 
 /// What the run's instances say now, for the engine and for status.
@@ -59,7 +59,7 @@ pub fn observe(plan: &Plan, world: &World, goal: &Goal, outcomes: &Outcomes) -> 
                 info.hostname = format!("{}-{rank}.{}", plan.spec.tasks[task].name, plan.group);
                 if let Some(Outcome::Exited { phase, code }) = outcome {
                     info.exit_code = Some(code);
-                    info.phase = Some(crate::local::paths::phase_name(phase).to_owned());
+                    info.phase = Some(crate::paths::phase_name(phase).to_owned());
                 }
                 nodes.push(Report::Node(info));
             }

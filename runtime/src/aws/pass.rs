@@ -21,7 +21,7 @@ use super::plan::Plan;
 use super::reconcile::{Op, reconcile, settled};
 use super::retry;
 use crate::backend::Report;
-use crate::k8s::goal::Goal;
+use crate::goal::Goal;
 use crate::policy::Event;
 
 /// Whether an error means EC2 is out of reach, rather than refusing one

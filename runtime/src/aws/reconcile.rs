@@ -20,7 +20,7 @@
 use super::plan::Plan;
 use super::response::State;
 use super::world::{NodeKey, World};
-use crate::k8s::goal::{Goal, Want};
+use crate::goal::{Goal, Want};
 
 /// One EC2 operation, as data.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

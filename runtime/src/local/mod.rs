@@ -17,7 +17,6 @@ pub mod env;
 pub mod logindex;
 pub mod machine;
 pub mod network;
-pub mod paths;
 pub mod plan;
 
 /// Set in every node process to its attempt directory: how the processes

@@ -78,7 +78,7 @@ impl Plan {
         let dir = self
             .out_dir
             .clone()
-            .unwrap_or_else(|| crate::local::paths::group_dir(state, gid));
+            .unwrap_or_else(|| crate::paths::group_dir(state, gid));
         std::path::absolute(&dir).unwrap_or(dir)
     }
 

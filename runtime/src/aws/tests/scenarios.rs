@@ -20,7 +20,7 @@ use crate::aws::reconcile::{reconcile, settled};
 use crate::aws::response::State;
 use crate::aws::world::{NodeKey, World};
 use crate::backend::Report;
-use crate::k8s::goal::Goal;
+use crate::goal::Goal;
 use crate::policy::{Event, Phase, Status, Timer};
 use futures::FutureExt as _;
 use futures::future::BoxFuture;

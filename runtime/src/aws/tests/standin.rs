@@ -22,7 +22,7 @@ use crate::aws::response::State;
 use crate::aws::sigv4::Credentials;
 use crate::aws::world::{NodeKey, World};
 use crate::backend::Report;
-use crate::k8s::goal::Goal;
+use crate::goal::Goal;
 use crate::policy::{Event, Status, Timer};
 use base64::Engine as _;
 use std::collections::{BTreeMap, BTreeSet};

@@ -10,7 +10,7 @@ use crate::aws::reconcile::{Op, reconcile, settled};
 use crate::aws::response::{Instance, State};
 use crate::aws::world::{Network, World};
 use crate::backend::Report;
-use crate::k8s::goal::Goal;
+use crate::goal::Goal;
 use crate::policy::{Event, Phase, Status, Timer};
 use serde_json::json;
 
