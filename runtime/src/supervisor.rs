@@ -1,6 +1,6 @@
 //! The supervisor: one process per state directory. It runs the
 //! directory's groups on their backends ([`Local`] for this machine,
-//! [`SlurmBackend`], [`Kubernetes`]); clients (`skyc run`, `status`,
+//! [`SlurmBackend`], [`Kubernetes`], [`Aws`]); clients (`skyc run`, `status`,
 //! `cancel`) only write to the store and wake it.
 //!
 //! It owns the store, one policy [`Engine`] per group and the engines'
@@ -19,7 +19,7 @@
 use crate::aws::Aws;
 use crate::backend::{Adoption, Backend, NodeInfo, Policy, Report};
 use crate::k8s::{Connect, Kubernetes, Tuning, kubeconfig};
-use crate::local::machine::Local;
+use crate::local::backend::Local;
 use crate::paths;
 use crate::policy::{Action, Engine, Event, GroupSpec, Status, Timer};
 use crate::slurm::SlurmBackend;
