@@ -11,14 +11,14 @@
 //! the run's instances by their `skyc-run` tag and goes on (logs are read
 //! again from their start).
 
-use super::client::{Ec2, Tuning};
-use super::config::Settings;
-use super::data::DataPlane;
-use super::ops;
-use super::pass::pass;
 use super::plan::Plan;
-use super::remote::Ssh;
-use super::retry;
+use crate::aws::control::ops;
+use crate::aws::control::pass::pass;
+use crate::aws::data::plane::DataPlane;
+use crate::aws::data::remote::Ssh;
+use crate::aws::ec2::client::{Ec2, Tuning};
+use crate::aws::ec2::config::Settings;
+use crate::aws::ec2::retry;
 use crate::backend::{Adoption, Backend, NodeInfo, Report};
 use crate::goal::Goal;
 use crate::outbox::{Out, Outbox};
@@ -135,7 +135,7 @@ fn ssh_dir(group_dir: &Path) -> io::Result<PathBuf> {
         use std::os::unix::ffi::OsStrExt as _;
         let uid = rustix::process::getuid().as_raw();
         let hash = ring::digest::digest(&ring::digest::SHA256, group_dir.as_os_str().as_bytes());
-        let hex = super::sigv4::hex(hash.as_ref());
+        let hex = crate::aws::ec2::sigv4::hex(hash.as_ref());
         std::env::temp_dir().join(format!("skyc-ssh-{uid}-{}", &hex[..16]))
     };
     match std::fs::create_dir(&dir) {
@@ -316,7 +316,7 @@ impl Group {
     /// rotated): the ones the configuration gives now, if they differ,
     /// are tried on the next pass; else the run is in an outage (nothing
     /// of it is followed or terminated) until they are renewed.
-    fn credentials_refused(&mut self, e: &super::client::Error) {
+    fn credentials_refused(&mut self, e: &crate::aws::ec2::client::Error) {
         if let Some(now) = self.settings.renewed_here()
             && let Ok(ec2) = Ec2::new(&now, Some(&self.plan.region), self.tuning)
         {
@@ -349,7 +349,7 @@ impl Group {
     fn step(&mut self, rt: &tokio::runtime::Runtime) {
         let world = match rt.block_on(ops::world(&self.ec2, &self.plan)) {
             Ok(w) => w,
-            Err(e) if super::pass::is_outage(&e) => {
+            Err(e) if crate::aws::control::pass::is_outage(&e) => {
                 self.set_outage(Some(e.to_string()));
                 return;
             }

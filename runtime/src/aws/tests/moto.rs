@@ -14,10 +14,10 @@
 
 use super::GROUP;
 use super::scenarios::{self, Target};
-use crate::aws::client::{Ec2, Error, Tuning};
-use crate::aws::config::Settings;
-use crate::aws::ops;
-use crate::aws::sigv4::Credentials;
+use crate::aws::control::ops;
+use crate::aws::ec2::client::{Ec2, Error, Tuning};
+use crate::aws::ec2::config::Settings;
+use crate::aws::ec2::sigv4::Credentials;
 use crate::backoff::Backoff;
 use std::time::{Duration, Instant};
 

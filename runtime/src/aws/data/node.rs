@@ -4,8 +4,8 @@
 //! is docs/targets/cloud.md, "The node's directory"; how the files travel
 //! (SSH) is DESIGN.md's, "The AWS runtime".
 
-use super::plan::Plan;
-use super::world::{NodeKey, World};
+use crate::aws::control::world::{NodeKey, World};
+use crate::aws::plan::Plan;
 use crate::goal::{Goal, Want};
 use crate::policy::Phase;
 use std::collections::BTreeMap;

@@ -8,7 +8,7 @@
 //!   `ClientToken`, the others are idempotent or answer "duplicate".
 //! - Final: everything else (bad credentials, a bad request, a quota).
 
-use super::client::Error;
+use crate::aws::ec2::client::Error;
 
 /// Codes the AWS SDKs treat as throttling.
 const THROTTLING: &[&str] = &[

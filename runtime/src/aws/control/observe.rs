@@ -18,17 +18,17 @@
 //! why (its `stateReason`, e.g. `Server.SpotInstanceTermination`).
 //!
 //! How a node's setup and run ended comes from the data plane (its files,
-//! [`super::node::Outcomes`]): a node done is `NodeExited` with its phase
+//! [`crate::aws::data::node::Outcomes`]): a node done is `NodeExited` with its phase
 //! and code whatever its instance shows (a node that ended and was then
 //! terminated is not lost), and exits come before losses in one pass; a
 //! node whose VM booted again is lost. A node SSH never reached in the
 //! data plane's limit failed its setup (exit 255, as `ssh` says); one
 //! that answered, then went silent that long, is lost.
 
-use super::node::{Outcome, Outcomes};
-use super::plan::Plan;
-use super::response::{Instance, State};
-use super::world::{NodeKey, World};
+use crate::aws::control::world::{NodeKey, World};
+use crate::aws::data::node::{Outcome, Outcomes};
+use crate::aws::ec2::response::{Instance, State};
+use crate::aws::plan::Plan;
 use crate::backend::{NodeInfo, Report};
 use crate::goal::{Goal, Want};
 use crate::policy::{Event, Phase};

@@ -1,16 +1,16 @@
 //! The EC2 client: a form-encoded POST per call, signed with SigV4, over
 //! the HTTP/1.1 and TLS stack the Kubernetes client already brings
 //! (hyper, rustls with the system's roots). Every try is bounded in time;
-//! transient failures are retried with backoff (see [`super::retry`]).
+//! transient failures are retried with backoff (see [`crate::aws::ec2::retry`]).
 //!
-//! The operations the runtime needs are in [`super::ops`]; this is the
+//! The operations the runtime needs are in [`crate::aws::control::ops`]; this is the
 //! transport and the error model.
 
-use super::config::{ConfigError, Settings};
-use super::query;
-use super::response;
-use super::retry;
-use super::sigv4::{self, Credentials};
+use crate::aws::ec2::config::{ConfigError, Settings};
+use crate::aws::ec2::query;
+use crate::aws::ec2::response;
+use crate::aws::ec2::retry;
+use crate::aws::ec2::sigv4::{self, Credentials};
 use crate::backoff::Backoff;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
