@@ -1,7 +1,7 @@
 //! How long a backend waits before asking its cluster again: exponential
 //! backoff, doubling from a first delay up to a cap, with or without
 //! jitter. What is retried is each backend's own (`k8s::retry`,
-//! `aws::retry`); only the waiting is shared.
+//! `aws::ec2::retry`); only the waiting is shared.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
