@@ -649,7 +649,12 @@ fn state_dir_flag(args: &Args) -> String {
     args.state
         .state_dir
         .as_ref()
-        .map(|d| format!(" --state-dir {}", slurm::quote(&d.to_string_lossy())))
+        .map(|d| {
+            format!(
+                " --state-dir {}",
+                skyc_targets::shell::quote(&d.to_string_lossy())
+            )
+        })
         .unwrap_or_default()
 }
 

@@ -4,4 +4,5 @@
 
 pub mod cloud;
 pub mod k8s;
+pub mod shell;
 pub mod slurm;

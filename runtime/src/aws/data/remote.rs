@@ -11,7 +11,7 @@
 use crate::aws::data::node::NodeFiles;
 use base64::Engine as _;
 use rustix::process::{Pid, Signal, kill_process};
-use skyc_targets::slurm::{is_variable_name, quote};
+use skyc_targets::shell::{is_variable_name, quote, single_quoted};
 use std::io::Write as _;
 use std::path::Path;
 use std::process::Stdio;
@@ -248,10 +248,7 @@ impl Ssh {
         // one argument, quoted once for it, in single quotes whatever it
         // holds (newlines too), which every POSIX login shell reads.
         let sudo = if self.user == "root" { "" } else { "sudo -n " };
-        argv.push(format!(
-            "{sudo}sh -c '{}'",
-            command.script.replace('\'', "'\\''")
-        ));
+        argv.push(format!("{sudo}sh -c {}", single_quoted(&command.script)));
         argv
     }
 
