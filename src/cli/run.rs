@@ -269,11 +269,34 @@ fn submit(args: &Args) -> Result<Submitted, String> {
     Ok(Submitted::Group(dir, gid))
 }
 
+/// The token a cluster run carries (Slurm's job comment, Kubernetes'
+/// run annotation): this client and the time of submission.
+fn run_token(submitted_ms: i64) -> String {
+    format!("skyc-{}-{submitted_ms}", std::process::id())
+}
+
 /// A backend's plan of the group, as JSON, and what planning found.
 struct Planned {
     backend: Backend,
     plan: Option<String>,
     diagnostics: Vec<Diagnostic>,
+}
+
+impl Planned {
+    /// `plan` as the JSON the store keeps; none when planning failed.
+    fn new(
+        backend: Backend,
+        plan: Option<impl serde::Serialize>,
+        diagnostics: Vec<Diagnostic>,
+    ) -> Result<Self, String> {
+        Ok(Self {
+            backend,
+            plan: plan
+                .map(|p| serde_json::to_string(&p).map_err(|e| e.to_string()))
+                .transpose()?,
+            diagnostics,
+        })
+    }
 }
 
 fn plan_local(
@@ -322,13 +345,7 @@ fn plan_local(
             errln!("note: nodes get {}", mode.describe());
         }
     }
-    Ok(Planned {
-        backend: Backend::Local,
-        plan: plan
-            .map(|p| serde_json::to_string(&p).map_err(|e| e.to_string()))
-            .transpose()?,
-        diagnostics,
-    })
+    Planned::new(Backend::Local, plan, diagnostics)
 }
 
 fn plan_slurm(
@@ -383,14 +400,7 @@ fn plan_slurm(
     };
     // The jobs get sbatch's environment: this one, with the secrets.
     let mut env: Vec<(String, String)> = std::env::vars().collect();
-    for task in &group.tasks {
-        let (values, missing) = skyc_runtime::secrets::resolve(task, secrets);
-        diagnostics.extend(missing);
-        for (k, v) in values {
-            env.retain(|(name, _)| *name != k);
-            env.push((k, v));
-        }
-    }
+    diagnostics.extend(skyc_runtime::secrets::merge(&mut env, group, secrets));
     let plan = script
         .zip(steps)
         .filter(|_| !diagnostics.iter().any(Diagnostic::is_error))
@@ -402,15 +412,9 @@ fn plan_slurm(
             steps,
             out_dir,
             env,
-            token: format!("skyc-{}-{submitted_ms}", std::process::id()),
+            token: run_token(submitted_ms),
         });
-    Ok(Planned {
-        backend: Backend::Slurm,
-        plan: plan
-            .map(|p| serde_json::to_string(&p).map_err(|e| e.to_string()))
-            .transpose()?,
-        diagnostics,
-    })
+    Planned::new(Backend::Slurm, plan, diagnostics)
 }
 
 fn plan_k8s(
@@ -431,16 +435,8 @@ fn plan_k8s(
     );
     let reached = k8s_client::reach(kubeconfig.as_deref(), context.as_deref())?;
     // The Secret the pods read carries the values of the tasks' secrets.
-    let mut diagnostics = Vec::new();
     let mut values: Vec<(String, String)> = Vec::new();
-    for task in &group.tasks {
-        let (found, missing) = skyc_runtime::secrets::resolve(task, secrets);
-        diagnostics.extend(missing);
-        for (k, v) in found {
-            values.retain(|(name, _)| *name != k);
-            values.push((k, v));
-        }
-    }
+    let mut diagnostics = skyc_runtime::secrets::merge(&mut values, group, secrets);
     let plan = K8sPlan::new(
         group,
         &options,
@@ -448,7 +444,7 @@ fn plan_k8s(
         context,
         Duration::from_secs_f64(args.grace),
         &values,
-        format!("skyc-{}-{submitted_ms}", std::process::id()),
+        run_token(submitted_ms),
     );
     let plan = match plan {
         Ok(plan) if !diagnostics.iter().any(Diagnostic::is_error) => {
@@ -460,13 +456,7 @@ fn plan_k8s(
             None
         }
     };
-    Ok(Planned {
-        backend: Backend::Kubernetes,
-        plan: plan
-            .map(|p| serde_json::to_string(&p).map_err(|e| e.to_string()))
-            .transpose()?,
-        diagnostics,
-    })
+    Planned::new(Backend::Kubernetes, plan, diagnostics)
 }
 
 fn plan_aws(
@@ -493,11 +483,7 @@ fn plan_aws(
         .document
         .filter(|_| !diagnostics.iter().any(Diagnostic::is_error))
     else {
-        return Ok(Planned {
-            backend: Backend::Aws,
-            plan: None,
-            diagnostics,
-        });
+        return Planned::new(Backend::Aws, None::<RunPlan>, diagnostics);
     };
     let grace = Duration::from_secs_f64(args.grace);
     let run = format!("{submitted_ms}-{}", std::process::id());
@@ -546,11 +532,7 @@ fn plan_aws(
         settings,
         secrets: values,
     };
-    Ok(Planned {
-        backend: Backend::Aws,
-        plan: Some(serde_json::to_string(&run).map_err(|e| e.to_string())?),
-        diagnostics,
-    })
+    Planned::new(Backend::Aws, Some(run), diagnostics)
 }
 
 /// A login name as `useradd` takes one: the runtime passes it to `ssh`.
