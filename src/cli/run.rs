@@ -10,7 +10,7 @@ use super::slurm::SlurmArgs;
 use super::state::StateArgs;
 use super::{input, parse_env, report};
 use clap::ValueEnum;
-use skyc_compiler::ir::{Execution, Group, Role};
+use skyc_compiler::ir::{Group, Role};
 use skyc_compiler::{Diagnostic, Options, compile};
 use skyc_runtime::aws::{Plan as AwsPlan, RunPlan, SshAccess};
 use skyc_runtime::k8s::{Plan as K8sPlan, client as k8s_client};
@@ -18,11 +18,10 @@ use skyc_runtime::local::capacity::Capacity;
 use skyc_runtime::local::network::{self, Mode};
 use skyc_runtime::local::plan::{NetworkRequest, Plan, PlanOptions, run_timestamp};
 use skyc_runtime::policy::GroupSpec;
-use skyc_runtime::slurm::{Plan as SlurmPlan, PlannedStep};
+use skyc_runtime::slurm::Plan as SlurmPlan;
 use skyc_runtime::store::{Backend, NewGroup, NewTask, Store, now_ms};
 use skyc_runtime::supervisor;
 use skyc_targets::cloud::{self, Cloud};
-use skyc_targets::slurm;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -354,66 +353,16 @@ fn plan_slurm(
     secrets: &[(String, String)],
     submitted_ms: i64,
 ) -> Result<Planned, String> {
-    let pipeline = group.execution == Execution::Serial;
-    let out_dir = match &args.out_dir {
-        Some(dir) => {
-            let dir = std::path::absolute(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-            // A pipeline's steps write theirs in a directory each.
-            let mut outputs = vec![dir.clone()];
-            if pipeline {
-                outputs.extend(group.tasks.iter().map(|t| dir.join(&t.name)));
-            }
-            if outputs.iter().any(|d| d.join("status").exists()) {
-                return Err(format!(
-                    "{} holds the output of another run; choose a new --out-dir",
-                    dir.display()
-                ));
-            }
-            Some(dir)
-        }
-        None => None,
-    };
     // The script's own grace is whole seconds; never shorter than asked.
     let grace_secs = args.grace.ceil() as u64;
-    let options = args.slurm.options(grace_secs);
-    // A group is one batch job; a pipeline one per step, chained.
-    let (script, steps, mut diagnostics) = if pipeline {
-        let built = slurm::pipeline(group, &options);
-        let steps = built.pipeline.map(|p| {
-            p.steps
-                .into_iter()
-                .map(|s| PlannedStep {
-                    name: s.name,
-                    script: s.script,
-                    after: s.after,
-                })
-                .collect()
-        });
-        (
-            steps.as_ref().map(|_| String::new()),
-            steps,
-            built.diagnostics,
-        )
-    } else {
-        let built = slurm::build(group, &options);
-        (built.script, Some(Vec::new()), built.diagnostics)
-    };
-    // The jobs get sbatch's environment: this one, with the secrets.
-    let mut env: Vec<(String, String)> = std::env::vars().collect();
-    diagnostics.extend(skyc_runtime::secrets::merge(&mut env, group, secrets));
-    let plan = script
-        .zip(steps)
-        .filter(|_| !diagnostics.iter().any(Diagnostic::is_error))
-        .map(|(script, steps)| SlurmPlan {
-            group: group.name.clone(),
-            spec: GroupSpec::from_ir(group, Duration::from_secs(grace_secs)),
-            num_nodes: group.tasks.iter().map(|t| t.num_nodes).collect(),
-            script,
-            steps,
-            out_dir,
-            env,
-            token: run_token(submitted_ms),
-        });
+    let (plan, diagnostics) = SlurmPlan::new(
+        group,
+        &args.slurm.options(grace_secs),
+        args.out_dir.as_deref(),
+        Duration::from_secs(grace_secs),
+        secrets,
+        run_token(submitted_ms),
+    )?;
     Planned::new(Backend::Slurm, plan, diagnostics)
 }
 
