@@ -13,7 +13,7 @@ use clap::ValueEnum;
 use skyc_compiler::ir::{Group, Role};
 use skyc_compiler::{Diagnostic, Options, compile};
 use skyc_runtime::aws::{Plan as AwsPlan, RunPlan, SshAccess};
-use skyc_runtime::k8s::{Plan as K8sPlan, client as k8s_client};
+use skyc_runtime::k8s::Plan as K8sPlan;
 use skyc_runtime::local::capacity::Capacity;
 use skyc_runtime::local::network::{self, Mode};
 use skyc_runtime::local::plan::{NetworkRequest, Plan, PlanOptions, run_timestamp};
@@ -372,39 +372,15 @@ fn plan_k8s(
     secrets: &[(String, String)],
     submitted_ms: i64,
 ) -> Result<Planned, String> {
-    let options = args.k8s.options()?;
-    if options.queue.is_some() {
-        return Err(skyc_targets::k8s::pods::NO_QUEUE.to_owned());
-    }
-    // The cluster must answer before the group is recorded: a group that
-    // cannot reach it never looks alive in `status`.
-    let (kubeconfig, context) = k8s_client::pin(
+    let (plan, diagnostics) = K8sPlan::for_run(
+        group,
+        &args.k8s.options()?,
         std::env::var("KUBECONFIG").ok().as_deref(),
         args.context.as_deref(),
-    );
-    let reached = k8s_client::reach(kubeconfig.as_deref(), context.as_deref())?;
-    // The Secret the pods read carries the values of the tasks' secrets.
-    let mut values: Vec<(String, String)> = Vec::new();
-    let mut diagnostics = skyc_runtime::secrets::merge(&mut values, group, secrets);
-    let plan = K8sPlan::new(
-        group,
-        &options,
-        &reached.namespace,
-        context,
         Duration::from_secs_f64(args.grace),
-        &values,
+        secrets,
         run_token(submitted_ms),
-    );
-    let plan = match plan {
-        Ok(plan) if !diagnostics.iter().any(Diagnostic::is_error) => {
-            Some(K8sPlan { kubeconfig, ..plan })
-        }
-        Ok(_) => None,
-        Err(more) => {
-            diagnostics.extend(more);
-            None
-        }
-    };
+    )?;
     Planned::new(Backend::Kubernetes, plan, diagnostics)
 }
 
