@@ -16,8 +16,10 @@ use crate::support::root;
 use crate::support::scratch::{Scratch, task, text};
 use base64::Engine as _;
 use serde_json::Value;
-use skyc_runtime::aws::response::State;
-use skyc_runtime::aws::{Ec2, Settings, Tuning, ops, query};
+use skyc_runtime::aws::control::ops;
+use skyc_runtime::aws::ec2::query;
+use skyc_runtime::aws::ec2::response::State;
+use skyc_runtime::aws::{Ec2, Settings, Tuning};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -222,7 +224,7 @@ impl Run {
         let region = plan["region"].as_str().expect("a region").to_owned();
         let settings = Settings {
             profile: "default".into(),
-            credentials: skyc_runtime::aws::sigv4::Credentials {
+            credentials: skyc_runtime::aws::ec2::sigv4::Credentials {
                 access_key_id: "AKIDSKYCTEST".into(),
                 secret_access_key: "skyc-test-secret".into(),
                 session_token: None,
@@ -257,7 +259,7 @@ impl Run {
             .join("id_ed25519.pub")
     }
 
-    fn instances(&self) -> Vec<skyc_runtime::aws::response::Instance> {
+    fn instances(&self) -> Vec<skyc_runtime::aws::ec2::response::Instance> {
         self.rt
             .block_on(ops::instances(&self.ec2, &self.run))
             .expect("DescribeInstances")

@@ -86,7 +86,7 @@ fn assert_ran(out: &Output, what: &str) {
     );
 }
 
-/// A node's namespace and the host end of its veth, as DESIGN.md names
+/// A node's namespace and the host end of its veth, as docs/targets/local.md names
 /// them: `skyc-<address>` and `skyh<address in hex>`.
 fn names(ip: Ipv4Addr) -> (String, String) {
     (format!("skyc-{ip}"), format!("skyh{:08x}", u32::from(ip)))

@@ -20,7 +20,6 @@ mod source;
 mod suggest;
 mod units;
 /// Dates for what skyc prints (task ids, catalog dates), with no clock read.
-pub use units::civil_from_days;
 pub mod yaml;
 
 pub use analyzer::Options;

@@ -3,7 +3,8 @@
 //! The supervisor owns the store, one policy [`Engine`] per group and the
 //! timers: it hands each [`Report::Event`] to the group's engine, commits
 //! the engine's answer, then gives the actions to the group's backend. A
-//! backend (local processes, Slurm, Kubernetes, each in its own module)
+//! backend (local processes, Slurm, Kubernetes, AWS EC2, each in its own
+//! module, its impl in the module's `backend.rs`)
 //! turns actions into its own operations and its observations into
 //! reports, and never decides anything the engine decides.
 //!

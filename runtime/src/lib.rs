@@ -7,15 +7,28 @@
 //! actions into processes, API calls or commands, and report back.
 //!
 //! [`store`] keeps every group's state in SQLite. The [`supervisor`] of a
-//! state directory runs its groups: on this machine through [`local`], on
-//! a cluster through [`slurm`] or [`k8s`], each behind the one
-//! [`backend::Backend`] interface. [`secrets`] gives tasks their secrets on
-//! every target.
+//! state directory runs its groups through four backends, each behind the
+//! one [`backend::Backend`] interface: on this machine through [`local`],
+//! on a cluster through [`slurm`] or [`k8s`], on EC2 instances through
+//! [`aws`]. Every backend module has the same files for the same roles:
+//! `plan.rs` plans its runs (what the client stores), `backend.rs` holds
+//! its `Backend` impl; no backend module imports another.
+//!
+//! What the backends share lives beside them: [`goal`] (what the engine
+//! wants of a cluster, read from its state), [`paths`] (a group's files in
+//! the state directory, and atomic writes), [`backoff`] (waiting before
+//! asking again), [`outbox`] (reports from a backend's threads to the
+//! supervisor's loop). [`secrets`] gives tasks their secrets on every
+//! target.
 
 pub mod aws;
 pub mod backend;
+pub mod backoff;
+pub mod goal;
 pub mod k8s;
 pub mod local;
+pub mod outbox;
+pub mod paths;
 pub mod policy;
 pub mod secrets;
 pub mod slurm;

@@ -1,6 +1,6 @@
 //! The values of a task's `secrets`, on every target that runs groups.
 
-use skyc_compiler::ir::Task;
+use skyc_compiler::ir::{Group, Task};
 use skyc_compiler::{Diagnostic, Rule};
 
 /// Each of the task's secrets with its value from `values` (`--secret`,
@@ -30,4 +30,24 @@ pub fn resolve(
         }
     }
     (found, missing)
+}
+
+/// Every task's secrets with their values ([`resolve`]) added to `env`,
+/// each name once (a value found replaces one `env` has); the errors of
+/// the secrets that have none.
+pub fn merge(
+    env: &mut Vec<(String, String)>,
+    group: &Group,
+    values: &[(String, String)],
+) -> Vec<Diagnostic> {
+    let mut diagnostics = Vec::new();
+    for task in &group.tasks {
+        let (found, missing) = resolve(task, values);
+        diagnostics.extend(missing);
+        for (k, v) in found {
+            env.retain(|(name, _)| *name != k);
+            env.push((k, v));
+        }
+    }
+    diagnostics
 }

@@ -1,6 +1,6 @@
 //! The supervisor: one process per state directory. It runs the
 //! directory's groups on their backends ([`Local`] for this machine,
-//! [`SlurmBackend`], [`Kubernetes`]); clients (`skyc run`, `status`,
+//! [`SlurmBackend`], [`Kubernetes`], [`Aws`]); clients (`skyc run`, `status`,
 //! `cancel`) only write to the store and wake it.
 //!
 //! It owns the store, one policy [`Engine`] per group and the engines'
@@ -19,8 +19,8 @@
 use crate::aws::Aws;
 use crate::backend::{Adoption, Backend, NodeInfo, Policy, Report};
 use crate::k8s::{Connect, Kubernetes, Tuning, kubeconfig};
-use crate::local::agent;
-use crate::local::machine::Local;
+use crate::local::backend::Local;
+use crate::paths;
 use crate::policy::{Action, Engine, Event, GroupSpec, Status, Timer};
 use crate::slurm::SlurmBackend;
 use crate::store::{self, NodeRow, Store, now_ms};
@@ -154,7 +154,7 @@ pub fn serve(dir: &Path, k8s: (Connect, Tuning)) -> io::Result<()> {
         std::thread::sleep(Duration::from_millis(50));
     }
     raise_fd_limit();
-    agent::write_atomic(dir, "supervisor.pid", &std::process::id().to_string())?;
+    paths::write_atomic(dir, "supervisor.pid", &std::process::id().to_string())?;
     let socket = dir.join("supervisor.sock");
     let _ = fs::remove_file(&socket);
     let listener = UnixListener::bind(&socket)?;

@@ -71,19 +71,20 @@ fn read(cloud: Cloud, file: &Path) -> Result<Catalog, String> {
 /// `YYYY-MM-DD` (UTC) of a file time: the catalog's date is the day it
 /// was downloaded.
 fn day(t: std::time::SystemTime) -> Option<String> {
-    let secs = t.duration_since(std::time::UNIX_EPOCH).ok()?.as_secs();
-    let (y, m, d) = skyc_compiler::civil_from_days(i64::try_from(secs / 86_400).ok()?);
-    Some(format!("{y:04}-{m:02}-{d:02}"))
+    let ts = jiff::Timestamp::try_from(t).ok()?;
+    (ts >= jiff::Timestamp::UNIX_EPOCH).then(|| ts.strftime("%Y-%m-%d").to_string())
 }
 
 #[cfg(test)]
 mod tests {
-    use skyc_compiler::civil_from_days;
+    use std::time::{Duration, UNIX_EPOCH};
 
     #[test]
     fn dates() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(20_415), (2025, 11, 23));
-        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+        let day = |days: u64| super::day(UNIX_EPOCH + Duration::from_secs(days * 86_400 + 86_399));
+        assert_eq!(day(0).as_deref(), Some("1970-01-01"));
+        assert_eq!(day(20_415).as_deref(), Some("2025-11-23"));
+        assert_eq!(day(11_016).as_deref(), Some("2000-02-29"));
+        assert_eq!(super::day(UNIX_EPOCH - Duration::from_secs(1)), None);
     }
 }

@@ -7,7 +7,8 @@
 //! arrived in. A log without an index (a Slurm job's, written by srun)
 //! keeps its own order and joins the others as its lines are read.
 
-use skyc_runtime::local::{logindex, paths};
+use skyc_runtime::local::logindex;
+use skyc_runtime::paths;
 use skyc_runtime::slurm::Plan as SlurmPlan;
 use skyc_runtime::store::{Backend, Store};
 use std::fs::File;

@@ -34,7 +34,7 @@ pub(crate) use exit::{INVALID, OK, USAGE};
     about = "Compiler and runtime for SkyPilot Job Groups",
     long_about = "skyc checks SkyPilot Job Group files, lowers them to a Kubernetes JobSet, \
                   a Slurm batch script or AWS and GCP instance specs, and runs them on this \
-                  machine or on a Slurm cluster.",
+                  machine, on a Slurm cluster, on Kubernetes or on AWS EC2.",
     after_help = "Exit status: 0 success; 1 the file has errors; 2 bad usage or I/O; for `run` \
                   and `logs`: 100 the group FAILED, 101 not finished, 102 no such group, \
                   103 CANCELLED."

@@ -10,19 +10,18 @@ use super::slurm::SlurmArgs;
 use super::state::StateArgs;
 use super::{input, parse_env, report};
 use clap::ValueEnum;
-use skyc_compiler::ir::{Execution, Group, Role};
+use skyc_compiler::ir::{Group, Role};
 use skyc_compiler::{Diagnostic, Options, Rule, compile};
 use skyc_runtime::aws::{Plan as AwsPlan, RunPlan, SshAccess};
-use skyc_runtime::k8s::{Plan as K8sPlan, client as k8s_client};
+use skyc_runtime::k8s::Plan as K8sPlan;
 use skyc_runtime::local::capacity::Capacity;
 use skyc_runtime::local::network::{self, Mode};
 use skyc_runtime::local::plan::{NetworkRequest, Plan, PlanOptions, run_timestamp};
 use skyc_runtime::policy::GroupSpec;
-use skyc_runtime::slurm::{Plan as SlurmPlan, PlannedStep};
+use skyc_runtime::slurm::Plan as SlurmPlan;
 use skyc_runtime::store::{Backend, NewGroup, NewTask, Store, now_ms};
 use skyc_runtime::supervisor;
 use skyc_targets::cloud::{self, Cloud};
-use skyc_targets::slurm;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -289,11 +288,34 @@ fn submit(args: &Args) -> Result<Submitted, String> {
     Ok(Submitted::Group(dir, gid))
 }
 
+/// The token a cluster run carries (Slurm's job comment, Kubernetes'
+/// run annotation): this client and the time of submission.
+fn run_token(submitted_ms: i64) -> String {
+    format!("skyc-{}-{submitted_ms}", std::process::id())
+}
+
 /// A backend's plan of the group, as JSON, and what planning found.
 struct Planned {
     backend: Backend,
     plan: Option<String>,
     diagnostics: Vec<Diagnostic>,
+}
+
+impl Planned {
+    /// `plan` as the JSON the store keeps; none when planning failed.
+    fn new(
+        backend: Backend,
+        plan: Option<impl serde::Serialize>,
+        diagnostics: Vec<Diagnostic>,
+    ) -> Result<Self, String> {
+        Ok(Self {
+            backend,
+            plan: plan
+                .map(|p| serde_json::to_string(&p).map_err(|e| e.to_string()))
+                .transpose()?,
+            diagnostics,
+        })
+    }
 }
 
 fn plan_local(
@@ -342,13 +364,7 @@ fn plan_local(
             errln!("note: nodes get {}", mode.describe());
         }
     }
-    Ok(Planned {
-        backend: Backend::Local,
-        plan: plan
-            .map(|p| serde_json::to_string(&p).map_err(|e| e.to_string()))
-            .transpose()?,
-        diagnostics,
-    })
+    Planned::new(Backend::Local, plan, diagnostics)
 }
 
 fn plan_slurm(
@@ -357,80 +373,17 @@ fn plan_slurm(
     secrets: &[(String, String)],
     submitted_ms: i64,
 ) -> Result<Planned, String> {
-    let pipeline = group.execution == Execution::Serial;
-    let out_dir = match &args.out_dir {
-        Some(dir) => {
-            let dir = std::path::absolute(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-            // A pipeline's steps write theirs in a directory each.
-            let mut outputs = vec![dir.clone()];
-            if pipeline {
-                outputs.extend(group.tasks.iter().map(|t| dir.join(&t.name)));
-            }
-            if outputs.iter().any(|d| d.join("status").exists()) {
-                return Err(format!(
-                    "{} holds the output of another run; choose a new --out-dir",
-                    dir.display()
-                ));
-            }
-            Some(dir)
-        }
-        None => None,
-    };
     // The script's own grace is whole seconds; never shorter than asked.
     let grace_secs = args.grace.ceil() as u64;
-    let options = args.slurm.options(grace_secs);
-    // A group is one batch job; a pipeline one per step, chained.
-    let (script, steps, mut diagnostics) = if pipeline {
-        let built = slurm::pipeline(group, &options);
-        let steps = built.pipeline.map(|p| {
-            p.steps
-                .into_iter()
-                .map(|s| PlannedStep {
-                    name: s.name,
-                    script: s.script,
-                    after: s.after,
-                })
-                .collect()
-        });
-        (
-            steps.as_ref().map(|_| String::new()),
-            steps,
-            built.diagnostics,
-        )
-    } else {
-        let built = slurm::build(group, &options);
-        (built.script, Some(Vec::new()), built.diagnostics)
-    };
-    // The jobs get sbatch's environment: this one, with the secrets.
-    let mut env: Vec<(String, String)> = std::env::vars().collect();
-    for task in &group.tasks {
-        let (values, missing) = skyc_runtime::secrets::resolve(task, secrets);
-        diagnostics.extend(missing);
-        for (k, v) in values {
-            env.retain(|(name, _)| *name != k);
-            env.push((k, v));
-        }
-    }
-    let plan = script
-        .zip(steps)
-        .filter(|_| !diagnostics.iter().any(Diagnostic::is_error))
-        .map(|(script, steps)| SlurmPlan {
-            group: group.name.clone(),
-            spec: GroupSpec::from_ir(group, Duration::from_secs(grace_secs)),
-            num_nodes: group.tasks.iter().map(|t| t.num_nodes).collect(),
-            script,
-            steps,
-            out_dir,
-            env,
-            token: format!("skyc-{}-{submitted_ms}", std::process::id()),
-        });
-    Ok(Planned {
-        backend: Backend::Slurm,
-        plan: plan
-            .map(|p| serde_json::to_string(&p).map_err(|e| e.to_string()))
-            .transpose()?,
-        diagnostics,
-    })
+    let (plan, diagnostics) = SlurmPlan::new(
+        group,
+        &args.slurm.options(grace_secs),
+        args.out_dir.as_deref(),
+        Duration::from_secs(grace_secs),
+        secrets,
+        run_token(submitted_ms),
+    )?;
+    Planned::new(Backend::Slurm, plan, diagnostics)
 }
 
 fn plan_k8s(
@@ -439,54 +392,16 @@ fn plan_k8s(
     secrets: &[(String, String)],
     submitted_ms: i64,
 ) -> Result<Planned, String> {
-    let options = args.k8s.options()?;
-    if options.queue.is_some() {
-        return Err(skyc_targets::k8s::pods::NO_QUEUE.to_owned());
-    }
-    // The cluster must answer before the group is recorded: a group that
-    // cannot reach it never looks alive in `status`.
-    let (kubeconfig, context) = k8s_client::pin(
+    let (plan, diagnostics) = K8sPlan::for_run(
+        group,
+        &args.k8s.options()?,
         std::env::var("KUBECONFIG").ok().as_deref(),
         args.context.as_deref(),
-    );
-    let reached = k8s_client::reach(kubeconfig.as_deref(), context.as_deref())?;
-    // The Secret the pods read carries the values of the tasks' secrets.
-    let mut diagnostics = Vec::new();
-    let mut values: Vec<(String, String)> = Vec::new();
-    for task in &group.tasks {
-        let (found, missing) = skyc_runtime::secrets::resolve(task, secrets);
-        diagnostics.extend(missing);
-        for (k, v) in found {
-            values.retain(|(name, _)| *name != k);
-            values.push((k, v));
-        }
-    }
-    let plan = K8sPlan::new(
-        group,
-        &options,
-        &reached.namespace,
-        context,
         Duration::from_secs_f64(args.grace),
-        &values,
-        format!("skyc-{}-{submitted_ms}", std::process::id()),
-    );
-    let plan = match plan {
-        Ok(plan) if !diagnostics.iter().any(Diagnostic::is_error) => {
-            Some(K8sPlan { kubeconfig, ..plan })
-        }
-        Ok(_) => None,
-        Err(more) => {
-            diagnostics.extend(more);
-            None
-        }
-    };
-    Ok(Planned {
-        backend: Backend::Kubernetes,
-        plan: plan
-            .map(|p| serde_json::to_string(&p).map_err(|e| e.to_string()))
-            .transpose()?,
-        diagnostics,
-    })
+        secrets,
+        run_token(submitted_ms),
+    )?;
+    Planned::new(Backend::Kubernetes, plan, diagnostics)
 }
 
 fn plan_aws(
@@ -513,11 +428,7 @@ fn plan_aws(
         .document
         .filter(|_| !diagnostics.iter().any(Diagnostic::is_error))
     else {
-        return Ok(Planned {
-            backend: Backend::Aws,
-            plan: None,
-            diagnostics,
-        });
+        return Planned::new(Backend::Aws, None::<RunPlan>, diagnostics);
     };
     let grace = Duration::from_secs_f64(args.grace);
     let run = format!("{submitted_ms}-{}", std::process::id());
@@ -566,11 +477,7 @@ fn plan_aws(
         settings,
         secrets: values,
     };
-    Ok(Planned {
-        backend: Backend::Aws,
-        plan: Some(serde_json::to_string(&run).map_err(|e| e.to_string())?),
-        diagnostics,
-    })
+    Planned::new(Backend::Aws, Some(run), diagnostics)
 }
 
 /// A login name as `useradd` takes one: the runtime passes it to `ssh`.
@@ -669,7 +576,12 @@ fn state_dir_flag(args: &Args) -> String {
     args.state
         .state_dir
         .as_ref()
-        .map(|d| format!(" --state-dir {}", slurm::quote(&d.to_string_lossy())))
+        .map(|d| {
+            format!(
+                " --state-dir {}",
+                skyc_targets::shell::quote(&d.to_string_lossy())
+            )
+        })
         .unwrap_or_default()
 }
 

@@ -4,6 +4,7 @@
 
 pub mod cloud;
 pub mod k8s;
+pub mod shell;
 pub mod slurm;
 
 use skyc_compiler::ir::Group;

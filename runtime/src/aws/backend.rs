@@ -11,23 +11,23 @@
 //! the run's instances by their `skyc-run` tag and goes on (logs are read
 //! again from their start).
 
-use super::client::{Ec2, Tuning};
-use super::config::Settings;
-use super::data::DataPlane;
-use super::ops;
-use super::pass::pass;
 use super::plan::Plan;
-use super::remote::Ssh;
-use super::retry;
+use crate::aws::control::ops;
+use crate::aws::control::pass::pass;
+use crate::aws::data::plane::DataPlane;
+use crate::aws::data::remote::Ssh;
+use crate::aws::ec2::client::{Ec2, Tuning};
+use crate::aws::ec2::config::Settings;
+use crate::aws::ec2::retry;
 use crate::backend::{Adoption, Backend, NodeInfo, Report};
-use crate::k8s::goal::Goal;
+use crate::goal::Goal;
+use crate::outbox::{Out, Outbox};
 use crate::policy::{Action, Engine};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::Duration;
 
@@ -89,30 +89,10 @@ enum Msg {
     Release,
 }
 
-/// Where a group's reports go: the channel, then a byte in the pipe.
-#[derive(Clone)]
-struct Out {
-    gid: i64,
-    tx: mpsc::Sender<(i64, Report)>,
-    wake: Arc<OwnedFd>,
-}
-
-impl Out {
-    fn send(&self, report: Report) {
-        if self.tx.send((self.gid, report)).is_ok() {
-            // A full pipe already wakes the reader.
-            let _ = rustix::io::write(&*self.wake, &[1]);
-        }
-    }
-}
-
 pub struct Aws {
     state_dir: PathBuf,
     groups: BTreeMap<i64, mpsc::Sender<Msg>>,
-    tx: mpsc::Sender<(i64, Report)>,
-    reports: mpsc::Receiver<(i64, Report)>,
-    wake_read: OwnedFd,
-    wake: Arc<OwnedFd>,
+    outbox: Outbox,
     /// The tuning of every group's client (tests make it short).
     tuning: Tuning,
 }
@@ -120,17 +100,10 @@ pub struct Aws {
 impl Aws {
     /// The backend; group logs go under `state_dir`'s group directories.
     pub fn start(state_dir: PathBuf) -> io::Result<Aws> {
-        let (read, write) = rustix::pipe::pipe_with(
-            rustix::pipe::PipeFlags::NONBLOCK | rustix::pipe::PipeFlags::CLOEXEC,
-        )?;
-        let (tx, reports) = mpsc::channel();
         Ok(Aws {
             state_dir,
             groups: BTreeMap::new(),
-            tx,
-            reports,
-            wake_read: read,
-            wake: Arc::new(write),
+            outbox: Outbox::new()?,
             tuning: Tuning::default(),
         })
     }
@@ -162,7 +135,7 @@ fn ssh_dir(group_dir: &Path) -> io::Result<PathBuf> {
         use std::os::unix::ffi::OsStrExt as _;
         let uid = rustix::process::getuid().as_raw();
         let hash = ring::digest::digest(&ring::digest::SHA256, group_dir.as_os_str().as_bytes());
-        let hex = super::sigv4::hex(hash.as_ref());
+        let hex = crate::aws::ec2::sigv4::hex(hash.as_ref());
         std::env::temp_dir().join(format!("skyc-ssh-{uid}-{}", &hex[..16]))
     };
     match std::fs::create_dir(&dir) {
@@ -188,7 +161,7 @@ impl Backend for Aws {
             .map_err(|e| format!("the group's AWS plan: {e}"))?;
         let ec2 = Ec2::new(&run.settings, Some(&run.plan.region), self.tuning)
             .map_err(|e| e.to_string())?;
-        let group_dir = crate::local::paths::group_dir(&self.state_dir, gid);
+        let group_dir = crate::paths::group_dir(&self.state_dir, gid);
         let dir = ssh_dir(&group_dir).map_err(|e| format!("the run's SSH directory: {e}"))?;
         let mut data = DataPlane::new(
             Ssh {
@@ -204,11 +177,7 @@ impl Backend for Aws {
         data.secrets = run.secrets.clone();
         data.private = run.private;
         let (tx, rx) = mpsc::channel();
-        let out = Out {
-            gid,
-            tx: self.tx.clone(),
-            wake: Arc::clone(&self.wake),
-        };
+        let out = self.outbox.post().out(gid);
         let group = Group {
             plan: run.plan,
             goal: Goal::from_engine(adoption.engine),
@@ -247,13 +216,11 @@ impl Backend for Aws {
     }
 
     fn drain(&mut self, _now_ms: i64) -> Vec<(i64, Report)> {
-        let mut buf = [0u8; 256];
-        while matches!(rustix::io::read(&self.wake_read, &mut buf), Ok(n) if n > 0) {}
-        self.reports.try_iter().collect()
+        self.outbox.drain()
     }
 
     fn wake_fd(&self) -> Option<BorrowedFd<'_>> {
-        Some(self.wake_read.as_fd())
+        Some(self.outbox.wake_fd())
     }
 
     fn next_wake_ms(&self) -> Option<i64> {
@@ -349,7 +316,7 @@ impl Group {
     /// rotated): the ones the configuration gives now, if they differ,
     /// are tried on the next pass; else the run is in an outage (nothing
     /// of it is followed or terminated) until they are renewed.
-    fn credentials_refused(&mut self, e: &super::client::Error) {
+    fn credentials_refused(&mut self, e: &crate::aws::ec2::client::Error) {
         if let Some(now) = self.settings.renewed_here()
             && let Ok(ec2) = Ec2::new(&now, Some(&self.plan.region), self.tuning)
         {
@@ -382,7 +349,7 @@ impl Group {
     fn step(&mut self, rt: &tokio::runtime::Runtime) {
         let world = match rt.block_on(ops::world(&self.ec2, &self.plan)) {
             Ok(w) => w,
-            Err(e) if super::pass::is_outage(&e) => {
+            Err(e) if crate::aws::control::pass::is_outage(&e) => {
                 self.set_outage(Some(e.to_string()));
                 return;
             }

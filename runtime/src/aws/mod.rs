@@ -2,45 +2,30 @@
 //! requests `skyc build --target aws` emits, found again by their tags,
 //! and terminated when the engine says so.
 //!
-//! - [`Plan`]: the build's spec, with the run's own names, tags and
-//!   `ClientToken`s;
-//! - [`config`]: credentials, region and endpoint as the AWS SDKs find
-//!   them;
-//! - [`sigv4`], [`query`], [`response`], [`client`], [`retry`]: a small
-//!   EC2 client (the Query API, signed requests, XML answers) rather than
-//!   the AWS SDK, which costs minutes of build (DESIGN.md, "AWS");
-//! - [`world`], [`observe`] and [`reconcile`]: pure, where the engine
-//!   meets EC2: the run's instances to engine events, and the engine's
-//!   state ([`crate::k8s::goal`]) to EC2 operations;
-//! - [`ops`]: those operations, each safe to repeat; [`pass`]: one pass
-//!   of the loop (world, reports, operations), what the backend runs;
-//! - [`node`] and [`remote`]: the data plane's pure half (a node's files
-//!   to its outcome, the hosts file, the commands run on a node over SSH
-//!   and how their answers are read, through OpenSSH's client), and
-//!   [`data`], their loop step;
-//! - [`backend`]: the supervisor's [`crate::backend::Backend`] for AWS
-//!   groups, a thread per group running both planes.
+//! The backend in three layers, each a folder:
+//!
+//! - [`ec2`]: a small EC2 client (configuration, the Query API, SigV4
+//!   signing, XML answers, which errors are retried);
+//! - [`control`]: the control plane, where the engine meets EC2: the
+//!   run's instances to engine events, the engine's state to EC2
+//!   operations, and one pass of that loop;
+//! - [`data`]: the data plane over SSH: hosts and secrets delivered to
+//!   each node, its logs followed and its outcome read;
+//!
+//! and at the top, as in every backend, `plan.rs` ([`Plan`]: the build's
+//! spec with the run's own names, tags and `ClientToken`s) and
+//! [`backend`] (the supervisor's [`crate::backend::Backend`] for AWS
+//! groups, a thread per group running both planes).
 
 pub mod backend;
-pub mod client;
-pub mod config;
+pub mod control;
 pub mod data;
-pub mod node;
-pub mod observe;
-pub mod ops;
-pub mod pass;
+pub mod ec2;
 mod plan;
-pub mod query;
-pub mod reconcile;
-pub mod remote;
-pub mod response;
-pub mod retry;
-pub mod sigv4;
-pub mod world;
 
 pub use backend::{Aws, RunPlan};
-pub use client::{Ec2, Error, SetupError, Tuning};
-pub use config::{ConfigError, Settings};
+pub use ec2::client::{Ec2, Error, SetupError, Tuning};
+pub use ec2::config::{ConfigError, Settings};
 pub use plan::{
     ATTEMPT_TAG, GROUP_TAG, Plan, PlanError, RANK_TAG, RUN_TAG, SshAccess, TASK_TAG, client_token,
     valid_run,

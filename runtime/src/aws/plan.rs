@@ -297,5 +297,5 @@ impl Plan {
 pub fn client_token(run: &str, task: &str, rank: u32, attempt: u32) -> String {
     let input = format!("{run}\n{task}\n{rank}\n{attempt}");
     let hash = digest::digest(&digest::SHA256, input.as_bytes());
-    format!("skyc-{}", &super::sigv4::hex(hash.as_ref())[..40])
+    format!("skyc-{}", &crate::aws::ec2::sigv4::hex(hash.as_ref())[..40])
 }

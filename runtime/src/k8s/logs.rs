@@ -32,7 +32,7 @@ pub struct NodeLog {
 
 impl NodeLog {
     fn log_path(&self) -> PathBuf {
-        crate::local::paths::log(&self.group_dir, &self.task, self.rank)
+        crate::paths::log(&self.group_dir, &self.task, self.rank)
     }
 
     fn mark_path(&self) -> PathBuf {
@@ -180,7 +180,7 @@ fn write_lines(node: &NodeLog, pending: &mut Vec<u8>, upto: usize) -> io::Result
 
 /// The file a node's output goes to (the local target's layout).
 pub fn log_file(group_dir: &Path, task: &str, rank: u32) -> PathBuf {
-    crate::local::paths::log(group_dir, task, rank)
+    crate::paths::log(group_dir, task, rank)
 }
 
 #[cfg(test)]

@@ -13,16 +13,18 @@
 //!   server-side apply;
 //! - [`observe`] and [`reconcile`]: pure, where the engine meets the
 //!   cluster: the JobSet, Jobs and pods to engine events, and the engine's
-//!   state to API requests (launches, pod deletions, the gate; [`goal`]
+//!   state to API requests (launches, pod deletions, the gate; [`goal`](crate::goal)
 //!   reads that state);
 //! - [`watch`], [`request`], [`logs`], [`retry`]: the I/O, on one thread
-//!   of its own ([`Kubernetes`], the supervisor's [`Backend`]).
+//!   of its own;
+//! - `backend`: [`Kubernetes`], the supervisor's [`Backend`], that thread
+//!   and a task per group; `plan`: [`Plan`], the run as stored.
 //!
 //! [`Backend`]: crate::backend::Backend
 
 pub mod apply;
+mod backend;
 pub mod client;
-pub mod goal;
 pub mod jobset;
 pub mod logs;
 pub mod objects;
@@ -32,11 +34,10 @@ pub mod reconcile;
 pub mod request;
 pub mod retry;
 pub mod watch;
-mod worker;
 
+pub use backend::{Connect, Kubernetes, Tuning, kubeconfig};
 pub use jobset::JobSet;
 pub use plan::{FIELD_MANAGER, GROUP_LABEL, LAUNCHED_ANNOTATION, Plan, RUN_ANNOTATION};
-pub use worker::{Connect, Kubernetes, Tuning, kubeconfig};
 
 #[cfg(test)]
 mod tests;

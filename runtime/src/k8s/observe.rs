@@ -23,10 +23,10 @@
 //! is unschedulable or the JobSet is suspended. Events come in a fixed
 //! order, exits before losses.
 
-use super::goal::{Goal, Want};
 use super::objects::{self, Objects};
 use super::plan::Plan;
 use crate::backend::{NodeInfo, Report};
+use crate::goal::{Goal, Want};
 use crate::policy::{Event, Phase};
 use k8s_openapi::api::core::v1::Pod;
 

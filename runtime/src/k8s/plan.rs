@@ -53,6 +53,49 @@ pub const GROUP_LABEL: &str = "skyc.io/group";
 pub const FIELD_MANAGER: &str = "skyc";
 
 impl Plan {
+    /// The plan of a run of `group` (`skyc run --target k8s`), once the
+    /// cluster of `kubeconfig` (`$KUBECONFIG`) and `context` answers: a
+    /// group that cannot reach it is never recorded. The Secret the pods
+    /// read carries the values of the tasks' `secrets`. `None` with the
+    /// errors that prevent it.
+    pub fn for_run(
+        group: &Group,
+        options: &k8s::Options,
+        kubeconfig: Option<&str>,
+        context: Option<&str>,
+        grace: Duration,
+        secrets: &[(String, String)],
+        token: String,
+    ) -> Result<(Option<Self>, Vec<Diagnostic>), String> {
+        if options.queue.is_some() {
+            return Err(pods::NO_QUEUE.to_owned());
+        }
+        let (kubeconfig, context) = super::client::pin(kubeconfig, context);
+        let reached = super::client::reach(kubeconfig.as_deref(), context.as_deref())?;
+        let mut values: Vec<(String, String)> = Vec::new();
+        let mut diagnostics = crate::secrets::merge(&mut values, group, secrets);
+        let plan = Self::new(
+            group,
+            options,
+            &reached.namespace,
+            context,
+            grace,
+            &values,
+            token,
+        );
+        let plan = match plan {
+            Ok(plan) if !diagnostics.iter().any(Diagnostic::is_error) => {
+                Some(Self { kubeconfig, ..plan })
+            }
+            Ok(_) => None,
+            Err(more) => {
+                diagnostics.extend(more);
+                None
+            }
+        };
+        Ok((plan, diagnostics))
+    }
+
     /// The plan of `group` as `skyc build --target k8s` lowers it with
     /// `options` (whose namespace, if any, wins over `namespace`), plus
     /// the Secret of `secrets` values when there are any.

@@ -34,9 +34,9 @@
 //! A pipeline is the same: the engine launches each step only after the
 //! one before it succeeded.
 
-use super::goal::{Goal, Want};
 use super::objects::{self, Objects};
 use super::plan::Plan;
+use crate::goal::{Goal, Want};
 use crate::policy::Status;
 use k8s_openapi::api::core::v1::Pod;
 use skyc_targets::k8s::pods::TASK_LABEL;

@@ -11,8 +11,9 @@
 use super::jobset::JobSet;
 use super::plan::{FIELD_MANAGER, LAUNCHED_ANNOTATION, Plan};
 use super::reconcile::Op;
-use super::retry::{self, Backoff};
+use super::retry;
 use super::watch::{SharedRef, Watched, lock};
+use crate::backoff::Backoff;
 use either::Either;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;

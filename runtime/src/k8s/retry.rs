@@ -1,5 +1,5 @@
-//! What an API error means for the runtime, and how long to wait before
-//! asking again.
+//! What an API error means for the runtime: whether to ask again (how
+//! long to wait is [`Backoff`](crate::backoff::Backoff)'s).
 //!
 //! - Transient, retried with exponential backoff: no answer at all (the
 //!   connection failed, timed out or broke), `429 Too Many Requests`,
@@ -12,36 +12,6 @@
 //!   precondition: the object is another incarnation now).
 
 use kube::Error;
-use std::time::Duration;
-
-/// Delays, so tests can run them fast.
-#[derive(Clone, Copy, Debug)]
-pub struct Backoff {
-    pub first: Duration,
-    pub max: Duration,
-    /// How many times one request is tried before its caller hears of it.
-    pub tries: u32,
-}
-
-impl Default for Backoff {
-    fn default() -> Self {
-        Self {
-            first: Duration::from_millis(250),
-            max: Duration::from_secs(30),
-            tries: 6,
-        }
-    }
-}
-
-impl Backoff {
-    /// The wait before try `n + 1` (n from 0): doubling from `first`,
-    /// capped at `max`.
-    pub fn delay(&self, n: u32) -> Duration {
-        self.first
-            .saturating_mul(1u32.checked_shl(n.min(20)).unwrap_or(u32::MAX))
-            .min(self.max)
-    }
-}
 
 /// The HTTP status of an API error, if the server answered.
 pub fn code(e: &Error) -> Option<u16> {
@@ -139,19 +109,5 @@ mod tests {
         assert!(!is_transient(&api(404, "not found")));
         assert!(is_outage(&api(502, "bad gateway")));
         assert!(!is_outage(&api(429, "slow down")));
-    }
-
-    #[test]
-    fn backoff_doubles_up_to_its_cap() {
-        let b = Backoff {
-            first: Duration::from_millis(100),
-            max: Duration::from_secs(1),
-            tries: 3,
-        };
-        assert_eq!(b.delay(0), Duration::from_millis(100));
-        assert_eq!(b.delay(1), Duration::from_millis(200));
-        assert_eq!(b.delay(3), Duration::from_millis(800));
-        assert_eq!(b.delay(4), Duration::from_secs(1));
-        assert_eq!(b.delay(60), Duration::from_secs(1));
     }
 }

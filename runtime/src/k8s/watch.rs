@@ -12,7 +12,8 @@
 
 use super::jobset::JobSet;
 use super::objects::{self, Kind, Objects};
-use super::retry::{self, Backoff};
+use super::retry;
+use crate::backoff::Backoff;
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;

@@ -149,13 +149,6 @@ pub fn adopt(dir: &Path) -> Option<(Pid, OwnedFd)> {
     ours.then_some((pid, pidfd))
 }
 
-/// Writes `name` in `dir` so that readers see all of it or nothing.
-pub fn write_atomic(dir: &Path, name: &str, content: &str) -> io::Result<()> {
-    let tmp = dir.join(format!(".{name}.tmp"));
-    fs::write(&tmp, content)?;
-    fs::rename(&tmp, dir.join(name))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

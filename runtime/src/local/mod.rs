@@ -6,18 +6,17 @@
 //! - [`env`](mod@env): the environment contract of a node;
 //! - [`agent`]: the per-node process that outlives the supervisor;
 //! - [`logindex`]: the index beside each node log;
-//! - [`machine`]: the backend that runs the nodes ([`machine::Local`]).
+//! - [`backend`]: the backend that runs the nodes ([`backend::Local`]).
 //!
 //! The [`supervisor`](crate::supervisor) drives the backend through the one
 //! [`Backend`](crate::backend::Backend) interface.
 
 pub mod agent;
+pub mod backend;
 pub mod capacity;
 pub mod env;
 pub mod logindex;
-pub mod machine;
 pub mod network;
-pub mod paths;
 pub mod plan;
 
 /// Set in every node process to its attempt directory: how the processes

@@ -208,18 +208,11 @@ fn expand_home(path: &str) -> PathBuf {
     }
 }
 
-/// SkyPilot's run timestamp: `2026-11-21-09-30-00-123456`.
+/// SkyPilot's run timestamp: `2026-11-21-09-30-00-123456`, in UTC.
 pub fn run_timestamp(unix_ms: i64) -> String {
-    let secs = unix_ms.div_euclid(1000);
+    let ts = jiff::Timestamp::from_millisecond(unix_ms).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
     let micros = unix_ms.rem_euclid(1000) * 1000;
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    let (y, m, d) = skyc_compiler::civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}-{:02}-{:02}-{:02}-{micros:06}",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    format!("{}-{micros:06}", ts.strftime("%Y-%m-%d-%H-%M-%S"))
 }
 
 #[cfg(test)]
@@ -234,5 +227,6 @@ mod tests {
             "2026-11-21-09-50-00-123000"
         );
         assert_eq!(run_timestamp(951_782_400_000), "2000-02-29-00-00-00-000000");
+        assert_eq!(run_timestamp(-1), "1969-12-31-23-59-59-999000");
     }
 }

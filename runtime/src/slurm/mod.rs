@@ -2,7 +2,7 @@
 //!
 //! The batch script (`skyc build --target slurm`) runs the group's
 //! lifecycle inside the allocation and appends every decision to
-//! `$SKYC_OUT/status` (see DESIGN.md, "Slurm"). This module is what a
+//! `$SKYC_OUT/status` (see docs/targets/slurm.md). This module is what a
 //! supervisor outside the allocation needs:
 //!
 //! - [`Slurm`]: typed wrappers over `sbatch --parsable`, `squeue`,

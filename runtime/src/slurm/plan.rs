@@ -5,7 +5,11 @@
 use super::Slurm;
 use crate::policy::{Execution, GroupSpec};
 use serde::{Deserialize, Serialize};
+use skyc_compiler::Diagnostic;
+use skyc_compiler::ir::Group;
+use skyc_targets::slurm;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Plan {
@@ -61,6 +65,80 @@ pub struct Submission {
 }
 
 impl Plan {
+    /// The plan of `group` (`skyc run --target slurm`): its batch script,
+    /// or a pipeline's step jobs, built with `options`; sbatch's
+    /// environment, this process's with the tasks' `secrets`; and the
+    /// run's `token`. `None` with the errors that prevent it; `Err` when
+    /// `out_dir` holds another run's output.
+    pub fn new(
+        group: &Group,
+        options: &slurm::Options,
+        out_dir: Option<&Path>,
+        grace: Duration,
+        secrets: &[(String, String)],
+        token: String,
+    ) -> Result<(Option<Plan>, Vec<Diagnostic>), String> {
+        let pipeline = group.execution == skyc_compiler::ir::Execution::Serial;
+        let out_dir = match out_dir {
+            Some(dir) => {
+                let dir =
+                    std::path::absolute(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+                // A pipeline's steps write theirs in a directory each.
+                let mut outputs = vec![dir.clone()];
+                if pipeline {
+                    outputs.extend(group.tasks.iter().map(|t| dir.join(&t.name)));
+                }
+                if outputs.iter().any(|d| d.join("status").exists()) {
+                    return Err(format!(
+                        "{} holds the output of another run; choose a new --out-dir",
+                        dir.display()
+                    ));
+                }
+                Some(dir)
+            }
+            None => None,
+        };
+        // A group is one batch job; a pipeline one per step, chained.
+        let (script, steps, mut diagnostics) = if pipeline {
+            let built = slurm::pipeline(group, options);
+            let steps = built.pipeline.map(|p| {
+                p.steps
+                    .into_iter()
+                    .map(|s| PlannedStep {
+                        name: s.name,
+                        script: s.script,
+                        after: s.after,
+                    })
+                    .collect()
+            });
+            (
+                steps.as_ref().map(|_| String::new()),
+                steps,
+                built.diagnostics,
+            )
+        } else {
+            let built = slurm::build(group, options);
+            (built.script, Some(Vec::new()), built.diagnostics)
+        };
+        // The jobs get sbatch's environment: this one, with the secrets.
+        let mut env: Vec<(String, String)> = std::env::vars().collect();
+        diagnostics.extend(crate::secrets::merge(&mut env, group, secrets));
+        let plan = script
+            .zip(steps)
+            .filter(|_| !diagnostics.iter().any(Diagnostic::is_error))
+            .map(|(script, steps)| Plan {
+                group: group.name.clone(),
+                spec: GroupSpec::from_ir(group, grace),
+                num_nodes: group.tasks.iter().map(|t| t.num_nodes).collect(),
+                script,
+                steps,
+                out_dir,
+                env,
+                token,
+            });
+        Ok((plan, diagnostics))
+    }
+
     /// The cluster of the submitting client's environment, whose Slurm
     /// commands (its `PATH`, its `SLURM_CONF`) every command uses.
     pub fn cluster(&self) -> Slurm {
@@ -78,7 +156,7 @@ impl Plan {
         let dir = self
             .out_dir
             .clone()
-            .unwrap_or_else(|| crate::local::paths::group_dir(state, gid));
+            .unwrap_or_else(|| crate::paths::group_dir(state, gid));
         std::path::absolute(&dir).unwrap_or(dir)
     }
 

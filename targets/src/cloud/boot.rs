@@ -4,11 +4,11 @@
 //! setup and run with the task's `envs`, and the node agent, `agent.sh`)
 //! and starts the agent as a transient systemd unit, so that booting
 //! completes while the task runs. Every user value is quoted with the
-//! project's shell quoting (`slurm::quote`); a value is written out with
+//! project's shell quoting ([`crate::shell`]); a value is written out with
 //! `printf '%s'`, never expanded. The agent is the same on every node.
 
 use super::request::number;
-use crate::slurm::{is_variable_name, quote};
+use crate::shell::{is_variable_name, quote};
 use skyc_compiler::ir::{Group, InterConnection, Task, Workdir};
 use std::fmt::Write as _;
 

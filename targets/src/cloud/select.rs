@@ -775,7 +775,8 @@ pub fn round_price(x: f64) -> f64 {
     (x * 1e6).round() / 1e6
 }
 
-/// Names close to `word` (one edit per ten characters, at least one),
+/// Names close to `word` (one edit per ten characters, at least one; an
+/// edit is an insert, a delete, a replacement or a swap of neighbours),
 /// sorted: SkyPilot's `difflib.get_close_matches(cutoff=0.9)` spirit for
 /// regions, zones and types.
 fn close_matches<'a>(word: &str, names: impl IntoIterator<Item = &'a str>) -> Vec<String> {
@@ -789,7 +790,7 @@ fn close_matches<'a>(word: &str, names: impl IntoIterator<Item = &'a str>) -> Ve
             // The distance is at least the difference in length: skip what
             // cannot be close (and a hostile megabyte name) before counting.
             let allowed = (longest / 10).max(1);
-            longest > 0 && a.abs_diff(b) <= allowed && edit_distance(&w, &n) <= allowed
+            longest > 0 && a.abs_diff(b) <= allowed && strsim::osa_distance(&w, &n) <= allowed
         })
         .map(str::to_owned)
         .collect();
@@ -797,31 +798,6 @@ fn close_matches<'a>(word: &str, names: impl IntoIterator<Item = &'a str>) -> Ve
     out.dedup();
     out.truncate(5);
     out
-}
-
-/// Edits (insert, delete, replace, swap two neighbours) from `a` to `b`.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let a: Vec<char> = a.chars().collect();
-    let b: Vec<char> = b.chars().collect();
-    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
-    for (i, row) in d.iter_mut().enumerate() {
-        row[0] = i;
-    }
-    for (j, cell) in d[0].iter_mut().enumerate() {
-        *cell = j;
-    }
-    for i in 1..=a.len() {
-        for j in 1..=b.len() {
-            let cost = usize::from(a[i - 1] != b[j - 1]);
-            d[i][j] = (d[i - 1][j - 1] + cost)
-                .min(d[i - 1][j] + 1)
-                .min(d[i][j - 1] + 1);
-            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
-                d[i][j] = d[i][j].min(d[i - 2][j - 2] + 1);
-            }
-        }
-    }
-    d[a.len()][b.len()]
 }
 
 #[cfg(test)]
@@ -836,8 +812,10 @@ mod tests {
             vec!["us-east-1".to_owned()]
         );
         assert!(close_matches("mars-1", names).is_empty());
-        assert_eq!(edit_distance("kitten", "sitting"), 3);
-        assert_eq!(edit_distance("eats", "east"), 1);
+        // Edits are inserts, deletes, replacements and swaps of two
+        // neighbours (optimal string alignment).
+        assert_eq!(strsim::osa_distance("kitten", "sitting"), 3);
+        assert_eq!(strsim::osa_distance("eats", "east"), 1);
     }
 
     #[test]

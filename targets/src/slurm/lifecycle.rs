@@ -4,7 +4,7 @@
 //! script and run by srun on every node). Kept as shell files so they can
 //! be read, and shellchecked, as shell.
 
-use super::quote::quote;
+use crate::shell::quote;
 
 /// The supervisor. Reads the `skyc_*` variables and the writers
 /// (`skyc_write_task_files`, `skyc_write_step`) defined before it.

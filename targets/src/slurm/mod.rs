@@ -21,7 +21,7 @@
 //!
 //! - `sbatch`: validated `#SBATCH` options (sbatch reads them without a
 //!   shell, so values are checked, never escaped);
-//! - `quote`: single quoting for every user value in the script body;
+//! - [`crate::shell`]: quoting for every user value in the script body;
 //! - `script`: assembles a job's script from the IR;
 //! - `pipeline`: a pipeline's step jobs and how they chain;
 //! - `submit`: the script that submits a pipeline's jobs;
@@ -29,13 +29,11 @@
 
 mod lifecycle;
 mod pipeline;
-mod quote;
 mod sbatch;
 mod script;
 mod submit;
 
 pub use lifecycle::{STEP, SUPERVISOR_MARKER};
 pub use pipeline::{AFTER_OK, PIPELINE_JOB, Pipeline, PipelineBuild, StepJob, pipeline};
-pub use quote::{is_variable_name, quote};
 pub use sbatch::{SbatchError, SbatchOption, is_safe_value};
 pub use script::{Build, Options, build};

@@ -2,8 +2,8 @@
 //! quoted shell, then the lifecycle.
 
 use super::lifecycle::fixed_part;
-use super::quote::{has_nul, quote};
 use super::sbatch::{SbatchError, SbatchOption};
+use crate::shell::{has_nul, quote};
 use skyc_compiler::ir::{Execution, Group, InterConnection, Role, Task, Workdir};
 use skyc_compiler::{Diagnostic, Rule, Span};
 use std::fmt::Write;
@@ -500,7 +500,7 @@ fn prelude(task: &Task, out: &mut Vec<Diagnostic>) -> String {
 }
 
 fn check_env_name(name: &str, task: &Task, out: &mut Vec<Diagnostic>) {
-    if !super::is_variable_name(name) {
+    if !crate::shell::is_variable_name(name) {
         out.push(
             Diagnostic::new(
                 Rule::SlurmUnrepresentable,

@@ -5,7 +5,7 @@
 //! `submit.sh` that reads them.
 
 use super::pipeline::{AFTER_OK, PIPELINE_JOB, Pipeline};
-use super::quote::quote;
+use crate::shell::quote;
 use std::fmt::Write;
 
 /// Where the submit script reads each step's batch script from.

@@ -9,7 +9,7 @@
 //! `SKYC_AWS_E2E=1 cargo nextest run -p skyc-runtime -j 1 -E 'test(/aws::tests::e2e/)'`.
 
 use super::scenarios::{self, Target};
-use crate::aws::config::Settings;
+use crate::aws::ec2::config::Settings;
 use std::time::Duration;
 
 /// The group on AWS: as `super::GROUP`, on small instances.

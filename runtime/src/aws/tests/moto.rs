@@ -14,11 +14,11 @@
 
 use super::GROUP;
 use super::scenarios::{self, Target};
-use crate::aws::client::{Ec2, Error, Tuning};
-use crate::aws::config::Settings;
-use crate::aws::ops;
-use crate::aws::retry::Backoff;
-use crate::aws::sigv4::Credentials;
+use crate::aws::control::ops;
+use crate::aws::ec2::client::{Ec2, Error, Tuning};
+use crate::aws::ec2::config::Settings;
+use crate::aws::ec2::sigv4::Credentials;
+use crate::backoff::Backoff;
 use std::time::{Duration, Instant};
 
 fn settings(endpoint: &str) -> Settings {

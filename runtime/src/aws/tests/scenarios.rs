@@ -10,17 +10,17 @@
 //! seconds until a deadline.
 
 use super::{Driven, plan};
-use crate::aws::client::{Ec2, Tuning};
-use crate::aws::config::Settings;
-use crate::aws::node::Outcomes;
-use crate::aws::ops;
+use crate::aws::control::ops;
+use crate::aws::control::reconcile::{reconcile, settled};
+use crate::aws::control::world::{NodeKey, World};
+use crate::aws::data::node::Outcomes;
+use crate::aws::ec2::client::{Ec2, Tuning};
+use crate::aws::ec2::config::Settings;
+use crate::aws::ec2::query;
+use crate::aws::ec2::response::State;
 use crate::aws::plan::{Plan, client_token};
-use crate::aws::query;
-use crate::aws::reconcile::{reconcile, settled};
-use crate::aws::response::State;
-use crate::aws::world::{NodeKey, World};
 use crate::backend::Report;
-use crate::k8s::goal::Goal;
+use crate::goal::Goal;
 use crate::policy::{Event, Phase, Status, Timer};
 use futures::FutureExt as _;
 use futures::future::BoxFuture;
@@ -95,11 +95,12 @@ fn run_id(name: &str) -> String {
     )
 }
 
-/// One pass of the supervisor's loop ([`crate::aws::pass`]), with the
+/// One pass of the supervisor's loop ([`crate::aws::control::pass`]), with the
 /// engine hearing what it reports. Returns the reports.
 async fn pass(t: &Target, ec2: &Ec2, p: &Plan, d: &mut Driven) -> Vec<Report> {
     let passed =
-        crate::aws::pass::pass(ec2, p, &Goal::from_engine(&d.engine), &Outcomes::new()).await;
+        crate::aws::control::pass::pass(ec2, p, &Goal::from_engine(&d.engine), &Outcomes::new())
+            .await;
     let errors: Vec<&Report> = passed
         .reports
         .iter()
@@ -234,7 +235,10 @@ pub(super) async fn launches_a_groups_instances_from_the_build(t: &Target, p: &P
         &[("instance.group-id", &[&sg]), ("tag:skyc-run", &[&p.run])],
     );
     let body = ec2.call(&q).await.unwrap();
-    assert_eq!(crate::aws::response::instances(&body).unwrap().0.len(), 3);
+    assert_eq!(
+        crate::aws::ec2::response::instances(&body).unwrap().0.len(),
+        3
+    );
     let id = &world.instances[0].id;
     let mut q = query::action("DescribeInstanceAttribute");
     q.push(("InstanceId".into(), id.clone()));
@@ -253,7 +257,7 @@ pub(super) async fn launches_a_groups_instances_from_the_build(t: &Target, p: &P
             .unwrap(),
     )
     .unwrap();
-    let key = crate::aws::world::World::key(p, &world.instances[0]).unwrap();
+    let key = crate::aws::control::world::World::key(p, &world.instances[0]).unwrap();
     assert_eq!(
         text,
         p.nodes[key.task][key.rank as usize]["UserData"]
@@ -580,11 +584,11 @@ pub(super) async fn refusals_are_clear(_: &Target, _: &Plan, ec2: &Ec2) {
 pub(super) async fn a_network_left_incomplete_is_completed(t: &Target, p: &Plan, ec2: &Ec2) {
     let params = query::serialize("CreateSecurityGroup", &p.create_security_group()).unwrap();
     let body = ec2.call(&params).await.unwrap();
-    let sg = crate::aws::response::group_id(&body).unwrap();
+    let sg = crate::aws::ec2::response::group_id(&body).unwrap();
     let world = world_when(t, ec2, p, |w| w.network.is_some()).await;
     assert_eq!(
         world.network,
-        Some(crate::aws::world::Network {
+        Some(crate::aws::control::world::Network {
             id: sg.clone(),
             ready: false
         })

@@ -5,8 +5,10 @@
 //! missing and sets SKYC_SSHD_REQUIRED=1; without sshd these tests skip,
 //! loudly.
 
-use crate::aws::node::{Outcome, outcome};
-use crate::aws::remote::{RemoteError, Ssh, deliver_hosts, deliver_secret, parse_node, read_node};
+use crate::aws::data::node::{Outcome, outcome};
+use crate::aws::data::remote::{
+    RemoteError, Ssh, deliver_hosts, deliver_secret, parse_node, read_node,
+};
 use crate::policy::Phase;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -233,7 +235,7 @@ fn an_address_given_to_a_new_instance_is_a_new_host() {
         ssh.run(
             id,
             at,
-            &crate::aws::remote::Command {
+            &crate::aws::data::remote::Command {
                 script: "echo here".into(),
                 stdin: Vec::new(),
             },

@@ -10,19 +10,19 @@
 //! docs/targets/cloud.md and scripts/standin say what differs from a VM.
 
 use super::Driven;
-use crate::aws::client::{Ec2, Tuning};
-use crate::aws::config::Settings;
-use crate::aws::data::DataPlane;
-use crate::aws::ops;
-use crate::aws::pass::pass;
+use crate::aws::control::ops;
+use crate::aws::control::pass::pass;
+use crate::aws::control::world::{NodeKey, World};
+use crate::aws::data::plane::DataPlane;
+use crate::aws::data::remote::Ssh;
+use crate::aws::ec2::client::{Ec2, Tuning};
+use crate::aws::ec2::config::Settings;
+use crate::aws::ec2::query;
+use crate::aws::ec2::response::State;
+use crate::aws::ec2::sigv4::Credentials;
 use crate::aws::plan::Plan;
-use crate::aws::query;
-use crate::aws::remote::Ssh;
-use crate::aws::response::State;
-use crate::aws::sigv4::Credentials;
-use crate::aws::world::{NodeKey, World};
 use crate::backend::Report;
-use crate::k8s::goal::Goal;
+use crate::goal::Goal;
 use crate::policy::{Event, Status, Timer};
 use base64::Engine as _;
 use std::collections::{BTreeMap, BTreeSet};

@@ -2,15 +2,15 @@
 //! engine over made-up instance lists.
 
 use super::{Driven, GROUP, plan};
-use crate::aws::node::Outcomes;
-use crate::aws::observe::observe;
+use crate::aws::control::observe::observe;
+use crate::aws::control::reconcile::{Op, reconcile, settled};
+use crate::aws::control::world::{Network, World};
+use crate::aws::data::node::Outcomes;
+use crate::aws::ec2::query;
+use crate::aws::ec2::response::{Instance, State};
 use crate::aws::plan::{ATTEMPT_TAG, Plan, RANK_TAG, RUN_TAG, TASK_TAG, client_token};
-use crate::aws::query;
-use crate::aws::reconcile::{Op, reconcile, settled};
-use crate::aws::response::{Instance, State};
-use crate::aws::world::{Network, World};
 use crate::backend::Report;
-use crate::k8s::goal::Goal;
+use crate::goal::Goal;
 use crate::policy::{Event, Phase, Status, Timer};
 use serde_json::json;
 
@@ -343,7 +343,7 @@ fn a_node_lost_out_of_band_restarts_its_task_only() {
         world
             .instance(
                 &p,
-                crate::aws::world::NodeKey {
+                crate::aws::control::world::NodeKey {
                     task: BUFFER,
                     rank: 0,
                     attempt: 0
@@ -499,14 +499,14 @@ fn a_restarted_supervisor_launches_nothing_twice() {
 
 #[test]
 fn a_node_that_ended_is_not_lost_when_its_instance_goes() {
-    use crate::aws::node::Outcome;
+    use crate::aws::data::node::Outcome;
     let p = plan(GROUP, "r1");
     let (mut d, mut world) = running(&p);
     // The buffer failed (its files say so), then its instance went.
     set(&mut world, "i-100", State::Terminated, None);
     let mut outcomes = Outcomes::new();
     outcomes.insert(
-        crate::aws::world::NodeKey {
+        crate::aws::control::world::NodeKey {
             task: BUFFER,
             rank: 0,
             attempt: 0,
@@ -540,7 +540,7 @@ fn a_node_that_ended_is_not_lost_when_its_instance_goes() {
     assert_eq!(d.engine.task_status(TRAINER), Status::Running);
     // A node whose VM booted again is lost.
     outcomes.insert(
-        crate::aws::world::NodeKey {
+        crate::aws::control::world::NodeKey {
             task: TRAINER,
             rank: 1,
             attempt: 0,
@@ -558,7 +558,7 @@ fn a_node_that_ended_is_not_lost_when_its_instance_goes() {
     );
     // A node that answered and then went silent is lost too; its error
     // (what SSH said) comes from the data plane, so none is added.
-    let rank1 = crate::aws::world::NodeKey {
+    let rank1 = crate::aws::control::world::NodeKey {
         task: TRAINER,
         rank: 1,
         attempt: 0,
@@ -582,7 +582,7 @@ fn a_node_that_ended_is_not_lost_when_its_instance_goes() {
 
 #[test]
 fn every_node_gets_the_groups_hosts_once_all_have_addresses() {
-    use crate::aws::node::hosts;
+    use crate::aws::data::node::hosts;
     let p = plan(GROUP, "r1");
     let d = Driven::start(&p);
     let goal = Goal::from_engine(&d.engine);
@@ -604,8 +604,8 @@ fn every_node_gets_the_groups_hosts_once_all_have_addresses() {
 
 #[test]
 fn a_launch_without_capacity_leaves_its_task_pending() {
-    use crate::aws::client::Error;
-    use crate::aws::pass::refused;
+    use crate::aws::control::pass::refused;
+    use crate::aws::ec2::client::Error;
     let p = plan(GROUP, "r1");
     let mut d = Driven::start(&p);
     let launch = Op::Launch {
@@ -694,9 +694,9 @@ fn a_second_instance_of_one_attempt_is_terminated() {
 /// node is silent though some answered before (the runtime is cut off).
 #[test]
 fn silent_nodes_are_given_up_on_unless_the_runtime_is_cut_off() {
-    use crate::aws::data::DataPlane;
-    use crate::aws::node::Outcome;
-    use crate::aws::remote::Ssh;
+    use crate::aws::data::node::Outcome;
+    use crate::aws::data::plane::DataPlane;
+    use crate::aws::data::remote::Ssh;
     if std::process::Command::new("ssh")
         .arg("-V")
         .output()

@@ -4,8 +4,8 @@
 
 use super::fake::{Fake, NS, World};
 use crate::backend::{Backend, Report};
+use crate::backoff::Backoff;
 use crate::k8s::client::Cluster;
-use crate::k8s::retry::Backoff;
 use crate::k8s::{Connect, Kubernetes, Plan, Tuning};
 use crate::policy::{Action, Engine, Event, Status, Timer};
 use std::path::PathBuf;

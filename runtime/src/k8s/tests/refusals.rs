@@ -225,7 +225,7 @@ fn pod_logs_are_kept_in_the_state_directory() {
         w.run_pending();
         w.exit(&pod, 0);
     });
-    let dir = crate::local::paths::group_dir(&d.dir, driver::GID);
+    let dir = crate::paths::group_dir(&d.dir, driver::GID);
     let text = std::fs::read_to_string(crate::k8s::logs::log_file(&dir, "trainer", 0)).unwrap();
     assert_eq!(text, "epoch 1\ndone\n");
     let requested = d

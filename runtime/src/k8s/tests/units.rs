@@ -5,7 +5,7 @@ use super::DELAYED;
 use super::driver::plan;
 use super::fake::World;
 use crate::backend::Report;
-use crate::k8s::goal::Goal;
+use crate::goal::Goal;
 use crate::k8s::jobset::JobSet;
 use crate::k8s::objects::Objects;
 use crate::k8s::observe::observe;

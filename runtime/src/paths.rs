@@ -1,4 +1,5 @@
-//! Where a group's files live in the state directory.
+//! Where a group's files live in the state directory, for every backend
+//! and the supervisor, and how they are written.
 //!
 //! ```text
 //! groups/<id>/hosts                         the group's hosts file
@@ -11,6 +12,8 @@
 //! ```
 
 use crate::policy::{Attempt, Phase, TaskId};
+use std::fs;
+use std::io;
 use std::path::{Path, PathBuf};
 
 pub fn group_dir(state: &Path, gid: i64) -> PathBuf {
@@ -55,4 +58,11 @@ pub fn phase_name(phase: Phase) -> &'static str {
         Phase::Setup => "setup",
         Phase::Run => "run",
     }
+}
+
+/// Writes `name` in `dir` so that readers see all of it or nothing.
+pub fn write_atomic(dir: &Path, name: &str, content: &str) -> io::Result<()> {
+    let tmp = dir.join(format!(".{name}.tmp"));
+    fs::write(&tmp, content)?;
+    fs::rename(&tmp, dir.join(name))
 }

@@ -26,7 +26,7 @@
 //!
 //! Pure: [`Settings::resolve`] takes the environment and a file reader.
 
-use super::sigv4::Credentials;
+use crate::aws::ec2::sigv4::Credentials;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 

@@ -3,8 +3,8 @@
 //! and its security group. Each instance is a node's attempt, read from
 //! its tags.
 
-use super::plan::{ATTEMPT_TAG, Plan, RANK_TAG, RUN_TAG, TASK_TAG};
-use super::response::{Instance, State};
+use crate::aws::ec2::response::{Instance, State};
+use crate::aws::plan::{ATTEMPT_TAG, Plan, RANK_TAG, RUN_TAG, TASK_TAG};
 
 /// Which node's attempt an instance runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -13,15 +13,15 @@
 //! pass (the reconciler asks for what is still missing); no answer, or a
 //! 5xx, is an outage: statuses stay as they are until EC2 answers again.
 
-use super::client::{Ec2, Error};
-use super::node::Outcomes;
-use super::observe::observe;
-use super::ops;
-use super::plan::Plan;
-use super::reconcile::{Op, reconcile, settled};
-use super::retry;
+use crate::aws::control::observe::observe;
+use crate::aws::control::ops;
+use crate::aws::control::reconcile::{Op, reconcile, settled};
+use crate::aws::data::node::Outcomes;
+use crate::aws::ec2::client::{Ec2, Error};
+use crate::aws::ec2::retry;
+use crate::aws::plan::Plan;
 use crate::backend::Report;
-use crate::k8s::goal::Goal;
+use crate::goal::Goal;
 use crate::policy::Event;
 
 /// Whether an error means EC2 is out of reach, rather than refusing one

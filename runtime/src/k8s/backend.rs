@@ -4,7 +4,7 @@
 //! kube's client is async; the supervisor is not, and should not become
 //! so for one backend. The supervisor sends commands over an unbounded
 //! channel (sending never blocks); the thread sends reports back over a
-//! std channel and writes a byte to a pipe whose read end is the
+//! [`Outbox`](crate::outbox::Outbox) whose pipe's read end is the
 //! [`Backend::wake_fd`] the supervisor polls. Each group is one task on
 //! the thread: it connects, checks and applies, then watches its JobSet,
 //! Jobs and pods, and on every change observes ([`observe`]) and
@@ -14,7 +14,6 @@
 
 use super::apply::{self, Found, Refusal};
 use super::client::{self, Cluster};
-use super::goal::Goal;
 use super::jobset::JobSet;
 use super::logs::{self, NodeLog};
 use super::objects;
@@ -22,9 +21,12 @@ use super::observe::observe;
 use super::plan::Plan;
 use super::reconcile::{self, Op};
 use super::request::{self, Apis, Outcome};
-use super::retry::{self, Backoff};
+use super::retry;
 use super::watch::{self, Shared, SharedRef, lock};
 use crate::backend::{Adoption, Backend, NodeInfo, Report};
+use crate::backoff::Backoff;
+use crate::goal::Goal;
+use crate::outbox::{Out, Outbox, Post};
 use crate::policy::{Action, Engine, Event};
 use futures::StreamExt;
 use futures::future::BoxFuture;
@@ -32,7 +34,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::BorrowedFd;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use tokio::sync::{Notify, mpsc};
@@ -118,27 +120,9 @@ enum Msg {
     Release,
 }
 
-/// Where a group's reports go: the channel, then a byte in the pipe.
-#[derive(Clone)]
-struct Out {
-    gid: i64,
-    tx: std::sync::mpsc::Sender<(i64, Report)>,
-    wake: Arc<OwnedFd>,
-}
-
-impl Out {
-    fn send(&self, report: Report) {
-        if self.tx.send((self.gid, report)).is_ok() {
-            // A full pipe already wakes the reader.
-            let _ = rustix::io::write(&*self.wake, &[1]);
-        }
-    }
-}
-
 pub struct Kubernetes {
     tx: mpsc::UnboundedSender<Command>,
-    reports: std::sync::mpsc::Receiver<(i64, Report)>,
-    wake: OwnedFd,
+    outbox: Outbox,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -146,17 +130,13 @@ impl Kubernetes {
     /// Starts the backend's thread. Logs go under `state_dir`'s group
     /// directories.
     pub fn start(state_dir: PathBuf, connect: Connect, tuning: Tuning) -> io::Result<Self> {
-        let (read, write) = rustix::pipe::pipe_with(
-            rustix::pipe::PipeFlags::NONBLOCK | rustix::pipe::PipeFlags::CLOEXEC,
-        )?;
+        let outbox = Outbox::new()?;
         let (tx, rx) = mpsc::unbounded_channel();
-        let (report_tx, reports) = std::sync::mpsc::channel();
         let ctx = Ctx {
             state_dir,
             connect,
             tuning,
-            reports: report_tx,
-            wake: Arc::new(write),
+            post: outbox.post(),
         };
         // Built here, so that a runtime that cannot start is the caller's
         // error, not a thread that drops every command.
@@ -171,8 +151,7 @@ impl Kubernetes {
             })?;
         Ok(Self {
             tx,
-            reports,
-            wake: read,
+            outbox,
             thread: Some(thread),
         })
     }
@@ -237,13 +216,11 @@ impl Backend for Kubernetes {
     }
 
     fn drain(&mut self, _now_ms: i64) -> Vec<(i64, Report)> {
-        let mut buf = [0u8; 256];
-        while matches!(rustix::io::read(&self.wake, &mut buf), Ok(n) if n > 0) {}
-        self.reports.try_iter().collect()
+        self.outbox.drain()
     }
 
     fn wake_fd(&self) -> Option<BorrowedFd<'_>> {
-        Some(self.wake.as_fd())
+        Some(self.outbox.wake_fd())
     }
 
     fn next_wake_ms(&self) -> Option<i64> {
@@ -255,8 +232,7 @@ struct Ctx {
     state_dir: PathBuf,
     connect: Connect,
     tuning: Tuning,
-    reports: std::sync::mpsc::Sender<(i64, Report)>,
-    wake: Arc<OwnedFd>,
+    post: Post,
 }
 
 async fn main_loop(mut rx: mpsc::UnboundedReceiver<Command>, ctx: Ctx) {
@@ -275,11 +251,7 @@ async fn main_loop(mut rx: mpsc::UnboundedReceiver<Command>, ctx: Ctx) {
                 }
                 let (tx, rx) = mpsc::unbounded_channel();
                 groups.insert(gid, tx);
-                let out = Out {
-                    gid,
-                    tx: ctx.reports.clone(),
-                    wake: ctx.wake.clone(),
-                };
+                let out = ctx.post.out(gid);
                 let group = Group::new(*plan, goal, job, out, ctx.clone());
                 tokio::task::spawn_local(group.run(rx));
             }
@@ -816,7 +788,7 @@ impl Group {
             let attempt = objects::pod_attempt(pod).unwrap_or(0);
             self.following.insert(uid.clone());
             let node = NodeLog {
-                group_dir: crate::local::paths::group_dir(&self.ctx.state_dir, self.out.gid),
+                group_dir: crate::paths::group_dir(&self.ctx.state_dir, self.out.gid),
                 task: task.to_owned(),
                 rank,
                 attempt,

@@ -1,5 +1,5 @@
-//! What an EC2 error means for the runtime, and how long to wait before
-//! asking again.
+//! What an EC2 error means for the runtime: whether to ask again (how
+//! long to wait is [`Backoff`](crate::backoff::Backoff)'s, with jitter).
 //!
 //! - Transient, retried with exponential backoff and jitter (AWS's advice
 //!   for throttling): no answer at all (connection refused, reset, timed
@@ -8,8 +8,7 @@
 //!   `ClientToken`, the others are idempotent or answer "duplicate".
 //! - Final: everything else (bad credentials, a bad request, a quota).
 
-use super::client::Error;
-use std::time::Duration;
+use crate::aws::ec2::client::Error;
 
 /// Codes the AWS SDKs treat as throttling.
 const THROTTLING: &[&str] = &[
@@ -104,39 +103,6 @@ pub fn is_transient(e: &Error) -> bool {
     }
 }
 
-/// Delays, so tests can run them fast.
-#[derive(Clone, Copy, Debug)]
-pub struct Backoff {
-    pub first: Duration,
-    pub max: Duration,
-    /// How many times one request is tried before its caller hears of it.
-    pub tries: u32,
-}
-
-impl Default for Backoff {
-    fn default() -> Self {
-        Self {
-            first: Duration::from_millis(200),
-            max: Duration::from_secs(20),
-            tries: 6,
-        }
-    }
-}
-
-impl Backoff {
-    /// The wait before try `n + 1` (n from 0): a random share (`jitter`
-    /// in 0..=1) of the doubling delay from `first`, capped at `max`
-    /// ("full jitter"), so that many clients throttled together do not
-    /// come back together. Never less than a tenth of the delay.
-    pub fn delay(&self, n: u32, jitter: f64) -> Duration {
-        let full = self
-            .first
-            .saturating_mul(1u32.checked_shl(n.min(20)).unwrap_or(u32::MAX))
-            .min(self.max);
-        full.mul_f64(jitter.clamp(0.1, 1.0))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -166,19 +132,5 @@ mod tests {
         assert!(!is_transient(&api(400, "InstanceLimitExceeded")));
         assert!(is_credentials("AuthFailure"));
         assert!(!is_transient(&api(500, "InsufficientInstanceCapacity")));
-    }
-
-    #[test]
-    fn backoff_doubles_up_to_its_cap() {
-        let b = Backoff {
-            first: Duration::from_millis(100),
-            max: Duration::from_secs(1),
-            tries: 3,
-        };
-        assert_eq!(b.delay(0, 1.0), Duration::from_millis(100));
-        assert_eq!(b.delay(3, 1.0), Duration::from_millis(800));
-        assert_eq!(b.delay(60, 1.0), Duration::from_secs(1));
-        assert_eq!(b.delay(3, 0.5), Duration::from_millis(400));
-        assert_eq!(b.delay(3, 0.0), Duration::from_millis(80));
     }
 }

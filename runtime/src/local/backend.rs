@@ -16,8 +16,9 @@ use super::capacity::{Allocator, Capacity, Grant};
 use super::env::node_env;
 use super::network::{self, GroupNetwork};
 use super::plan::Plan;
-use super::{NODE_MARKER_VAR, logindex, paths};
+use super::{NODE_MARKER_VAR, logindex};
 use crate::backend::{Adoption, Backend, NodeInfo, Report};
+use crate::paths;
 use crate::policy::{Action, Attempt, Engine, Event, Phase, TaskId};
 use rustix::event::{Timespec, epoll};
 use rustix::process::{Pid, Signal, WaitOptions};
@@ -725,7 +726,7 @@ fn write_grant(dir: &Path, task: TaskId, attempt: Attempt, grant: &Grant) -> io:
     let tdir = paths::task_dir(dir, task);
     fs::create_dir_all(&tdir)?;
     let json = serde_json::to_string(grant).map_err(io::Error::other)?;
-    agent::write_atomic(&tdir, &format!("grant-{attempt}.json"), &json)
+    paths::write_atomic(&tdir, &format!("grant-{attempt}.json"), &json)
 }
 
 fn read_grant(dir: &Path, task: TaskId, attempt: Attempt) -> Option<Grant> {

@@ -15,12 +15,12 @@
 //!   `DependencyViolation` while one still shuts down, and the next pass
 //!   tries again.
 
-use super::client::{Ec2, Error};
-use super::plan::{Plan, RUN_TAG};
-use super::query;
-use super::reconcile::Op;
-use super::response::{self, Instance, SecurityGroup};
-use super::world::{Network, READY_TAG, World};
+use crate::aws::control::reconcile::Op;
+use crate::aws::control::world::{Network, READY_TAG, World};
+use crate::aws::ec2::client::{Ec2, Error};
+use crate::aws::ec2::query;
+use crate::aws::ec2::response::{self, Instance, SecurityGroup};
+use crate::aws::plan::{Plan, RUN_TAG};
 use base64::Engine as _;
 
 /// Page size of DescribeInstances (EC2 allows 5 to 1000).

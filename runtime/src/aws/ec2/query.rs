@@ -244,7 +244,13 @@ pub fn list(params: &mut Vec<(String, String)>, name: &str, values: &[&str]) {
 pub fn form(params: &[(String, String)]) -> String {
     params
         .iter()
-        .map(|(k, v)| format!("{}={}", super::sigv4::encode(k), super::sigv4::encode(v)))
+        .map(|(k, v)| {
+            format!(
+                "{}={}",
+                crate::aws::ec2::sigv4::encode(k),
+                crate::aws::ec2::sigv4::encode(v)
+            )
+        })
         .collect::<Vec<_>>()
         .join("&")
 }

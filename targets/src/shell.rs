@@ -1,10 +1,14 @@
-//! Shell quoting for every user value that reaches the batch script.
+//! Shell quoting, for every user value that reaches a shell: the Slurm
+//! batch script, the cloud boot script, the commands the AWS runtime runs
+//! on a node over SSH.
 //!
 //! Written by hand rather than through a template engine's escaper, with
-//! two forms that are easy to check byte for byte:
+//! forms that are easy to check byte for byte:
 //!
-//! - `'...'` for text without control characters: bash gives no character
-//!   a meaning inside it except `'` itself, written `'\''`;
+//! - `'...'` for text without control characters: no POSIX shell gives a
+//!   character a meaning inside it except `'` itself, written `'\''`
+//!   ([`single_quoted`], which also carries newlines, for a script handed
+//!   to a login shell whole);
 //! - `$'...'` for text with control characters (newlines above all), with
 //!   `\\`, `\'`, `\n`, `\t` and `\xHH` escapes, so that the value stays on
 //!   one line of the script. sbatch rewrites a hetjob's script line by line
@@ -30,19 +34,10 @@ pub fn quote(s: &str) -> String {
     if plain {
         return s.to_owned();
     }
-    let mut out = String::with_capacity(s.len() + 3);
     if !s.chars().any(char::is_control) {
-        out.push('\'');
-        for c in s.chars() {
-            if c == '\'' {
-                out.push_str("'\\''");
-            } else {
-                out.push(c);
-            }
-        }
-        out.push('\'');
-        return out;
+        return single_quoted(s);
     }
+    let mut out = String::with_capacity(s.len() + 3);
     out.push_str("$'");
     for c in s.chars() {
         match c {
@@ -67,14 +62,30 @@ pub fn quote(s: &str) -> String {
     out
 }
 
+/// `s` in single quotes, each `'` written `'\''`: one word for any POSIX
+/// shell, every byte literal (newlines too).
+pub fn single_quoted(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('\'');
+    for c in s.chars() {
+        if c == '\'' {
+            out.push_str("'\\''");
+        } else {
+            out.push(c);
+        }
+    }
+    out.push('\'');
+    out
+}
+
 /// A value a shell string cannot hold.
-pub(super) fn has_nul(s: &str) -> bool {
+pub(crate) fn has_nul(s: &str) -> bool {
     s.contains('\0')
 }
 
 #[cfg(test)]
 mod tests {
-    use super::quote;
+    use super::{is_variable_name, quote, single_quoted};
 
     #[test]
     fn plain_words_stay_bare() {
@@ -94,5 +105,52 @@ mod tests {
             "$'a\\'\\\\\\n\\t\\x0d\\xc2\\x85'"
         );
         assert_eq!(quote("~"), "'~'");
+    }
+
+    #[test]
+    fn single_quoting_keeps_every_byte_literal() {
+        assert_eq!(single_quoted(""), "''");
+        assert_eq!(single_quoted("plain"), "'plain'");
+        assert_eq!(single_quoted("it's"), "'it'\\''s'");
+        assert_eq!(single_quoted("a\nb $x `y`"), "'a\nb $x `y`'");
+    }
+
+    /// What `sh` makes of each quoted word is the text itself: no
+    /// expansion, no second word, no command run.
+    #[test]
+    fn quoted_words_read_back_exactly() {
+        let hostile = [
+            "",
+            "a b",
+            "$(touch /tmp/skyc-pwned)",
+            "`id`",
+            "'; echo pwned; '",
+            "it's \"quoted\" \\ $HOME *",
+            "line\nbreak\ttab\r",
+            "\u{85}unicode ü",
+            "-n",
+            "~root",
+        ];
+        for s in hostile {
+            for (q, shell) in [(single_quoted(s), "sh"), (quote(s), "bash")] {
+                let out = std::process::Command::new(shell)
+                    .arg("-c")
+                    .arg(format!("printf '%s' {q}"))
+                    .output()
+                    .unwrap();
+                assert!(out.status.success(), "{q}");
+                assert_eq!(String::from_utf8(out.stdout).unwrap(), s, "{q}");
+            }
+        }
+    }
+
+    #[test]
+    fn variable_names() {
+        assert!(is_variable_name("HF_TOKEN"));
+        assert!(is_variable_name("_x1"));
+        assert!(!is_variable_name("1x"));
+        assert!(!is_variable_name("a-b"));
+        assert!(!is_variable_name("a b"));
+        assert!(!is_variable_name(""));
     }
 }

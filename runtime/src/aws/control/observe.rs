@@ -18,19 +18,19 @@
 //! why (its `stateReason`, e.g. `Server.SpotInstanceTermination`).
 //!
 //! How a node's setup and run ended comes from the data plane (its files,
-//! [`super::node::Outcomes`]): a node done is `NodeExited` with its phase
+//! [`crate::aws::data::node::Outcomes`]): a node done is `NodeExited` with its phase
 //! and code whatever its instance shows (a node that ended and was then
 //! terminated is not lost), and exits come before losses in one pass; a
 //! node whose VM booted again is lost. A node SSH never reached in the
 //! data plane's limit failed its setup (exit 255, as `ssh` says); one
 //! that answered, then went silent that long, is lost.
 
-use super::node::{Outcome, Outcomes};
-use super::plan::Plan;
-use super::response::{Instance, State};
-use super::world::{NodeKey, World};
+use crate::aws::control::world::{NodeKey, World};
+use crate::aws::data::node::{Outcome, Outcomes};
+use crate::aws::ec2::response::{Instance, State};
+use crate::aws::plan::Plan;
 use crate::backend::{NodeInfo, Report};
-use crate::k8s::goal::{Goal, Want};
+use crate::goal::{Goal, Want};
 use crate::policy::{Event, Phase};
 
 /// What the run's instances say now, for the engine and for status.
@@ -59,7 +59,7 @@ pub fn observe(plan: &Plan, world: &World, goal: &Goal, outcomes: &Outcomes) -> 
                 info.hostname = format!("{}-{rank}.{}", plan.spec.tasks[task].name, plan.group);
                 if let Some(Outcome::Exited { phase, code }) = outcome {
                     info.exit_code = Some(code);
-                    info.phase = Some(crate::local::paths::phase_name(phase).to_owned());
+                    info.phase = Some(crate::paths::phase_name(phase).to_owned());
                 }
                 nodes.push(Report::Node(info));
             }

@@ -1,16 +1,17 @@
 //! The EC2 client: a form-encoded POST per call, signed with SigV4, over
 //! the HTTP/1.1 and TLS stack the Kubernetes client already brings
 //! (hyper, rustls with the system's roots). Every try is bounded in time;
-//! transient failures are retried with backoff (see [`super::retry`]).
+//! transient failures are retried with backoff (see [`crate::aws::ec2::retry`]).
 //!
-//! The operations the runtime needs are in [`super::ops`]; this is the
+//! The operations the runtime needs are in [`crate::aws::control::ops`]; this is the
 //! transport and the error model.
 
-use super::config::{ConfigError, Settings};
-use super::query;
-use super::response;
-use super::retry::{self, Backoff};
-use super::sigv4::{self, Credentials};
+use crate::aws::ec2::config::{ConfigError, Settings};
+use crate::aws::ec2::query;
+use crate::aws::ec2::response;
+use crate::aws::ec2::retry;
+use crate::aws::ec2::sigv4::{self, Credentials};
+use crate::backoff::Backoff;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::client::legacy::Client as HttpClient;
@@ -100,7 +101,11 @@ impl Default for Tuning {
         Self {
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(30),
-            backoff: Backoff::default(),
+            backoff: Backoff {
+                first: Duration::from_millis(200),
+                max: Duration::from_secs(20),
+                tries: 6,
+            },
         }
     }
 }
@@ -233,7 +238,7 @@ impl Ec2 {
             match self.try_once(params).await {
                 Ok(body) => return Ok(body),
                 Err(e) if retry::is_transient(&e) && n + 1 < backoff.tries.max(1) => {
-                    tokio::time::sleep(backoff.delay(n, jitter())).await;
+                    tokio::time::sleep(backoff.jittered(n)).await;
                     n += 1;
                 }
                 Err(e) => return Err(e),
@@ -340,15 +345,4 @@ fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
     }
     let text = cause.to_string();
     if text.is_empty() { e.to_string() } else { text }
-}
-
-/// A number in 0..1 that differs between calls and processes: enough to
-/// spread retries, which is all it is for.
-fn jitter() -> f64 {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    let mixed =
-        u64::from(nanos).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(std::process::id());
-    (mixed % 1_000_000) as f64 / 1_000_000.0
 }

@@ -2,11 +2,11 @@
 //! lines and exit files, read from the node) as an outcome for the engine,
 //! and the `hosts` file the runtime delivers to every node. The contract
 //! is docs/targets/cloud.md, "The node's directory"; how the files travel
-//! (SSH) is DESIGN.md's, "The AWS runtime".
+//! (SSH) is docs/targets/cloud.md's, "Inside the AWS runtime".
 
-use super::plan::Plan;
-use super::world::{NodeKey, World};
-use crate::k8s::goal::{Goal, Want};
+use crate::aws::control::world::{NodeKey, World};
+use crate::aws::plan::Plan;
+use crate::goal::{Goal, Want};
 use crate::policy::Phase;
 use std::collections::BTreeMap;
 

@@ -17,10 +17,10 @@
 //!   made before the first launch and deleted once the group has ended and
 //!   every instance is terminated (EC2 refuses to delete a group in use).
 
-use super::plan::Plan;
-use super::response::State;
-use super::world::{NodeKey, World};
-use crate::k8s::goal::{Goal, Want};
+use crate::aws::control::world::{NodeKey, World};
+use crate::aws::ec2::response::State;
+use crate::aws::plan::Plan;
+use crate::goal::{Goal, Want};
 
 /// One EC2 operation, as data.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -1,5 +1,5 @@
 //! The data plane's commands, as data: what the runtime runs on a node
-//! (over SSH, DESIGN.md "The AWS runtime") to deliver its `hosts` and
+//! (over SSH, docs/targets/cloud.md, "Inside the AWS runtime") to deliver its `hosts` and
 //! secrets and to read its files, and how the answers are read.
 //!
 //! Every remote script is fixed text; the only values in it are the
@@ -8,10 +8,10 @@
 //! base64 on one line each, so no byte of a file or a secret is ever
 //! parsed by a shell.
 
-use super::node::NodeFiles;
+use crate::aws::data::node::NodeFiles;
 use base64::Engine as _;
 use rustix::process::{Pid, Signal, kill_process};
-use skyc_targets::slurm::{is_variable_name, quote};
+use skyc_targets::shell::{is_variable_name, quote, single_quoted};
 use std::io::Write as _;
 use std::path::Path;
 use std::process::Stdio;
@@ -248,10 +248,7 @@ impl Ssh {
         // one argument, quoted once for it, in single quotes whatever it
         // holds (newlines too), which every POSIX login shell reads.
         let sudo = if self.user == "root" { "" } else { "sudo -n " };
-        argv.push(format!(
-            "{sudo}sh -c '{}'",
-            command.script.replace('\'', "'\\''")
-        ));
+        argv.push(format!("{sudo}sh -c {}", single_quoted(&command.script)));
         argv
     }
 

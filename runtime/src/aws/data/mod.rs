@@ -1,0 +1,8 @@
+//! The data plane, over SSH (OpenSSH's client): [`node`] is its pure half
+//! (a node's files to its outcome, the hosts file), [`remote`] the
+//! commands run on a node and how their answers are read, and [`plane`]
+//! its loop step ([`plane::DataPlane`]).
+
+pub mod node;
+pub mod plane;
+pub mod remote;
