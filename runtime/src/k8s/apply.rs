@@ -9,6 +9,7 @@
 //! names exists that this run did not create.
 
 use super::jobset::JobSet;
+use super::objects;
 use super::plan::{FIELD_MANAGER, GROUP_LABEL, Plan, RUN_ANNOTATION};
 use super::retry;
 use k8s_openapi::api::authorization::v1::{
@@ -75,11 +76,11 @@ pub async fn check(client: &Client, plan: &Plan) -> Result<Found, Refusal> {
     let jobsets: Api<JobSet> = Api::namespaced(client.clone(), &plan.namespace);
     match jobsets.get_opt(&plan.group).await? {
         None => Ok(Found::Absent),
-        Some(js) if annotation(&js.metadata, RUN_ANNOTATION) == Some(&plan.token) => {
+        Some(js) if objects::run_of(&js.metadata) == Some(plan.token.as_str()) => {
             Ok(Found::Ours(Box::new(js)))
         }
         Some(js)
-            if annotation(&js.metadata, RUN_ANNOTATION).is_some()
+            if objects::run_of(&js.metadata).is_some()
                 && js.metadata.labels.as_ref().and_then(|l| l.get(GROUP_LABEL))
                     == Some(&plan.group)
                 && js.terminal_state().is_some() =>
@@ -196,10 +197,6 @@ fn grants(rule: &ResourceRule, p: &Permission, verb: &str) -> bool {
         && any(groups, p.group)
         && resource_ok
         && any(&rule.verbs, verb)
-}
-
-fn annotation<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a String> {
-    meta.annotations.as_ref()?.get(key)
 }
 
 /// The refusal for an object of the group's names that this run did not

@@ -592,13 +592,8 @@ impl Group {
         };
         // Only this run's pods: an earlier run's of the same names may
         // still be going away.
-        objs.pods.retain(|_, p| {
-            p.metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(super::RUN_ANNOTATION))
-                == Some(&self.plan.token)
-        });
+        objs.pods
+            .retain(|_, p| objects::run_of(&p.metadata) == Some(self.plan.token.as_str()));
         self.set_outage(outage);
         if listed < 3 {
             return false;

@@ -4,7 +4,7 @@
 //! observer and the reconciler need.
 
 use super::jobset::JobSet;
-use super::plan::LAUNCHED_ANNOTATION;
+use super::plan::{LAUNCHED_ANNOTATION, RUN_ANNOTATION};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ContainerStateTerminated, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -38,6 +38,14 @@ impl Objects {
 /// Whether deletion has begun (`deletionTimestamp` is set).
 pub fn deleting(meta: &ObjectMeta) -> bool {
     meta.deletion_timestamp.is_some()
+}
+
+/// The run an object belongs to: its `skyc.io/run` annotation.
+pub fn run_of(meta: &ObjectMeta) -> Option<&str> {
+    meta.annotations
+        .as_ref()?
+        .get(RUN_ANNOTATION)
+        .map(String::as_str)
 }
 
 /// `resourceVersion` as a number, where the API server writes one (etcd

@@ -152,7 +152,7 @@ async fn create_pod(
             // earlier run of the group still going away: then wait for it.
             Ok(Err(e)) if retry::already_exists(&e) => {
                 let ours = match apis.pods.get_opt(name).await {
-                    Ok(Some(p)) => run_of(&p.metadata) == run_of_value(pod),
+                    Ok(Some(p)) => super::objects::run_of(&p.metadata) == run_of_value(pod),
                     Ok(None) => false,
                     Err(_) => false,
                 };
@@ -186,13 +186,6 @@ async fn create_pod(
             }
         }
     }
-}
-
-fn run_of(meta: &kube::core::ObjectMeta) -> Option<&str> {
-    meta.annotations
-        .as_ref()?
-        .get(super::RUN_ANNOTATION)
-        .map(String::as_str)
 }
 
 fn run_of_value(pod: &Value) -> Option<&str> {

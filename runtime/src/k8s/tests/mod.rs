@@ -74,6 +74,64 @@ fn created(d: &Driver) -> Vec<String> {
     pods
 }
 
+const GATE: &str = "g-skyc-gate-0";
+
+/// `parallelism: 1` on the gate: the group succeeded.
+fn open_gate(d: &Driver) -> String {
+    format!(
+        "PATCH {J}/{GATE} {{\"spec\":{{\"parallelism\":1}}}} uid={}",
+        d.uid("jobs", GATE)
+    )
+}
+
+/// `activeDeadlineSeconds: 1` on the gate: the group ended otherwise.
+fn fail_gate(d: &Driver) -> String {
+    format!(
+        "PATCH {J}/{GATE} {{\"spec\":{{\"activeDeadlineSeconds\":1}}}} uid={}",
+        d.uid("jobs", GATE)
+    )
+}
+
+/// The older attempt's pods are gone: the new attempt is launched, one
+/// new pod per node, and they run.
+fn relaunched(d: &mut Driver, index: usize, task: &str, nodes: u32, attempt: u32) {
+    d.cluster(|w| w.reconcile_cluster());
+    let want = launched(d, index, task, nodes, attempt);
+    assert_eq!(d.writes(), want);
+    d.cluster(|w| w.run_pending());
+    assert!(d.writes().is_empty());
+}
+
+/// The gate is open: its pod runs and ends, and JobSet completes by
+/// itself, with no more requests.
+fn completes(d: &mut Driver) {
+    d.cluster(|w| {
+        w.reconcile_cluster();
+        let gate = w.pod_of(GATE);
+        w.run(&gate);
+        w.exit(&gate, 0);
+        w.reconcile_cluster();
+    });
+    assert_eq!(
+        d.fake.world().get("jobsets", "g").unwrap()["status"]["terminalState"],
+        "Completed"
+    );
+    assert!(d.writes().is_empty());
+    assert!(d.settled());
+}
+
+/// The gate was failed on purpose: its Job exceeds its deadline, and
+/// JobSet fails by itself, with no more requests.
+fn fails(d: &mut Driver) {
+    d.cluster(|w| w.reconcile_cluster());
+    assert_eq!(
+        d.fake.world().get("jobsets", "g").unwrap()["status"]["terminalState"],
+        "Failed"
+    );
+    assert!(d.writes().is_empty());
+    assert!(d.settled());
+}
+
 fn applied() -> Vec<String> {
     vec![
         RULES.to_owned(),
@@ -156,27 +214,9 @@ fn a_clean_run_with_a_termination_delay() {
     d.cluster(|w| w.reconcile_cluster());
     assert_eq!(d.statuses(), [Status::Succeeded, Status::Cancelled]);
     assert_eq!(d.engine.group_status(), Status::Succeeded);
-    assert_eq!(
-        d.writes(),
-        [format!(
-            "PATCH {J}/g-skyc-gate-0 {{\"spec\":{{\"parallelism\":1}}}} uid={}",
-            d.uid("jobs", "g-skyc-gate-0")
-        )]
-    );
+    assert_eq!(d.writes(), [open_gate(&d)]);
     assert!(!d.settled());
-    d.cluster(|w| {
-        w.reconcile_cluster();
-        let gate = w.pod_of("g-skyc-gate-0");
-        w.run(&gate);
-        w.exit(&gate, 0);
-        w.reconcile_cluster();
-    });
-    assert_eq!(
-        d.fake.world().get("jobsets", "g").unwrap()["status"]["terminalState"],
-        "Completed"
-    );
-    assert!(d.writes().is_empty());
-    assert!(d.settled());
+    completes(&mut d);
     assert!(
         d.reports
             .iter()

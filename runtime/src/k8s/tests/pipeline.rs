@@ -3,8 +3,10 @@
 //! its own pods, and the pipeline ends through the gate as a group does.
 
 use super::driver::Driver;
-use super::recovery::{fail_gate, fails, relaunched};
-use super::{JS, RULES, applied, created, launched, pod, stop};
+use super::{
+    JS, RULES, applied, completes, created, fail_gate, fails, launched, open_gate, pod, relaunched,
+    stop,
+};
 use crate::backend::Report;
 use crate::policy::{Event, Status};
 
@@ -50,21 +52,6 @@ fn step_exits(d: &mut Driver, step: &str, nodes: u32, attempt: u32, code: i32) {
     });
 }
 
-/// The gate opened: the pipeline succeeded.
-fn completes(d: &mut Driver) {
-    d.cluster(|w| {
-        w.reconcile_cluster();
-        let gate = w.pod_of(super::recovery::GATE);
-        w.run(&gate);
-        w.exit(&gate, 0);
-        w.reconcile_cluster();
-    });
-    assert_eq!(
-        d.fake.world().get("jobsets", "g").unwrap()["status"]["terminalState"],
-        "Completed"
-    );
-}
-
 #[test]
 fn a_pipeline_runs_its_steps_in_order_to_succeeded() {
     let mut d = first_step_running(TWO_STEPS);
@@ -102,14 +89,7 @@ fn a_pipeline_runs_its_steps_in_order_to_succeeded() {
     step_exits(&mut d, "eval", 1, 0, 0);
     assert_eq!(d.statuses(), [Status::Succeeded, Status::Succeeded]);
     assert_eq!(d.engine.group_status(), Status::Succeeded);
-    assert_eq!(
-        d.writes(),
-        [format!(
-            "PATCH {}/g-skyc-gate-0 {{\"spec\":{{\"parallelism\":1}}}} uid={}",
-            super::J,
-            d.uid("jobs", "g-skyc-gate-0")
-        )]
-    );
+    assert_eq!(d.writes(), [open_gate(&d)]);
     completes(&mut d);
     assert!(d.writes().is_empty());
     assert!(d.settled());

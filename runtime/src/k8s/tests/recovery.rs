@@ -4,8 +4,6 @@
 
 use super::*;
 
-pub(super) const GATE: &str = "g-skyc-gate-0";
-
 /// One task with a recovery policy, and an auxiliary beside it.
 fn recovering(policy: &str) -> String {
     recovering_on(1, policy)
@@ -31,62 +29,6 @@ name: buffer
 run: sleep 1000
 "
     )
-}
-
-/// `parallelism: 1` on the gate: the group succeeded.
-pub(super) fn open_gate(d: &Driver) -> String {
-    format!(
-        "PATCH {J}/{GATE} {{\"spec\":{{\"parallelism\":1}}}} uid={}",
-        d.uid("jobs", GATE)
-    )
-}
-
-/// `activeDeadlineSeconds: 1` on the gate: the group ended otherwise.
-pub(super) fn fail_gate(d: &Driver) -> String {
-    format!(
-        "PATCH {J}/{GATE} {{\"spec\":{{\"activeDeadlineSeconds\":1}}}} uid={}",
-        d.uid("jobs", GATE)
-    )
-}
-
-/// The older attempt's pods are gone: the new attempt is launched, one
-/// new pod per node, and they run.
-pub(super) fn relaunched(d: &mut Driver, index: usize, task: &str, nodes: u32, attempt: u32) {
-    d.cluster(|w| w.reconcile_cluster());
-    let want = launched(d, index, task, nodes, attempt);
-    assert_eq!(d.writes(), want);
-    d.cluster(|w| w.run_pending());
-    assert!(d.writes().is_empty());
-}
-
-/// The gate is open: its pod runs and ends, and JobSet completes by
-/// itself, with no more requests.
-pub(super) fn completes(d: &mut Driver) {
-    d.cluster(|w| {
-        w.reconcile_cluster();
-        let gate = w.pod_of(GATE);
-        w.run(&gate);
-        w.exit(&gate, 0);
-        w.reconcile_cluster();
-    });
-    assert_eq!(
-        d.fake.world().get("jobsets", "g").unwrap()["status"]["terminalState"],
-        "Completed"
-    );
-    assert!(d.writes().is_empty());
-    assert!(d.settled());
-}
-
-/// The gate was failed on purpose: its Job exceeds its deadline, and
-/// JobSet fails by itself, with no more requests.
-pub(super) fn fails(d: &mut Driver) {
-    d.cluster(|w| w.reconcile_cluster());
-    assert_eq!(
-        d.fake.world().get("jobsets", "g").unwrap()["status"]["terminalState"],
-        "Failed"
-    );
-    assert!(d.writes().is_empty());
-    assert!(d.settled());
 }
 
 /// The pods on the cluster now, sorted.
