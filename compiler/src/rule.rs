@@ -90,6 +90,9 @@ rules! {
     InvalidPool = "invalid-pool", Error, "A pool file `sky jobs pool apply` rejects.";
     PoolRunIgnored = "pool-run-ignored", Warning, "A pool's `run`, which SkyPilot ignores: the jobs submitted to the pool bring their own.";
     RunPoolFile = "run-pool-file", Error, "A pool file given to `skyc run`: a pool is applied, then jobs are submitted to it.";
+    PoolJobIgnored = "pool-job-ignored", Warning, "A job's `setup`, `file_mounts` or storage mounts, which a pool ignores: its workers ran the pool's.";
+    PoolJobMisfit = "pool-job-misfit", Error, "A job a pool's workers cannot run: more nodes or resources than a worker has, or more than one task.";
+    ApplyJobFile = "apply-job-file", Error, "A file without `pool` given to `skyc pool apply`.";
     // Checks SkyPilot does not make.
     UnknownHostTask = "unknown-host-task", Error, "A group hostname names a task that does not exist.";
     HostIndexOutOfRange = "host-index-out-of-range", Error, "A group hostname names a node the task does not have.";

@@ -21,7 +21,8 @@
 //! already applied (a node answered twice, a started task started
 //! again), so nothing is counted twice.
 
-use crate::policy::{Action, Engine, Event, Status};
+use crate::policy::{Action, Attempt, Engine, Event, Status};
+use crate::pool::Placement;
 use crate::store::Store;
 use std::os::fd::BorrowedFd;
 
@@ -67,6 +68,9 @@ pub enum Report {
     /// The group ended before anything of it ran (cancelled before its
     /// submission): it and every task end with this status.
     Unstarted(Status),
+    /// Every node of the task's attempt is past its setup. For a pool's
+    /// worker: it is ready for jobs.
+    Ready { task: usize, attempt: u32 },
     /// Everything the group had on the backend is gone or in its final
     /// state: once its engine has finished (a [`Followed`] group: at
     /// once), the group can be closed.
@@ -167,6 +171,20 @@ pub trait Backend {
 
     /// What happened since the last call, per group, in order.
     fn drain(&mut self, now_ms: i64) -> Vec<(i64, Report)>;
+
+    /// Whether this backend runs pools: their workers are groups of it
+    /// whose plans hold each node after setup, and their jobs run on them
+    /// ([`Backend::place`]).
+    fn runs_pools(&self) -> bool {
+        false
+    }
+
+    /// Runs a pool job's attempt on one of the pool's workers (a group of
+    /// this backend), as the pool engine placed it; given again after a
+    /// crash, so an attempt already started there is left as it is. A
+    /// worker that cannot take it (gone, not ready) answers the job's
+    /// nodes as lost.
+    fn place(&mut self, _job: i64, _attempt: Attempt, _worker: i64, _placement: &Placement) {}
 
     /// Readable when [`Backend::drain`] has something.
     fn wake_fd(&self) -> Option<BorrowedFd<'_>>;

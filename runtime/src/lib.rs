@@ -30,6 +30,7 @@ pub mod local;
 pub mod outbox;
 pub mod paths;
 pub mod policy;
+pub mod pool;
 pub mod secrets;
 pub mod slurm;
 pub mod store;

@@ -122,6 +122,35 @@ impl Follower {
         Ok(Self { logs })
     }
 
+    /// Follows nothing yet ([`extend`](Self::extend) adds).
+    pub(crate) fn empty() -> Self {
+        Self { logs: Vec::new() }
+    }
+
+    /// Follows `other`'s logs too, in one stream with these.
+    pub(crate) fn extend(&mut self, other: Self) {
+        self.logs.extend(other.logs);
+    }
+
+    /// Prefixes every line with `label`: `(label) ` for a one-node job,
+    /// `(label, task-rank) ` otherwise.
+    pub(crate) fn relabel(mut self, label: &str) -> Self {
+        let one = self.logs.len() == 1;
+        for log in &mut self.logs {
+            let inner = log
+                .prefix
+                .trim_end()
+                .trim_start_matches('(')
+                .trim_end_matches(')');
+            log.prefix = if one {
+                format!("({label}) ")
+            } else {
+                format!("({label}, {inner}) ")
+            };
+        }
+        self
+    }
+
     /// Writes the complete lines written since the last call, in the order
     /// they were written.
     /// Reads in rounds of at most `READ_LIMIT` per log, each written out

@@ -8,10 +8,12 @@ mod completions;
 mod exit;
 mod follow;
 mod input;
+mod jobs;
 mod k8s;
 mod logs;
 mod lsp;
 pub(crate) mod out;
+mod pool;
 mod report;
 mod run;
 mod schema;
@@ -52,6 +54,8 @@ enum Command {
     Status(status::Args),
     Logs(logs::Args),
     Cancel(cancel::Args),
+    /// Pools of warm workers that jobs are submitted to.
+    Pool(pool::Args),
     Schema(schema::Args),
     Completions(completions::Args),
     Lsp(lsp::Args),
@@ -78,6 +82,7 @@ pub(crate) fn main() -> ExitCode {
         Command::Status(args) => status::run(&args),
         Command::Logs(args) => logs::run(&args),
         Command::Cancel(args) => cancel::run(&args),
+        Command::Pool(args) => pool::run(&args),
         Command::Schema(args) => schema::run(&args),
         Command::Completions(args) => completions::run(&args),
         Command::Lsp(args) => lsp::run(&args),

@@ -46,6 +46,21 @@ pub(crate) struct Args {
     /// [default: the group's `name`]. Hostnames keep the group's name.
     #[arg(short = 'n', long = "name", value_name = "NAME", value_parser = run_name)]
     name: Option<String>,
+    /// Run on the workers of this pool (`skyc pool apply`), as
+    /// `sky jobs launch --pool` does: the job's `setup` and file mounts
+    /// are the pool's.
+    #[arg(short = 'p', long = "pool", value_name = "NAME")]
+    pool: Option<String>,
+    /// Submit N jobs of the file, ranked 0..N-1 (`SKYPILOT_JOB_RANK`,
+    /// `SKYPILOT_NUM_JOBS`): on the pool's workers with `--pool`, else each
+    /// on its own.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        value_parser = clap::value_parser!(u32).range(1..=100_000)
+    )]
+    num_jobs: u32,
     /// Give an environment variable a value, as `sky jobs launch --env` does.
     #[arg(long = "env", value_name = "KEY=VALUE", value_parser = parse_env)]
     env: Vec<(String, String)>,
@@ -128,7 +143,7 @@ enum Target {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
-enum NetworkArg {
+pub(super) enum NetworkArg {
     Auto,
     Netns,
     Loopback,
@@ -137,6 +152,22 @@ enum NetworkArg {
 pub(crate) fn run(args: &Args) -> u8 {
     match submit(args) {
         Ok(Submitted::Invalid) => INVALID,
+        Ok(Submitted::Jobs(dir, ids)) => {
+            if args.detach {
+                for id in &ids {
+                    outln!("{id}");
+                }
+                errln!(
+                    "skyc: {} job{} submitted; `skyc status{}` lists them",
+                    ids.len(),
+                    report::plural(ids.len()),
+                    state_dir_flag(args)
+                );
+                OK
+            } else {
+                super::jobs::follow(&dir, &ids, &state_dir_flag(args))
+            }
+        }
         Ok(Submitted::Group(dir, gid)) => {
             if args.detach && args.target == Target::K8s {
                 // The cluster's checks (JobSet installed, RBAC, the name
@@ -185,9 +216,11 @@ fn start_error(dir: &Path, gid: i64) -> Option<String> {
     group.error
 }
 
-enum Submitted {
+pub(super) enum Submitted {
     Invalid,
     Group(std::path::PathBuf, i64),
+    /// `--pool` or `--num-jobs`: jobs, in rank order.
+    Jobs(std::path::PathBuf, Vec<i64>),
 }
 
 fn submit(args: &Args) -> Result<Submitted, String> {
@@ -239,17 +272,24 @@ fn submit(args: &Args) -> Result<Submitted, String> {
         show(&compilation);
         return Ok(Submitted::Invalid);
     }
-    let secrets: Vec<(String, String)> = args
-        .secrets
-        .iter()
-        .cloned()
-        .chain(group.tasks.iter().flat_map(|t| {
-            t.secrets
-                .iter()
-                .filter_map(|s| Some((s.clone(), std::env::var(s).ok()?)))
-        }))
-        .collect();
+    let secrets = secret_values(&args.secrets, &group);
     let submitted_ms = now_ms();
+    if args.pool.is_some() || args.num_jobs > 1 {
+        let jobs = super::jobs::Submission {
+            file: &args.file,
+            name: &name,
+            run_name: args.name.as_deref(),
+            pool: args.pool.as_deref(),
+            num_jobs: args.num_jobs,
+            local: args.target == Target::Local,
+            network: args.network,
+            grace: args.grace,
+            secrets: &secrets,
+            submitted_ms,
+            state: &args.state,
+        };
+        return jobs.submit(compilation, &group, &show);
+    }
     let planned = match args.target {
         Target::Local => plan_local(args, &group, &name, &secrets, submitted_ms)?,
         Target::Slurm => plan_slurm(args, &group, &secrets, submitted_ms)?,
@@ -288,6 +328,20 @@ fn submit(args: &Args) -> Result<Submitted, String> {
     Ok(Submitted::Group(dir, gid))
 }
 
+/// The values of the tasks' secrets: `--secret` first, then the
+/// submitting environment.
+pub(super) fn secret_values(given: &[(String, String)], group: &Group) -> Vec<(String, String)> {
+    given
+        .iter()
+        .cloned()
+        .chain(group.tasks.iter().flat_map(|t| {
+            t.secrets
+                .iter()
+                .filter_map(|s| Some((s.clone(), std::env::var(s).ok()?)))
+        }))
+        .collect()
+}
+
 /// The token a cluster run carries (Slurm's job comment, Kubernetes'
 /// run annotation): this client and the time of submission.
 fn run_token(submitted_ms: i64) -> String {
@@ -318,6 +372,74 @@ impl Planned {
     }
 }
 
+/// What planning for this machine needs beside the group: how nodes get
+/// their addresses, where relative `workdir`s start, what the machine has.
+pub(super) struct LocalSetting {
+    pub(super) request: NetworkRequest,
+    pub(super) mode: Mode,
+    pub(super) base_dir: PathBuf,
+    pub(super) capacity: Capacity,
+}
+
+impl LocalSetting {
+    /// For the file `name` (given on the command line as `file`).
+    pub(super) fn new(network: Option<NetworkArg>, file: &str, name: &str) -> Result<Self, String> {
+        let request = match network.unwrap_or(NetworkArg::Auto) {
+            NetworkArg::Auto => NetworkRequest::Auto,
+            NetworkArg::Netns => NetworkRequest::Netns,
+            NetworkArg::Loopback => NetworkRequest::Loopback,
+        };
+        let mode = network::resolve(request)?;
+        let base_dir = Path::new(name)
+            .parent()
+            .filter(|_| file != "-")
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
+        let base_dir = std::env::current_dir()
+            .map(|cwd| cwd.join(&base_dir))
+            .unwrap_or(base_dir);
+        Ok(Self {
+            request,
+            mode,
+            base_dir,
+            capacity: Capacity::detect(),
+        })
+    }
+
+    pub(super) fn options<'a>(
+        &'a self,
+        grace: f64,
+        secrets: &'a [(String, String)],
+        submitted_ms: i64,
+    ) -> PlanOptions<'a> {
+        PlanOptions {
+            grace: Duration::from_secs_f64(grace),
+            network: self.request,
+            base_env: std::env::vars().collect(),
+            secrets,
+            base_dir: &self.base_dir,
+            submitted: run_timestamp(submitted_ms),
+            capacity: &self.capacity,
+        }
+    }
+
+    /// Refuses hostnames this machine cannot give, and says how nodes get
+    /// their addresses when it is not a namespace each.
+    pub(super) fn check_network(&self, plan: &Plan) -> Result<(), String> {
+        if self.mode == Mode::LoopbackNoHosts && plan.hostnames_required {
+            return Err(
+                "`inter_connection: true` needs group hostnames, and this machine allows no \
+                 namespace to provide them (run as root, or enable unprivileged user namespaces)"
+                    .into(),
+            );
+        }
+        if self.mode != Mode::Netns && plan.hostnames {
+            errln!("note: nodes get {}", self.mode.describe());
+        }
+        Ok(())
+    }
+}
+
 fn plan_local(
     args: &Args,
     group: &Group,
@@ -325,44 +447,10 @@ fn plan_local(
     secrets: &[(String, String)],
     submitted_ms: i64,
 ) -> Result<Planned, String> {
-    let request = match args.network.unwrap_or(NetworkArg::Auto) {
-        NetworkArg::Auto => NetworkRequest::Auto,
-        NetworkArg::Netns => NetworkRequest::Netns,
-        NetworkArg::Loopback => NetworkRequest::Loopback,
-    };
-    let mode = network::resolve(request)?;
-    let base_dir = Path::new(name)
-        .parent()
-        .filter(|_| args.file != "-")
-        .map(Path::to_path_buf)
-        .unwrap_or_default();
-    let base_dir = std::env::current_dir()
-        .map(|cwd| cwd.join(&base_dir))
-        .unwrap_or(base_dir);
-    let capacity = Capacity::detect();
-    let (plan, diagnostics) = Plan::new(
-        group,
-        &PlanOptions {
-            grace: Duration::from_secs_f64(args.grace),
-            network: request,
-            base_env: std::env::vars().collect(),
-            secrets,
-            base_dir: &base_dir,
-            submitted: run_timestamp(submitted_ms),
-            capacity: &capacity,
-        },
-    );
+    let setting = LocalSetting::new(args.network, &args.file, name)?;
+    let (plan, diagnostics) = Plan::new(group, &setting.options(args.grace, secrets, submitted_ms));
     if let Some(plan) = &plan {
-        if mode == Mode::LoopbackNoHosts && plan.hostnames_required {
-            return Err(
-                "`inter_connection: true` needs group hostnames, and this machine allows no \
-                 namespace to provide them (run as root, or enable unprivileged user namespaces)"
-                    .into(),
-            );
-        }
-        if mode != Mode::Netns && plan.hostnames {
-            errln!("note: nodes get {}", mode.describe());
-        }
+        setting.check_network(plan)?;
     }
     Planned::new(Backend::Local, plan, diagnostics)
 }
@@ -572,8 +660,8 @@ fn print_next_steps(args: &Args, gid: i64) {
 
 /// ` --state-dir DIR` as a shell word, when the user gave one: the hints
 /// that name commands to run must be pasteable.
-fn state_dir_flag(args: &Args) -> String {
-    args.state
+pub(super) fn state_dir_flag_of(state: &StateArgs) -> String {
+    state
         .state_dir
         .as_ref()
         .map(|d| {
@@ -583,6 +671,10 @@ fn state_dir_flag(args: &Args) -> String {
             )
         })
         .unwrap_or_default()
+}
+
+fn state_dir_flag(args: &Args) -> String {
+    state_dir_flag_of(&args.state)
 }
 
 fn watch(args: &Args, dir: &Path, gid: i64, interrupted: &AtomicBool) -> Result<u8, String> {

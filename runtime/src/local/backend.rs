@@ -13,13 +13,14 @@
 
 use super::agent::{self, KILL_REQUEST, Launch};
 use super::capacity::{Allocator, Capacity, Grant};
-use super::env::node_env;
+use super::env::{job_env, node_env};
 use super::network::{self, GroupNetwork};
 use super::plan::Plan;
 use super::{NODE_MARKER_VAR, logindex};
 use crate::backend::{Adoption, Backend, NodeInfo, Report};
 use crate::paths;
 use crate::policy::{Action, Attempt, Engine, Event, Phase, TaskId};
+use crate::pool::Placement;
 use rustix::event::{Timespec, epoll};
 use rustix::process::{Pid, Signal, WaitOptions};
 use std::collections::{BTreeMap, VecDeque};
@@ -57,6 +58,10 @@ struct GroupRun {
     ended: Vec<bool>,
     finished: bool,
     settled: bool,
+    /// A pool job: the worker its attempt runs on, once placed.
+    worker: Option<i64>,
+    /// A pool job whose worker was lost: its nodes' ends are losses.
+    worker_lost: bool,
 }
 
 struct NodeRun {
@@ -164,7 +169,20 @@ impl Local {
                 }
             }
             self.barrier(gid, g, task);
-        } else {
+            if g.plan.hold
+                && g.nodes[task].iter().all(|n| {
+                    matches!(
+                        n.state,
+                        NodeState::Running {
+                            phase: Phase::Run,
+                            ..
+                        }
+                    )
+                })
+            {
+                self.reports.push((gid, Report::Ready { task, attempt }));
+            }
+        } else if g.plan.pool_job.is_none() {
             self.queue.push_back((gid, task, attempt, false));
         }
     }
@@ -211,7 +229,7 @@ impl Local {
                         },
                     );
                 }
-                NodeState::Idle if queued => {
+                NodeState::Idle if queued || g.plan.pool_job.is_some() => {
                     node.state = NodeState::Done;
                     self.event(
                         gid,
@@ -251,6 +269,9 @@ impl Local {
                         self.spawn_node(gid, &mut g, task, rank, phase);
                     }
                     self.event(gid, Event::TaskStarted { task, attempt });
+                    if g.plan.hold && phase == Phase::Run {
+                        self.reports.push((gid, Report::Ready { task, attempt }));
+                    }
                 }
                 None => {
                     if !reported {
@@ -408,6 +429,10 @@ impl Local {
             self.slots.remove(&slot);
         }
         let attempt = g.nodes[task][rank as usize].attempt;
+        let code = if g.worker_lost { None } else { code };
+        if g.plan.hold && !(code == Some(0) && phase == Phase::Setup) {
+            self.lose_jobs_on(gid);
+        }
         let (state, event) = match code {
             Some(0) if phase == Phase::Setup => (NodeState::SetupDone, None),
             Some(code) => (
@@ -439,6 +464,97 @@ impl Local {
         }
     }
 
+    /// A worker's node ended (its hold was killed, its agent lost): the
+    /// jobs on it are lost with it, and are stopped now.
+    fn lose_jobs_on(&mut self, worker: i64) {
+        for job in self.groups.values_mut() {
+            if job.worker != Some(worker) || job.worker_lost {
+                continue;
+            }
+            job.worker_lost = true;
+            for node in job.nodes.iter().flatten() {
+                if let NodeState::Running { pid, .. } = node.state {
+                    let _ = rustix::process::kill_process(pid, KILL_REQUEST);
+                }
+            }
+        }
+    }
+
+    /// Starts a pool job's attempt on its worker: each node's `run` in the
+    /// worker's node of the same rank.
+    fn start_job(
+        &mut self,
+        gid: i64,
+        g: &mut GroupRun,
+        worker_gid: i64,
+        placement: &Placement,
+    ) -> Result<(), String> {
+        let task = 0;
+        let attempt = g.attempts[task];
+        let worker = self.groups.get(&worker_gid).ok_or("its worker is gone")?;
+        let holding = |rank: u32| {
+            worker.nodes[0].get(rank as usize).is_some_and(|n| {
+                matches!(
+                    n.state,
+                    NodeState::Running {
+                        phase: Phase::Run,
+                        ..
+                    }
+                )
+            })
+        };
+        if !(0..g.plan.tasks[task].num_nodes).all(holding) {
+            return Err("its worker is not ready".into());
+        }
+        let mut spawned = Vec::new();
+        for rank in 0..g.plan.tasks[task].num_nodes {
+            let gpus = placement
+                .gpus
+                .get(rank as usize)
+                .cloned()
+                .unwrap_or_default();
+            let started = spawn_job_agent(&self.exe, gid, g, worker, rank, &gpus)
+                .map_err(|e| format!("cannot start the node: {e}"));
+            spawned.push(started);
+        }
+        for (rank, started) in (0..).zip(spawned) {
+            match started.and_then(|(pid, pidfd)| {
+                let slot = self
+                    .watch(gid, task, rank, &pidfd)
+                    .map_err(|e| e.to_string())?;
+                Ok((pid, pidfd, slot))
+            }) {
+                Ok((pid, pidfd, slot)) => {
+                    g.nodes[task][rank as usize].state = NodeState::Running {
+                        phase: Phase::Run,
+                        pid,
+                        _pidfd: pidfd,
+                        slot,
+                    };
+                    let mut info = node_info(g, task, rank, Some(pid), None);
+                    info.machine = format!("worker {worker_gid}");
+                    self.reports.push((gid, Report::Node(info)));
+                }
+                Err(e) => {
+                    append_log(g, task, rank, &format!("skyc: {e}\n"));
+                    g.nodes[task][rank as usize].state = NodeState::Done;
+                    self.event(
+                        gid,
+                        Event::NodeExited {
+                            task,
+                            attempt,
+                            node: rank,
+                            phase: Phase::Run,
+                            code: 127,
+                        },
+                    );
+                }
+            }
+        }
+        self.event(gid, Event::TaskStarted { task, attempt });
+        Ok(())
+    }
+
     /// Starts `run` on every node of the task once all their setups ended
     /// well.
     fn barrier(&mut self, gid: i64, g: &mut GroupRun, task: TaskId) {
@@ -448,6 +564,10 @@ impl Local {
         {
             for rank in 0..g.nodes[task].len() as u32 {
                 self.spawn_node(gid, g, task, rank, Phase::Run);
+            }
+            if g.plan.hold {
+                let attempt = g.attempts[task];
+                self.reports.push((gid, Report::Ready { task, attempt }));
             }
         }
     }
@@ -490,6 +610,12 @@ impl Backend for Local {
         let net = match adoption.kept.map(serde_json::from_str) {
             Some(Ok(net)) => net,
             Some(Err(e)) => return Err(e.to_string()),
+            None if plan.pool_job.is_some() => {
+                fs::create_dir_all(dir.join("logs"))
+                    .and_then(|()| write_scripts(&dir, &plan))
+                    .map_err(|e| format!("{}: {e}", dir.display()))?;
+                GroupNetwork::borrowed(&dir)
+            }
             None => {
                 let net = prepare(&plan, &dir).inspect_err(|reason| {
                     for (task, rank) in plan.nodes() {
@@ -529,6 +655,8 @@ impl Backend for Local {
                 .collect(),
             finished: engine.is_finished(),
             settled: false,
+            worker: None,
+            worker_lost: false,
         };
         if !adoption.fresh {
             for task in 0..tasks {
@@ -562,7 +690,14 @@ impl Backend for Local {
                     if attempt > 0 {
                         note_restart(&g, task, attempt);
                     }
-                    self.queue.push_back((gid, task, attempt, false));
+                    if g.plan.pool_job.is_some() {
+                        // Its worker's resources are the pool's to count.
+                        g.worker = None;
+                        g.worker_lost = false;
+                        self.event(gid, Event::TaskQueued { task, attempt });
+                    } else {
+                        self.queue.push_back((gid, task, attempt, false));
+                    }
                 }
                 Action::Terminate { task, attempt, .. } => {
                     self.stop(gid, &mut g, task, attempt, Signal::TERM);
@@ -637,6 +772,44 @@ impl Backend for Local {
         std::mem::take(&mut self.reports)
     }
 
+    fn runs_pools(&self) -> bool {
+        true
+    }
+
+    fn place(&mut self, job: i64, attempt: Attempt, worker: i64, placement: &Placement) {
+        let Some(mut g) = self.groups.remove(&job) else {
+            return;
+        };
+        let task = 0;
+        let current = g.attempts[task] == attempt && !g.ended[task];
+        let unstarted = g.nodes[task]
+            .iter()
+            .all(|n| n.attempt == attempt && matches!(n.state, NodeState::Idle));
+        if current {
+            g.worker = Some(worker);
+        }
+        if current
+            && unstarted
+            && let Err(reason) = self.start_job(job, &mut g, worker, placement)
+        {
+            // Placed on a worker that cannot take it: lost with it, so its
+            // engine restarts it without using its budget.
+            for rank in 0..g.plan.tasks[task].num_nodes {
+                append_log(&g, task, rank, &format!("skyc: {reason}\n"));
+                g.nodes[task][rank as usize].state = NodeState::Done;
+                self.event(
+                    job,
+                    Event::NodeLost {
+                        task,
+                        attempt,
+                        node: rank,
+                    },
+                );
+            }
+        }
+        self.groups.insert(job, g);
+    }
+
     fn wake_fd(&self) -> Option<BorrowedFd<'_>> {
         Some(self.epoll.as_fd())
     }
@@ -644,6 +817,63 @@ impl Backend for Local {
     fn next_wake_ms(&self) -> Option<i64> {
         None
     }
+}
+
+/// A pool job's node `rank` on its worker: the job's `run`, in the
+/// worker's node directory and network, with the worker's environment
+/// and the job's own on top.
+fn spawn_job_agent(
+    exe: &Path,
+    gid: i64,
+    job: &GroupRun,
+    worker: &GroupRun,
+    rank: u32,
+    gpus: &[u32],
+) -> io::Result<(Pid, OwnedFd)> {
+    let task = 0;
+    let attempt = job.attempts[task];
+    let adir = paths::attempt_dir(&paths::node_dir(&job.dir, task, rank), attempt, Phase::Run);
+    fs::create_dir_all(&adir)?;
+    let cwd = match &worker.plan.tasks[0].workdir {
+        Some(dir) => dir.clone(),
+        None => paths::node_dir(&worker.dir, 0, rank).join("work"),
+    };
+    let net = worker
+        .net
+        .node(0, rank)
+        .ok_or_else(|| io::Error::other("the worker's node has no address"))?;
+    let script = paths::script(&job.dir, task, Phase::Run);
+    let argv = worker.net.wrap(
+        net,
+        vec![
+            "bash".into(),
+            "--noprofile".into(),
+            "--norc".into(),
+            script.display().to_string(),
+        ],
+    );
+    let worker_grant = worker.grants[0].clone().unwrap_or_default();
+    let mut env = job_env(
+        &job.plan,
+        gid,
+        &worker.plan,
+        &worker.net,
+        &worker_grant,
+        rank,
+        gpus,
+    );
+    env.push((NODE_MARKER_VAR.into(), adir.display().to_string()));
+    let log = paths::log(&job.dir, &job.plan.tasks[task].name, rank);
+    agent::spawn(
+        &agent::executable(exe)?,
+        Launch {
+            dir: &adir,
+            log: &log,
+            argv,
+            env,
+            cwd: &cwd,
+        },
+    )
 }
 
 /// A new group's directory, scripts and network.
@@ -711,11 +941,18 @@ fn append_log(g: &GroupRun, task: TaskId, rank: u32, line: &str) {
     let _ = logindex::append(&log, line.as_bytes());
 }
 
+/// A worker's `run`: the node is held, doing nothing, until the worker is
+/// retired; a hold that ends by itself is the worker's loss.
+const HOLD: &str = "exec sleep infinity\n";
+
 fn write_scripts(dir: &Path, plan: &Plan) -> io::Result<()> {
     fs::create_dir_all(dir.join("scripts"))?;
     for (task, t) in plan.tasks.iter().enumerate() {
         for (phase, text) in [(Phase::Setup, &t.setup), (Phase::Run, &t.run)] {
-            let text = text.as_deref().unwrap_or("");
+            let text = match text.as_deref() {
+                _ if plan.hold && phase == Phase::Run => HOLD,
+                text => text.unwrap_or(""),
+            };
             fs::write(paths::script(dir, task, phase), text)?;
         }
     }

@@ -41,7 +41,19 @@ pub fn node_env(
     }
     set("SKYPILOT_MANAGED_JOB_ID", group_id.to_string());
     set("SKYPILOT_INTERNAL_JOB_ID", group_id.to_string());
-    set("SKYPILOT_JOB_RANK", "0".into());
+    // `--num-jobs N`: each job's rank among the N, on a pool or not.
+    let ranks = plan
+        .pool_job
+        .as_ref()
+        .map(|j| (j.rank, j.num_jobs))
+        .or(plan.job_rank);
+    set(
+        "SKYPILOT_JOB_RANK",
+        ranks.map_or(0, |(rank, _)| rank).to_string(),
+    );
+    if let Some((_, n)) = ranks {
+        set("SKYPILOT_NUM_JOBS", n.to_string());
+    }
     set("SKYPILOT_TASK_ID", task_id(task));
     set(
         "SKYPILOT_TASK_IDS",
@@ -89,6 +101,57 @@ pub fn node_env(
         .unwrap_or_default();
     set("CUDA_VISIBLE_DEVICES", visible);
     env.extend(t.envs.iter().cloned());
+    dedup_last_wins(env)
+}
+
+/// A pool job's node on its worker: the node's contract as for any job
+/// ([`node_env`]: its own ids, rank and number of jobs), the addresses
+/// of the worker's nodes it runs on, the GPUs the pool gave it
+/// (`gpus`: indices among the worker node's), and the pool's `envs` under
+/// the job's own.
+pub fn job_env(
+    job: &Plan,
+    gid: i64,
+    worker: &Plan,
+    worker_net: &GroupNetwork,
+    worker_grant: &Grant,
+    rank: u32,
+    gpus: &[u32],
+) -> Vec<(String, String)> {
+    let held = worker_grant.gpus.get(rank as usize);
+    // A worker that holds no GPU of its own offers the machine's.
+    let machine_gpus: Vec<u32> = gpus
+        .iter()
+        .map(|&i| held.and_then(|h| h.get(i as usize).copied()).unwrap_or(i))
+        .collect();
+    let grant = Grant {
+        demand: job.tasks[0].demand,
+        gpus: (0..=rank)
+            .map(|r| {
+                if r == rank {
+                    machine_gpus.clone()
+                } else {
+                    Vec::new()
+                }
+            })
+            .collect(),
+    };
+    let mut env = node_env(job, gid, worker_net, &grant, 0, rank, Phase::Run);
+    let nodes = job.tasks[0].num_nodes as usize;
+    let ips: Vec<String> = worker_net
+        .task_ips(0)
+        .iter()
+        .take(nodes)
+        .map(ToString::to_string)
+        .collect();
+    let own = |k: &str| job.tasks[0].envs.iter().any(|(name, _)| name == k);
+    let mut set = |k: &str, v: String| env.push((k.to_owned(), v));
+    set("SKYPILOT_NODE_IPS", ips.join("\n"));
+    for (k, v) in &worker.tasks[0].envs {
+        if !own(k) {
+            set(k, v.clone());
+        }
+    }
     dedup_last_wins(env)
 }
 

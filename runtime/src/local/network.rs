@@ -508,6 +508,22 @@ fn release(net: &GroupNetwork) {
 }
 
 impl GroupNetwork {
+    /// A pool job's: it has no address of its own, its nodes run with
+    /// their worker's network identity.
+    pub fn borrowed(group_dir: &Path) -> Self {
+        Self {
+            mode: Mode::LoopbackNoHosts,
+            range: Range {
+                base: 0,
+                prefix: 32,
+            },
+            nodes: Vec::new(),
+            hosts_file: group_dir.join("hosts"),
+            lease_dir: lease_dir(),
+            owner: String::new(),
+        }
+    }
+
     pub fn node(&self, task: usize, rank: u32) -> Option<&NodeNet> {
         self.nodes.iter().find(|n| n.task == task && n.rank == rank)
     }

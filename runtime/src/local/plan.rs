@@ -3,8 +3,9 @@
 
 use super::capacity::{Capacity, Demand};
 use crate::policy::GroupSpec;
+use crate::pool::{JobSpec, PoolSpec, Room, Scaling, worker_key};
 use serde::{Deserialize, Serialize};
-use skyc_compiler::ir::{Group, InterConnection, Task, Workdir};
+use skyc_compiler::ir::{self, Group, InterConnection, Task, Workdir};
 use skyc_compiler::{Diagnostic, Rule};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -23,6 +24,84 @@ pub struct Plan {
     /// The submitting client's environment, the base of every node's.
     pub base_env: Vec<(String, String)>,
     pub tasks: Vec<TaskPlan>,
+    /// A pool's worker: once its setup ended well on every node, each node
+    /// is held (its directory, address and resources kept) until the
+    /// worker is retired, and the pool's jobs run in it.
+    #[serde(default)]
+    pub hold: bool,
+    /// A job of a pool: its one task's `run` runs on a worker the pool
+    /// gives it, in the worker's directory and environment.
+    #[serde(default)]
+    pub pool_job: Option<JobSpec>,
+    /// One of `--num-jobs N` jobs submitted together: its rank, and N.
+    #[serde(default)]
+    pub job_rank: Option<(u32, u32)>,
+}
+
+/// A pool as the local target runs it: the pool engine's spec, and the
+/// plan each worker is made from.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PoolPlan {
+    pub pool: PoolSpec,
+    pub worker: Plan,
+}
+
+impl PoolPlan {
+    /// A pool file's group, planned for this machine: each worker is a
+    /// node environment holding the pool's resources while it exists, and
+    /// offers jobs what it holds (this machine's, for what the pool does
+    /// not name).
+    pub fn new(
+        group: &Group,
+        pool: &ir::Pool,
+        options: &PlanOptions<'_>,
+    ) -> (Option<Self>, Vec<Diagnostic>) {
+        let (plan, diagnostics) = Plan::new(group, options);
+        let Some(mut worker) = plan else {
+            return (None, diagnostics);
+        };
+        worker.hold = true;
+        // A worker whose setup fails is replaced by the pool, not restarted.
+        for t in &mut worker.spec.tasks {
+            t.max_restarts_on_errors = 0;
+            t.recover_on_exit_codes.clear();
+        }
+        let task = &worker.tasks[0];
+        let demand = task.demand;
+        let machine = options.capacity;
+        let offer = Room {
+            cpus: if demand.cpus > 0.0 {
+                demand.cpus
+            } else {
+                machine.cpus
+            },
+            memory_gb: if demand.memory_gb > 0.0 {
+                demand.memory_gb
+            } else {
+                machine.memory_gb
+            },
+            gpus: if demand.gpus > 0.0 {
+                demand.gpus
+            } else {
+                machine.gpus.len() as f64
+            },
+        };
+        let made_of = serde_json::json!({
+            "setup": task.setup,
+            "envs": task.envs,
+            "workdir": task.workdir,
+            "demand": task.demand,
+            "num_nodes": task.num_nodes,
+        })
+        .to_string();
+        let spec = PoolSpec {
+            scaling: Scaling::from_ir(&pool.workers),
+            nodes: task.num_nodes,
+            offer,
+            worker_key: worker_key(&made_of),
+        };
+        (Some(Self { pool: spec, worker }), diagnostics)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -144,6 +223,9 @@ impl Plan {
             hostnames_required: group.inter_connection == InterConnection::Required,
             base_env: options.base_env.clone(),
             tasks,
+            hold: false,
+            pool_job: None,
+            job_rank: None,
         };
         (Some(plan), diagnostics)
     }

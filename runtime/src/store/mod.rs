@@ -35,6 +35,53 @@ pub struct GroupRow {
     pub error: Option<String>,
     /// Why the backend cannot reach its cluster, while it cannot.
     pub outage: Option<String>,
+    pub kind: Kind,
+    /// A job's or a worker's pool.
+    pub pool: Option<i64>,
+    /// A job's rank (`SKYPILOT_JOB_RANK`), a worker's number.
+    pub rank: Option<i64>,
+    /// A job's `SKYPILOT_NUM_JOBS`.
+    pub num_jobs: Option<i64>,
+}
+
+/// What a row of `groups` is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// A group `skyc run` ran: alone, or as a job of a pool.
+    Group,
+    /// A pool of workers (`skyc pool apply`).
+    Pool,
+    /// One of a pool's workers, made by the supervisor.
+    Worker,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Group => "group",
+            Kind::Pool => "pool",
+            Kind::Worker => "worker",
+        }
+    }
+
+    fn parse(s: &str) -> Self {
+        match s {
+            "pool" => Kind::Pool,
+            "worker" => Kind::Worker,
+            _ => Kind::Group,
+        }
+    }
+}
+
+/// Where a job or worker belongs in its pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Member {
+    pub pool: i64,
+    /// A job's rank, or a worker's number.
+    pub rank: u32,
+    /// A job's `--num-jobs`; 0 for a worker.
+    pub num_jobs: u32,
 }
 
 /// Where a group runs.
@@ -147,34 +194,91 @@ impl Store {
 
     /// Records a new group and its tasks; returns its id.
     pub fn insert_group(&mut self, new: &NewGroup<'_>) -> Result<i64> {
+        self.transaction(|tx| tx.insert(new, Kind::Group, None))
+    }
+
+    /// Records jobs submitted together (`--num-jobs`), in one transaction;
+    /// returns their ids, in order.
+    pub fn insert_jobs(&mut self, jobs: &[(NewGroup<'_>, Option<Member>)]) -> Result<Vec<i64>> {
         self.transaction(|tx| {
-            tx.0.execute(
-                "INSERT INTO groups (name, source, status, submitted_at_ms, plan, backend) \
-                 VALUES (?1, ?2, 'PENDING', ?3, ?4, ?5)",
-                params![
-                    new.name,
-                    new.source,
-                    new.submitted_at_ms,
-                    new.plan,
-                    new.backend.as_str()
-                ],
-            )?;
-            let id = tx.0.last_insert_rowid();
-            for (index, task) in new.tasks.iter().enumerate() {
-                tx.0.execute(
-                    "INSERT INTO tasks (group_id, idx, name, role, status, num_nodes) \
-                     VALUES (?1, ?2, ?3, ?4, 'PENDING', ?5)",
-                    params![
-                        id,
-                        index as i64,
-                        task.name,
-                        if task.primary { "primary" } else { "auxiliary" },
-                        task.num_nodes
-                    ],
-                )?;
-            }
-            Ok(id)
+            jobs.iter()
+                .map(|(new, member)| tx.insert(new, Kind::Group, *member))
+                .collect()
         })
+    }
+
+    /// Records a new pool, unless a pool of that name is live: `None` then.
+    pub fn insert_pool(&mut self, new: &NewGroup<'_>) -> Result<Option<i64>> {
+        self.transaction(|tx| {
+            if tx.live_pool_named(new.name)?.is_some() {
+                return Ok(None);
+            }
+            tx.insert(new, Kind::Pool, None).map(Some)
+        })
+    }
+
+    /// Leaves a request for a live pool's supervisor; false when the pool
+    /// has ended meanwhile.
+    pub fn request(&mut self, pool: i64, request: &str) -> Result<bool> {
+        let n = self.conn.execute(
+            "UPDATE groups SET request = ?2 WHERE id = ?1 AND kind = 'pool' \
+             AND finished_at_ms IS NULL",
+            params![pool, request],
+        )?;
+        Ok(n > 0)
+    }
+
+    /// The live pool named `name`.
+    pub fn live_pool(&self, name: &str) -> Result<Option<GroupRow>> {
+        self.conn
+            .query_row(
+                &format!(
+                    "{GROUP_COLUMNS} WHERE kind = 'pool' AND name = ?1 \
+                     AND finished_at_ms IS NULL"
+                ),
+                params![name],
+                group_row,
+            )
+            .optional()
+    }
+
+    /// Pools, newest first: the live ones, or every one.
+    pub fn pools(&self, all: bool) -> Result<Vec<GroupRow>> {
+        let live = if all {
+            ""
+        } else {
+            " AND finished_at_ms IS NULL"
+        };
+        let mut stmt = self.conn.prepare(&format!(
+            "{GROUP_COLUMNS} WHERE kind = 'pool'{live} ORDER BY id DESC"
+        ))?;
+        stmt.query_map([], group_row)?.collect()
+    }
+
+    /// A pool's workers or jobs, oldest first: the live ones, or every one.
+    pub fn members(&self, pool: i64, kind: Kind, all: bool) -> Result<Vec<GroupRow>> {
+        let live = if all {
+            ""
+        } else {
+            " AND finished_at_ms IS NULL"
+        };
+        let mut stmt = self.conn.prepare(&format!(
+            "{GROUP_COLUMNS} WHERE pool = ?1 AND kind = ?2{live} ORDER BY id"
+        ))?;
+        stmt.query_map(params![pool, kind.as_str()], group_row)?
+            .collect()
+    }
+
+    /// A pool's pending request, if a client left one.
+    pub fn pending_request(&self, pool: i64) -> Result<Option<String>> {
+        self.conn
+            .query_row(
+                "SELECT request FROM groups WHERE id = ?1",
+                params![pool],
+                |r| r.get(0),
+            )
+            .optional()
+            .map(Option::flatten)
     }
 
     pub fn request_cancel(&mut self, id: i64) -> Result<bool> {
@@ -195,19 +299,19 @@ impl Store {
             .optional()
     }
 
-    /// Every group, newest first.
+    /// Every group `skyc run` ran, newest first.
     pub fn groups(&self) -> Result<Vec<GroupRow>> {
-        let mut stmt = self
-            .conn
-            .prepare(&format!("{GROUP_COLUMNS} ORDER BY id DESC"))?;
+        let mut stmt = self.conn.prepare(&format!(
+            "{GROUP_COLUMNS} WHERE kind = 'group' ORDER BY id DESC"
+        ))?;
         stmt.query_map([], group_row)?.collect()
     }
 
     /// Groups named `name`, newest first.
     pub fn groups_named(&self, name: &str) -> Result<Vec<GroupRow>> {
-        let mut stmt = self
-            .conn
-            .prepare(&format!("{GROUP_COLUMNS} WHERE name = ?1 ORDER BY id DESC"))?;
+        let mut stmt = self.conn.prepare(&format!(
+            "{GROUP_COLUMNS} WHERE kind = 'group' AND name = ?1 ORDER BY id DESC"
+        ))?;
         stmt.query_map(params![name], group_row)?.collect()
     }
 
@@ -215,14 +319,14 @@ impl Store {
     pub fn latest_group(&self) -> Result<Option<GroupRow>> {
         self.conn
             .query_row(
-                &format!("{GROUP_COLUMNS} ORDER BY id DESC LIMIT 1"),
+                &format!("{GROUP_COLUMNS} WHERE kind = 'group' ORDER BY id DESC LIMIT 1"),
                 [],
                 group_row,
             )
             .optional()
     }
 
-    /// Ids of groups that are not finished.
+    /// Ids of groups (pools and workers too) that are not finished.
     pub fn live_groups(&self) -> Result<Vec<i64>> {
         let mut stmt = self
             .conn
@@ -380,6 +484,85 @@ pub struct RuntimeState {
 pub struct Tx<'a>(&'a rusqlite::Transaction<'a>);
 
 impl Tx<'_> {
+    fn insert(&self, new: &NewGroup<'_>, kind: Kind, member: Option<Member>) -> Result<i64> {
+        self.0.execute(
+            "INSERT INTO groups (name, source, status, submitted_at_ms, plan, backend, kind, pool, \
+             rank, num_jobs) VALUES (?1, ?2, 'PENDING', ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            params![
+                new.name,
+                new.source,
+                new.submitted_at_ms,
+                new.plan,
+                new.backend.as_str(),
+                kind.as_str(),
+                member.map(|m| m.pool),
+                member.map(|m| m.rank),
+                member.map(|m| m.num_jobs),
+            ],
+        )?;
+        let id = self.0.last_insert_rowid();
+        for (index, task) in new.tasks.iter().enumerate() {
+            self.0.execute(
+                "INSERT INTO tasks (group_id, idx, name, role, status, num_nodes) \
+                 VALUES (?1, ?2, ?3, ?4, 'PENDING', ?5)",
+                params![
+                    id,
+                    index as i64,
+                    task.name,
+                    if task.primary { "primary" } else { "auxiliary" },
+                    task.num_nodes
+                ],
+            )?;
+        }
+        Ok(id)
+    }
+
+    /// Records a pool's new worker, unless it is recorded already (the
+    /// supervisor died between deciding and recording it); its id.
+    pub fn insert_worker(&self, new: &NewGroup<'_>, member: Member) -> Result<i64> {
+        let found = self
+            .0
+            .query_row(
+                "SELECT id FROM groups WHERE kind = 'worker' AND pool = ?1 AND rank = ?2",
+                params![member.pool, member.rank],
+                |r| r.get(0),
+            )
+            .optional()?;
+        match found {
+            Some(id) => Ok(id),
+            None => self.insert(new, Kind::Worker, Some(member)),
+        }
+    }
+
+    fn live_pool_named(&self, name: &str) -> Result<Option<i64>> {
+        self.0
+            .query_row(
+                "SELECT id FROM groups WHERE kind = 'pool' AND name = ?1 \
+                 AND finished_at_ms IS NULL",
+                params![name],
+                |r| r.get(0),
+            )
+            .optional()
+    }
+
+    /// Takes a pool's request: it is handled in this transaction.
+    pub fn take_request(&self, pool: i64) -> Result<()> {
+        self.0.execute(
+            "UPDATE groups SET request = NULL WHERE id = ?1",
+            params![pool],
+        )?;
+        Ok(())
+    }
+
+    /// Replaces a pool's plan (an update applied).
+    pub fn set_plan(&self, id: i64, plan: &str) -> Result<()> {
+        self.0.execute(
+            "UPDATE groups SET plan = ?2 WHERE id = ?1",
+            params![id, plan],
+        )?;
+        Ok(())
+    }
+
     pub fn save_runtime(&self, id: i64, engine: &str, pending: Option<&str>) -> Result<()> {
         self.0.execute(
             "UPDATE groups SET engine = ?2, pending = ?3 WHERE id = ?1",
@@ -542,7 +725,8 @@ impl Tx<'_> {
 }
 
 const GROUP_COLUMNS: &str = "SELECT id, name, status, source, submitted_at_ms, finished_at_ms, \
-                             cancel_requested, backend, job, error, outage FROM groups";
+                             cancel_requested, backend, job, error, outage, kind, pool, rank, \
+                             num_jobs FROM groups";
 
 fn group_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<GroupRow> {
     Ok(GroupRow {
@@ -557,6 +741,10 @@ fn group_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<GroupRow> {
         job: r.get(8)?,
         error: r.get(9)?,
         outage: r.get(10)?,
+        kind: Kind::parse(&r.get::<_, String>(11)?),
+        pool: r.get(12)?,
+        rank: r.get(13)?,
+        num_jobs: r.get(14)?,
     })
 }
 

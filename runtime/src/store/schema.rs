@@ -78,6 +78,21 @@ ALTER TABLE nodes ADD COLUMN machine TEXT NOT NULL DEFAULT '';
 -- why the backend cannot reach its cluster, while it cannot
 ALTER TABLE groups ADD COLUMN outage TEXT;
 ",
+    r"
+-- pools: a pool, its workers and the jobs submitted to it are rows of
+-- groups too. kind: 'group' (what `skyc run` ran), 'pool', 'worker'.
+ALTER TABLE groups ADD COLUMN kind TEXT NOT NULL DEFAULT 'group';
+-- a job's or a worker's pool
+ALTER TABLE groups ADD COLUMN pool INTEGER REFERENCES groups(id);
+-- a job's SKYPILOT_JOB_RANK, a worker's number in its pool
+ALTER TABLE groups ADD COLUMN rank INTEGER;
+-- a job's SKYPILOT_NUM_JOBS
+ALTER TABLE groups ADD COLUMN num_jobs INTEGER;
+-- a client's request to a pool not yet taken by the supervisor (JSON)
+ALTER TABLE groups ADD COLUMN request TEXT;
+CREATE INDEX groups_by_pool ON groups (pool, kind);
+CREATE INDEX groups_by_kind ON groups (kind, finished_at_ms);
+",
 ];
 
 pub(super) fn migrate(conn: &Connection) -> rusqlite::Result<()> {

@@ -16,6 +16,8 @@
 //! One `poll(2)` loop: client wake-ups on a Unix socket, each backend's
 //! [`Backend::wake_fd`], and the nearest timer or backend poll.
 
+mod pools;
+
 use crate::aws::Aws;
 use crate::backend::{Adoption, Backend, NodeInfo, Policy, Report};
 use crate::k8s::{Connect, Kubernetes, Tuning, kubeconfig};
@@ -23,7 +25,9 @@ use crate::local::backend::Local;
 use crate::paths;
 use crate::policy::{Action, Engine, Event, GroupSpec, Status, Timer};
 use crate::slurm::SlurmBackend;
-use crate::store::{self, NodeRow, Store, now_ms};
+use crate::store::{self, Kind, NodeRow, Store, now_ms};
+pub use pools::Request as PoolRequest;
+use pools::{Membership, PoolRun};
 use rustix::event::{PollFd, PollFlags, Timespec, poll};
 use std::collections::{BTreeMap, VecDeque};
 use std::fs;
@@ -49,6 +53,7 @@ pub struct Supervisor {
     listener: UnixListener,
     backends: Backends,
     groups: BTreeMap<i64, GroupRun>,
+    pools: BTreeMap<i64, PoolRun>,
     /// Groups already started on their backend that this supervisor could
     /// not take charge of, and when it tries again ([`ADOPT_RETRY`]).
     unadopted: BTreeMap<i64, i64>,
@@ -121,6 +126,8 @@ struct GroupRun {
     settled: bool,
     /// The last status recorded.
     status: String,
+    /// A pool's job or worker.
+    member: Option<Membership>,
 }
 
 /// Starts a supervisor for `dir` unless one runs; returns when it is
@@ -171,6 +178,7 @@ pub fn serve(dir: &Path, k8s: (Connect, Tuning)) -> io::Result<()> {
             aws: None,
         },
         groups: BTreeMap::new(),
+        pools: BTreeMap::new(),
         unadopted: BTreeMap::new(),
     };
     let result = supervisor.run();
@@ -199,10 +207,13 @@ fn db(e: store::Error) -> io::Error {
     io::Error::other(e)
 }
 
-/// The engine's spec, which every backend's plan carries.
+/// The engine's spec, which every backend's plan carries, and what a pool
+/// job's plan says of it.
 #[derive(serde::Deserialize)]
 struct PlanSpec {
     spec: GroupSpec,
+    #[serde(default)]
+    pool_job: Option<crate::pool::JobSpec>,
 }
 
 impl Supervisor {
@@ -212,12 +223,12 @@ impl Supervisor {
         let mut idle_since = None;
         loop {
             self.turn()?;
-            if self.groups.is_empty() && self.unadopted.is_empty() {
+            if self.idle() {
                 let since = *idle_since.get_or_insert_with(now_ms);
                 if now_ms() - since >= IDLE_EXIT.as_millis() as i64 {
                     // A group may have arrived since the last scan.
                     self.scan()?;
-                    if self.groups.is_empty() && self.unadopted.is_empty() {
+                    if self.idle() {
                         return Ok(());
                     }
                 }
@@ -225,6 +236,10 @@ impl Supervisor {
                 idle_since = None;
             }
         }
+    }
+
+    fn idle(&self) -> bool {
+        self.groups.is_empty() && self.pools.is_empty() && self.unadopted.is_empty()
     }
 
     fn backend(&mut self, kind: store::Backend) -> io::Result<&mut dyn Backend> {
@@ -246,6 +261,11 @@ impl Supervisor {
             .groups
             .values()
             .flat_map(|g| g.timers.iter().map(|t| t.1))
+            .chain(
+                self.pools
+                    .values()
+                    .flat_map(|p| p.timers.iter().map(|t| t.1)),
+            )
             .chain(polls)
             .chain(self.unadopted.values().copied())
             .min();
@@ -281,6 +301,17 @@ impl Supervisor {
             g.inbox
                 .extend(due.into_iter().map(|t| (Event::TimerFired(t), None)));
         }
+        for p in self.pools.values_mut() {
+            let due: Vec<crate::pool::Timer> = p
+                .timers
+                .iter()
+                .filter(|t| t.1 <= now)
+                .map(|t| t.0)
+                .collect();
+            p.timers.retain(|t| t.1 > now);
+            p.inbox
+                .extend(due.into_iter().map(crate::pool::Event::TimerFired));
+        }
         self.settle_all()?;
         if wake {
             self.answer_clients()?;
@@ -299,13 +330,16 @@ impl Supervisor {
             for backend in self.backends() {
                 reports.extend(backend.drain(now));
             }
-            let idle = reports.is_empty() && self.groups.values().all(|g| g.inbox.is_empty());
+            let idle = reports.is_empty()
+                && self.groups.values().all(|g| g.inbox.is_empty())
+                && self.pools.values().all(|p| p.inbox.is_empty());
             self.apply(reports)?;
             let gids: Vec<i64> = self.groups.keys().copied().collect();
             for gid in gids {
                 self.pump(gid)?;
             }
-            if idle {
+            let pools_busy = self.pump_pools()?;
+            if idle && !pools_busy {
                 break;
             }
         }
@@ -334,8 +368,10 @@ impl Supervisor {
     fn scan(&mut self) -> io::Result<()> {
         let live = self.store.live_groups().map_err(db)?;
         self.unadopted.retain(|gid, _| live.contains(gid));
+        let mut adopted = false;
         for gid in live {
-            if !self.groups.contains_key(&gid) {
+            if !self.groups.contains_key(&gid) && !self.pools.contains_key(&gid) {
+                adopted = true;
                 match self.adopt(gid) {
                     Ok(()) => {
                         if self.unadopted.remove(&gid).is_some() {
@@ -351,30 +387,44 @@ impl Supervisor {
                     }
                 }
             }
-            let state = self.store.runtime_state(gid).map_err(db)?;
-            if state.cancel_requested && !state.cancel_seen {
-                let Some(g) = self.groups.get_mut(&gid) else {
-                    continue;
-                };
-                let kind = g.kind;
-                match g.engine.as_mut() {
-                    // The engine hears of it now, and that it was seen is
-                    // recorded with the engine's answer: a supervisor that
-                    // dies in between leaves the cancel to its successor.
-                    Some(engine) => {
-                        let actions = engine.handle(Event::CancelRequested);
-                        self.commit(gid, Some(&Event::CancelRequested), None, &actions, true)?;
-                        self.execute(gid, &actions)?;
-                    }
-                    None => self
-                        .store
-                        .transaction(|tx| tx.mark_cancel_seen(gid))
-                        .map_err(db)?,
-                }
-                self.backend(kind)?.cancel(gid);
+            if self.pools.contains_key(&gid) {
+                self.pool_requests(gid)?;
+            } else {
+                self.pass_cancel(gid)?;
             }
         }
+        if adopted {
+            self.place_again()?;
+        }
         self.settle_all()
+    }
+
+    /// Passes a user's cancel request on to the group's engine, once.
+    fn pass_cancel(&mut self, gid: i64) -> io::Result<()> {
+        let state = self.store.runtime_state(gid).map_err(db)?;
+        if !state.cancel_requested || state.cancel_seen {
+            return Ok(());
+        }
+        let Some(g) = self.groups.get_mut(&gid) else {
+            return Ok(());
+        };
+        let kind = g.kind;
+        match g.engine.as_mut() {
+            // The engine hears of it now, and that it was seen is
+            // recorded with the engine's answer: a supervisor that
+            // dies in between leaves the cancel to its successor.
+            Some(engine) => {
+                let actions = engine.handle(Event::CancelRequested);
+                self.commit(gid, Some(&Event::CancelRequested), None, &actions, true)?;
+                self.execute(gid, &actions)?;
+            }
+            None => self
+                .store
+                .transaction(|tx| tx.mark_cancel_seen(gid))
+                .map_err(db)?,
+        }
+        self.backend(kind)?.cancel(gid);
+        Ok(())
     }
 
     /// Takes charge of a group: a new one is started, one a previous
@@ -385,11 +435,22 @@ impl Supervisor {
             .group(gid)
             .map_err(|e| e.to_string())?
             .ok_or("the group vanished from the store")?;
+        if row.kind == Kind::Pool {
+            return self.adopt_pool(gid, &row);
+        }
         let plan = self.store.plan(gid).map_err(|e| e.to_string())?;
         let state = self.store.runtime_state(gid).map_err(|e| e.to_string())?;
-        let spec = serde_json::from_str::<PlanSpec>(&plan)
-            .map_err(|e| format!("the group's plan: {e}"))?
-            .spec;
+        let PlanSpec { spec, pool_job } = serde_json::from_str::<PlanSpec>(&plan)
+            .map_err(|e| format!("the group's plan: {e}"))?;
+        let member = match (row.kind, row.pool, pool_job) {
+            (Kind::Worker, Some(pool), _) => Some(Membership::Worker {
+                pool,
+                id: row.rank.and_then(|r| u32::try_from(r).ok()).unwrap_or(0),
+                told: None,
+            }),
+            (Kind::Group, Some(pool), Some(spec)) => Some(Membership::Job { pool, spec }),
+            _ => None,
+        };
         let fresh = state.engine.is_none();
         let engine = match state.engine.as_deref().map(serde_json::from_str) {
             Some(Ok(engine)) => engine,
@@ -442,6 +503,7 @@ impl Supervisor {
                 inbox: VecDeque::new(),
                 settled: false,
                 status: row.status,
+                member,
             },
         );
         self.apply(reports).map_err(|e| e.to_string())?;
@@ -482,6 +544,7 @@ impl Supervisor {
         let now = now_ms();
         let mut ended = Vec::new();
         let mut refused = Vec::new();
+        let mut ready = Vec::new();
         let groups = &mut self.groups;
         self.store
             .transaction(|tx| {
@@ -515,11 +578,23 @@ impl Supervisor {
                             ended.push(gid);
                         }
                         Report::Settled => g.settled = true,
+                        Report::Ready { task, attempt } => {
+                            let current = g
+                                .engine
+                                .as_ref()
+                                .is_some_and(|e| e.attempt(*task) == *attempt);
+                            if current {
+                                ready.push(gid);
+                            }
+                        }
                     }
                 }
                 Ok(())
             })
             .map_err(db)?;
+        for gid in ready {
+            self.tell_pool(gid, crate::pool::WorkerEvent::Ready);
+        }
         for gid in ended {
             self.close(gid)?;
         }
@@ -547,6 +622,7 @@ impl Supervisor {
             let actions = engine.handle(event.clone());
             self.commit(gid, Some(&event), at_ms, &actions, false)?;
             self.execute(gid, &actions)?;
+            self.worker_engine_changed(gid);
         }
         let done = self.groups.get(&gid).is_some_and(|g| {
             g.settled && g.inbox.is_empty() && g.engine.as_ref().is_none_or(Engine::is_finished)
@@ -661,6 +737,7 @@ impl Supervisor {
         let Some(g) = self.groups.remove(&gid) else {
             return Ok(());
         };
+        self.worker_closed(gid, g.member.as_ref());
         self.backend(g.kind)?.release(gid);
         self.store
             .transaction(|tx| tx.clear_network(gid))

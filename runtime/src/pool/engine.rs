@@ -1,0 +1,503 @@
+//! The engine: a pool's workers and its jobs' places, one `handle` per
+//! event, and one reconciliation after each.
+
+use super::autoscale::Autoscaler;
+use super::room::{Free, Placement, Room};
+use super::spec::{PoolSpec, Scaling};
+use super::{JobId, SETUP_FAILURES, WorkerId};
+use crate::policy::Attempt;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+/// What a job's attempt wants of the pool, as its own engine says.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobWant {
+    pub job: JobId,
+    pub attempt: Attempt,
+    pub nodes: u32,
+    /// Per node; `None`: the job names no resources and takes a whole
+    /// worker.
+    pub room: Option<Room>,
+    /// Whether it may be placed: false while the attempt is being stopped
+    /// (it keeps the place it has, if any, until its nodes are down).
+    pub placeable: bool,
+}
+
+/// What happened to a worker, as its backend reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WorkerEvent {
+    /// Every node's setup ended well: jobs may run on it.
+    Ready,
+    /// A setup failed: the worker is of no use and is replaced.
+    SetupFailed,
+    /// A node was lost (its machine, its agent): the worker is being made
+    /// again and takes no job until it is ready.
+    Lost,
+    /// Nothing of the worker is left.
+    Gone,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Event {
+    /// Every job attempt that holds or wants a place now (level-triggered:
+    /// a job absent from the list has none).
+    Jobs(Vec<JobWant>),
+    Worker(WorkerId, WorkerEvent),
+    /// `skyc pool apply` of a file: the pool's new spec.
+    Apply(PoolSpec),
+    /// `skyc pool apply --workers N`: a fixed size from now on.
+    Resize(u32),
+    TimerFired(Timer),
+    /// `skyc pool down`: retire every worker once its jobs are gone.
+    Down,
+}
+
+/// Timers the engine asks for; the supervisor fires them back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Timer {
+    /// More jobs have waited than the threshold for the upscale delay.
+    Upscale,
+    /// Fewer workers have been needed for the downscale delay.
+    Downscale,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Action {
+    /// Make a new worker of the current generation.
+    Launch {
+        worker: WorkerId,
+    },
+    /// Take a worker down (it runs no job).
+    Retire {
+        worker: WorkerId,
+    },
+    /// Run the job's attempt on the worker.
+    Place {
+        job: JobId,
+        attempt: Attempt,
+        worker: WorkerId,
+        placement: Placement,
+    },
+    SetTimer {
+        timer: Timer,
+        after: Duration,
+    },
+    Status(PoolStatus),
+}
+
+/// A pool's status, as `skyc pool status` shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum PoolStatus {
+    /// No worker is ready yet, and one is being made.
+    Starting,
+    /// At least one worker is ready.
+    Ready,
+    /// No worker, and none wanted (an autoscaled pool at zero).
+    NoWorker,
+    /// Setups failed [`SETUP_FAILURES`] times in a row: no more workers are
+    /// made until the pool is applied again.
+    Failed,
+    /// `pool down`: workers are taken down as their jobs end.
+    ShuttingDown,
+    /// Down, every worker gone.
+    Terminated,
+}
+
+impl PoolStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PoolStatus::Starting => "STARTING",
+            PoolStatus::Ready => "READY",
+            PoolStatus::NoWorker => "NO_WORKER",
+            PoolStatus::Failed => "FAILED",
+            PoolStatus::ShuttingDown => "SHUTTING_DOWN",
+            PoolStatus::Terminated => "TERMINATED",
+        }
+    }
+}
+
+/// A worker as the engine tracks it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum WorkerState {
+    /// Asked for: waiting for room, starting, or running its setup.
+    Launching,
+    Ready,
+    /// Taken down, or to be once idle (an older generation, a smaller
+    /// pool, `down`); no new job goes to it.
+    Retiring,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Worker {
+    pub generation: u32,
+    pub state: WorkerState,
+    /// Per node.
+    free: Vec<Free>,
+    /// The jobs placed on it.
+    pub jobs: BTreeSet<JobId>,
+    /// Whether [`Action::Retire`] was given.
+    retired: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+struct Job {
+    want: JobWant,
+    /// Its worker and GPUs, once placed. Kept until the attempt lets go,
+    /// even if the worker is gone meanwhile: an attempt is placed once.
+    placed: Option<(WorkerId, Placement)>,
+}
+
+/// The pool's state machine. Serialisable, so a supervisor can persist it
+/// and resume after a crash.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Pool {
+    spec: PoolSpec,
+    generation: u32,
+    workers: BTreeMap<WorkerId, Worker>,
+    next_worker: WorkerId,
+    jobs: BTreeMap<JobId, Job>,
+    autoscaler: Autoscaler,
+    /// Setup failures in a row in the current generation.
+    failures: u32,
+    down: bool,
+    status: PoolStatus,
+}
+
+impl Pool {
+    pub fn new(spec: PoolSpec) -> Self {
+        Self {
+            autoscaler: Autoscaler::new(&spec.scaling),
+            spec,
+            generation: 0,
+            workers: BTreeMap::new(),
+            next_worker: 1,
+            jobs: BTreeMap::new(),
+            failures: 0,
+            down: false,
+            status: PoolStatus::Starting,
+        }
+    }
+
+    pub fn spec(&self) -> &PoolSpec {
+        &self.spec
+    }
+
+    pub fn generation(&self) -> u32 {
+        self.generation
+    }
+
+    pub fn status(&self) -> PoolStatus {
+        self.status
+    }
+
+    /// The workers the pool has asked for and not yet seen gone.
+    pub fn workers(&self) -> &BTreeMap<WorkerId, Worker> {
+        &self.workers
+    }
+
+    /// How many workers the pool wants now.
+    pub fn target(&self) -> u32 {
+        if self.down {
+            0
+        } else {
+            self.autoscaler.target()
+        }
+    }
+
+    /// Where a job's attempt was placed.
+    pub fn placed(&self, job: JobId) -> Option<(Attempt, WorkerId, &Placement)> {
+        let j = self.jobs.get(&job)?;
+        j.placed.as_ref().map(|(w, p)| (j.want.attempt, *w, p))
+    }
+
+    /// Jobs whose attempt has a place.
+    pub fn placed_jobs(&self) -> impl Iterator<Item = JobId> + '_ {
+        self.jobs
+            .values()
+            .filter(|j| j.placed.is_some())
+            .map(|j| j.want.job)
+    }
+
+    /// Jobs waiting for a place, in the order they are placed.
+    pub fn waiting(&self) -> impl Iterator<Item = JobId> + '_ {
+        self.jobs
+            .values()
+            .filter(|j| j.placed.is_none() && j.want.placeable)
+            .map(|j| j.want.job)
+    }
+
+    /// Down, and every worker gone.
+    pub fn is_finished(&self) -> bool {
+        self.status == PoolStatus::Terminated
+    }
+
+    /// Asks for the first workers.
+    pub fn start(&mut self) -> Vec<Action> {
+        let mut out = Vec::new();
+        self.reconcile(&mut out);
+        out
+    }
+
+    pub fn handle(&mut self, event: Event) -> Vec<Action> {
+        let mut out = Vec::new();
+        match event {
+            Event::Jobs(wants) => self.sync_jobs(wants),
+            Event::Worker(id, event) => self.on_worker(id, event, &mut out),
+            Event::Apply(spec) => {
+                if spec.worker_key != self.spec.worker_key {
+                    self.generation += 1;
+                    self.failures = 0;
+                    for w in self.workers.values_mut() {
+                        w.state = WorkerState::Retiring;
+                    }
+                }
+                if self.status == PoolStatus::Failed {
+                    self.failures = 0;
+                }
+                self.autoscaler.rescale(&spec.scaling);
+                self.spec = spec;
+            }
+            Event::Resize(n) => {
+                self.spec.scaling = Scaling::Fixed { workers: n };
+                self.autoscaler.rescale(&self.spec.scaling);
+                if self.status == PoolStatus::Failed {
+                    self.failures = 0;
+                }
+            }
+            Event::TimerFired(timer) => self.autoscaler.fired(timer),
+            Event::Down => self.down = true,
+        }
+        self.reconcile(&mut out);
+        out
+    }
+
+    fn sync_jobs(&mut self, wants: Vec<JobWant>) {
+        let wanted: BTreeMap<JobId, JobWant> = wants.into_iter().map(|w| (w.job, w)).collect();
+        // Attempts that let go of their place give it back.
+        let gone: Vec<JobId> = self
+            .jobs
+            .iter()
+            .filter(|(id, j)| wanted.get(id).is_none_or(|w| w.attempt != j.want.attempt))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in gone {
+            if let Some(job) = self.jobs.remove(&id) {
+                self.unplace(&job);
+            }
+        }
+        for (id, want) in wanted {
+            match self.jobs.get_mut(&id) {
+                Some(job) => job.want.placeable = want.placeable,
+                None => {
+                    self.jobs.insert(id, Job { want, placed: None });
+                }
+            }
+        }
+    }
+
+    fn unplace(&mut self, job: &Job) {
+        let Some((worker, placement)) = &job.placed else {
+            return;
+        };
+        let Some(w) = self.workers.get_mut(worker) else {
+            return;
+        };
+        w.jobs.remove(&job.want.job);
+        for (node, gpus) in placement.gpus.iter().enumerate() {
+            if let Some(free) = w.free.get_mut(node) {
+                match &job.want.room {
+                    Some(room) => free.give(room, gpus),
+                    None => *free = Free::new(&self.spec.offer),
+                }
+            }
+        }
+    }
+
+    fn on_worker(&mut self, id: WorkerId, event: WorkerEvent, out: &mut Vec<Action>) {
+        let current = self.generation;
+        let Some(w) = self.workers.get_mut(&id) else {
+            return;
+        };
+        match event {
+            WorkerEvent::Ready => {
+                if w.state == WorkerState::Launching {
+                    w.state = WorkerState::Ready;
+                    if w.generation == current {
+                        self.failures = 0;
+                    }
+                }
+            }
+            WorkerEvent::SetupFailed => {
+                if w.generation == current && w.state != WorkerState::Retiring {
+                    self.failures += 1;
+                }
+                w.state = WorkerState::Retiring;
+                if !w.retired {
+                    w.retired = true;
+                    out.push(Action::Retire { worker: id });
+                }
+            }
+            WorkerEvent::Lost => {
+                if w.state == WorkerState::Ready {
+                    w.state = WorkerState::Launching;
+                }
+            }
+            WorkerEvent::Gone => {
+                self.workers.remove(&id);
+            }
+        }
+    }
+
+    /// Brings the workers to the target, places what waits, and says the
+    /// pool's status.
+    fn reconcile(&mut self, out: &mut Vec<Action>) {
+        if self.down {
+            for w in self.workers.values_mut() {
+                w.state = WorkerState::Retiring;
+            }
+        }
+        let queue = self.waiting().count() as u32;
+        let busy = self.busy_workers();
+        if !self.down {
+            self.autoscaler.observe(queue, busy, out);
+        }
+        let target = if self.down {
+            0
+        } else {
+            self.autoscaler.target()
+        };
+        let mut active = self.active_workers();
+        let failed_out = self.failures >= SETUP_FAILURES;
+        while active < target && !failed_out {
+            let id = self.next_worker;
+            self.next_worker += 1;
+            self.workers.insert(
+                id,
+                Worker {
+                    generation: self.generation,
+                    state: WorkerState::Launching,
+                    free: vec![Free::new(&self.spec.offer); self.spec.nodes as usize],
+                    jobs: BTreeSet::new(),
+                    retired: false,
+                },
+            );
+            out.push(Action::Launch { worker: id });
+            active += 1;
+        }
+        // Too many: the idle ones go, those still launching first, then
+        // the newest.
+        if active > target {
+            let mut idle: Vec<(bool, WorkerId)> = self
+                .workers
+                .iter()
+                .filter(|(_, w)| self.is_active(w) && w.jobs.is_empty())
+                .map(|(id, w)| (w.state == WorkerState::Ready, *id))
+                .collect();
+            idle.sort_by_key(|&(ready, id)| (ready, std::cmp::Reverse(id)));
+            for (_, id) in idle.into_iter().take((active - target) as usize) {
+                if let Some(w) = self.workers.get_mut(&id) {
+                    w.state = WorkerState::Retiring;
+                }
+            }
+        }
+        for (id, w) in &mut self.workers {
+            if w.state == WorkerState::Retiring && w.jobs.is_empty() && !w.retired {
+                w.retired = true;
+                out.push(Action::Retire { worker: *id });
+            }
+        }
+        self.place(out);
+        let ready = self.workers.values().any(|w| w.state == WorkerState::Ready);
+        let status = if self.down {
+            if self.workers.is_empty() {
+                PoolStatus::Terminated
+            } else {
+                PoolStatus::ShuttingDown
+            }
+        } else if ready {
+            PoolStatus::Ready
+        } else if failed_out {
+            PoolStatus::Failed
+        } else if target == 0 && self.workers.is_empty() {
+            PoolStatus::NoWorker
+        } else {
+            PoolStatus::Starting
+        };
+        if status != self.status {
+            self.status = status;
+            out.push(Action::Status(status));
+        }
+    }
+
+    /// Launching or ready, of the current generation.
+    fn is_active(&self, w: &Worker) -> bool {
+        w.generation == self.generation && w.state != WorkerState::Retiring
+    }
+
+    fn active_workers(&self) -> u32 {
+        self.workers.values().filter(|w| self.is_active(w)).count() as u32
+    }
+
+    fn busy_workers(&self) -> u32 {
+        self.workers.values().filter(|w| !w.jobs.is_empty()).count() as u32
+    }
+
+    /// Waiting jobs in submission order, each on the ready worker that
+    /// fits it and is the most used (so whole workers stay free), lowest
+    /// number first among equals.
+    fn place(&mut self, out: &mut Vec<Action>) {
+        let waiting: Vec<JobId> = self.waiting().collect();
+        for id in waiting {
+            let want = self.jobs[&id].want.clone();
+            let offer = self.spec.offer;
+            let mut best: Option<(usize, WorkerId)> = None;
+            for (wid, w) in &self.workers {
+                if w.state != WorkerState::Ready
+                    || w.generation != self.generation
+                    || (want.nodes as usize) > w.free.len()
+                {
+                    continue;
+                }
+                let mut trial = w.free.clone();
+                if take(&mut trial, &want, &offer).is_some()
+                    && best.is_none_or(|(load, _)| w.jobs.len() > load)
+                {
+                    best = Some((w.jobs.len(), *wid));
+                }
+            }
+            let Some((_, wid)) = best else {
+                continue;
+            };
+            let w = self.workers.get_mut(&wid).expect("chosen above");
+            let Some(placement) = take(&mut w.free, &want, &offer) else {
+                continue;
+            };
+            w.jobs.insert(id);
+            if let Some(job) = self.jobs.get_mut(&id) {
+                job.placed = Some((wid, placement.clone()));
+            }
+            out.push(Action::Place {
+                job: id,
+                attempt: want.attempt,
+                worker: wid,
+                placement,
+            });
+        }
+    }
+}
+
+/// Takes a job's room on the first nodes of a worker, all or nothing.
+fn take(free: &mut [Free], want: &JobWant, offer: &Room) -> Option<Placement> {
+    let mut gpus = Vec::with_capacity(want.nodes as usize);
+    for node in free.iter_mut().take(want.nodes as usize) {
+        let given = match &want.room {
+            Some(room) => node.take(room),
+            None => node.take_all(offer),
+        };
+        gpus.push(given?);
+    }
+    Some(Placement { gpus })
+}

@@ -1,0 +1,46 @@
+//! The pool engine: SkyPilot's managed-job pools as a pure state machine.
+//!
+//! A pool is a set of workers, each set up once, to which jobs are
+//! submitted. The engine decides, from events, which workers should exist
+//! and which job runs on which worker; it does no I/O and reads no clock.
+//!
+//! - Workers: the pool keeps `target` workers of its current generation
+//!   (a fixed `workers`, or the queue-length autoscaler's answer between
+//!   `min_workers` and `max_workers`). A worker whose setup fails is
+//!   replaced; after [`SETUP_FAILURES`] such failures in a row the pool
+//!   stops replacing and says so. A change of the workers' setup,
+//!   resources, workdir, file mounts or envs starts a new generation: new
+//!   workers start, and old ones are retired as they become idle, so no
+//!   running job is killed.
+//! - Jobs: each job is a group of its own with its own policy
+//!   [`Engine`](crate::policy::Engine); the pool sees, level-triggered,
+//!   which attempts want a place ([`Event::Jobs`]) and places them on ready
+//!   workers by resources ([`room`]): jobs that fit share a worker, a job
+//!   that names no resources takes a whole one. Waiting jobs are placed in
+//!   submission order, and one that fits nowhere does not hold back a later
+//!   one that fits (backfill).
+//! - A lost worker's jobs are answered by the backend as lost nodes, so
+//!   their engines restart them (RECOVERING) without using their restart
+//!   budget; the new attempts wait here for a place like any other.
+
+mod autoscale;
+mod engine;
+pub mod room;
+mod spec;
+#[cfg(test)]
+mod tests;
+
+pub use autoscale::Autoscaler;
+pub use engine::{
+    Action, Event, JobWant, Pool, PoolStatus, Timer, Worker, WorkerEvent, WorkerState,
+};
+pub use room::{Placement, Room};
+pub use spec::{JobSpec, PoolSpec, Scaling, worker_key};
+
+/// A worker's number in its pool: 1, 2, ... never reused.
+pub type WorkerId = u32;
+/// A job: the id of its group.
+pub type JobId = i64;
+
+/// Setup failures in a row after which a pool stops replacing workers.
+pub const SETUP_FAILURES: u32 = 3;

@@ -1,0 +1,361 @@
+use super::*;
+use std::time::Duration;
+
+fn spec(scaling: Scaling, offer: Room) -> PoolSpec {
+    PoolSpec {
+        scaling,
+        nodes: 1,
+        offer,
+        worker_key: "v1".into(),
+    }
+}
+
+fn fixed(n: u32) -> PoolSpec {
+    spec(
+        Scaling::Fixed { workers: n },
+        Room {
+            cpus: 4.0,
+            memory_gb: 16.0,
+            gpus: 2.0,
+        },
+    )
+}
+
+fn want(job: JobId, room: Option<Room>) -> JobWant {
+    JobWant {
+        job,
+        attempt: 0,
+        nodes: 1,
+        room,
+        placeable: true,
+    }
+}
+
+fn cpus(n: f64) -> Option<Room> {
+    Some(Room {
+        cpus: n,
+        ..Room::default()
+    })
+}
+
+fn launched(actions: &[Action]) -> Vec<WorkerId> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Launch { worker } => Some(*worker),
+            _ => None,
+        })
+        .collect()
+}
+
+fn retired(actions: &[Action]) -> Vec<WorkerId> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Retire { worker } => Some(*worker),
+            _ => None,
+        })
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect()
+}
+
+fn placed(actions: &[Action]) -> Vec<(JobId, WorkerId)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Place { job, worker, .. } => Some((*job, *worker)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn ready(pool: &mut Pool, workers: &[WorkerId]) -> Vec<Action> {
+    workers
+        .iter()
+        .flat_map(|&w| pool.handle(Event::Worker(w, WorkerEvent::Ready)))
+        .collect()
+}
+
+#[test]
+fn jobs_that_name_no_resources_take_a_whole_worker_in_submission_order() {
+    let mut pool = Pool::new(fixed(2));
+    assert_eq!(launched(&pool.start()), [1, 2]);
+    assert_eq!(pool.status(), PoolStatus::Starting);
+    let out = pool.handle(Event::Jobs(vec![
+        want(10, None),
+        want(11, None),
+        want(12, None),
+    ]));
+    assert!(placed(&out).is_empty(), "no worker is ready: {out:?}");
+    let out = ready(&mut pool, &[1, 2]);
+    assert_eq!(placed(&out), [(10, 1), (11, 2)]);
+    assert!(out.contains(&Action::Status(PoolStatus::Ready)));
+    assert_eq!(pool.waiting().collect::<Vec<_>>(), [12]);
+    // Job 10 ends: 12 takes its worker.
+    let out = pool.handle(Event::Jobs(vec![want(11, None), want(12, None)]));
+    assert_eq!(placed(&out), [(12, 1)]);
+    assert!(launched(&out).is_empty() && retired(&out).is_empty());
+}
+
+#[test]
+fn jobs_that_fit_share_a_worker_and_fill_it_before_the_next() {
+    let mut pool = Pool::new(fixed(2));
+    pool.start();
+    ready(&mut pool, &[1, 2]);
+    let out = pool.handle(Event::Jobs(
+        (1..=5).map(|j| want(j, cpus(1.5))).collect::<Vec<_>>(),
+    ));
+    // 4 cpus per worker: two jobs of 1.5 each, then the next worker.
+    assert_eq!(placed(&out), [(1, 1), (2, 1), (3, 2), (4, 2)]);
+    assert_eq!(pool.waiting().collect::<Vec<_>>(), [5]);
+    // A small job behind a waiting big one is placed (backfill).
+    let mut wants: Vec<JobWant> = (1..=5).map(|j| want(j, cpus(1.5))).collect();
+    wants.push(want(6, cpus(1.0)));
+    assert_eq!(placed(&pool.handle(Event::Jobs(wants))), [(6, 1)]);
+}
+
+#[test]
+fn gpus_are_counted_one_by_one_and_fractions_share_one() {
+    let mut pool = Pool::new(fixed(1));
+    pool.start();
+    ready(&mut pool, &[1]);
+    let gpu = |g: f64| {
+        Some(Room {
+            gpus: g,
+            ..Room::default()
+        })
+    };
+    let out = pool.handle(Event::Jobs(vec![
+        want(1, gpu(0.5)),
+        want(2, gpu(0.5)),
+        want(3, gpu(1.0)),
+        want(4, gpu(0.5)),
+    ]));
+    let gpus: Vec<(JobId, Vec<u32>)> = out
+        .iter()
+        .filter_map(|a| match a {
+            Action::Place { job, placement, .. } => Some((*job, placement.gpus[0].clone())),
+            _ => None,
+        })
+        .collect();
+    // Both halves on GPU 0, the whole one on GPU 1; no room for job 4.
+    assert_eq!(gpus, [(1, vec![0]), (2, vec![0]), (3, vec![1])]);
+    assert_eq!(pool.waiting().collect::<Vec<_>>(), [4]);
+}
+
+#[test]
+fn a_job_too_big_for_any_worker_waits_without_blocking_others() {
+    let mut pool = Pool::new(fixed(1));
+    pool.start();
+    ready(&mut pool, &[1]);
+    let mut two_nodes = want(1, cpus(1.0));
+    two_nodes.nodes = 2;
+    let out = pool.handle(Event::Jobs(vec![two_nodes, want(2, cpus(1.0))]));
+    assert_eq!(placed(&out), [(2, 1)]);
+}
+
+#[test]
+fn a_failed_setup_is_replaced_until_three_in_a_row() {
+    let mut pool = Pool::new(fixed(1));
+    pool.start();
+    let out = pool.handle(Event::Worker(1, WorkerEvent::SetupFailed));
+    assert_eq!(retired(&out), [1]);
+    assert_eq!(launched(&out), [2]);
+    pool.handle(Event::Worker(1, WorkerEvent::Gone));
+    let out = pool.handle(Event::Worker(2, WorkerEvent::SetupFailed));
+    assert_eq!(launched(&out), [3]);
+    let out = pool.handle(Event::Worker(3, WorkerEvent::SetupFailed));
+    assert!(launched(&out).is_empty(), "{out:?}");
+    assert_eq!(pool.status(), PoolStatus::Failed);
+    // Applying the pool again tries anew.
+    let out = pool.handle(Event::Apply(fixed(1)));
+    assert_eq!(launched(&out), [4]);
+    assert_eq!(pool.status(), PoolStatus::Starting);
+}
+
+#[test]
+fn a_ready_worker_resets_the_failure_count() {
+    let mut pool = Pool::new(fixed(2));
+    pool.start();
+    pool.handle(Event::Worker(1, WorkerEvent::SetupFailed));
+    pool.handle(Event::Worker(3, WorkerEvent::SetupFailed));
+    pool.handle(Event::Worker(2, WorkerEvent::Ready));
+    let out = pool.handle(Event::Worker(4, WorkerEvent::SetupFailed));
+    assert_eq!(
+        launched(&out),
+        [5],
+        "two failures, then a success, then one"
+    );
+}
+
+#[test]
+fn a_lost_worker_takes_no_job_until_it_is_ready_again() {
+    let mut pool = Pool::new(fixed(2));
+    pool.start();
+    ready(&mut pool, &[1, 2]);
+    pool.handle(Event::Jobs(vec![want(1, None), want(2, None)]));
+    pool.handle(Event::Worker(1, WorkerEvent::Lost));
+    // Job 1's engine restarts it: attempt 1 wants a place.
+    let mut again = want(1, None);
+    again.attempt = 1;
+    let out = pool.handle(Event::Jobs(vec![again, want(2, None)]));
+    assert!(placed(&out).is_empty(), "{out:?}");
+    assert!(
+        launched(&out).is_empty(),
+        "the worker is made again in place"
+    );
+    let out = pool.handle(Event::Worker(1, WorkerEvent::Ready));
+    assert_eq!(placed(&out), [(1, 1)]);
+    assert_eq!(pool.placed(1).map(|p| (p.0, p.1)), Some((1, 1)));
+}
+
+#[test]
+fn an_attempt_is_placed_once_even_if_its_worker_goes() {
+    let mut pool = Pool::new(fixed(1));
+    pool.start();
+    ready(&mut pool, &[1]);
+    pool.handle(Event::Jobs(vec![want(1, None)]));
+    pool.handle(Event::Worker(1, WorkerEvent::Gone));
+    let out = pool.handle(Event::Jobs(vec![want(1, None)]));
+    assert!(placed(&out).is_empty(), "{out:?}");
+}
+
+#[test]
+fn a_stopping_attempt_keeps_its_place_and_an_unplaced_one_is_not_placed() {
+    let mut pool = Pool::new(fixed(1));
+    pool.start();
+    ready(&mut pool, &[1]);
+    pool.handle(Event::Jobs(vec![want(1, None)]));
+    let mut stopping = want(1, None);
+    stopping.placeable = false;
+    let mut cancelled = want(2, None);
+    cancelled.placeable = false;
+    let out = pool.handle(Event::Jobs(vec![stopping.clone(), cancelled.clone()]));
+    assert!(placed(&out).is_empty());
+    assert_eq!(pool.placed(1).map(|p| p.1), Some(1));
+    assert_eq!(pool.waiting().count(), 0);
+}
+
+#[test]
+fn a_new_generation_replaces_workers_as_they_become_idle() {
+    let mut pool = Pool::new(fixed(2));
+    pool.start();
+    ready(&mut pool, &[1, 2]);
+    pool.handle(Event::Jobs(vec![want(1, None)]));
+    let mut v2 = fixed(2);
+    v2.worker_key = "v2".into();
+    let out = pool.handle(Event::Apply(v2));
+    assert_eq!(launched(&out), [3, 4]);
+    // Worker 2 is idle and goes now; worker 1 runs job 1 and stays.
+    assert_eq!(retired(&out), [2]);
+    // New jobs wait for the new generation.
+    let out = pool.handle(Event::Jobs(vec![want(1, None), want(2, None)]));
+    assert!(placed(&out).is_empty());
+    let out = ready(&mut pool, &[3]);
+    assert_eq!(placed(&out), [(2, 3)]);
+    // Job 1 ends: its old worker is retired.
+    let out = pool.handle(Event::Jobs(vec![want(2, None)]));
+    assert_eq!(retired(&out), [1]);
+}
+
+#[test]
+fn a_change_of_size_alone_keeps_the_workers() {
+    let mut pool = Pool::new(fixed(2));
+    pool.start();
+    ready(&mut pool, &[1, 2]);
+    pool.handle(Event::Jobs(vec![want(1, None)]));
+    let out = pool.handle(Event::Apply(fixed(3)));
+    assert_eq!(launched(&out), [3]);
+    assert!(retired(&out).is_empty());
+    // Down to one: the idle ones go, the newest first; the busy one stays.
+    let out = pool.handle(Event::Resize(1));
+    assert_eq!(retired(&out), [2, 3]);
+    assert_eq!(pool.workers().len(), 3, "until they are gone");
+}
+
+#[test]
+fn down_retires_workers_as_their_jobs_end() {
+    let mut pool = Pool::new(fixed(2));
+    pool.start();
+    ready(&mut pool, &[1, 2]);
+    pool.handle(Event::Jobs(vec![want(1, None)]));
+    let out = pool.handle(Event::Down);
+    assert_eq!(retired(&out), [2]);
+    assert_eq!(pool.status(), PoolStatus::ShuttingDown);
+    let out = pool.handle(Event::Jobs(vec![]));
+    assert_eq!(retired(&out), [1]);
+    pool.handle(Event::Worker(1, WorkerEvent::Gone));
+    assert!(!pool.is_finished());
+    let out = pool.handle(Event::Worker(2, WorkerEvent::Gone));
+    assert!(out.contains(&Action::Status(PoolStatus::Terminated)));
+    assert!(pool.is_finished());
+}
+
+fn autoscaled(min: u32, max: u32, threshold: u32) -> PoolSpec {
+    spec(
+        Scaling::Autoscaled {
+            min_workers: min,
+            max_workers: max,
+            queue_length_threshold: threshold,
+            upscale_delay: Duration::from_secs(300),
+            downscale_delay: Duration::from_secs(1200),
+        },
+        Room {
+            cpus: 2.0,
+            ..Room::default()
+        },
+    )
+}
+
+#[test]
+fn the_autoscaler_scales_up_after_the_delay_and_down_to_zero() {
+    let mut pool = Pool::new(autoscaled(0, 3, 1));
+    assert!(launched(&pool.start()).is_empty());
+    assert_eq!(pool.status(), PoolStatus::NoWorker);
+    let jobs: Vec<JobWant> = (1..=4).map(|j| want(j, None)).collect();
+    let out = pool.handle(Event::Jobs(jobs.clone()));
+    assert!(out.contains(&Action::SetTimer {
+        timer: Timer::Upscale,
+        after: Duration::from_secs(300)
+    }));
+    assert!(launched(&out).is_empty(), "not before the delay");
+    let out = pool.handle(Event::TimerFired(Timer::Upscale));
+    assert_eq!(launched(&out), [1, 2, 3], "capped at max_workers");
+    ready(&mut pool, &[1, 2, 3]);
+    // Every job ends: nothing waits, nothing runs.
+    let out = pool.handle(Event::Jobs(vec![]));
+    assert!(out.contains(&Action::SetTimer {
+        timer: Timer::Downscale,
+        after: Duration::from_secs(1200)
+    }));
+    let out = pool.handle(Event::TimerFired(Timer::Downscale));
+    assert_eq!(retired(&out), [1, 2, 3]);
+}
+
+#[test]
+fn a_wish_that_goes_away_before_its_delay_is_forgotten() {
+    let mut pool = Pool::new(autoscaled(1, 3, 0));
+    pool.start();
+    ready(&mut pool, &[1]);
+    pool.handle(Event::Jobs(vec![want(1, None), want(2, None)]));
+    // Job 2 ends before the delay: the timer means nothing.
+    pool.handle(Event::Jobs(vec![want(1, None)]));
+    let out = pool.handle(Event::TimerFired(Timer::Upscale));
+    assert!(launched(&out).is_empty(), "{out:?}");
+    // Never below min_workers, nor below the workers that run jobs.
+    pool.handle(Event::Jobs(vec![]));
+    let out = pool.handle(Event::TimerFired(Timer::Downscale));
+    assert!(retired(&out).is_empty(), "{out:?}");
+}
+
+#[test]
+fn the_engine_survives_a_round_trip_through_the_store() {
+    let mut pool = Pool::new(fixed(2));
+    pool.start();
+    ready(&mut pool, &[1]);
+    pool.handle(Event::Jobs(vec![want(1, cpus(1.0))]));
+    let json = serde_json::to_string(&pool).expect("serialises");
+    let back: Pool = serde_json::from_str(&json).expect("reads back");
+    assert_eq!(back, pool);
+}

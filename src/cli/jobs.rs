@@ -1,0 +1,353 @@
+//! `skyc run --pool NAME` and `--num-jobs N`: several jobs of one file,
+//! ranked, on a pool's workers or each on its own; and following them.
+
+use super::exit::{self, NOT_FINISHED, USAGE};
+use super::follow::Follower;
+use super::out::{self, errln};
+use super::run::{LocalSetting, NetworkArg, Submitted};
+use super::state::StateArgs;
+use skyc_compiler::ir::{Group, Role, Task};
+use skyc_compiler::{Compilation, Diagnostic, Rule};
+use skyc_runtime::local::capacity::Demand;
+use skyc_runtime::local::plan::{Plan, PoolPlan};
+use skyc_runtime::pool::{JobSpec, Room};
+use skyc_runtime::store::{Backend, GroupRow, Member, NewGroup, NewTask, Store};
+use skyc_runtime::supervisor;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// What `run` was given for jobs.
+pub(super) struct Submission<'a> {
+    pub(super) file: &'a str,
+    pub(super) name: &'a str,
+    pub(super) run_name: Option<&'a str>,
+    pub(super) pool: Option<&'a str>,
+    pub(super) num_jobs: u32,
+    /// `--target local` (the default).
+    pub(super) local: bool,
+    pub(super) network: Option<NetworkArg>,
+    pub(super) grace: f64,
+    pub(super) secrets: &'a [(String, String)],
+    pub(super) submitted_ms: i64,
+    pub(super) state: &'a StateArgs,
+}
+
+impl Submission<'_> {
+    /// Plans the jobs, shows what planning found, and records them.
+    pub(super) fn submit(
+        &self,
+        mut compilation: Compilation,
+        group: &Group,
+        show: &dyn Fn(&Compilation),
+    ) -> Result<Submitted, String> {
+        if !self.local {
+            return Err(match self.pool {
+                Some(_) => "a pool's jobs run where the pool is: drop `--target`".into(),
+                None => "`--num-jobs` runs on this machine only for now (`--target local`)".into(),
+            });
+        }
+        let (dir, mut store) = self.state.open()?;
+        let pool = match self.pool {
+            Some(name) => {
+                let row = store
+                    .live_pool(name)
+                    .map_err(|e| e.to_string())?
+                    .ok_or_else(|| {
+                        format!(
+                            "no pool named `{name}`; `skyc pool apply -p {name} POOL.yaml` \
+                             creates it, `skyc pool status` lists the pools"
+                        )
+                    })?;
+                let plan: PoolPlan =
+                    serde_json::from_str(&store.plan(row.id).map_err(|e| e.to_string())?)
+                        .map_err(|e| format!("pool `{name}`'s plan: {e}"))?;
+                Some((row, plan))
+            }
+            None => None,
+        };
+        let setting = LocalSetting::new(self.network, self.file, self.name)?;
+        let (plan, diagnostics) = Plan::new(
+            group,
+            &setting.options(self.grace, self.secrets, self.submitted_ms),
+        );
+        compilation.diagnostics.extend(diagnostics);
+        let mut room = None;
+        if let Some((row, pool)) = &pool {
+            let (fit, found) = fit(group, &row.name, pool);
+            room = fit;
+            compilation.diagnostics.extend(found);
+        }
+        compilation
+            .diagnostics
+            .sort_by_key(|d| (d.primary.span.start, d.rule));
+        show(&compilation);
+        let Some(mut plan) = plan.filter(|_| !compilation.has_errors()) else {
+            return Ok(Submitted::Invalid);
+        };
+        if pool.is_none() {
+            setting.check_network(&plan)?;
+        }
+        if pool.is_some() {
+            // Jobs run on the pool's workers, which ran the pool's setup.
+            plan.tasks.iter_mut().for_each(|t| t.setup = None);
+        }
+        let name = self.run_name.unwrap_or(&group.name);
+        let plans = (0..self.num_jobs)
+            .map(|rank| {
+                let mut plan = plan.clone();
+                match &pool {
+                    Some(_) => {
+                        plan.pool_job = Some(JobSpec {
+                            room,
+                            rank,
+                            num_jobs: self.num_jobs,
+                        });
+                    }
+                    None => plan.job_rank = Some((rank, self.num_jobs)),
+                }
+                serde_json::to_string(&plan).map_err(|e| e.to_string())
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        let jobs: Vec<(NewGroup<'_>, Option<Member>)> = plans
+            .iter()
+            .zip(0..)
+            .map(|(plan, rank)| {
+                let new = NewGroup {
+                    name,
+                    source: self.name,
+                    submitted_at_ms: self.submitted_ms,
+                    plan,
+                    backend: Backend::Local,
+                    tasks: group
+                        .tasks
+                        .iter()
+                        .map(|t| NewTask {
+                            name: &t.name,
+                            primary: t.role == Role::Primary,
+                            num_nodes: t.num_nodes,
+                        })
+                        .collect(),
+                };
+                let member = Member {
+                    pool: pool.as_ref().map_or(0, |(row, _)| row.id),
+                    rank,
+                    num_jobs: self.num_jobs,
+                };
+                (new, pool.as_ref().map(|_| member))
+            })
+            .collect();
+        let ids = store
+            .insert_jobs(&jobs)
+            .map_err(|e| format!("{}: {e}", dir.display()))?;
+        supervisor::wake(&dir).map_err(|e| format!("supervisor: {e}"))?;
+        Ok(Submitted::Jobs(dir, ids))
+    }
+}
+
+/// Whether a job fits the pool's workers: one task, no more nodes than a
+/// worker has, resources a worker's node offers. What it takes of a
+/// worker (`None`: a whole one, as it names no resources), and the
+/// findings: errors where it does not fit, warnings for what the pool
+/// ignores.
+fn fit(group: &Group, pool: &str, plan: &PoolPlan) -> (Option<Room>, Vec<Diagnostic>) {
+    let mut found = Vec::new();
+    let at = group.tasks.first().map(|t| t.name_span).or(group.name_span);
+    if group.tasks.len() != 1 {
+        found.push(
+            Diagnostic::new(
+                Rule::PoolJobMisfit,
+                at.unwrap_or_default(),
+                format!(
+                    "a job submitted to a pool is one task; this file has {}",
+                    group.tasks.len()
+                ),
+            )
+            .label("Job Groups and pipelines do not run on pools")
+            .help("submit each task as a job of its own, or run the file without `--pool`"),
+        );
+        return (None, found);
+    }
+    let task = &group.tasks[0];
+    let offer = plan.pool.offer;
+    if task.num_nodes > plan.pool.nodes {
+        found.push(
+            Diagnostic::new(
+                Rule::PoolJobMisfit,
+                task.name_span,
+                format!(
+                    "job `{}` runs on {} nodes; a worker of pool `{pool}` has {}",
+                    task.name, task.num_nodes, plan.pool.nodes
+                ),
+            )
+            .label("this job"),
+        );
+    }
+    for ignored in ignored(task) {
+        found.push(
+            Diagnostic::new(
+                Rule::PoolJobIgnored,
+                task.name_span,
+                format!("job `{}`: {ignored}", task.name),
+            )
+            .label("this job"),
+        );
+    }
+    let names_resources = task
+        .resources
+        .candidates
+        .iter()
+        .any(|c| c.cpus.is_some() || c.memory_gb.is_some() || c.accelerator.is_some());
+    if !names_resources {
+        return (None, found);
+    }
+    let asks: Vec<Room> = task
+        .resources
+        .candidates
+        .iter()
+        .map(|c| {
+            let d = Demand::of(c);
+            Room {
+                cpus: d.cpus,
+                memory_gb: d.memory_gb,
+                gpus: d.gpus,
+            }
+        })
+        .collect();
+    let room = asks.iter().find(|ask| offer.admits(ask)).copied();
+    if room.is_none() {
+        let wanted: Vec<String> = asks.iter().map(Room::describe).collect();
+        found.push(
+            Diagnostic::new(
+                Rule::PoolJobMisfit,
+                task.name_span,
+                format!(
+                    "job `{}` needs {} per node; a worker of pool `{pool}` offers {}",
+                    task.name,
+                    wanted.join(" or "),
+                    offer.describe()
+                ),
+            )
+            .label("this job")
+            .help("ask for less, or apply the pool with larger `resources`"),
+        );
+    }
+    (room, found)
+}
+
+/// What of a job a pool does not apply, in SkyPilot's words.
+fn ignored(task: &Task) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    if task.setup.is_some() {
+        out.push("`setup` is ignored when submitting to a pool: its workers ran the pool's setup");
+    }
+    if !task.file_mounts.is_empty() {
+        out.push(
+            "`file_mounts` and storage mounts are ignored when submitting to a pool: its \
+             workers have the pool's",
+        );
+    }
+    out
+}
+
+/// Follows jobs until every one has ended: their statuses on stderr,
+/// their logs on stdout, each line prefixed by the job's rank. Ctrl-C
+/// cancels them; a second Ctrl-C stops following.
+pub(super) fn follow(dir: &Path, ids: &[i64], state_flag: &str) -> u8 {
+    let interrupted = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        let _ = signal_hook::flag::register(signal, Arc::clone(&interrupted));
+    }
+    watch(dir, ids, state_flag, &interrupted).unwrap_or_else(|message| {
+        errln!("error: {message}");
+        USAGE
+    })
+}
+
+fn watch(
+    dir: &Path,
+    ids: &[i64],
+    state_flag: &str,
+    interrupted: &AtomicBool,
+) -> Result<u8, String> {
+    let store = Store::open(dir).map_err(|e| e.to_string())?;
+    let first = rows(&store, ids)?;
+    let mut logs = Follower::empty();
+    for row in &first {
+        let label = format!("rank {}", row.rank.unwrap_or(0));
+        logs.extend(Follower::new(&store, dir, row.id, None)?.relabel(&label));
+    }
+    let pool = first
+        .first()
+        .and_then(|r| r.pool)
+        .and_then(|p| store.group(p).ok().flatten())
+        .map(|p| format!(" to pool `{}`", p.name))
+        .unwrap_or_default();
+    errln!(
+        "skyc: {} job{} submitted{pool}: {} (Ctrl-C cancels them)",
+        ids.len(),
+        super::report::plural(ids.len()),
+        ids.iter()
+            .map(i64::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let mut shown: Vec<String> = vec![String::new(); ids.len()];
+    let mut interrupts = 0;
+    let mut stdout = out::stdout();
+    loop {
+        logs.poll(&mut stdout).map_err(|e| e.to_string())?;
+        let now = rows(&store, ids)?;
+        for (i, row) in now.iter().enumerate() {
+            if shown[i] != row.status {
+                errln!(
+                    "skyc: job {} (rank {}) {}",
+                    row.id,
+                    row.rank.unwrap_or(0),
+                    row.status
+                );
+                shown[i].clone_from(&row.status);
+            }
+        }
+        if now.iter().all(|r| r.finished_at_ms.is_some()) {
+            logs.finish(&mut stdout).map_err(|e| e.to_string())?;
+            return Ok(worst(&now));
+        }
+        if interrupted.swap(false, Ordering::Relaxed) {
+            interrupts += 1;
+            if interrupts == 1 {
+                errln!("skyc: cancelling the jobs (Ctrl-C again to stop following)");
+                let mut store = Store::open(dir).map_err(|e| e.to_string())?;
+                for id in ids {
+                    store.request_cancel(*id).map_err(|e| e.to_string())?;
+                }
+                supervisor::wake(dir).map_err(|e| format!("supervisor: {e}"))?;
+            } else {
+                errln!("skyc: stopped following; the jobs go on (`skyc status`{state_flag})");
+                return Ok(NOT_FINISHED);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn rows(store: &Store, ids: &[i64]) -> Result<Vec<GroupRow>, String> {
+    ids.iter()
+        .map(|&id| {
+            store
+                .group(id)
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| format!("job {id} vanished from the store"))
+        })
+        .collect()
+}
+
+/// The exit status of several jobs: the first that did not succeed
+/// decides, as for a group's tasks.
+fn worst(rows: &[GroupRow]) -> u8 {
+    rows.iter()
+        .map(|r| exit::of_group(&r.status, true))
+        .find(|&code| code != super::OK)
+        .unwrap_or(super::OK)
+}
