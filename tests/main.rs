@@ -17,6 +17,7 @@ mod local_leftovers;
 mod local_network;
 mod lsp;
 mod pipelines;
+mod pools;
 mod slurm;
 mod slurm_e2e;
 mod slurm_pipeline;

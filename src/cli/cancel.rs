@@ -4,6 +4,7 @@ use super::exit::{NOT_FOUND, OK, USAGE};
 use super::out::errln;
 use super::select::{self, ByName};
 use super::state::StateArgs;
+use skyc_runtime::store::Kind;
 use skyc_runtime::supervisor;
 
 /// Cancel groups: every task gets SIGTERM, then SIGKILL after the grace
@@ -16,15 +17,19 @@ pub(crate) struct Args {
     #[arg(
         value_name = "ID",
         value_parser = select::group_id,
-        required_unless_present_any = ["all", "name"],
+        required_unless_present_any = ["all", "name", "pool"],
         conflicts_with = "name"
     )]
     ids: Vec<i64>,
     #[command(flatten)]
     by_name: ByName,
-    /// Every group that has not finished.
+    /// Every group that has not finished (pools stay: `skyc pool down`).
     #[arg(short, long, conflicts_with_all = ["ids", "name"])]
     all: bool,
+    /// Every job of this pool that has not finished, as
+    /// `sky jobs cancel -p` does (the pool stays).
+    #[arg(short = 'p', long = "pool", value_name = "NAME", conflicts_with_all = ["ids", "name", "all"])]
+    pool: Option<String>,
     #[command(flatten)]
     state: StateArgs,
 }
@@ -39,12 +44,28 @@ pub(crate) fn run(args: &Args) -> u8 {
 fn cancel(args: &Args) -> Result<u8, String> {
     let (dir, mut store) = args.state.open()?;
     let ids = if args.all {
-        let live = store.live_groups().map_err(|e| e.to_string())?;
+        let live = store.live_jobs().map_err(|e| e.to_string())?;
         if live.is_empty() {
             errln!("skyc: no group in progress; nothing to cancel");
             return Ok(OK);
         }
         live
+    } else if let Some(name) = &args.pool {
+        let Some(pool) = store.live_pool(name).map_err(|e| e.to_string())? else {
+            errln!("error: no live pool named `{name}` in {}", dir.display());
+            return Ok(NOT_FOUND);
+        };
+        let jobs: Vec<i64> = store
+            .members(pool.id, Kind::Group, false)
+            .map_err(|e| e.to_string())?
+            .iter()
+            .map(|j| j.id)
+            .collect();
+        if jobs.is_empty() {
+            errln!("skyc: no job of pool `{name}` in progress; nothing to cancel");
+            return Ok(OK);
+        }
+        jobs
     } else if let Some(name) = &args.by_name.name {
         match by_name(&store, name)? {
             Ok(id) => vec![id],
@@ -62,6 +83,23 @@ fn cancel(args: &Args) -> Result<u8, String> {
         match store.group(id).map_err(|e| e.to_string())? {
             None => {
                 errln!("error: no group {id} in {}", dir.display());
+                code = NOT_FOUND;
+            }
+            Some(g) if g.kind != Kind::Group => {
+                errln!(
+                    "error: {id} is {} `{}`, not a group: {}",
+                    if g.kind == Kind::Pool {
+                        "the pool"
+                    } else {
+                        "a worker of a pool"
+                    },
+                    g.name,
+                    if g.kind == Kind::Pool {
+                        "`skyc pool down` takes a pool down"
+                    } else {
+                        "a pool's workers go with `skyc pool down` or `skyc pool apply --workers N`"
+                    }
+                );
                 code = NOT_FOUND;
             }
             Some(g) if g.finished_at_ms.is_some() => {

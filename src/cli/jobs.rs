@@ -131,11 +131,11 @@ impl Submission<'_> {
                         .collect(),
                 };
                 let member = Member {
-                    pool: pool.as_ref().map_or(0, |(row, _)| row.id),
+                    pool: pool.as_ref().map(|(row, _)| row.id),
                     rank,
                     num_jobs: self.num_jobs,
                 };
-                (new, pool.as_ref().map(|_| member))
+                (new, Some(member))
             })
             .collect();
         let ids = store
@@ -153,7 +153,7 @@ impl Submission<'_> {
 /// ignores.
 fn fit(group: &Group, pool: &str, plan: &PoolPlan) -> (Option<Room>, Vec<Diagnostic>) {
     let mut found = Vec::new();
-    let at = group.tasks.first().map(|t| t.name_span).or(group.name_span);
+    let at = group.name_span.or(group.tasks.first().map(|t| t.name_span));
     if group.tasks.len() != 1 {
         found.push(
             Diagnostic::new(

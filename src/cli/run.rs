@@ -262,8 +262,8 @@ fn submit(args: &Args) -> Result<Submitted, String> {
             )
             .label("a pool of workers")
             .help(
-                "pools are applied with `skyc pool apply`, which skyc does not have yet; to run \
-                 this task as a job, remove `pool`",
+                "apply the pool with `skyc pool apply -p NAME FILE`, then submit jobs to it with \
+                 `skyc run --pool NAME JOB.yaml`; to run this task as a job, remove `pool`",
             ),
         );
         compilation

@@ -48,6 +48,8 @@ struct Shown {
     group: GroupRow,
     tasks: Vec<TaskRow>,
     nodes: Vec<NodeRow>,
+    /// The name of the pool it was submitted to.
+    pool: Option<String>,
 }
 
 fn show(args: &Args) -> Result<u8, String> {
@@ -78,10 +80,15 @@ fn show(args: &Args) -> Result<u8, String> {
     let shown = groups
         .into_iter()
         .map(|group| {
+            let pool = match group.pool {
+                Some(p) => store.group(p).map_err(|e| e.to_string())?.map(|p| p.name),
+                None => None,
+            };
             Ok(Shown {
                 tasks: store.tasks(group.id).map_err(|e| e.to_string())?,
                 nodes: store.nodes(group.id).map_err(|e| e.to_string())?,
                 group,
+                pool,
             })
         })
         .collect::<Result<Vec<_>, String>>()?;
@@ -142,9 +149,11 @@ fn listed(groups: Vec<GroupRow>, all: bool) -> (Vec<GroupRow>, usize) {
     (shown, hidden)
 }
 
-/// A group row, then a `↳` row per task.
+/// A group row, then a `↳` row per task; a POOL column (as `sky jobs
+/// queue` has) when a group listed ran on a pool.
 fn groups_table(shown: &[Shown], now: i64) -> Table {
-    let mut t = Table::new(&[
+    let pools = shown.iter().any(|s| s.pool.is_some());
+    let mut columns = vec![
         "ID",
         "TASK",
         "NAME",
@@ -153,8 +162,20 @@ fn groups_table(shown: &[Shown], now: i64) -> Table {
         "DURATION",
         "#RECOVERIES",
         "STATUS",
-        "DETAILS",
-    ]);
+    ];
+    if pools {
+        columns.push("POOL");
+    }
+    columns.push("DETAILS");
+    let mut t = Table::new(&columns);
+    let with_pool = |mut row: Vec<String>, pool: String| {
+        if pools {
+            let details = row.pop().unwrap_or_default();
+            row.push(pool);
+            row.push(details);
+        }
+        row
+    };
     for s in shown {
         let g = &s.group;
         let nodes: i64 = s.tasks.iter().map(|t| t.num_nodes).sum();
@@ -174,7 +195,15 @@ fn groups_table(shown: &[Shown], now: i64) -> Table {
             }
             (None, None) => String::new(),
         };
-        t.row(vec![
+        let details = match (g.rank, g.num_jobs) {
+            (Some(rank), Some(n)) if n > 1 => [format!("rank {rank} of {n}"), details]
+                .into_iter()
+                .filter(|d| !d.is_empty())
+                .collect::<Vec<_>>()
+                .join(", "),
+            _ => details,
+        };
+        let row = vec![
             g.id.to_string(),
             "-".into(),
             g.name.clone(),
@@ -184,9 +213,10 @@ fn groups_table(shown: &[Shown], now: i64) -> Table {
             recoveries.to_string(),
             g.status.clone(),
             details,
-        ]);
+        ];
+        t.row(with_pool(row, s.pool.clone().unwrap_or_else(|| "-".into())));
         for task in &s.tasks {
-            t.row(vec![
+            let row = vec![
                 "↳".into(),
                 task.index.to_string(),
                 task.name.clone(),
@@ -196,7 +226,8 @@ fn groups_table(shown: &[Shown], now: i64) -> Table {
                 task.restarts.to_string(),
                 task.status.clone(),
                 task_details(task, &s.nodes),
-            ]);
+            ];
+            t.row(with_pool(row, "-".into()));
         }
     }
     t
@@ -294,6 +325,9 @@ fn group_json(s: &Shown, supervisor: Option<i64>) -> serde_json::Value {
         "finished_at_ms": g.finished_at_ms,
         "recoveries": s.tasks.iter().map(|t| t.restarts).sum::<i64>(),
         "supervisor_pid": if live { supervisor } else { None },
+        "pool": s.pool,
+        "rank": g.rank.filter(|_| g.num_jobs.is_some()),
+        "num_jobs": g.num_jobs,
         "tasks": s.tasks.iter().map(|t| json!({
             "index": t.index,
             "name": t.name,

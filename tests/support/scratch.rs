@@ -111,6 +111,7 @@ impl Scratch {
 impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = self.skyc(&["cancel", "--all"]).output();
+        let _ = self.skyc(&["pool", "down", "--all"]).output();
         let start = Instant::now();
         // Wait for the supervisor to finish the groups (and free their
         // addresses) before the directory goes.

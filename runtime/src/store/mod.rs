@@ -74,10 +74,11 @@ impl Kind {
     }
 }
 
-/// Where a job or worker belongs in its pool.
+/// A job of several submitted together, or a worker, and its pool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Member {
-    pub pool: i64,
+    /// The pool (none for `--num-jobs` without a pool).
+    pub pool: Option<i64>,
     /// A job's rank, or a worker's number.
     pub rank: u32,
     /// A job's `--num-jobs`; 0 for a worker.
@@ -326,6 +327,14 @@ impl Store {
             .optional()
     }
 
+    /// Ids of the groups `skyc run` ran that are not finished.
+    pub fn live_jobs(&self) -> Result<Vec<i64>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT id FROM groups WHERE kind = 'group' AND finished_at_ms IS NULL ORDER BY id",
+        )?;
+        stmt.query_map([], |r| r.get(0))?.collect()
+    }
+
     /// Ids of groups (pools and workers too) that are not finished.
     pub fn live_groups(&self) -> Result<Vec<i64>> {
         let mut stmt = self
@@ -495,7 +504,7 @@ impl Tx<'_> {
                 new.plan,
                 new.backend.as_str(),
                 kind.as_str(),
-                member.map(|m| m.pool),
+                member.and_then(|m| m.pool),
                 member.map(|m| m.rank),
                 member.map(|m| m.num_jobs),
             ],

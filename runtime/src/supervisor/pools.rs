@@ -423,7 +423,7 @@ impl Supervisor {
                         tasks,
                     };
                     let member = Member {
-                        pool: gid,
+                        pool: Some(gid),
                         rank: worker,
                         num_jobs: 0,
                     };
