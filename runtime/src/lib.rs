@@ -6,6 +6,9 @@
 //! timer, record a status). It does no I/O and reads no clock; backends turn
 //! actions into processes, API calls or commands, and report back.
 //!
+//! [`pool`] is the pool engine, pure too: which workers a pool of warm
+//! workers should have and which of its jobs runs on which worker.
+//!
 //! [`store`] keeps every group's state in SQLite. The [`supervisor`] of a
 //! state directory runs its groups through four backends, each behind the
 //! one [`backend::Backend`] interface: on this machine through [`local`],

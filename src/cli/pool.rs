@@ -141,6 +141,12 @@ fn apply(args: &ApplyArgs) -> Result<u8, String> {
     }
     let (dir, mut store) = args.state.open()?;
     let live = store.live_pool(&args.pool).map_err(|e| e.to_string())?;
+    if let Some(pool) = live.as_ref().filter(|p| p.cancel_requested) {
+        return Err(format!(
+            "pool `{}` is going down (`skyc pool status {}`); apply it again once it is down",
+            pool.name, pool.name
+        ));
+    }
     let Some(file) = &args.file else {
         let n = args.workers.unwrap_or(0);
         let Some(pool) = live else {

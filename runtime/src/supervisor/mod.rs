@@ -395,6 +395,7 @@ impl Supervisor {
         }
         if adopted {
             self.place_again()?;
+            self.orphans()?;
         }
         self.settle_all()
     }

@@ -75,6 +75,13 @@ impl Supervisor {
     /// Takes charge of a pool: a new one asks for its first workers; one a
     /// previous supervisor ran resumes as last committed.
     pub(super) fn adopt_pool(&mut self, gid: i64, row: &store::GroupRow) -> Result<(), String> {
+        let backend = self.backend(row.backend).map_err(|e| e.to_string())?;
+        if !backend.runs_pools() {
+            return Err(format!(
+                "pools do not run on the {} target yet",
+                row.backend.as_str()
+            ));
+        }
         let plan_text = self.store.plan(gid).map_err(|e| e.to_string())?;
         let plan: PoolPlan =
             serde_json::from_str(&plan_text).map_err(|e| format!("the pool's plan: {e}"))?;
@@ -166,6 +173,37 @@ impl Supervisor {
             if self.groups.contains_key(&job) {
                 self.backend(kind)?.place(job, attempt, wgid, &placement);
             }
+        }
+        Ok(())
+    }
+
+    /// Jobs whose pool is down (or was taken down as they were
+    /// submitted): nothing would ever place them, so they are cancelled,
+    /// saying why.
+    pub(super) fn orphans(&mut self) -> io::Result<()> {
+        let orphaned: Vec<(i64, i64)> = self
+            .groups
+            .iter()
+            .filter_map(|(&gid, g)| match &g.member {
+                Some(Membership::Job { pool, .. }) if !self.pools.contains_key(pool) => {
+                    Some((gid, *pool))
+                }
+                _ => None,
+            })
+            .collect();
+        for (gid, pool) in orphaned {
+            // A pool this supervisor could not take charge of yet is tried
+            // again; only one that has ended leaves its jobs behind.
+            let row = self.store.group(pool).map_err(db)?;
+            if row.as_ref().is_some_and(|p| p.finished_at_ms.is_none()) {
+                continue;
+            }
+            let name = row.map_or_else(|| pool.to_string(), |p| p.name);
+            self.store
+                .transaction(|tx| tx.set_error(gid, &format!("pool `{name}` is down")))
+                .map_err(db)?;
+            self.store.request_cancel(gid).map_err(db)?;
+            self.pass_cancel(gid)?;
         }
         Ok(())
     }
