@@ -325,35 +325,45 @@ impl Supervisor {
     /// forth until neither has more.
     fn settle_all(&mut self) -> io::Result<()> {
         for _ in 0..ROUNDS {
-            let now = now_ms();
-            let mut reports = Vec::new();
-            for backend in self.backends() {
-                reports.extend(backend.drain(now));
-            }
-            let idle = reports.is_empty()
-                && self.groups.values().all(|g| g.inbox.is_empty())
-                && self.pools.values().all(|p| p.inbox.is_empty());
-            self.apply(reports)?;
-            let gids: Vec<i64> = self.groups.keys().copied().collect();
-            for gid in gids {
-                self.pump(gid)?;
-            }
-            let pools_busy = self.pump_pools()?;
-            if idle && !pools_busy {
+            if self.settle_round()? {
                 break;
             }
         }
         Ok(())
     }
 
+    /// One round of reports and decisions; whether it was the last (no
+    /// backend had anything to say, no engine anything to hear).
+    fn settle_round(&mut self) -> io::Result<bool> {
+        let now = now_ms();
+        let mut reports = Vec::new();
+        for backend in self.backends() {
+            reports.extend(backend.drain(now));
+        }
+        let idle = reports.is_empty()
+            && self.groups.values().all(|g| g.inbox.is_empty())
+            && self.pools.values().all(|p| p.inbox.is_empty());
+        self.apply(reports)?;
+        let gids: Vec<i64> = self.groups.keys().copied().collect();
+        for gid in gids {
+            self.pump(gid)?;
+        }
+        let pools_busy = self.pump_pools()?;
+        Ok(idle && !pools_busy)
+    }
+
     /// Reads the wake-ups of clients, picks up what they wrote to the
-    /// store, and answers each once that is done.
+    /// store, and answers each once it has taken it on: adopted, and one
+    /// round of what that caused handled (a submission refused at once,
+    /// Slurm's sbatch, is then recorded). What follows (a thousand jobs
+    /// started and ended) is not waited for.
     fn answer_clients(&mut self) -> io::Result<()> {
         let mut clients = Vec::new();
         while let Ok((stream, _)) = self.listener.accept() {
             clients.push(stream);
         }
-        self.scan()?;
+        self.take_on()?;
+        self.settle_round()?;
         for mut client in clients {
             let _ = client.set_nonblocking(false);
             let _ = client.set_read_timeout(Some(Duration::from_millis(200)));
@@ -361,11 +371,18 @@ impl Supervisor {
             let _ = BufReader::new(&client).read_line(&mut line);
             let _ = client.write_all(b"ok\n");
         }
-        Ok(())
+        self.settle_all()
+    }
+
+    /// Takes charge of new groups and passes on cancel requests, and
+    /// handles what that caused.
+    fn scan(&mut self) -> io::Result<()> {
+        self.take_on()?;
+        self.settle_all()
     }
 
     /// Takes charge of new groups and passes on cancel requests.
-    fn scan(&mut self) -> io::Result<()> {
+    fn take_on(&mut self) -> io::Result<()> {
         let live = self.store.live_groups().map_err(db)?;
         self.unadopted.retain(|gid, _| live.contains(gid));
         let mut adopted = false;
@@ -397,7 +414,7 @@ impl Supervisor {
             self.place_again()?;
             self.orphans()?;
         }
-        self.settle_all()
+        Ok(())
     }
 
     /// Passes a user's cancel request on to the group's engine, once.
