@@ -304,6 +304,11 @@ fn status(args: &StatusArgs) -> Result<u8, String> {
     let now = now_ms();
     out!("{}", pools_table(&shown, now).render());
     for s in &shown {
+        if let Some(error) = s.row.error.as_ref().filter(|_| s.row.status == "FAILED") {
+            outln!("\npool `{}`: {error}", s.row.name);
+        }
+    }
+    for s in &shown {
         if s.workers.is_empty() {
             continue;
         }
@@ -444,6 +449,7 @@ fn pool_json(s: &Shown) -> serde_json::Value {
         "id": s.row.id,
         "name": s.row.name,
         "status": s.row.status,
+        "error": s.row.error.as_ref().filter(|_| s.row.status == "FAILED"),
         "source": s.row.source,
         "submitted_at_ms": s.row.submitted_at_ms,
         "finished_at_ms": s.row.finished_at_ms,

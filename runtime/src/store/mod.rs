@@ -629,6 +629,15 @@ impl Tx<'_> {
         Ok(())
     }
 
+    /// Records why a pool cannot make workers now, or that it can again.
+    pub fn set_pool_error(&self, id: i64, error: Option<&str>) -> Result<()> {
+        self.0.execute(
+            "UPDATE groups SET error = ?2 WHERE id = ?1",
+            params![id, error],
+        )?;
+        Ok(())
+    }
+
     /// Records why the group could not run (the first reason wins).
     pub fn set_error(&self, id: i64, error: &str) -> Result<()> {
         self.0.execute(

@@ -37,6 +37,8 @@ pub(super) struct PoolRun {
     worker_plan: String,
     /// What the jobs wanted when last told.
     wants: Vec<JobWant>,
+    /// The last worker whose setup failed: where a FAILED pool's reason is.
+    last_failed: Option<i64>,
 }
 
 /// What the supervisor reads of a pool's plan; the rest is the backend's.
@@ -130,6 +132,7 @@ impl Supervisor {
                 workers,
                 worker_plan: plan.worker.to_string(),
                 wants: Vec::new(),
+                last_failed: None,
             },
         );
         if fresh {
@@ -315,6 +318,12 @@ impl Supervisor {
             _ => None,
         };
         if let Some(event) = event {
+            if event == WorkerEvent::SetupFailed
+                && let Some(Membership::Worker { pool, .. }) = &g.member
+                && let Some(p) = self.pools.get_mut(pool)
+            {
+                p.last_failed = Some(gid);
+            }
             self.tell_pool(gid, event);
         }
     }
@@ -425,7 +434,23 @@ impl Supervisor {
                             tx.set_timer(gid, &json(timer), deadline.unwrap_or(now))?;
                         }
                         pool::Action::Status(status) => {
-                            tx.set_group_status(gid, status.as_str())?
+                            tx.set_group_status(gid, status.as_str())?;
+                            if *status == pool::PoolStatus::Failed {
+                                let log = p
+                                    .last_failed
+                                    .map(|w| format!("; the last one's log: `skyc logs {w}`"))
+                                    .unwrap_or_default();
+                                tx.set_pool_error(
+                                    gid,
+                                    Some(&format!(
+                                        "setup failed on {} workers in a row{log}; apply the \
+                                         pool again to try anew",
+                                        pool::SETUP_FAILURES
+                                    )),
+                                )?;
+                            } else if *status == pool::PoolStatus::Starting {
+                                tx.set_pool_error(gid, None)?;
+                            }
                         }
                         _ => {}
                     }
