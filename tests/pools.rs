@@ -465,7 +465,7 @@ fn applying_again_resizes_in_place_or_replaces_workers_as_they_become_idle() {
         .into_iter()
         .find(|w| w["group"] == busy)
         .expect("the busy worker stays while its job runs");
-    assert_eq!(old_worker["status"], "RETIRING", "{pool:#}");
+    assert_eq!(old_worker["status"], "SHUTTING_DOWN", "{pool:#}");
     std::fs::write(s.dir.join("release-0"), "").unwrap();
     assert_eq!(s.wait_jobs(&ids)[0]["status"], "SUCCEEDED");
     s.wait_pool("p", "the old worker gone", |p| {
@@ -497,17 +497,32 @@ fn an_autoscaled_pool_grows_with_its_queue_and_shrinks_to_zero() {
         "--network",
         "loopback",
     ]);
-    let pool = s.wait_pool("auto", "NO_WORKER", |p| p["status"] == "NO_WORKER");
+    let pool = s.wait_pool("auto", "NO_REPLICA", |p| p["status"] == "NO_REPLICA");
     assert_eq!(pool["target_workers"], 0);
-    // Four jobs wait: more than the threshold, so the pool grows (to 2).
-    let ids = s.submit("auto", "job.yaml", 4, &[]);
+    // Six jobs of one cpu: a first worker at once (two of them run there),
+    // four wait, more than the threshold: one more worker after the delay,
+    // and no more than max_workers.
+    let ids = s.submit("auto", "job.yaml", 6, &["--env", "WAIT=1"]);
+    s.wait_pool("auto", "2 ready workers", |p| ready_workers(p) == 2);
+    let start = Instant::now();
+    while (0..4).any(|r| !s.dir.join(format!("started-{r}")).exists()) {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "4 jobs did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(s.count("setups"), 2, "grown to max_workers, not beyond");
+    for rank in 0..6 {
+        std::fs::write(s.dir.join(format!("release-{rank}")), "").unwrap();
+    }
     for job in s.wait_jobs(&ids) {
         assert_eq!(job["status"], "SUCCEEDED", "{job:#}");
     }
-    assert_eq!(s.count("setups"), 2, "grown to max_workers, not beyond");
     // Nothing waits or runs: down to zero after the delay.
     s.wait_pool("auto", "no worker", |p| {
-        p["status"] == "NO_WORKER" && workers(p).is_empty()
+        p["status"] == "NO_REPLICA" && workers(p).is_empty()
     });
 }
 

@@ -429,16 +429,17 @@ fn workers_table(s: &Shown) -> Table {
     t
 }
 
-/// READY, SETTING_UP, RETIRING, or the worker group's end.
+/// SkyPilot's worker statuses (PENDING, STARTING, READY, SHUTTING_DOWN),
+/// or how the worker's group ended.
 fn worker_status(w: &GroupRow, view: Option<&skyc_runtime::pool::Worker>) -> String {
     if w.finished_at_ms.is_some() {
         return w.status.clone();
     }
     match view.map(|v| v.state) {
         Some(WorkerState::Ready) => "READY".into(),
-        Some(WorkerState::Retiring) => "RETIRING".into(),
+        Some(WorkerState::Retiring) => "SHUTTING_DOWN".into(),
         Some(WorkerState::Launching) if w.status == "PENDING" => "PENDING".into(),
-        Some(WorkerState::Launching) => "SETTING_UP".into(),
+        Some(WorkerState::Launching) => "STARTING".into(),
         None => w.status.clone(),
     }
 }

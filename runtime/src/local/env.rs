@@ -47,13 +47,9 @@ pub fn node_env(
         .as_ref()
         .map(|j| (j.rank, j.num_jobs))
         .or(plan.job_rank);
-    set(
-        "SKYPILOT_JOB_RANK",
-        ranks.map_or(0, |(rank, _)| rank).to_string(),
-    );
-    if let Some((_, n)) = ranks {
-        set("SKYPILOT_NUM_JOBS", n.to_string());
-    }
+    let (rank, num_jobs) = ranks.unwrap_or((0, 1));
+    set("SKYPILOT_JOB_RANK", rank.to_string());
+    set("SKYPILOT_NUM_JOBS", num_jobs.to_string());
     set("SKYPILOT_TASK_ID", task_id(task));
     set(
         "SKYPILOT_TASK_IDS",

@@ -1,6 +1,13 @@
 //! How many workers a pool wants: fixed, or SkyPilot's queue-length rule
-//! for `min_workers`..`max_workers`, with its delays kept as timers so the
-//! engine reads no clock.
+//! for `min_workers`..`max_workers` (`QueueLengthAutoscaler`), with its
+//! delays kept as timers so the engine reads no clock.
+//!
+//! SkyPilot decides every 20 s and counts consecutive decisions (delay /
+//! 20 of them) before it changes the target; skyc decides at every event
+//! and changes the target once the same wish has held for the delay. The
+//! steps are the same: one more worker per upscale delay while more jobs
+//! wait than the threshold, straight to `min_workers` after the downscale
+//! delay once nothing waits, and at once from zero.
 
 use super::engine::{Action, Timer};
 use super::spec::Scaling;
@@ -46,10 +53,9 @@ impl Autoscaler {
         };
     }
 
-    /// The pool now: `queue` jobs waiting for a place, `busy` workers
-    /// running jobs. A wish that lasts the delay becomes the target
-    /// ([`fired`](Self::fired)).
-    pub fn observe(&mut self, queue: u32, busy: u32, out: &mut Vec<Action>) {
+    /// The pool now: `queue` jobs waiting for a place. A wish that lasts
+    /// the delay becomes the target ([`fired`](Self::fired)).
+    pub fn observe(&mut self, queue: u32, out: &mut Vec<Action>) {
         let Scaling::Autoscaled {
             min_workers,
             max_workers,
@@ -60,11 +66,12 @@ impl Autoscaler {
         else {
             return;
         };
-        let wanted = desired(queue, busy, self.target, queue_length_threshold)
-            .clamp(min_workers, max_workers);
+        let wanted =
+            desired(queue, self.target, queue_length_threshold).clamp(min_workers, max_workers);
         if wanted > self.target {
             self.down = None;
-            if upscale_delay.is_zero() {
+            // From zero, at once: jobs wait for a first worker.
+            if upscale_delay.is_zero() || self.target == 0 {
                 self.target = wanted;
             } else if self.up.is_none() {
                 self.up = Some(wanted);
@@ -112,14 +119,17 @@ impl Autoscaler {
     }
 }
 
-/// The queue-length rule: one more worker for each job waiting beyond the
-/// threshold; with nothing waiting, the workers that run jobs.
-fn desired(queue: u32, busy: u32, target: u32, threshold: u32) -> u32 {
-    if queue > threshold {
-        target.saturating_add(queue - threshold)
-    } else if queue == 0 {
-        busy
-    } else {
-        target
-    }
+/// SkyPilot's queue-length rule (`_calculate_target_num_replicas`): one
+/// more worker while more jobs wait than the threshold, one fewer while
+/// fewer do, none while none does (clamped by the caller); never none while
+/// a job waits. A worker running a job is never retired for it: the pool
+/// retires idle workers only.
+fn desired(queue: u32, target: u32, threshold: u32) -> u32 {
+    let wanted = match queue.cmp(&threshold) {
+        _ if queue == 0 => 0,
+        std::cmp::Ordering::Greater => target.saturating_add(1),
+        std::cmp::Ordering::Less => target.saturating_sub(1),
+        std::cmp::Ordering::Equal => target,
+    };
+    if wanted == 0 && queue > 0 { 1 } else { wanted }
 }

@@ -90,11 +90,13 @@ pub enum Action {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum PoolStatus {
-    /// No worker is ready yet, and one is being made.
+    /// No worker is ready yet, and one is being made (SkyPilot's
+    /// REPLICA_INIT).
     Starting,
     /// At least one worker is ready.
     Ready,
-    /// No worker, and none wanted (an autoscaled pool at zero).
+    /// No worker, and none wanted (an autoscaled pool at zero; SkyPilot's
+    /// NO_REPLICA).
     NoWorker,
     /// Setups failed [`SETUP_FAILURES`] times in a row: no more workers are
     /// made until the pool is applied again.
@@ -108,9 +110,9 @@ pub enum PoolStatus {
 impl PoolStatus {
     pub fn as_str(self) -> &'static str {
         match self {
-            PoolStatus::Starting => "STARTING",
+            PoolStatus::Starting => "REPLICA_INIT",
             PoolStatus::Ready => "READY",
-            PoolStatus::NoWorker => "NO_WORKER",
+            PoolStatus::NoWorker => "NO_REPLICA",
             PoolStatus::Failed => "FAILED",
             PoolStatus::ShuttingDown => "SHUTTING_DOWN",
             PoolStatus::Terminated => "TERMINATED",
@@ -360,9 +362,8 @@ impl Pool {
             }
         }
         let queue = self.waiting().count() as u32;
-        let busy = self.busy_workers();
         if !self.down {
-            self.autoscaler.observe(queue, busy, out);
+            self.autoscaler.observe(queue, out);
         }
         let target = if self.down {
             0
@@ -439,10 +440,6 @@ impl Pool {
 
     fn active_workers(&self) -> u32 {
         self.workers.values().filter(|w| self.is_active(w)).count() as u32
-    }
-
-    fn busy_workers(&self) -> u32 {
-        self.workers.values().filter(|w| !w.jobs.is_empty()).count() as u32
     }
 
     /// Waiting jobs in submission order, each on the ready worker that

@@ -308,42 +308,86 @@ fn autoscaled(min: u32, max: u32, threshold: u32) -> PoolSpec {
     )
 }
 
+fn upscale() -> Action {
+    Action::SetTimer {
+        timer: Timer::Upscale,
+        after: Duration::from_secs(300),
+    }
+}
+
 #[test]
-fn the_autoscaler_scales_up_after_the_delay_and_down_to_zero() {
+fn the_autoscaler_starts_from_zero_at_once_then_adds_one_worker_per_delay() {
     let mut pool = Pool::new(autoscaled(0, 3, 1));
     assert!(launched(&pool.start()).is_empty());
     assert_eq!(pool.status(), PoolStatus::NoWorker);
-    let jobs: Vec<JobWant> = (1..=4).map(|j| want(j, None)).collect();
+    let jobs: Vec<JobWant> = (1..=5).map(|j| want(j, None)).collect();
+    // From zero: a first worker at once.
     let out = pool.handle(Event::Jobs(jobs.clone()));
-    assert!(out.contains(&Action::SetTimer {
-        timer: Timer::Upscale,
-        after: Duration::from_secs(300)
-    }));
+    assert_eq!(launched(&out), [1]);
+    // 4 wait for a worker (more than the threshold of 1): one more, after
+    // the delay, and one at a time.
+    let out = ready(&mut pool, &[1]);
+    assert_eq!(placed(&out), [(1, 1)]);
+    assert!(out.contains(&upscale()), "{out:?}");
     assert!(launched(&out).is_empty(), "not before the delay");
     let out = pool.handle(Event::TimerFired(Timer::Upscale));
-    assert_eq!(launched(&out), [1, 2, 3], "capped at max_workers");
-    ready(&mut pool, &[1, 2, 3]);
-    // Every job ends: nothing waits, nothing runs.
+    assert_eq!(launched(&out), [2]);
+    assert!(
+        out.contains(&upscale()),
+        "still more than the threshold wait"
+    );
+    let out = pool.handle(Event::TimerFired(Timer::Upscale));
+    assert_eq!(launched(&out), [3]);
+    assert!(!out.contains(&upscale()), "capped at max_workers: {out:?}");
+    ready(&mut pool, &[2, 3]);
+    // Every job ends: after the downscale delay, straight to min_workers.
     let out = pool.handle(Event::Jobs(vec![]));
     assert!(out.contains(&Action::SetTimer {
         timer: Timer::Downscale,
         after: Duration::from_secs(1200)
     }));
+    assert!(retired(&out).is_empty());
     let out = pool.handle(Event::TimerFired(Timer::Downscale));
     assert_eq!(retired(&out), [1, 2, 3]);
 }
 
 #[test]
+fn scaling_down_waits_for_busy_workers_to_be_idle() {
+    let mut pool = Pool::new(autoscaled(0, 2, 1));
+    pool.start();
+    pool.handle(Event::Jobs((1..=3).map(|j| want(j, None)).collect()));
+    ready(&mut pool, &[1]);
+    pool.handle(Event::TimerFired(Timer::Upscale));
+    ready(&mut pool, &[2]);
+    // Job 1 still runs on worker 1 when the pool scales to zero.
+    pool.handle(Event::Jobs(vec![want(1, None)]));
+    let out = pool.handle(Event::Jobs(vec![want(1, None)]));
+    assert!(retired(&out).is_empty());
+    let placed_on = pool.placed(1).map(|p| p.1).expect("placed");
+    let out = pool.handle(Event::TimerFired(Timer::Downscale));
+    let idle: Vec<WorkerId> = [1, 2].into_iter().filter(|w| *w != placed_on).collect();
+    assert_eq!(retired(&out), idle, "only the idle one goes now");
+    let out = pool.handle(Event::Jobs(vec![]));
+    assert_eq!(retired(&out), [placed_on], "the busy one once idle");
+}
+
+#[test]
 fn a_wish_that_goes_away_before_its_delay_is_forgotten() {
-    let mut pool = Pool::new(autoscaled(1, 3, 0));
+    let mut pool = Pool::new(autoscaled(1, 3, 1));
     pool.start();
     ready(&mut pool, &[1]);
+    // Two wait (more than 1): a wish for one more worker.
+    let out = pool.handle(Event::Jobs(vec![
+        want(1, None),
+        want(2, None),
+        want(3, None),
+    ]));
+    assert!(out.contains(&upscale()), "{out:?}");
+    // Job 3 ends before the delay: one waits, as many as the threshold.
     pool.handle(Event::Jobs(vec![want(1, None), want(2, None)]));
-    // Job 2 ends before the delay: the timer means nothing.
-    pool.handle(Event::Jobs(vec![want(1, None)]));
     let out = pool.handle(Event::TimerFired(Timer::Upscale));
     assert!(launched(&out).is_empty(), "{out:?}");
-    // Never below min_workers, nor below the workers that run jobs.
+    // Never below min_workers.
     pool.handle(Event::Jobs(vec![]));
     let out = pool.handle(Event::TimerFired(Timer::Downscale));
     assert!(retired(&out).is_empty(), "{out:?}");
