@@ -47,8 +47,8 @@ pub fn node_env(
         .as_ref()
         .map(|j| (j.rank, j.num_jobs))
         .or(plan.job_rank);
-    let (rank, num_jobs) = ranks.unwrap_or((0, 1));
-    set("SKYPILOT_JOB_RANK", rank.to_string());
+    let (job_rank, num_jobs) = ranks.unwrap_or((0, 1));
+    set("SKYPILOT_JOB_RANK", job_rank.to_string());
     set("SKYPILOT_NUM_JOBS", num_jobs.to_string());
     set("SKYPILOT_TASK_ID", task_id(task));
     set(
