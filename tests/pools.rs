@@ -606,7 +606,7 @@ fn num_jobs_without_a_pool_runs_ranked_jobs_each_on_its_own() {
     let s = Scratch::new("num-jobs");
     s.write(
         "job.yaml",
-        "name: ranked\nrun: echo \"$SKYPILOT_JOB_RANK/$SKYPILOT_NUM_JOBS\" >> \"$SCRATCH/ran\"\n",
+        "name: ranked\nrun: |\n  echo \"$SKYPILOT_JOB_RANK/$SKYPILOT_NUM_JOBS\" >> \"$SCRATCH/ran\"\n  echo \"I am $SKYPILOT_JOB_RANK\"\n",
     );
     let out = s
         .cmd(&[
@@ -624,8 +624,8 @@ fn num_jobs_without_a_pool_runs_ranked_jobs_each_on_its_own() {
     ran.sort();
     assert_eq!(ran, ["0/3", "1/3", "2/3"]);
     let stdout = text(&out.stdout);
-    assert!(
-        stdout.contains("(rank 0) ") || stdout.is_empty(),
-        "{stdout}"
-    );
+    for rank in 0..3 {
+        let line = format!("(rank {rank}) I am {rank}\n");
+        assert!(stdout.contains(&line), "{stdout}");
+    }
 }

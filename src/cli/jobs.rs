@@ -60,6 +60,11 @@ impl Submission<'_> {
                              creates it, `skyc pool status` lists the pools"
                         )
                     })?;
+                if row.cancel_requested {
+                    return Err(format!(
+                        "pool `{name}` is going down; it takes no more jobs"
+                    ));
+                }
                 let plan: PoolPlan =
                     serde_json::from_str(&store.plan(row.id).map_err(|e| e.to_string())?)
                         .map_err(|e| format!("pool `{name}`'s plan: {e}"))?;

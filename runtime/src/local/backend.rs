@@ -156,7 +156,24 @@ impl Local {
                 self.settle(gid, g, task, rank, phase, code, &adir);
             }
         }
-        if launched {
+        if launched && g.plan.pool_job.is_some() {
+            // A pool job's nodes start on their worker, all at once: one
+            // the crash kept from starting is lost with its attempt, which
+            // then runs again without using the job's budget.
+            for rank in 0..g.plan.tasks[task].num_nodes {
+                if matches!(g.nodes[task][rank as usize].state, NodeState::Idle) {
+                    g.nodes[task][rank as usize].state = NodeState::Done;
+                    self.event(
+                        gid,
+                        Event::NodeLost {
+                            task,
+                            attempt,
+                            node: rank,
+                        },
+                    );
+                }
+            }
+        } else if launched {
             let grant = read_grant(&g.dir, task, attempt).unwrap_or_default();
             self.allocator.restore(&grant);
             g.grants[task] = Some(grant);
@@ -787,6 +804,27 @@ impl Backend for Local {
             .all(|n| n.attempt == attempt && matches!(n.state, NodeState::Idle));
         if current {
             g.worker = Some(worker);
+            // Found running after a crash on a worker that was lost
+            // meanwhile: lost with it.
+            let holding = self.groups.get(&worker).is_some_and(|w| {
+                w.nodes[0].iter().all(|n| {
+                    matches!(
+                        n.state,
+                        NodeState::Running {
+                            phase: Phase::Run,
+                            ..
+                        }
+                    )
+                })
+            });
+            if !unstarted && !holding && !g.worker_lost {
+                g.worker_lost = true;
+                for node in g.nodes.iter().flatten() {
+                    if let NodeState::Running { pid, .. } = node.state {
+                        let _ = rustix::process::kill_process(pid, KILL_REQUEST);
+                    }
+                }
+            }
         }
         if current
             && unstarted

@@ -114,11 +114,11 @@ pub fn job_env(
     rank: u32,
     gpus: &[u32],
 ) -> Vec<(String, String)> {
+    // The pool's indices are among the GPUs the worker's node holds.
     let held = worker_grant.gpus.get(rank as usize);
-    // A worker that holds no GPU of its own offers the machine's.
     let machine_gpus: Vec<u32> = gpus
         .iter()
-        .map(|&i| held.and_then(|h| h.get(i as usize).copied()).unwrap_or(i))
+        .filter_map(|&i| held.and_then(|h| h.get(i as usize).copied()))
         .collect();
     let grant = Grant {
         demand: job.tasks[0].demand,

@@ -49,8 +49,8 @@ pub struct PoolPlan {
 impl PoolPlan {
     /// A pool file's group, planned for this machine: each worker is a
     /// node environment holding the pool's resources while it exists, and
-    /// offers jobs what it holds (this machine's, for what the pool does
-    /// not name).
+    /// offers jobs what it holds (this machine's cpus and memory, for
+    /// what the pool does not name; GPUs only as the pool names them).
     pub fn new(
         group: &Group,
         pool: &ir::Pool,
@@ -80,11 +80,9 @@ impl PoolPlan {
             } else {
                 machine.memory_gb
             },
-            gpus: if demand.gpus > 0.0 {
-                demand.gpus
-            } else {
-                machine.gpus.len() as f64
-            },
+            // GPUs are held one by one: a worker offers only those it
+            // holds, never the machine's others.
+            gpus: demand.gpus,
         };
         let made_of = serde_json::json!({
             "setup": task.setup,

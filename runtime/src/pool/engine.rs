@@ -240,6 +240,9 @@ impl Pool {
     pub fn start(&mut self) -> Vec<Action> {
         let mut out = Vec::new();
         self.reconcile(&mut out);
+        if !out.iter().any(|a| matches!(a, Action::Status(_))) {
+            out.push(Action::Status(self.status));
+        }
         out
     }
 
@@ -256,18 +259,15 @@ impl Pool {
                         w.state = WorkerState::Retiring;
                     }
                 }
-                if self.status == PoolStatus::Failed {
-                    self.failures = 0;
-                }
+                // Applied again: failed setups are tried anew.
+                self.failures = 0;
                 self.autoscaler.rescale(&spec.scaling);
                 self.spec = spec;
             }
             Event::Resize(n) => {
                 self.spec.scaling = Scaling::Fixed { workers: n };
                 self.autoscaler.rescale(&self.spec.scaling);
-                if self.status == PoolStatus::Failed {
-                    self.failures = 0;
-                }
+                self.failures = 0;
             }
             Event::TimerFired(timer) => self.autoscaler.fired(timer),
             Event::Down => self.down = true,
@@ -308,6 +308,12 @@ impl Pool {
             return;
         };
         w.jobs.remove(&job.want.job);
+        if w.jobs.is_empty() {
+            // Whole again, whatever sums of fractions left behind.
+            let nodes = w.free.len();
+            w.free = vec![Free::new(&self.spec.offer); nodes];
+            return;
+        }
         for (node, gpus) in placement.gpus.iter().enumerate() {
             if let Some(free) = w.free.get_mut(node) {
                 match &job.want.room {
@@ -388,6 +394,8 @@ impl Pool {
             out.push(Action::Launch { worker: id });
             active += 1;
         }
+        // Waiting jobs take ready workers before any is found idle.
+        self.place(out);
         // Too many: the idle ones go, those still launching first, then
         // the newest.
         if active > target {
@@ -410,7 +418,6 @@ impl Pool {
                 out.push(Action::Retire { worker: *id });
             }
         }
-        self.place(out);
         let ready = self.workers.values().any(|w| w.state == WorkerState::Ready);
         let status = if self.down {
             if self.workers.is_empty() {
@@ -443,13 +450,12 @@ impl Pool {
     }
 
     /// Waiting jobs in submission order, each on the ready worker that
-    /// fits it and is the most used (so whole workers stay free), lowest
+    /// fits it and runs the most jobs (so whole workers stay free), lowest
     /// number first among equals.
     fn place(&mut self, out: &mut Vec<Action>) {
         let waiting: Vec<JobId> = self.waiting().collect();
         for id in waiting {
             let want = self.jobs[&id].want.clone();
-            let offer = self.spec.offer;
             let mut best: Option<(usize, WorkerId)> = None;
             for (wid, w) in &self.workers {
                 if w.state != WorkerState::Ready
@@ -458,8 +464,11 @@ impl Pool {
                 {
                     continue;
                 }
+                if want.room.is_none() && !w.jobs.is_empty() {
+                    continue;
+                }
                 let mut trial = w.free.clone();
-                if take(&mut trial, &want, &offer).is_some()
+                if take(&mut trial, &want).is_some()
                     && best.is_none_or(|(load, _)| w.jobs.len() > load)
                 {
                     best = Some((w.jobs.len(), *wid));
@@ -469,7 +478,7 @@ impl Pool {
                 continue;
             };
             let w = self.workers.get_mut(&wid).expect("chosen above");
-            let Some(placement) = take(&mut w.free, &want, &offer) else {
+            let Some(placement) = take(&mut w.free, &want) else {
                 continue;
             };
             w.jobs.insert(id);
@@ -487,12 +496,12 @@ impl Pool {
 }
 
 /// Takes a job's room on the first nodes of a worker, all or nothing.
-fn take(free: &mut [Free], want: &JobWant, offer: &Room) -> Option<Placement> {
+fn take(free: &mut [Free], want: &JobWant) -> Option<Placement> {
     let mut gpus = Vec::with_capacity(want.nodes as usize);
     for node in free.iter_mut().take(want.nodes as usize) {
         let given = match &want.room {
             Some(room) => node.take(room),
-            None => node.take_all(offer),
+            None => node.take_all(),
         };
         gpus.push(given?);
     }

@@ -9,13 +9,14 @@
 //!   `min_workers` and `max_workers`). A worker whose setup fails is
 //!   replaced; after [`SETUP_FAILURES`] such failures in a row the pool
 //!   stops replacing and says so. A change of the workers' setup,
-//!   resources, workdir, file mounts or envs starts a new generation: new
+//!   resources, workdir, envs or nodes starts a new generation: new
 //!   workers start, and old ones are retired as they become idle, so no
 //!   running job is killed.
 //! - Jobs: each job is a group of its own with its own policy
 //!   [`Engine`](crate::policy::Engine); the pool sees, level-triggered,
 //!   which attempts want a place ([`Event::Jobs`]) and places them on ready
-//!   workers by resources ([`room`]): jobs that fit share a worker, a job
+//!   workers by resources ([`room`]): jobs that fit share a worker (the
+//!   one running the most jobs), a job
 //!   that names no resources takes a whole one. Waiting jobs are placed in
 //!   submission order, and one that fits nowhere does not hold back a later
 //!   one that fits (backfill).

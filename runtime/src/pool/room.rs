@@ -84,11 +84,6 @@ impl Free {
         }
     }
 
-    /// Nothing of the node is taken.
-    pub fn is_idle(&self, offer: &Room) -> bool {
-        *self == Self::new(offer)
-    }
-
     /// Takes `ask` if it fits: the GPUs given, by index.
     pub fn take(&mut self, ask: &Room) -> Option<Vec<u32>> {
         if ask.cpus > self.cpus + EPS || ask.memory_gb > self.memory_gb + EPS {
@@ -116,11 +111,9 @@ impl Free {
         }
     }
 
-    /// The whole node, for a job that names no resources.
-    pub fn take_all(&mut self, offer: &Room) -> Option<Vec<u32>> {
-        if !self.is_idle(offer) {
-            return None;
-        }
+    /// The whole node, for a job that names no resources (on a worker
+    /// that runs no job).
+    pub fn take_all(&mut self) -> Option<Vec<u32>> {
         self.cpus = 0.0;
         self.memory_gb = 0.0;
         let all = (0..self.gpus.len() as u32).collect();

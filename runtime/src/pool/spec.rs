@@ -15,7 +15,7 @@ pub struct PoolSpec {
     /// the pool's resources.
     pub offer: Room,
     /// Identifies what a worker is made of (setup, resources, workdir,
-    /// file mounts, envs): workers made from another key are of an older
+    /// envs, nodes): workers made from another key are of an older
     /// generation and are retired as they become idle.
     pub worker_key: String,
 }
@@ -43,6 +43,13 @@ pub fn worker_key(made_of: &str) -> String {
         hash = hash.wrapping_mul(0x0100_0000_01b3);
     }
     format!("{hash:016x}")
+}
+
+/// A scaling delay in seconds, at most a year: a longer one never comes,
+/// and a timer's deadline must stay a number of milliseconds.
+fn delay(seconds: f64) -> Duration {
+    const YEAR: f64 = 365.0 * 24.0 * 3600.0;
+    Duration::try_from_secs_f64(seconds.clamp(0.0, YEAR)).unwrap_or(Duration::ZERO)
 }
 
 /// How many workers a pool keeps.
@@ -76,8 +83,8 @@ impl Scaling {
                 min_workers: n(min_workers),
                 max_workers: n(max_workers),
                 queue_length_threshold: n(queue_length_threshold),
-                upscale_delay: Duration::from_secs_f64(upscale_delay_seconds.max(0.0)),
-                downscale_delay: Duration::from_secs_f64(downscale_delay_seconds.max(0.0)),
+                upscale_delay: delay(upscale_delay_seconds),
+                downscale_delay: delay(downscale_delay_seconds),
             },
         }
     }

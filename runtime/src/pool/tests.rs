@@ -403,3 +403,61 @@ fn the_engine_survives_a_round_trip_through_the_store() {
     let back: Pool = serde_json::from_str(&json).expect("reads back");
     assert_eq!(back, pool);
 }
+
+#[test]
+fn failures_are_forgotten_when_the_pool_is_applied_again_even_with_a_ready_worker() {
+    let mut pool = Pool::new(fixed(2));
+    pool.start();
+    ready(&mut pool, &[1]);
+    for w in [2, 3] {
+        pool.handle(Event::Worker(w, WorkerEvent::SetupFailed));
+    }
+    let out = pool.handle(Event::Worker(4, WorkerEvent::SetupFailed));
+    assert!(launched(&out).is_empty(), "three in a row: {out:?}");
+    assert_eq!(pool.status(), PoolStatus::Ready, "one worker still serves");
+    let out = pool.handle(Event::Resize(2));
+    assert_eq!(launched(&out), [5]);
+}
+
+#[test]
+fn a_worker_whose_jobs_all_left_is_whole_again_whatever_fractions_did() {
+    let mut pool = Pool::new(spec(
+        Scaling::Fixed { workers: 1 },
+        Room {
+            cpus: 7.5,
+            ..Room::default()
+        },
+    ));
+    pool.start();
+    ready(&mut pool, &[1]);
+    let sizes = [0.2, 0.7, 0.33, 0.7, 1.1];
+    let wants: Vec<JobWant> = (1..=5)
+        .map(|j| want(j, cpus(sizes[j as usize - 1])))
+        .collect();
+    assert_eq!(placed(&pool.handle(Event::Jobs(wants.clone()))).len(), 5);
+    // They end in another order than they came.
+    for keep in [vec![1, 2, 4], vec![2], vec![]] {
+        let left: Vec<JobWant> = wants
+            .iter()
+            .filter(|w| keep.contains(&w.job))
+            .cloned()
+            .collect();
+        pool.handle(Event::Jobs(left));
+    }
+    let out = pool.handle(Event::Jobs(vec![want(9, None)]));
+    assert_eq!(placed(&out), [(9, 1)], "a whole-worker job fits");
+}
+
+#[test]
+fn a_waiting_job_takes_a_worker_before_it_is_found_idle() {
+    let mut pool = Pool::new(autoscaled(0, 2, 1));
+    pool.start();
+    pool.handle(Event::Jobs(vec![want(1, None)]));
+    ready(&mut pool, &[1]);
+    // Nothing waits: the pool is to scale to zero once worker 1 is idle.
+    pool.handle(Event::TimerFired(Timer::Downscale));
+    // Job 1 ends as job 2 arrives: job 2 runs on the warm worker.
+    let out = pool.handle(Event::Jobs(vec![want(2, None)]));
+    assert_eq!(placed(&out), [(2, 1)], "{out:?}");
+    assert!(retired(&out).is_empty(), "{out:?}");
+}

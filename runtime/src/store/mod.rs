@@ -554,11 +554,12 @@ impl Tx<'_> {
             .optional()
     }
 
-    /// Takes a pool's request: it is handled in this transaction.
-    pub fn take_request(&self, pool: i64) -> Result<()> {
+    /// Takes a pool's request, `request` as it was read: it is handled in
+    /// this transaction. One a client wrote since is left for the next.
+    pub fn take_request(&self, pool: i64, request: &str) -> Result<()> {
         self.0.execute(
-            "UPDATE groups SET request = NULL WHERE id = ?1",
-            params![pool],
+            "UPDATE groups SET request = NULL WHERE id = ?1 AND request = ?2",
+            params![pool, request],
         )?;
         Ok(())
     }

@@ -755,7 +755,7 @@ impl Supervisor {
         let Some(g) = self.groups.remove(&gid) else {
             return Ok(());
         };
-        self.worker_closed(gid, g.member.as_ref());
+        self.worker_closed(g.member.as_ref());
         self.backend(g.kind)?.release(gid);
         self.store
             .transaction(|tx| tx.clear_network(gid))

@@ -35,8 +35,9 @@ pub(super) struct PoolRun {
     workers: BTreeMap<WorkerId, i64>,
     /// The plan each new worker is made from (the backend's, as JSON).
     worker_plan: String,
-    /// What the jobs wanted when last told.
-    wants: Vec<JobWant>,
+    /// What the jobs wanted when last told; none yet after an adoption, so
+    /// the first round tells the engine (a job may have ended unheard).
+    wants: Option<Vec<JobWant>>,
     /// The last worker whose setup failed: where a FAILED pool's reason is.
     last_failed: Option<i64>,
 }
@@ -131,7 +132,7 @@ impl Supervisor {
                 inbox,
                 workers,
                 worker_plan: plan.worker.to_string(),
-                wants: Vec::new(),
+                wants: None,
                 last_failed: None,
             },
         );
@@ -161,7 +162,18 @@ impl Supervisor {
 
     /// Gives every placement of the pools' engines to their backends again:
     /// after an adoption, a placement decided but maybe not carried out.
+    /// Workers' states are read again first: a worker lost while no
+    /// supervisor told its pool is not given a job.
     pub(super) fn place_again(&mut self) -> io::Result<()> {
+        let workers: Vec<i64> = self
+            .groups
+            .iter()
+            .filter(|(_, g)| matches!(g.member, Some(Membership::Worker { .. })))
+            .map(|(&gid, _)| gid)
+            .collect();
+        for gid in workers {
+            self.worker_engine_changed(gid);
+        }
         let mut places = Vec::new();
         for p in self.pools.values() {
             for job in p.pool.placed_jobs() {
@@ -223,7 +235,7 @@ impl Supervisor {
             for job in self.store.members(gid, Kind::Group, false).map_err(db)? {
                 self.store.request_cancel(job.id).map_err(db)?;
             }
-            self.pool_event(gid, pool::Event::Down, None, true)?;
+            self.pool_event(gid, pool::Event::Down, None, None, true)?;
         }
         let Some(text) = self.store.pending_request(gid).map_err(db)? else {
             return Ok(());
@@ -237,23 +249,29 @@ impl Supervisor {
                             p.worker_plan = new.worker.to_string();
                         }
                         let plan = plan.to_string();
-                        self.pool_event(gid, pool::Event::Apply(new.pool), Some(&plan), false)?;
+                        self.pool_event(
+                            gid,
+                            pool::Event::Apply(new.pool),
+                            Some(&text),
+                            Some(&plan),
+                            false,
+                        )?;
                     }
                     Err(e) => {
                         log(format_args!("pool {gid}: an unreadable update: {e}"));
                         self.store
-                            .transaction(|tx| tx.take_request(gid))
+                            .transaction(|tx| tx.take_request(gid, &text))
                             .map_err(db)?;
                     }
                 }
             }
             Ok(Request::Workers(n)) => {
-                self.pool_event(gid, pool::Event::Resize(n), None, false)?;
+                self.pool_event(gid, pool::Event::Resize(n), Some(&text), None, false)?;
             }
             Err(e) => {
                 log(format_args!("pool {gid}: an unreadable request: {e}"));
                 self.store
-                    .transaction(|tx| tx.take_request(gid))
+                    .transaction(|tx| tx.take_request(gid, &text))
                     .map_err(db)?;
             }
         }
@@ -266,6 +284,7 @@ impl Supervisor {
         &mut self,
         gid: i64,
         event: pool::Event,
+        request: Option<&str>,
         new_plan: Option<&str>,
         cancel_seen: bool,
     ) -> io::Result<()> {
@@ -274,7 +293,7 @@ impl Supervisor {
         };
         let actions = p.pool.handle(event.clone());
         let taken = Taken {
-            request: !cancel_seen,
+            request: request.filter(|_| !cancel_seen),
             cancel: cancel_seen,
             plan: new_plan,
         };
@@ -355,8 +374,8 @@ impl Supervisor {
             let Some(p) = self.pools.get_mut(&pid) else {
                 continue;
             };
-            if p.wants != list {
-                p.wants = list.clone();
+            if p.wants.as_ref() != Some(&list) {
+                p.wants = Some(list.clone());
                 p.inbox.push_back(pool::Event::Jobs(list));
             }
             while let Some(event) = self.pools.get_mut(&pid).and_then(|p| p.inbox.pop_front()) {
@@ -374,6 +393,8 @@ impl Supervisor {
                 if let Some(p) = self.pools.remove(&pid) {
                     log(format_args!("pool {pid} ({}): down", p.name));
                 }
+                // Jobs submitted while it went down have nowhere to run.
+                self.orphans()?;
             }
         }
         Ok(busy)
@@ -456,8 +477,8 @@ impl Supervisor {
                     }
                 }
                 if let Some(taken) = &taken {
-                    if taken.request {
-                        tx.take_request(gid)?;
+                    if let Some(request) = taken.request {
+                        tx.take_request(gid, request)?;
                     }
                     if taken.cancel {
                         tx.mark_cancel_seen(gid)?;
@@ -499,12 +520,24 @@ impl Supervisor {
         if let Some(p) = self.pools.get_mut(&gid) {
             p.workers.extend(made.iter().copied());
         }
-        for (_, wgid) in made {
+        for (worker, wgid) in made {
             if !self.groups.contains_key(&wgid)
                 && let Err(e) = self.adopt(wgid)
             {
                 log(format_args!("worker {wgid}: {e}"));
                 self.not_adopted(wgid, &e)?;
+                // A worker that cannot be made is a failed one: replaced,
+                // and counted.
+                if !self.groups.contains_key(&wgid)
+                    && let Some(p) = self.pools.get_mut(&gid)
+                {
+                    p.workers.remove(&worker);
+                    p.last_failed = Some(wgid);
+                    p.inbox
+                        .push_back(pool::Event::Worker(worker, WorkerEvent::SetupFailed));
+                    p.inbox
+                        .push_back(pool::Event::Worker(worker, WorkerEvent::Gone));
+                }
             }
         }
         for action in actions {
@@ -547,7 +580,7 @@ impl Supervisor {
     }
 
     /// A worker's group closed: its pool hears it is gone.
-    pub(super) fn worker_closed(&mut self, gid: i64, member: Option<&Membership>) {
+    pub(super) fn worker_closed(&mut self, member: Option<&Membership>) {
         if let Some(Membership::Worker { pool, id, .. }) = member
             && let Some(p) = self.pools.get_mut(pool)
         {
@@ -555,13 +588,14 @@ impl Supervisor {
             p.inbox
                 .push_back(pool::Event::Worker(*id, WorkerEvent::Gone));
         }
-        let _ = gid;
     }
 }
 
 /// What a client asked that an engine answer takes.
 struct Taken<'a> {
-    request: bool,
+    /// The request taken, as read: one written since stays for the next
+    /// turn.
+    request: Option<&'a str>,
     cancel: bool,
     plan: Option<&'a str>,
 }
