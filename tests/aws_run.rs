@@ -655,7 +655,7 @@ fn e2e_the_example_group_on_aws_itself() {
     .expect("plan JSON");
     let run = plan["run"].as_str().expect("a run").to_owned();
     let region = plan["region"].as_str().expect("a region").to_owned();
-    let settings = Settings::from_env().expect("AWS settings");
+    let settings = Settings::from_env(&region).expect("AWS settings");
     let ec2 = Ec2::new(&settings, Some(&region), Tuning::default()).expect("client");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
