@@ -14,7 +14,7 @@
 use super::plan::Plan;
 use crate::aws::control::ops;
 use crate::aws::control::pass::pass;
-use crate::aws::credentials::{Access, Chain, Keeper, Step};
+use crate::aws::credentials::{Access, Chain, ConfigError, Keeper, Source, Step};
 use crate::aws::data::plane::DataPlane;
 use crate::aws::data::remote::Ssh;
 use crate::aws::ec2::client::{Ec2, Tuning};
@@ -82,7 +82,17 @@ pub fn reach(plan: &Plan) -> Result<(Access, Chain), String> {
         .map_err(|e| e.to_string())?;
     let fetched = rt
         .block_on(chain.fetch(&access, &plan.region))
-        .map_err(|e| format!("cannot get AWS credentials from {}: {e}", chain.describe()))?;
+        .map_err(|e| match &access.source {
+            // Asked last because nothing else is configured: most likely
+            // not on EC2 at all.
+            Source::InstanceMetadata { endpoint: None } => format!(
+                "{}; the instance metadata service, asked last, gave none: {e}",
+                ConfigError::NoCredentials {
+                    profile: access.profile.clone()
+                }
+            ),
+            _ => format!("cannot get AWS credentials from {}: {e}", chain.describe()),
+        })?;
     let settings = access.settings(fetched.credentials, &chain);
     let ec2 =
         Ec2::new(&settings, Some(&plan.region), Tuning::default()).map_err(|e| e.to_string())?;
@@ -174,15 +184,15 @@ impl Backend for Aws {
             secret_access_key: String::new(),
             session_token: None,
         };
-        let chain_less = crate::aws::ec2::config::Settings {
+        let settings = crate::aws::ec2::config::Settings {
             profile: run.access.profile.clone(),
             credentials: unsigned,
             credentials_source: String::new(),
             region: run.access.region.clone(),
             endpoint: run.access.endpoint.clone(),
         };
-        let ec2 = Ec2::new(&chain_less, Some(&run.plan.region), self.tuning)
-            .map_err(|e| e.to_string())?;
+        let ec2 =
+            Ec2::new(&settings, Some(&run.plan.region), self.tuning).map_err(|e| e.to_string())?;
         let group_dir = crate::paths::group_dir(&self.state_dir, gid);
         let dir = ssh_dir(&group_dir).map_err(|e| format!("the run's SSH directory: {e}"))?;
         let mut data = DataPlane::new(
@@ -358,9 +368,10 @@ impl Group {
                 // The run's source is asked again on the next pass; the
                 // same credentials again are an outage.
                 self.keeper.refused(e.to_string());
-                self.out.send(Report::Error(format!(
-                    "{e}; asking the run's credential source again"
-                )));
+                let e = format!("{e}; asking the run's credential source again");
+                if self.sent_errors.insert(e.clone()) {
+                    self.out.send(Report::Error(e));
+                }
                 return;
             }
             Err(e) => {

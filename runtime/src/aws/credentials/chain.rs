@@ -134,7 +134,9 @@ impl Chain {
         match &self.base {
             Base::Keys { from, .. } if from == super::ENVIRONMENT => {
                 "they came from the environment of the skyc command that started the \
-                 supervisor, which nothing renews: export renewed ones and restart it"
+                 supervisor, which nothing renews: export renewed ones where you run skyc \
+                 and end the supervisor (the pid in the state directory's supervisor.pid); \
+                 the next skyc command starts one with them"
                     .to_owned()
             }
             Base::Keys { from, .. } => format!("renew the keys in {from}"),
@@ -263,7 +265,9 @@ pub(crate) fn again(
             None => Err(ConfigError::Gone {
                 source: "the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)".into(),
                 now: "this supervisor's environment has none: it was started by a skyc \
-                      command without them"
+                      command without them; export them where you run skyc and end the \
+                      supervisor (the pid in the state directory's supervisor.pid), and the \
+                      next skyc command starts one with them"
                     .into(),
             }),
         },

@@ -94,7 +94,12 @@ async fn fetch_untimed(chain: &Chain, access: &Access, region: &str) -> Result<F
                 .build(),
         ),
         Base::InstanceMetadata { endpoint } => {
-            let mut client = aws_config::imds::Client::builder().configure(&pc);
+            // Off EC2 (the chain's last resort, when nothing else is
+            // configured) it must fail fast, as the CLI's does.
+            let mut client = aws_config::imds::Client::builder()
+                .configure(&pc)
+                .connect_timeout(Duration::from_secs(1))
+                .max_attempts(2);
             if let Some(e) = endpoint {
                 client = client
                     .endpoint(e)

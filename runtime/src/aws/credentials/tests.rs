@@ -574,7 +574,9 @@ fn the_supervisor_asks_the_runs_source_again() {
         none.to_string(),
         "the run's AWS credentials came from the environment (AWS_ACCESS_KEY_ID, \
          AWS_SECRET_ACCESS_KEY); this supervisor's environment has none: it was started \
-         by a skyc command without them"
+         by a skyc command without them; export them where you run skyc and end the \
+         supervisor (the pid in the state directory's supervisor.pid), and the next skyc \
+         command starts one with them"
     );
 }
 
