@@ -27,16 +27,57 @@ use std::time::{Duration, Instant};
 
 const STANDIN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/standin");
 
-/// `skyc` with the stand-in's endpoint and test credentials, and no
-/// shared AWS files.
+/// How long the test profile's credentials last: less than the
+/// runtime's margin, so a supervisor asks for new ones on every pass.
+const CREDENTIALS_LAST_S: u64 = 20;
+
+/// `skyc` with the stand-in's endpoint and the test profile `skyc-test`
+/// in the scratch directory's `~/.aws/config`: a `credential_process`
+/// that gives new short-lived credentials each time (`AKPROC1`,
+/// `AKPROC2`...), counts its runs in `cred-count`, logs each secret it
+/// gives in `cred-secrets` and fails while `cred-broken` exists. No keys
+/// in the environment, no instance metadata service.
 fn aws_skyc(s: &Scratch, endpoint: &str, args: &[&str]) -> Command {
+    let script = s.dir.join("creds.sh");
+    if !script.exists() {
+        s.write(
+            "creds.sh",
+            &format!(
+                r#"#!/bin/sh
+set -e
+d={dir}
+if [ -e "$d/cred-broken" ]; then echo "the identity broker says: session revoked" >&2; exit 3; fi
+n=$(( $(cat "$d/cred-count" 2>/dev/null || echo 0) + 1 ))
+echo $n > "$d/cred-count"
+exp=$(date -u -d "@$(( $(date +%s) + {CREDENTIALS_LAST_S} ))" +%Y-%m-%dT%H:%M:%SZ)
+echo "skyc-test-secret-$n-$$" >> "$d/cred-secrets"
+echo "skyc-test-token-$n-$$" >> "$d/cred-secrets"
+printf '{{"Version": 1, "AccessKeyId": "AKPROC%s", "SecretAccessKey": "skyc-test-secret-%s-%s", "SessionToken": "skyc-test-token-%s-%s", "Expiration": "%s"}}\n' $n $n $$ $n $$ "$exp"
+"#,
+                dir = s.dir.display()
+            ),
+        );
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        std::fs::create_dir_all(s.dir.join(".aws")).expect("~/.aws");
+        s.write(
+            ".aws/config",
+            &format!(
+                "[profile skyc-test]\ncredential_process = {}\n",
+                script.display()
+            ),
+        );
+    }
     let mut cmd = s.skyc(args);
     cmd.env("HOME", &s.dir)
         .env("AWS_ENDPOINT_URL", endpoint)
-        .env("AWS_ACCESS_KEY_ID", "AKIDSKYCTEST")
-        .env("AWS_SECRET_ACCESS_KEY", "skyc-test-secret")
-        .env_remove("AWS_PROFILE")
+        .env("AWS_PROFILE", "skyc-test")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env_remove("AWS_ACCESS_KEY_ID")
+        .env_remove("AWS_SECRET_ACCESS_KEY")
         .env_remove("AWS_SESSION_TOKEN")
+        .env_remove("AWS_CONFIG_FILE")
+        .env_remove("AWS_SHARED_CREDENTIALS_FILE")
         .env_remove("AWS_ENDPOINT_URL_EC2");
     cmd
 }
@@ -86,12 +127,19 @@ fn no_credentials_is_a_clear_error_and_nothing_is_recorded() {
         .env_remove("AWS_PROFILE")
         .env_remove("AWS_SHARED_CREDENTIALS_FILE")
         .env_remove("AWS_CONFIG_FILE")
+        .env_remove("AWS_WEB_IDENTITY_TOKEN_FILE")
+        .env_remove("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI")
+        .env_remove("AWS_CONTAINER_CREDENTIALS_FULL_URI")
+        // Not on EC2: the metadata service is not asked.
+        .env("AWS_EC2_METADATA_DISABLED", "true")
         .output()
         .expect("skyc run");
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.starts_with("error: "), "{stderr}");
-    assert!(stderr.contains("credentials"), "{stderr}");
+    assert!(
+        stderr.starts_with("error: no AWS credentials: "),
+        "{stderr}"
+    );
     assert_eq!(statuses(&s), Value::Array(Vec::new()));
 }
 
@@ -500,6 +548,91 @@ fn cancel_terminates_every_instance_on_aws() {
     r.assert_nothing_left();
 }
 
+/// Every file under `dir`, read whole.
+fn files_under(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        match entry.file_type() {
+            Ok(t) if t.is_dir() => out.extend(files_under(&path)),
+            Ok(t) if t.is_file() => {
+                if let Ok(bytes) = std::fs::read(&path) {
+                    out.push((path, bytes));
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+#[test]
+fn credentials_are_renewed_while_a_run_lasts_and_never_stored_on_aws() {
+    let s = Scratch::new("aws-cred-file");
+    let file = s.write(
+        "long.yaml",
+        "name: cr\nexecution: parallel\n---\nname: main\nrun: |\n  echo started\n  \
+         sleep 40\n  echo done\n",
+    );
+    let Some(mut r) = Run::start("aws-cred", &file) else {
+        return;
+    };
+    let dir = r.s.dir.clone();
+    let count = move || -> u32 {
+        std::fs::read_to_string(dir.join("cred-count"))
+            .ok()
+            .and_then(|c| c.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    r.until_logged("main-0", "started");
+    // Each lasts less than the runtime's margin: the supervisor asks the
+    // profile's credential_process again while the run goes on.
+    let before = count();
+    r.until("renewed twice", |_| count() >= before + 2);
+    // The process fails: once the credentials held expire, the run is in
+    // an outage that names the source, its error and what to renew.
+    std::fs::write(r.s.dir.join("cred-broken"), "").expect("break");
+    let status = r.until("unreachable", |s| {
+        s["unreachable"]
+            .as_str()
+            .is_some_and(|u| u.contains("session revoked"))
+    });
+    let outage = status["unreachable"].as_str().unwrap_or_default();
+    assert!(
+        outage.starts_with(
+            "cannot get the run's AWS credentials from profile `skyc-test`'s credential_process"
+        ) && outage.contains(
+            "To renew: make profile `skyc-test`'s credential_process give credentials again"
+        ),
+        "{outage}"
+    );
+    // Renewed: the run goes on to its end.
+    std::fs::remove_file(r.s.dir.join("cred-broken")).expect("mend");
+    let status = r.until("finished", finished);
+    assert_eq!(status["status"], "SUCCEEDED", "{status:#}");
+    assert!(r.logs("main-0").contains("done"));
+    r.assert_nothing_left();
+    // No secret the source gave is anywhere in the state directory (its
+    // database, logs, the run's files).
+    let secrets = std::fs::read_to_string(r.s.dir.join("cred-secrets")).expect("secrets");
+    let secrets: Vec<&str> = secrets.lines().collect();
+    assert!(secrets.len() >= 6, "{secrets:?}");
+    let stored = files_under(&r.s.state());
+    assert!(
+        stored.iter().any(|(p, _)| p.ends_with("state.db")),
+        "{stored:?}"
+    );
+    for (path, bytes) in &stored {
+        for secret in &secrets {
+            assert!(
+                !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
+                "{} holds {secret}",
+                path.display()
+            );
+        }
+    }
+}
+
 #[test]
 fn a_supervisor_killed_mid_run_is_replaced_and_launches_nothing_twice() {
     let s = Scratch::new("aws-kill-file");
@@ -655,7 +788,7 @@ fn e2e_the_example_group_on_aws_itself() {
     .expect("plan JSON");
     let run = plan["run"].as_str().expect("a run").to_owned();
     let region = plan["region"].as_str().expect("a region").to_owned();
-    let settings = Settings::from_env().expect("AWS settings");
+    let settings = Settings::from_env(&region).expect("AWS settings");
     let ec2 = Ec2::new(&settings, Some(&region), Tuning::default()).expect("client");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -524,23 +524,12 @@ fn plan_aws(
         .map_err(|e| format!("the instance spec: {e}"))?;
     // EC2 must answer, with these credentials, before the group is
     // recorded: a group that cannot reach it never looks alive.
-    let settings = skyc_runtime::aws::backend::reach(&plan)?;
-    if settings.credentials.session_token.is_some() {
-        let renew = if settings.from_environment() {
-            "nothing renews credentials from the environment: once they expire the \
-             runtime can neither follow nor terminate the run's instances (a profile's \
-             are renewed from it)"
-                .to_owned()
-        } else {
-            format!(
-                "once they expire the runtime reads profile `{}` again; until it holds \
-                 renewed ones, it can neither follow nor terminate the run's instances",
-                settings.profile
-            )
-        };
+    let (access, chain) = skyc_runtime::aws::backend::reach(&plan)?;
+    if chain.from_environment() {
         eprintln!(
-            "skyc: note: the AWS credentials from {} are temporary (a session token); {renew}",
-            settings.credentials_source
+            "skyc: note: the AWS credentials come from the environment: the supervisor \
+             uses its own (this command's); nothing renews them, and a supervisor started \
+             later from a shell without them cannot reach EC2"
         );
     }
     let from = match &args.ssh_from {
@@ -562,7 +551,7 @@ fn plan_aws(
         user: args.ssh_user.clone(),
         private: args.ssh_via == SshVia::Private,
         port: None,
-        settings,
+        access,
         secrets: values,
     };
     Planned::new(Backend::Aws, Some(run), diagnostics)

@@ -14,11 +14,12 @@
 use super::plan::Plan;
 use crate::aws::control::ops;
 use crate::aws::control::pass::pass;
+use crate::aws::credentials::{Access, Chain, ConfigError, Keeper, Source, Step};
 use crate::aws::data::plane::DataPlane;
 use crate::aws::data::remote::Ssh;
 use crate::aws::ec2::client::{Ec2, Tuning};
-use crate::aws::ec2::config::Settings;
 use crate::aws::ec2::retry;
+use crate::aws::ec2::sigv4::Credentials;
 use crate::backend::{Adoption, Backend, NodeInfo, Report};
 use crate::goal::Goal;
 use crate::outbox::{Out, Outbox};
@@ -56,31 +57,48 @@ pub struct RunPlan {
     /// The nodes' SSH port, when not 22.
     #[serde(default)]
     pub port: Option<u16>,
-    /// The submitting client's AWS configuration (credentials, endpoint),
-    /// so a supervisor started later from another environment reaches
-    /// EC2 as the client did.
-    pub settings: Settings,
+    /// Where the run's credentials come from, and the endpoint the
+    /// submitting client found: the supervisor asks that source itself
+    /// (no secret is stored). A plan stored by an older skyc kept
+    /// `settings` with the credentials: only its profile, region and
+    /// endpoint are read.
+    #[serde(alias = "settings")]
+    pub access: Access,
     /// Per task, the values of its `secrets`, written to each of its
     /// instances.
     #[serde(default)]
     pub secrets: Vec<Vec<(String, String)>>,
 }
 
-/// The AWS configuration (credentials, region, endpoint) as this process
-/// finds it, once EC2 has answered with it: one `DescribeInstances` of
-/// the plan's run (new, so empty). For the submitting client, before it
-/// records a group.
-pub fn reach(plan: &Plan) -> Result<Settings, String> {
-    let settings = Settings::from_env().map_err(|e| e.to_string())?;
-    let ec2 =
-        Ec2::new(&settings, Some(&plan.region), Tuning::default()).map_err(|e| e.to_string())?;
+/// The AWS configuration as this process finds it, once EC2 has
+/// answered with its credentials: one `DescribeInstances` of the plan's
+/// run (new, so empty). For the submitting client, before it records a
+/// group; the chain says where the credentials came from.
+pub fn reach(plan: &Plan) -> Result<(Access, Chain), String> {
+    let (access, chain) = Access::from_env().map_err(|e| e.to_string())?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
+    let fetched = rt
+        .block_on(chain.fetch(&access, &plan.region))
+        .map_err(|e| match &access.source {
+            // Asked last because nothing else is configured: most likely
+            // not on EC2 at all.
+            Source::InstanceMetadata { endpoint: None } => format!(
+                "{}; the instance metadata service, asked last, gave none: {e}",
+                ConfigError::NoCredentials {
+                    profile: access.profile.clone()
+                }
+            ),
+            _ => format!("cannot get AWS credentials from {}: {e}", chain.describe()),
+        })?;
+    let settings = access.settings(fetched.credentials, &chain);
+    let ec2 =
+        Ec2::new(&settings, Some(&plan.region), Tuning::default()).map_err(|e| e.to_string())?;
     rt.block_on(ops::instances(&ec2, &plan.run))
         .map_err(|e| e.to_string())?;
-    Ok(settings)
+    Ok((access, chain))
 }
 
 /// What a group's thread hears.
@@ -159,8 +177,22 @@ impl Backend for Aws {
     fn adopt(&mut self, gid: i64, adoption: &Adoption<'_>) -> Result<(), String> {
         let run: RunPlan = serde_json::from_str(adoption.plan)
             .map_err(|e| format!("the group's AWS plan: {e}"))?;
-        let ec2 = Ec2::new(&run.settings, Some(&run.plan.region), self.tuning)
-            .map_err(|e| e.to_string())?;
+        // No credentials yet: the group's thread gets them from the run's
+        // source before its first call.
+        let unsigned = Credentials {
+            access_key_id: String::new(),
+            secret_access_key: String::new(),
+            session_token: None,
+        };
+        let settings = crate::aws::ec2::config::Settings {
+            profile: run.access.profile.clone(),
+            credentials: unsigned,
+            credentials_source: String::new(),
+            region: run.access.region.clone(),
+            endpoint: run.access.endpoint.clone(),
+        };
+        let ec2 =
+            Ec2::new(&settings, Some(&run.plan.region), self.tuning).map_err(|e| e.to_string())?;
         let group_dir = crate::paths::group_dir(&self.state_dir, gid);
         let dir = ssh_dir(&group_dir).map_err(|e| format!("the run's SSH directory: {e}"))?;
         let mut data = DataPlane::new(
@@ -178,12 +210,12 @@ impl Backend for Aws {
         data.private = run.private;
         let (tx, rx) = mpsc::channel();
         let out = self.outbox.post().out(gid);
+        let region = run.plan.region.clone();
         let group = Group {
             plan: run.plan,
             goal: Goal::from_engine(adoption.engine),
             ec2,
-            settings: run.settings,
-            tuning: self.tuning,
+            keeper: Keeper::new(run.access, region),
             data,
             out,
             sent_nodes: BTreeMap::new(),
@@ -232,11 +264,9 @@ impl Backend for Aws {
 struct Group {
     plan: Plan,
     goal: Goal,
+    /// Signs with the keeper's latest credentials.
     ec2: Ec2,
-    /// What `ec2` was made from: the run's pinned settings, or renewed
-    /// ones once EC2 refused those.
-    settings: Settings,
-    tuning: Tuning,
+    keeper: Keeper,
     data: DataPlane,
     out: Out,
     /// What `status` was last told of each node, so a pass that finds
@@ -312,41 +342,22 @@ impl Group {
         }
     }
 
-    /// EC2 refuses the credentials the client is made with (expired,
-    /// rotated): the ones the configuration gives now, if they differ,
-    /// are tried on the next pass; else the run is in an outage (nothing
-    /// of it is followed or terminated) until they are renewed.
-    fn credentials_refused(&mut self, e: &crate::aws::ec2::client::Error) {
-        if let Some(now) = self.settings.renewed_here()
-            && let Ok(ec2) = Ec2::new(&now, Some(&self.plan.region), self.tuning)
-        {
-            self.out.send(Report::Error(format!(
-                "{e}; trying the credentials {} gives now",
-                now.credentials_source
-            )));
-            self.ec2 = ec2;
-            self.settings = now;
-            return;
-        }
-        let renew = if self.settings.from_environment() {
-            "they came from the environment of the `skyc run` that submitted the group, \
-             which nothing renews"
-                .to_owned()
-        } else {
-            format!(
-                "renew them in profile `{}` ({}), where they came from",
-                self.settings.profile, self.settings.credentials_source
-            )
-        };
-        self.set_outage(Some(format!(
-            "{e}. The run's credentials: {renew}. Until EC2 takes them the run's instances \
-             are neither followed nor terminated"
-        )));
-    }
-
     /// One pass: the data plane over the world as it is, then the
     /// control plane.
     fn step(&mut self, rt: &tokio::runtime::Runtime) {
+        match rt.block_on(self.keeper.step(std::time::SystemTime::now())) {
+            Step::Keep => {}
+            Step::Use(credentials) => self.ec2 = self.ec2.with_credentials(credentials),
+            Step::Warn(e) => {
+                if self.sent_errors.insert(e.clone()) {
+                    self.out.send(Report::Error(e));
+                }
+            }
+            Step::Outage(why) => {
+                self.set_outage(Some(why));
+                return;
+            }
+        }
         let world = match rt.block_on(ops::world(&self.ec2, &self.plan)) {
             Ok(w) => w,
             Err(e) if crate::aws::control::pass::is_outage(&e) => {
@@ -354,7 +365,13 @@ impl Group {
                 return;
             }
             Err(e) if e.code().is_some_and(retry::is_expired_credentials) => {
-                self.credentials_refused(&e);
+                // The run's source is asked again on the next pass; the
+                // same credentials again are an outage.
+                self.keeper.refused(e.to_string());
+                let e = format!("{e}; asking the run's credential source again");
+                if self.sent_errors.insert(e.clone()) {
+                    self.out.send(Report::Error(e));
+                }
                 return;
             }
             Err(e) => {

@@ -4,8 +4,10 @@
 //!
 //! The backend in three layers, each a folder:
 //!
-//! - [`ec2`]: a small EC2 client (configuration, the Query API, SigV4
-//!   signing, XML answers, which errors are retried);
+//! - [`ec2`]: a small EC2 client (the Query API, SigV4 signing, XML
+//!   answers, which errors are retried), with [`credentials`] (the
+//!   configuration and credential chain the AWS CLI follows, refreshed
+//!   while a run lasts);
 //! - [`control`]: the control plane, where the engine meets EC2: the
 //!   run's instances to engine events, the engine's state to EC2
 //!   operations, and one pass of that loop;
@@ -19,13 +21,15 @@
 
 pub mod backend;
 pub mod control;
+pub mod credentials;
 pub mod data;
 pub mod ec2;
 mod plan;
 
 pub use backend::{Aws, RunPlan};
+pub use credentials::{Access, ConfigError};
 pub use ec2::client::{Ec2, Error, SetupError, Tuning};
-pub use ec2::config::{ConfigError, Settings};
+pub use ec2::config::Settings;
 pub use plan::{
     ATTEMPT_TAG, GROUP_TAG, Plan, PlanError, RANK_TAG, RUN_TAG, SshAccess, TASK_TAG, client_token,
     valid_run,

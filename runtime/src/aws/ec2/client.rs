@@ -221,6 +221,14 @@ impl Ec2 {
         })
     }
 
+    /// The same client, signing with `credentials` (renewed ones).
+    pub fn with_credentials(&self, credentials: Credentials) -> Ec2 {
+        Ec2 {
+            credentials,
+            ..self.clone()
+        }
+    }
+
     pub fn region(&self) -> &str {
         &self.region
     }

@@ -34,7 +34,9 @@ fn aws() -> Option<Target> {
         eprintln!("!!! SKIPPED: AWS end-to-end tests (set SKYC_AWS_E2E=1 and AWS credentials)");
         return None;
     }
-    match Settings::from_env() {
+    // The region only serves the credential sources that need one when
+    // none is configured; the client works in the spec's.
+    match Settings::from_env("us-east-1") {
         Ok(settings) => Some(Target {
             settings,
             group: SMALL_GROUP,

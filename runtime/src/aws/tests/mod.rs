@@ -3,6 +3,7 @@
 //! loopback (`moto`: moto's server, which scripts/test starts) and, when
 //! asked, against AWS (`e2e`).
 
+mod credentials;
 mod e2e;
 mod moto;
 mod scenarios;
