@@ -475,13 +475,7 @@ impl Supervisor {
             Some(Err(e)) => return Err(format!("the group's engine: {e}")),
             None => Engine::new(spec),
         };
-        let timers = self
-            .store
-            .timers(gid)
-            .map_err(|e| e.to_string())?
-            .into_iter()
-            .filter_map(|(t, deadline)| Some((serde_json::from_str(&t).ok()?, deadline)))
-            .collect();
+        let timers = self.stored_timers(gid)?;
         // An outage a previous supervisor saw is the backend's to report
         // again.
         if row.outage.is_some() && !self.unadopted.contains_key(&gid) {
@@ -547,6 +541,21 @@ impl Supervisor {
             self.execute(gid, &redo).map_err(|e| e.to_string())?;
         }
         Ok(())
+    }
+
+    /// A group's or pool's timers as committed, each with its deadline; one
+    /// this skyc cannot read is dropped.
+    fn stored_timers<T: serde::de::DeserializeOwned>(
+        &self,
+        gid: i64,
+    ) -> Result<Vec<(T, i64)>, String> {
+        Ok(self
+            .store
+            .timers(gid)
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .filter_map(|(t, deadline)| Some((serde_json::from_str(&t).ok()?, deadline)))
+            .collect())
     }
 
     fn engine_mut(&mut self, gid: i64) -> Option<&mut Engine> {

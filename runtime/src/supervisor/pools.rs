@@ -95,13 +95,7 @@ impl Supervisor {
             Some(Err(e)) => return Err(format!("the pool's engine: {e}")),
             None => Pool::new(plan.pool),
         };
-        let timers = self
-            .store
-            .timers(gid)
-            .map_err(|e| e.to_string())?
-            .into_iter()
-            .filter_map(|(t, deadline)| Some((serde_json::from_str(&t).ok()?, deadline)))
-            .collect();
+        let timers = self.stored_timers(gid)?;
         let rows = self
             .store
             .members(gid, Kind::Worker, true)
