@@ -28,6 +28,18 @@ pub(crate) fn read(path: &str) -> Result<(String, Vec<u8>), String> {
     Ok((path.to_owned(), bytes))
 }
 
+/// Reads and compiles the file of `run` and `pool apply`, `--env` values
+/// given: its name as diagnostics show it, and the compilation.
+pub(crate) fn compile(
+    path: &str,
+    env: &[(String, String)],
+) -> Result<(String, skyc_compiler::Compilation), String> {
+    let (name, bytes) = read(path)?;
+    let options = skyc_compiler::Options { env: env.to_vec() };
+    let compilation = skyc_compiler::compile(&name, &bytes, &options);
+    Ok((name, compilation))
+}
+
 fn describe(e: &std::io::Error) -> String {
     match e.kind() {
         std::io::ErrorKind::NotFound => "no such file".to_owned(),

@@ -6,7 +6,7 @@ use super::follow::Follower;
 use super::out::{self, errln};
 use super::run::{LocalSetting, NetworkArg, Submitted};
 use super::state::StateArgs;
-use skyc_compiler::ir::{Group, Role, Task};
+use skyc_compiler::ir::{Group, Task};
 use skyc_compiler::{Compilation, Diagnostic, Rule};
 use skyc_runtime::local::capacity::Demand;
 use skyc_runtime::local::plan::{Plan, PoolPlan};
@@ -125,15 +125,7 @@ impl Submission<'_> {
                     submitted_at_ms: self.submitted_ms,
                     plan,
                     backend: Backend::Local,
-                    tasks: group
-                        .tasks
-                        .iter()
-                        .map(|t| NewTask {
-                            name: &t.name,
-                            primary: t.role == Role::Primary,
-                            num_nodes: t.num_nodes,
-                        })
-                        .collect(),
+                    tasks: NewTask::of(group),
                 };
                 let member = Member {
                     pool: pool.as_ref().map(|(row, _)| row.id),

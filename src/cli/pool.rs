@@ -9,7 +9,7 @@ use super::state::StateArgs;
 use super::table::{self, Table};
 use super::{input, parse_env, report};
 use serde_json::json;
-use skyc_compiler::{Diagnostic, Options, Rule, compile};
+use skyc_compiler::{Diagnostic, Rule};
 use skyc_runtime::local::plan::PoolPlan;
 use skyc_runtime::pool::{Pool, WorkerState};
 use skyc_runtime::store::{Backend, GroupRow, Kind, NewGroup, Store, now_ms};
@@ -168,11 +168,7 @@ fn apply(args: &ApplyArgs) -> Result<u8, String> {
         errln!("skyc: pool `{}` resized to {n} workers", args.pool);
         return Ok(OK);
     };
-    let (name, bytes) = input::read(file)?;
-    let options = Options {
-        env: args.env.clone(),
-    };
-    let mut compilation = compile(&name, &bytes, &options);
+    let (name, mut compilation) = input::compile(file, &args.env)?;
     let color = args.color.enabled();
     let show =
         |c: &skyc_compiler::Compilation| report::human(std::slice::from_ref(c), color, false);

@@ -10,8 +10,8 @@ use super::slurm::SlurmArgs;
 use super::state::StateArgs;
 use super::{input, parse_env, report};
 use clap::ValueEnum;
-use skyc_compiler::ir::{Group, Role};
-use skyc_compiler::{Diagnostic, Options, Rule, compile};
+use skyc_compiler::ir::Group;
+use skyc_compiler::{Diagnostic, Rule};
 use skyc_runtime::aws::{Plan as AwsPlan, RunPlan, SshAccess};
 use skyc_runtime::k8s::Plan as K8sPlan;
 use skyc_runtime::local::capacity::Capacity;
@@ -240,11 +240,7 @@ fn submit(args: &Args) -> Result<Submitted, String> {
     if args.target != Target::Aws && (args.catalog.is_some() || args.ssh_from.is_some()) {
         return Err("--catalog and --ssh-from are for the aws target".into());
     }
-    let (name, bytes) = input::read(&args.file)?;
-    let options = Options {
-        env: args.env.clone(),
-    };
-    let mut compilation = compile(&name, &bytes, &options);
+    let (name, mut compilation) = input::compile(&args.file, &args.env)?;
     let color = args.color.enabled();
     let show =
         |c: &skyc_compiler::Compilation| report::human(std::slice::from_ref(c), color, false);
@@ -305,15 +301,7 @@ fn submit(args: &Args) -> Result<Submitted, String> {
         return Ok(Submitted::Invalid);
     };
     let (dir, mut store) = args.state.open()?;
-    let tasks = group
-        .tasks
-        .iter()
-        .map(|t| NewTask {
-            name: &t.name,
-            primary: t.role == Role::Primary,
-            num_nodes: t.num_nodes,
-        })
-        .collect();
+    let tasks = NewTask::of(&group);
     let gid = store
         .insert_group(&NewGroup {
             name: args.name.as_deref().unwrap_or(&group.name),

@@ -85,6 +85,36 @@ enum NodeState {
     Done,
 }
 
+impl GroupRun {
+    /// A worker's node `rank` is held: its setup ended well and its hold
+    /// runs.
+    fn holds(&self, rank: u32) -> bool {
+        self.nodes[0].get(rank as usize).is_some_and(|n| {
+            matches!(
+                n.state,
+                NodeState::Running {
+                    phase: Phase::Run,
+                    ..
+                }
+            )
+        })
+    }
+
+    /// A pool job whose worker was lost: its running nodes are stopped,
+    /// and their ends are losses.
+    fn lose_worker(&mut self) {
+        if self.worker_lost {
+            return;
+        }
+        self.worker_lost = true;
+        for node in self.nodes.iter().flatten() {
+            if let NodeState::Running { pid, .. } = node.state {
+                let _ = rustix::process::kill_process(pid, KILL_REQUEST);
+            }
+        }
+    }
+}
+
 impl Local {
     pub fn new(state_dir: &Path) -> io::Result<Self> {
         Ok(Self {
@@ -323,25 +353,14 @@ impl Local {
                 let info = node_info(g, task, rank, Some(pid), None);
                 self.reports.push((gid, Report::Node(info)));
             }
-            Err(e) => {
-                append_log(
-                    g,
-                    task,
-                    rank,
-                    &format!("skyc: cannot start the node: {e}\n"),
-                );
-                g.nodes[task][rank as usize].state = NodeState::Done;
-                self.event(
-                    gid,
-                    Event::NodeExited {
-                        task,
-                        attempt,
-                        node: rank,
-                        phase,
-                        code: 127,
-                    },
-                );
-            }
+            Err(e) => self.not_started(
+                gid,
+                g,
+                task,
+                rank,
+                phase,
+                &format!("cannot start the node: {e}"),
+            ),
         }
     }
 
@@ -481,18 +500,39 @@ impl Local {
         }
     }
 
+    /// A node whose agent could not be started: said in its log, and
+    /// answered as a command not found (127).
+    fn not_started(
+        &mut self,
+        gid: i64,
+        g: &mut GroupRun,
+        task: TaskId,
+        rank: u32,
+        phase: Phase,
+        why: &str,
+    ) {
+        append_log(g, task, rank, &format!("skyc: {why}\n"));
+        let node = &mut g.nodes[task][rank as usize];
+        node.state = NodeState::Done;
+        let attempt = node.attempt;
+        self.event(
+            gid,
+            Event::NodeExited {
+                task,
+                attempt,
+                node: rank,
+                phase,
+                code: 127,
+            },
+        );
+    }
+
     /// A worker's node ended (its hold was killed, its agent lost): the
     /// jobs on it are lost with it, and are stopped now.
     fn lose_jobs_on(&mut self, worker: i64) {
         for job in self.groups.values_mut() {
-            if job.worker != Some(worker) || job.worker_lost {
-                continue;
-            }
-            job.worker_lost = true;
-            for node in job.nodes.iter().flatten() {
-                if let NodeState::Running { pid, .. } = node.state {
-                    let _ = rustix::process::kill_process(pid, KILL_REQUEST);
-                }
+            if job.worker == Some(worker) {
+                job.lose_worker();
             }
         }
     }
@@ -509,18 +549,7 @@ impl Local {
         let task = 0;
         let attempt = g.attempts[task];
         let worker = self.groups.get(&worker_gid).ok_or("its worker is gone")?;
-        let holding = |rank: u32| {
-            worker.nodes[0].get(rank as usize).is_some_and(|n| {
-                matches!(
-                    n.state,
-                    NodeState::Running {
-                        phase: Phase::Run,
-                        ..
-                    }
-                )
-            })
-        };
-        if !(0..g.plan.tasks[task].num_nodes).all(holding) {
+        if !(0..g.plan.tasks[task].num_nodes).all(|rank| worker.holds(rank)) {
             return Err("its worker is not ready".into());
         }
         let mut spawned = Vec::new();
@@ -552,20 +581,7 @@ impl Local {
                     info.machine = format!("worker {worker_gid}");
                     self.reports.push((gid, Report::Node(info)));
                 }
-                Err(e) => {
-                    append_log(g, task, rank, &format!("skyc: {e}\n"));
-                    g.nodes[task][rank as usize].state = NodeState::Done;
-                    self.event(
-                        gid,
-                        Event::NodeExited {
-                            task,
-                            attempt,
-                            node: rank,
-                            phase: Phase::Run,
-                            code: 127,
-                        },
-                    );
-                }
+                Err(e) => self.not_started(gid, g, task, rank, Phase::Run, &e),
             }
         }
         self.event(gid, Event::TaskStarted { task, attempt });
@@ -806,24 +822,12 @@ impl Backend for Local {
             g.worker = Some(worker);
             // Found running after a crash on a worker that was lost
             // meanwhile: lost with it.
-            let holding = self.groups.get(&worker).is_some_and(|w| {
-                w.nodes[0].iter().all(|n| {
-                    matches!(
-                        n.state,
-                        NodeState::Running {
-                            phase: Phase::Run,
-                            ..
-                        }
-                    )
-                })
-            });
-            if !unstarted && !holding && !g.worker_lost {
-                g.worker_lost = true;
-                for node in g.nodes.iter().flatten() {
-                    if let NodeState::Running { pid, .. } = node.state {
-                        let _ = rustix::process::kill_process(pid, KILL_REQUEST);
-                    }
-                }
+            let holding = self
+                .groups
+                .get(&worker)
+                .is_some_and(|w| (0..w.plan.tasks[0].num_nodes).all(|rank| w.holds(rank)));
+            if !unstarted && !holding {
+                g.lose_worker();
             }
         }
         if current

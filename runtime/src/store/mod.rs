@@ -479,6 +479,21 @@ pub struct NewTask<'a> {
     pub num_nodes: u32,
 }
 
+impl<'a> NewTask<'a> {
+    /// The tasks of a compiled group, as the store records them.
+    pub fn of(group: &'a skyc_compiler::ir::Group) -> Vec<Self> {
+        group
+            .tasks
+            .iter()
+            .map(|t| NewTask {
+                name: &t.name,
+                primary: t.role == skyc_compiler::ir::Role::Primary,
+                num_nodes: t.num_nodes,
+            })
+            .collect()
+    }
+}
+
 /// What the supervisor persists per group.
 #[derive(Clone, Debug, Default)]
 pub struct RuntimeState {
