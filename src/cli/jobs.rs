@@ -3,8 +3,9 @@
 
 use super::exit::{self, NOT_FINISHED, USAGE};
 use super::follow::Follower;
+use super::local::{LocalSetting, NetworkArg};
 use super::out::{self, errln};
-use super::run::{LocalSetting, NetworkArg, Submitted};
+use super::run::Submitted;
 use super::state::StateArgs;
 use skyc_compiler::ir::{Group, Task};
 use skyc_compiler::{Compilation, Diagnostic, Rule};

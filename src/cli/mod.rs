@@ -1,5 +1,6 @@
 //! The command line: one module per subcommand.
 
+mod aws;
 mod build;
 mod cancel;
 mod catalog;
@@ -10,6 +11,7 @@ mod follow;
 mod input;
 mod jobs;
 mod k8s;
+mod local;
 mod logs;
 mod lsp;
 pub(crate) mod out;

@@ -3,8 +3,9 @@
 
 use super::check::Color;
 use super::exit::{INVALID, NOT_FOUND, OK, USAGE};
+use super::local::{LocalSetting, NetworkArg};
 use super::out::{errln, out, outln};
-use super::run::{LocalSetting, NetworkArg, secret_values};
+use super::run::secret_values;
 use super::state::StateArgs;
 use super::table::{self, Table};
 use super::{input, parse_env, report};

@@ -1,10 +1,11 @@
 //! `skyc run FILE`: run a group and supervise it.
 
-use super::catalog;
+use super::aws::AwsArgs;
 use super::check::Color;
 use super::exit::{self, FAILED, INVALID, NOT_FINISHED, OK, USAGE};
 use super::follow::Follower;
 use super::k8s::K8sArgs;
+use super::local::{LocalSetting, NetworkArg};
 use super::out::{self, errln, outln};
 use super::slurm::SlurmArgs;
 use super::state::StateArgs;
@@ -12,16 +13,11 @@ use super::{input, parse_env, report};
 use clap::ValueEnum;
 use skyc_compiler::ir::Group;
 use skyc_compiler::{Diagnostic, Rule};
-use skyc_runtime::aws::{Plan as AwsPlan, RunPlan, SshAccess};
 use skyc_runtime::k8s::Plan as K8sPlan;
-use skyc_runtime::local::capacity::Capacity;
-use skyc_runtime::local::network::{self, Mode};
-use skyc_runtime::local::plan::{NetworkRequest, Plan, PlanOptions, run_timestamp};
-use skyc_runtime::policy::GroupSpec;
+use skyc_runtime::local::plan::Plan;
 use skyc_runtime::slurm::Plan as SlurmPlan;
 use skyc_runtime::store::{Backend, NewGroup, NewTask, Store, now_ms};
 use skyc_runtime::supervisor;
-use skyc_targets::cloud::{self, Cloud};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -93,37 +89,8 @@ pub(crate) struct Args {
     /// The kubeconfig context [default: the current one].
     #[arg(long, value_name = "NAME", help_heading = "Kubernetes")]
     context: Option<String>,
-    /// SkyPilot's catalog directory (`DIR/aws/vms.csv`, as in
-    /// ~/.sky/catalogs/v8) [default: $SKYC_CATALOG, then
-    /// ~/.sky/catalogs/v8, then the snapshot skyc ships].
-    #[arg(long, value_name = "DIR", help_heading = "AWS")]
-    catalog: Option<PathBuf>,
-    /// The image's login user, whom the runtime reaches the nodes as over
-    /// SSH (commands run through `sudo` unless it is root).
-    #[arg(
-        long,
-        value_name = "USER",
-        default_value = "ubuntu",
-        value_parser = login_name,
-        help_heading = "AWS"
-    )]
-    ssh_user: String,
-    /// Where the runtime connects to the nodes' SSH from (the run's
-    /// `tcp/22` rule) [default: this machine's address on its default
-    /// route, /32].
-    #[arg(long, value_name = "CIDR", help_heading = "AWS")]
-    ssh_from: Option<String>,
-    /// Which address of a node the runtime connects to: its public one
-    /// when it has one (`auto`), or always its private one (a runtime
-    /// inside the VPC).
-    #[arg(long, value_enum, default_value_t = SshVia::Auto, help_heading = "AWS")]
-    ssh_via: SshVia,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum SshVia {
-    Auto,
-    Private,
+    #[command(flatten)]
+    aws: AwsArgs,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -140,13 +107,6 @@ enum Target {
     /// AWS, as the AWS CLI finds it (credentials, `AWS_ENDPOINT_URL`):
     /// one EC2 instance per node, reached over SSH.
     Aws,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-pub(super) enum NetworkArg {
-    Auto,
-    Netns,
-    Loopback,
 }
 
 pub(crate) fn run(args: &Args) -> u8 {
@@ -237,7 +197,7 @@ fn submit(args: &Args) -> Result<Submitted, String> {
     if args.target != Target::K8s && args.context.is_some() {
         return Err("--context is for the k8s target".into());
     }
-    if args.target != Target::Aws && (args.catalog.is_some() || args.ssh_from.is_some()) {
+    if args.target != Target::Aws && args.aws.given() {
         return Err("--catalog and --ssh-from are for the aws target".into());
     }
     let (name, mut compilation) = input::compile(&args.file, &args.env)?;
@@ -360,74 +320,6 @@ impl Planned {
     }
 }
 
-/// What planning for this machine needs beside the group: how nodes get
-/// their addresses, where relative `workdir`s start, what the machine has.
-pub(super) struct LocalSetting {
-    pub(super) request: NetworkRequest,
-    pub(super) mode: Mode,
-    pub(super) base_dir: PathBuf,
-    pub(super) capacity: Capacity,
-}
-
-impl LocalSetting {
-    /// For the file `name` (given on the command line as `file`).
-    pub(super) fn new(network: Option<NetworkArg>, file: &str, name: &str) -> Result<Self, String> {
-        let request = match network.unwrap_or(NetworkArg::Auto) {
-            NetworkArg::Auto => NetworkRequest::Auto,
-            NetworkArg::Netns => NetworkRequest::Netns,
-            NetworkArg::Loopback => NetworkRequest::Loopback,
-        };
-        let mode = network::resolve(request)?;
-        let base_dir = Path::new(name)
-            .parent()
-            .filter(|_| file != "-")
-            .map(Path::to_path_buf)
-            .unwrap_or_default();
-        let base_dir = std::env::current_dir()
-            .map(|cwd| cwd.join(&base_dir))
-            .unwrap_or(base_dir);
-        Ok(Self {
-            request,
-            mode,
-            base_dir,
-            capacity: Capacity::detect(),
-        })
-    }
-
-    pub(super) fn options<'a>(
-        &'a self,
-        grace: f64,
-        secrets: &'a [(String, String)],
-        submitted_ms: i64,
-    ) -> PlanOptions<'a> {
-        PlanOptions {
-            grace: Duration::from_secs_f64(grace),
-            network: self.request,
-            base_env: std::env::vars().collect(),
-            secrets,
-            base_dir: &self.base_dir,
-            submitted: run_timestamp(submitted_ms),
-            capacity: &self.capacity,
-        }
-    }
-
-    /// Refuses hostnames this machine cannot give, and says how nodes get
-    /// their addresses when it is not a namespace each.
-    pub(super) fn check_network(&self, plan: &Plan) -> Result<(), String> {
-        if self.mode == Mode::LoopbackNoHosts && plan.hostnames_required {
-            return Err(
-                "`inter_connection: true` needs group hostnames, and this machine allows no \
-                 namespace to provide them (run as root, or enable unprivileged user namespaces)"
-                    .into(),
-            );
-        }
-        if self.mode != Mode::Netns && plan.hostnames {
-            errln!("note: nodes get {}", self.mode.describe());
-        }
-        Ok(())
-    }
-}
-
 fn plan_local(
     args: &Args,
     group: &Group,
@@ -486,118 +378,10 @@ fn plan_aws(
     secrets: &[(String, String)],
     submitted_ms: i64,
 ) -> Result<Planned, String> {
-    let catalog = catalog::load(Cloud::Aws, args.catalog.as_deref())?;
-    let built = cloud::build(group, &catalog);
-    let mut diagnostics = built.diagnostics;
-    // Each task's secrets, written to its instances by the runtime (they
-    // never enter the spec or the user data).
-    let values: Vec<Vec<(String, String)>> = group
-        .tasks
-        .iter()
-        .map(|task| {
-            let (found, missing) = skyc_runtime::secrets::resolve(task, secrets);
-            diagnostics.extend(missing);
-            found
-        })
-        .collect();
-    let Some(doc) = built
-        .document
-        .filter(|_| !diagnostics.iter().any(Diagnostic::is_error))
-    else {
-        return Planned::new(Backend::Aws, None::<RunPlan>, diagnostics);
-    };
-    let grace = Duration::from_secs_f64(args.grace);
-    let run = format!("{submitted_ms}-{}", std::process::id());
-    let mut plan = AwsPlan::from_spec(&doc, GroupSpec::from_ir(group, grace), &run)
-        .map_err(|e| format!("the instance spec: {e}"))?;
-    // EC2 must answer, with these credentials, before the group is
-    // recorded: a group that cannot reach it never looks alive.
-    let (access, chain) = skyc_runtime::aws::backend::reach(&plan)?;
-    if chain.from_environment() {
-        eprintln!(
-            "skyc: note: the AWS credentials come from the environment: the supervisor \
-             uses its own (this command's); nothing renews them, and a supervisor started \
-             later from a shell without them cannot reach EC2"
-        );
-    }
-    let from = match &args.ssh_from {
-        Some(cidr) => cidr.clone(),
-        None => default_route_address()?,
-    };
-    let key_dir = std::path::absolute(args.state.dir().join("aws").join(&run))
-        .map_err(|e| format!("the run's key: {e}"))?;
-    let key = make_key(&key_dir, &plan.key_pair())?;
-    let public_key = std::fs::read_to_string(key.with_extension("pub"))
-        .map_err(|e| format!("the run's key: {e}"))?;
-    plan.ssh = Some(SshAccess {
-        public_key: public_key.trim().to_owned(),
-        from,
-    });
-    let run = RunPlan {
-        plan,
-        key,
-        user: args.ssh_user.clone(),
-        private: args.ssh_via == SshVia::Private,
-        port: None,
-        access,
-        secrets: values,
-    };
-    Planned::new(Backend::Aws, Some(run), diagnostics)
-}
-
-/// A login name as `useradd` takes one: the runtime passes it to `ssh`.
-fn login_name(user: &str) -> Result<String, String> {
-    let mut chars = user.chars();
-    let first = chars
-        .next()
-        .is_some_and(|c| c.is_ascii_lowercase() || c == '_');
-    let rest = chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "_.-".contains(c));
-    if first && rest && user.len() <= 32 {
-        Ok(user.to_owned())
-    } else {
-        Err(
-            "not a login name: lower-case letters, digits, `_`, `.` and `-`, \
-             starting with a letter or `_`, at most 32"
-                .into(),
-        )
-    }
-}
-
-/// This machine's address on its default route, as a /32: what the
-/// nodes see the runtime connect from. No packet is sent (a UDP
-/// socket's connect only chooses the route).
-fn default_route_address() -> Result<String, String> {
-    let socket = std::net::UdpSocket::bind("0.0.0.0:0").map_err(|e| e.to_string())?;
-    socket
-        .connect("192.0.2.1:22")
-        .and_then(|()| socket.local_addr())
-        .map(|a| format!("{}/32", a.ip()))
-        .map_err(|e| format!("this machine has no default route ({e}); give --ssh-from CIDR"))
-}
-
-/// Makes the run's SSH key pair in `dir` (private to this user):
-/// `id_ed25519` and `id_ed25519.pub`; returns the private key's path.
-fn make_key(dir: &Path, comment: &str) -> Result<PathBuf, String> {
-    use std::os::unix::fs::DirBuilderExt as _;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(|e| format!("{}: {e}", dir.display()))?;
-    let key = dir.join("id_ed25519");
-    let out = std::process::Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-C", comment, "-f"])
-        .arg(&key)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .map_err(|e| format!("cannot run ssh-keygen (OpenSSH's client is needed): {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "ssh-keygen could not make the run's key: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    Ok(key)
+    let (plan, diagnostics) =
+        args.aws
+            .plan(group, args.grace, secrets, &args.state.dir(), submitted_ms)?;
+    Planned::new(Backend::Aws, plan, diagnostics)
 }
 
 /// Follows a running group: its statuses on stderr, its logs on stdout.

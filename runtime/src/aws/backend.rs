@@ -11,7 +11,7 @@
 //! the run's instances by their `skyc-run` tag and goes on (logs are read
 //! again from their start).
 
-use super::plan::Plan;
+use super::plan::{Plan, RunPlan};
 use crate::aws::control::ops;
 use crate::aws::control::pass::pass;
 use crate::aws::credentials::{Access, Chain, ConfigError, Keeper, Source, Step};
@@ -24,7 +24,6 @@ use crate::backend::{Adoption, Backend, NodeInfo, Report};
 use crate::goal::Goal;
 use crate::outbox::{Out, Outbox};
 use crate::policy::{Action, Engine};
-use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::os::fd::BorrowedFd;
@@ -37,38 +36,6 @@ pub const POLL: Duration = Duration::from_secs(3);
 
 /// How long one command on a node may take.
 const SSH_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// What `skyc run --target aws` stores for a group: the run's plan and
-/// how the runtime reaches its nodes.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct RunPlan {
-    /// With [`Plan::ssh`] set: the run's key pair and `tcp/22` rule.
-    /// Flattened: the supervisor reads every plan's `spec`.
-    #[serde(flatten)]
-    pub plan: Plan,
-    /// The run's private key (mode 0600), made by the submitting client.
-    pub key: PathBuf,
-    /// The image's login user.
-    pub user: String,
-    /// Reach nodes at their private addresses even when they have public
-    /// ones (a runtime inside the VPC).
-    #[serde(default)]
-    pub private: bool,
-    /// The nodes' SSH port, when not 22.
-    #[serde(default)]
-    pub port: Option<u16>,
-    /// Where the run's credentials come from, and the endpoint the
-    /// submitting client found: the supervisor asks that source itself
-    /// (no secret is stored). A plan stored by an older skyc kept
-    /// `settings` with the credentials: only its profile, region and
-    /// endpoint are read.
-    #[serde(alias = "settings")]
-    pub access: Access,
-    /// Per task, the values of its `secrets`, written to each of its
-    /// instances.
-    #[serde(default)]
-    pub secrets: Vec<Vec<(String, String)>>,
-}
 
 /// The AWS configuration as this process finds it, once EC2 has
 /// answered with its credentials: one `DescribeInstances` of the plan's

@@ -26,13 +26,13 @@ pub mod data;
 pub mod ec2;
 mod plan;
 
-pub use backend::{Aws, RunPlan};
+pub use backend::Aws;
 pub use credentials::{Access, ConfigError};
 pub use ec2::client::{Ec2, Error, SetupError, Tuning};
 pub use ec2::config::Settings;
 pub use plan::{
-    ATTEMPT_TAG, GROUP_TAG, Plan, PlanError, RANK_TAG, RUN_TAG, SshAccess, TASK_TAG, client_token,
-    valid_run,
+    ATTEMPT_TAG, GROUP_TAG, Plan, PlanError, RANK_TAG, RUN_TAG, RunOptions, RunPlan, SshAccess,
+    TASK_TAG, client_token, valid_run,
 };
 
 #[cfg(test)]

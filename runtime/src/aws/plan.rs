@@ -18,10 +18,16 @@
 //! (a retry, or a supervisor that died before it saw the answer) is the
 //! same request to EC2, which launches nothing twice.
 
+use crate::aws::credentials::{Access, Source};
 use crate::policy::GroupSpec;
 use ring::digest;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use skyc_compiler::Diagnostic;
+use skyc_compiler::ir::Group;
+use skyc_targets::cloud::{self, Catalog};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 pub const RUN_TAG: &str = "skyc-run";
 pub const TASK_TAG: &str = "skyc-task";
@@ -45,6 +51,38 @@ pub struct Plan {
     /// How the runtime reaches the nodes, when it does (the data plane).
     #[serde(default)]
     pub ssh: Option<SshAccess>,
+}
+
+/// What `skyc run --target aws` stores for a group: the run's plan and
+/// how the runtime reaches its nodes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunPlan {
+    /// With [`Plan::ssh`] set: the run's key pair and `tcp/22` rule.
+    /// Flattened: the supervisor reads every plan's `spec`.
+    #[serde(flatten)]
+    pub plan: Plan,
+    /// The run's private key (mode 0600), made by the submitting client.
+    pub key: PathBuf,
+    /// The image's login user.
+    pub user: String,
+    /// Reach nodes at their private addresses even when they have public
+    /// ones (a runtime inside the VPC).
+    #[serde(default)]
+    pub private: bool,
+    /// The nodes' SSH port, when not 22.
+    #[serde(default)]
+    pub port: Option<u16>,
+    /// Where the run's credentials come from, and the endpoint the
+    /// submitting client found: the supervisor asks that source itself
+    /// (no secret is stored). A plan stored by an older skyc kept
+    /// `settings` with the credentials: only its profile, region and
+    /// endpoint are read.
+    #[serde(alias = "settings")]
+    pub access: Access,
+    /// Per task, the values of its `secrets`, written to each of its
+    /// instances.
+    #[serde(default)]
+    pub secrets: Vec<Vec<(String, String)>>,
 }
 
 /// The run's SSH access to its nodes: the public half of the key the
@@ -298,4 +336,125 @@ pub fn client_token(run: &str, task: &str, rank: u32, attempt: u32) -> String {
     let input = format!("{run}\n{task}\n{rank}\n{attempt}");
     let hash = digest::digest(&digest::SHA256, input.as_bytes());
     format!("skyc-{}", &crate::aws::ec2::sigv4::hex(hash.as_ref())[..40])
+}
+
+/// What `skyc run --target aws` asks of a run beside its group.
+pub struct RunOptions<'a> {
+    /// Between SIGTERM and SIGKILL when a task is terminated.
+    pub grace: Duration,
+    /// `--secret` values, then the submitting environment's.
+    pub secrets: &'a [(String, String)],
+    /// The state directory: the run's key is made in `aws/{run}` there.
+    pub state_dir: &'a Path,
+    pub submitted_ms: i64,
+    /// The image's login user.
+    pub user: String,
+    /// Where the runtime connects from (`--ssh-from`); `None` is this
+    /// machine's address on its default route.
+    pub ssh_from: Option<String>,
+    /// Reach nodes at their private addresses.
+    pub private: bool,
+}
+
+impl RunPlan {
+    /// Plans a run of `group` on AWS, priced from `catalog`: the build's
+    /// spec with the run's names, the credentials' source (EC2 must
+    /// answer with them before the group is recorded: a group that cannot
+    /// reach it never looks alive), the run's SSH key and the tasks'
+    /// secrets. No plan when the diagnostics hold an error.
+    pub fn for_run(
+        group: &Group,
+        catalog: &Catalog,
+        options: &RunOptions<'_>,
+    ) -> Result<(Option<RunPlan>, Vec<Diagnostic>), String> {
+        let built = cloud::build(group, catalog);
+        let mut diagnostics = built.diagnostics;
+        // Each task's secrets, written to its instances by the runtime
+        // (they never enter the spec or the user data).
+        let secrets: Vec<Vec<(String, String)>> = group
+            .tasks
+            .iter()
+            .map(|task| {
+                let (found, missing) = crate::secrets::resolve(task, options.secrets);
+                diagnostics.extend(missing);
+                found
+            })
+            .collect();
+        let Some(doc) = built
+            .document
+            .filter(|_| !diagnostics.iter().any(Diagnostic::is_error))
+        else {
+            return Ok((None, diagnostics));
+        };
+        let run = format!("{}-{}", options.submitted_ms, std::process::id());
+        let mut plan = Plan::from_spec(&doc, GroupSpec::from_ir(group, options.grace), &run)
+            .map_err(|e| format!("the instance spec: {e}"))?;
+        let (access, _) = super::backend::reach(&plan)?;
+        let from = match &options.ssh_from {
+            Some(cidr) => cidr.clone(),
+            None => default_route_address()?,
+        };
+        let key_dir = std::path::absolute(options.state_dir.join("aws").join(&run))
+            .map_err(|e| format!("the run's key: {e}"))?;
+        let key = make_key(&key_dir, &plan.key_pair())?;
+        let public_key = std::fs::read_to_string(key.with_extension("pub"))
+            .map_err(|e| format!("the run's key: {e}"))?;
+        plan.ssh = Some(SshAccess {
+            public_key: public_key.trim().to_owned(),
+            from,
+        });
+        let run = RunPlan {
+            plan,
+            key,
+            user: options.user.clone(),
+            private: options.private,
+            port: None,
+            access,
+            secrets,
+        };
+        Ok((Some(run), diagnostics))
+    }
+
+    /// Whether the credentials are the submitting environment's keys,
+    /// which nothing renews.
+    pub fn credentials_from_environment(&self) -> bool {
+        self.access.source == Source::Environment
+    }
+}
+
+/// This machine's address on its default route, as a /32: what the
+/// nodes see the runtime connect from. No packet is sent (a UDP
+/// socket's connect only chooses the route).
+fn default_route_address() -> Result<String, String> {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").map_err(|e| e.to_string())?;
+    socket
+        .connect("192.0.2.1:22")
+        .and_then(|()| socket.local_addr())
+        .map(|a| format!("{}/32", a.ip()))
+        .map_err(|e| format!("this machine has no default route ({e}); give --ssh-from CIDR"))
+}
+
+/// Makes the run's SSH key pair in `dir` (private to this user):
+/// `id_ed25519` and `id_ed25519.pub`; returns the private key's path.
+fn make_key(dir: &Path, comment: &str) -> Result<PathBuf, String> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    let key = dir.join("id_ed25519");
+    let out = std::process::Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-C", comment, "-f"])
+        .arg(&key)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run ssh-keygen (OpenSSH's client is needed): {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "ssh-keygen could not make the run's key: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(key)
 }

@@ -1,0 +1,108 @@
+//! The AWS options `run` takes.
+
+use super::catalog;
+use super::out::errln;
+use clap::ValueEnum;
+use skyc_compiler::Diagnostic;
+use skyc_compiler::ir::Group;
+use skyc_runtime::aws::{RunOptions, RunPlan};
+use skyc_targets::cloud::Cloud;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+#[derive(clap::Args)]
+#[command(next_help_heading = "AWS")]
+pub(crate) struct AwsArgs {
+    /// SkyPilot's catalog directory (`DIR/aws/vms.csv`, as in
+    /// ~/.sky/catalogs/v8) [default: $SKYC_CATALOG, then
+    /// ~/.sky/catalogs/v8, then the snapshot skyc ships].
+    #[arg(long, value_name = "DIR")]
+    catalog: Option<PathBuf>,
+    /// The image's login user, whom the runtime reaches the nodes as over
+    /// SSH (commands run through `sudo` unless it is root).
+    #[arg(
+        long,
+        value_name = "USER",
+        default_value = "ubuntu",
+        value_parser = login_name
+    )]
+    ssh_user: String,
+    /// Where the runtime connects to the nodes' SSH from (the run's
+    /// `tcp/22` rule) [default: this machine's address on its default
+    /// route, /32].
+    #[arg(long, value_name = "CIDR")]
+    ssh_from: Option<String>,
+    /// Which address of a node the runtime connects to: its public one
+    /// when it has one (`auto`), or always its private one (a runtime
+    /// inside the VPC).
+    #[arg(long, value_enum, default_value_t = SshVia::Auto)]
+    ssh_via: SshVia,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum SshVia {
+    Auto,
+    Private,
+}
+
+impl AwsArgs {
+    /// Whether an option only the aws target reads was given.
+    pub(crate) fn given(&self) -> bool {
+        self.catalog.is_some() || self.ssh_from.is_some()
+    }
+
+    /// The run's plan (see [`RunPlan::for_run`]), and a note when the
+    /// credentials are ones nothing renews.
+    pub(crate) fn plan(
+        &self,
+        group: &Group,
+        grace: f64,
+        secrets: &[(String, String)],
+        state_dir: &Path,
+        submitted_ms: i64,
+    ) -> Result<(Option<RunPlan>, Vec<Diagnostic>), String> {
+        let catalog = catalog::load(Cloud::Aws, self.catalog.as_deref())?;
+        let (plan, diagnostics) = RunPlan::for_run(
+            group,
+            &catalog,
+            &RunOptions {
+                grace: Duration::from_secs_f64(grace),
+                secrets,
+                state_dir,
+                submitted_ms,
+                user: self.ssh_user.clone(),
+                ssh_from: self.ssh_from.clone(),
+                private: self.ssh_via == SshVia::Private,
+            },
+        )?;
+        if plan
+            .as_ref()
+            .is_some_and(RunPlan::credentials_from_environment)
+        {
+            errln!(
+                "skyc: note: the AWS credentials come from the environment: the supervisor \
+                 uses its own (this command's); nothing renews them, and a supervisor started \
+                 later from a shell without them cannot reach EC2"
+            );
+        }
+        Ok((plan, diagnostics))
+    }
+}
+
+/// A login name as `useradd` takes one: the runtime passes it to `ssh`.
+fn login_name(user: &str) -> Result<String, String> {
+    let mut chars = user.chars();
+    let first = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_');
+    let rest = chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "_.-".contains(c));
+    if first && rest && user.len() <= 32 {
+        Ok(user.to_owned())
+    } else {
+        Err(
+            "not a login name: lower-case letters, digits, `_`, `.` and `-`, \
+             starting with a letter or `_`, at most 32"
+                .into(),
+        )
+    }
+}
