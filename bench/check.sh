@@ -50,6 +50,7 @@ fi
 # Targets. RSS is in KiB, as /usr/bin/time and /proc report it.
 target_rlhf_ms=5
 target_rlhf_rss_kib=10240 # 10 MiB
+target_rlhf_cat_ratio=2   # RLHF check / cat of the same file
 target_1000_ms=100
 # Per-task cost at 2,000 tasks / at 100 tasks: exact by instruction count;
 # wall time also pays for caches, which a 1.4 MB input outgrows.
@@ -200,6 +201,28 @@ rss_kib() {
 
 le() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a <= b) }'; }
 
+# ratio_to_cat FILE CMD...: median over $runs pairs of CMD's time / that
+# of `cat FILE`, each pair timed by one hyperfine (5 runs of each, medians)
+# so both see the same load. Needs hyperfine: a shell loop's own fork
+# and exec would be timed with each and pull the ratio toward 1.
+ratio_to_cat() {
+    local file=$1 i cmd="" arg
+    shift
+    ((use_hyperfine)) || {
+        echo "n/a"
+        return
+    }
+    for arg in "$@"; do cmd+=$(printf '%q ' "$arg"); done
+    for ((i = 0; i < runs; i++)); do
+        hyperfine --shell=none --ignore-failure --warmup 2 --runs 5 --style none \
+            --export-csv "$work/pair.csv" "cat $(printf '%q' "$file")" "$cmd" >/dev/null 2>&1
+        # command,mean,stddev,median,...: the median is 4th from the end.
+        awk -F, 'NR == 2 { a = $(NF-4) } NR == 3 { printf "%.4f\n", $(NF-4) / a }' "$work/pair.csv"
+    done | sort -g | awk '
+        { v[NR] = $1 }
+        END { printf "%.2f\n", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
 misses=0
 namew=34 # width of the case column
 row() { printf "%-${namew}s %9s %19s %9s  %-22s %s\n" "$@"; }
@@ -239,7 +262,21 @@ echo
 header
 measure "skyc --version (process floor)" - - "$bin" --version
 if [[ -f $rlhf ]]; then
+    measure "cat of the RLHF example" - - cat "$rlhf"
     measure "rlhf-math-jobgroup (5 tasks)" "$target_rlhf_ms" "$target_rlhf_rss_kib" "$bin" check "$rlhf"
+    # Start-up against the cheapest process that reads the same file.
+    ratio=$(ratio_to_cat "$rlhf" "$bin" check "$rlhf")
+    version_ratio=$(ratio_to_cat "$rlhf" "$bin" --version)
+    if [[ $ratio == n/a ]]; then
+        result="n/a: needs hyperfine"
+    elif le "$ratio" "$target_rlhf_cat_ratio"; then
+        result=pass
+    else
+        result=FAIL
+        misses=$((misses + 1))
+    fi
+    echo "rlhf-math-jobgroup / cat, median of $runs pairs: ${ratio}x (target <= ${target_rlhf_cat_ratio}x): $result;" \
+        "skyc --version / cat: ${version_ratio}x"
 else
     echo "(RLHF example not found at $rlhf)"
 fi

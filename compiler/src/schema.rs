@@ -1,8 +1,9 @@
 //! Validator: the JSON Schemas in `schemas/` applied to each document, every
 //! error mapped back to the YAML span at fault.
 //!
-//! The schemas are the source of truth for structure; they are embedded at
-//! build time and compiled once per process.
+//! The schemas are the source of truth for structure; they are compiled
+//! into Rust at build time, from copies whose `pattern`s are plain matchers
+//! (`patterns`).
 
 use crate::suggest::did_you_mean;
 use crate::yaml::{Node, Value};
@@ -12,6 +13,8 @@ use jsonschema::error::{TypeKind, ValidationErrorKind};
 use jsonschema::paths::LocationSegment;
 use serde_json::{Map, Value as Json};
 use std::sync::LazyLock;
+
+mod patterns;
 
 const BASE: &str = "https://skyc.dev/schemas/";
 /// The schemas; `skyc.json`, the editor's entry point, comes last.
@@ -29,21 +32,64 @@ const SOURCES: [(&str, &str); 7] = [
 ];
 
 /// The header schema, compiled into Rust at build time by jsonschema's
-/// `validator` macro: no schema compilation at run time, and each `pattern`
-/// regex is built on first use only.
-#[jsonschema::validator(path = "../schemas/header.json", pattern_options = { engine = regex })]
+/// `validator` macro: no schema compilation at run time. The macro reads the
+/// validator's copies of the schemas, whose `pattern`s are `format`s checked
+/// by plain matchers: building regexes at run time cost more than checking
+/// (see `patterns`).
+#[jsonschema::validator(
+    path = "validator-schemas/header.json",
+    validate_formats = true,
+    formats = {
+        "skyc-group-name" => crate::schema::patterns::group_name,
+        "skyc-delay" => crate::schema::patterns::delay,
+        "skyc-cloud" => crate::schema::patterns::cloud,
+        "skyc-infra" => crate::schema::patterns::infra,
+        "skyc-size" => crate::schema::patterns::size,
+        "skyc-minutes" => crate::schema::patterns::minutes,
+        "skyc-autostop-mode" => crate::schema::patterns::autostop_mode,
+        "skyc-spot-placer" => crate::schema::patterns::spot_placer,
+        "skyc-load-balancing" => crate::schema::patterns::load_balancing,
+        "skyc-store" => crate::schema::patterns::store,
+        "skyc-storage-mode" => crate::schema::patterns::storage_mode,
+        "skyc-volume-type" => crate::schema::patterns::volume_type,
+        "skyc-bytes" => crate::schema::patterns::bytes,
+        "skyc-duration" => crate::schema::patterns::duration,
+        "skyc-volume-name" => crate::schema::patterns::volume_name,
+        "skyc-one-line" => crate::schema::patterns::one_line,
+        "skyc-relative-path" => crate::schema::patterns::relative_path,
+    }
+)]
 struct HeaderSchema;
 
 /// The task schema, with the schemas it references.
 #[jsonschema::validator(
-    path = "../schemas/task.json",
+    path = "validator-schemas/task.json",
     resources = {
-        "https://skyc.dev/schemas/resources.json" => { path = "../schemas/resources.json" },
-        "https://skyc.dev/schemas/storage.json" => { path = "../schemas/storage.json" },
-        "https://skyc.dev/schemas/service.json" => { path = "../schemas/service.json" },
+        "https://skyc.dev/schemas/resources.json" => { path = "validator-schemas/resources.json" },
+        "https://skyc.dev/schemas/storage.json" => { path = "validator-schemas/storage.json" },
+        "https://skyc.dev/schemas/service.json" => { path = "validator-schemas/service.json" },
         "https://skyc.dev/schemas/pool.json" => { path = "../schemas/pool.json" },
     },
-    pattern_options = { engine = regex }
+    validate_formats = true,
+    formats = {
+        "skyc-group-name" => crate::schema::patterns::group_name,
+        "skyc-delay" => crate::schema::patterns::delay,
+        "skyc-cloud" => crate::schema::patterns::cloud,
+        "skyc-infra" => crate::schema::patterns::infra,
+        "skyc-size" => crate::schema::patterns::size,
+        "skyc-minutes" => crate::schema::patterns::minutes,
+        "skyc-autostop-mode" => crate::schema::patterns::autostop_mode,
+        "skyc-spot-placer" => crate::schema::patterns::spot_placer,
+        "skyc-load-balancing" => crate::schema::patterns::load_balancing,
+        "skyc-store" => crate::schema::patterns::store,
+        "skyc-storage-mode" => crate::schema::patterns::storage_mode,
+        "skyc-volume-type" => crate::schema::patterns::volume_type,
+        "skyc-bytes" => crate::schema::patterns::bytes,
+        "skyc-duration" => crate::schema::patterns::duration,
+        "skyc-volume-name" => crate::schema::patterns::volume_name,
+        "skyc-one-line" => crate::schema::patterns::one_line,
+        "skyc-relative-path" => crate::schema::patterns::relative_path,
+    }
 )]
 struct TaskSchema;
 
@@ -353,6 +399,10 @@ fn report(error: &ValidationError<'_>, kind: DocumentKind, root: &Node, out: &mu
             }
         }
         ValidationErrorKind::Pattern { .. } => out.push(pattern_error(&target, &field, span)),
+        // A `pattern` of `schemas/`, checked as a format (see `patterns`).
+        ValidationErrorKind::Format { format } if format.starts_with("skyc-") => {
+            out.push(pattern_error(&target, &field, span));
+        }
         ValidationErrorKind::Constant { expected_value } => out.push(
             Diagnostic::new(
                 Rule::InvalidValue,
@@ -781,6 +831,59 @@ mod tests {
             jsonschema::meta::validate(&schema).unwrap_or_else(|e| panic!("{name}: {e}"));
         }
         let _ = &*SCHEMAS;
+    }
+
+    /// The validator's copies are `schemas/` with each `pattern` replaced by
+    /// its format, and nothing else: `SKYC_BLESS=1` rewrites them.
+    #[test]
+    fn validator_schemas_are_the_schemas_with_formats() {
+        let copies = [
+            (
+                "header.json",
+                include_str!("../validator-schemas/header.json"),
+            ),
+            ("task.json", include_str!("../validator-schemas/task.json")),
+            (
+                "resources.json",
+                include_str!("../validator-schemas/resources.json"),
+            ),
+            (
+                "storage.json",
+                include_str!("../validator-schemas/storage.json"),
+            ),
+            (
+                "service.json",
+                include_str!("../validator-schemas/service.json"),
+            ),
+        ];
+        for (name, source) in SOURCES {
+            let mut expected = source.to_owned();
+            for (pattern, format, _) in patterns::PATTERNS {
+                let key = format!("\"pattern\": {}", Json::from(*pattern));
+                expected = expected.replace(&key, &format!("\"format\": \"{format}\""));
+            }
+            let copy = copies.iter().find(|(n, _)| *n == name);
+            let Some((_, copy)) = copy else {
+                assert_eq!(
+                    expected, source,
+                    "{name} has patterns: give the validator a copy"
+                );
+                continue;
+            };
+            assert!(
+                !expected.contains("\"pattern\""),
+                "{name}: a pattern without a matcher"
+            );
+            if std::env::var_os("SKYC_BLESS").is_some() {
+                let path = format!("{}/validator-schemas/{name}", env!("CARGO_MANIFEST_DIR"));
+                std::fs::write(path, &expected).unwrap();
+            } else {
+                assert_eq!(
+                    *copy, expected,
+                    "validator-schemas/{name} is stale: SKYC_BLESS=1"
+                );
+            }
+        }
     }
 
     #[test]
