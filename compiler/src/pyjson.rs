@@ -127,10 +127,7 @@ impl<'a> Parser<'a> {
     }
 
     fn object(&mut self, depth: usize) -> Result<(), String> {
-        self.i += 1;
-        self.whitespace();
-        if self.peek() == Some(b'}') {
-            self.i += 1;
+        if self.open(b'}') {
             return Ok(());
         }
         loop {
@@ -145,42 +142,51 @@ impl<'a> Parser<'a> {
             self.i += 1;
             self.whitespace();
             self.value(depth + 1)?;
-            self.whitespace();
-            match self.peek() {
-                Some(b',') => {
-                    self.i += 1;
-                    self.whitespace();
-                }
-                Some(b'}') => {
-                    self.i += 1;
-                    return Ok(());
-                }
-                _ => return Err(self.error("expecting `,` or `}`")),
+            if self.next_or_close(b'}')? {
+                return Ok(());
             }
         }
     }
 
     fn array(&mut self, depth: usize) -> Result<(), String> {
-        self.i += 1;
-        self.whitespace();
-        if self.peek() == Some(b']') {
-            self.i += 1;
+        if self.open(b']') {
             return Ok(());
         }
         loop {
             self.value(depth + 1)?;
-            self.whitespace();
-            match self.peek() {
-                Some(b',') => {
-                    self.i += 1;
-                    self.whitespace();
-                }
-                Some(b']') => {
-                    self.i += 1;
-                    return Ok(());
-                }
-                _ => return Err(self.error("expecting `,` or `]`")),
+            if self.next_or_close(b']')? {
+                return Ok(());
             }
+        }
+    }
+
+    /// Past an object's or array's opening bracket; whether it closes at
+    /// once (`close`).
+    fn open(&mut self, close: u8) -> bool {
+        self.i += 1;
+        self.whitespace();
+        let empty = self.peek() == Some(close);
+        if empty {
+            self.i += 1;
+        }
+        empty
+    }
+
+    /// After a member: past a `,` (false) or the `close` that ends the
+    /// object or array (true).
+    fn next_or_close(&mut self, close: u8) -> Result<bool, String> {
+        self.whitespace();
+        match self.peek() {
+            Some(b',') => {
+                self.i += 1;
+                self.whitespace();
+                Ok(false)
+            }
+            Some(c) if c == close => {
+                self.i += 1;
+                Ok(true)
+            }
+            _ => Err(self.error(&format!("expecting `,` or `{}`", close as char))),
         }
     }
 

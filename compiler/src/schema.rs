@@ -31,67 +31,58 @@ const SOURCES: [(&str, &str); 7] = [
     ("skyc.json", include_str!("../../schemas/skyc.json")),
 ];
 
-/// The header schema, compiled into Rust at build time by jsonschema's
-/// `validator` macro: no schema compilation at run time. The macro reads the
-/// validator's copies of the schemas, whose `pattern`s are `format`s checked
-/// by plain matchers: building regexes at run time cost more than checking
-/// (see `patterns`).
-#[jsonschema::validator(
-    path = "validator-schemas/header.json",
-    validate_formats = true,
-    formats = {
-        "skyc-group-name" => crate::schema::patterns::group_name,
-        "skyc-delay" => crate::schema::patterns::delay,
-        "skyc-cloud" => crate::schema::patterns::cloud,
-        "skyc-infra" => crate::schema::patterns::infra,
-        "skyc-size" => crate::schema::patterns::size,
-        "skyc-minutes" => crate::schema::patterns::minutes,
-        "skyc-autostop-mode" => crate::schema::patterns::autostop_mode,
-        "skyc-spot-placer" => crate::schema::patterns::spot_placer,
-        "skyc-load-balancing" => crate::schema::patterns::load_balancing,
-        "skyc-store" => crate::schema::patterns::store,
-        "skyc-storage-mode" => crate::schema::patterns::storage_mode,
-        "skyc-volume-type" => crate::schema::patterns::volume_type,
-        "skyc-bytes" => crate::schema::patterns::bytes,
-        "skyc-duration" => crate::schema::patterns::duration,
-        "skyc-volume-name" => crate::schema::patterns::volume_name,
-        "skyc-one-line" => crate::schema::patterns::one_line,
-        "skyc-relative-path" => crate::schema::patterns::relative_path,
-    }
-)]
-struct HeaderSchema;
+/// A validator compiled into Rust at build time by jsonschema's
+/// `validator` macro (no schema compilation at run time), from the
+/// validator's copies of the schemas, whose `pattern`s are `format`s
+/// checked by plain matchers: building regexes at run time cost more than
+/// checking (see `patterns`).
+macro_rules! validator {
+    ($(#[$doc:meta])* $name:ident { $($options:tt)* }) => {
+        $(#[$doc])*
+        #[jsonschema::validator(
+            $($options)*
+            validate_formats = true,
+            formats = {
+                "skyc-group-name" => crate::schema::patterns::group_name,
+                "skyc-delay" => crate::schema::patterns::delay,
+                "skyc-cloud" => crate::schema::patterns::cloud,
+                "skyc-infra" => crate::schema::patterns::infra,
+                "skyc-size" => crate::schema::patterns::size,
+                "skyc-minutes" => crate::schema::patterns::minutes,
+                "skyc-autostop-mode" => crate::schema::patterns::autostop_mode,
+                "skyc-spot-placer" => crate::schema::patterns::spot_placer,
+                "skyc-load-balancing" => crate::schema::patterns::load_balancing,
+                "skyc-store" => crate::schema::patterns::store,
+                "skyc-storage-mode" => crate::schema::patterns::storage_mode,
+                "skyc-volume-type" => crate::schema::patterns::volume_type,
+                "skyc-bytes" => crate::schema::patterns::bytes,
+                "skyc-duration" => crate::schema::patterns::duration,
+                "skyc-volume-name" => crate::schema::patterns::volume_name,
+                "skyc-one-line" => crate::schema::patterns::one_line,
+                "skyc-relative-path" => crate::schema::patterns::relative_path,
+            }
+        )]
+        struct $name;
+    };
+}
 
-/// The task schema, with the schemas it references.
-#[jsonschema::validator(
-    path = "validator-schemas/task.json",
-    resources = {
-        "https://skyc.dev/schemas/resources.json" => { path = "validator-schemas/resources.json" },
-        "https://skyc.dev/schemas/storage.json" => { path = "validator-schemas/storage.json" },
-        "https://skyc.dev/schemas/service.json" => { path = "validator-schemas/service.json" },
-        "https://skyc.dev/schemas/pool.json" => { path = "../schemas/pool.json" },
-    },
-    validate_formats = true,
-    formats = {
-        "skyc-group-name" => crate::schema::patterns::group_name,
-        "skyc-delay" => crate::schema::patterns::delay,
-        "skyc-cloud" => crate::schema::patterns::cloud,
-        "skyc-infra" => crate::schema::patterns::infra,
-        "skyc-size" => crate::schema::patterns::size,
-        "skyc-minutes" => crate::schema::patterns::minutes,
-        "skyc-autostop-mode" => crate::schema::patterns::autostop_mode,
-        "skyc-spot-placer" => crate::schema::patterns::spot_placer,
-        "skyc-load-balancing" => crate::schema::patterns::load_balancing,
-        "skyc-store" => crate::schema::patterns::store,
-        "skyc-storage-mode" => crate::schema::patterns::storage_mode,
-        "skyc-volume-type" => crate::schema::patterns::volume_type,
-        "skyc-bytes" => crate::schema::patterns::bytes,
-        "skyc-duration" => crate::schema::patterns::duration,
-        "skyc-volume-name" => crate::schema::patterns::volume_name,
-        "skyc-one-line" => crate::schema::patterns::one_line,
-        "skyc-relative-path" => crate::schema::patterns::relative_path,
+validator! {
+    /// The header schema.
+    HeaderSchema { path = "validator-schemas/header.json", }
+}
+
+validator! {
+    /// The task schema, with the schemas it references.
+    TaskSchema {
+        path = "validator-schemas/task.json",
+        resources = {
+            "https://skyc.dev/schemas/resources.json" => { path = "validator-schemas/resources.json" },
+            "https://skyc.dev/schemas/storage.json" => { path = "validator-schemas/storage.json" },
+            "https://skyc.dev/schemas/service.json" => { path = "validator-schemas/service.json" },
+            "https://skyc.dev/schemas/pool.json" => { path = "../schemas/pool.json" },
+        },
     }
-)]
-struct TaskSchema;
+}
 
 /// Parsed schema documents, for field-name suggestions (error paths only).
 struct Schemas {

@@ -190,6 +190,9 @@ pub trait Backend {
     fn wake_fd(&self) -> Option<BorrowedFd<'_>>;
 
     /// When to call [`Backend::drain`] even if nothing woke the
-    /// supervisor (a poll interval), in Unix milliseconds.
-    fn next_wake_ms(&self) -> Option<i64>;
+    /// supervisor (a poll interval), in Unix milliseconds; none for a
+    /// backend that only wakes it through [`Backend::wake_fd`].
+    fn next_wake_ms(&self) -> Option<i64> {
+        None
+    }
 }

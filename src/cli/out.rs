@@ -33,6 +33,14 @@ macro_rules! errln {
 
 pub(crate) use {errln, out, outln};
 
+/// Prints `value` to standard output as pretty JSON (`--json`).
+pub(crate) fn json(value: &impl serde::Serialize) {
+    out!(
+        "{}\n",
+        serde_json::to_string_pretty(value).unwrap_or_default()
+    );
+}
+
 /// Standard output: a closed pipe ends the process quietly.
 pub(crate) fn stdout() -> Stream<io::StdoutLock<'static>> {
     Stream {

@@ -4,7 +4,7 @@
 use super::check::Color;
 use super::exit::{INVALID, NOT_FOUND, OK, USAGE};
 use super::local::{LocalSetting, NetworkArg};
-use super::out::{errln, out, outln};
+use super::out::{self, errln, out, outln};
 use super::run::secret_values;
 use super::state::StateArgs;
 use super::table::{self, Table};
@@ -288,10 +288,7 @@ fn status(args: &StatusArgs) -> Result<u8, String> {
         .collect::<Result<Vec<_>, String>>()?;
     if args.json {
         let value: Vec<_> = shown.iter().map(pool_json).collect();
-        out!(
-            "{}\n",
-            serde_json::to_string_pretty(&value).unwrap_or_default()
-        );
+        out::json(&value);
         return Ok(code);
     }
     if shown.is_empty() {

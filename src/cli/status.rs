@@ -2,7 +2,7 @@
 //! `sky jobs queue`.
 
 use super::exit::{NOT_FOUND, OK, USAGE};
-use super::out::{errln, out};
+use super::out::{self, errln, out};
 use super::report::plural;
 use super::select::{self, ByName};
 use super::state::{StateArgs, supervisor_pid};
@@ -95,10 +95,7 @@ fn show(args: &Args) -> Result<u8, String> {
     if args.json {
         let supervisor = supervisor_pid(&dir);
         let value: Vec<_> = shown.iter().map(|s| group_json(s, supervisor)).collect();
-        out!(
-            "{}\n",
-            serde_json::to_string_pretty(&value).unwrap_or_default()
-        );
+        out::json(&value);
         return Ok(OK);
     }
     if shown.is_empty() {

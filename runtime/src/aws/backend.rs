@@ -221,10 +221,6 @@ impl Backend for Aws {
     fn wake_fd(&self) -> Option<BorrowedFd<'_>> {
         Some(self.outbox.wake_fd())
     }
-
-    fn next_wake_ms(&self) -> Option<i64> {
-        None
-    }
 }
 
 /// One group's loop.

@@ -222,10 +222,6 @@ impl Backend for Kubernetes {
     fn wake_fd(&self) -> Option<BorrowedFd<'_>> {
         Some(self.outbox.wake_fd())
     }
-
-    fn next_wake_ms(&self) -> Option<i64> {
-        None
-    }
 }
 
 struct Ctx {
@@ -499,34 +495,31 @@ impl Group {
         let notify = Arc::new(Notify::new());
         let apis = Apis::new(&cluster.client, &self.plan.namespace, &self.plan.group);
         let backoff = self.backoff();
-        let server = cluster.server.clone();
+        let sink = watch::Sink {
+            shared: shared.clone(),
+            notify: notify.clone(),
+            server: cluster.server.clone(),
+            backoff,
+        };
+        let by_name = format!("metadata.name={}", self.plan.group);
         let tasks = vec![
             tokio::task::spawn_local(watch::run::<JobSet>(
                 apis.jobsets.clone(),
-                format!("metadata.name={}", self.plan.group),
+                by_name,
                 true,
-                shared.clone(),
-                notify.clone(),
-                server.clone(),
-                backoff,
+                sink.clone(),
             )),
             tokio::task::spawn_local(watch::run::<Job>(
                 apis.jobs.clone(),
                 self.plan.selector(),
                 false,
-                shared.clone(),
-                notify.clone(),
-                server.clone(),
-                backoff,
+                sink.clone(),
             )),
             tokio::task::spawn_local(watch::run::<Pod>(
                 apis.pods.clone(),
                 self.plan.selector(),
                 false,
-                shared.clone(),
-                notify.clone(),
-                server.clone(),
-                backoff,
+                sink,
             )),
         ];
         loop {

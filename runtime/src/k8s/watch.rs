@@ -146,17 +146,25 @@ pub fn answered(shared: &SharedRef) {
     lock(shared).outage = None;
 }
 
+/// Where every watch of a group puts what it sees: the one cache, the
+/// loop it wakes, the server named in outages, and how it backs off.
+#[derive(Clone)]
+pub struct Sink {
+    pub shared: SharedRef,
+    pub notify: Arc<Notify>,
+    pub server: String,
+    pub backoff: Backoff,
+}
+
 /// Lists and watches `api` (narrowed by `selector`, a label selector, or
 /// a field selector when `by_field`) for as long as the task lives.
-pub async fn run<K: Watched>(
-    api: Api<K>,
-    selector: String,
-    by_field: bool,
-    shared: SharedRef,
-    notify: Arc<Notify>,
-    server: String,
-    backoff: Backoff,
-) {
+pub async fn run<K: Watched>(api: Api<K>, selector: String, by_field: bool, sink: Sink) {
+    let Sink {
+        shared,
+        notify,
+        server,
+        backoff,
+    } = sink;
     let mut failures = 0u32;
     loop {
         let lp = if by_field {

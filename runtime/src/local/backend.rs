@@ -388,16 +388,7 @@ impl Local {
             .net
             .node(task, rank)
             .ok_or_else(|| io::Error::other("node has no address"))?;
-        let script = paths::script(&g.dir, task, phase);
-        let argv = g.net.wrap(
-            net,
-            vec![
-                "bash".into(),
-                "--noprofile".into(),
-                "--norc".into(),
-                script.display().to_string(),
-            ],
-        );
+        let argv = g.net.wrap(net, bash(&paths::script(&g.dir, task, phase)));
         let grant = g.grants[task].clone().unwrap_or_default();
         let mut env = node_env(&g.plan, gid, &g.net, &grant, task, rank, phase);
         env.push((NODE_MARKER_VAR.into(), adir.display().to_string()));
@@ -855,10 +846,6 @@ impl Backend for Local {
     fn wake_fd(&self) -> Option<BorrowedFd<'_>> {
         Some(self.epoll.as_fd())
     }
-
-    fn next_wake_ms(&self) -> Option<i64> {
-        None
-    }
 }
 
 /// A pool job's node `rank` on its worker: the job's `run`, in the
@@ -884,16 +871,9 @@ fn spawn_job_agent(
         .net
         .node(0, rank)
         .ok_or_else(|| io::Error::other("the worker's node has no address"))?;
-    let script = paths::script(&job.dir, task, Phase::Run);
-    let argv = worker.net.wrap(
-        net,
-        vec![
-            "bash".into(),
-            "--noprofile".into(),
-            "--norc".into(),
-            script.display().to_string(),
-        ],
-    );
+    let argv = worker
+        .net
+        .wrap(net, bash(&paths::script(&job.dir, task, Phase::Run)));
     let worker_grant = worker.grants[0].clone().unwrap_or_default();
     let mut env = job_env(
         &job.plan,
@@ -1039,4 +1019,14 @@ fn kill_orphans(adir: &Path) {
             let _ = rustix::process::kill_process(pid, Signal::KILL);
         }
     }
+}
+
+/// How a node's phase script runs: bash without the user's start-up files.
+fn bash(script: &Path) -> Vec<String> {
+    vec![
+        "bash".into(),
+        "--noprofile".into(),
+        "--norc".into(),
+        script.display().to_string(),
+    ]
 }

@@ -478,67 +478,14 @@ mod tests {
         }
     }
 
-    fn adopt(marker: Option<&str>) -> (SlurmBackend, PathBuf) {
-        let dir = std::env::temp_dir().join(format!(
-            "skyc-unsubmitted-{}-{}",
-            std::process::id(),
-            marker.is_some()
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let store = Store::open(&dir).unwrap();
-        let plan = plan();
-        let json = serde_json::to_string(&plan).unwrap();
-        let engine = Engine::new(plan.spec.clone());
-        let mut backend = SlurmBackend::new(&dir);
-        backend
-            .adopt(
-                1,
-                &Adoption {
-                    plan: &json,
-                    engine: &engine,
-                    fresh: true,
-                    job: None,
-                    kept: None,
-                    marker,
-                    cancel_requested: true,
-                    store: &store,
-                },
-            )
-            .unwrap();
-        (backend, dir)
-    }
-
-    #[test]
-    fn a_group_cancelled_before_submission_is_never_submitted() {
-        let (mut backend, dir) = adopt(None);
-        assert_eq!(
-            backend.drain(now_ms()),
-            vec![(1, Report::Unstarted(Status::Cancelled))]
-        );
-        assert_eq!(backend.next_wake_ms(), None, "nothing left to do");
-        assert!(!dir.join("groups/1/job.sh").exists());
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    #[test]
-    fn a_group_marked_submitting_is_looked_up_before_anything_else() {
-        // The lookup needs Slurm, which cannot be asked: tried again later,
-        // never submitted and never ended on a guess.
-        let (mut backend, dir) = adopt(Some(SUBMITTING));
-        let now = now_ms();
-        assert_eq!(backend.drain(now), vec![]);
-        assert!(
-            backend
-                .next_wake_ms()
-                .is_some_and(|at| at >= now + RETRY_MS)
-        );
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    #[test]
-    fn the_marker_is_committed_before_sbatch_runs() {
-        let dir = std::env::temp_dir().join(format!("skyc-marker-{}", std::process::id()));
+    /// A backend that adopted group 1 of [`plan`], fresh, in a new
+    /// directory named after `test`.
+    fn adopt(
+        test: &str,
+        marker: Option<&str>,
+        cancel_requested: bool,
+    ) -> (SlurmBackend, PathBuf, Plan) {
+        let dir = std::env::temp_dir().join(format!("skyc-{test}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let store = Store::open(&dir).unwrap();
@@ -552,11 +499,44 @@ mod tests {
             fresh: true,
             job: None,
             kept: None,
-            marker: None,
-            cancel_requested: false,
+            marker,
+            cancel_requested,
             store: &store,
         };
         backend.adopt(1, &adoption).unwrap();
+        (backend, dir, plan)
+    }
+
+    #[test]
+    fn a_group_cancelled_before_submission_is_never_submitted() {
+        let (mut backend, dir, _) = adopt("unsubmitted", None, true);
+        assert_eq!(
+            backend.drain(now_ms()),
+            vec![(1, Report::Unstarted(Status::Cancelled))]
+        );
+        assert_eq!(backend.next_wake_ms(), None, "nothing left to do");
+        assert!(!dir.join("groups/1/job.sh").exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_group_marked_submitting_is_looked_up_before_anything_else() {
+        // The lookup needs Slurm, which cannot be asked: tried again later,
+        // never submitted and never ended on a guess.
+        let (mut backend, dir, _) = adopt("submitting", Some(SUBMITTING), true);
+        let now = now_ms();
+        assert_eq!(backend.drain(now), vec![]);
+        assert!(
+            backend
+                .next_wake_ms()
+                .is_some_and(|at| at >= now + RETRY_MS)
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_marker_is_committed_before_sbatch_runs() {
+        let (mut backend, dir, plan) = adopt("marker", None, false);
         // First the script and the marker, nothing submitted yet.
         assert_eq!(
             backend.drain(now_ms()),
