@@ -548,6 +548,136 @@ fn cancel_terminates_every_instance_on_aws() {
     r.assert_nothing_left();
 }
 
+/// A pipeline of three steps; the middle one on two nodes.
+const PIPELINE: &str = "name: pl\n\
+---\nname: prep\nrun: |\n  echo \"prep group=${SKYPILOT_JOBGROUP_NAME-none}\"\n\
+---\nname: train\nnum_nodes: 2\nrun: |\n  echo \"rank $SKYPILOT_NODE_RANK ips $(echo $SKYPILOT_NODE_IPS)\"\n  sleep 3\n  echo trained\n\
+---\nname: report\nrun: |\n  echo reported\n";
+
+/// The instances of the run tagged with `step`, every state.
+fn step_instances(r: &Run, step: &str) -> Vec<skyc_runtime::aws::ec2::response::Instance> {
+    r.instances()
+        .into_iter()
+        .filter(|i| i.tags.get("skyc-task").map(String::as_str) == Some(step))
+        .collect()
+}
+
+/// Follows a pipeline to its end, checking on every pass that no step
+/// has instances before it starts (PENDING, or CANCELLED for good) and
+/// that an ended step's instances are not left running once a later step
+/// has instances. Returns the group's last status.
+fn follow_pipeline(r: &mut Run, steps: &[&str]) -> Value {
+    let start = Instant::now();
+    loop {
+        r.follow();
+        let status = r.status();
+        let mut later_launched = false;
+        for step in steps.iter().rev() {
+            let t = task(&status, step);
+            let instances = step_instances(r, step);
+            if t["status"] == "PENDING" || t["status"] == "CANCELLED" && instances.is_empty() {
+                assert!(instances.is_empty(), "{step} launched early: {status:#}");
+            }
+            if later_launched && t["status"] == "SUCCEEDED" {
+                assert!(
+                    instances.iter().all(|i| i.state != Some(State::Running)),
+                    "{step} still runs while a later step has instances"
+                );
+            }
+            later_launched |= !instances.is_empty();
+        }
+        if finished(&status) {
+            return status;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(180),
+            "not finished after 180 s: {status:#}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+#[test]
+fn a_pipeline_runs_step_by_step_on_aws_stand_in_machines() {
+    let s = Scratch::new("aws-pipeline-file");
+    let file = s.write("pipeline.yaml", PIPELINE);
+    let Some(mut r) = Run::start("aws-pipeline", &file) else {
+        return;
+    };
+    let status = follow_pipeline(&mut r, &["prep", "train", "report"]);
+    assert_eq!(status["status"], "SUCCEEDED", "{status:#}");
+    for step in ["prep", "train", "report"] {
+        assert_eq!(task(&status, step)["status"], "SUCCEEDED", "{step}");
+    }
+    // Each step on instances of its own: one per node, all distinct.
+    let mut ids: Vec<String> = r.instances().into_iter().map(|i| i.id).collect();
+    assert_eq!(ids.len(), 4, "{ids:?}");
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 4);
+    assert!(r.logs("prep-0").contains("prep group=none"));
+    let ips: Vec<String> = {
+        let mut train = step_instances(&r, "train");
+        train.sort_by_key(|i| i.tags["skyc-rank"].clone());
+        train.into_iter().filter_map(|i| i.private_ip).collect()
+    };
+    for rank in 0..2 {
+        let log = r.logs(&format!("train-{rank}"));
+        assert!(
+            log.contains(&format!("rank {rank} ips {} {}", ips[0], ips[1]))
+                && log.contains("trained"),
+            "{log}"
+        );
+    }
+    assert!(r.logs("report-0").contains("reported"));
+    r.assert_nothing_left();
+}
+
+#[test]
+fn a_failed_pipeline_step_cancels_the_later_ones_on_aws() {
+    let s = Scratch::new("aws-pipefail-file");
+    let file = s.write(
+        "pipeline.yaml",
+        &PIPELINE.replace("  sleep 3\n", "  exit 4\n"),
+    );
+    let Some(mut r) = Run::start("aws-pipefail", &file) else {
+        return;
+    };
+    let status = follow_pipeline(&mut r, &["prep", "train", "report"]);
+    assert_eq!(status["status"], "FAILED", "{status:#}");
+    assert_eq!(task(&status, "prep")["status"], "SUCCEEDED");
+    assert_eq!(task(&status, "train")["status"], "FAILED");
+    assert_eq!(task(&status, "report")["status"], "CANCELLED");
+    assert!(step_instances(&r, "report").is_empty(), "never launched");
+    assert!(!r.logs("train-0").contains("trained"));
+    r.assert_nothing_left();
+}
+
+#[test]
+fn cancel_mid_pipeline_terminates_the_running_step_on_aws() {
+    let s = Scratch::new("aws-pipecancel-file");
+    let file = s.write(
+        "pipeline.yaml",
+        &PIPELINE.replace("  sleep 3\n", "  sleep 600\n"),
+    );
+    let Some(mut r) = Run::start("aws-pipecancel", &file) else {
+        return;
+    };
+    r.until_logged("train-1", "rank 1");
+    let out =
+        r.s.skyc(&["cancel", &r.gid.to_string()])
+            .output()
+            .expect("cancel");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let status = follow_pipeline(&mut r, &["prep", "train", "report"]);
+    assert_eq!(status["status"], "CANCELLED", "{status:#}");
+    assert_eq!(task(&status, "prep")["status"], "SUCCEEDED");
+    assert_eq!(task(&status, "train")["status"], "CANCELLED");
+    assert_eq!(task(&status, "report")["status"], "CANCELLED");
+    assert!(step_instances(&r, "report").is_empty(), "never launched");
+    r.assert_nothing_left();
+}
+
 /// Every file under `dir`, read whole.
 fn files_under(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     let mut out = Vec::new();

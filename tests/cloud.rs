@@ -150,6 +150,42 @@ fn spec_of_every_accepted_example_on_both_clouds() {
     });
 }
 
+/// The pipelines of `tests/fixtures/pipelines/` on both clouds: each step
+/// its own instances, the spec saying they run one after another.
+#[test]
+fn pipelines_build_on_both_clouds() {
+    let settings = snapshots("cloud");
+    settings.bind(|| {
+        let dir = root().join("tests/fixtures/pipelines");
+        let mut files: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+            .collect();
+        files.sort();
+        assert!(files.len() >= 3);
+        for path in files {
+            let file = path.file_name().unwrap().to_str().unwrap().to_owned();
+            let text = std::fs::read_to_string(&path).unwrap();
+            for cloud in CLOUDS {
+                let (c, doc) = build(&file, &text, cloud);
+                let mut snap = render_human(&c);
+                if let Some(doc) = &doc {
+                    assert_eq!(doc["execution"], "serial", "{file}");
+                    check_nodes(doc);
+                    snap.push_str(&skyc_targets::k8s::yaml::document(&for_review(doc)));
+                }
+                let name = format!(
+                    "pipeline__{}.{}",
+                    file.trim_end_matches(".yaml"),
+                    cloud.name()
+                );
+                insta::assert_snapshot!(name, snap);
+            }
+        }
+    });
+}
+
 /// One node per rank of every task, in task and rank order, whose
 /// requests differ only where the rank shows.
 fn check_nodes(doc: &Value) {

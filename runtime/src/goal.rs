@@ -39,6 +39,16 @@ pub enum Want {
     Done,
 }
 
+impl TaskGoal {
+    /// Whether the engine has launched the current attempt and still
+    /// waits for some node of it. A pipeline's step not started yet (the
+    /// one before it has not SUCCEEDED) should run but has no node
+    /// awaited: nothing of it exists, and nothing should until it starts.
+    pub fn awaits_nodes(&self) -> bool {
+        self.live.iter().any(|&l| l)
+    }
+}
+
 impl Goal {
     pub fn from_engine(engine: &Engine) -> Self {
         let spec = engine.spec();

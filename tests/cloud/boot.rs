@@ -280,6 +280,61 @@ fn a_failed_setup_ends_the_node_without_run() {
     assert_eq!(std::fs::read_to_string(&etc_hosts).unwrap(), "");
 }
 
+/// A pipeline's step: a plain managed-job task. Its nodes read their own
+/// step's addresses from `hosts`; no group name, no group hostnames in
+/// `/etc/hosts`, and a single-node step waits for nothing.
+#[test]
+fn a_pipeline_step_has_its_nodes_and_no_group() {
+    let text = "name: pipe\n---\nname: train\nnum_nodes: 2\n\
+        run: echo \"rank=$SKYPILOT_NODE_RANK ips=$(echo $SKYPILOT_NODE_IPS) group=${SKYPILOT_JOBGROUP_NAME-unset} id=$SKYPILOT_TASK_ID\"\n\
+        ---\nname: eval\nrun: echo \"group=${SKYPILOT_JOBGROUP_NAME-unset} n=$SKYPILOT_NUM_NODES\"\n";
+    for cloud in CLOUDS {
+        let doc = spec(text, cloud);
+        assert_eq!(doc["execution"], "serial");
+        let dir = node_dir(
+            &doc,
+            "train-1.pipe",
+            &format!("agent-step-{}", cloud.name()),
+            30,
+        );
+        assert!(read(&dir, "node.env").contains("skyc_execution=serial\n"));
+        let etc_hosts = dir.parent().unwrap().join("etc-hosts");
+        std::fs::write(&etc_hosts, "127.0.0.1 localhost\n").unwrap();
+        std::fs::write(
+            dir.join("hosts"),
+            "10.0.0.1 train-0.pipe\n10.0.0.2 train-1.pipe\n",
+        )
+        .unwrap();
+        assert_eq!(agent(&dir, &etc_hosts).wait().unwrap().code(), Some(0));
+        assert_eq!(
+            read(&dir, "run.log"),
+            format!(
+                "rank=1 ips=10.0.0.1 10.0.0.2 group=unset id=skyc-{}_pipe_train-0\n",
+                cloud.name()
+            )
+        );
+        assert_eq!(status(&dir)[1], "hosts ready");
+        assert_eq!(
+            std::fs::read_to_string(&etc_hosts).unwrap(),
+            "127.0.0.1 localhost\n"
+        );
+        // The next step, of one node, starts without any hosts file.
+        let dir = node_dir(
+            &doc,
+            "eval-0.pipe",
+            &format!("agent-step2-{}", cloud.name()),
+            2,
+        );
+        assert_eq!(agent(&dir, &etc_hosts).wait().unwrap().code(), Some(0));
+        assert_eq!(read(&dir, "run.log"), "group=unset n=1\n");
+        assert!(
+            !status(&dir).iter().any(|l| l.starts_with("hosts")),
+            "{:?}",
+            status(&dir)
+        );
+    }
+}
+
 /// Secrets named like the agent's own words (or `IFS`) reach the task and
 /// change nothing the agent does.
 #[test]

@@ -19,7 +19,7 @@
 //! same request to EC2, which launches nothing twice.
 
 use crate::aws::credentials::{Access, Source};
-use crate::policy::GroupSpec;
+use crate::policy::{Execution, GroupSpec};
 use ring::digest;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -132,6 +132,19 @@ impl Plan {
         let (Some(group), Some(region)) = (doc["group"].as_str(), doc["region"].as_str()) else {
             return fail("the spec has no `group` or `region`".into());
         };
+        // A pipeline's spec says so; one built before pipelines were
+        // lowered has no `execution` and is a Job Group's.
+        let built = match doc["execution"].as_str().unwrap_or("parallel") {
+            "parallel" => Execution::Parallel,
+            "serial" => Execution::Serial,
+            other => return fail(format!("unknown `execution: {other}`")),
+        };
+        if built != group_spec.execution {
+            return fail(format!(
+                "the spec's `execution` ({built:?}) is not the group's ({:?})",
+                group_spec.execution
+            ));
+        }
         let mut requests = Vec::new();
         for r in doc["requests"].as_array().into_iter().flatten() {
             let (Some(op), Some(body)) = (r["operation"].as_str(), r.get("request")) else {

@@ -105,9 +105,13 @@ if [ "$skyc_need_hosts" = 1 ] && [ "$skyc_hostnames" != off ]; then
 fi
 
 skyc_ips=$(skyc_task_ips)
-export SKYPILOT_JOBGROUP_NAME="$skyc_group" SKYPILOT_NUM_NODES="$skyc_num_nodes" \
+export SKYPILOT_NUM_NODES="$skyc_num_nodes" \
     SKYPILOT_TASK_ID="$skyc_task_id" SKYPILOT_TASK_IDS="$skyc_task_ids" \
     SKYPILOT_CLUSTER_INFO="$skyc_cluster_info"
+# A pipeline's step has no group name, as in SkyPilot.
+if [ "${skyc_execution:-parallel}" != serial ]; then
+    export SKYPILOT_JOBGROUP_NAME="$skyc_group"
+fi
 
 skyc_child=""
 trap '[ -z "$skyc_child" ] || kill -TERM -- "-$skyc_child" 2>/dev/null' TERM

@@ -34,9 +34,11 @@ fn group_tags(resource: &str, group: &str) -> Value {
     json!([{"ResourceType": resource, "Tags": [tag("skyc-group", group)]}])
 }
 
-/// The requests made once per group, before any node, in order.
+/// The requests made once per group, before any node, in order; `kind`
+/// is what the group is (`Job Group`, `pipeline`), for the description.
 pub(super) fn group_requests(
     group: &str,
+    kind: &str,
     ports: &[(PortRange, String)],
     placement: &[String],
 ) -> Vec<Value> {
@@ -62,7 +64,7 @@ pub(super) fn group_requests(
             "operation": "CreateSecurityGroup",
             "request": {
                 "GroupName": sg,
-                "Description": format!("skyc Job Group {group}: its nodes reach each other"),
+                "Description": format!("skyc {kind} {group}: its nodes reach each other"),
                 "TagSpecifications": group_tags("security-group", group),
             },
         }),

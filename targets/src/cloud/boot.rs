@@ -9,7 +9,7 @@
 
 use super::request::number;
 use crate::shell::{is_variable_name, quote};
-use skyc_compiler::ir::{Group, InterConnection, Task, Workdir};
+use skyc_compiler::ir::{Execution, Group, InterConnection, Task, Workdir};
 use std::fmt::Write as _;
 
 /// Where the node's files live on the VM; the runtime reads and writes
@@ -56,11 +56,19 @@ pub(super) fn script(node: &Node) -> Result<String, Unrepresentable> {
         s,
         "#!/bin/bash\n\
          # Built by skyc: the boot script of node {}-{rank}.{} (task {}, rank {rank} of {})\n\
-         # of the Job Group {}. It writes the node's files to {NODE_DIR} and starts\n\
+         # of the {} {}. It writes the node's files to {NODE_DIR} and starts\n\
          # the skyc node agent there; see docs/targets/cloud.md.\n\
          set -u\n\
          skyc_dir={NODE_DIR}\n",
-        task.name, group.name, task.name, task.num_nodes, group.name,
+        task.name,
+        group.name,
+        task.name,
+        task.num_nodes,
+        match group.execution {
+            Execution::Parallel => "Job Group",
+            Execution::Serial => "pipeline",
+        },
+        group.name,
     );
     s.push_str(
         "# The node's settings, scripts and agent, written out unexpanded. Every\n\
@@ -170,6 +178,12 @@ fn settings(node: &Node) -> Result<String, Unrepresentable> {
     set("git_url", git_url);
     set("git_ref", git_ref);
     set("wait_secs", &number(WAIT_SECS as f64));
+    // A pipeline's steps are plain managed-job tasks (no group name, no
+    // group hostnames); only their nodes carry the setting, so a group's
+    // node.env is as it was.
+    if group.execution == Execution::Serial {
+        set("execution", "serial");
+    }
     Ok(s)
 }
 

@@ -11,7 +11,11 @@
 //! reach each other and the placement asked for. Each node boots with a
 //! script ([`boot`]) that writes the environment contract, keeps the
 //! group's hostnames in `/etc/hosts` and runs setup then run under the
-//! node agent. docs/targets/cloud.md has the whole design.
+//! node agent. A pipeline (`execution: serial`) is lowered the same way,
+//! each step to instances of its own, in one region, and the spec says
+//! the steps run one after another (its `execution`): the runtime launches
+//! a step's instances when the step starts and terminates them when it
+//! ends. docs/targets/cloud.md has the whole design.
 //!
 //! Pure: [`build`] takes the IR and catalog rows (read by the command
 //! line) and returns the spec and diagnostics located in the source.
@@ -45,7 +49,7 @@ use node::{DEFAULT_DISK_GB, Disk, NodeSpec};
 use request::Request;
 use select::{Infeasible, Offer};
 use serde_json::Value;
-use skyc_compiler::ir::{Candidate, Group, Image, PortRange, Task, Workdir};
+use skyc_compiler::ir::{Candidate, Execution, Group, Image, PortRange, Task, Workdir};
 use skyc_compiler::{Diagnostic, Diagnostics, Rule, Severity, Span};
 
 /// A cloud skyc writes instance specs for.
@@ -113,24 +117,6 @@ pub fn build(group: &Group, catalog: &Catalog) -> Build {
         return Build {
             document: None,
             diagnostics: vec![refusal],
-        };
-    }
-    if group.execution == skyc_compiler::ir::Execution::Serial {
-        let span = group
-            .name_span
-            .or_else(|| group.tasks.first().map(|t| t.name_span))
-            .unwrap_or_default();
-        return Build {
-            document: None,
-            diagnostics: vec![
-                skyc_compiler::Diagnostic::new(
-                    Rule::CloudUnrepresentable,
-                    span,
-                    "a pipeline (steps one after another) is not lowered to a cloud yet",
-                )
-                .label("a pipeline")
-                .help("run it on this machine (`skyc run FILE`)"),
-            ],
         };
     }
     let mut l = Lowerer {
@@ -298,7 +284,11 @@ impl Lowerer<'_> {
         let requests = match self.cloud {
             Cloud::Aws => {
                 let names: Vec<String> = placements.iter().map(|(n, _)| n.clone()).collect();
-                aws::group_requests(&self.group.name, &ports, &names)
+                let kind = match self.group.execution {
+                    Execution::Parallel => "Job Group",
+                    Execution::Serial => "pipeline",
+                };
+                aws::group_requests(&self.group.name, kind, &ports, &names)
             }
             Cloud::Gcp => {
                 let ports: Vec<String> = ports
@@ -582,10 +572,13 @@ impl Lowerer<'_> {
                 per_task.join("; ")
             ),
             "no region for the whole group",
-            Some(
+            Some(if self.group.execution == Execution::Serial {
+                "skyc runs every step of a pipeline in one region (one security group, one runtime); pin the steps to one region (`infra: aws/<region>`) or change their resources"
+                    .to_owned()
+            } else {
                 "every task of a group runs in one region, so that the group's hostnames reach each other; pin the tasks to one region (`infra: aws/<region>`) or change their resources"
-                    .to_owned(),
-            ),
+                    .to_owned()
+            }),
         );
     }
 

@@ -1,8 +1,11 @@
 //! The instance spec: one document per group (`kind: CloudInstances`).
 //!
-//! The intent first (group, cloud, region, the catalog the choice was made
-//! with, what the group costs per hour here and in the other regions it
-//! could run in), then per task what was chosen and what was considered,
+//! The intent first (group, whether its tasks run together or one after
+//! another (`execution`: `parallel`, or `serial` for a pipeline), cloud,
+//! region, the catalog the choice was made with, what the group costs per
+//! hour here and in the other regions it could run in: every task's nodes,
+//! so for a pipeline the sum of its steps, of which one runs at a time),
+//! then per task what was chosen and what was considered,
 //! then the group's requests, then one entry per node with its hostname
 //! and the exact request that launches it. Key order is fixed, so the same
 //! input gives the same bytes.
@@ -177,6 +180,7 @@ pub(super) fn document(
         "apiVersion": API_VERSION,
         "kind": KIND,
         "group": group.name,
+        "execution": group.execution,
         "cloud": catalog.cloud.name(),
         "region": placement.region,
         "inter_connection": group.inter_connection,

@@ -87,11 +87,14 @@ pub fn outcome(files: &NodeFiles) -> Outcome {
 /// The `hosts` file every node of the run gets: `IP {task}-{rank}.{group}`
 /// for each node of each task that should run, in task and rank order;
 /// `None` until every one of them has an address, since a node reads its
-/// task's addresses (`SKYPILOT_NODE_IPS`) once, when its setup starts.
+/// task's addresses (`SKYPILOT_NODE_IPS`) once, when its setup starts. A
+/// pipeline's steps not started yet have no instances and are left out
+/// (so a step's file lists that step's nodes: the others have ended or
+/// not begun).
 pub fn hosts(plan: &Plan, world: &World, goal: &Goal) -> Option<String> {
     let mut out = String::new();
     for (task, tg) in goal.tasks.iter().enumerate() {
-        if tg.want != Want::Run {
+        if tg.want != Want::Run || !tg.awaits_nodes() {
             continue;
         }
         for rank in 0..tg.live.len() as u32 {

@@ -30,6 +30,21 @@ name: buffer
 run: sleep 1000
 ";
 
+/// A pipeline of three steps: one node, two nodes, one node.
+pub(super) const PIPELINE: &str = "\
+name: p
+---
+name: prep
+run: echo prep
+---
+name: train
+num_nodes: 2
+run: echo train
+---
+name: report
+run: echo report
+";
+
 /// A group built as `skyc build --target aws` builds it, planned for run
 /// `run`.
 pub(super) fn plan(yaml: &str, run: &str) -> Plan {

@@ -83,6 +83,24 @@ on_moto!(
     ssh_access_is_the_runs,
 );
 
+macro_rules! pipeline_on_moto {
+    ($($name:ident),* $(,)?) => {$(
+        #[test]
+        fn $name() {
+            let Some(t) = moto() else { return };
+            t.run_group(stringify!($name), super::PIPELINE, |t, p, ec2| {
+                Box::pin(scenarios::$name(t, p, ec2))
+            });
+        }
+    )*};
+}
+
+pipeline_on_moto!(
+    a_pipelines_steps_run_one_after_another_on_their_own_instances,
+    a_failed_step_cancels_the_later_steps_unlaunched,
+    cancel_mid_pipeline_terminates_the_running_step,
+);
+
 #[test]
 fn an_unreachable_endpoint_fails_in_bounded_time() {
     // A port nothing listens on: no stand-in needed.

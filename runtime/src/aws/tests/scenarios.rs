@@ -60,7 +60,15 @@ impl Target {
     where
         F: for<'a> FnOnce(&'a Target, &'a Plan, &'a Ec2) -> BoxFuture<'a, ()>,
     {
-        let plan = plan(self.group, &run_id(name));
+        self.run_group(name, self.group, scenario);
+    }
+
+    /// [`Target::run`] with another group (a pipeline).
+    pub(super) fn run_group<F>(&self, name: &str, group: &str, scenario: F)
+    where
+        F: for<'a> FnOnce(&'a Target, &'a Plan, &'a Ec2) -> BoxFuture<'a, ()>,
+    {
+        let plan = plan(group, &run_id(name));
         let ec2 = self.client(&plan);
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -665,4 +673,162 @@ pub(super) async fn ssh_access_is_the_runs(t: &Target, p: &Plan, ec2: &Ec2) {
     })
     .await;
     assert!(!key_pairs().await.contains(&p.key_pair()));
+}
+
+// A pipeline (`super::PIPELINE`: prep, train of two nodes, report), each
+// step's nodes ending as the data plane would report them.
+const PREP: usize = 0;
+const TRAIN: usize = 1;
+const REPORT: usize = 2;
+
+fn exited(task: usize, node: u32, code: i32) -> Event {
+    Event::NodeExited {
+        task,
+        attempt: 0,
+        node,
+        phase: Phase::Run,
+        code,
+    }
+}
+
+/// The ids of a step's instances, in rank order.
+fn step_ids(world: &World, p: &Plan, task: usize) -> Vec<String> {
+    (0..p.spec.tasks[task].num_nodes)
+        .filter_map(|rank| {
+            world
+                .instance(
+                    p,
+                    NodeKey {
+                        task,
+                        rank,
+                        attempt: 0,
+                    },
+                )
+                .map(|i| i.id.clone())
+        })
+        .collect()
+}
+
+/// Whether any instance of the run was ever launched for `task`.
+fn launched(world: &World, p: &Plan, task: usize) -> bool {
+    world
+        .instances
+        .iter()
+        .any(|i| World::key(p, i).is_some_and(|k| k.task == task))
+}
+
+/// Passes until `task` runs; on every pass, no step but the ones up to
+/// `task` has an instance, and the earlier steps' are going or gone.
+async fn step_running(t: &Target, ec2: &Ec2, p: &Plan, d: &mut Driven, task: usize) -> World {
+    until(t, ec2, p, d, |d, w| {
+        for later in task + 1..p.spec.tasks.len() {
+            assert!(!launched(w, p, later), "step {later} launched early");
+        }
+        for earlier in 0..task {
+            for id in step_ids(w, p, earlier) {
+                let i = w.instances.iter().find(|i| i.id == id).unwrap();
+                assert!(
+                    i.state.is_some_and(State::is_ending),
+                    "step {earlier}'s {id} runs on in step {task}"
+                );
+            }
+        }
+        d.engine.task_status(task) == Status::Running
+    })
+    .await;
+    ops::world(ec2, p).await.unwrap()
+}
+
+pub(super) async fn a_pipelines_steps_run_one_after_another_on_their_own_instances(
+    t: &Target,
+    p: &Plan,
+    ec2: &Ec2,
+) {
+    let mut d = Driven::start(p);
+    let world = step_running(t, ec2, p, &mut d, PREP).await;
+    assert_eq!(world.instances.len(), 1, "the first step only");
+    let prep = step_ids(&world, p, PREP);
+    assert_eq!(d.engine.task_status(TRAIN), Status::Pending);
+    d.handle(exited(PREP, 0, 0));
+    let world = step_running(t, ec2, p, &mut d, TRAIN).await;
+    let train = step_ids(&world, p, TRAIN);
+    assert_eq!(train.len(), 2);
+    for i in &world.instances {
+        if World::key(p, i).is_some_and(|k| k.task == TRAIN) {
+            assert_eq!(i.tags["Name"], format!("p-train-{}", i.tags["skyc-rank"]));
+        }
+    }
+    d.handle(exited(TRAIN, 0, 0));
+    d.handle(exited(TRAIN, 1, 0));
+    let world = step_running(t, ec2, p, &mut d, REPORT).await;
+    let report = step_ids(&world, p, REPORT);
+    d.handle(exited(REPORT, 0, 0));
+    until(t, ec2, p, &mut d, |d, w| {
+        settled(w, &Goal::from_engine(&d.engine))
+    })
+    .await;
+    assert_eq!(d.engine.group_status(), Status::Succeeded);
+    let world = ops::world(ec2, p).await.unwrap();
+    // One instance per node of each step, all distinct, all terminated.
+    let mut all: Vec<String> = [prep, train, report].concat();
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), 4);
+    assert_eq!(world.instances.len(), 4);
+    assert!(
+        world
+            .instances
+            .iter()
+            .all(|i| i.state == Some(State::Terminated))
+    );
+    assert!(world.network.is_none());
+}
+
+pub(super) async fn a_failed_step_cancels_the_later_steps_unlaunched(
+    t: &Target,
+    p: &Plan,
+    ec2: &Ec2,
+) {
+    let mut d = Driven::start(p);
+    step_running(t, ec2, p, &mut d, PREP).await;
+    d.handle(exited(PREP, 0, 0));
+    step_running(t, ec2, p, &mut d, TRAIN).await;
+    d.handle(exited(TRAIN, 1, 1));
+    until(t, ec2, p, &mut d, |d, w| {
+        assert!(!launched(w, p, REPORT), "a cancelled step launched");
+        settled(w, &Goal::from_engine(&d.engine))
+    })
+    .await;
+    assert_eq!(d.engine.task_status(PREP), Status::Succeeded);
+    assert_eq!(d.engine.task_status(TRAIN), Status::Failed);
+    assert_eq!(d.engine.task_status(REPORT), Status::Cancelled);
+    assert_eq!(d.engine.group_status(), Status::Failed);
+    let world = ops::world(ec2, p).await.unwrap();
+    assert_eq!(world.instances.len(), 3);
+    assert!(live_ids(&world).is_empty());
+    assert!(world.network.is_none());
+}
+
+pub(super) async fn cancel_mid_pipeline_terminates_the_running_step(
+    t: &Target,
+    p: &Plan,
+    ec2: &Ec2,
+) {
+    let mut d = Driven::start(p);
+    step_running(t, ec2, p, &mut d, PREP).await;
+    d.handle(exited(PREP, 0, 0));
+    step_running(t, ec2, p, &mut d, TRAIN).await;
+    d.handle(Event::CancelRequested);
+    until(t, ec2, p, &mut d, |d, w| {
+        settled(w, &Goal::from_engine(&d.engine))
+    })
+    .await;
+    assert_eq!(d.engine.group_status(), Status::Cancelled);
+    assert_eq!(d.engine.task_status(TRAIN), Status::Cancelled);
+    assert_eq!(d.engine.task_status(REPORT), Status::Cancelled);
+    let world = ops::world(ec2, p).await.unwrap();
+    assert_eq!(world.instances.len(), 3);
+    assert!(!launched(&world, p, REPORT));
+    assert!(live_ids(&world).is_empty());
+    assert!(world.network.is_none());
 }

@@ -582,3 +582,146 @@ fn a_node_ssh_never_reaches_fails_its_setup_saying_why() {
         h.errors
     );
 }
+
+/// A pipeline whose steps say where they run: the first on one machine,
+/// the second on two that find each other's addresses, the third on one.
+const PIPELINE: &str = "\
+name: pl
+---
+name: prep
+run: |
+  echo \"prep on $(hostname) group=${SKYPILOT_JOBGROUP_NAME-none} id=$SKYPILOT_TASK_ID\"
+---
+name: train
+num_nodes: 2
+run: |
+  echo \"rank ${SKYPILOT_NODE_RANK} ips $(echo ${SKYPILOT_NODE_IPS})\"
+  sleep 4
+  echo done
+---
+name: report
+run: |
+  echo \"report on $(hostname)\"
+";
+
+/// The instance ids of a step, every attempt.
+fn step_instances(h: &Harness, world: &World, task: usize) -> Vec<String> {
+    world
+        .instances
+        .iter()
+        .filter(|i| World::key(&h.p, i).is_some_and(|k| k.task == task))
+        .map(|i| i.id.clone())
+        .collect()
+}
+
+/// Whether the instances of `task` and the steps after it are none, and
+/// those of the steps before it all ending: what must hold while `task`
+/// has not started.
+fn only_steps_before(h: &Harness, task: usize) -> bool {
+    let world = h.world();
+    for later in task + 1..h.p.spec.tasks.len() {
+        assert!(
+            step_instances(h, &world, later).is_empty(),
+            "step {later} launched while step {task} runs"
+        );
+    }
+    let running = step_instances(h, &world, task);
+    if running.is_empty() {
+        return false;
+    }
+    for earlier in 0..task {
+        for id in step_instances(h, &world, earlier) {
+            let i = world.instances.iter().find(|i| i.id == id).unwrap();
+            assert!(
+                i.state.is_some_and(State::is_ending),
+                "step {earlier}'s {id} still runs in step {task}"
+            );
+        }
+    }
+    true
+}
+
+#[test]
+fn a_pipeline_runs_its_steps_one_after_another_on_their_own_machines() {
+    let Some(mut h) = Harness::new("pipe", PIPELINE) else {
+        return;
+    };
+    h.until("the first step running", |h| only_steps_before(h, 0));
+    h.until("the second step running", |h| {
+        only_steps_before(h, 1) && h.log("train-0").contains("rank 0")
+    });
+    // A new supervisor mid-pipeline: it resumes at the running step.
+    h.restart();
+    h.until("the last step launched", |h| only_steps_before(h, 2));
+    h.run_to_the_end();
+    assert_eq!(h.d.engine.group_status(), Status::Succeeded);
+    for t in 0..3 {
+        assert_eq!(h.d.engine.task_status(t), Status::Succeeded);
+    }
+    assert!(h.errors.is_empty(), "{:?}", h.errors);
+    let world = h.world();
+    assert_eq!(
+        world.instances.len(),
+        4,
+        "one instance per node of each step"
+    );
+    let ip = |task: usize, rank: u32| {
+        world
+            .instance(
+                &h.p,
+                NodeKey {
+                    task,
+                    rank,
+                    attempt: 0,
+                },
+            )
+            .unwrap()
+            .private_ip
+            .clone()
+            .unwrap()
+    };
+    // Each machine is named after its address (`ip-10-0-0-1`).
+    let host = |task: usize| format!("ip-{}", ip(task, 0).replace('.', "-"));
+    let prep = h.log("prep-0");
+    assert!(
+        prep.contains(&format!(
+            "prep on {} group=none id=skyc-aws_pl_prep-0",
+            host(0)
+        )),
+        "{prep}"
+    );
+    // The step's nodes have each other's addresses (its hosts file).
+    let ips = format!("ips {} {}", ip(1, 0), ip(1, 1));
+    for rank in 0..2 {
+        let log = h.log(&format!("train-{rank}"));
+        assert!(
+            log.contains(&format!("rank {rank} {ips}")) && log.contains("done"),
+            "{log}"
+        );
+    }
+    let report = h.log("report-0");
+    assert!(
+        report.contains(&format!("report on {}", host(2))),
+        "{report}"
+    );
+    assert_ne!(host(0), host(2));
+}
+
+#[test]
+fn a_failed_pipeline_step_cancels_the_rest_unlaunched() {
+    let yaml = PIPELINE.replace("  sleep 4\n", "  exit 3\n");
+    let Some(mut h) = Harness::new("pipefail", &yaml) else {
+        return;
+    };
+    h.until("the second step running", |h| only_steps_before(h, 1));
+    h.run_to_the_end();
+    assert_eq!(h.d.engine.task_status(0), Status::Succeeded);
+    assert_eq!(h.d.engine.task_status(1), Status::Failed);
+    assert_eq!(h.d.engine.task_status(2), Status::Cancelled);
+    assert_eq!(h.d.engine.group_status(), Status::Failed);
+    assert!(h.errors.is_empty(), "{:?}", h.errors);
+    let world = h.world();
+    assert!(step_instances(&h, &world, 2).is_empty(), "never launched");
+    assert_eq!(world.instances.len(), 3);
+    assert!(!h.log("train-0").contains("done"));
+}

@@ -761,3 +761,205 @@ fn silent_nodes_are_given_up_on_unless_the_runtime_is_cut_off() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+const PREP: usize = 0;
+const TRAIN: usize = 1;
+const REPORT: usize = 2;
+
+/// Marks the instances of `task`'s `attempt` running.
+fn run_task(world: &mut World, plan: &Plan, task: usize, attempt: u32) {
+    for i in &mut world.instances {
+        if World::key(plan, i).is_some_and(|k| k.task == task && k.attempt == attempt) {
+            i.state = Some(State::Running);
+        }
+    }
+}
+
+fn exited(task: usize, node: u32, code: i32) -> Event {
+    Event::NodeExited {
+        task,
+        attempt: 0,
+        node,
+        phase: Phase::Run,
+        code,
+    }
+}
+
+/// The first step of a pipeline launched and running, the others not.
+fn pipeline_running() -> (Plan, Driven, World) {
+    let p = plan(super::PIPELINE, "r1");
+    assert_eq!(p.spec.execution, crate::policy::Execution::Serial);
+    let mut d = Driven::start(&p);
+    let mut world = World::default();
+    let goal = Goal::from_engine(&d.engine);
+    assert_eq!(reconcile(&p, &world, &goal), vec![Op::EnsureNetwork]);
+    world.network = Some(net("sg-1"));
+    let ops = reconcile(&p, &world, &goal);
+    assert_eq!(launches(&ops), vec![(PREP, 0, 0)], "the first step only");
+    launch_all(&p, &mut world, &ops);
+    run_task(&mut world, &p, PREP, 0);
+    step(&p, &world, &mut d);
+    assert_eq!(d.engine.task_status(PREP), Status::Running);
+    assert_eq!(d.engine.task_status(TRAIN), Status::Pending);
+    assert_eq!(d.engine.task_status(REPORT), Status::Pending);
+    (p, d, world)
+}
+
+#[test]
+fn a_pipeline_launches_each_step_as_it_starts_and_ends_it_as_the_next_starts() {
+    use crate::aws::data::node::hosts;
+    let (p, mut d, mut world) = pipeline_running();
+    // The later steps are wanted but not started: nothing of them is
+    // launched, observed or listed.
+    let goal = Goal::from_engine(&d.engine);
+    assert!(!goal.tasks[TRAIN].awaits_nodes());
+    assert_eq!(reconcile(&p, &world, &goal), vec![]);
+    assert_eq!(hosts(&p, &world, &goal).unwrap(), "10.0.0.0 prep-0.p\n");
+    // The first step ends: its instance goes as the second's are launched.
+    d.handle(exited(PREP, 0, 0));
+    assert_eq!(d.engine.task_status(PREP), Status::Succeeded);
+    assert_eq!(d.engine.task_status(TRAIN), Status::Starting);
+    let goal = Goal::from_engine(&d.engine);
+    let ops = reconcile(&p, &world, &goal);
+    assert_eq!(
+        ops[0],
+        Op::Terminate {
+            ids: vec!["i-000".into()]
+        }
+    );
+    assert_eq!(launches(&ops), vec![(TRAIN, 0, 0), (TRAIN, 1, 0)]);
+    launch_all(&p, &mut world, &ops);
+    set(&mut world, "i-000", State::Terminated, None);
+    // The step's hosts are its own nodes'.
+    assert_eq!(
+        hosts(&p, &world, &goal).unwrap(),
+        "10.0.1.0 train-0.p\n10.0.1.1 train-1.p\n"
+    );
+    run_task(&mut world, &p, TRAIN, 0);
+    step(&p, &world, &mut d);
+    assert_eq!(d.engine.task_status(TRAIN), Status::Running);
+    // The first node done keeps its instance until the step ends.
+    d.handle(exited(TRAIN, 0, 0));
+    assert_eq!(reconcile(&p, &world, &Goal::from_engine(&d.engine)), vec![]);
+    d.handle(exited(TRAIN, 1, 0));
+    let ops = reconcile(&p, &world, &Goal::from_engine(&d.engine));
+    assert_eq!(terminated(&ops), vec!["i-100", "i-110"]);
+    assert_eq!(launches(&ops), vec![(REPORT, 0, 0)]);
+    launch_all(&p, &mut world, &ops);
+    for id in ["i-100", "i-110"] {
+        set(&mut world, id, State::Terminated, None);
+    }
+    run_task(&mut world, &p, REPORT, 0);
+    step(&p, &world, &mut d);
+    d.handle(exited(REPORT, 0, 0));
+    assert_eq!(d.engine.group_status(), Status::Succeeded);
+    let goal = Goal::from_engine(&d.engine);
+    assert_eq!(terminated(&reconcile(&p, &world, &goal)), vec!["i-200"]);
+    set(&mut world, "i-200", State::Terminated, None);
+    assert_eq!(reconcile(&p, &world, &goal), vec![Op::DeleteNetwork]);
+    world.network = None;
+    assert!(settled(&world, &goal));
+    // One instance per node of every step, each launched once.
+    assert_eq!(world.instances.len(), 4);
+}
+
+#[test]
+fn a_failed_step_cancels_the_later_ones_which_are_never_launched() {
+    let (p, mut d, mut world) = pipeline_running();
+    d.handle(exited(PREP, 0, 0));
+    let ops = reconcile(&p, &world, &Goal::from_engine(&d.engine));
+    launch_all(&p, &mut world, &ops);
+    set(&mut world, "i-000", State::Terminated, None);
+    run_task(&mut world, &p, TRAIN, 0);
+    step(&p, &world, &mut d);
+    // A node of the middle step fails (no restarts): the attempt stops,
+    // its other node's instance is terminated.
+    d.handle(exited(TRAIN, 1, 1));
+    let goal = Goal::from_engine(&d.engine);
+    let ops = reconcile(&p, &world, &goal);
+    assert_eq!(
+        ops,
+        vec![Op::Terminate {
+            ids: vec!["i-100".into(), "i-110".into()]
+        }]
+    );
+    set(&mut world, "i-100", State::ShuttingDown, None);
+    set(&mut world, "i-110", State::ShuttingDown, None);
+    step(&p, &world, &mut d);
+    assert_eq!(d.engine.task_status(TRAIN), Status::Failed);
+    assert_eq!(d.engine.task_status(REPORT), Status::Cancelled);
+    assert_eq!(d.engine.group_status(), Status::Failed);
+    let goal = Goal::from_engine(&d.engine);
+    assert!(launches(&reconcile(&p, &world, &goal)).is_empty());
+    for id in ["i-100", "i-110"] {
+        set(&mut world, id, State::Terminated, None);
+    }
+    assert_eq!(reconcile(&p, &world, &goal), vec![Op::DeleteNetwork]);
+    assert!(
+        !world
+            .instances
+            .iter()
+            .any(|i| World::key(&p, i).is_some_and(|k| k.task == REPORT)),
+        "the cancelled step was never launched"
+    );
+}
+
+#[test]
+fn cancel_mid_pipeline_terminates_the_running_step_and_cancels_the_rest() {
+    let (p, mut d, mut world) = pipeline_running();
+    d.handle(Event::CancelRequested);
+    let goal = Goal::from_engine(&d.engine);
+    assert_eq!(
+        reconcile(&p, &world, &goal),
+        vec![Op::Terminate {
+            ids: vec!["i-000".into()]
+        }]
+    );
+    set(&mut world, "i-000", State::Terminated, None);
+    step(&p, &world, &mut d);
+    assert!(d.engine.is_finished());
+    assert_eq!(d.engine.group_status(), Status::Cancelled);
+    for t in [TRAIN, REPORT] {
+        assert_eq!(d.engine.task_status(t), Status::Cancelled);
+    }
+    let goal = Goal::from_engine(&d.engine);
+    assert_eq!(reconcile(&p, &world, &goal), vec![Op::DeleteNetwork]);
+}
+
+#[test]
+fn a_restarted_supervisor_mid_pipeline_resumes_at_the_running_step() {
+    // Committed: the first step SUCCEEDED and the second launched. EC2:
+    // the first step's instance still runs (the supervisor died before
+    // terminating it) and one of the second's was launched.
+    let (p, mut d, mut world) = pipeline_running();
+    d.handle(exited(PREP, 0, 0));
+    let committed: crate::policy::Engine =
+        serde_json::from_str(&serde_json::to_string(&d.engine).unwrap()).unwrap();
+    world
+        .instances
+        .push(instance(&p, TRAIN, 0, 0, State::Pending));
+    let ops = reconcile(&p, &world, &Goal::from_engine(&committed));
+    assert_eq!(terminated(&ops), vec!["i-000"]);
+    assert_eq!(
+        launches(&ops),
+        vec![(TRAIN, 1, 0)],
+        "nothing launched twice, no step again"
+    );
+}
+
+#[test]
+fn a_plan_refuses_a_spec_of_the_other_execution() {
+    let group = plan(GROUP, "r1");
+    let pipeline = plan(super::PIPELINE, "r1");
+    let catalog = skyc_targets::cloud::Catalog::snapshot(skyc_targets::cloud::Cloud::Aws);
+    let c = skyc_compiler::compile("p.yaml", super::PIPELINE.as_bytes(), &Default::default());
+    let doc = skyc_targets::cloud::build(&c.group.unwrap(), &catalog)
+        .document
+        .unwrap();
+    assert_eq!(doc["execution"], "serial");
+    let mut as_group = pipeline.spec.clone();
+    as_group.execution = crate::policy::Execution::Parallel;
+    let err = Plan::from_spec(&doc, as_group, "r1").unwrap_err().0;
+    assert!(err.contains("`execution`"), "{err}");
+    assert_eq!(group.spec.execution, crate::policy::Execution::Parallel);
+}
