@@ -216,6 +216,23 @@ impl Store {
         Ok(Some(Self { conn }))
     }
 
+    /// Runs the reads of `f` in one read transaction: one snapshot of the
+    /// store, and one lock taken for all of them rather than one per
+    /// statement (a listing of a thousand groups reads thousands of rows).
+    pub fn snapshot<T>(
+        &self,
+        f: impl FnOnce(&Self) -> std::result::Result<T, String>,
+    ) -> std::result::Result<T, String> {
+        self.conn
+            .execute_batch("BEGIN")
+            .map_err(|e| e.to_string())?;
+        let out = f(self);
+        // A read transaction has nothing to keep: ending it cannot lose
+        // anything, whatever `f` returned.
+        let _ = self.conn.execute_batch("COMMIT");
+        out
+    }
+
     /// Runs `f` in one IMMEDIATE transaction.
     pub fn transaction<T>(&mut self, f: impl FnOnce(&Tx<'_>) -> Result<T>) -> Result<T> {
         let tx = self

@@ -103,11 +103,14 @@ fn groups_view(dir: &Path, limit: usize) -> Result<Value, String> {
             "note": "no group has run with this state directory yet",
         }));
     };
-    let (rows, total) = store.newest_groups(limit).map_err(|e| e.to_string())?;
-    let groups = rows
-        .into_iter()
-        .map(|g| status::read(&store, g).map(|s| summary(&s)))
-        .collect::<Result<Vec<_>, String>>()?;
+    let (groups, total) = store.snapshot(|store| {
+        let (rows, total) = store.newest_groups(limit).map_err(|e| e.to_string())?;
+        let groups = rows
+            .into_iter()
+            .map(|g| status::read(store, g).map(|s| summary(&s)))
+            .collect::<Result<Vec<_>, String>>()?;
+        Ok((groups, total))
+    })?;
     Ok(json!({
         "groups": groups,
         "total": total,
@@ -143,12 +146,18 @@ pub(crate) fn group(dir: &Path, id: i64) -> Answer {
         let Some(store) = open(dir)? else {
             return Ok(None);
         };
-        let Some(row) = store.group(id).map_err(|e| e.to_string())? else {
+        let Some((shown, events)) = store.snapshot(|store| {
+            let Some(row) = store.group(id).map_err(|e| e.to_string())? else {
+                return Ok(None);
+            };
+            let shown = status::read(store, row)?;
+            let events = store.first_events(id, EVENTS).map_err(|e| e.to_string())?;
+            Ok(Some((shown, events)))
+        })?
+        else {
             return Ok(None);
         };
-        let finished = row.finished_at_ms;
-        let shown = status::read(&store, row)?;
-        let events = store.first_events(id, EVENTS).map_err(|e| e.to_string())?;
+        let finished = shown.group.finished_at_ms;
         let tasks: Vec<TaskInfo> = shown
             .tasks
             .iter()
@@ -189,12 +198,14 @@ fn pools_view(dir: &Path) -> Result<Value, String> {
     let Some(store) = open(dir)? else {
         return Ok(json!({ "pools": [] }));
     };
-    let pools = store
-        .pools(false)
-        .map_err(|e| e.to_string())?
-        .into_iter()
-        .map(|row| pool::read(&store, row).map(|s| pool::pool_json(&s)))
-        .collect::<Result<Vec<_>, String>>()?;
+    let pools = store.snapshot(|store| {
+        store
+            .pools(false)
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .map(|row| pool::read(store, row).map(|s| pool::pool_json(&s)))
+            .collect::<Result<Vec<_>, String>>()
+    })?;
     Ok(json!({ "pools": pools }))
 }
 
