@@ -10,9 +10,10 @@ use super::timeline::{self, TaskInfo};
 use hyper::StatusCode;
 use hyper::header::HeaderName;
 use hyper::http::request::Parts;
+use serde::Serialize;
 use serde_json::{Value, json};
 use skyc_runtime::paths;
-use skyc_runtime::store::{Store, now_ms};
+use skyc_runtime::store::{Backend, Store, now_ms};
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 
@@ -35,6 +36,8 @@ pub(crate) enum Answer {
         nonce: String,
     },
     Json(StatusCode, Value),
+    /// JSON already serialised.
+    JsonBytes(StatusCode, Vec<u8>),
     /// Bytes of a log, with where they start and end.
     Bytes {
         body: Vec<u8>,
@@ -67,15 +70,14 @@ pub(crate) fn page(dir: &Path) -> Answer {
     let Ok(nonce) = random_hex(16) else {
         return Answer::error("no randomness from the OS".into());
     };
-    let boot = json!({
-        "groups": groups_view(dir, GROUPS).unwrap_or_else(|e| json!({ "error": e })),
-        "pools": pools_view(dir).unwrap_or_else(|e| json!({ "error": e })),
-    });
+    let groups = match groups_view(dir, GROUPS) {
+        Ok(v) => serde_json::to_string(&v).unwrap_or_default(),
+        Err(e) => json!({ "error": e }).to_string(),
+    };
+    let pools = pools_view(dir).unwrap_or_else(|e| json!({ "error": e }));
     // JSON inside a <script> element: `<` escaped, so no text of the data
     // can close the element.
-    let boot = serde_json::to_string(&boot)
-        .unwrap_or_default()
-        .replace('<', "\\u003c");
+    let boot = format!("{{\"groups\":{groups},\"pools\":{pools}}}").replace('<', "\\u003c");
     let body = HTML
         .replace("{{nonce}}", &nonce)
         .replace("{{css}}", CSS)
@@ -89,56 +91,103 @@ pub(crate) fn groups(dir: &Path, parts: &Parts) -> Answer {
         .and_then(|l| l.parse::<usize>().ok())
         .unwrap_or(GROUPS)
         .clamp(1, MAX_GROUPS);
-    match groups_view(dir, limit) {
-        Ok(v) => Answer::Json(StatusCode::OK, v),
+    match groups_view(dir, limit).and_then(|v| serde_json::to_vec(&v).map_err(|e| e.to_string())) {
+        Ok(bytes) => Answer::JsonBytes(StatusCode::OK, bytes),
         Err(e) => Answer::error(e),
     }
 }
 
-fn groups_view(dir: &Path, limit: usize) -> Result<Value, String> {
+/// The list, serialised as it is (no `Value` in between: a thousand
+/// groups are a few hundred KiB).
+#[derive(Serialize)]
+struct GroupsView {
+    groups: Vec<Summary>,
+    total: usize,
+    now_ms: i64,
+    state_dir: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    note: Option<&'static str>,
+}
+
+/// A group as the list shows it.
+#[derive(Serialize)]
+struct Summary {
+    id: i64,
+    name: String,
+    status: String,
+    backend: Backend,
+    submitted_at_ms: i64,
+    finished_at_ms: Option<i64>,
+    recoveries: i64,
+    nodes: i64,
+    pool: Option<String>,
+    rank: Option<i64>,
+    num_jobs: Option<i64>,
+    error: Option<String>,
+    unreachable: Option<String>,
+    tasks: Vec<TaskBrief>,
+}
+
+#[derive(Serialize)]
+struct TaskBrief {
+    name: String,
+    status: String,
+}
+
+fn groups_view(dir: &Path, limit: usize) -> Result<GroupsView, String> {
+    let state_dir = dir.display().to_string();
     let Some(store) = open(dir)? else {
-        return Ok(json!({
-            "groups": [], "total": 0, "now_ms": now_ms(),
-            "state_dir": dir.display().to_string(),
-            "note": "no group has run with this state directory yet",
-        }));
+        return Ok(GroupsView {
+            groups: Vec::new(),
+            total: 0,
+            now_ms: now_ms(),
+            state_dir,
+            note: Some("no group has run with this state directory yet"),
+        });
     };
     let (groups, total) = store.snapshot(|store| {
         let (rows, total) = store.newest_groups(limit).map_err(|e| e.to_string())?;
         let groups = rows
             .into_iter()
-            .map(|g| status::read(store, g).map(|s| summary(&s)))
+            .map(|g| status::read(store, g).map(summary))
             .collect::<Result<Vec<_>, String>>()?;
         Ok((groups, total))
     })?;
-    Ok(json!({
-        "groups": groups,
-        "total": total,
-        "now_ms": now_ms(),
-        "state_dir": dir.display().to_string(),
-    }))
+    Ok(GroupsView {
+        groups,
+        total,
+        now_ms: now_ms(),
+        state_dir,
+        note: None,
+    })
 }
 
-/// A group as the list shows it.
-fn summary(s: &status::Shown) -> Value {
-    let g = &s.group;
-    json!({
-        "id": g.id,
-        "name": g.name,
-        "status": g.status,
-        "backend": g.backend,
-        "submitted_at_ms": g.submitted_at_ms,
-        "finished_at_ms": g.finished_at_ms,
-        "recoveries": s.tasks.iter().map(|t| t.restarts).sum::<i64>(),
-        "nodes": s.tasks.iter().map(|t| t.num_nodes).sum::<i64>(),
-        "pool": s.pool,
-        "rank": g.rank.filter(|_| g.num_jobs.is_some()),
-        "num_jobs": g.num_jobs,
-        "error": g.error,
-        "unreachable": g.outage.as_ref().filter(|_| g.finished_at_ms.is_none()),
-        "tasks": s.tasks.iter().map(|t| json!({"name": t.name, "status": t.status}))
-            .collect::<Vec<_>>(),
-    })
+fn summary(s: status::Shown) -> Summary {
+    let g = s.group;
+    let live = g.finished_at_ms.is_none();
+    Summary {
+        recoveries: s.tasks.iter().map(|t| t.restarts).sum(),
+        nodes: s.tasks.iter().map(|t| t.num_nodes).sum(),
+        tasks: s
+            .tasks
+            .into_iter()
+            .map(|t| TaskBrief {
+                name: t.name,
+                status: t.status,
+            })
+            .collect(),
+        id: g.id,
+        name: g.name,
+        status: g.status,
+        backend: g.backend,
+        submitted_at_ms: g.submitted_at_ms,
+        finished_at_ms: g.finished_at_ms,
+        pool: s.pool,
+        rank: g.rank.filter(|_| g.num_jobs.is_some()),
+        num_jobs: g.num_jobs,
+        error: g.error,
+        unreachable: g.outage.filter(|_| live),
+    }
 }
 
 pub(crate) fn group(dir: &Path, id: i64) -> Answer {

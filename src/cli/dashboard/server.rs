@@ -196,6 +196,7 @@ fn respond(answer: Answer) -> Response<Full<Bytes>> {
             "application/json",
             serde_json::to_vec(&value).unwrap_or_default().into(),
         ),
+        Answer::JsonBytes(status, body) => with_body(status, "application/json", body.into()),
         Answer::Bytes { body, headers } => {
             let mut r = with_body(StatusCode::OK, "text/plain; charset=utf-8", body.into());
             for (name, value) in headers {
