@@ -7,6 +7,7 @@ mod aws_run;
 mod cli;
 mod cloud;
 mod conformance;
+mod dashboard;
 mod examples;
 mod hostile;
 mod jobs_cli;

@@ -4,8 +4,9 @@ use super::exit::{NOT_FOUND, OK, USAGE};
 use super::out::errln;
 use super::select::{self, ByName};
 use super::state::StateArgs;
-use skyc_runtime::store::Kind;
+use skyc_runtime::store::{Kind, Store};
 use skyc_runtime::supervisor;
+use std::path::Path;
 
 /// Cancel groups: every task gets SIGTERM, then SIGKILL after the grace
 /// period.
@@ -80,47 +81,84 @@ fn cancel(args: &Args) -> Result<u8, String> {
     let mut code = OK;
     let mut asked = false;
     for &id in &ids {
-        match store.group(id).map_err(|e| e.to_string())? {
-            None => {
-                errln!("error: no group {id} in {}", dir.display());
-                code = NOT_FOUND;
-            }
-            Some(g) if g.kind != Kind::Group => {
-                errln!(
-                    "error: {id} is {} `{}`, not a group: {}",
-                    if g.kind == Kind::Pool {
-                        "the pool"
-                    } else {
-                        "a worker of a pool"
-                    },
-                    g.name,
-                    if g.kind == Kind::Pool {
-                        "`skyc pool down` takes a pool down"
-                    } else {
-                        "a pool's workers go with `skyc pool down` or `skyc pool apply --workers N`"
-                    }
-                );
-                code = NOT_FOUND;
-            }
-            Some(g) if g.finished_at_ms.is_some() => {
-                errln!("skyc: group {id} ({}) already ended: {}", g.name, g.status);
-            }
-            Some(g) => {
-                store.request_cancel(id).map_err(|e| e.to_string())?;
-                errln!("skyc: cancelling group {id} ({})", g.name);
+        let outcome = request(&mut store, id)?;
+        match &outcome {
+            Outcome::Asked(_) => {
+                errln!("skyc: {}", outcome.message(id, &dir));
                 asked = true;
+            }
+            Outcome::Ended(..) => errln!("skyc: {}", outcome.message(id, &dir)),
+            Outcome::Missing | Outcome::NotAGroup(..) => {
+                errln!("error: {}", outcome.message(id, &dir));
+                code = NOT_FOUND;
             }
         }
     }
     if asked {
-        supervisor::wake(&dir).map_err(|e| format!("supervisor: {e}"))?;
+        wake(&dir)?;
     }
     Ok(code)
 }
 
+/// What a cancel request of one group came to.
+pub(crate) enum Outcome {
+    /// No such group.
+    Missing,
+    /// A pool or a worker: (kind, name).
+    NotAGroup(Kind, String),
+    /// The group ended already: (name, status).
+    Ended(String, String),
+    /// The request is recorded for the supervisor: the group's name.
+    Asked(String),
+}
+
+impl Outcome {
+    pub(crate) fn message(&self, id: i64, dir: &Path) -> String {
+        match self {
+            Outcome::Missing => format!("no group {id} in {}", dir.display()),
+            Outcome::NotAGroup(kind, name) => format!(
+                "{id} is {} `{name}`, not a group: {}",
+                if *kind == Kind::Pool {
+                    "the pool"
+                } else {
+                    "a worker of a pool"
+                },
+                if *kind == Kind::Pool {
+                    "`skyc pool down` takes a pool down"
+                } else {
+                    "a pool's workers go with `skyc pool down` or `skyc pool apply --workers N`"
+                }
+            ),
+            Outcome::Ended(name, status) => format!("group {id} ({name}) already ended: {status}"),
+            Outcome::Asked(name) => format!("cancelling group {id} ({name})"),
+        }
+    }
+}
+
+/// Records a request to cancel group `id`, which the supervisor carries
+/// out once woken ([`wake`]). `skyc cancel` and the dashboard's cancel
+/// button both come through here.
+pub(crate) fn request(store: &mut Store, id: i64) -> Result<Outcome, String> {
+    Ok(match store.group(id).map_err(|e| e.to_string())? {
+        None => Outcome::Missing,
+        Some(g) if g.kind != Kind::Group => Outcome::NotAGroup(g.kind, g.name),
+        Some(g) if g.finished_at_ms.is_some() => Outcome::Ended(g.name, g.status),
+        Some(g) => {
+            store.request_cancel(id).map_err(|e| e.to_string())?;
+            Outcome::Asked(g.name)
+        }
+    })
+}
+
+/// Wakes the supervisor of `dir` (starting one if none answers) to carry
+/// out the requests recorded.
+pub(crate) fn wake(dir: &Path) -> Result<(), String> {
+    supervisor::wake(dir).map_err(|e| format!("supervisor: {e}"))
+}
+
 /// The group in progress named `name`. Several in progress is an error, as
 /// for `sky jobs cancel -n`: the ids tell them apart.
-fn by_name(store: &skyc_runtime::store::Store, name: &str) -> Result<Result<i64, String>, String> {
+fn by_name(store: &Store, name: &str) -> Result<Result<i64, String>, String> {
     let groups = store.groups_named(name).map_err(|e| e.to_string())?;
     if groups.is_empty() {
         return Ok(Err(format!("no group named `{name}`")));

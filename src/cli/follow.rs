@@ -10,7 +10,7 @@
 use skyc_runtime::local::logindex;
 use skyc_runtime::paths;
 use skyc_runtime::slurm::Plan as SlurmPlan;
-use skyc_runtime::store::{Backend, Store};
+use skyc_runtime::store::{Backend, GroupRow, Store, TaskRow};
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::PathBuf;
@@ -50,6 +50,31 @@ struct Line {
     text: Vec<u8>,
 }
 
+/// Where each task's `logs/` is: the group's directory, or on Slurm the
+/// job's (a pipeline's: its step's). In task order.
+pub(crate) fn log_dirs(
+    store: &Store,
+    state: &std::path::Path,
+    group: &GroupRow,
+    tasks: &[TaskRow],
+) -> Result<Vec<PathBuf>, String> {
+    let gid = group.id;
+    Ok(match group.backend {
+        Backend::Local | Backend::Kubernetes | Backend::Aws => {
+            vec![paths::group_dir(state, gid); tasks.len()]
+        }
+        Backend::Slurm => {
+            let plan: SlurmPlan =
+                serde_json::from_str(&store.plan(gid).map_err(|e| e.to_string())?)
+                    .map_err(|e| e.to_string())?;
+            tasks
+                .iter()
+                .map(|t| plan.task_dir(state, gid, &t.name))
+                .collect()
+        }
+    })
+}
+
 impl Follower {
     /// The logs of a group's nodes, or of one task's (`task`, or its index)
     /// or one node's (`task-rank`).
@@ -71,29 +96,17 @@ impl Follower {
         });
         let only = only.as_deref();
         let mut logs = Vec::new();
-        // Where each task's `logs/` is: the group's directory, or on
-        // Slurm the job's (a pipeline's: its step's).
-        let dirs: Vec<PathBuf> = match group.backend {
-            Backend::Local | Backend::Kubernetes | Backend::Aws => {
-                vec![paths::group_dir(state, gid); tasks.len()]
+        // The Slurm batch scripts' own output: where they say why they
+        // could not run the group.
+        if let (Backend::Slurm, None, Some(jobs)) = (group.backend, only, &group.job) {
+            let plan: SlurmPlan =
+                serde_json::from_str(&store.plan(gid).map_err(|e| e.to_string())?)
+                    .map_err(|e| e.to_string())?;
+            for (name, path) in plan.batch_outputs(state, gid, jobs) {
+                logs.push(Log::new(format!("({name}) "), path));
             }
-            Backend::Slurm => {
-                let plan: SlurmPlan =
-                    serde_json::from_str(&store.plan(gid).map_err(|e| e.to_string())?)
-                        .map_err(|e| e.to_string())?;
-                // The batch scripts' own output: where they say why they
-                // could not run the group.
-                if let (None, Some(jobs)) = (only, &group.job) {
-                    for (name, path) in plan.batch_outputs(state, gid, jobs) {
-                        logs.push(Log::new(format!("({name}) "), path));
-                    }
-                }
-                tasks
-                    .iter()
-                    .map(|t| plan.task_dir(state, gid, &t.name))
-                    .collect()
-            }
-        };
+        }
+        let dirs = log_dirs(store, state, &group, &tasks)?;
         for (task, dir) in tasks.iter().zip(&dirs) {
             let nodes = u32::try_from(task.num_nodes).unwrap_or(1);
             for rank in 0..nodes {

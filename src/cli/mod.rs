@@ -6,6 +6,7 @@ mod cancel;
 mod catalog;
 mod check;
 mod completions;
+mod dashboard;
 mod exit;
 mod follow;
 mod input;
@@ -56,6 +57,7 @@ enum Command {
     Status(status::Args),
     Logs(logs::Args),
     Cancel(cancel::Args),
+    Dashboard(dashboard::Args),
     /// Pools of warm workers that jobs are submitted to.
     Pool(pool::Args),
     Schema(schema::Args),
@@ -84,6 +86,7 @@ pub(crate) fn main() -> ExitCode {
         Command::Status(args) => status::run(&args),
         Command::Logs(args) => logs::run(&args),
         Command::Cancel(args) => cancel::run(&args),
+        Command::Dashboard(args) => dashboard::run(&args),
         Command::Pool(args) => pool::run(&args),
         Command::Schema(args) => schema::run(&args),
         Command::Completions(args) => completions::run(&args),

@@ -259,7 +259,7 @@ fn apply(args: &ApplyArgs) -> Result<u8, String> {
 }
 
 /// A pool and what `status` shows of it.
-struct Shown {
+pub(crate) struct Shown {
     row: GroupRow,
     engine: Option<Pool>,
     workers: Vec<GroupRow>,
@@ -312,7 +312,8 @@ fn status(args: &StatusArgs) -> Result<u8, String> {
     Ok(code)
 }
 
-fn read(store: &Store, row: GroupRow) -> Result<Shown, String> {
+/// Reads what `pool status` (and the dashboard) shows of a pool.
+pub(crate) fn read(store: &Store, row: GroupRow) -> Result<Shown, String> {
     let engine = store
         .runtime_state(row.id)
         .map_err(|e| e.to_string())?
@@ -438,7 +439,8 @@ fn worker_status(w: &GroupRow, view: Option<&skyc_runtime::pool::Worker>) -> Str
     }
 }
 
-fn pool_json(s: &Shown) -> serde_json::Value {
+/// A pool as `pool status --json` prints it (and the dashboard serves it).
+pub(crate) fn pool_json(s: &Shown) -> serde_json::Value {
     let e = s.engine.as_ref();
     json!({
         "id": s.row.id,

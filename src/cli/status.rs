@@ -8,7 +8,7 @@ use super::select::{self, ByName};
 use super::state::{StateArgs, supervisor_pid};
 use super::table::{self, Table};
 use serde_json::json;
-use skyc_runtime::store::{Backend, GroupRow, NodeRow, TaskRow, now_ms};
+use skyc_runtime::store::{Backend, GroupRow, NodeRow, Store, TaskRow, now_ms};
 
 /// How many finished groups are listed when `--all` is not given.
 const RECENT: usize = 10;
@@ -44,12 +44,26 @@ pub(crate) fn run(args: &Args) -> u8 {
 }
 
 /// A group with what the listing shows of it.
-struct Shown {
-    group: GroupRow,
-    tasks: Vec<TaskRow>,
-    nodes: Vec<NodeRow>,
+pub(crate) struct Shown {
+    pub(crate) group: GroupRow,
+    pub(crate) tasks: Vec<TaskRow>,
+    pub(crate) nodes: Vec<NodeRow>,
     /// The name of the pool it was submitted to.
-    pool: Option<String>,
+    pub(crate) pool: Option<String>,
+}
+
+/// Reads what `status` (and the dashboard) shows of a group.
+pub(crate) fn read(store: &Store, group: GroupRow) -> Result<Shown, String> {
+    let pool = match group.pool {
+        Some(p) => store.group(p).map_err(|e| e.to_string())?.map(|p| p.name),
+        None => None,
+    };
+    Ok(Shown {
+        tasks: store.tasks(group.id).map_err(|e| e.to_string())?,
+        nodes: store.nodes(group.id).map_err(|e| e.to_string())?,
+        group,
+        pool,
+    })
 }
 
 fn show(args: &Args) -> Result<u8, String> {
@@ -79,18 +93,7 @@ fn show(args: &Args) -> Result<u8, String> {
     };
     let shown = groups
         .into_iter()
-        .map(|group| {
-            let pool = match group.pool {
-                Some(p) => store.group(p).map_err(|e| e.to_string())?.map(|p| p.name),
-                None => None,
-            };
-            Ok(Shown {
-                tasks: store.tasks(group.id).map_err(|e| e.to_string())?,
-                nodes: store.nodes(group.id).map_err(|e| e.to_string())?,
-                group,
-                pool,
-            })
-        })
+        .map(|group| read(&store, group))
         .collect::<Result<Vec<_>, String>>()?;
     if args.json {
         let supervisor = supervisor_pid(&dir);
@@ -306,7 +309,8 @@ fn nodes_table(s: &Shown) -> Table {
     t
 }
 
-fn group_json(s: &Shown, supervisor: Option<i64>) -> serde_json::Value {
+/// A group as `status --json` prints it (and the dashboard serves it).
+pub(crate) fn group_json(s: &Shown, supervisor: Option<i64>) -> serde_json::Value {
     let g = &s.group;
     let live = g.finished_at_ms.is_none();
     json!({

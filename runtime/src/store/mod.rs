@@ -183,6 +183,56 @@ impl Store {
         Ok(Self { conn })
     }
 
+    /// Opens an existing store to read it only: nothing is created,
+    /// migrated or written (`skyc dashboard`, which changes nothing it is
+    /// not asked to). `Ok(None)` when the directory holds no store yet.
+    pub fn open_read_only(dir: &Path) -> std::result::Result<Option<Self>, String> {
+        use rusqlite::OpenFlags;
+        let path = dir.join("state.db");
+        if !path.exists() {
+            return Ok(None);
+        }
+        let at = |e: Error| format!("{}: {e}", path.display());
+        let conn = Connection::open_with_flags(
+            &path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(at)?;
+        conn.busy_timeout(Duration::from_secs(10)).map_err(at)?;
+        // Reading the version is the first read: a file that is not a
+        // database says so here.
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .map_err(at)?;
+        if version < schema::VERSION {
+            return Err(format!(
+                "{} was written by an older skyc (schema {version}, this skyc reads {}); \
+                 any other skyc command on it (`skyc status --state-dir {}`) upgrades it",
+                path.display(),
+                schema::VERSION,
+                dir.display()
+            ));
+        }
+        Ok(Some(Self { conn }))
+    }
+
+    /// Runs the reads of `f` in one read transaction: one snapshot of the
+    /// store, and one lock taken for all of them rather than one per
+    /// statement (a listing of a thousand groups reads thousands of rows).
+    pub fn snapshot<T>(
+        &self,
+        f: impl FnOnce(&Self) -> std::result::Result<T, String>,
+    ) -> std::result::Result<T, String> {
+        self.conn
+            .execute_batch("BEGIN")
+            .map_err(|e| e.to_string())?;
+        let out = f(self);
+        // A read transaction has nothing to keep: ending it cannot lose
+        // anything, whatever `f` returned.
+        let _ = self.conn.execute_batch("COMMIT");
+        out
+    }
+
     /// Runs `f` in one IMMEDIATE transaction.
     pub fn transaction<T>(&mut self, f: impl FnOnce(&Tx<'_>) -> Result<T>) -> Result<T> {
         let tx = self
@@ -344,7 +394,8 @@ impl Store {
     }
 
     pub fn tasks(&self, id: i64) -> Result<Vec<TaskRow>> {
-        let mut stmt = self.conn.prepare(
+        // Cached: listings ask for the tasks and nodes of every group.
+        let mut stmt = self.conn.prepare_cached(
             "SELECT idx, name, role, status, attempt, restarts, restarts_on_errors, num_nodes \
              FROM tasks WHERE group_id = ?1 ORDER BY idx",
         )?;
@@ -364,7 +415,7 @@ impl Store {
     }
 
     pub fn nodes(&self, id: i64) -> Result<Vec<NodeRow>> {
-        let mut stmt = self.conn.prepare(
+        let mut stmt = self.conn.prepare_cached(
             "SELECT task, rank, hostname, ip, pid, attempt, phase, exit_code, handle, machine \
              FROM nodes WHERE group_id = ?1 ORDER BY task, rank",
         )?;
@@ -450,6 +501,32 @@ impl Store {
                 |r| r.get(0),
             )
             .optional()
+    }
+
+    /// The first `limit` events of a group, oldest first: (time, JSON).
+    pub fn first_events(&self, id: i64, limit: usize) -> Result<Vec<(i64, String)>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT at_ms, event FROM events WHERE group_id = ?1 ORDER BY seq LIMIT ?2",
+        )?;
+        stmt.query_map(params![id, limit as i64], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect()
+    }
+
+    /// The `limit` newest groups `skyc run` ran, newest first, and how
+    /// many there are in all.
+    pub fn newest_groups(&self, limit: usize) -> Result<(Vec<GroupRow>, usize)> {
+        let mut stmt = self.conn.prepare(&format!(
+            "{GROUP_COLUMNS} WHERE kind = 'group' ORDER BY id DESC LIMIT ?1"
+        ))?;
+        let rows = stmt
+            .query_map(params![limit as i64], group_row)?
+            .collect::<Result<Vec<_>>>()?;
+        let total: i64 = self.conn.query_row(
+            "SELECT COUNT(*) FROM groups WHERE kind = 'group'",
+            [],
+            |r| r.get(0),
+        )?;
+        Ok((rows, usize::try_from(total).unwrap_or(0)))
     }
 
     /// Event history of a group, oldest first: (time, JSON).

@@ -95,6 +95,9 @@ CREATE INDEX groups_by_kind ON groups (kind, finished_at_ms);
 ",
 ];
 
+/// The schema version this skyc writes and reads.
+pub(super) const VERSION: i64 = MIGRATIONS.len() as i64;
+
 pub(super) fn migrate(conn: &Connection) -> rusqlite::Result<()> {
     // IMMEDIATE, and the version read inside: two processes opening a new
     // state directory at once migrate it once.

@@ -1,0 +1,414 @@
+//! A group's timeline: every attempt of every node, when it started and
+//! ended and why, read from the engine's event history (the store's
+//! `events`). Pure: events in, spans out.
+//!
+//! The history holds what the engine was told, not what it decided, so
+//! the reason a node was stopped is inferred from what came before its
+//! end: a cancel, an auxiliary's delay firing, another node of the same
+//! attempt failing, or every primary having ended.
+
+use serde::Serialize;
+use skyc_runtime::policy::{Event, Phase, Timer};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// One attempt of one node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub(crate) struct Span {
+    pub(crate) task: usize,
+    pub(crate) node: u32,
+    pub(crate) attempt: u32,
+    /// When the attempt started (or was queued, or, failing both, ended).
+    pub(crate) start_ms: i64,
+    /// When the node ended; `None` while it runs.
+    pub(crate) end_ms: Option<i64>,
+    /// How it ended: `running`, `succeeded`, `failed`, `lost`, `stopped`,
+    /// `terminated` (an auxiliary after the primaries), `cancelled`,
+    /// `unknown` (the group ended with no word of the node).
+    pub(crate) outcome: &'static str,
+    pub(crate) code: Option<i32>,
+    /// Said to people: what happened and what came of it.
+    pub(crate) why: String,
+    /// A later attempt of the task followed.
+    pub(crate) restarted: bool,
+}
+
+/// A task as the timeline needs it: primary or not, and its nodes.
+pub(crate) struct TaskInfo {
+    pub(crate) primary: bool,
+    pub(crate) num_nodes: u32,
+}
+
+/// Why a running attempt is being stopped, as last heard.
+#[derive(Clone, Copy)]
+enum Stop {
+    Cancel,
+    AuxiliaryDelay,
+    /// Another node of the attempt (this one) failed or was lost.
+    Sibling(u32),
+}
+
+/// The spans of a group's history: `events` oldest first as (time, JSON);
+/// `finished_ms`, when the group has ended, closes what no event closed.
+pub(crate) fn spans(
+    events: &[(i64, String)],
+    tasks: &[TaskInfo],
+    finished_ms: Option<i64>,
+) -> Vec<Span> {
+    let mut open: BTreeMap<(usize, u32, u32), Span> = BTreeMap::new();
+    let mut done: Vec<Span> = Vec::new();
+    // Attempt starts (queued, then started), per (task, attempt).
+    let mut started: BTreeMap<(usize, u32), i64> = BTreeMap::new();
+    let mut stops: BTreeMap<(usize, u32), Stop> = BTreeMap::new();
+    let mut cancelled = false;
+    // Attempts that ended with a node failed or lost (they restart or fail).
+    let mut latest: BTreeMap<usize, u32> = BTreeMap::new();
+    let mut seen: BTreeSet<(usize, u32, u32)> = BTreeSet::new();
+    for (at, text) in events {
+        // Other entries (a followed backend's records) are not the engine's.
+        let Ok(event) = serde_json::from_str::<Event>(text) else {
+            continue;
+        };
+        match event {
+            Event::TaskQueued { task, attempt } => {
+                started.entry((task, attempt)).or_insert(*at);
+                note_attempt(&mut latest, task, attempt);
+            }
+            Event::TaskStarted { task, attempt } => {
+                started.insert((task, attempt), *at);
+                note_attempt(&mut latest, task, attempt);
+                let nodes = tasks.get(task).map_or(1, |t| t.num_nodes);
+                for node in 0..nodes {
+                    let key = (task, node, attempt);
+                    if seen.contains(&key) {
+                        continue;
+                    }
+                    open.entry(key).or_insert_with(|| Span {
+                        task,
+                        node,
+                        attempt,
+                        start_ms: *at,
+                        end_ms: None,
+                        outcome: "running",
+                        code: None,
+                        why: String::new(),
+                        restarted: false,
+                    });
+                }
+            }
+            Event::NodeExited {
+                task,
+                attempt,
+                node,
+                phase,
+                code,
+            } => {
+                let stop = stop_of(&stops, cancelled, task, attempt, node);
+                let (outcome, why) = match stop {
+                    _ if code == 0 && stop.is_none() => ("succeeded", "succeeded".to_owned()),
+                    Some(Stop::Cancel) => ("cancelled", format!("cancelled (exit {code})")),
+                    Some(Stop::AuxiliaryDelay) => (
+                        "terminated",
+                        "auxiliary terminated after its termination delay".to_owned(),
+                    ),
+                    Some(Stop::Sibling(n)) => (
+                        "stopped",
+                        format!("stopped: node {n} of this attempt ended first"),
+                    ),
+                    None if primaries_ended(tasks, task, &open) => (
+                        "terminated",
+                        format!("auxiliary terminated after the primaries ended (exit {code})"),
+                    ),
+                    None => (
+                        "failed",
+                        format!(
+                            "{} failed with exit {code}",
+                            if phase == Phase::Setup {
+                                "setup"
+                            } else {
+                                "run"
+                            }
+                        ),
+                    ),
+                };
+                if outcome == "failed" {
+                    stops.entry((task, attempt)).or_insert(Stop::Sibling(node));
+                }
+                close(
+                    &mut open,
+                    &mut done,
+                    &mut seen,
+                    &started,
+                    (task, node, attempt),
+                    *at,
+                    outcome,
+                    Some(code),
+                    why,
+                );
+            }
+            Event::NodeLost {
+                task,
+                attempt,
+                node,
+            } => {
+                let stop = stop_of(&stops, cancelled, task, attempt, node);
+                let (outcome, why) = match stop {
+                    Some(Stop::Cancel) => ("cancelled", "cancelled".to_owned()),
+                    _ => (
+                        "lost",
+                        "lost: preempted, its machine gone or killed from outside".to_owned(),
+                    ),
+                };
+                if outcome == "lost" {
+                    stops.entry((task, attempt)).or_insert(Stop::Sibling(node));
+                }
+                close(
+                    &mut open,
+                    &mut done,
+                    &mut seen,
+                    &started,
+                    (task, node, attempt),
+                    *at,
+                    outcome,
+                    None,
+                    why,
+                );
+            }
+            Event::TimerFired(Timer::AuxiliaryDelay(task)) => {
+                if let Some(&attempt) = latest.get(&task) {
+                    stops.entry((task, attempt)).or_insert(Stop::AuxiliaryDelay);
+                }
+            }
+            Event::TimerFired(Timer::Kill { .. }) => {}
+            Event::CancelRequested => cancelled = true,
+        }
+    }
+    for (_, mut span) in open {
+        if let Some(end) = finished_ms {
+            span.end_ms = Some(end.max(span.start_ms));
+            span.outcome = "unknown";
+            span.why = "no word of its end before the group ended".into();
+        }
+        done.push(span);
+    }
+    // A restart is a later attempt of the same task.
+    for span in &mut done {
+        if latest.get(&span.task).is_some_and(|&l| l > span.attempt) {
+            span.restarted = true;
+            if span.outcome != "cancelled" {
+                span.why.push_str("; the task restarted");
+            }
+        }
+    }
+    done.sort_by_key(|s| (s.task, s.node, s.attempt));
+    done
+}
+
+fn note_attempt(latest: &mut BTreeMap<usize, u32>, task: usize, attempt: u32) {
+    let l = latest.entry(task).or_insert(attempt);
+    *l = (*l).max(attempt);
+}
+
+fn stop_of(
+    stops: &BTreeMap<(usize, u32), Stop>,
+    cancelled: bool,
+    task: usize,
+    attempt: u32,
+    node: u32,
+) -> Option<Stop> {
+    if cancelled {
+        return Some(Stop::Cancel);
+    }
+    match stops.get(&(task, attempt)) {
+        // A node is not stopped by its own end.
+        Some(Stop::Sibling(n)) if *n == node => None,
+        other => other.copied(),
+    }
+}
+
+/// Whether `task` is an auxiliary and no primary node is still running.
+fn primaries_ended(
+    tasks: &[TaskInfo],
+    task: usize,
+    open: &BTreeMap<(usize, u32, u32), Span>,
+) -> bool {
+    let auxiliary = tasks.get(task).is_some_and(|t| !t.primary);
+    auxiliary
+        && open
+            .keys()
+            .all(|&(t, _, _)| tasks.get(t).is_some_and(|t| !t.primary))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn close(
+    open: &mut BTreeMap<(usize, u32, u32), Span>,
+    done: &mut Vec<Span>,
+    seen: &mut BTreeSet<(usize, u32, u32)>,
+    started: &BTreeMap<(usize, u32), i64>,
+    key: (usize, u32, u32),
+    at: i64,
+    outcome: &'static str,
+    code: Option<i32>,
+    why: String,
+) {
+    // A node answered twice (after a supervisor's crash) counts once.
+    if !seen.insert(key) {
+        return;
+    }
+    let (task, node, attempt) = key;
+    let start_ms = open
+        .remove(&key)
+        .map(|s| s.start_ms)
+        .or_else(|| started.get(&(task, attempt)).copied())
+        .unwrap_or(at);
+    done.push(Span {
+        task,
+        node,
+        attempt,
+        start_ms,
+        end_ms: Some(at),
+        outcome,
+        code,
+        why,
+        restarted: false,
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ev(at: i64, v: serde_json::Value) -> (i64, String) {
+        (at, v.to_string())
+    }
+
+    fn exited(task: usize, attempt: u32, node: u32, code: i32) -> serde_json::Value {
+        json!({"NodeExited": {"task": task, "attempt": attempt, "node": node, "phase": "Run", "code": code}})
+    }
+
+    fn started(task: usize, attempt: u32) -> serde_json::Value {
+        json!({"TaskStarted": {"task": task, "attempt": attempt}})
+    }
+
+    #[test]
+    fn the_event_shapes_are_the_engines() {
+        // The history is the engine's events as the supervisor serialises
+        // them; a change of shape must show here.
+        let e: Event = serde_json::from_value(exited(1, 2, 3, 4)).unwrap();
+        assert!(matches!(
+            e,
+            Event::NodeExited {
+                task: 1,
+                attempt: 2,
+                node: 3,
+                code: 4,
+                ..
+            }
+        ));
+        let t: Event =
+            serde_json::from_value(json!({"TimerFired": {"AuxiliaryDelay": 1}})).unwrap();
+        assert_eq!(t, Event::TimerFired(Timer::AuxiliaryDelay(1)));
+    }
+
+    #[test]
+    fn a_restart_on_error_shows_both_attempts() {
+        let tasks = [TaskInfo {
+            primary: true,
+            num_nodes: 2,
+        }];
+        let events = [
+            ev(10, started(0, 0)),
+            ev(20, exited(0, 0, 1, 1)),
+            ev(21, exited(0, 0, 0, 143)),
+            ev(30, started(0, 1)),
+            ev(40, exited(0, 1, 0, 0)),
+            ev(41, exited(0, 1, 1, 0)),
+        ];
+        let s = spans(&events, &tasks, Some(41));
+        let brief: Vec<_> = s
+            .iter()
+            .map(|s| (s.node, s.attempt, s.outcome, s.restarted))
+            .collect();
+        assert_eq!(
+            brief,
+            [
+                (0, 0, "stopped", true),
+                (0, 1, "succeeded", false),
+                (1, 0, "failed", true),
+                (1, 1, "succeeded", false)
+            ]
+        );
+        assert_eq!(s[2].why, "run failed with exit 1; the task restarted");
+        assert_eq!((s[2].start_ms, s[2].end_ms), (10, Some(20)));
+    }
+
+    #[test]
+    fn auxiliaries_lost_nodes_and_cancel_are_told_apart() {
+        let tasks = [
+            TaskInfo {
+                primary: true,
+                num_nodes: 1,
+            },
+            TaskInfo {
+                primary: false,
+                num_nodes: 1,
+            },
+            TaskInfo {
+                primary: false,
+                num_nodes: 1,
+            },
+        ];
+        let events = [
+            ev(1, started(0, 0)),
+            ev(1, started(1, 0)),
+            ev(1, started(2, 0)),
+            ev(5, json!({"NodeLost": {"task": 0, "attempt": 0, "node": 0}})),
+            ev(6, started(0, 1)),
+            ev(9, exited(0, 1, 0, 0)),
+            ev(12, json!({"TimerFired": {"AuxiliaryDelay": 1}})),
+            ev(13, exited(1, 0, 0, 143)),
+            ev(14, exited(2, 0, 0, 143)),
+        ];
+        let s = spans(&events, &tasks, None);
+        let brief: Vec<_> = s.iter().map(|s| (s.task, s.attempt, s.outcome)).collect();
+        assert_eq!(
+            brief,
+            [
+                (0, 0, "lost"),
+                (0, 1, "succeeded"),
+                (1, 0, "terminated"),
+                (2, 0, "terminated")
+            ]
+        );
+        assert!(s[2].why.contains("termination delay"), "{}", s[2].why);
+        assert!(s[3].why.contains("primaries ended"), "{}", s[3].why);
+
+        let cancelled = [
+            ev(1, started(0, 0)),
+            ev(2, json!("CancelRequested")),
+            ev(3, exited(0, 0, 0, 143)),
+        ];
+        assert_eq!(spans(&cancelled, &tasks, Some(3))[0].outcome, "cancelled");
+    }
+
+    #[test]
+    fn open_spans_run_until_the_group_ends_and_noise_is_skipped() {
+        let tasks = [TaskInfo {
+            primary: true,
+            num_nodes: 1,
+        }];
+        let events = [
+            ev(1, started(0, 0)),
+            ev(2, json!({"slurm": "RUNNING"})),
+            (3, "not json".into()),
+            ev(4, exited(0, 0, 0, 0)),
+            ev(5, exited(0, 0, 0, 0)),
+        ];
+        let s = spans(&events, &tasks, None);
+        assert_eq!(s.len(), 1, "a node answered twice counts once: {s:?}");
+        let running = spans(&events[..1], &tasks, None);
+        assert_eq!((running[0].outcome, running[0].end_ms), ("running", None));
+        let ended = spans(&events[..1], &tasks, Some(9));
+        assert_eq!((ended[0].outcome, ended[0].end_ms), ("unknown", Some(9)));
+    }
+}
