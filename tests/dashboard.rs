@@ -6,7 +6,7 @@
 //!
 //! Chromium is required: without it these tests fail saying how to
 //! install it, unless `SKYC_CHROMIUM=skip` (then the browser test skips,
-//! loudly). `.ci/run` installs it.
+//! loudly). `scripts/test` installs it (as root).
 
 use crate::support::scratch::{Scratch, task, text};
 use crate::support::{root, snapshots};
