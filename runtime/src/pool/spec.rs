@@ -100,6 +100,7 @@ impl Scaling {
     /// The size as `skyc pool status` shows it.
     pub fn describe(&self) -> String {
         match *self {
+            Scaling::Fixed { workers: 1 } => "1 worker".into(),
             Scaling::Fixed { workers } => format!("{workers} workers"),
             Scaling::Autoscaled {
                 min_workers,

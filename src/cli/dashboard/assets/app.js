@@ -241,7 +241,7 @@
       return el('div', { className: 'card pool' },
         el('div', { className: 'card-head' },
           el('strong', {}, p.name), ' ', badge(p.status),
-          el('span', { className: 'muted' }, ' ' + ready + '/' + dash(p.target_workers) + ' workers ready · ' + p.jobs.length + ' jobs · ' + pending.length + ' pending · ' + dash(p.size))),
+          el('span', { className: 'muted' }, ' ' + ready + '/' + dash(p.target_workers) + ' workers ready · ' + p.jobs.length + ' job' + (p.jobs.length === 1 ? '' : 's') + ' · ' + pending.length + ' pending · ' + dash(p.size))),
         el('table', { className: 'list' },
           el('thead', {}, el('tr', {}, ...['Worker', 'Name', 'Status', 'Address', 'Resources', 'Jobs'].map((h) => el('th', {}, h)))),
           el('tbody', {}, ...workers)),
