@@ -11,6 +11,7 @@ mod schema;
 
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -399,19 +400,25 @@ impl Store {
             "SELECT idx, name, role, status, attempt, restarts, restarts_on_errors, num_nodes \
              FROM tasks WHERE group_id = ?1 ORDER BY idx",
         )?;
-        stmt.query_map(params![id], |r| {
-            Ok(TaskRow {
-                index: r.get(0)?,
-                name: r.get(1)?,
-                role: r.get(2)?,
-                status: r.get(3)?,
-                attempt: r.get(4)?,
-                restarts: r.get(5)?,
-                restarts_on_errors: r.get(6)?,
-                num_nodes: r.get(7)?,
-            })
-        })?
-        .collect()
+        stmt.query_map(params![id], |r| task_row(r, 0))?.collect()
+    }
+
+    /// The tasks of every group from `first` on, by group: one query for
+    /// a listing of many groups (the newest ones are the highest ids).
+    pub fn tasks_from(&self, first: i64) -> Result<BTreeMap<i64, Vec<TaskRow>>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT group_id, idx, name, role, status, attempt, restarts, restarts_on_errors, \
+             num_nodes FROM tasks WHERE group_id >= ?1 ORDER BY group_id, idx",
+        )?;
+        let mut by_group: BTreeMap<i64, Vec<TaskRow>> = BTreeMap::new();
+        let rows = stmt.query_map(params![first], |r| {
+            Ok((r.get::<_, i64>(0)?, task_row(r, 1)?))
+        })?;
+        for row in rows {
+            let (group, task) = row?;
+            by_group.entry(group).or_default().push(task);
+        }
+        Ok(by_group)
     }
 
     pub fn nodes(&self, id: i64) -> Result<Vec<NodeRow>> {
@@ -838,6 +845,20 @@ impl Tx<'_> {
 const GROUP_COLUMNS: &str = "SELECT id, name, status, source, submitted_at_ms, finished_at_ms, \
                              cancel_requested, backend, job, error, outage, kind, pool, rank, \
                              num_jobs FROM groups";
+
+/// A task's columns, from `at` on, in `tasks()`'s order.
+fn task_row(r: &rusqlite::Row<'_>, at: usize) -> Result<TaskRow> {
+    Ok(TaskRow {
+        index: r.get(at)?,
+        name: r.get(at + 1)?,
+        role: r.get(at + 2)?,
+        status: r.get(at + 3)?,
+        attempt: r.get(at + 4)?,
+        restarts: r.get(at + 5)?,
+        restarts_on_errors: r.get(at + 6)?,
+        num_nodes: r.get(at + 7)?,
+    })
+}
 
 fn group_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<GroupRow> {
     Ok(GroupRow {

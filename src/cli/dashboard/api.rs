@@ -13,7 +13,8 @@ use hyper::http::request::Parts;
 use serde::Serialize;
 use serde_json::{Value, json};
 use skyc_runtime::paths;
-use skyc_runtime::store::{Backend, Store, now_ms};
+use skyc_runtime::store::{Backend, GroupRow, Store, TaskRow, now_ms};
+use std::collections::HashMap;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 
@@ -147,10 +148,27 @@ fn groups_view(dir: &Path, limit: usize) -> Result<GroupsView, String> {
     };
     let (groups, total) = store.snapshot(|store| {
         let (rows, total) = store.newest_groups(limit).map_err(|e| e.to_string())?;
-        let groups = rows
-            .into_iter()
-            .map(|g| status::read(store, g).map(summary))
-            .collect::<Result<Vec<_>, String>>()?;
+        // Three queries for the whole list, not three a group: the
+        // groups, their tasks, and each pool's name once.
+        let first = rows.last().map_or(i64::MAX, |g| g.id);
+        let mut tasks = store.tasks_from(first).map_err(|e| e.to_string())?;
+        let mut pools: HashMap<i64, Option<String>> = HashMap::new();
+        let mut groups = Vec::with_capacity(rows.len());
+        for g in rows {
+            let pool = match g.pool {
+                Some(p) => match pools.get(&p) {
+                    Some(name) => name.clone(),
+                    None => {
+                        let name = store.group(p).map_err(|e| e.to_string())?.map(|p| p.name);
+                        pools.insert(p, name.clone());
+                        name
+                    }
+                },
+                None => None,
+            };
+            let tasks = tasks.remove(&g.id).unwrap_or_default();
+            groups.push(summary(g, tasks, pool));
+        }
         Ok((groups, total))
     })?;
     Ok(GroupsView {
@@ -162,14 +180,12 @@ fn groups_view(dir: &Path, limit: usize) -> Result<GroupsView, String> {
     })
 }
 
-fn summary(s: status::Shown) -> Summary {
-    let g = s.group;
+fn summary(g: GroupRow, tasks: Vec<TaskRow>, pool: Option<String>) -> Summary {
     let live = g.finished_at_ms.is_none();
     Summary {
-        recoveries: s.tasks.iter().map(|t| t.restarts).sum(),
-        nodes: s.tasks.iter().map(|t| t.num_nodes).sum(),
-        tasks: s
-            .tasks
+        recoveries: tasks.iter().map(|t| t.restarts).sum(),
+        nodes: tasks.iter().map(|t| t.num_nodes).sum(),
+        tasks: tasks
             .into_iter()
             .map(|t| TaskBrief {
                 name: t.name,
@@ -182,7 +198,7 @@ fn summary(s: status::Shown) -> Summary {
         backend: g.backend,
         submitted_at_ms: g.submitted_at_ms,
         finished_at_ms: g.finished_at_ms,
-        pool: s.pool,
+        pool,
         rank: g.rank.filter(|_| g.num_jobs.is_some()),
         num_jobs: g.num_jobs,
         error: g.error,
