@@ -26,6 +26,14 @@ use crate::pool::Placement;
 use crate::store::Store;
 use std::os::fd::BorrowedFd;
 
+/// The token a run carries on its cluster or cloud (Slurm's job comment,
+/// Kubernetes' run annotation, the `skyc-run` tag and names on AWS), so
+/// that a supervisor finds what it made: the submitting client's pid and
+/// the time of submission. Letters, digits and `-`, at most 26.
+pub fn run_token(submitted_ms: i64) -> String {
+    format!("skyc-{}-{submitted_ms}", std::process::id())
+}
+
 /// What a backend tells the supervisor about one group.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Report {

@@ -38,7 +38,13 @@ pub fn script(group: &Path, task: TaskId, phase: Phase) -> PathBuf {
         .join(format!("{task}.{}.sh", phase_name(phase)))
 }
 
+/// A node's log, `logs/{task}-{rank}.log` in its group's directory.
 pub fn log(group: &Path, task_name: &str, rank: u32) -> PathBuf {
+    group.join("logs").join(log_name(task_name, rank))
+}
+
+/// A node's log's file name.
+pub fn log_name(task_name: &str, rank: u32) -> String {
     // Task names are checked by the compiler; keep the path safe anyway.
     let safe: String = task_name
         .chars()
@@ -50,7 +56,7 @@ pub fn log(group: &Path, task_name: &str, rank: u32) -> PathBuf {
             }
         })
         .collect();
-    group.join("logs").join(format!("{safe}-{rank}.log"))
+    format!("{safe}-{rank}.log")
 }
 
 pub fn phase_name(phase: Phase) -> &'static str {
@@ -60,8 +66,10 @@ pub fn phase_name(phase: Phase) -> &'static str {
     }
 }
 
-/// Writes `name` in `dir` so that readers see all of it or nothing.
+/// Writes `name` in `dir` (made when missing) so that readers see all of
+/// it or nothing.
 pub fn write_atomic(dir: &Path, name: &str, content: &str) -> io::Result<()> {
+    fs::create_dir_all(dir)?;
     let tmp = dir.join(format!(".{name}.tmp"));
     fs::write(&tmp, content)?;
     fs::rename(&tmp, dir.join(name))

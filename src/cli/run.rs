@@ -17,6 +17,7 @@ use skyc_runtime::k8s::Plan as K8sPlan;
 use skyc_runtime::local::plan::Plan;
 use skyc_runtime::slurm::Plan as SlurmPlan;
 use skyc_runtime::store::{Backend, NewGroup, NewTask, Store, now_ms};
+use skyc_runtime::backend::run_token;
 use skyc_runtime::supervisor;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -288,12 +289,6 @@ pub(super) fn secret_values(given: &[(String, String)], group: &Group) -> Vec<(S
                 .filter_map(|s| Some((s.clone(), std::env::var(s).ok()?)))
         }))
         .collect()
-}
-
-/// The token a cluster run carries (Slurm's job comment, Kubernetes'
-/// run annotation): this client and the time of submission.
-fn run_token(submitted_ms: i64) -> String {
-    format!("skyc-{}-{submitted_ms}", std::process::id())
 }
 
 /// A backend's plan of the group, as JSON, and what planning found.

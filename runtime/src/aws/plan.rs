@@ -399,7 +399,7 @@ impl RunPlan {
         else {
             return Ok((None, diagnostics));
         };
-        let run = format!("{}-{}", options.submitted_ms, std::process::id());
+        let run = crate::backend::run_token(options.submitted_ms);
         let mut plan = Plan::from_spec(&doc, GroupSpec::from_ir(group, options.grace), &run)
             .map_err(|e| format!("the instance spec: {e}"))?;
         let (access, _) = super::backend::reach(&plan)?;

@@ -16,7 +16,7 @@ use kube::api::{Api, LogParams};
 use skyc_targets::k8s::names::CONTAINER;
 use std::fs;
 use std::io::{self, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// Where one node's output goes, and where its progress is kept.
 #[derive(Clone, Debug)]
@@ -55,12 +55,10 @@ impl NodeLog {
 
     fn set_mark(&self, at: Timestamp) -> io::Result<()> {
         let path = self.mark_path();
-        if let Some(dir) = path.parent() {
-            fs::create_dir_all(dir)?;
-        }
-        let tmp = path.with_extension("tmp");
-        fs::write(&tmp, at.to_string())?;
-        fs::rename(tmp, path)
+        let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+            return Err(io::Error::other("a mark path without a directory"));
+        };
+        crate::paths::write_atomic(dir, &name.to_string_lossy(), &at.to_string())
     }
 
     /// Appends lines of the pod's log (each `TIMESTAMP TEXT`) after the
@@ -178,11 +176,6 @@ fn write_lines(node: &NodeLog, pending: &mut Vec<u8>, upto: usize) -> io::Result
     node.append(&lines).map(|_| ())
 }
 
-/// The file a node's output goes to (the local target's layout).
-pub fn log_file(group_dir: &Path, task: &str, rank: u32) -> PathBuf {
-    crate::paths::log(group_dir, task, rank)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -210,7 +203,7 @@ mod tests {
             "2026-11-23T10:00:02Z more".to_owned(),
         ];
         assert_eq!(node.append(&again).unwrap(), 1);
-        let text = fs::read_to_string(log_file(&dir, "trainer", 1)).unwrap();
+        let text = fs::read_to_string(crate::paths::log(&dir, "trainer", 1)).unwrap();
         assert_eq!(
             text,
             "skyc: restarting trainer (attempt 1)\nhello\nworld\nmore\n"

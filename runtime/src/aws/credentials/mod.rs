@@ -298,13 +298,6 @@ impl Chain {
         self.0.renew()
     }
 
-    /// Whether the credentials come from the environment's keys, which
-    /// nothing renews.
-    pub fn from_environment(&self) -> bool {
-        matches!(&self.0.base, chain::Base::Keys { from, .. } if from == ENVIRONMENT)
-            && self.0.roles.is_empty()
-    }
-
     /// Asks the source (and STS for each role), `region` being the run's
     /// when the configuration names none.
     pub async fn fetch(&self, access: &Access, region: &str) -> Result<Fetched, String> {

@@ -54,7 +54,6 @@ fn environment_credentials_win() {
             from: ENVIRONMENT.into()
         }
     );
-    assert!(c.from_environment());
     assert_eq!(a.region.as_deref(), Some("eu-west-1"));
     assert_eq!(a.endpoint, None);
     assert_eq!(a.config_file, PathBuf::from("/home/u/.aws/config"));

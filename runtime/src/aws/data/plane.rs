@@ -83,8 +83,10 @@ struct Visit<'a> {
     key: NodeKey,
     id: String,
     address: String,
-    /// `{task}-{rank}`, the log's name.
+    /// `{task}-{rank}`, as messages name the node.
     name: String,
+    /// The node's log in the group's directory.
+    log: PathBuf,
     /// The task's secrets, when the instance does not have them yet.
     secrets: Option<&'a [(String, String)]>,
     /// The hosts file, when the instance does not have this one.
@@ -156,6 +158,9 @@ impl DataPlane {
                 visits.push(Visit {
                     key,
                     name: format!("{}-{rank}", plan.spec.tasks[task].name),
+                    log: self
+                        .logs
+                        .join(crate::paths::log_name(&plan.spec.tasks[task].name, rank)),
                     address: address.clone(),
                     secrets: (!self.armed.contains(&id))
                         .then(|| self.secrets.get(task).map(Vec::as_slice).unwrap_or(&[])),
@@ -318,7 +323,7 @@ impl DataPlane {
                 if bytes.is_empty() {
                     continue;
                 }
-                append(&self.logs, &v.name, bytes)
+                append(&v.log, bytes)
                     .map_err(|e| RemoteError::Spawn(format!("the node's log: {e}")))?;
                 done.offsets[i] += bytes.len() as u64;
                 // After the bytes: a crash in between copies a chunk
@@ -336,12 +341,14 @@ impl DataPlane {
     }
 }
 
-fn append(logs: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
-    std::fs::create_dir_all(logs)?;
+fn append(log: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    if let Some(dir) = log.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
     std::fs::OpenOptions::new()
         .create(true)
         .append(true)
-        .open(logs.join(format!("{name}.log")))?
+        .open(log)?
         .write_all(bytes)
 }
 
@@ -372,22 +379,18 @@ fn silent_message(v: &Visit<'_>, answered: bool, silence: Duration, why: &str) -
 
 /// Where the bytes of an instance's log already copied are counted, so a
 /// new supervisor goes on from there.
-fn offset_path(logs: &Path, id: &str, file: &str) -> PathBuf {
-    logs.join(".aws").join(format!("{id}.{file}.offset"))
+/// Where the bytes copied of an instance's log are counted.
+fn offset_name(id: &str, file: &str) -> String {
+    format!("{id}.{file}.offset")
 }
 
 fn read_offset(logs: &Path, id: &str, file: &str) -> u64 {
-    std::fs::read_to_string(offset_path(logs, id, file))
+    std::fs::read_to_string(logs.join(".aws").join(offset_name(id, file)))
         .ok()
         .and_then(|t| t.trim().parse().ok())
         .unwrap_or(0)
 }
 
 fn write_offset(logs: &Path, id: &str, file: &str, offset: u64) -> std::io::Result<()> {
-    let path = offset_path(logs, id, file);
-    let dir = path.parent().unwrap_or(logs);
-    std::fs::create_dir_all(dir)?;
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, offset.to_string())?;
-    std::fs::rename(tmp, path)
+    crate::paths::write_atomic(&logs.join(".aws"), &offset_name(id, file), &offset.to_string())
 }

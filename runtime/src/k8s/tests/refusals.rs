@@ -226,7 +226,7 @@ fn pod_logs_are_kept_in_the_state_directory() {
         w.exit(&pod, 0);
     });
     let dir = crate::paths::group_dir(&d.dir, driver::GID);
-    let text = std::fs::read_to_string(crate::k8s::logs::log_file(&dir, "trainer", 0)).unwrap();
+    let text = std::fs::read_to_string(crate::paths::log(&dir, "trainer", 0)).unwrap();
     assert_eq!(text, "epoch 1\ndone\n");
     let requested = d
         .fake
