@@ -186,6 +186,7 @@ impl Backend for Aws {
             data,
             out,
             sent_nodes: BTreeMap::new(),
+            sent_events: BTreeSet::new(),
             sent_errors: BTreeSet::new(),
             outage: None,
             settled: false,
@@ -235,6 +236,8 @@ struct Group {
     /// What `status` was last told of each node, so a pass that finds
     /// nothing new says nothing.
     sent_nodes: BTreeMap<(usize, u32, u32), NodeInfo>,
+    /// Events already told (by their text).
+    sent_events: BTreeSet<String>,
     /// Data-plane errors already shown.
     sent_errors: BTreeSet<String>,
     outage: Option<String>,
@@ -361,6 +364,14 @@ impl Group {
                     }
                 }
                 Report::Settled => settled = true,
+                // A pass finds the same facts again (a running task is
+                // started at every pass): each is told once, or the
+                // store's history would grow by a row a pass.
+                Report::Event { event, at_ms } => {
+                    if self.sent_events.insert(format!("{event:?}")) {
+                        self.out.send(Report::Event { event, at_ms });
+                    }
+                }
                 other => self.out.send(other),
             }
         }

@@ -184,9 +184,11 @@ impl Store {
         Ok(Self { conn })
     }
 
-    /// Opens an existing store to read it only: nothing is created,
-    /// migrated or written (`skyc dashboard`, which changes nothing it is
-    /// not asked to). `Ok(None)` when the directory holds no store yet.
+    /// Opens an existing store to read it only: nothing is migrated or
+    /// written (`skyc dashboard`, which changes nothing it is not asked
+    /// to). SQLite's own side files of the write-ahead log (`state.db-wal`,
+    /// `-shm`) are made again by any reader when no writer left them.
+    /// `Ok(None)` when the directory holds no store yet.
     pub fn open_read_only(dir: &Path) -> std::result::Result<Option<Self>, String> {
         use rusqlite::OpenFlags;
         let path = dir.join("state.db");

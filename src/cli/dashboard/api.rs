@@ -183,8 +183,9 @@ fn groups_view(dir: &Path, limit: usize) -> Result<GroupsView, String> {
 fn summary(g: GroupRow, tasks: Vec<TaskRow>, pool: Option<String>) -> Summary {
     let live = g.finished_at_ms.is_none();
     Summary {
-        recoveries: tasks.iter().map(|t| t.restarts).sum(),
-        nodes: tasks.iter().map(|t| t.num_nodes).sum(),
+        // A store's counts are not trusted to add up without overflow.
+        recoveries: tasks.iter().fold(0, |n, t| t.restarts.saturating_add(n)),
+        nodes: tasks.iter().fold(0, |n, t| t.num_nodes.saturating_add(n)),
         tasks: tasks
             .into_iter()
             .map(|t| TaskBrief {
@@ -332,11 +333,15 @@ pub(crate) fn log(dir: &Path, id: i64, parts: &Parts) -> Answer {
 /// `None`, from its first whole line); (start, bytes, size). A log not yet
 /// written is empty.
 pub(crate) fn read_chunk(path: &Path, offset: Option<u64>) -> std::io::Result<(u64, Vec<u8>, u64)> {
-    let mut file = match std::fs::File::open(path) {
-        Ok(f) => f,
+    // A state directory can hold anything at a log's place: only a
+    // regular file is read (a link is not followed, a FIFO would block).
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_file() => {}
+        Ok(_) => return Err(std::io::Error::other("not a regular file")),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((0, Vec::new(), 0)),
         Err(e) => return Err(e),
-    };
+    }
+    let mut file = std::fs::File::open(path)?;
     let size = file.metadata()?.len();
     let tail = offset.is_none();
     let start = offset.unwrap_or(size.saturating_sub(LOG_CHUNK)).min(size);

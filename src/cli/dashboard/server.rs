@@ -46,7 +46,10 @@ pub(crate) fn serve(listener: std::net::TcpListener, shared: Shared) -> io::Resu
             tokio::spawn(async move {
                 let service =
                     hyper::service::service_fn(move |request| answer(shared.clone(), request));
+                // A timer, so that a connection that sends no request
+                // (or only part of one) is closed (hyper's header timeout).
                 let _ = hyper::server::conn::http1::Builder::new()
+                    .timer(hyper_util::rt::TokioTimer::new())
                     .serve_connection(TokioIo::new(stream), service)
                     .await;
             });
@@ -62,6 +65,8 @@ async fn answer(
     let (parts, _body) = request.into_parts();
     let response = tokio::task::spawn_blocking(move || route(&shared, &parts))
         .await
+        // Reached when the blocking pool is shut down; a panic aborts
+        // (`panic = "abort"`), so views must not panic on any store.
         .unwrap_or_else(|_| plain(StatusCode::INTERNAL_SERVER_ERROR, "internal error"));
     Ok(response)
 }

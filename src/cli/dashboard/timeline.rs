@@ -63,12 +63,15 @@ pub(crate) fn spans(
     // Attempts that ended with a node failed or lost (they restart or fail).
     let mut latest: BTreeMap<usize, u32> = BTreeMap::new();
     let mut seen: BTreeSet<(usize, u32, u32)> = BTreeSet::new();
-    for (at, text) in events {
-        // Other entries (a followed backend's records) are not the engine's.
-        let Ok(event) = serde_json::from_str::<Event>(text) else {
-            continue;
-        };
-        match event {
+    // Other entries (a followed backend's records) are not the engine's.
+    let events: Vec<(i64, Event)> = events
+        .iter()
+        .filter_map(|(at, text)| Some((*at, serde_json::from_str::<Event>(text).ok()?)))
+        .collect();
+    let primaries_end = primaries_end(&events, tasks);
+    for &(at, ref event) in &events {
+        let at = &at;
+        match *event {
             Event::TaskQueued { task, attempt } => {
                 started.entry((task, attempt)).or_insert(*at);
                 note_attempt(&mut latest, task, attempt);
@@ -76,7 +79,7 @@ pub(crate) fn spans(
             Event::TaskStarted { task, attempt } => {
                 started.insert((task, attempt), *at);
                 note_attempt(&mut latest, task, attempt);
-                let nodes = tasks.get(task).map_or(1, |t| t.num_nodes);
+                let nodes = tasks.get(task).map_or(1, |t| t.num_nodes.min(MAX_NODES));
                 for node in 0..nodes {
                     let key = (task, node, attempt);
                     if seen.contains(&key) {
@@ -102,35 +105,12 @@ pub(crate) fn spans(
                 phase,
                 code,
             } => {
-                let stop = stop_of(&stops, cancelled, task, attempt, node);
-                let (outcome, why) = match stop {
-                    _ if code == 0 && stop.is_none() => ("succeeded", "succeeded".to_owned()),
-                    Some(Stop::Cancel) => ("cancelled", format!("cancelled (exit {code})")),
-                    Some(Stop::AuxiliaryDelay) => (
-                        "terminated",
-                        "auxiliary terminated after its termination delay".to_owned(),
-                    ),
-                    Some(Stop::Sibling(n)) => (
-                        "stopped",
-                        format!("stopped: node {n} of this attempt ended first"),
-                    ),
-                    None if primaries_ended(tasks, task, &open) => (
-                        "terminated",
-                        format!("auxiliary terminated after the primaries ended (exit {code})"),
-                    ),
-                    None => (
-                        "failed",
-                        format!(
-                            "{} failed with exit {code}",
-                            if phase == Phase::Setup {
-                                "setup"
-                            } else {
-                                "run"
-                            }
-                        ),
-                    ),
-                };
-                if outcome == "failed" {
+                let key = (task, node, attempt);
+                let ended = Ended::Exited { phase, code };
+                let (outcome, why) = ended.why(stop_of(&stops, cancelled, task, attempt, node), {
+                    primaries_end.is_some_and(|end| end <= *at) && !is_primary(tasks, task)
+                });
+                if matches!(outcome, "failed" | "lost") {
                     stops.entry((task, attempt)).or_insert(Stop::Sibling(node));
                 }
                 close(
@@ -138,7 +118,7 @@ pub(crate) fn spans(
                     &mut done,
                     &mut seen,
                     &started,
-                    (task, node, attempt),
+                    key,
                     *at,
                     outcome,
                     Some(code),
@@ -150,27 +130,19 @@ pub(crate) fn spans(
                 attempt,
                 node,
             } => {
-                let stop = stop_of(&stops, cancelled, task, attempt, node);
-                let (outcome, why) = match stop {
-                    Some(Stop::Cancel) => ("cancelled", "cancelled".to_owned()),
-                    _ => (
-                        "lost",
-                        "lost: preempted, its machine gone or killed from outside".to_owned(),
-                    ),
-                };
-                if outcome == "lost" {
+                // A node a backend stopped itself (a deleted pod, a
+                // terminated instance) is reported lost too: the reason
+                // comes from what came before, as for an exit.
+                let key = (task, node, attempt);
+                let (outcome, why) = Ended::Lost
+                    .why(stop_of(&stops, cancelled, task, attempt, node), {
+                        primaries_end.is_some_and(|end| end <= *at) && !is_primary(tasks, task)
+                    });
+                if matches!(outcome, "failed" | "lost") {
                     stops.entry((task, attempt)).or_insert(Stop::Sibling(node));
                 }
                 close(
-                    &mut open,
-                    &mut done,
-                    &mut seen,
-                    &started,
-                    (task, node, attempt),
-                    *at,
-                    outcome,
-                    None,
-                    why,
+                    &mut open, &mut done, &mut seen, &started, key, *at, outcome, None, why,
                 );
             }
             Event::TimerFired(Timer::AuxiliaryDelay(task)) => {
@@ -225,17 +197,86 @@ fn stop_of(
     }
 }
 
-/// Whether `task` is an auxiliary and no primary node is still running.
-fn primaries_ended(
-    tasks: &[TaskInfo],
-    task: usize,
-    open: &BTreeMap<(usize, u32, u32), Span>,
-) -> bool {
-    let auxiliary = tasks.get(task).is_some_and(|t| !t.primary);
-    auxiliary
-        && open
-            .keys()
-            .all(|&(t, _, _)| tasks.get(t).is_some_and(|t| !t.primary))
+/// The most nodes of one task the timeline draws lanes for (the store's
+/// count is not trusted: a state directory can say anything).
+const MAX_NODES: u32 = 4096;
+
+fn is_primary(tasks: &[TaskInfo], task: usize) -> bool {
+    tasks.get(task).is_some_and(|t| t.primary)
+}
+
+/// When the last node of the primaries ended, once every primary task
+/// has had a node end and none runs after: an auxiliary stopped from then
+/// on was terminated because they ended, one that ended before (while a
+/// primary was between attempts, say) was not.
+fn primaries_end(events: &[(i64, Event)], tasks: &[TaskInfo]) -> Option<i64> {
+    let mut last: BTreeMap<usize, i64> = BTreeMap::new();
+    for (at, event) in events {
+        match *event {
+            Event::NodeExited { task, .. } | Event::NodeLost { task, .. }
+                if is_primary(tasks, task) =>
+            {
+                last.insert(task, *at);
+            }
+            // A primary started again: its earlier ends were not its last.
+            Event::TaskStarted { task, .. } | Event::TaskQueued { task, .. }
+                if is_primary(tasks, task) =>
+            {
+                last.remove(&task);
+            }
+            _ => {}
+        }
+    }
+    let primaries = tasks.iter().filter(|t| t.primary).count();
+    (primaries > 0 && last.len() == primaries).then(|| last.values().copied().max())?
+}
+
+/// How a node ended, as the engine heard it.
+enum Ended {
+    Exited { phase: Phase, code: i32 },
+    Lost,
+}
+
+impl Ended {
+    /// The outcome and what to say of it, given the stop last asked of
+    /// its attempt and whether the primaries had all ended by then.
+    fn why(&self, stop: Option<Stop>, after_primaries: bool) -> (&'static str, String) {
+        let exit = match self {
+            Ended::Exited { code, .. } => format!(" (exit {code})"),
+            Ended::Lost => String::new(),
+        };
+        match (self, stop) {
+            (Ended::Exited { code: 0, .. }, None) => ("succeeded", "succeeded".to_owned()),
+            (_, Some(Stop::Cancel)) => ("cancelled", format!("cancelled{exit}")),
+            (_, Some(Stop::AuxiliaryDelay)) => (
+                "terminated",
+                "auxiliary terminated after its termination delay".to_owned(),
+            ),
+            (_, Some(Stop::Sibling(n))) => (
+                "stopped",
+                format!("stopped: node {n} of this attempt ended first"),
+            ),
+            (_, None) if after_primaries => (
+                "terminated",
+                format!("auxiliary terminated after the primaries ended{exit}"),
+            ),
+            (Ended::Exited { phase, code }, None) => (
+                "failed",
+                format!(
+                    "{} failed with exit {code}",
+                    if *phase == Phase::Setup {
+                        "setup"
+                    } else {
+                        "run"
+                    }
+                ),
+            ),
+            (Ended::Lost, None) => (
+                "lost",
+                "lost: preempted, its machine gone or killed from outside".to_owned(),
+            ),
+        }
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -389,6 +430,63 @@ mod tests {
             ev(3, exited(0, 0, 0, 143)),
         ];
         assert_eq!(spans(&cancelled, &tasks, Some(3))[0].outcome, "cancelled");
+    }
+
+    #[test]
+    fn nodes_a_cluster_backend_stopped_are_told_apart_from_lost_ones() {
+        // Kubernetes and AWS report a node they stopped (a deleted pod, a
+        // terminated instance) as lost: the reason is what came before.
+        let lost = |task: usize, attempt: u32, node: u32| json!({"NodeLost": {"task": task, "attempt": attempt, "node": node}});
+        let tasks = [
+            TaskInfo {
+                primary: true,
+                num_nodes: 2,
+            },
+            TaskInfo {
+                primary: false,
+                num_nodes: 1,
+            },
+            TaskInfo {
+                primary: false,
+                num_nodes: 1,
+            },
+        ];
+        let events = [
+            ev(1, started(0, 0)),
+            ev(1, started(1, 0)),
+            ev(1, started(2, 0)),
+            ev(4, exited(0, 0, 1, 1)),
+            ev(5, lost(0, 0, 0)),
+            // An auxiliary crashing while the primary is between attempts
+            // failed: the primaries had not ended.
+            ev(6, exited(2, 0, 0, 2)),
+            ev(7, started(0, 1)),
+            ev(7, started(2, 1)),
+            ev(9, exited(0, 1, 0, 0)),
+            ev(9, exited(0, 1, 1, 0)),
+            ev(10, lost(2, 1, 0)),
+            ev(12, json!({"TimerFired": {"AuxiliaryDelay": 1}})),
+            ev(13, lost(1, 0, 0)),
+        ];
+        let s = spans(&events, &tasks, Some(13));
+        let brief: Vec<_> = s
+            .iter()
+            .map(|s| (s.task, s.node, s.attempt, s.outcome))
+            .collect();
+        assert_eq!(
+            brief,
+            [
+                (0, 0, 0, "stopped"),
+                (0, 0, 1, "succeeded"),
+                (0, 1, 0, "failed"),
+                (0, 1, 1, "succeeded"),
+                (1, 0, 0, "terminated"),
+                (2, 0, 0, "failed"),
+                (2, 0, 1, "terminated"),
+            ]
+        );
+        assert!(s[4].why.contains("termination delay"), "{}", s[4].why);
+        assert!(s[6].why.contains("primaries ended"), "{}", s[6].why);
     }
 
     #[test]

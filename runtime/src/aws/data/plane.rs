@@ -392,5 +392,9 @@ fn read_offset(logs: &Path, id: &str, file: &str) -> u64 {
 }
 
 fn write_offset(logs: &Path, id: &str, file: &str, offset: u64) -> std::io::Result<()> {
-    crate::paths::write_atomic(&logs.join(".aws"), &offset_name(id, file), &offset.to_string())
+    crate::paths::write_atomic(
+        &logs.join(".aws"),
+        &offset_name(id, file),
+        &offset.to_string(),
+    )
 }
