@@ -14,7 +14,7 @@
 use super::plan::{Plan, RunPlan};
 use crate::aws::control::ops;
 use crate::aws::control::pass::pass;
-use crate::aws::credentials::{Access, Chain, ConfigError, Keeper, Source, Step};
+use crate::aws::credentials::{Keeper, Step};
 use crate::aws::data::plane::DataPlane;
 use crate::aws::data::remote::Ssh;
 use crate::aws::ec2::client::{Ec2, Tuning};
@@ -36,37 +36,6 @@ pub const POLL: Duration = Duration::from_secs(3);
 
 /// How long one command on a node may take.
 const SSH_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// The AWS configuration as this process finds it, once EC2 has
-/// answered with its credentials: one `DescribeInstances` of the plan's
-/// run (new, so empty). For the submitting client, before it records a
-/// group; the chain says where the credentials came from.
-pub fn reach(plan: &Plan) -> Result<(Access, Chain), String> {
-    let (access, chain) = Access::from_env().map_err(|e| e.to_string())?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
-    let fetched = rt
-        .block_on(chain.fetch(&access, &plan.region))
-        .map_err(|e| match &access.source {
-            // Asked last because nothing else is configured: most likely
-            // not on EC2 at all.
-            Source::InstanceMetadata { endpoint: None } => format!(
-                "{}; the instance metadata service, asked last, gave none: {e}",
-                ConfigError::NoCredentials {
-                    profile: access.profile.clone()
-                }
-            ),
-            _ => format!("cannot get AWS credentials from {}: {e}", chain.describe()),
-        })?;
-    let settings = access.settings(fetched.credentials, &chain);
-    let ec2 =
-        Ec2::new(&settings, Some(&plan.region), Tuning::default()).map_err(|e| e.to_string())?;
-    rt.block_on(ops::instances(&ec2, &plan.run))
-        .map_err(|e| e.to_string())?;
-    Ok((access, chain))
-}
 
 /// What a group's thread hears.
 enum Msg {

@@ -14,8 +14,11 @@
 //! - [`data`]: the data plane over SSH: hosts and secrets delivered to
 //!   each node, its logs followed and its outcome read;
 //!
-//! and at the top, as in every backend, `plan.rs` ([`Plan`]: the build's
-//! spec with the run's own names, tags and `ClientToken`s) and
+//! with [`world`] between the two planes (the run as EC2 shows it: each
+//! instance a node's attempt), and at the top, as in every backend,
+//! `plan.rs` ([`Plan`]: the build's spec with the run's own names, tags
+//! and `ClientToken`s; [`RunPlan::for_run`], which plans a run once EC2
+//! has answered with the run's credentials) and
 //! [`backend`] (the supervisor's [`crate::backend::Backend`] for AWS
 //! groups, a thread per group running both planes).
 
@@ -25,6 +28,7 @@ pub mod credentials;
 pub mod data;
 pub mod ec2;
 mod plan;
+pub mod world;
 
 pub use backend::Aws;
 pub use credentials::{Access, ConfigError};

@@ -18,7 +18,9 @@
 //! (a retry, or a supervisor that died before it saw the answer) is the
 //! same request to EC2, which launches nothing twice.
 
-use crate::aws::credentials::{Access, Source};
+use crate::aws::control::ops;
+use crate::aws::credentials::{Access, ConfigError, Source};
+use crate::aws::ec2::client::{Ec2, Tuning};
 use crate::policy::{Execution, GroupSpec};
 use ring::digest;
 use serde::{Deserialize, Serialize};
@@ -402,7 +404,7 @@ impl RunPlan {
         let run = crate::backend::run_token(options.submitted_ms);
         let mut plan = Plan::from_spec(&doc, GroupSpec::from_ir(group, options.grace), &run)
             .map_err(|e| format!("the instance spec: {e}"))?;
-        let (access, _) = super::backend::reach(&plan)?;
+        let access = reach(&plan)?;
         let from = match &options.ssh_from {
             Some(cidr) => cidr.clone(),
             None => default_route_address()?,
@@ -433,6 +435,37 @@ impl RunPlan {
     pub fn credentials_from_environment(&self) -> bool {
         self.access.source == Source::Environment
     }
+}
+
+/// The AWS configuration as this process finds it, once EC2 has
+/// answered with its credentials: one `DescribeInstances` of the plan's
+/// run (new, so empty). For the submitting client, before it records a
+/// group.
+fn reach(plan: &Plan) -> Result<Access, String> {
+    let (access, chain) = Access::from_env().map_err(|e| e.to_string())?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let fetched = rt
+        .block_on(chain.fetch(&access, &plan.region))
+        .map_err(|e| match &access.source {
+            // Asked last because nothing else is configured: most likely
+            // not on EC2 at all.
+            Source::InstanceMetadata { endpoint: None } => format!(
+                "{}; the instance metadata service, asked last, gave none: {e}",
+                ConfigError::NoCredentials {
+                    profile: access.profile.clone()
+                }
+            ),
+            _ => format!("cannot get AWS credentials from {}: {e}", chain.describe()),
+        })?;
+    let settings = access.settings(fetched.credentials, &chain);
+    let ec2 =
+        Ec2::new(&settings, Some(&plan.region), Tuning::default()).map_err(|e| e.to_string())?;
+    rt.block_on(ops::instances(&ec2, &plan.run))
+        .map_err(|e| e.to_string())?;
+    Ok(access)
 }
 
 /// This machine's address on its default route, as a /32: what the

@@ -25,10 +25,10 @@
 //! data plane's limit failed its setup (exit 255, as `ssh` says); one
 //! that answered, then went silent that long, is lost.
 
-use crate::aws::control::world::{NodeKey, World};
 use crate::aws::data::node::{Outcome, Outcomes};
 use crate::aws::ec2::response::{Instance, State};
 use crate::aws::plan::Plan;
+use crate::aws::world::{NodeKey, World};
 use crate::backend::{NodeInfo, Report};
 use crate::goal::{Goal, Want};
 use crate::policy::{Event, Phase};

@@ -17,9 +17,9 @@
 //!   made before the first launch and deleted once the group has ended and
 //!   every instance is terminated (EC2 refuses to delete a group in use).
 
-use crate::aws::control::world::{NodeKey, World};
 use crate::aws::ec2::response::State;
 use crate::aws::plan::Plan;
+use crate::aws::world::{NodeKey, World};
 use crate::goal::{Goal, Want};
 
 /// One EC2 operation, as data.

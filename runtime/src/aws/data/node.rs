@@ -4,8 +4,8 @@
 //! is docs/targets/cloud.md, "The node's directory"; how the files travel
 //! (SSH) is docs/targets/cloud.md's, "Inside the AWS runtime".
 
-use crate::aws::control::world::{NodeKey, World};
 use crate::aws::plan::Plan;
+use crate::aws::world::{NodeKey, World};
 use crate::goal::{Goal, Want};
 use crate::policy::Phase;
 use std::collections::BTreeMap;

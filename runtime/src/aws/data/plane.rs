@@ -20,11 +20,11 @@
 //! never read cannot be set up (a wrong login user, no sudo, a refused
 //! key, a blocked port), one read before has failed.
 
-use crate::aws::control::world::{NodeKey, World};
 use crate::aws::data::node::{self, Outcome, Outcomes};
 use crate::aws::data::remote::{self, LOGS, RemoteError, Ssh};
 use crate::aws::ec2::response::State;
 use crate::aws::plan::Plan;
+use crate::aws::world::{NodeKey, World};
 use crate::goal::{Goal, Want};
 use std::collections::{HashMap, HashSet};
 use std::io::Write as _;

@@ -12,13 +12,13 @@
 use super::{Driven, plan};
 use crate::aws::control::ops;
 use crate::aws::control::reconcile::{reconcile, settled};
-use crate::aws::control::world::{NodeKey, World};
 use crate::aws::data::node::Outcomes;
 use crate::aws::ec2::client::{Ec2, Tuning};
 use crate::aws::ec2::config::Settings;
 use crate::aws::ec2::query;
 use crate::aws::ec2::response::State;
 use crate::aws::plan::{Plan, client_token};
+use crate::aws::world::{NodeKey, World};
 use crate::backend::Report;
 use crate::goal::Goal;
 use crate::policy::{Event, Phase, Status, Timer};
@@ -265,7 +265,7 @@ pub(super) async fn launches_a_groups_instances_from_the_build(t: &Target, p: &P
             .unwrap(),
     )
     .unwrap();
-    let key = crate::aws::control::world::World::key(p, &world.instances[0]).unwrap();
+    let key = crate::aws::world::World::key(p, &world.instances[0]).unwrap();
     assert_eq!(
         text,
         p.nodes[key.task][key.rank as usize]["UserData"]
@@ -596,7 +596,7 @@ pub(super) async fn a_network_left_incomplete_is_completed(t: &Target, p: &Plan,
     let world = world_when(t, ec2, p, |w| w.network.is_some()).await;
     assert_eq!(
         world.network,
-        Some(crate::aws::control::world::Network {
+        Some(crate::aws::world::Network {
             id: sg.clone(),
             ready: false
         })

@@ -12,7 +12,6 @@
 use super::Driven;
 use crate::aws::control::ops;
 use crate::aws::control::pass::pass;
-use crate::aws::control::world::{NodeKey, World};
 use crate::aws::data::plane::DataPlane;
 use crate::aws::data::remote::Ssh;
 use crate::aws::ec2::client::{Ec2, Tuning};
@@ -21,6 +20,7 @@ use crate::aws::ec2::query;
 use crate::aws::ec2::response::State;
 use crate::aws::ec2::sigv4::Credentials;
 use crate::aws::plan::Plan;
+use crate::aws::world::{NodeKey, World};
 use crate::backend::Report;
 use crate::goal::Goal;
 use crate::policy::{Event, Status, Timer};

@@ -4,11 +4,11 @@
 use super::{Driven, GROUP, plan};
 use crate::aws::control::observe::observe;
 use crate::aws::control::reconcile::{Op, reconcile, settled};
-use crate::aws::control::world::{Network, World};
 use crate::aws::data::node::Outcomes;
 use crate::aws::ec2::query;
 use crate::aws::ec2::response::{Instance, State};
 use crate::aws::plan::{ATTEMPT_TAG, Plan, RANK_TAG, RUN_TAG, TASK_TAG, client_token};
+use crate::aws::world::{Network, World};
 use crate::backend::Report;
 use crate::goal::Goal;
 use crate::policy::{Event, Phase, Status, Timer};
@@ -343,7 +343,7 @@ fn a_node_lost_out_of_band_restarts_its_task_only() {
         world
             .instance(
                 &p,
-                crate::aws::control::world::NodeKey {
+                crate::aws::world::NodeKey {
                     task: BUFFER,
                     rank: 0,
                     attempt: 0
@@ -506,7 +506,7 @@ fn a_node_that_ended_is_not_lost_when_its_instance_goes() {
     set(&mut world, "i-100", State::Terminated, None);
     let mut outcomes = Outcomes::new();
     outcomes.insert(
-        crate::aws::control::world::NodeKey {
+        crate::aws::world::NodeKey {
             task: BUFFER,
             rank: 0,
             attempt: 0,
@@ -540,7 +540,7 @@ fn a_node_that_ended_is_not_lost_when_its_instance_goes() {
     assert_eq!(d.engine.task_status(TRAINER), Status::Running);
     // A node whose VM booted again is lost.
     outcomes.insert(
-        crate::aws::control::world::NodeKey {
+        crate::aws::world::NodeKey {
             task: TRAINER,
             rank: 1,
             attempt: 0,
@@ -558,7 +558,7 @@ fn a_node_that_ended_is_not_lost_when_its_instance_goes() {
     );
     // A node that answered and then went silent is lost too; its error
     // (what SSH said) comes from the data plane, so none is added.
-    let rank1 = crate::aws::control::world::NodeKey {
+    let rank1 = crate::aws::world::NodeKey {
         task: TRAINER,
         rank: 1,
         attempt: 0,
