@@ -6,7 +6,9 @@
 //! backend (local processes, Slurm, Kubernetes, AWS EC2, each in its own
 //! module, its impl in the module's `backend.rs`)
 //! turns actions into its own operations and its observations into
-//! reports, and never decides anything the engine decides.
+//! reports, and never decides anything the engine decides. A backend
+//! that runs pools ([`Backend::runs_pools`]) also starts a job on the
+//! worker the pool's engine chose ([`Backend::place`]).
 //!
 //! Backends answer through [`Backend::drain`]; the supervisor calls it
 //! when [`Backend::wake_fd`] is readable or [`Backend::next_wake_ms`] has

@@ -1,6 +1,11 @@
 //! The Kubernetes options `build` and `run` share.
 
+use skyc_compiler::Diagnostic;
+use skyc_compiler::ir::Group;
+use skyc_runtime::backend::run_token;
+use skyc_runtime::k8s::Plan;
 use skyc_targets::k8s;
+use std::time::Duration;
 
 #[derive(clap::Args, Clone)]
 #[command(next_help_heading = "Kubernetes")]
@@ -38,5 +43,37 @@ impl K8sArgs {
         };
         options.validate()?;
         Ok(options)
+    }
+}
+
+/// The Kubernetes options of `run`: the shared ones, and the context.
+#[derive(clap::Args)]
+pub(crate) struct K8sRunArgs {
+    #[command(flatten)]
+    k8s: K8sArgs,
+    /// The kubeconfig context [default: the current one].
+    #[arg(long, value_name = "NAME", help_heading = "Kubernetes")]
+    pub(crate) context: Option<String>,
+}
+
+impl K8sRunArgs {
+    /// The run's plan (see [`Plan::for_run`]), with the kubeconfig
+    /// `KUBECONFIG` names.
+    pub(crate) fn plan(
+        &self,
+        group: &Group,
+        grace: f64,
+        secrets: &[(String, String)],
+        submitted_ms: i64,
+    ) -> Result<(Option<Plan>, Vec<Diagnostic>), String> {
+        Plan::for_run(
+            group,
+            &self.k8s.options()?,
+            std::env::var("KUBECONFIG").ok().as_deref(),
+            self.context.as_deref(),
+            Duration::from_secs_f64(grace),
+            secrets,
+            run_token(submitted_ms),
+        )
     }
 }

@@ -1,4 +1,6 @@
-//! The command line: one module per subcommand.
+//! The command line: one module per subcommand, one per target's options
+//! (`local`, `slurm`, `k8s`, `aws`), and what they share (input, output,
+//! reports, selection, tables, following logs).
 
 mod aws;
 mod build;
@@ -39,7 +41,8 @@ pub(crate) use exit::{INVALID, OK, USAGE};
     about = "Compiler and runtime for SkyPilot Job Groups",
     long_about = "skyc checks SkyPilot Job Group files, lowers them to a Kubernetes JobSet, \
                   a Slurm batch script or AWS and GCP instance specs, and runs them on this \
-                  machine, on a Slurm cluster, on Kubernetes or on AWS EC2.",
+                  machine, on a Slurm cluster, on Kubernetes or on AWS EC2; pools of warm \
+                  workers run jobs on this machine; `skyc dashboard` shows it all on a page.",
     after_help = "Exit status: 0 success; 1 the file has errors; 2 bad usage or I/O; for `run` \
                   and `logs`: 100 the group FAILED, 101 not finished, 102 no such group, \
                   103 CANCELLED."

@@ -4,22 +4,19 @@ use super::aws::AwsArgs;
 use super::check::Color;
 use super::exit::{self, FAILED, INVALID, NOT_FINISHED, OK, USAGE};
 use super::follow::Follower;
-use super::k8s::K8sArgs;
+use super::k8s::K8sRunArgs;
 use super::local::{LocalSetting, NetworkArg};
 use super::out::{self, errln, outln};
-use super::slurm::SlurmArgs;
+use super::slurm::SlurmRunArgs;
 use super::state::StateArgs;
 use super::{input, parse_env, report};
 use clap::ValueEnum;
 use skyc_compiler::ir::Group;
 use skyc_compiler::{Diagnostic, Rule};
-use skyc_runtime::backend::run_token;
-use skyc_runtime::k8s::Plan as K8sPlan;
 use skyc_runtime::local::plan::Plan;
-use skyc_runtime::slurm::Plan as SlurmPlan;
 use skyc_runtime::store::{Backend, NewGroup, NewTask, Store, now_ms};
 use skyc_runtime::supervisor;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -78,18 +75,9 @@ pub(crate) struct Args {
     #[arg(long, value_enum, default_value_t = Color::Auto)]
     color: Color,
     #[command(flatten)]
-    slurm: SlurmArgs,
-    /// The job's directory: its batch script, status file and node logs
-    /// (a pipeline's: its step scripts, a directory per step); compute
-    /// nodes must see it at the same path [default: the group's directory
-    /// in the state directory].
-    #[arg(long, value_name = "DIR", help_heading = "Slurm")]
-    out_dir: Option<PathBuf>,
+    slurm: SlurmRunArgs,
     #[command(flatten)]
-    k8s: K8sArgs,
-    /// The kubeconfig context [default: the current one].
-    #[arg(long, value_name = "NAME", help_heading = "Kubernetes")]
-    context: Option<String>,
+    k8s: K8sRunArgs,
     #[command(flatten)]
     aws: AwsArgs,
 }
@@ -192,10 +180,10 @@ fn submit(args: &Args) -> Result<Submitted, String> {
     if args.target != Target::Local && args.network.is_some() {
         return Err("--network is for the local target; cluster nodes have their own".into());
     }
-    if args.target != Target::Slurm && args.out_dir.is_some() {
+    if args.target != Target::Slurm && args.slurm.out_dir.is_some() {
         return Err("--out-dir is for the Slurm target".into());
     }
-    if args.target != Target::K8s && args.context.is_some() {
+    if args.target != Target::K8s && args.k8s.context.is_some() {
         return Err("--context is for the k8s target".into());
     }
     if args.target != Target::Aws && args.aws.given() {
@@ -249,9 +237,26 @@ fn submit(args: &Args) -> Result<Submitted, String> {
     }
     let planned = match args.target {
         Target::Local => plan_local(args, &group, &name, &secrets, submitted_ms)?,
-        Target::Slurm => plan_slurm(args, &group, &secrets, submitted_ms)?,
-        Target::K8s => plan_k8s(args, &group, &secrets, submitted_ms)?,
-        Target::Aws => plan_aws(args, &group, &secrets, submitted_ms)?,
+        Target::Slurm => {
+            let (plan, diagnostics) =
+                args.slurm
+                    .plan(&group, args.grace, &secrets, submitted_ms)?;
+            Planned::new(Backend::Slurm, plan, diagnostics)?
+        }
+        Target::K8s => {
+            let (plan, diagnostics) = args.k8s.plan(&group, args.grace, &secrets, submitted_ms)?;
+            Planned::new(Backend::Kubernetes, plan, diagnostics)?
+        }
+        Target::Aws => {
+            let (plan, diagnostics) = args.aws.plan(
+                &group,
+                args.grace,
+                &secrets,
+                &args.state.dir(),
+                submitted_ms,
+            )?;
+            Planned::new(Backend::Aws, plan, diagnostics)?
+        }
     };
     compilation.diagnostics.extend(planned.diagnostics);
     compilation
@@ -328,55 +333,6 @@ fn plan_local(
         setting.check_network(plan)?;
     }
     Planned::new(Backend::Local, plan, diagnostics)
-}
-
-fn plan_slurm(
-    args: &Args,
-    group: &Group,
-    secrets: &[(String, String)],
-    submitted_ms: i64,
-) -> Result<Planned, String> {
-    // The script's own grace is whole seconds; never shorter than asked.
-    let grace_secs = args.grace.ceil() as u64;
-    let (plan, diagnostics) = SlurmPlan::new(
-        group,
-        &args.slurm.options(grace_secs),
-        args.out_dir.as_deref(),
-        Duration::from_secs(grace_secs),
-        secrets,
-        run_token(submitted_ms),
-    )?;
-    Planned::new(Backend::Slurm, plan, diagnostics)
-}
-
-fn plan_k8s(
-    args: &Args,
-    group: &Group,
-    secrets: &[(String, String)],
-    submitted_ms: i64,
-) -> Result<Planned, String> {
-    let (plan, diagnostics) = K8sPlan::for_run(
-        group,
-        &args.k8s.options()?,
-        std::env::var("KUBECONFIG").ok().as_deref(),
-        args.context.as_deref(),
-        Duration::from_secs_f64(args.grace),
-        secrets,
-        run_token(submitted_ms),
-    )?;
-    Planned::new(Backend::Kubernetes, plan, diagnostics)
-}
-
-fn plan_aws(
-    args: &Args,
-    group: &Group,
-    secrets: &[(String, String)],
-    submitted_ms: i64,
-) -> Result<Planned, String> {
-    let (plan, diagnostics) =
-        args.aws
-            .plan(group, args.grace, secrets, &args.state.dir(), submitted_ms)?;
-    Planned::new(Backend::Aws, plan, diagnostics)
 }
 
 /// Follows a running group: its statuses on stderr, its logs on stdout.

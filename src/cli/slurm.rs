@@ -1,6 +1,12 @@
 //! The Slurm options `build` and `run` share.
 
+use skyc_compiler::Diagnostic;
+use skyc_compiler::ir::Group;
+use skyc_runtime::backend::run_token;
+use skyc_runtime::slurm::Plan;
 use skyc_targets::slurm::{self, SbatchOption};
+use std::path::PathBuf;
+use std::time::Duration;
 
 #[derive(clap::Args, Clone)]
 #[command(next_help_heading = "Slurm")]
@@ -41,4 +47,39 @@ fn sbatch_value(s: &str) -> Result<String, String> {
 
 fn sbatch_option(s: &str) -> Result<SbatchOption, String> {
     SbatchOption::parse(s).map_err(|e| e.to_string())
+}
+
+/// The Slurm options of `run`: the shared ones, and the job's directory.
+#[derive(clap::Args)]
+pub(crate) struct SlurmRunArgs {
+    #[command(flatten)]
+    slurm: SlurmArgs,
+    /// The job's directory: its batch script, status file and node logs
+    /// (a pipeline's: its step scripts, a directory per step); compute
+    /// nodes must see it at the same path [default: the group's directory
+    /// in the state directory].
+    #[arg(long, value_name = "DIR", help_heading = "Slurm")]
+    pub(crate) out_dir: Option<PathBuf>,
+}
+
+impl SlurmRunArgs {
+    /// The run's plan (see [`Plan::new`]).
+    pub(crate) fn plan(
+        &self,
+        group: &Group,
+        grace: f64,
+        secrets: &[(String, String)],
+        submitted_ms: i64,
+    ) -> Result<(Option<Plan>, Vec<Diagnostic>), String> {
+        // The script's own grace is whole seconds; never shorter than asked.
+        let grace_secs = grace.ceil() as u64;
+        Plan::new(
+            group,
+            &self.slurm.options(grace_secs),
+            self.out_dir.as_deref(),
+            Duration::from_secs(grace_secs),
+            secrets,
+            run_token(submitted_ms),
+        )
+    }
 }

@@ -15,6 +15,11 @@
 //!
 //! One `poll(2)` loop: client wake-ups on a Unix socket, each backend's
 //! [`Backend::wake_fd`], and the nearest timer or backend poll.
+//!
+//! Pools (`pools`): each live pool's engine decides its workers and where
+//! its jobs run; workers and jobs are groups like any other, a job's
+//! start held until the pool places it ([`Backend::place`]) on a backend
+//! that runs pools ([`Backend::runs_pools`]).
 
 mod pools;
 
