@@ -2,9 +2,9 @@
 
 use super::catalog;
 use super::out::errln;
+use super::run::RunInput;
 use clap::ValueEnum;
 use skyc_compiler::Diagnostic;
-use skyc_compiler::ir::Group;
 use skyc_runtime::aws::{RunOptions, RunPlan};
 use skyc_targets::cloud::Cloud;
 use std::path::{Path, PathBuf};
@@ -55,21 +55,18 @@ impl AwsArgs {
     /// credentials are ones nothing renews.
     pub(crate) fn plan(
         &self,
-        group: &Group,
-        grace: f64,
-        secrets: &[(String, String)],
+        run: &RunInput<'_>,
         state_dir: &Path,
-        submitted_ms: i64,
     ) -> Result<(Option<RunPlan>, Vec<Diagnostic>), String> {
         let catalog = catalog::load(Cloud::Aws, self.catalog.as_deref())?;
         let (plan, diagnostics) = RunPlan::for_run(
-            group,
+            run.group,
             &catalog,
             &RunOptions {
-                grace: Duration::from_secs_f64(grace),
-                secrets,
+                grace: Duration::from_secs_f64(run.grace),
+                secrets: run.secrets,
                 state_dir,
-                submitted_ms,
+                submitted_ms: run.submitted_ms,
                 user: self.ssh_user.clone(),
                 ssh_from: self.ssh_from.clone(),
                 private: self.ssh_via == SshVia::Private,

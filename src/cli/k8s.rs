@@ -1,7 +1,7 @@
 //! The Kubernetes options `build` and `run` share.
 
+use super::run::RunInput;
 use skyc_compiler::Diagnostic;
-use skyc_compiler::ir::Group;
 use skyc_runtime::backend::run_token;
 use skyc_runtime::k8s::Plan;
 use skyc_targets::k8s;
@@ -61,19 +61,16 @@ impl K8sRunArgs {
     /// `KUBECONFIG` names.
     pub(crate) fn plan(
         &self,
-        group: &Group,
-        grace: f64,
-        secrets: &[(String, String)],
-        submitted_ms: i64,
+        run: &RunInput<'_>,
     ) -> Result<(Option<Plan>, Vec<Diagnostic>), String> {
         Plan::for_run(
-            group,
+            run.group,
             &self.k8s.options()?,
             std::env::var("KUBECONFIG").ok().as_deref(),
             self.context.as_deref(),
-            Duration::from_secs_f64(grace),
-            secrets,
-            run_token(submitted_ms),
+            Duration::from_secs_f64(run.grace),
+            run.secrets,
+            run_token(run.submitted_ms),
         )
     }
 }

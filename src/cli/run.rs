@@ -235,26 +235,24 @@ fn submit(args: &Args) -> Result<Submitted, String> {
         };
         return jobs.submit(compilation, &group, &show);
     }
+    let run = RunInput {
+        group: &group,
+        grace: args.grace,
+        secrets: &secrets,
+        submitted_ms,
+    };
     let planned = match args.target {
-        Target::Local => plan_local(args, &group, &name, &secrets, submitted_ms)?,
+        Target::Local => plan_local(args, &run, &name)?,
         Target::Slurm => {
-            let (plan, diagnostics) =
-                args.slurm
-                    .plan(&group, args.grace, &secrets, submitted_ms)?;
+            let (plan, diagnostics) = args.slurm.plan(&run)?;
             Planned::new(Backend::Slurm, plan, diagnostics)?
         }
         Target::K8s => {
-            let (plan, diagnostics) = args.k8s.plan(&group, args.grace, &secrets, submitted_ms)?;
+            let (plan, diagnostics) = args.k8s.plan(&run)?;
             Planned::new(Backend::Kubernetes, plan, diagnostics)?
         }
         Target::Aws => {
-            let (plan, diagnostics) = args.aws.plan(
-                &group,
-                args.grace,
-                &secrets,
-                &args.state.dir(),
-                submitted_ms,
-            )?;
+            let (plan, diagnostics) = args.aws.plan(&run, &args.state.dir())?;
             Planned::new(Backend::Aws, plan, diagnostics)?
         }
     };
@@ -296,6 +294,15 @@ pub(super) fn secret_values(given: &[(String, String)], group: &Group) -> Vec<(S
         .collect()
 }
 
+/// What planning a run takes beside the target's options.
+pub(super) struct RunInput<'a> {
+    pub(super) group: &'a Group,
+    /// Between SIGTERM and SIGKILL, in seconds.
+    pub(super) grace: f64,
+    pub(super) secrets: &'a [(String, String)],
+    pub(super) submitted_ms: i64,
+}
+
 /// A backend's plan of the group, as JSON, and what planning found.
 struct Planned {
     backend: Backend,
@@ -320,15 +327,10 @@ impl Planned {
     }
 }
 
-fn plan_local(
-    args: &Args,
-    group: &Group,
-    name: &str,
-    secrets: &[(String, String)],
-    submitted_ms: i64,
-) -> Result<Planned, String> {
+fn plan_local(args: &Args, run: &RunInput<'_>, name: &str) -> Result<Planned, String> {
     let setting = LocalSetting::new(args.network, &args.file, name)?;
-    let (plan, diagnostics) = Plan::new(group, &setting.options(args.grace, secrets, submitted_ms));
+    let options = setting.options(run.grace, run.secrets, run.submitted_ms);
+    let (plan, diagnostics) = Plan::new(run.group, &options);
     if let Some(plan) = &plan {
         setting.check_network(plan)?;
     }

@@ -1,7 +1,7 @@
 //! The Slurm options `build` and `run` share.
 
+use super::run::RunInput;
 use skyc_compiler::Diagnostic;
-use skyc_compiler::ir::Group;
 use skyc_runtime::backend::run_token;
 use skyc_runtime::slurm::Plan;
 use skyc_targets::slurm::{self, SbatchOption};
@@ -66,20 +66,17 @@ impl SlurmRunArgs {
     /// The run's plan (see [`Plan::new`]).
     pub(crate) fn plan(
         &self,
-        group: &Group,
-        grace: f64,
-        secrets: &[(String, String)],
-        submitted_ms: i64,
+        run: &RunInput<'_>,
     ) -> Result<(Option<Plan>, Vec<Diagnostic>), String> {
         // The script's own grace is whole seconds; never shorter than asked.
-        let grace_secs = grace.ceil() as u64;
+        let grace_secs = run.grace.ceil() as u64;
         Plan::new(
-            group,
+            run.group,
             &self.slurm.options(grace_secs),
             self.out_dir.as_deref(),
             Duration::from_secs(grace_secs),
-            secrets,
-            run_token(submitted_ms),
+            run.secrets,
+            run_token(run.submitted_ms),
         )
     }
 }

@@ -5,6 +5,7 @@
 
 use crate::aws::ec2::response::{Instance, State};
 use crate::aws::plan::{ATTEMPT_TAG, Plan, RANK_TAG, RUN_TAG, TASK_TAG};
+use crate::goal::{Goal, TaskGoal};
 
 /// Which node's attempt an instance runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -34,6 +35,23 @@ pub struct Network {
 
 /// The tag (value `ready`) that says a run's network is complete.
 pub const READY_TAG: &str = "skyc-network";
+
+impl NodeKey {
+    /// Every node of each task's current attempt, with its task's goal,
+    /// in task and rank order.
+    pub fn current(goal: &Goal) -> impl Iterator<Item = (&TaskGoal, NodeKey)> {
+        goal.tasks.iter().enumerate().flat_map(|(task, tg)| {
+            (0..tg.live.len() as u32).map(move |rank| {
+                let key = NodeKey {
+                    task,
+                    rank,
+                    attempt: tg.attempt,
+                };
+                (tg, key)
+            })
+        })
+    }
+}
 
 impl World {
     /// The node an instance of this run runs, if its tags say so.

@@ -93,28 +93,22 @@ pub fn outcome(files: &NodeFiles) -> Outcome {
 /// not begun).
 pub fn hosts(plan: &Plan, world: &World, goal: &Goal) -> Option<String> {
     let mut out = String::new();
-    for (task, tg) in goal.tasks.iter().enumerate() {
+    for (tg, key) in NodeKey::current(goal) {
         if tg.want != Want::Run || !tg.awaits_nodes() {
             continue;
         }
-        for rank in 0..tg.live.len() as u32 {
-            let key = NodeKey {
-                task,
-                rank,
-                attempt: tg.attempt,
-            };
-            let instance = world.instance(plan, key)?;
-            if instance.state.is_some_and(|s| s.is_down()) {
-                // Lost: its replacement's address comes with the next
-                // attempt.
-                continue;
-            }
-            let ip = instance.private_ip.as_deref()?;
-            out.push_str(&format!(
-                "{ip} {}-{rank}.{}\n",
-                plan.spec.tasks[task].name, plan.group
-            ));
+        let (task, rank) = (key.task, key.rank);
+        let instance = world.instance(plan, key)?;
+        if instance.state.is_some_and(|s| s.is_down()) {
+            // Lost: its replacement's address comes with the next
+            // attempt.
+            continue;
         }
+        let ip = instance.private_ip.as_deref()?;
+        out.push_str(&format!(
+            "{ip} {}-{rank}.{}\n",
+            plan.spec.tasks[task].name, plan.group
+        ));
     }
     Some(out)
 }

@@ -126,55 +126,49 @@ impl DataPlane {
     pub fn step(&mut self, plan: &Plan, world: &World, goal: &Goal) -> (&Outcomes, Vec<String>) {
         let hosts = node::hosts(plan, world, goal);
         let mut visits = Vec::new();
-        for (task, tg) in goal.tasks.iter().enumerate() {
+        for (tg, key) in NodeKey::current(goal) {
             if tg.want == Want::Done || goal.cancel {
                 // A cancelled run's instances are being terminated:
                 // nothing to read that the engine waits for.
                 continue;
             }
-            for rank in 0..tg.live.len() as u32 {
-                let key = NodeKey {
-                    task,
-                    rank,
-                    attempt: tg.attempt,
-                };
-                if matches!(
-                    self.outcomes.get(&key),
-                    Some(Outcome::Exited { .. } | Outcome::Silent { .. })
-                ) {
-                    continue;
-                }
-                let Some(instance) = world.instance(plan, key) else {
-                    continue;
-                };
-                let address = match &instance.public_ip {
-                    Some(public) if !self.private => Some(public),
-                    _ => instance.private_ip.as_ref(),
-                };
-                let (Some(State::Running), Some(address)) = (instance.state, address) else {
-                    continue;
-                };
-                let id = instance.id.clone();
-                visits.push(Visit {
-                    key,
-                    name: format!("{}-{rank}", plan.spec.tasks[task].name),
-                    log: self
-                        .logs
-                        .join(crate::paths::log_name(&plan.spec.tasks[task].name, rank)),
-                    address: address.clone(),
-                    secrets: (!self.armed.contains(&id))
-                        .then(|| self.secrets.get(task).map(Vec::as_slice).unwrap_or(&[])),
-                    hosts: hosts
-                        .as_deref()
-                        .filter(|h| self.delivered.get(&id).map(String::as_str) != Some(h)),
-                    offsets: self
-                        .offsets
-                        .get(&id)
-                        .copied()
-                        .unwrap_or_else(|| LOGS.map(|log| read_offset(&self.logs, &id, log))),
-                    id,
-                });
+            let (task, rank) = (key.task, key.rank);
+            if matches!(
+                self.outcomes.get(&key),
+                Some(Outcome::Exited { .. } | Outcome::Silent { .. })
+            ) {
+                continue;
             }
+            let Some(instance) = world.instance(plan, key) else {
+                continue;
+            };
+            let address = match &instance.public_ip {
+                Some(public) if !self.private => Some(public),
+                _ => instance.private_ip.as_ref(),
+            };
+            let (Some(State::Running), Some(address)) = (instance.state, address) else {
+                continue;
+            };
+            let id = instance.id.clone();
+            visits.push(Visit {
+                key,
+                name: format!("{}-{rank}", plan.spec.tasks[task].name),
+                log: self
+                    .logs
+                    .join(crate::paths::log_name(&plan.spec.tasks[task].name, rank)),
+                address: address.clone(),
+                secrets: (!self.armed.contains(&id))
+                    .then(|| self.secrets.get(task).map(Vec::as_slice).unwrap_or(&[])),
+                hosts: hosts
+                    .as_deref()
+                    .filter(|h| self.delivered.get(&id).map(String::as_str) != Some(h)),
+                offsets: self
+                    .offsets
+                    .get(&id)
+                    .copied()
+                    .unwrap_or_else(|| LOGS.map(|log| read_offset(&self.logs, &id, log))),
+                id,
+            });
         }
         let visited: Vec<Visited> = visits
             .chunks(MAX_AT_ONCE)
