@@ -74,6 +74,11 @@ struct Fake {
 }
 
 impl Fake {
+    /// Step `i`'s comment.
+    fn tok(&self, i: usize) -> String {
+        format!("{}-{i}", self.plan.token)
+    }
+
     fn new(name: &str, steps: &[&str]) -> Self {
         let dir = std::env::temp_dir().join(format!("skyc-fake-{name}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
@@ -114,7 +119,9 @@ impl Fake {
                 .collect(),
             out_dir: Some(dir.join("jobs")),
             env: vec![("PATH".into(), format!("{}:/usr/bin:/bin", bin.display()))],
-            token: "tok".into(),
+            // Unique: a submission is looked up by the sbatch processes of
+            // its token, and tests run side by side.
+            token: format!("tok.{name}.{}", std::process::id()),
         };
         let state = dir.join("state");
         fs::create_dir_all(&state).unwrap();
@@ -194,7 +201,7 @@ impl Fake {
         super::submit::prepare(&self.plan, &jobs, &subs).unwrap();
         let mut queue = String::new();
         for (i, id) in ids.iter().enumerate() {
-            queue.push_str(&format!("{id}|tok-{i}\n"));
+            queue.push_str(&format!("{id}|{}\n", self.tok(i)));
         }
         fs::write(self.dir.join("bin/queue"), queue).unwrap();
         let next = ids.last().map_or(101, |l| l + 1);
@@ -289,7 +296,7 @@ fn steps_are_submitted_in_order_after_the_marker_each_after_the_one_before() {
         [
             [
                 "101",
-                "tok-0",
+                &*f.tok(0),
                 "",
                 &out("prep"),
                 "",
@@ -298,7 +305,7 @@ fn steps_are_submitted_in_order_after_the_marker_each_after_the_one_before() {
             ],
             [
                 "102",
-                "tok-1",
+                &*f.tok(1),
                 "afterok:101",
                 &out("train"),
                 "101",
@@ -307,7 +314,7 @@ fn steps_are_submitted_in_order_after_the_marker_each_after_the_one_before() {
             ],
             [
                 "103",
-                "tok-2",
+                &*f.tok(2),
                 "afterok:102",
                 &out("eval"),
                 "101",
@@ -342,7 +349,7 @@ fn a_new_supervisor_finds_the_steps_submitted_and_submits_only_the_rest() {
         submitted[0][..5],
         [
             "103",
-            "tok-2",
+            &*f.tok(2),
             "afterok:102",
             &*f.jobs().join("c").display().to_string(),
             "101"
@@ -362,7 +369,7 @@ fn a_step_submitted_late_checks_the_step_before_itself() {
     let reports = f.drain_until(|r| *r == Report::Marker(None));
     assert_eq!(jobs_recorded(&reports), ["101,102"]);
     let submitted = f.submitted();
-    assert_eq!(submitted[0][..3], ["102", "tok-1", ""], "no dependency");
+    assert_eq!(submitted[0][..3], ["102", &*f.tok(1), ""], "no dependency");
 
     // Step 0 failed: step 1 is never submitted, and the pipeline ends as
     // SkyPilot's does, the step after the failed one CANCELLED.
