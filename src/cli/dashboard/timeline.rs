@@ -71,6 +71,7 @@ pub(crate) fn spans(
     let primaries_end = primaries_end(&events, tasks);
     for &(at, ref event) in &events {
         let at = &at;
+        let mut ended = None;
         match *event {
             Event::TaskQueued { task, attempt } => {
                 started.entry((task, attempt)).or_insert(*at);
@@ -98,53 +99,21 @@ pub(crate) fn spans(
                     });
                 }
             }
+            // A node a backend stopped itself (a deleted pod, a terminated
+            // instance) is reported lost: its reason comes from what came
+            // before, as for an exit.
             Event::NodeExited {
                 task,
                 attempt,
                 node,
                 phase,
                 code,
-            } => {
-                let key = (task, node, attempt);
-                let ended = Ended::Exited { phase, code };
-                let (outcome, why) = ended.why(stop_of(&stops, cancelled, task, attempt, node), {
-                    primaries_end.is_some_and(|end| end <= *at) && !is_primary(tasks, task)
-                });
-                if matches!(outcome, "failed" | "lost") {
-                    stops.entry((task, attempt)).or_insert(Stop::Sibling(node));
-                }
-                close(
-                    &mut open,
-                    &mut done,
-                    &mut seen,
-                    &started,
-                    key,
-                    *at,
-                    outcome,
-                    Some(code),
-                    why,
-                );
-            }
+            } => ended = Some((task, attempt, node, Ended::Exited { phase, code })),
             Event::NodeLost {
                 task,
                 attempt,
                 node,
-            } => {
-                // A node a backend stopped itself (a deleted pod, a
-                // terminated instance) is reported lost too: the reason
-                // comes from what came before, as for an exit.
-                let key = (task, node, attempt);
-                let (outcome, why) = Ended::Lost
-                    .why(stop_of(&stops, cancelled, task, attempt, node), {
-                        primaries_end.is_some_and(|end| end <= *at) && !is_primary(tasks, task)
-                    });
-                if matches!(outcome, "failed" | "lost") {
-                    stops.entry((task, attempt)).or_insert(Stop::Sibling(node));
-                }
-                close(
-                    &mut open, &mut done, &mut seen, &started, key, *at, outcome, None, why,
-                );
-            }
+            } => ended = Some((task, attempt, node, Ended::Lost)),
             Event::TimerFired(Timer::AuxiliaryDelay(task)) => {
                 if let Some(&attempt) = latest.get(&task) {
                     stops.entry((task, attempt)).or_insert(Stop::AuxiliaryDelay);
@@ -152,6 +121,20 @@ pub(crate) fn spans(
             }
             Event::TimerFired(Timer::Kill { .. }) => {}
             Event::CancelRequested => cancelled = true,
+        }
+        if let Some((task, attempt, node, ended)) = ended {
+            let after_primaries =
+                primaries_end.is_some_and(|end| end <= *at) && !is_primary(tasks, task);
+            let stop = stop_of(&stops, cancelled, task, attempt, node);
+            let (outcome, why) = ended.why(stop, after_primaries);
+            if matches!(outcome, "failed" | "lost") {
+                stops.entry((task, attempt)).or_insert(Stop::Sibling(node));
+            }
+            let key = (task, node, attempt);
+            let code = ended.code();
+            close(
+                &mut open, &mut done, &mut seen, &started, key, *at, outcome, code, why,
+            );
         }
     }
     for (_, mut span) in open {
@@ -238,6 +221,13 @@ enum Ended {
 }
 
 impl Ended {
+    fn code(&self) -> Option<i32> {
+        match self {
+            Ended::Exited { code, .. } => Some(*code),
+            Ended::Lost => None,
+        }
+    }
+
     /// The outcome and what to say of it, given the stop last asked of
     /// its attempt and whether the primaries had all ended by then.
     fn why(&self, stop: Option<Stop>, after_primaries: bool) -> (&'static str, String) {
@@ -331,6 +321,17 @@ mod tests {
         json!({"TaskStarted": {"task": task, "attempt": attempt}})
     }
 
+    fn lost(task: usize, attempt: u32, node: u32) -> serde_json::Value {
+        json!({"NodeLost": {"task": task, "attempt": attempt, "node": node}})
+    }
+
+    /// Tasks as (primary, nodes).
+    fn tasks(of: &[(bool, u32)]) -> Vec<TaskInfo> {
+        of.iter()
+            .map(|&(primary, num_nodes)| TaskInfo { primary, num_nodes })
+            .collect()
+    }
+
     #[test]
     fn the_event_shapes_are_the_engines() {
         // The history is the engine's events as the supervisor serialises
@@ -353,10 +354,7 @@ mod tests {
 
     #[test]
     fn a_restart_on_error_shows_both_attempts() {
-        let tasks = [TaskInfo {
-            primary: true,
-            num_nodes: 2,
-        }];
+        let tasks = tasks(&[(true, 2)]);
         let events = [
             ev(10, started(0, 0)),
             ev(20, exited(0, 0, 1, 1)),
@@ -385,25 +383,12 @@ mod tests {
 
     #[test]
     fn auxiliaries_lost_nodes_and_cancel_are_told_apart() {
-        let tasks = [
-            TaskInfo {
-                primary: true,
-                num_nodes: 1,
-            },
-            TaskInfo {
-                primary: false,
-                num_nodes: 1,
-            },
-            TaskInfo {
-                primary: false,
-                num_nodes: 1,
-            },
-        ];
+        let tasks = tasks(&[(true, 1), (false, 1), (false, 1)]);
         let events = [
             ev(1, started(0, 0)),
             ev(1, started(1, 0)),
             ev(1, started(2, 0)),
-            ev(5, json!({"NodeLost": {"task": 0, "attempt": 0, "node": 0}})),
+            ev(5, lost(0, 0, 0)),
             ev(6, started(0, 1)),
             ev(9, exited(0, 1, 0, 0)),
             ev(12, json!({"TimerFired": {"AuxiliaryDelay": 1}})),
@@ -436,21 +421,7 @@ mod tests {
     fn nodes_a_cluster_backend_stopped_are_told_apart_from_lost_ones() {
         // Kubernetes and AWS report a node they stopped (a deleted pod, a
         // terminated instance) as lost: the reason is what came before.
-        let lost = |task: usize, attempt: u32, node: u32| json!({"NodeLost": {"task": task, "attempt": attempt, "node": node}});
-        let tasks = [
-            TaskInfo {
-                primary: true,
-                num_nodes: 2,
-            },
-            TaskInfo {
-                primary: false,
-                num_nodes: 1,
-            },
-            TaskInfo {
-                primary: false,
-                num_nodes: 1,
-            },
-        ];
+        let tasks = tasks(&[(true, 2), (false, 1), (false, 1)]);
         let events = [
             ev(1, started(0, 0)),
             ev(1, started(1, 0)),
@@ -491,10 +462,7 @@ mod tests {
 
     #[test]
     fn open_spans_run_until_the_group_ends_and_noise_is_skipped() {
-        let tasks = [TaskInfo {
-            primary: true,
-            num_nodes: 1,
-        }];
+        let tasks = tasks(&[(true, 1)]);
         let events = [
             ev(1, started(0, 0)),
             ev(2, json!({"slurm": "RUNNING"})),

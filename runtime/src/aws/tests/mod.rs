@@ -47,6 +47,23 @@ run: echo report
 
 /// A group built as `skyc build --target aws` builds it, planned for run
 /// `run`.
+// [`PIPELINE`]'s steps: prep, train of two nodes, report.
+pub(super) const PREP: usize = 0;
+pub(super) const TRAIN: usize = 1;
+pub(super) const REPORT: usize = 2;
+
+/// A node of a step's first attempt ending, as the data plane would
+/// report it.
+pub(super) fn exited(task: usize, node: u32, code: i32) -> Event {
+    Event::NodeExited {
+        task,
+        attempt: 0,
+        node,
+        phase: crate::policy::Phase::Run,
+        code,
+    }
+}
+
 pub(super) fn plan(yaml: &str, run: &str) -> Plan {
     let c = skyc_compiler::compile(
         "group.yaml",

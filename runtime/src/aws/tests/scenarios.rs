@@ -9,7 +9,7 @@
 //! eventually consistent and slow to change states, it polls every few
 //! seconds until a deadline.
 
-use super::{Driven, plan};
+use super::{Driven, PREP, REPORT, TRAIN, exited, plan};
 use crate::aws::control::ops;
 use crate::aws::control::reconcile::{reconcile, settled};
 use crate::aws::data::node::Outcomes;
@@ -675,22 +675,6 @@ pub(super) async fn ssh_access_is_the_runs(t: &Target, p: &Plan, ec2: &Ec2) {
     assert!(!key_pairs().await.contains(&p.key_pair()));
 }
 
-// A pipeline (`super::PIPELINE`: prep, train of two nodes, report), each
-// step's nodes ending as the data plane would report them.
-const PREP: usize = 0;
-const TRAIN: usize = 1;
-const REPORT: usize = 2;
-
-fn exited(task: usize, node: u32, code: i32) -> Event {
-    Event::NodeExited {
-        task,
-        attempt: 0,
-        node,
-        phase: Phase::Run,
-        code,
-    }
-}
-
 /// The ids of a step's instances, in rank order.
 fn step_ids(world: &World, p: &Plan, task: usize) -> Vec<String> {
     (0..p.spec.tasks[task].num_nodes)
@@ -784,15 +768,21 @@ pub(super) async fn a_pipelines_steps_run_one_after_another_on_their_own_instanc
     assert!(world.network.is_none());
 }
 
+/// The pipeline driven to its train step, running (prep succeeded).
+async fn train_running(t: &Target, ec2: &Ec2, p: &Plan) -> Driven {
+    let mut d = Driven::start(p);
+    step_running(t, ec2, p, &mut d, PREP).await;
+    d.handle(exited(PREP, 0, 0));
+    step_running(t, ec2, p, &mut d, TRAIN).await;
+    d
+}
+
 pub(super) async fn a_failed_step_cancels_the_later_steps_unlaunched(
     t: &Target,
     p: &Plan,
     ec2: &Ec2,
 ) {
-    let mut d = Driven::start(p);
-    step_running(t, ec2, p, &mut d, PREP).await;
-    d.handle(exited(PREP, 0, 0));
-    step_running(t, ec2, p, &mut d, TRAIN).await;
+    let mut d = train_running(t, ec2, p).await;
     d.handle(exited(TRAIN, 1, 1));
     until(t, ec2, p, &mut d, |d, w| {
         assert!(!launched(w, p, REPORT), "a cancelled step launched");
@@ -814,10 +804,7 @@ pub(super) async fn cancel_mid_pipeline_terminates_the_running_step(
     p: &Plan,
     ec2: &Ec2,
 ) {
-    let mut d = Driven::start(p);
-    step_running(t, ec2, p, &mut d, PREP).await;
-    d.handle(exited(PREP, 0, 0));
-    step_running(t, ec2, p, &mut d, TRAIN).await;
+    let mut d = train_running(t, ec2, p).await;
     d.handle(Event::CancelRequested);
     until(t, ec2, p, &mut d, |d, w| {
         settled(w, &Goal::from_engine(&d.engine))

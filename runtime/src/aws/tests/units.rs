@@ -1,7 +1,7 @@
 //! The plan's rewrites, and the reconciler and observer driven by the
 //! engine over made-up instance lists.
 
-use super::{Driven, GROUP, plan};
+use super::{Driven, GROUP, PREP, REPORT, TRAIN, exited, plan};
 use crate::aws::control::observe::observe;
 use crate::aws::control::reconcile::{Op, reconcile, settled};
 use crate::aws::data::node::Outcomes;
@@ -762,26 +762,12 @@ fn silent_nodes_are_given_up_on_unless_the_runtime_is_cut_off() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-const PREP: usize = 0;
-const TRAIN: usize = 1;
-const REPORT: usize = 2;
-
 /// Marks the instances of `task`'s `attempt` running.
 fn run_task(world: &mut World, plan: &Plan, task: usize, attempt: u32) {
     for i in &mut world.instances {
         if World::key(plan, i).is_some_and(|k| k.task == task && k.attempt == attempt) {
             i.state = Some(State::Running);
         }
-    }
-}
-
-fn exited(task: usize, node: u32, code: i32) -> Event {
-    Event::NodeExited {
-        task,
-        attempt: 0,
-        node,
-        phase: Phase::Run,
-        code,
     }
 }
 
