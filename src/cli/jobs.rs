@@ -10,8 +10,8 @@ use super::state::StateArgs;
 use skyc_compiler::ir::{Group, Task};
 use skyc_compiler::{Compilation, Diagnostic, Rule};
 use skyc_runtime::local::capacity::Demand;
-use skyc_runtime::local::plan::{Plan, PoolPlan};
-use skyc_runtime::pool::{JobSpec, Room};
+use skyc_runtime::local::plan::Plan;
+use skyc_runtime::pool::{JobSpec, PoolPlan, PoolSpec, Room};
 use skyc_runtime::store::{Backend, GroupRow, Member, NewGroup, NewTask, Store};
 use skyc_runtime::supervisor;
 use std::path::Path;
@@ -73,49 +73,35 @@ impl Submission<'_> {
             }
             None => None,
         };
-        let setting = LocalSetting::new(self.network, self.file, self.name)?;
-        let (plan, diagnostics) = Plan::new(
-            group,
-            &setting.options(self.grace, self.secrets, self.submitted_ms),
-        );
-        compilation.diagnostics.extend(diagnostics);
         let mut room = None;
         if let Some((row, pool)) = &pool {
-            let (fit, found) = fit(group, &row.name, pool);
+            let (fit, found) = fit(group, &row.name, &pool.pool);
             room = fit;
             compilation.diagnostics.extend(found);
         }
+        let backend = pool.as_ref().map_or(Backend::Local, |(row, _)| row.backend);
+        let job = |rank| JobSpec {
+            room,
+            rank,
+            num_jobs: self.num_jobs,
+        };
+        let planned = match backend {
+            Backend::Local => self.plan_local(group, &mut compilation, pool.is_some(), job)?,
+            other => {
+                return Err(format!(
+                    "pools on the {} target take no jobs yet",
+                    other.as_str()
+                ));
+            }
+        };
         compilation
             .diagnostics
             .sort_by_key(|d| (d.primary.span.start, d.rule));
         show(&compilation);
-        let Some(mut plan) = plan.filter(|_| !compilation.has_errors()) else {
+        let Some(plans) = planned.filter(|_| !compilation.has_errors()) else {
             return Ok(Submitted::Invalid);
         };
-        if pool.is_none() {
-            setting.check_network(&plan)?;
-        }
-        if pool.is_some() {
-            // Jobs run on the pool's workers, which ran the pool's setup.
-            plan.tasks.iter_mut().for_each(|t| t.setup = None);
-        }
         let name = self.run_name.unwrap_or(&group.name);
-        let plans = (0..self.num_jobs)
-            .map(|rank| {
-                let mut plan = plan.clone();
-                match &pool {
-                    Some(_) => {
-                        plan.pool_job = Some(JobSpec {
-                            room,
-                            rank,
-                            num_jobs: self.num_jobs,
-                        });
-                    }
-                    None => plan.job_rank = Some((rank, self.num_jobs)),
-                }
-                serde_json::to_string(&plan).map_err(|e| e.to_string())
-            })
-            .collect::<Result<Vec<_>, String>>()?;
         let jobs: Vec<(NewGroup<'_>, Option<Member>)> = plans
             .iter()
             .zip(0..)
@@ -125,7 +111,7 @@ impl Submission<'_> {
                     source: self.name,
                     submitted_at_ms: self.submitted_ms,
                     plan,
-                    backend: Backend::Local,
+                    backend,
                     tasks: NewTask::of(group),
                 };
                 let member = Member {
@@ -144,12 +130,53 @@ impl Submission<'_> {
     }
 }
 
+impl Submission<'_> {
+    /// The jobs' plans on this machine, in rank order: on a pool's
+    /// workers (`job` gives each its rank), or each on its own. `None`
+    /// when planning found errors (added to `compilation`).
+    fn plan_local(
+        &self,
+        group: &Group,
+        compilation: &mut Compilation,
+        pooled: bool,
+        job: impl Fn(u32) -> JobSpec,
+    ) -> Result<Option<Vec<String>>, String> {
+        let setting = LocalSetting::new(self.network, self.file, self.name)?;
+        let (plan, diagnostics) = Plan::new(
+            group,
+            &setting.options(self.grace, self.secrets, self.submitted_ms),
+        );
+        compilation.diagnostics.extend(diagnostics);
+        let Some(mut plan) = plan.filter(|_| !compilation.has_errors()) else {
+            return Ok(None);
+        };
+        if pooled {
+            // Jobs run on the pool's workers, which ran the pool's setup.
+            plan.tasks.iter_mut().for_each(|t| t.setup = None);
+        } else {
+            setting.check_network(&plan)?;
+        }
+        (0..self.num_jobs)
+            .map(|rank| {
+                let mut plan = plan.clone();
+                if pooled {
+                    plan.pool_job = Some(job(rank));
+                } else {
+                    plan.job_rank = Some((rank, self.num_jobs));
+                }
+                serde_json::to_string(&plan).map_err(|e| e.to_string())
+            })
+            .collect::<Result<Vec<_>, String>>()
+            .map(Some)
+    }
+}
+
 /// Whether a job fits the pool's workers: one task, no more nodes than a
 /// worker has, resources a worker's node offers. What it takes of a
 /// worker (`None`: a whole one, as it names no resources), and the
 /// findings: errors where it does not fit, warnings for what the pool
 /// ignores.
-fn fit(group: &Group, pool: &str, plan: &PoolPlan) -> (Option<Room>, Vec<Diagnostic>) {
+fn fit(group: &Group, pool: &str, spec: &PoolSpec) -> (Option<Room>, Vec<Diagnostic>) {
     let mut found = Vec::new();
     let at = group.name_span.or(group.tasks.first().map(|t| t.name_span));
     if group.tasks.len() != 1 {
@@ -168,15 +195,15 @@ fn fit(group: &Group, pool: &str, plan: &PoolPlan) -> (Option<Room>, Vec<Diagnos
         return (None, found);
     }
     let task = &group.tasks[0];
-    let offer = plan.pool.offer;
-    if task.num_nodes > plan.pool.nodes {
+    let offer = spec.offer;
+    if task.num_nodes > spec.nodes {
         found.push(
             Diagnostic::new(
                 Rule::PoolJobMisfit,
                 task.name_span,
                 format!(
                     "job `{}` runs on {} nodes; a worker of pool `{pool}` has {}",
-                    task.name, task.num_nodes, plan.pool.nodes
+                    task.name, task.num_nodes, spec.nodes
                 ),
             )
             .label("this job"),

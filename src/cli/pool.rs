@@ -1,11 +1,14 @@
 //! `skyc pool apply|status|down`: pools of warm workers, as `sky jobs pool`
 //! has them. Jobs are submitted to a pool with `skyc run --pool NAME`.
 
+use super::aws::AwsArgs;
 use super::check::Color;
 use super::exit::{INVALID, NOT_FOUND, OK, USAGE};
+use super::k8s::K8sRunArgs;
 use super::local::{LocalSetting, NetworkArg};
 use super::out::{self, errln, out, outln};
-use super::run::secret_values;
+use super::run::{RunInput, secret_values};
+use super::slurm::SlurmRunArgs;
 use super::state::StateArgs;
 use super::table::{self, Table};
 use super::{input, parse_env, report};
@@ -25,7 +28,7 @@ pub(crate) struct Args {
 
 #[derive(clap::Subcommand)]
 enum Command {
-    Apply(ApplyArgs),
+    Apply(Box<ApplyArgs>),
     Status(StatusArgs),
     Down(DownArgs),
 }
@@ -62,14 +65,47 @@ struct ApplyArgs {
     /// When to colour diagnostics.
     #[arg(long, value_enum, default_value_t = Color::Auto)]
     color: Color,
+    #[command(flatten)]
+    slurm: SlurmRunArgs,
+    #[command(flatten)]
+    k8s: K8sRunArgs,
+    #[command(flatten)]
+    aws: AwsArgs,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum Target {
     /// This machine: each worker a node environment of its own.
     Local,
+    /// A Slurm cluster: each worker a batch job holding its allocation,
+    /// each job a step in it.
+    Slurm,
+    /// A Kubernetes cluster: each worker a pod per node, each job started
+    /// in it.
+    K8s,
     /// AWS EC2: each worker an instance per node.
     Aws,
+}
+
+impl Target {
+    fn backend(self) -> Backend {
+        match self {
+            Self::Local => Backend::Local,
+            Self::Slurm => Backend::Slurm,
+            Self::K8s => Backend::Kubernetes,
+            Self::Aws => Backend::Aws,
+        }
+    }
+}
+
+/// A target's plan of a pool (the pool engine's spec and the plan each
+/// worker is made from, as JSON: see [`skyc_runtime::pool::Plan`]), and
+/// what planning found.
+struct PlannedPool {
+    plan: Option<String>,
+    /// `2 workers`, `1 to 4 workers`.
+    size: String,
+    diagnostics: Vec<Diagnostic>,
 }
 
 /// Show pools: their workers and the jobs on them.
@@ -133,15 +169,27 @@ fn pool_name(s: &str) -> Result<String, String> {
 }
 
 fn apply(args: &ApplyArgs) -> Result<u8, String> {
-    if args.target == Target::Aws {
-        return Err(
-            "pools run on this machine only for now (`--target local`); on AWS, run the jobs \
-             with `skyc run --target aws`"
-                .into(),
-        );
+    if args.target != Target::Local && args.network.is_some() {
+        return Err("--network is for the local target; cluster nodes have their own".into());
+    }
+    if args.target != Target::Slurm && args.slurm.out_dir.is_some() {
+        return Err("--out-dir is for the Slurm target".into());
+    }
+    if args.target != Target::K8s && args.k8s.context.is_some() {
+        return Err("--context is for the k8s target".into());
+    }
+    if args.target != Target::Aws && args.aws.given() {
+        return Err("--catalog and --ssh-from are for the aws target".into());
     }
     let (dir, mut store) = args.state.open()?;
     let live = store.live_pool(&args.pool).map_err(|e| e.to_string())?;
+    if let Some(pool) = live.as_ref().filter(|p| p.backend != args.target.backend()) {
+        return Err(format!(
+            "pool `{}` runs on the {} target; take it down first to run it elsewhere",
+            pool.name,
+            pool.backend.as_str()
+        ));
+    }
     if let Some(pool) = live.as_ref().filter(|p| p.cancel_requested) {
         return Err(format!(
             "pool `{}` is going down (`skyc pool status {}`); apply it again once it is down",
@@ -201,23 +249,30 @@ fn apply(args: &ApplyArgs) -> Result<u8, String> {
     };
     let secrets = secret_values(&args.secrets, &group);
     let submitted_ms = now_ms();
-    let setting = LocalSetting::new(args.network, file, &name)?;
-    let (plan, diagnostics) = PoolPlan::new(
-        &group,
-        &pool,
-        &setting.options(10.0, &secrets, submitted_ms),
-    );
-    compilation.diagnostics.extend(diagnostics);
+    let run = RunInput {
+        group: &group,
+        grace: 10.0,
+        secrets: &secrets,
+        submitted_ms,
+    };
+    let planned = match args.target {
+        Target::Local => plan_local(args, file, &name, &run, &pool)?,
+        Target::Slurm | Target::K8s | Target::Aws => {
+            return Err(format!(
+                "pools do not run on the {} target yet",
+                args.target.backend().as_str()
+            ));
+        }
+    };
+    compilation.diagnostics.extend(planned.diagnostics);
     compilation
         .diagnostics
         .sort_by_key(|d| (d.primary.span.start, d.rule));
     show(&compilation);
-    let Some(plan) = plan else {
+    let Some(json) = planned.plan else {
         return Ok(INVALID);
     };
-    setting.check_network(&plan.worker)?;
-    let size = plan.pool.scaling.describe();
-    let json = serde_json::to_string(&plan).map_err(|e| e.to_string())?;
+    let size = planned.size;
     match live {
         Some(existing) => {
             let request = serde_json::to_string(&PoolRequest::Apply(
@@ -240,7 +295,7 @@ fn apply(args: &ApplyArgs) -> Result<u8, String> {
                     source: &name,
                     submitted_at_ms: submitted_ms,
                     plan: &json,
-                    backend: Backend::Local,
+                    backend: args.target.backend(),
                     tasks: Vec::new(),
                 })
                 .map_err(|e| format!("{}: {e}", dir.display()))?
@@ -256,6 +311,33 @@ fn apply(args: &ApplyArgs) -> Result<u8, String> {
     );
     errln!("  take it down:    skyc pool down {}", args.pool);
     Ok(OK)
+}
+
+/// The local target's pool: each worker a node environment on this
+/// machine.
+fn plan_local(
+    args: &ApplyArgs,
+    file: &str,
+    name: &str,
+    run: &RunInput<'_>,
+    pool: &skyc_compiler::ir::Pool,
+) -> Result<PlannedPool, String> {
+    let setting = LocalSetting::new(args.network, file, name)?;
+    let options = setting.options(run.grace, run.secrets, run.submitted_ms);
+    let (plan, diagnostics) = PoolPlan::new(run.group, pool, &options);
+    if let Some(plan) = &plan {
+        setting.check_network(&plan.worker)?;
+    }
+    Ok(PlannedPool {
+        size: plan
+            .as_ref()
+            .map(|p| p.pool.scaling.describe())
+            .unwrap_or_default(),
+        plan: plan
+            .map(|p| serde_json::to_string(&p).map_err(|e| e.to_string()))
+            .transpose()?,
+        diagnostics,
+    })
 }
 
 /// A pool and what `status` shows of it.

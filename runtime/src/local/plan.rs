@@ -38,13 +38,8 @@ pub struct Plan {
     pub job_rank: Option<(u32, u32)>,
 }
 
-/// A pool as the local target runs it: the pool engine's spec, and the
-/// plan each worker is made from.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct PoolPlan {
-    pub pool: PoolSpec,
-    pub worker: Plan,
-}
+/// A pool as the local target runs it: each worker made from a [`Plan`].
+pub type PoolPlan = crate::pool::PoolPlan<Plan>;
 
 impl PoolPlan {
     /// A pool file's group, planned for this machine: each worker is a

@@ -20,6 +20,11 @@
 //!   that names no resources takes a whole one. Waiting jobs are placed in
 //!   submission order, and one that fits nowhere does not hold back a later
 //!   one that fits (backfill).
+//! - Every target stores a pool alike ([`PoolPlan`]): this spec, and the
+//!   target's plan of a worker (its own group plan, holding each node
+//!   after setup). A job of a pool is a group of the pool's target whose
+//!   plan carries a [`JobSpec`]; the target's backend starts it on the
+//!   worker the engine chose ([`Backend::place`](crate::backend::Backend::place)).
 //! - A lost worker's jobs are answered by the backend as lost nodes, so
 //!   their engines restart them (RECOVERING) without using their restart
 //!   budget; the new attempts wait here for a place like any other.
@@ -36,7 +41,7 @@ pub use engine::{
     Action, Event, JobWant, Pool, PoolStatus, Timer, Worker, WorkerEvent, WorkerState,
 };
 pub use room::{Placement, Room};
-pub use spec::{JobSpec, PoolSpec, Scaling, worker_key};
+pub use spec::{JobSpec, PoolPlan, PoolSpec, Scaling, worker_key};
 
 /// A worker's number in its pool: 1, 2, ... never reused.
 pub type WorkerId = u32;

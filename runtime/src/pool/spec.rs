@@ -20,6 +20,17 @@ pub struct PoolSpec {
     pub worker_key: String,
 }
 
+/// A pool as every target stores it (the pool's row's plan): the pool
+/// engine's spec, and the target's plan each worker is made from, a
+/// group plan of that target whose nodes are held after setup. The
+/// supervisor and `skyc run --pool` read only `pool`; `W` is the target's
+/// plan type, or JSON where the target does not matter.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PoolPlan<W = serde_json::Value> {
+    pub pool: PoolSpec,
+    pub worker: W,
+}
+
 /// What a job of a pool is, beside its group: what it takes of a worker,
 /// and its rank among the jobs submitted with it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

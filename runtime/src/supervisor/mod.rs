@@ -490,7 +490,13 @@ impl Supervisor {
         }
         let store = &self.store;
         let backend = self.backends.get(row.backend).map_err(|e| e.to_string())?;
-        let policy = backend.policy();
+        // A pool's workers and jobs are the pool engine's to place and
+        // replace: their policy runs here, whatever the backend's groups do.
+        let policy = if member.is_some() {
+            Policy::Supervised
+        } else {
+            backend.policy()
+        };
         backend.adopt(
             gid,
             &Adoption {

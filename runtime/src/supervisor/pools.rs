@@ -19,7 +19,7 @@
 //! workers decided but not recorded are recorded then.
 
 use super::{Supervisor, db, json, log};
-use crate::pool::{self, JobWant, Pool, PoolSpec, WorkerEvent, WorkerId};
+use crate::pool::{self, JobWant, Pool, PoolPlan, WorkerEvent, WorkerId};
 use crate::store::{self, Kind, Member, NewGroup, NewTask, now_ms};
 use std::collections::{BTreeMap, VecDeque};
 use std::io;
@@ -40,13 +40,6 @@ pub(super) struct PoolRun {
     wants: Option<Vec<JobWant>>,
     /// The last worker whose setup failed: where a FAILED pool's reason is.
     last_failed: Option<i64>,
-}
-
-/// What the supervisor reads of a pool's plan; the rest is the backend's.
-#[derive(serde::Deserialize)]
-struct PoolPlan {
-    pool: PoolSpec,
-    worker: serde_json::Value,
 }
 
 /// A client's request to a live pool (the `request` column).
