@@ -936,3 +936,372 @@ fn e2e_the_example_group_on_aws_itself() {
         "{instances:?}"
     );
 }
+
+/// A pool applied through `skyc pool apply --target aws`, with a stand-in
+/// machine for each running instance of its workers (found by the pool's
+/// tag, `skyc-pool`).
+struct PoolRun {
+    s: Scratch,
+    endpoint: String,
+    name: String,
+    /// The pool's run: each worker's is `{run}-w{group}`.
+    run: String,
+    ec2: Ec2,
+    rt: tokio::runtime::Runtime,
+    up: BTreeMap<String, String>,
+    machines: PathBuf,
+    _serial: std::fs::File,
+}
+
+impl PoolRun {
+    fn apply(test: &str, file: &Path) -> Option<PoolRun> {
+        let endpoint = ready()?;
+        let serial = std::fs::File::create("/tmp/skyc-standin.lock").expect("lock file");
+        rustix::fs::flock(&serial, rustix::fs::FlockOperation::LockExclusive).expect("flock");
+        let s = Scratch::new(test);
+        // Unique on the stand-in, which outlives test runs.
+        let name = format!(
+            "awspool{}x{}",
+            std::process::id(),
+            s.dir.display().to_string().len()
+        );
+        let file = file.to_string_lossy();
+        let out = aws_skyc(
+            &s,
+            &endpoint,
+            &[
+                "pool",
+                "apply",
+                "-p",
+                &name,
+                &file,
+                "--target",
+                "aws",
+                "--ssh-user",
+                "root",
+                "--ssh-via",
+                "private",
+            ],
+        )
+        .output()
+        .expect("skyc pool apply");
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let store = skyc_runtime::store::Store::open(&s.state()).expect("store");
+        let pool = store.live_pool(&name).expect("pools").expect("the pool");
+        let plan: Value = serde_json::from_str(&store.plan(pool.id).expect("plan")).expect("JSON");
+        let run = plan["worker"]["run"].as_str().expect("a run").to_owned();
+        let region = plan["worker"]["region"]
+            .as_str()
+            .expect("a region")
+            .to_owned();
+        let settings = Settings {
+            profile: "default".into(),
+            credentials: skyc_runtime::aws::ec2::sigv4::Credentials {
+                access_key_id: "AKIDSKYCTEST".into(),
+                secret_access_key: "skyc-test-secret".into(),
+                session_token: None,
+            },
+            credentials_source: "the test".into(),
+            region: None,
+            endpoint: Some(endpoint.clone()),
+        };
+        let ec2 = Ec2::new(&settings, Some(&region), Tuning::default()).expect("client");
+        let machines = s.dir.join("m");
+        Some(PoolRun {
+            s,
+            endpoint,
+            name,
+            run,
+            ec2,
+            rt: tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime"),
+            up: BTreeMap::new(),
+            machines,
+            _serial: serial,
+        })
+    }
+
+    fn skyc(&self, args: &[&str]) -> std::process::Output {
+        let out = aws_skyc(&self.s, &self.endpoint, args)
+            .output()
+            .expect("skyc");
+        assert!(out.status.success(), "skyc {args:?}: {}", text(&out.stderr));
+        out
+    }
+
+    fn instances(&self) -> Vec<skyc_runtime::aws::ec2::response::Instance> {
+        self.rt
+            .block_on(ops::instances_tagged(
+                &self.ec2,
+                skyc_runtime::aws::POOL_TAG,
+                &self.name,
+            ))
+            .expect("DescribeInstances")
+    }
+
+    fn user_data(&self, id: &str) -> String {
+        let mut q = query::action("DescribeInstanceAttribute");
+        q.push(("InstanceId".into(), id.to_owned()));
+        q.push(("Attribute".into(), "userData".into()));
+        let body = self.rt.block_on(self.ec2.call(&q)).expect("user data");
+        let start = body.find("<value>").expect("a value") + "<value>".len();
+        let end = body[start..].find("</value>").expect("its end") + start;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(body[start..end].trim())
+            .expect("base64");
+        String::from_utf8(bytes).expect("UTF-8")
+    }
+
+    /// Machines follow the workers' instances.
+    fn follow(&mut self) {
+        let key = self
+            .s
+            .state()
+            .join("aws")
+            .join(&self.run)
+            .join("id_ed25519.pub");
+        for i in self.instances() {
+            let running = i.state == Some(State::Running);
+            if running && !self.up.contains_key(&i.id) {
+                let ud = self.s.dir.join(format!("{}.user-data", i.id));
+                std::fs::write(&ud, self.user_data(&i.id)).expect("user data");
+                let ip = i.private_ip.clone().expect("an address");
+                let ok = Command::new(STANDIN)
+                    .arg("up")
+                    .arg(&self.machines)
+                    .arg(&i.id)
+                    .arg(&ip)
+                    .arg(&ud)
+                    .arg(&key)
+                    .status()
+                    .expect("scripts/standin")
+                    .success();
+                assert!(ok, "scripts/standin up {}", i.id);
+                self.up.insert(i.id.clone(), ip);
+            } else if !running && self.up.remove(&i.id).is_some() {
+                let _ = Command::new(STANDIN)
+                    .arg("down")
+                    .arg(&self.machines)
+                    .arg(&i.id)
+                    .status();
+            }
+        }
+    }
+
+    fn pool(&self) -> Value {
+        let out = self.skyc(&["pool", "status", "--all", "--json"]);
+        serde_json::from_slice::<Value>(&out.stdout)
+            .ok()
+            .and_then(|v| v.as_array().cloned())
+            .unwrap_or_default()
+            .into_iter()
+            .find(|p| p["name"] == self.name.as_str())
+            .unwrap_or(Value::Null)
+    }
+
+    /// Follows until `done` holds of `value()` (at most 180 s).
+    fn until<T: std::fmt::Debug>(
+        &mut self,
+        what: &str,
+        value: impl Fn(&Self) -> T,
+        done: impl Fn(&T) -> bool,
+    ) -> T {
+        let start = Instant::now();
+        loop {
+            self.follow();
+            let v = value(self);
+            if done(&v) {
+                return v;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(180),
+                "not {what} after 180 s: {v:#?}"
+            );
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+
+    fn ready_workers(pool: &Value) -> Vec<Value> {
+        pool["workers"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|w| w["status"] == "READY")
+            .collect()
+    }
+
+    fn submit(&self, file: &Path, n: u32) -> Vec<i64> {
+        let n = n.to_string();
+        let file = file.to_string_lossy();
+        let out = self.skyc(&["run", "--pool", &self.name, "--num-jobs", &n, "-d", &file]);
+        text(&out.stdout)
+            .lines()
+            .map(|l| l.trim().parse().expect("job id"))
+            .collect()
+    }
+
+    fn job_log(&self, job: i64) -> String {
+        std::fs::read_to_string(
+            self.s
+                .state()
+                .join("groups")
+                .join(job.to_string())
+                .join("logs")
+                .join("job-0.log"),
+        )
+        .unwrap_or_default()
+    }
+
+    fn worker_log(&self, group: i64) -> String {
+        std::fs::read_to_string(
+            self.s
+                .state()
+                .join("groups")
+                .join(group.to_string())
+                .join("logs")
+                .join("work-0.log"),
+        )
+        .unwrap_or_default()
+    }
+}
+
+impl Drop for PoolRun {
+    fn drop(&mut self) {
+        let _ = aws_skyc(&self.s, &self.endpoint, &["pool", "down", "--all"]).output();
+        let _ = aws_skyc(&self.s, &self.endpoint, &["cancel", "--all"]).output();
+        let _ = Command::new(STANDIN)
+            .arg("stop")
+            .arg(&self.machines)
+            .status();
+        if let Ok(instances) = self.rt.block_on(ops::instances_tagged(
+            &self.ec2,
+            skyc_runtime::aws::POOL_TAG,
+            &self.name,
+        )) {
+            let ids: Vec<String> = instances.into_iter().map(|i| i.id).collect();
+            let _ = self.rt.block_on(ops::terminate(&self.ec2, &ids));
+        }
+    }
+}
+
+#[test]
+fn a_pool_runs_ranked_jobs_on_aws_workers_and_replaces_a_lost_one() {
+    let dir = Scratch::new("aws-pool-files");
+    let pool_file = dir.write(
+        "pool.yaml",
+        "name: work\n\
+         resources:\n  cpus: 2\n  infra: aws\n\
+         envs:\n  POOL_ENV: from-the-pool\n\
+         pool:\n  workers: 2\n\
+         setup: |\n  echo setup ran on $(hostname)\n  echo prepared > prepared.txt\n",
+    );
+    let Some(mut p) = PoolRun::apply("aws-pool", &pool_file) else {
+        return;
+    };
+    let pool = p.until("2 ready workers", PoolRun::pool, |pool| {
+        PoolRun::ready_workers(pool).len() == 2
+    });
+    assert_eq!(pool["status"], "READY", "{pool:#}");
+    let job_file = dir.write(
+        "job.yaml",
+        "name: job\n\
+         envs:\n  JOB_ENV: mine\n\
+         run: |\n  echo rank $SKYPILOT_JOB_RANK of $SKYPILOT_NUM_JOBS $POOL_ENV $JOB_ENV $(cat prepared.txt)\n",
+    );
+    let ids = p.submit(&job_file, 4);
+    assert_eq!(ids.len(), 4);
+    for (rank, &id) in ids.iter().enumerate() {
+        let status = p.until(
+            "the job finished",
+            |p| p.s.try_status(id),
+            |s| !s["finished_at_ms"].is_null(),
+        );
+        assert_eq!(status["status"], "SUCCEEDED", "{status:#}");
+        assert_eq!(status["rank"], rank, "{status:#}");
+        let log = p.job_log(id);
+        assert_eq!(log.matches("rank").count(), 1, "each job runs once: {log}");
+        assert!(
+            log.contains(&format!("rank {rank} of 4 from-the-pool mine prepared")),
+            "job {id}: {log}"
+        );
+    }
+    // Each worker ran its setup once, and only its setup.
+    let workers = PoolRun::ready_workers(&p.pool());
+    assert_eq!(workers.len(), 2);
+    for w in &workers {
+        let log = p.worker_log(w["group"].as_i64().expect("a group"));
+        assert_eq!(log.matches("setup ran on").count(), 1, "{log}");
+    }
+
+    // A worker's instance terminated out of band: its job runs again on
+    // the other worker, which is untouched, and a new worker replaces it.
+    let long = dir.write(
+        "long.yaml",
+        "name: job\nrun: |\n  echo attempt start\n  sleep 15\n  echo attempt done\n",
+    );
+    let id = p.submit(&long, 1)[0];
+    p.until(
+        "the long job started",
+        |p| p.job_log(id),
+        |l| l.contains("attempt start"),
+    );
+    let pool = p.pool();
+    let on = |w: &Value| {
+        w["jobs"]
+            .as_array()
+            .is_some_and(|j| j.iter().any(|j| j.as_i64() == Some(id)))
+    };
+    let workers = PoolRun::ready_workers(&pool);
+    let lost = workers.iter().find(|w| on(w)).expect("its worker").clone();
+    let kept = workers.iter().find(|w| !on(w)).expect("the other").clone();
+    let lost_run = format!("{}-w{}", p.run, lost["group"]);
+    let ids: Vec<String> =
+        p.rt.block_on(ops::instances(&p.ec2, &lost_run))
+            .expect("its instances")
+            .into_iter()
+            .map(|i| i.id)
+            .collect();
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    p.rt.block_on(ops::terminate(&p.ec2, &ids))
+        .expect("terminate");
+    let status = p.until(
+        "the long job finished",
+        |p| p.s.try_status(id),
+        |s| !s["finished_at_ms"].is_null(),
+    );
+    assert_eq!(status["status"], "SUCCEEDED", "{status:#}");
+    assert_eq!(status["tasks"][0]["restarts_on_errors"], 0, "{status:#}");
+    let log = p.job_log(id);
+    assert_eq!(log.matches("attempt start").count(), 2, "{log}");
+    // The lost worker is launched again on a new instance, set up anew.
+    let lost_group = lost["group"].as_i64().expect("a group");
+    p.until(
+        "the lost worker set up again",
+        |p| p.worker_log(lost_group),
+        |log| log.matches("setup ran on").count() == 2,
+    );
+    let pool = p.until("2 ready workers again", PoolRun::pool, |pool| {
+        PoolRun::ready_workers(pool).len() == 2
+    });
+    let now = PoolRun::ready_workers(&pool);
+    assert!(now.iter().any(|w| w["group"] == kept["group"]), "{pool:#}");
+    let instances =
+        p.rt.block_on(ops::instances(&p.ec2, &lost_run))
+            .expect("its instances");
+    assert_eq!(instances.len(), 2, "{instances:?}");
+    assert_eq!(
+        p.worker_log(kept["group"].as_i64().expect("a group"))
+            .matches("setup ran on")
+            .count(),
+        1
+    );
+
+    // Down terminates every worker.
+    p.skyc(&["pool", "down", &p.name.clone()]);
+    p.until("every worker terminated", PoolRun::instances, |all| {
+        all.iter().all(|i| i.state == Some(State::Terminated))
+    });
+}

@@ -150,7 +150,27 @@ fn pool_file_is_a_pool_in_the_ir_and_refused_by_targets_and_run() {
         insta::assert_json_snapshot!("build_ir_pool", json["pool"]);
         assert_eq!(json["tasks"][0]["setup"], "pip install -r requirements.txt");
         let mut refusals = String::new();
-        for target in ["k8s", "slurm", "aws", "gcp"] {
+        // The clouds build one worker's spec, which `pool apply` launches
+        // once per worker: it holds after setup (`skyc_hold` in each
+        // node's settings) and carries no `run`.
+        for target in ["aws", "gcp"] {
+            let o = run(&["build", "--target", target, "-o", "json", "pool.yaml"]);
+            assert_eq!(o.status.code(), Some(0), "{target}: {}", transcript(&o));
+            let spec: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+            let shown = serde_json::json!({"pool": spec["pool"], "tasks": spec["tasks"]});
+            insta::assert_json_snapshot!(format!("build_pool_{target}"), shown);
+            let all = String::from_utf8_lossy(&o.stdout);
+            // The setting's line, as the JSON string escapes it.
+            assert!(
+                all.contains(r"\nskyc_hold=1\n"),
+                "{target}: every node holds"
+            );
+            assert!(
+                !all.contains("infer.py"),
+                "{target}: the pool's run is left out"
+            );
+        }
+        for target in ["k8s", "slurm"] {
             let o = run(&["build", "--target", target, "pool.yaml"]);
             assert_eq!(o.status.code(), Some(1), "{target}: {}", transcript(&o));
             assert!(o.stdout.is_empty(), "{target}: nothing built");

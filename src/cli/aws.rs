@@ -5,7 +5,7 @@ use super::out::errln;
 use super::run::RunInput;
 use clap::ValueEnum;
 use skyc_compiler::Diagnostic;
-use skyc_runtime::aws::{RunOptions, RunPlan};
+use skyc_runtime::aws::{PoolPlan, RunOptions, RunPlan};
 use skyc_targets::cloud::Cloud;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -59,30 +59,50 @@ impl AwsArgs {
         state_dir: &Path,
     ) -> Result<(Option<RunPlan>, Vec<Diagnostic>), String> {
         let catalog = catalog::load(Cloud::Aws, self.catalog.as_deref())?;
-        let (plan, diagnostics) = RunPlan::for_run(
-            run.group,
-            &catalog,
-            &RunOptions {
-                grace: Duration::from_secs_f64(run.grace),
-                secrets: run.secrets,
-                state_dir,
-                submitted_ms: run.submitted_ms,
-                user: self.ssh_user.clone(),
-                ssh_from: self.ssh_from.clone(),
-                private: self.ssh_via == SshVia::Private,
-            },
-        )?;
-        if plan
-            .as_ref()
-            .is_some_and(RunPlan::credentials_from_environment)
-        {
+        let (plan, diagnostics) =
+            RunPlan::for_run(run.group, &catalog, &self.options(run, state_dir))?;
+        note_credentials(plan.as_ref());
+        Ok((plan, diagnostics))
+    }
+
+    /// A pool's plan (see [`PoolPlan::for_pool`]).
+    pub(crate) fn plan_pool(
+        &self,
+        run: &RunInput<'_>,
+        pool: &skyc_compiler::ir::Pool,
+        name: &str,
+        state_dir: &Path,
+    ) -> Result<(Option<PoolPlan>, Vec<Diagnostic>), String> {
+        let catalog = catalog::load(Cloud::Aws, self.catalog.as_deref())?;
+        let options = self.options(run, state_dir);
+        let (plan, diagnostics) = PoolPlan::for_pool(run.group, pool, name, &catalog, &options)?;
+        note_credentials(plan.as_ref().map(|p| &p.worker));
+        Ok((plan, diagnostics))
+    }
+
+    fn options<'a>(&self, run: &RunInput<'a>, state_dir: &'a Path) -> RunOptions<'a> {
+        RunOptions {
+            grace: Duration::from_secs_f64(run.grace),
+            secrets: run.secrets,
+            state_dir,
+            submitted_ms: run.submitted_ms,
+            user: self.ssh_user.clone(),
+            ssh_from: self.ssh_from.clone(),
+            private: self.ssh_via == SshVia::Private,
+        }
+    }
+}
+
+/// Says when the credentials are ones nothing renews.
+fn note_credentials(plan: Option<&RunPlan>) {
+    {
+        if plan.is_some_and(RunPlan::credentials_from_environment) {
             errln!(
                 "skyc: note: the AWS credentials come from the environment: the supervisor \
                  uses its own (this command's); nothing renews them, and a supervisor started \
                  later from a shell without them cannot reach EC2"
             );
         }
-        Ok((plan, diagnostics))
     }
 }
 

@@ -87,6 +87,27 @@ impl Submission<'_> {
         };
         let planned = match backend {
             Backend::Local => self.plan_local(group, &mut compilation, pool.is_some(), job)?,
+            Backend::Aws if pool.is_some() => {
+                let mut plans = Some(Vec::new());
+                for rank in 0..self.num_jobs {
+                    let (plan, found) = skyc_runtime::aws::JobPlan::new(
+                        group,
+                        job(rank),
+                        self.secrets,
+                        Duration::from_secs_f64(self.grace),
+                    );
+                    if rank == 0 {
+                        compilation.diagnostics.extend(found);
+                    }
+                    match (plan, plans.as_mut()) {
+                        (Some(plan), Some(list)) => {
+                            list.push(serde_json::to_string(&plan).map_err(|e| e.to_string())?);
+                        }
+                        _ => plans = None,
+                    }
+                }
+                plans
+            }
             other => {
                 return Err(format!(
                     "pools on the {} target take no jobs yet",

@@ -257,7 +257,22 @@ fn apply(args: &ApplyArgs) -> Result<u8, String> {
     };
     let planned = match args.target {
         Target::Local => plan_local(args, file, &name, &run, &pool)?,
-        Target::Slurm | Target::K8s | Target::Aws => {
+        Target::Aws => {
+            let (plan, diagnostics) =
+                args.aws
+                    .plan_pool(&run, &pool, &args.pool, &args.state.dir())?;
+            PlannedPool {
+                size: plan
+                    .as_ref()
+                    .map(|p| p.pool.scaling.describe())
+                    .unwrap_or_default(),
+                plan: plan
+                    .map(|p| serde_json::to_string(&p).map_err(|e| e.to_string()))
+                    .transpose()?,
+                diagnostics,
+            }
+        }
+        Target::Slurm | Target::K8s => {
             return Err(format!(
                 "pools do not run on the {} target yet",
                 args.target.backend().as_str()

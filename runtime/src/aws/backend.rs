@@ -10,20 +10,28 @@
 //! also hold: a new supervisor adopts with the committed engine, finds
 //! the run's instances by their `skyc-run` tag and goes on (logs are read
 //! again from their start).
+//!
+//! Pools: a worker is a group like any other whose plan holds (`hold`),
+//! under a run name of its own; a job of a pool has no thread: its
+//! attempt is handed to its worker's thread ([`Backend::place`]), which
+//! follows it on the worker's nodes ([`jobs`]) and reports for it.
 
 use super::plan::{Plan, RunPlan};
+use super::pool::JobPlan;
 use crate::aws::control::ops;
 use crate::aws::control::pass::pass;
 use crate::aws::credentials::{Keeper, Step};
+use crate::aws::data::jobs::{self, Placed};
 use crate::aws::data::plane::DataPlane;
 use crate::aws::data::remote::Ssh;
 use crate::aws::ec2::client::{Ec2, Tuning};
 use crate::aws::ec2::retry;
 use crate::aws::ec2::sigv4::Credentials;
 use crate::backend::{Adoption, Backend, NodeInfo, Report};
-use crate::goal::Goal;
+use crate::goal::{Goal, Want};
 use crate::outbox::{Out, Outbox};
-use crate::policy::{Action, Engine};
+use crate::policy::{Action, Attempt, Engine, Event};
+use crate::pool::Placement;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::os::fd::BorrowedFd;
@@ -41,11 +49,35 @@ const SSH_TIMEOUT: Duration = Duration::from_secs(30);
 enum Msg {
     Goal(Goal),
     Release,
+    /// A pool job's attempt placed on this worker.
+    Place(i64, Box<Placed>),
+    /// A pool job's engine stops it.
+    Stop(i64),
+    /// A pool job closed.
+    Forget(i64),
+}
+
+/// A pool job, as the backend follows it (its thread is its worker's).
+struct JobRun {
+    plan: JobPlan,
+    /// Its engine's attempt.
+    attempt: u32,
+    /// Where its latest attempt was placed, and that attempt.
+    placed: Option<(i64, u32)>,
+    /// The nodes of the placed attempt that ended (exited or lost).
+    ended: BTreeSet<u32>,
+    /// The attempt a stop was sent for.
+    stopped: Option<u32>,
+    finished: bool,
+    settled: bool,
 }
 
 pub struct Aws {
     state_dir: PathBuf,
     groups: BTreeMap<i64, mpsc::Sender<Msg>>,
+    jobs: BTreeMap<i64, JobRun>,
+    /// Reports made here rather than by a thread.
+    reports: Vec<(i64, Report)>,
     outbox: Outbox,
     /// The tuning of every group's client (tests make it short).
     tuning: Tuning,
@@ -57,6 +89,8 @@ impl Aws {
         Ok(Aws {
             state_dir,
             groups: BTreeMap::new(),
+            jobs: BTreeMap::new(),
+            reports: Vec::new(),
             outbox: Outbox::new()?,
             tuning: Tuning::default(),
         })
@@ -111,8 +145,29 @@ fn ssh_dir(group_dir: &Path) -> io::Result<PathBuf> {
 
 impl Backend for Aws {
     fn adopt(&mut self, gid: i64, adoption: &Adoption<'_>) -> Result<(), String> {
-        let run: RunPlan = serde_json::from_str(adoption.plan)
+        if adoption.plan.contains("\"pool_job\"") {
+            let plan: JobPlan = serde_json::from_str(adoption.plan)
+                .map_err(|e| format!("the job's AWS plan: {e}"))?;
+            let engine = adoption.engine;
+            self.jobs.insert(
+                gid,
+                JobRun {
+                    plan,
+                    attempt: engine.attempt(0),
+                    placed: None,
+                    ended: BTreeSet::new(),
+                    stopped: None,
+                    finished: engine.is_finished(),
+                    settled: false,
+                },
+            );
+            return Ok(());
+        }
+        let mut run: RunPlan = serde_json::from_str(adoption.plan)
             .map_err(|e| format!("the group's AWS plan: {e}"))?;
+        if run.hold {
+            run = run.for_worker(gid);
+        }
         // No credentials yet: the group's thread gets them from the run's
         // source before its first call.
         let unsigned = Credentials {
@@ -148,6 +203,8 @@ impl Backend for Aws {
         let out = self.outbox.post().out(gid);
         let region = run.plan.region.clone();
         let group = Group {
+            hold: run.hold,
+            jobs: BTreeMap::new(),
             plan: run.plan,
             goal: Goal::from_engine(adoption.engine),
             ec2,
@@ -169,6 +226,21 @@ impl Backend for Aws {
     }
 
     fn execute(&mut self, gid: i64, engine: &Engine, _actions: &[Action]) {
+        if let Some(job) = self.jobs.get_mut(&gid) {
+            job.attempt = engine.attempt(0);
+            job.finished = engine.is_finished();
+            let stop = engine.stopping(0) || engine.is_cancelled() || job.finished;
+            if let Some((worker, attempt)) = job.placed
+                && stop
+                && job.stopped != Some(attempt)
+            {
+                job.stopped = Some(attempt);
+                if let Some(tx) = self.groups.get(&worker) {
+                    let _ = tx.send(Msg::Stop(gid));
+                }
+            }
+            return;
+        }
         // Level triggered: the reconciler works from the engine's state,
         // so a stop or a launch decided is carried out from it.
         self.to(gid, Msg::Goal(Goal::from_engine(engine)));
@@ -180,12 +252,90 @@ impl Backend for Aws {
     }
 
     fn release(&mut self, gid: i64) {
+        if let Some(job) = self.jobs.remove(&gid) {
+            if let Some((worker, _)) = job.placed {
+                self.to(worker, Msg::Forget(gid));
+            }
+            return;
+        }
         self.to(gid, Msg::Release);
         self.groups.remove(&gid);
     }
 
     fn drain(&mut self, _now_ms: i64) -> Vec<(i64, Report)> {
-        self.outbox.drain()
+        let mut reports = std::mem::take(&mut self.reports);
+        reports.extend(self.outbox.drain());
+        for (gid, report) in &reports {
+            let (Some(job), Report::Event { event, .. }) = (self.jobs.get_mut(gid), report) else {
+                continue;
+            };
+            if let Event::NodeExited { attempt, node, .. } | Event::NodeLost { attempt, node, .. } =
+                *event
+                && job.placed.is_some_and(|(_, a)| a == attempt)
+            {
+                job.ended.insert(node);
+            }
+        }
+        // A job whose engine has finished is settled once no node of its
+        // attempt runs on its worker.
+        for (&gid, job) in &mut self.jobs {
+            let nodes = job.plan.spec.tasks[0].num_nodes as usize;
+            let idle = job.placed.is_none() || job.ended.len() >= nodes;
+            if job.finished && idle && !job.settled {
+                job.settled = true;
+                reports.push((gid, Report::Settled));
+            }
+        }
+        reports
+    }
+
+    fn runs_pools(&self) -> bool {
+        true
+    }
+
+    fn place(&mut self, job: i64, attempt: Attempt, worker: i64, _placement: &Placement) {
+        let Some(j) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        if attempt != j.attempt || j.finished {
+            return;
+        }
+        let nodes = j.plan.spec.tasks[0].num_nodes;
+        if j.placed != Some((worker, attempt)) {
+            j.placed = Some((worker, attempt));
+            j.ended.clear();
+        }
+        let Some(tx) = self.groups.get(&worker) else {
+            // Its worker is gone: lost with it, so its engine runs it again
+            // elsewhere without using its budget.
+            for node in 0..nodes {
+                j.ended.insert(node);
+                self.reports.push((
+                    job,
+                    Report::Event {
+                        event: Event::NodeLost {
+                            task: 0,
+                            attempt,
+                            node,
+                        },
+                        at_ms: None,
+                    },
+                ));
+            }
+            return;
+        };
+        let logs = crate::paths::group_dir(&self.state_dir, job).join("logs");
+        let placed = Placed::new(
+            attempt,
+            nodes,
+            j.plan.job_sh(skyc_targets::cloud::NODE_DIR),
+            j.plan.grace_secs,
+            j.plan.spec.tasks[0].name.clone(),
+            logs,
+            self.outbox.post().out(job),
+            0,
+        );
+        let _ = tx.send(Msg::Place(job, Box::new(placed)));
     }
 
     fn wake_fd(&self) -> Option<BorrowedFd<'_>> {
@@ -195,6 +345,10 @@ impl Backend for Aws {
 
 /// One group's loop.
 struct Group {
+    /// A pool's worker: its nodes hold after setup.
+    hold: bool,
+    /// A worker's jobs, by job.
+    jobs: BTreeMap<i64, Placed>,
     plan: Plan,
     goal: Goal,
     /// Signs with the keeper's latest credentials.
@@ -254,7 +408,31 @@ impl Group {
                 self.goal = goal;
                 true
             }
+            Msg::Place(job, mut placed) => {
+                let current = self
+                    .jobs
+                    .get(&job)
+                    .is_some_and(|p| p.attempt == placed.attempt);
+                if !current {
+                    placed.worker_attempt = self.goal.tasks.first().map_or(0, |t| t.attempt);
+                    self.jobs.insert(job, *placed);
+                }
+                true
+            }
+            Msg::Stop(job) => {
+                if let Some(p) = self.jobs.get_mut(&job) {
+                    p.stop = true;
+                }
+                true
+            }
+            Msg::Forget(job) => {
+                self.jobs.remove(&job);
+                true
+            }
             Msg::Release => {
+                for p in self.jobs.values_mut() {
+                    p.lose_all("its worker was released");
+                }
                 // The group is closed, its instances gone: its SSH state
                 // and key have nothing left to reach.
                 let _ = std::fs::remove_dir_all(&self.data.ssh.dir);
@@ -314,13 +492,16 @@ impl Group {
                 return;
             }
         };
-        let (outcomes, errors) = self.data.step(&self.plan, &world, &self.goal);
+        let (outcomes, mut errors) = self.data.step(&self.plan, &world, &self.goal);
+        let passed = rt.block_on(pass(&self.ec2, &self.plan, &self.goal, outcomes));
+        if self.hold {
+            self.pool_step(&world, &mut errors);
+        }
         for e in errors {
             if self.sent_errors.insert(e.clone()) {
                 self.out.send(Report::Error(e));
             }
         }
-        let passed = rt.block_on(pass(&self.ec2, &self.plan, &self.goal, outcomes));
         self.set_outage(passed.outage);
         let mut settled = false;
         for report in passed.reports {
@@ -348,5 +529,38 @@ impl Group {
             self.out.send(Report::Settled);
         }
         self.settled = settled;
+    }
+
+    /// A worker's part of a pass: ready once every node holds (its setup
+    /// ended well), its jobs followed, and lost with it once it is
+    /// retired.
+    fn pool_step(&mut self, world: &super::world::World, errors: &mut Vec<String>) {
+        let Some(task) = self.goal.tasks.first() else {
+            return;
+        };
+        let attempt = task.attempt;
+        let holds = (0..task.live.len() as u32).all(|rank| {
+            let key = super::world::NodeKey {
+                task: 0,
+                rank,
+                attempt,
+            };
+            matches!(
+                self.data.outcome(key),
+                Some(super::data::node::Outcome::Running(
+                    crate::policy::Phase::Run
+                ))
+            )
+        });
+        if holds && task.want == Want::Run && self.sent_events.insert(format!("ready {attempt}")) {
+            self.out.send(Report::Ready { task: 0, attempt });
+        }
+        if self.goal.cancel || task.want == Want::Done {
+            for p in self.jobs.values_mut() {
+                p.lose_all("its worker was retired");
+            }
+        }
+        jobs::step(&mut self.jobs, &self.data, &self.plan, world, errors);
+        self.jobs.retain(|_, p| !p.ended());
     }
 }

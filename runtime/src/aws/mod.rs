@@ -18,7 +18,8 @@
 //! instance a node's attempt), and at the top, as in every backend,
 //! `plan.rs` ([`Plan`]: the build's spec with the run's own names, tags
 //! and `ClientToken`s; [`RunPlan::for_run`], which plans a run once EC2
-//! has answered with the run's credentials) and
+//! has answered with the run's credentials), `pool.rs` (a pool's worker
+//! and job plans) and
 //! [`backend`] (the supervisor's [`crate::backend::Backend`] for AWS
 //! groups, a thread per group running both planes).
 
@@ -28,6 +29,7 @@ pub mod credentials;
 pub mod data;
 pub mod ec2;
 mod plan;
+mod pool;
 pub mod world;
 
 pub use backend::Aws;
@@ -35,9 +37,10 @@ pub use credentials::{Access, ConfigError};
 pub use ec2::client::{Ec2, Error, SetupError, Tuning};
 pub use ec2::config::Settings;
 pub use plan::{
-    ATTEMPT_TAG, GROUP_TAG, Plan, PlanError, RANK_TAG, RUN_TAG, RunOptions, RunPlan, SshAccess,
-    TASK_TAG, client_token, valid_run,
+    ATTEMPT_TAG, GROUP_TAG, POOL_TAG, Plan, PlanError, RANK_TAG, RUN_TAG, RunOptions, RunPlan,
+    SshAccess, TASK_TAG, client_token, valid_run,
 };
+pub use pool::{JobPlan, PoolPlan};
 
 #[cfg(test)]
 mod tests;

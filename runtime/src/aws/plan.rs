@@ -36,6 +36,8 @@ pub const TASK_TAG: &str = "skyc-task";
 pub const RANK_TAG: &str = "skyc-rank";
 pub const ATTEMPT_TAG: &str = "skyc-attempt";
 pub const GROUP_TAG: &str = "skyc-group";
+/// On a pool worker's instances: the pool's name.
+pub const POOL_TAG: &str = "skyc-pool";
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Plan {
@@ -53,6 +55,9 @@ pub struct Plan {
     /// How the runtime reaches the nodes, when it does (the data plane).
     #[serde(default)]
     pub ssh: Option<SshAccess>,
+    /// The pool whose worker this is (its instances carry [`POOL_TAG`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
 }
 
 /// What `skyc run --target aws` stores for a group: the run's plan and
@@ -85,6 +90,10 @@ pub struct RunPlan {
     /// instances.
     #[serde(default)]
     pub secrets: Vec<Vec<(String, String)>>,
+    /// A pool's worker: its nodes hold after setup, running the jobs the
+    /// runtime hands them (docs/pools.md).
+    #[serde(default)]
+    pub hold: bool,
 }
 
 /// The run's SSH access to its nodes: the public half of the key the
@@ -191,6 +200,7 @@ impl Plan {
             requests,
             nodes,
             ssh: None,
+            pool: None,
         })
     }
 
@@ -308,7 +318,10 @@ impl Plan {
             r["KeyName"] = json!(self.key_pair());
         }
         let attempt = attempt.to_string();
-        self.tag(&mut r, &[(ATTEMPT_TAG, &attempt)]);
+        match &self.pool {
+            Some(pool) => self.tag(&mut r, &[(ATTEMPT_TAG, &attempt), (POOL_TAG, pool)]),
+            None => self.tag(&mut r, &[(ATTEMPT_TAG, &attempt)]),
+        }
         r
     }
 
@@ -426,6 +439,7 @@ impl RunPlan {
             port: None,
             access,
             secrets,
+            hold: false,
         };
         Ok((Some(run), diagnostics))
     }

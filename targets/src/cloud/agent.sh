@@ -166,7 +166,77 @@ if [ -z "$skyc_failure" ] && [ -n "$skyc_git_url" ]; then
         skyc_failure="skyc: cloning the git workdir failed"
     fi
 fi
-skyc_phase setup && skyc_phase run
+# A pool's worker (skyc_hold=1) holds after a setup that ended well and
+# runs each job the runtime hands it: a directory jobs/ID/ moved into
+# place whole (job.sh: the worker's envs.sh sourced, then the job's envs
+# and run; grace: seconds between SIGTERM and SIGKILL), started once
+# (`started` is written first), in its own process group from the work
+# directory with the node's environment, as `run` would be. Its output
+# goes to jobs/ID/run.log, its exit code to jobs/ID/run.exit (atomically;
+# 128+N when killed by signal N); jobs/ID/stop asks it to end.
+skyc_job() {
+    local skyc_job_dir=$1 skyc_code=0 skyc_pid
+    (
+        cd "$skyc_dir/workdir" || exit 1
+        for skyc_secret in $skyc_secrets; do
+            IFS= read -r -d '' "$skyc_secret" <"$skyc_dir/secrets/$skyc_secret"
+            export "${skyc_secret?}"
+        done
+        exec env SKYPILOT_NODE_RANK="$skyc_rank" SKYPILOT_NODE_IPS="$skyc_ips" \
+            SKYPILOT_NUM_GPUS_PER_NODE="$skyc_gpus" setsid bash "$skyc_job_dir/job.sh"
+    ) >>"$skyc_job_dir/run.log" 2>&1 </dev/null &
+    skyc_pid=$!
+    echo "$skyc_pid" >"$skyc_job_dir/pid"
+    wait "$skyc_pid"
+    skyc_code=$?
+    echo "$skyc_code" >"$skyc_job_dir/run.exit.tmp" && mv -f "$skyc_job_dir/run.exit.tmp" "$skyc_job_dir/run.exit"
+}
+
+# Ends a job: SIGTERM to its process group, SIGKILL after its grace.
+skyc_stop_job() {
+    local skyc_job_dir=$1 skyc_pid skyc_grace skyc_i
+    skyc_pid=$(cat "$skyc_job_dir/pid")
+    skyc_grace=$(cat "$skyc_job_dir/grace" 2>/dev/null)
+    case "$skyc_grace" in '' | *[!0-9]*) skyc_grace=10 ;; esac
+    kill -TERM -- "-$skyc_pid" 2>/dev/null
+    for ((skyc_i = 0; skyc_i < skyc_grace * 5; skyc_i++)); do
+        [ -e "$skyc_job_dir/run.exit" ] && return 0
+        sleep 0.2
+    done
+    kill -KILL -- "-$skyc_pid" 2>/dev/null
+}
+
+skyc_hold() {
+    local skyc_j
+    mkdir -p "$skyc_dir/jobs"
+    skyc_status hold
+    while :; do
+        for skyc_j in "$skyc_dir"/jobs/*/; do
+            skyc_j=${skyc_j%/}
+            [ -e "$skyc_j/job.sh" ] || continue
+            if [ ! -e "$skyc_j/started" ]; then
+                : >"$skyc_j/started"
+                if [ -e "$skyc_j/stop" ]; then
+                    # Stopped before it started: it never runs.
+                    echo 143 >"$skyc_j/run.exit.tmp" && mv -f "$skyc_j/run.exit.tmp" "$skyc_j/run.exit"
+                else
+                    skyc_job "$skyc_j" &
+                fi
+            elif [ -e "$skyc_j/stop" ] && [ ! -e "$skyc_j/stopping" ] && [ -s "$skyc_j/pid" ] &&
+                [ ! -e "$skyc_j/run.exit" ]; then
+                : >"$skyc_j/stopping"
+                skyc_stop_job "$skyc_j" &
+            fi
+        done
+        sleep 0.2
+    done
+}
+
+if [ "${skyc_hold:-0}" = 1 ]; then
+    skyc_phase setup && skyc_hold
+else
+    skyc_phase setup && skyc_phase run
+fi
 skyc_code=$?
 if [ -n "$skyc_keeper" ]; then
     kill "$skyc_keeper" 2>/dev/null

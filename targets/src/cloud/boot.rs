@@ -81,7 +81,16 @@ pub(super) fn script(node: &Node) -> Result<String, Unrepresentable> {
     s.push_str(&settings(node)?);
     s.push_str("SKYC_NODE_ENV\n");
     let prelude = prelude(task)?;
-    for (phase, text) in [("setup", &task.setup), ("run", &task.run)] {
+    // A pool's worker runs no `run` of its own (SkyPilot ignores it): it
+    // holds after setup, and each job it is handed starts from the task's
+    // `envs` (`envs.sh`).
+    let run = if group.pool.is_some() {
+        let _ = writeln!(s, "    printf '%s' {} >\"$1/envs.sh\"", quote(&prelude));
+        &None
+    } else {
+        &task.run
+    };
+    for (phase, text) in [("setup", &task.setup), ("run", run)] {
         if let Some(text) = text {
             check(text, &format!("`{phase}`"))?;
             let _ = writeln!(
@@ -183,6 +192,11 @@ fn settings(node: &Node) -> Result<String, Unrepresentable> {
     // node.env is as it was.
     if group.execution == Execution::Serial {
         set("execution", "serial");
+    }
+    // A pool's worker: after setup it holds, running the jobs the
+    // runtime hands it.
+    if group.pool.is_some() {
+        set("hold", "1");
     }
     Ok(s)
 }

@@ -111,14 +111,6 @@ impl Build {
 
 /// Lowers `group` to the instance spec of the catalog's cloud.
 pub fn build(group: &Group, catalog: &Catalog) -> Build {
-    if let Some(refusal) =
-        crate::pool_refusal(group, catalog.cloud.display(), Rule::CloudUnrepresentable)
-    {
-        return Build {
-            document: None,
-            diagnostics: vec![refusal],
-        };
-    }
     let mut l = Lowerer {
         group,
         catalog,

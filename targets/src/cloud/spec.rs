@@ -176,7 +176,7 @@ pub(super) fn document(
         .iter()
         .map(|(r, p)| json!({"region": r, "hourly_price": p}))
         .collect();
-    json!({
+    let mut doc = json!({
         "apiVersion": API_VERSION,
         "kind": KIND,
         "group": group.name,
@@ -191,5 +191,23 @@ pub(super) fn document(
         "tasks": tasks,
         "requests": requests,
         "nodes": nodes,
-    })
+    });
+    // A pool file's spec is one worker's: `skyc pool apply` launches it
+    // once per worker, and the workers hold after setup.
+    if let Some(pool) = &group.pool {
+        doc["pool"] = json!({ "workers": pool_size(&pool.workers) });
+    }
+    doc
+}
+
+/// A pool's size as its file gives it.
+fn pool_size(workers: &skyc_compiler::ir::PoolWorkers) -> Value {
+    match *workers {
+        skyc_compiler::ir::PoolWorkers::Fixed { count } => json!(count),
+        skyc_compiler::ir::PoolWorkers::Autoscaled {
+            min_workers,
+            max_workers,
+            ..
+        } => json!({"min": min_workers, "max": max_workers}),
+    }
 }

@@ -39,11 +39,16 @@ fn unreadable(action: &str, why: response::Unreadable) -> Error {
 
 /// Every instance tagged with the run, in any state.
 pub async fn instances(ec2: &Ec2, run: &str) -> Result<Vec<Instance>, Error> {
+    instances_tagged(ec2, RUN_TAG, run).await
+}
+
+/// Every instance whose tag `key` is `value`, in any state.
+pub async fn instances_tagged(ec2: &Ec2, key: &str, value: &str) -> Result<Vec<Instance>, Error> {
     let mut out = Vec::new();
     let mut token: Option<String> = None;
     for _ in 0..MAX_PAGES {
         let mut p = query::action("DescribeInstances");
-        query::filters(&mut p, &[(&format!("tag:{RUN_TAG}"), &[run])]);
+        query::filters(&mut p, &[(&format!("tag:{key}"), &[value])]);
         p.push(("MaxResults".into(), PAGE.into()));
         if let Some(t) = &token {
             p.push(("NextToken".into(), t.clone()));

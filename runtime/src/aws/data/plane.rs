@@ -22,7 +22,7 @@
 
 use crate::aws::data::node::{self, Outcome, Outcomes};
 use crate::aws::data::remote::{self, LOGS, RemoteError, Ssh};
-use crate::aws::ec2::response::State;
+use crate::aws::ec2::response::{Instance, State};
 use crate::aws::plan::Plan;
 use crate::aws::world::{NodeKey, World};
 use crate::goal::{Goal, Want};
@@ -120,6 +120,20 @@ impl DataPlane {
         }
     }
 
+    /// Where the runtime reaches an instance: its public address when it
+    /// has one (unless [`DataPlane::private`]), else its private one.
+    pub fn address<'i>(&self, instance: &'i Instance) -> Option<&'i str> {
+        match &instance.public_ip {
+            Some(public) if !self.private => Some(public),
+            _ => instance.private_ip.as_deref(),
+        }
+    }
+
+    /// The last outcome read of a node.
+    pub fn outcome(&self, key: NodeKey) -> Option<Outcome> {
+        self.outcomes.get(&key).copied()
+    }
+
     /// One pass over the nodes; the outcomes so far, and what went wrong
     /// (a node not answering while it boots is not wrong, until it has
     /// been silent too long).
@@ -142,13 +156,11 @@ impl DataPlane {
             let Some(instance) = world.instance(plan, key) else {
                 continue;
             };
-            let address = match &instance.public_ip {
-                Some(public) if !self.private => Some(public),
-                _ => instance.private_ip.as_ref(),
-            };
-            let (Some(State::Running), Some(address)) = (instance.state, address) else {
+            let (Some(State::Running), Some(address)) = (instance.state, self.address(instance))
+            else {
                 continue;
             };
+            let address = address.to_owned();
             let id = instance.id.clone();
             visits.push(Visit {
                 key,
@@ -156,7 +168,7 @@ impl DataPlane {
                 log: self
                     .logs
                     .join(crate::paths::log_name(&plan.spec.tasks[task].name, rank)),
-                address: address.clone(),
+                address,
                 secrets: (!self.armed.contains(&id))
                     .then(|| self.secrets.get(task).map(Vec::as_slice).unwrap_or(&[])),
                 hosts: hosts
@@ -335,7 +347,7 @@ impl DataPlane {
     }
 }
 
-fn append(log: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub(super) fn append(log: &Path, bytes: &[u8]) -> std::io::Result<()> {
     if let Some(dir) = log.parent() {
         std::fs::create_dir_all(dir)?;
     }
@@ -378,14 +390,14 @@ fn offset_name(id: &str, file: &str) -> String {
     format!("{id}.{file}.offset")
 }
 
-fn read_offset(logs: &Path, id: &str, file: &str) -> u64 {
+pub(super) fn read_offset(logs: &Path, id: &str, file: &str) -> u64 {
     std::fs::read_to_string(logs.join(".aws").join(offset_name(id, file)))
         .ok()
         .and_then(|t| t.trim().parse().ok())
         .unwrap_or(0)
 }
 
-fn write_offset(logs: &Path, id: &str, file: &str, offset: u64) -> std::io::Result<()> {
+pub(super) fn write_offset(logs: &Path, id: &str, file: &str, offset: u64) -> std::io::Result<()> {
     crate::paths::write_atomic(
         &logs.join(".aws"),
         &offset_name(id, file),

@@ -138,6 +138,99 @@ pub fn parse_node(out: &str) -> NodeRead {
     read
 }
 
+/// Hands a pool job's node its script on a worker's node (`dir`, the
+/// node directory): `jobs/{name}/` with `job.sh` (from standard input)
+/// and `grace`, moved into place whole so the agent never sees half of
+/// it; nothing when it is there already (the agent starts it once).
+/// `name` is the runtime's own (`{job}-{attempt}`: digits and `-`).
+pub fn deliver_job(dir: &str, name: &str, grace_secs: u64, script: &str) -> Option<Command> {
+    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_digit() || b == b'-') {
+        return None;
+    }
+    let jobs = quote(&format!("{dir}/jobs"));
+    let tmp = quote(&format!("{dir}/jobs/.{name}.tmp"));
+    let path = quote(&format!("{dir}/jobs/{name}"));
+    Some(Command {
+        script: format!(
+            "[ -e {path} ] && {{ cat > /dev/null; exit 0; }}\n\
+             umask 077 && mkdir -p {jobs} && rm -rf {tmp} && mkdir {tmp} && \
+             cat > {tmp}/job.sh && echo {grace_secs} > {tmp}/grace && mv -T {tmp} {path}"
+        ),
+        stdin: script.as_bytes().to_vec(),
+    })
+}
+
+/// Asks the agent to end a pool job's node (`jobs/{name}/stop`), if it
+/// was handed over.
+pub fn stop_job(dir: &str, name: &str) -> Command {
+    let path = quote(&format!("{dir}/jobs/{name}"));
+    Command {
+        script: format!(
+            "[ -d {path} ] || exit 0
+: > {path}/stop"
+        ),
+        stdin: Vec::new(),
+    }
+}
+
+/// Reads a pool job's node on its worker: whether it was handed over
+/// (`job`), started, its exit, and its log from `offset` (a chunk at
+/// most), in [`read_node`]'s line format.
+pub fn read_job(dir: &str, name: &str, offset: u64) -> Command {
+    Command {
+        script: format!(
+            "cd {} 2>/dev/null || exit 0
+             [ -e job.sh ] && echo job
+             [ -e started ] && echo started
+             [ -e run.exit ] && printf 'run.exit %s\n' \"$(base64 -w0 < run.exit)\"
+             [ -e run.log ] && printf 'run.log %s %s\n' \"$(wc -c < run.log)\" \"$(tail -c +{} run.log | head -c {LOG_CHUNK_BYTES} | base64 -w0)\"
+             exit 0",
+            quote(&format!("{dir}/jobs/{name}")),
+            offset + 1,
+        ),
+        stdin: Vec::new(),
+    }
+}
+
+/// What [`read_job`] found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct JobRead {
+    pub handed: bool,
+    pub started: bool,
+    pub exit: Option<i32>,
+    /// The log's size and the bytes from the offset asked.
+    pub log: Option<(u64, Vec<u8>)>,
+}
+
+/// Parses what [`read_job`] printed.
+pub fn parse_job(out: &str) -> JobRead {
+    let b64 = |data: Option<&str>| {
+        base64::engine::general_purpose::STANDARD
+            .decode(data.unwrap_or("").trim())
+            .ok()
+    };
+    let mut read = JobRead::default();
+    for line in out.lines() {
+        let mut words = line.split_whitespace();
+        match words.next() {
+            Some("job") => read.handed = true,
+            Some("started") => read.started = true,
+            Some("run.exit") => {
+                read.exit =
+                    b64(words.next()).and_then(|b| String::from_utf8_lossy(&b).trim().parse().ok());
+            }
+            Some("run.log") => {
+                let size = words.next().and_then(|w| w.parse().ok());
+                if let (Some(size), Some(bytes)) = (size, b64(words.next())) {
+                    read.log = Some((size, bytes));
+                }
+            }
+            _ => {}
+        }
+    }
+    read
+}
+
 /// How the runtime reaches nodes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Ssh {

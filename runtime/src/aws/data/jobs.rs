@@ -1,0 +1,251 @@
+//! A pool worker's jobs, over the worker's SSH: each job node handed to
+//! the worker's node of its rank (`jobs/{job}-{attempt}/`, which the
+//! node's agent starts once), stopped there when its engine says so, and
+//! followed: its log copied into the job's own directory, its exit told
+//! to the job's engine. A job node whose worker node is gone (its
+//! instance down, replaced, silent, or the worker retired) is lost, so
+//! its engine runs it again on another worker without using its budget.
+//!
+//! The files on the node are the contract (docs/targets/cloud.md, "The
+//! node's directory"); what a supervisor must find again after a crash
+//! is there and in the job's `logs/.aws/` offsets: a job handed over is
+//! never handed over again (its directory exists), so it never runs
+//! twice.
+
+use crate::aws::data::node::Outcome;
+use crate::aws::data::plane::{self, DataPlane};
+use crate::aws::data::remote::{self, RemoteError};
+use crate::aws::ec2::response::State;
+use crate::aws::plan::Plan;
+use crate::aws::world::{NodeKey, World};
+use crate::backend::{NodeInfo, Report};
+use crate::outbox::Out;
+use crate::policy::{Event, Phase};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// One job's attempt placed on this worker.
+pub struct Placed {
+    pub attempt: u32,
+    /// The whole `job.sh`.
+    pub script: String,
+    pub grace_secs: u64,
+    /// The job's task name, for its log names.
+    pub task: String,
+    /// The job's `logs/` directory.
+    pub logs: PathBuf,
+    /// The job's reports.
+    pub out: Out,
+    /// The worker's attempt it was placed on: a later one is another set
+    /// of instances.
+    pub worker_attempt: u32,
+    /// The job's engine stops it.
+    pub stop: bool,
+    ranks: Vec<Rank>,
+    started_told: bool,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Rank {
+    handed: bool,
+    stop_sent: bool,
+    /// Bytes of its log copied (read back after a crash).
+    offset: Option<u64>,
+    ended: bool,
+}
+
+impl Placed {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        attempt: u32,
+        nodes: u32,
+        script: String,
+        grace_secs: u64,
+        task: String,
+        logs: PathBuf,
+        out: Out,
+        worker_attempt: u32,
+    ) -> Placed {
+        Placed {
+            attempt,
+            script,
+            grace_secs,
+            task,
+            logs,
+            out,
+            worker_attempt,
+            stop: false,
+            ranks: vec![Rank::default(); nodes as usize],
+            started_told: false,
+        }
+    }
+
+    /// `{job}-{attempt}`: the job's directory on the node.
+    fn name(&self) -> String {
+        format!("{}-{}", self.out.gid, self.attempt)
+    }
+
+    fn lose(&mut self, rank: u32, why: &str) {
+        let r = &mut self.ranks[rank as usize];
+        if r.ended {
+            return;
+        }
+        r.ended = true;
+        let log = self.logs.join(crate::paths::log_name(&self.task, rank));
+        let _ = plane::append(&log, format!("skyc: {why}\n").as_bytes());
+        self.out.send(Report::Event {
+            event: Event::NodeLost {
+                task: 0,
+                attempt: self.attempt,
+                node: rank,
+            },
+            at_ms: None,
+        });
+    }
+
+    /// Every node of the attempt has ended (exited or lost).
+    pub fn ended(&self) -> bool {
+        self.ranks.iter().all(|r| r.ended)
+    }
+
+    /// The worker is gone (retired, released): every node still running
+    /// is lost.
+    pub fn lose_all(&mut self, why: &str) {
+        for rank in 0..self.ranks.len() as u32 {
+            self.lose(rank, why);
+        }
+    }
+}
+
+/// One pass over the worker's jobs, after the data plane's pass over its
+/// nodes (`data`'s outcomes say which nodes hold).
+pub fn step(
+    jobs: &mut BTreeMap<i64, Placed>,
+    data: &DataPlane,
+    plan: &Plan,
+    world: &World,
+    errors: &mut Vec<String>,
+) {
+    for job in jobs.values_mut() {
+        for rank in 0..job.ranks.len() as u32 {
+            if job.ranks[rank as usize].ended {
+                continue;
+            }
+            let key = NodeKey {
+                task: 0,
+                rank,
+                attempt: job.worker_attempt,
+            };
+            let instance = world.instance(plan, key);
+            let held = matches!(data.outcome(key), Some(Outcome::Running(Phase::Run)));
+            let up = instance.is_some_and(|i| i.state == Some(State::Running));
+            let (Some(instance), true, true) = (instance, up, held) else {
+                if instance.is_none_or(|i| i.state.is_none_or(State::is_down))
+                    || !matches!(data.outcome(key), None | Some(Outcome::Running(_)))
+                {
+                    job.lose(rank, "its worker's node is gone");
+                }
+                continue;
+            };
+            let Some(address) = data.address(instance) else {
+                continue;
+            };
+            match visit(job, rank, data, &instance.id, address) {
+                Ok(()) => {}
+                Err(e) => errors.push(format!(
+                    "job {} on {} ({}): {e}",
+                    job.out.gid, instance.id, job.task
+                )),
+            }
+        }
+        if !job.started_told && job.ranks.iter().all(|r| r.handed) {
+            job.started_told = true;
+            job.out.send(Report::Event {
+                event: Event::TaskStarted {
+                    task: 0,
+                    attempt: job.attempt,
+                },
+                at_ms: None,
+            });
+        }
+    }
+}
+
+/// Hands the job node over (once), asks it to stop (once, when its
+/// engine stops it), then reads its state and new log bytes.
+fn visit(
+    job: &mut Placed,
+    rank: u32,
+    data: &DataPlane,
+    id: &str,
+    address: &str,
+) -> Result<(), RemoteError> {
+    let name = job.name();
+    let dir = &data.node_dir;
+    let log_name = format!("{name}.run.log");
+    let log = job.logs.join(crate::paths::log_name(&job.task, rank));
+    let r = &mut job.ranks[rank as usize];
+    if !r.handed {
+        let Some(command) = remote::deliver_job(dir, &name, job.grace_secs, &job.script) else {
+            return Err(RemoteError::Spawn(format!("`{name}` is not a job name")));
+        };
+        data.ssh.run(id, address, &command, data.timeout)?;
+        r.handed = true;
+        job.out.send(Report::Node(NodeInfo {
+            task: 0,
+            rank,
+            attempt: job.attempt,
+            hostname: String::new(),
+            handle: id.to_owned(),
+            machine: format!("worker instance {id}"),
+            phase: Some("run".into()),
+            ..NodeInfo::default()
+        }));
+    }
+    if job.stop && !r.stop_sent {
+        data.ssh
+            .run(id, address, &remote::stop_job(dir, &name), data.timeout)?;
+        r.stop_sent = true;
+    }
+    let mut offset = *r
+        .offset
+        .get_or_insert_with(|| plane::read_offset(&job.logs, id, &log_name));
+    loop {
+        let out = data.ssh.run(
+            id,
+            address,
+            &remote::read_job(dir, &name, offset),
+            data.timeout,
+        )?;
+        let read = remote::parse_job(&out);
+        let mut full = false;
+        if let Some((_, bytes)) = &read.log
+            && !bytes.is_empty()
+        {
+            plane::append(&log, bytes)
+                .map_err(|e| RemoteError::Spawn(format!("the job's log: {e}")))?;
+            offset += bytes.len() as u64;
+            plane::write_offset(&job.logs, id, &log_name, offset)
+                .map_err(|e| RemoteError::Spawn(format!("the job's log offset: {e}")))?;
+            full = bytes.len() as u64 >= remote::LOG_CHUNK_BYTES;
+        }
+        job.ranks[rank as usize].offset = Some(offset);
+        if full {
+            continue;
+        }
+        if let Some(code) = read.exit {
+            job.ranks[rank as usize].ended = true;
+            job.out.send(Report::Event {
+                event: Event::NodeExited {
+                    task: 0,
+                    attempt: job.attempt,
+                    node: rank,
+                    phase: Phase::Run,
+                    code,
+                },
+                at_ms: None,
+            });
+        }
+        return Ok(());
+    }
+}

@@ -1,0 +1,195 @@
+//! Pools on AWS: what `skyc pool apply --target aws` and `skyc run --pool`
+//! store (docs/pools.md, "On AWS").
+//!
+//! - A worker is the pool file's group run on instances of its own (one
+//!   per node, of the type SkyPilot's catalog rule chooses, tagged with
+//!   the pool's name), whose agents hold after setup and run the jobs the
+//!   runtime hands them ([`PoolPlan`]: the run's plan with `hold`).
+//! - A job is a group of the pool whose plan is its script
+//!   ([`JobPlan`]): the runtime writes it to each node of the worker the
+//!   pool engine chose, over the worker's SSH, and follows it there.
+
+use super::plan::{RunOptions, RunPlan};
+use crate::policy::GroupSpec;
+use crate::pool::{JobSpec, PoolSpec, Room, Scaling, worker_key};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use skyc_compiler::Diagnostic;
+use skyc_compiler::ir::{self, Group};
+use skyc_targets::cloud::{self, Catalog};
+use skyc_targets::shell::{is_variable_name, quote};
+use std::fmt::Write as _;
+use std::time::Duration;
+
+/// A pool as the AWS target runs it: each worker a run of [`RunPlan`].
+pub type PoolPlan = crate::pool::PoolPlan<RunPlan>;
+
+impl PoolPlan {
+    /// The pool file's group, planned for AWS under the pool's `name`:
+    /// the run every worker is made from (each worker its own run of it,
+    /// see [`RunPlan::for_worker`]), and what a worker's node offers jobs
+    /// (the chosen instance type's vCPUs, memory and accelerators). No
+    /// plan when the diagnostics hold an error.
+    pub fn for_pool(
+        group: &Group,
+        pool: &ir::Pool,
+        name: &str,
+        catalog: &Catalog,
+        options: &RunOptions<'_>,
+    ) -> Result<(Option<Self>, Vec<Diagnostic>), String> {
+        let (run, diagnostics) = RunPlan::for_run(group, catalog, options)?;
+        let Some(mut worker) = run else {
+            return Ok((None, diagnostics));
+        };
+        worker.hold = true;
+        worker.plan.pool = Some(name.to_owned());
+        // A worker whose setup fails is replaced by the pool, not restarted.
+        for t in &mut worker.plan.spec.tasks {
+            t.max_restarts_on_errors = 0;
+            t.recover_on_exit_codes.clear();
+        }
+        // The instance type chosen is in the spec's task (the build is
+        // pure and quick: built again rather than carried through).
+        let doc = cloud::build(group, catalog).document.unwrap_or_default();
+        let chosen = &doc["tasks"][0];
+        let offer = Room {
+            cpus: chosen["vcpus"].as_f64().unwrap_or(0.0),
+            memory_gb: chosen["memory_gb"].as_f64().unwrap_or(0.0),
+            gpus: accelerators(&chosen["accelerator"]),
+        };
+        let task = &group.tasks[0];
+        let made_of = serde_json::json!({
+            "setup": task.setup,
+            "envs": task.envs.iter().map(|e| (&e.name, &e.value)).collect::<Vec<_>>(),
+            "workdir": format!("{:?}", task.workdir),
+            "instance_type": chosen["instance_type"],
+            "market": chosen["market"],
+            "num_nodes": task.num_nodes,
+        })
+        .to_string();
+        let spec = PoolSpec {
+            scaling: Scaling::from_ir(&pool.workers),
+            nodes: task.num_nodes,
+            offer,
+            worker_key: worker_key(&made_of),
+        };
+        Ok((Some(PoolPlan { pool: spec, worker }), diagnostics))
+    }
+}
+
+/// `A100:8` as 8; none as 0.
+fn accelerators(value: &Value) -> f64 {
+    value
+        .as_str()
+        .and_then(|a| a.rsplit_once(':'))
+        .and_then(|(_, n)| n.parse().ok())
+        .unwrap_or(0.0)
+}
+
+impl RunPlan {
+    /// The run of one worker of a pool: the pool's run under a name of its
+    /// own (`{run}-w{gid}`), so each worker's instances, key pair and
+    /// security group are found as its own.
+    pub fn for_worker(mut self, gid: i64) -> RunPlan {
+        self.plan.run = format!("{}-w{gid}", self.plan.run);
+        self
+    }
+}
+
+/// What `skyc run --pool NAME` stores for each job of a pool on AWS.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobPlan {
+    pub spec: GroupSpec,
+    pub pool_job: JobSpec,
+    /// The job's `job.sh` after its first line (which sources the
+    /// worker's `envs.sh`): its `envs`, secrets and rank, then its `run`.
+    pub script: String,
+    /// Seconds between SIGTERM and SIGKILL when the job is stopped.
+    pub grace_secs: u64,
+}
+
+impl JobPlan {
+    /// The plan of one job of `group` (one task, checked to fit the
+    /// pool), ranked by `job`. No plan when a value cannot be carried (a
+    /// located error) or a secret has no value.
+    pub fn new(
+        group: &Group,
+        job: JobSpec,
+        secrets: &[(String, String)],
+        grace: Duration,
+    ) -> (Option<JobPlan>, Vec<Diagnostic>) {
+        let task = &group.tasks[0];
+        let (found, mut diagnostics) = crate::secrets::resolve(task, secrets);
+        let mut script = String::new();
+        let mut bad = None;
+        let envs = task
+            .envs
+            .iter()
+            .map(|e| (e.name.as_str(), e.value.as_str()));
+        let ranks = [
+            ("SKYPILOT_JOB_RANK", job.rank.to_string()),
+            ("SKYPILOT_NUM_JOBS", job.num_jobs.to_string()),
+        ];
+        let ranks = ranks.iter().map(|(k, v)| (*k, v.as_str()));
+        let found_env = found.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+        for (name, value) in envs.chain(found_env).chain(ranks) {
+            if !is_variable_name(name) || value.contains('\0') {
+                bad = Some(name.to_owned());
+                continue;
+            }
+            let _ = writeln!(script, "export {name}={}", quote(value));
+        }
+        let run = task.run.as_deref().unwrap_or(":");
+        if run.contains('\0') {
+            bad = Some("run".to_owned());
+        }
+        script.push_str(run);
+        script.push('\n');
+        if let Some(what) = bad {
+            diagnostics.push(
+                Diagnostic::new(
+                    skyc_compiler::Rule::CloudUnrepresentable,
+                    task.name_span,
+                    format!(
+                        "job `{}`: `{}` cannot be written to a shell script (a NUL byte, \
+                         or not a variable name)",
+                        task.name,
+                        what.escape_debug()
+                    ),
+                )
+                .label("this job"),
+            );
+        }
+        if diagnostics.iter().any(Diagnostic::is_error) {
+            return (None, diagnostics);
+        }
+        let plan = JobPlan {
+            spec: GroupSpec::from_ir(group, grace),
+            pool_job: job,
+            script,
+            grace_secs: grace.as_secs_f64().ceil() as u64,
+        };
+        (Some(plan), diagnostics)
+    }
+
+    /// The whole `job.sh` for a worker whose node directory is `node_dir`.
+    pub fn job_sh(&self, node_dir: &str) -> String {
+        format!(
+            ". {}\n{}",
+            quote(&format!("{node_dir}/envs.sh")),
+            self.script
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accelerators_are_counted_from_the_spec() {
+        assert_eq!(accelerators(&serde_json::json!("A100:8")), 8.0);
+        assert_eq!(accelerators(&serde_json::json!("T4:1")), 1.0);
+        assert_eq!(accelerators(&Value::Null), 0.0);
+    }
+}
