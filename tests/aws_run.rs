@@ -1054,17 +1054,23 @@ impl PoolRun {
         String::from_utf8(bytes).expect("UTF-8")
     }
 
-    /// Machines follow the workers' instances.
+    /// Machines follow the workers' instances, each authorising its
+    /// worker's key (`groups/{worker}/key/`).
     fn follow(&mut self) {
-        let key = self
-            .s
-            .state()
-            .join("aws")
-            .join(&self.run)
-            .join("id_ed25519.pub");
         for i in self.instances() {
             let running = i.state == Some(State::Running);
             if running && !self.up.contains_key(&i.id) {
+                let worker = i.tags["skyc-run"]
+                    .rsplit_once("-w")
+                    .map(|(_, gid)| gid.to_owned())
+                    .expect("a worker's run");
+                let key = self
+                    .s
+                    .state()
+                    .join("groups")
+                    .join(worker)
+                    .join("key")
+                    .join("id_ed25519.pub");
                 let ud = self.s.dir.join(format!("{}.user-data", i.id));
                 std::fs::write(&ud, self.user_data(&i.id)).expect("user data");
                 let ip = i.private_ip.clone().expect("an address");
@@ -1209,10 +1215,30 @@ fn a_pool_runs_ranked_jobs_on_aws_workers_and_replaces_a_lost_one() {
         "job.yaml",
         "name: job\n\
          envs:\n  JOB_ENV: mine\n\
-         run: |\n  echo rank $SKYPILOT_JOB_RANK of $SKYPILOT_NUM_JOBS $POOL_ENV $JOB_ENV $(cat prepared.txt)\n",
+         run: |\n  echo rank $SKYPILOT_JOB_RANK of $SKYPILOT_NUM_JOBS $POOL_ENV $JOB_ENV $(cat prepared.txt)\n  sleep 3\n",
     );
     let ids = p.submit(&job_file, 4);
     assert_eq!(ids.len(), 4);
+    // The supervisor SIGKILLed while the jobs are handed over and run:
+    // the next command starts a new one, and no job runs twice.
+    let mut kills = 0;
+    for _ in 0..3 {
+        std::thread::sleep(Duration::from_millis(1500));
+        p.follow();
+        let pid = std::fs::read_to_string(p.s.state().join("supervisor.pid"))
+            .ok()
+            .and_then(|pid| pid.trim().parse::<i32>().ok());
+        if let Some(pid) = pid
+            && Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status()
+                .is_ok_and(|s| s.success())
+        {
+            kills += 1;
+        }
+        p.skyc(&["status"]);
+    }
+    assert!(kills >= 2, "the supervisor was killed {kills} times");
     for (rank, &id) in ids.iter().enumerate() {
         let status = p.until(
             "the job finished",
@@ -1236,12 +1262,29 @@ fn a_pool_runs_ranked_jobs_on_aws_workers_and_replaces_a_lost_one() {
         assert_eq!(log.matches("setup ran on").count(), 1, "{log}");
     }
 
-    // A worker's instance terminated out of band: its job runs again on
-    // the other worker, which is untouched, and a new worker replaces it.
     let long = dir.write(
         "long.yaml",
         "name: job\nrun: |\n  echo attempt start\n  sleep 15\n  echo attempt done\n",
     );
+    // A running job cancelled: stopped on its worker, which goes on.
+    let cancelled = p.submit(&long, 1)[0];
+    p.until(
+        "the job to cancel started",
+        |p| p.job_log(cancelled),
+        |l| l.contains("attempt start"),
+    );
+    p.skyc(&["cancel", &cancelled.to_string()]);
+    let status = p.until(
+        "the job cancelled",
+        |p| p.s.try_status(cancelled),
+        |s| !s["finished_at_ms"].is_null(),
+    );
+    assert_eq!(status["status"], "CANCELLED", "{status:#}");
+    assert!(!p.job_log(cancelled).contains("attempt done"));
+
+    // A worker's instance terminated out of band: its job runs again on
+    // the other worker, which is untouched, and the lost worker is made
+    // again.
     let id = p.submit(&long, 1)[0];
     p.until(
         "the long job started",
@@ -1304,4 +1347,16 @@ fn a_pool_runs_ranked_jobs_on_aws_workers_and_replaces_a_lost_one() {
     p.until("every worker terminated", PoolRun::instances, |all| {
         all.iter().all(|i| i.state == Some(State::Terminated))
     });
+    // Once the pool is down, no worker's SSH key is left behind.
+    p.until("the pool down", PoolRun::pool, |pool| {
+        !pool["finished_at_ms"].is_null()
+    });
+    let keys: Vec<PathBuf> = std::fs::read_dir(p.s.state().join("groups"))
+        .expect("groups")
+        .flatten()
+        .map(|e| e.path().join("key"))
+        .filter(|k| k.exists())
+        .collect();
+    assert!(keys.is_empty(), "{keys:?}");
+    assert!(!p.s.state().join("aws").join(&p.run).exists());
 }

@@ -166,7 +166,8 @@ impl Backend for Aws {
         let mut run: RunPlan = serde_json::from_str(adoption.plan)
             .map_err(|e| format!("the group's AWS plan: {e}"))?;
         if run.hold {
-            run = run.for_worker(gid);
+            let dir = crate::paths::group_dir(&self.state_dir, gid).join("key");
+            run = run.for_worker(gid, &dir)?;
         }
         // No credentials yet: the group's thread gets them from the run's
         // source before its first call.

@@ -496,7 +496,7 @@ fn default_route_address() -> Result<String, String> {
 
 /// Makes the run's SSH key pair in `dir` (private to this user):
 /// `id_ed25519` and `id_ed25519.pub`; returns the private key's path.
-fn make_key(dir: &Path, comment: &str) -> Result<PathBuf, String> {
+pub(super) fn make_key(dir: &Path, comment: &str) -> Result<PathBuf, String> {
     use std::os::unix::fs::DirBuilderExt as _;
     std::fs::DirBuilder::new()
         .recursive(true)

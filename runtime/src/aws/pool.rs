@@ -19,6 +19,7 @@ use skyc_compiler::ir::{self, Group};
 use skyc_targets::cloud::{self, Catalog};
 use skyc_targets::shell::{is_variable_name, quote};
 use std::fmt::Write as _;
+use std::path::Path;
 use std::time::Duration;
 
 /// A pool as the AWS target runs it: each worker a run of [`RunPlan`].
@@ -41,6 +42,13 @@ impl PoolPlan {
         let Some(mut worker) = run else {
             return Ok((None, diagnostics));
         };
+        // Each worker makes its own key (`RunPlan::for_worker`): the run's
+        // is not needed.
+        let _ = std::fs::remove_file(worker.key.with_extension("pub"));
+        let _ = std::fs::remove_file(&worker.key);
+        if let Some(dir) = worker.key.parent() {
+            let _ = std::fs::remove_dir(dir);
+        }
         worker.hold = true;
         worker.plan.pool = Some(name.to_owned());
         // A worker whose setup fails is replaced by the pool, not restarted.
@@ -89,10 +97,25 @@ fn accelerators(value: &Value) -> f64 {
 impl RunPlan {
     /// The run of one worker of a pool: the pool's run under a name of its
     /// own (`{run}-w{gid}`), so each worker's instances, key pair and
-    /// security group are found as its own.
-    pub fn for_worker(mut self, gid: i64) -> RunPlan {
+    /// security group are found as its own, with an SSH key of its own in
+    /// `dir` (made once: a new supervisor finds it there), removed with
+    /// the worker like a group's.
+    pub fn for_worker(mut self, gid: i64, dir: &Path) -> Result<RunPlan, String> {
         self.plan.run = format!("{}-w{gid}", self.plan.run);
-        self
+        let key = dir.join("id_ed25519");
+        let key = if key.exists() && key.with_extension("pub").exists() {
+            key
+        } else {
+            let _ = std::fs::remove_dir_all(dir);
+            super::plan::make_key(dir, &self.plan.key_pair())?
+        };
+        let public_key = std::fs::read_to_string(key.with_extension("pub"))
+            .map_err(|e| format!("the worker's key: {e}"))?;
+        if let Some(ssh) = &mut self.plan.ssh {
+            ssh.public_key = public_key.trim().to_owned();
+        }
+        self.key = key;
+        Ok(self)
     }
 }
 
