@@ -1266,21 +1266,42 @@ fn a_pool_runs_ranked_jobs_on_aws_workers_and_replaces_a_lost_one() {
         "long.yaml",
         "name: job\nrun: |\n  echo attempt start\n  sleep 15\n  echo attempt done\n",
     );
-    // A running job cancelled: stopped on its worker, which goes on.
-    let cancelled = p.submit(&long, 1)[0];
-    p.until(
-        "the job to cancel started",
-        |p| p.job_log(cancelled),
-        |l| l.contains("attempt start"),
-    );
-    p.skyc(&["cancel", &cancelled.to_string()]);
+    // Three long jobs on two workers (each takes a whole one): one waits.
+    // Cancelled, the waiting one ends at once and never runs; a running
+    // one is stopped on its worker, which goes on.
+    let three = p.submit(&long, 3);
+    let started = |p: &PoolRun| {
+        three
+            .iter()
+            .filter(|&&id| p.job_log(id).contains("attempt start"))
+            .count()
+    };
+    p.until("two long jobs running", started, |n| *n == 2);
+    let waiting = *three
+        .iter()
+        .find(|&&id| !p.job_log(id).contains("attempt start"))
+        .expect("a waiting job");
+    let running: Vec<i64> = three.iter().copied().filter(|&id| id != waiting).collect();
+    p.skyc(&["cancel", &waiting.to_string()]);
     let status = p.until(
-        "the job cancelled",
-        |p| p.s.try_status(cancelled),
+        "the waiting job cancelled",
+        |p| p.s.try_status(waiting),
         |s| !s["finished_at_ms"].is_null(),
     );
     assert_eq!(status["status"], "CANCELLED", "{status:#}");
-    assert!(!p.job_log(cancelled).contains("attempt done"));
+    for &id in &running {
+        p.skyc(&["cancel", &id.to_string()]);
+    }
+    for &id in &running {
+        let status = p.until(
+            "a running job cancelled",
+            |p| p.s.try_status(id),
+            |s| !s["finished_at_ms"].is_null(),
+        );
+        assert_eq!(status["status"], "CANCELLED", "{status:#}");
+        assert!(!p.job_log(id).contains("attempt done"));
+    }
+    assert!(!p.job_log(waiting).contains("attempt start"));
 
     // A worker's instance terminated out of band: its job runs again on
     // the other worker, which is untouched, and the lost worker is made

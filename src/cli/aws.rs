@@ -95,14 +95,12 @@ impl AwsArgs {
 
 /// Says when the credentials are ones nothing renews.
 fn note_credentials(plan: Option<&RunPlan>) {
-    {
-        if plan.is_some_and(RunPlan::credentials_from_environment) {
-            errln!(
-                "skyc: note: the AWS credentials come from the environment: the supervisor \
-                 uses its own (this command's); nothing renews them, and a supervisor started \
-                 later from a shell without them cannot reach EC2"
-            );
-        }
+    if plan.is_some_and(RunPlan::credentials_from_environment) {
+        errln!(
+            "skyc: note: the AWS credentials come from the environment: the supervisor uses its \
+             own (this command's); nothing renews them, and a supervisor started later from a \
+             shell without them cannot reach EC2"
+        );
     }
 }
 

@@ -95,6 +95,7 @@ impl Submission<'_> {
                         job(rank),
                         self.secrets,
                         Duration::from_secs_f64(self.grace),
+                        skyc_runtime::local::plan::run_timestamp(self.submitted_ms),
                     );
                     if rank == 0 {
                         compilation.diagnostics.extend(found);

@@ -143,20 +143,113 @@ fn ssh_dir(group_dir: &Path) -> io::Result<PathBuf> {
     Ok(dir)
 }
 
+/// What tells a pool job's plan from a group's.
+#[derive(serde::Deserialize)]
+struct Probe {
+    #[serde(default)]
+    pool_job: Option<serde::de::IgnoredAny>,
+}
+
+impl Aws {
+    /// A pool job's engine decided: it waits for a place (`TaskQueued`,
+    /// as every backend says it), or its attempt stops: on its worker, or
+    /// here when it has none (its nodes answered lost, as nothing runs).
+    fn execute_job(&mut self, gid: i64, engine: &Engine, actions: &[Action]) {
+        let Some(job) = self.jobs.get_mut(&gid) else {
+            return;
+        };
+        job.attempt = engine.attempt(0);
+        job.finished = engine.is_finished();
+        for action in actions {
+            match *action {
+                Action::Start { task, attempt } => {
+                    self.reports.push((
+                        gid,
+                        Report::Event {
+                            event: Event::TaskQueued { task, attempt },
+                            at_ms: None,
+                        },
+                    ));
+                }
+                Action::Terminate { attempt, .. } | Action::Kill { attempt, .. } => {
+                    let Some(job) = self.jobs.get_mut(&gid) else {
+                        return;
+                    };
+                    if job.stopped == Some(attempt) {
+                        continue;
+                    }
+                    job.stopped = Some(attempt);
+                    match job.placed {
+                        Some((worker, placed)) if placed == attempt => {
+                            let sent = self
+                                .groups
+                                .get(&worker)
+                                .is_some_and(|tx| tx.send(Msg::Stop(gid)).is_ok());
+                            if !sent {
+                                self.lose_unplaced(gid, attempt, "its worker is gone");
+                            }
+                        }
+                        _ => self.lose_unplaced(gid, attempt, "stopped before it had a worker"),
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Answers every node of a job's attempt that runs nowhere as lost.
+    fn lose_unplaced(&mut self, gid: i64, attempt: u32, why: &str) {
+        let Some(job) = self.jobs.get_mut(&gid) else {
+            return;
+        };
+        let nodes = job.plan.spec.tasks[0].num_nodes;
+        if job.placed.is_some_and(|(_, a)| a == attempt) {
+            for node in 0..nodes {
+                job.ended.insert(node);
+            }
+        }
+        let logs = crate::paths::group_dir(&self.state_dir, gid).join("logs");
+        let task = &job.plan.spec.tasks[0].name;
+        for node in 0..nodes {
+            let log = logs.join(crate::paths::log_name(task, node));
+            let _ = crate::aws::data::plane::append(&log, format!("skyc: {why}\n").as_bytes());
+        }
+        for node in 0..nodes {
+            self.reports.push((
+                gid,
+                Report::Event {
+                    event: Event::NodeLost {
+                        task: 0,
+                        attempt,
+                        node,
+                    },
+                    at_ms: None,
+                },
+            ));
+        }
+    }
+}
+
 impl Backend for Aws {
     fn adopt(&mut self, gid: i64, adoption: &Adoption<'_>) -> Result<(), String> {
-        if adoption.plan.contains("\"pool_job\"") {
+        let probe: Probe = serde_json::from_str(adoption.plan)
+            .map_err(|e| format!("the group's AWS plan: {e}"))?;
+        if probe.pool_job.is_some() {
             let plan: JobPlan = serde_json::from_str(adoption.plan)
                 .map_err(|e| format!("the job's AWS plan: {e}"))?;
+            if plan.spec.tasks.len() != 1 {
+                return Err("a pool job's plan has one task".into());
+            }
             let engine = adoption.engine;
+            let attempt = engine.attempt(0);
             self.jobs.insert(
                 gid,
                 JobRun {
                     plan,
-                    attempt: engine.attempt(0),
+                    attempt,
                     placed: None,
                     ended: BTreeSet::new(),
-                    stopped: None,
+                    stopped: (engine.stopping(0) || engine.is_cancelled()).then_some(attempt),
                     finished: engine.is_finished(),
                     settled: false,
                 },
@@ -226,20 +319,9 @@ impl Backend for Aws {
         Ok(())
     }
 
-    fn execute(&mut self, gid: i64, engine: &Engine, _actions: &[Action]) {
-        if let Some(job) = self.jobs.get_mut(&gid) {
-            job.attempt = engine.attempt(0);
-            job.finished = engine.is_finished();
-            let stop = engine.stopping(0) || engine.is_cancelled() || job.finished;
-            if let Some((worker, attempt)) = job.placed
-                && stop
-                && job.stopped != Some(attempt)
-            {
-                job.stopped = Some(attempt);
-                if let Some(tx) = self.groups.get(&worker) {
-                    let _ = tx.send(Msg::Stop(gid));
-                }
-            }
+    fn execute(&mut self, gid: i64, engine: &Engine, actions: &[Action]) {
+        if self.jobs.contains_key(&gid) {
+            self.execute_job(gid, engine, actions);
             return;
         }
         // Level triggered: the reconciler works from the engine's state,
@@ -294,7 +376,7 @@ impl Backend for Aws {
         true
     }
 
-    fn place(&mut self, job: i64, attempt: Attempt, worker: i64, _placement: &Placement) {
+    fn place(&mut self, job: i64, attempt: Attempt, worker: i64, placement: &Placement) {
         let Some(j) = self.jobs.get_mut(&job) else {
             return;
         };
@@ -309,34 +391,29 @@ impl Backend for Aws {
         let Some(tx) = self.groups.get(&worker) else {
             // Its worker is gone: lost with it, so its engine runs it again
             // elsewhere without using its budget.
-            for node in 0..nodes {
-                j.ended.insert(node);
-                self.reports.push((
-                    job,
-                    Report::Event {
-                        event: Event::NodeLost {
-                            task: 0,
-                            attempt,
-                            node,
-                        },
-                        at_ms: None,
-                    },
-                ));
-            }
+            self.lose_unplaced(job, attempt, "its worker is gone");
             return;
         };
         let logs = crate::paths::group_dir(&self.state_dir, job).join("logs");
-        let placed = Placed::new(
+        let scripts = (0..nodes as usize)
+            .map(|rank| {
+                let gpus = placement.gpus.get(rank).map_or(&[][..], Vec::as_slice);
+                j.plan.job_sh(skyc_targets::cloud::NODE_DIR, job, gpus)
+            })
+            .collect();
+        let mut placed = Placed::new(
             attempt,
-            nodes,
-            j.plan.job_sh(skyc_targets::cloud::NODE_DIR),
+            scripts,
             j.plan.grace_secs,
             j.plan.spec.tasks[0].name.clone(),
             logs,
             self.outbox.post().out(job),
             0,
         );
-        let _ = tx.send(Msg::Place(job, Box::new(placed)));
+        placed.stop = j.stopped == Some(attempt);
+        if tx.send(Msg::Place(job, Box::new(placed))).is_err() {
+            self.lose_unplaced(job, attempt, "its worker is gone");
+        }
     }
 
     fn wake_fd(&self) -> Option<BorrowedFd<'_>> {
@@ -427,7 +504,12 @@ impl Group {
                 true
             }
             Msg::Forget(job) => {
-                self.jobs.remove(&job);
+                if let Some(p) = self.jobs.remove(&job) {
+                    for (id, address, name) in p.handed() {
+                        let command = super::data::remote::remove_job(&self.data.node_dir, &name);
+                        let _ = self.data.ssh.run(id, address, &command, self.data.timeout);
+                    }
+                }
                 true
             }
             Msg::Release => {
@@ -561,7 +643,8 @@ impl Group {
                 p.lose_all("its worker was retired");
             }
         }
+        // Ended jobs stay until they are closed (`Forget`), which removes
+        // their directories from the worker.
         jobs::step(&mut self.jobs, &self.data, &self.plan, world, errors);
-        self.jobs.retain(|_, p| !p.ended());
     }
 }

@@ -66,13 +66,13 @@ impl PoolPlan {
             gpus: accelerators(&chosen["accelerator"]),
         };
         let task = &group.tasks[0];
+        // The nodes' requests hold all a worker is made of (the instance
+        // type and image, disks, and in the boot script the setup, envs
+        // and workdir), and the secrets are delivered to it: a change of
+        // any is a new generation of workers.
         let made_of = serde_json::json!({
-            "setup": task.setup,
-            "envs": task.envs.iter().map(|e| (&e.name, &e.value)).collect::<Vec<_>>(),
-            "workdir": format!("{:?}", task.workdir),
-            "instance_type": chosen["instance_type"],
-            "market": chosen["market"],
-            "num_nodes": task.num_nodes,
+            "nodes": worker.plan.nodes,
+            "secrets": worker.secrets,
         })
         .to_string();
         let spec = PoolSpec {
@@ -124,8 +124,12 @@ impl RunPlan {
 pub struct JobPlan {
     pub spec: GroupSpec,
     pub pool_job: JobSpec,
-    /// The job's `job.sh` after its first line (which sources the
-    /// worker's `envs.sh`): its `envs`, secrets and rank, then its `run`.
+    /// The job's name (`SKYPILOT_JOBGROUP_NAME`) and submission time, as
+    /// SkyPilot writes it in task ids.
+    pub group: String,
+    pub submitted: String,
+    /// The end of the job's `job.sh` (see [`JobPlan::job_sh`]): its
+    /// `envs`, secrets and rank, then its `run`.
     pub script: String,
     /// Seconds between SIGTERM and SIGKILL when the job is stopped.
     pub grace_secs: u64,
@@ -140,6 +144,7 @@ impl JobPlan {
         job: JobSpec,
         secrets: &[(String, String)],
         grace: Duration,
+        submitted: String,
     ) -> (Option<JobPlan>, Vec<Diagnostic>) {
         let task = &group.tasks[0];
         let (found, mut diagnostics) = crate::secrets::resolve(task, secrets);
@@ -189,25 +194,91 @@ impl JobPlan {
         let plan = JobPlan {
             spec: GroupSpec::from_ir(group, grace),
             pool_job: job,
+            group: group.name.clone(),
+            submitted,
             script,
             grace_secs: grace.as_secs_f64().ceil() as u64,
         };
         (Some(plan), diagnostics)
     }
 
-    /// The whole `job.sh` for a worker whose node directory is `node_dir`.
-    pub fn job_sh(&self, node_dir: &str) -> String {
-        format!(
-            ". {}\n{}",
-            quote(&format!("{node_dir}/envs.sh")),
-            self.script
-        )
+    /// The whole `job.sh` of the job (group `gid`) on a worker's node
+    /// whose directory is `node_dir`: the worker's `envs`, then the job's
+    /// own contract as a node of the job (its ids and its number of
+    /// nodes, the addresses of the worker nodes it runs on, the GPUs the
+    /// pool gave it: `gpus`, indices on the worker's node), then its own
+    /// `envs`, secrets and rank, then its `run`.
+    pub fn job_sh(&self, node_dir: &str, gid: i64, gpus: &[u32]) -> String {
+        let task = &self.spec.tasks[0];
+        let task_id = format!(
+            "sky-managed-{}_{}_{}_{gid}-0",
+            self.submitted, self.group, task.name
+        );
+        let visible: Vec<String> = gpus.iter().map(u32::to_string).collect();
+        let mut s = format!(". {}\n", quote(&format!("{node_dir}/envs.sh")));
+        for (k, v) in [
+            ("SKYPILOT_JOBGROUP_NAME", self.group.clone()),
+            ("SKYPILOT_MANAGED_JOB_ID", gid.to_string()),
+            ("SKYPILOT_INTERNAL_JOB_ID", gid.to_string()),
+            ("SKYPILOT_TASK_ID", task_id.clone()),
+            ("SKYPILOT_TASK_IDS", task_id),
+            ("SKYPILOT_NUM_NODES", task.num_nodes.to_string()),
+            ("SKYPILOT_NUM_GPUS_PER_NODE", gpus.len().to_string()),
+            ("CUDA_VISIBLE_DEVICES", visible.join(",")),
+        ] {
+            let _ = writeln!(s, "export {k}={}", quote(&v));
+        }
+        // The worker's first nodes, as many as the job has.
+        let _ = writeln!(
+            s,
+            "SKYPILOT_NODE_IPS=$(printf '%s\\n' \"$SKYPILOT_NODE_IPS\" | head -n {})\n\
+             export SKYPILOT_NODE_IPS",
+            task.num_nodes
+        );
+        s.push_str(&self.script);
+        s
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_jobs_script_gives_it_its_own_contract_and_values_verbatim() {
+        let yaml = "name: job\nnum_nodes: 2\nenvs:\n  A: \"it's $HOME `x`\"\nsecrets:\n  TOKEN: null\n\
+                    run: |\n  echo \"$A|$TOKEN|$SKYPILOT_JOB_RANK/$SKYPILOT_NUM_JOBS|$SKYPILOT_NUM_NODES\"\n  \
+                    echo \"$SKYPILOT_NODE_IPS|$CUDA_VISIBLE_DEVICES|$POOL|$SKYPILOT_MANAGED_JOB_ID\"\n";
+        let c = skyc_compiler::compile("job.yaml", yaml.as_bytes(), &Default::default());
+        let group = c.group.expect("a group");
+        let job = JobSpec {
+            room: None,
+            rank: 2,
+            num_jobs: 4,
+        };
+        let secrets = [("TOKEN".to_owned(), "s3cr'et\"".to_owned())];
+        let (plan, found) = JobPlan::new(&group, job, &secrets, Duration::from_secs(3), "t".into());
+        assert!(found.is_empty(), "{found:?}");
+        let plan = plan.expect("a plan");
+        let dir = std::env::temp_dir().join(format!("skyc-job-sh-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("envs.sh"), "export POOL=from-pool\n").unwrap();
+        let sh = plan.job_sh(&dir.display().to_string(), 17, &[1, 3]);
+        std::fs::write(dir.join("job.sh"), &sh).unwrap();
+        let out = std::process::Command::new("bash")
+            .arg(dir.join("job.sh"))
+            .env("SKYPILOT_NODE_IPS", "10.0.0.1\n10.0.0.2\n10.0.0.3")
+            .output()
+            .unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "it's $HOME `x`|s3cr'et\"|2/4|2\n10.0.0.1\n10.0.0.2|1,3|from-pool|17\n",
+            "{sh}"
+        );
+        assert_eq!(plan.grace_secs, 3);
+    }
 
     #[test]
     fn accelerators_are_counted_from_the_spec() {

@@ -198,7 +198,8 @@ skyc_stop_job() {
     skyc_pid=$(cat "$skyc_job_dir/pid")
     skyc_grace=$(cat "$skyc_job_dir/grace" 2>/dev/null)
     case "$skyc_grace" in '' | *[!0-9]*) skyc_grace=10 ;; esac
-    kill -TERM -- "-$skyc_pid" 2>/dev/null
+    # Before its `setsid`, the job is not yet a process group of its own.
+    kill -TERM -- "-$skyc_pid" 2>/dev/null || kill -TERM "$skyc_pid" 2>/dev/null
     for ((skyc_i = 0; skyc_i < skyc_grace * 5; skyc_i++)); do
         [ -e "$skyc_job_dir/run.exit" ] && return 0
         sleep 0.2

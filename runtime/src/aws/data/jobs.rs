@@ -8,9 +8,11 @@
 //!
 //! The files on the node are the contract (docs/targets/cloud.md, "The
 //! node's directory"); what a supervisor must find again after a crash
-//! is there and in the job's `logs/.aws/` offsets: a job handed over is
-//! never handed over again (its directory exists), so it never runs
-//! twice.
+//! is there and in the job's `logs/.aws/`: the log offsets, and the
+//! instance each node was handed to, recorded before it is handed over.
+//! A job handed over is never handed over again (its directory exists),
+//! so it never runs twice; one placed again after a crash whose worker
+//! node was replaced meanwhile is lost, not started on the new instance.
 
 use crate::aws::data::node::Outcome;
 use crate::aws::data::plane::{self, DataPlane};
@@ -27,8 +29,8 @@ use std::path::PathBuf;
 /// One job's attempt placed on this worker.
 pub struct Placed {
     pub attempt: u32,
-    /// The whole `job.sh`.
-    pub script: String,
+    /// Per node, the whole `job.sh`.
+    pub scripts: Vec<String>,
     pub grace_secs: u64,
     /// The job's task name, for its log names.
     pub task: String,
@@ -48,6 +50,8 @@ pub struct Placed {
 #[derive(Clone, Debug, Default)]
 struct Rank {
     handed: bool,
+    /// The instance and address it was handed to.
+    on: Option<(String, String)>,
     stop_sent: bool,
     /// Bytes of its log copied (read back after a crash).
     offset: Option<u64>,
@@ -58,24 +62,24 @@ impl Placed {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         attempt: u32,
-        nodes: u32,
-        script: String,
+        scripts: Vec<String>,
         grace_secs: u64,
         task: String,
         logs: PathBuf,
         out: Out,
         worker_attempt: u32,
     ) -> Placed {
+        let nodes = scripts.len();
         Placed {
             attempt,
-            script,
+            scripts,
             grace_secs,
             task,
             logs,
             out,
             worker_attempt,
             stop: false,
-            ranks: vec![Rank::default(); nodes as usize],
+            ranks: vec![Rank::default(); nodes],
             started_told: false,
         }
     }
@@ -103,11 +107,6 @@ impl Placed {
         });
     }
 
-    /// Every node of the attempt has ended (exited or lost).
-    pub fn ended(&self) -> bool {
-        self.ranks.iter().all(|r| r.ended)
-    }
-
     /// The worker is gone (retired, released): every node still running
     /// is lost.
     pub fn lose_all(&mut self, why: &str) {
@@ -115,6 +114,20 @@ impl Placed {
             self.lose(rank, why);
         }
     }
+
+    /// Where each node was handed over (instance id, address): what a
+    /// closed job leaves on its worker.
+    pub fn handed(&self) -> impl Iterator<Item = (&str, &str, String)> {
+        self.ranks.iter().filter_map(|r| {
+            let (id, address) = r.on.as_ref()?;
+            Some((id.as_str(), address.as_str(), self.name()))
+        })
+    }
+}
+
+/// Where the instance a job's node was handed to is recorded.
+fn handed_name(job: &str, rank: u32) -> String {
+    format!("{job}.r{rank}.instance")
 }
 
 /// One pass over the worker's jobs, after the data plane's pass over its
@@ -186,11 +199,29 @@ fn visit(
     let log = job.logs.join(crate::paths::log_name(&job.task, rank));
     let r = &mut job.ranks[rank as usize];
     if !r.handed {
-        let Some(command) = remote::deliver_job(dir, &name, job.grace_secs, &job.script) else {
+        let marker = job.logs.join(".aws").join(handed_name(&name, rank));
+        match std::fs::read_to_string(&marker) {
+            // Handed to an instance that is no longer the worker's node:
+            // it ran there, and must not start again here.
+            Ok(before) if before.trim() != id => {
+                job.lose(rank, "its worker's node was replaced");
+                return Ok(());
+            }
+            Ok(_) => {}
+            Err(_) => {
+                crate::paths::write_atomic(&job.logs.join(".aws"), &handed_name(&name, rank), id)
+                    .map_err(|e| RemoteError::Spawn(format!("the job's record: {e}")))?;
+            }
+        }
+        let script = &job.scripts[rank as usize];
+        let Some(command) = remote::deliver_job(dir, &name, job.grace_secs, job.stop, script)
+        else {
             return Err(RemoteError::Spawn(format!("`{name}` is not a job name")));
         };
         data.ssh.run(id, address, &command, data.timeout)?;
         r.handed = true;
+        r.stop_sent = job.stop;
+        r.on = Some((id.to_owned(), address.to_owned()));
         job.out.send(Report::Node(NodeInfo {
             task: 0,
             rank,
@@ -230,10 +261,12 @@ fn visit(
             full = bytes.len() as u64 >= remote::LOG_CHUNK_BYTES;
         }
         job.ranks[rank as usize].offset = Some(offset);
-        if full {
+        // An ended job's log is read to its end before its exit is told;
+        // a running one's a chunk a pass.
+        if full && read.exit.is_some() {
             continue;
         }
-        if let Some(code) = read.exit {
+        if let Some(code) = read.exit.filter(|_| !full) {
             job.ranks[rank as usize].ended = true;
             job.out.send(Report::Event {
                 event: Event::NodeExited {

@@ -347,7 +347,7 @@ impl DataPlane {
     }
 }
 
-pub(super) fn append(log: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub(crate) fn append(log: &Path, bytes: &[u8]) -> std::io::Result<()> {
     if let Some(dir) = log.parent() {
         std::fs::create_dir_all(dir)?;
     }

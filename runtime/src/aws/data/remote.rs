@@ -138,15 +138,28 @@ pub fn parse_node(out: &str) -> NodeRead {
     read
 }
 
+/// Whether `name` can name a job's directory on a node: the runtime's
+/// own `{job}-{attempt}`, digits and `-`.
+pub fn is_job_name(name: &str) -> bool {
+    !name.is_empty() && name.bytes().all(|b| b.is_ascii_digit() || b == b'-')
+}
+
 /// Hands a pool job's node its script on a worker's node (`dir`, the
-/// node directory): `jobs/{name}/` with `job.sh` (from standard input)
-/// and `grace`, moved into place whole so the agent never sees half of
-/// it; nothing when it is there already (the agent starts it once).
-/// `name` is the runtime's own (`{job}-{attempt}`: digits and `-`).
-pub fn deliver_job(dir: &str, name: &str, grace_secs: u64, script: &str) -> Option<Command> {
-    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_digit() || b == b'-') {
+/// node directory): `jobs/{name}/` with `job.sh` (from standard input),
+/// `grace`, and `stop` when it is stopped already, moved into place whole
+/// so the agent never sees half of it; nothing when it is there already
+/// (the agent starts it once). `None` for a name not [`is_job_name`].
+pub fn deliver_job(
+    dir: &str,
+    name: &str,
+    grace_secs: u64,
+    stop: bool,
+    script: &str,
+) -> Option<Command> {
+    if !is_job_name(name) {
         return None;
     }
+    let stop = if stop { " && : > {tmp}/stop" } else { "" };
     let jobs = quote(&format!("{dir}/jobs"));
     let tmp = quote(&format!("{dir}/jobs/.{name}.tmp"));
     let path = quote(&format!("{dir}/jobs/{name}"));
@@ -154,7 +167,8 @@ pub fn deliver_job(dir: &str, name: &str, grace_secs: u64, script: &str) -> Opti
         script: format!(
             "[ -e {path} ] && {{ cat > /dev/null; exit 0; }}\n\
              umask 077 && mkdir -p {jobs} && rm -rf {tmp} && mkdir {tmp} && \
-             cat > {tmp}/job.sh && echo {grace_secs} > {tmp}/grace && mv -T {tmp} {path}"
+             cat > {tmp}/job.sh && echo {grace_secs} > {tmp}/grace{stop} && mv -T {tmp} {path}",
+            stop = stop.replace("{tmp}", &tmp),
         ),
         stdin: script.as_bytes().to_vec(),
     })
@@ -169,6 +183,14 @@ pub fn stop_job(dir: &str, name: &str) -> Command {
             "[ -d {path} ] || exit 0
 : > {path}/stop"
         ),
+        stdin: Vec::new(),
+    }
+}
+
+/// Removes a closed job's directory from a worker's node.
+pub fn remove_job(dir: &str, name: &str) -> Command {
+    Command {
+        script: format!("rm -rf {}", quote(&format!("{dir}/jobs/{name}"))),
         stdin: Vec::new(),
     }
 }
