@@ -139,6 +139,7 @@ pub fn step(
     world: &World,
     errors: &mut Vec<String>,
 ) {
+    let mut failed = std::collections::BTreeSet::new();
     for job in jobs.values_mut() {
         for rank in 0..job.ranks.len() as u32 {
             if job.ranks[rank as usize].ended {
@@ -163,12 +164,18 @@ pub fn step(
             let Some(address) = data.address(instance) else {
                 continue;
             };
-            match visit(job, rank, data, &instance.id, address) {
-                Ok(()) => {}
-                Err(e) => errors.push(format!(
+            // A node that failed a command this pass is not tried again
+            // for its other jobs: one silent node costs a pass one
+            // timeout, not one per job.
+            if failed.contains(&instance.id) {
+                continue;
+            }
+            if let Err(e) = visit(job, rank, data, &instance.id, address) {
+                failed.insert(instance.id.clone());
+                errors.push(format!(
                     "job {} on {} ({}): {e}",
                     job.out.gid, instance.id, job.task
-                )),
+                ));
             }
         }
         if !job.started_told && job.ranks.iter().all(|r| r.handed) {
