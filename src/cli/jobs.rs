@@ -87,6 +87,11 @@ impl Submission<'_> {
         };
         let planned = match backend {
             Backend::Local => self.plan_local(group, &mut compilation, pool.is_some(), job)?,
+            Backend::Slurm => {
+                let (plans, found) = super::slurm::plan_pool_jobs(self.job_input(group), job)?;
+                compilation.diagnostics.extend(found);
+                plans
+            }
             other => {
                 return Err(format!(
                     "pools on the {} target take no jobs yet",
@@ -131,6 +136,19 @@ impl Submission<'_> {
 }
 
 impl Submission<'_> {
+    /// What every target plans a job from.
+    fn job_input<'g>(&self, group: &'g Group) -> super::run::RunInput<'g>
+    where
+        Self: 'g,
+    {
+        super::run::RunInput {
+            group,
+            grace: self.grace,
+            secrets: self.secrets,
+            submitted_ms: self.submitted_ms,
+        }
+    }
+
     /// The jobs' plans on this machine, in rank order: on a pool's
     /// workers (`job` gives each its rank), or each on its own. `None`
     /// when planning found errors (added to `compilation`).

@@ -257,7 +257,15 @@ fn apply(args: &ApplyArgs) -> Result<u8, String> {
     };
     let planned = match args.target {
         Target::Local => plan_local(args, file, &name, &run, &pool)?,
-        Target::Slurm | Target::K8s | Target::Aws => {
+        Target::Slurm => {
+            let (plan, size, diagnostics) = args.slurm.plan_pool(&run, &pool)?;
+            PlannedPool {
+                plan,
+                size,
+                diagnostics,
+            }
+        }
+        Target::K8s | Target::Aws => {
             return Err(format!(
                 "pools do not run on the {} target yet",
                 args.target.backend().as_str()
