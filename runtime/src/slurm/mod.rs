@@ -27,6 +27,8 @@ mod members;
 mod pipeline;
 mod plan;
 mod pool;
+#[cfg(test)]
+mod pool_tests;
 mod state;
 mod status;
 mod submit;
