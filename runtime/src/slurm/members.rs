@@ -434,7 +434,8 @@ impl Members {
         let io = |e: std::io::Error| format!("{}: {e}", adir.display());
         fs::create_dir_all(&adir).map_err(io)?;
         let wjob = w.job.clone().unwrap_or_default();
-        fs::write(adir.join("0.run"), run_script(&w.plan.task, &j.plan.task)).map_err(io)?;
+        let script = run_script(&w.plan.task, &j.plan.task, &placement.gpus);
+        fs::write(adir.join("0.run"), script).map_err(io)?;
         fs::write(adir.join("step.sh"), STEP).map_err(io)?;
         fs::write(adir.join("launch.sh"), LAUNCH).map_err(io)?;
         fs::write(adir.join("worker"), format!("{wjob}\n")).map_err(io)?;
@@ -503,7 +504,14 @@ impl Members {
             format!("--chdir={}", w.dir.display()),
             format!("--output={}", log.display()),
         ];
-        args.extend(step_resources(&j.plan.task, gpus));
+        // A step that uses GPUs gets all the worker's (shared with the
+        // other steps: --overlap), and uses those the pool placed it on.
+        let gres = if gpus > 0 {
+            w.plan.task.gpus.ceil() as usize
+        } else {
+            0
+        };
+        args.extend(step_resources(&j.plan.task, gres));
         args.extend([
             "bash".into(),
             adir.join("step.sh").display().to_string(),
@@ -598,6 +606,8 @@ impl Members {
             match slurm.find(&comment) {
                 Ok(Some(job)) => {
                     let _ = fs::write(w.dir.join(format!("jobid.{}", w.attempt)), &job);
+                    // For `skyc status` and the batch output in `skyc logs`.
+                    self.reports.push((gid, Report::Job(job.clone())));
                     w.job = Some(job);
                     w.submit = false;
                     return;
@@ -625,6 +635,7 @@ impl Members {
             Ok(job) => {
                 let _ = fs::write(w.dir.join(format!("jobid.{}", w.attempt)), &job);
                 eprintln!("[{}] worker {gid}: Slurm job {job}", crate::store::now_ms());
+                self.reports.push((gid, Report::Job(job.clone())));
                 w.job = Some(job);
                 w.submit = false;
                 self.event(
@@ -917,8 +928,22 @@ fn log_stem(task: &str) -> String {
 /// The job's `run` as its nodes run it: the worker's envs (its setup's),
 /// then the job's, in the job's workdir (else the worker's, else the
 /// worker's directory, where srun starts it).
-fn run_script(worker: &TaskRun, job: &TaskRun) -> String {
+fn run_script(worker: &TaskRun, job: &TaskRun, gpus: &[Vec<u32>]) -> String {
     let mut s = String::new();
+    // The GPUs the pool placed each node on, among its worker's (which
+    // the step holds, in order).
+    if gpus.iter().any(|g| !g.is_empty()) {
+        s.push_str("case ${SKYPILOT_NODE_RANK:-0} in\n");
+        for (rank, ids) in gpus.iter().enumerate() {
+            let ids: Vec<String> = ids.iter().map(u32::to_string).collect();
+            let _ = writeln!(
+                s,
+                "{rank}) export CUDA_VISIBLE_DEVICES={} ;;",
+                ids.join(",")
+            );
+        }
+        s.push_str("esac\n");
+    }
     for (name, value) in worker.envs.iter().chain(&job.envs) {
         if is_variable_name(name) {
             let _ = writeln!(s, "export {name}={}", quote(value));
@@ -947,7 +972,8 @@ fn srun_env(worker: &[(String, String)], job: &[(String, String)]) -> Vec<(Strin
 }
 
 /// What the step asks of each node, where the job names it: Slurm
-/// accounts it per step (within the worker's allocation).
+/// accounts it per step (within the worker's allocation); `gpus`: the
+/// GPUs it holds.
 fn step_resources(task: &TaskRun, gpus: usize) -> Vec<String> {
     let mut args = Vec::new();
     if task.cpus > 0.0 {
@@ -985,8 +1011,25 @@ mod tests {
             ..TaskRun::default()
         };
         assert_eq!(
-            run_script(&worker, &job),
+            run_script(&worker, &job, &[]),
             "export A='it'\\''s $HOME'\nexport B=2\ncd -- '/w d' || exit 1\necho $A\n"
+        );
+    }
+
+    #[test]
+    fn a_job_uses_the_gpus_the_pool_placed_each_node_on() {
+        let job = TaskRun {
+            run: Some("nvidia-smi".into()),
+            ..TaskRun::default()
+        };
+        assert_eq!(
+            run_script(&TaskRun::default(), &job, &[vec![1], vec![0, 1]]),
+            "case ${SKYPILOT_NODE_RANK:-0} in\n0) export CUDA_VISIBLE_DEVICES=1 ;;\n\
+             1) export CUDA_VISIBLE_DEVICES=0,1 ;;\nesac\nnvidia-smi\n"
+        );
+        assert_eq!(
+            run_script(&TaskRun::default(), &job, &[vec![]]),
+            "nvidia-smi\n"
         );
     }
 
