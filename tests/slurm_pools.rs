@@ -3,11 +3,12 @@
 //! scripts/test starts (skipped loudly without one, serialised with the
 //! other Slurm tests): workers as batch jobs holding their allocation
 //! after setup, jobs as steps of it, a worker cancelled out of band
-//! replaced, `cancel --pool` and `pool down` leaving nothing in squeue,
-//! a supervisor killed mid-batch starting nothing twice.
+//! or whose node fails replaced, GPUs packed as the pool placed them,
+//! `cancel --pool` and `pool down` leaving nothing in squeue, a
+//! supervisor killed mid-batch starting nothing twice.
 
 use crate::slurm::{have, tmp_dir};
-use crate::slurm_e2e::cluster;
+use crate::slurm_e2e::{cluster, cluster_dir, cluster_script, wait_idle_nodes};
 use crate::support::scratch::{Scratch, text};
 use crate::support::{root, skyc, snapshots};
 use serde_json::Value;
@@ -442,4 +443,86 @@ fn a_supervisor_killed_mid_batch_starts_no_job_twice() {
         "no worker set up twice"
     );
     assert_eq!(worker_jobs().len(), 2, "no worker submitted twice");
+}
+
+#[test]
+fn a_worker_whose_node_fails_is_replaced_and_its_job_runs_again() {
+    let Some(_cluster) = cluster() else { return };
+    let Some(dir) = cluster_dir() else {
+        eprintln!("!!! SKIPPED: SKYC_SLURM_DIR unset (crash-node needs the cluster's directory)");
+        return;
+    };
+    let s = applied("node");
+    s.write(
+        "whole.yaml",
+        &JOB.replace("resources:\n  cpus: 1\n", "")
+            .replace("name: infer", "name: whole"),
+    );
+    let ids = submit(&s, "whole.yaml", 1, &["--env", "WAIT=1"]);
+    wait_file(&s, "started-0");
+    let node = s.read("ran").split(' ').nth(5).unwrap().to_owned();
+    let dir = dir.to_string_lossy().into_owned();
+    let crashed = Instant::now();
+    cluster_script(&["crash-node", &dir, &node]);
+    let job = s.wait_for(ids[0], Duration::from_secs(90), |j| {
+        j["tasks"][0]["restarts"] == 1 && j["status"] == "RUNNING"
+    });
+    eprintln!(
+        "node crash -> the pool's job running again after {:.1} s",
+        crashed.elapsed().as_secs_f64()
+    );
+    cluster_script(&["revive-node", &dir, &node]);
+    assert_eq!(job["tasks"][0]["restarts_on_errors"], 0, "{job:#}");
+    std::fs::write(s.dir.join("release-0"), "").unwrap();
+    let jobs = wait_jobs(&s, &ids);
+    assert_eq!(jobs[0]["status"], "SUCCEEDED", "{:#}", jobs[0]);
+    let ran = s.read("ran");
+    let again = ran.lines().nth(1).and_then(|l| l.split(' ').nth(5));
+    assert!(again.is_some_and(|n| n != node), "{ran}");
+    wait_pool(&s, "p", "2 ready workers", |p| ready_workers(p) == 2);
+    ok(&s, &["pool", "down", "p"]);
+    wait_pool(&s, "p", "TERMINATED", |p| p["status"] == "TERMINATED");
+    wait_idle_nodes(8);
+}
+
+#[test]
+fn jobs_use_the_gpus_the_pool_placed_them_on() {
+    let Some(_cluster) = cluster() else { return };
+    let s = scratch("gpus");
+    s.write(
+        "pool.yaml",
+        &POOL
+            .replace("workers: 2", "workers: 1")
+            .replace("  cpus: 2\n", "  cpus: 2\n  accelerators: A100:2\n"),
+    );
+    s.write(
+        "job.yaml",
+        &JOB.replace("  cpus: 1\n", "  cpus: 1\n  accelerators: A100:1\n")
+            .replace(
+                "$SKYPILOT_NODE_IPS",
+                "$SKYPILOT_NUM_GPUS_PER_NODE gpu=$CUDA_VISIBLE_DEVICES",
+            ),
+    );
+    ok(
+        &s,
+        &["pool", "apply", "-p", "p", "pool.yaml", "--target", "slurm"],
+    );
+    wait_pool(&s, "p", "a ready worker", |p| ready_workers(p) == 1);
+    // Both at once on the one worker: one GPU each.
+    let ids = submit(&s, "job.yaml", 2, &["--env", "WAIT=1"]);
+    wait_file(&s, "started-0");
+    wait_file(&s, "started-1");
+    std::fs::write(s.dir.join("release-0"), "").unwrap();
+    std::fs::write(s.dir.join("release-1"), "").unwrap();
+    for job in wait_jobs(&s, &ids) {
+        assert_eq!(job["status"], "SUCCEEDED", "{job:#}");
+    }
+    let ran = s.read("ran");
+    let mut gpus: Vec<&str> = ran.lines().filter_map(|l| l.split(' ').nth(7)).collect();
+    gpus.sort_unstable();
+    assert_eq!(gpus, ["gpu=0", "gpu=1"], "{ran}");
+    assert!(
+        ran.lines().all(|l| l.split(' ').nth(6) == Some("1")),
+        "{ran}"
+    );
 }

@@ -204,7 +204,8 @@ impl Members {
             seen: true,
             started: false,
             ready: false,
-            stopping: false,
+            // Being retired when the supervisor died: scancel (again).
+            stopping: live && engine.stopping(0),
             ips: Vec::new(),
         };
         // Ready before the crash: ready again (the polls find out if its
@@ -249,6 +250,29 @@ impl Members {
             stopping: false,
         };
         j.launched = j.attempt_dir().join("started").exists();
+        if j.live && engine.stopping(0) {
+            // Being stopped when the supervisor died: signalled again (the
+            // engine's kill timer follows as committed).
+            j.stopping = true;
+            j.signal = j.launched.then_some(Some("TERM"));
+            if !j.launched {
+                // Nothing of it runs: its nodes are answered now.
+                j.live = false;
+                for node in 0..nodes {
+                    if !std::mem::replace(&mut j.answered[node as usize], true) {
+                        let attempt = j.attempt;
+                        self.event(
+                            gid,
+                            Event::NodeLost {
+                                task: 0,
+                                attempt,
+                                node,
+                            },
+                        );
+                    }
+                }
+            }
+        }
         if let Some(job) = read_line(&j.attempt_dir().join("worker")) {
             j.worker_job = Some(job);
         }
