@@ -594,9 +594,10 @@ impl Members {
             .retain_mut(|c| matches!(c.try_wait(), Ok(None)));
         if now >= self.next_poll {
             self.next_poll = now + POLL_MS;
+            let states = self.worker_states();
             let gids: Vec<i64> = self.workers.keys().copied().collect();
             for gid in gids {
-                self.poll_worker(gid);
+                self.poll_worker(gid, &states);
             }
             let gids: Vec<i64> = self.jobs.keys().copied().collect();
             for gid in gids {
@@ -606,15 +607,49 @@ impl Members {
         std::mem::take(&mut self.reports)
     }
 
-    fn poll_worker(&mut self, gid: i64) {
+    /// The state of every worker's job, one squeue per cluster (the
+    /// workers of one pool share their client's environment): `None` for
+    /// a job squeue does not list; a job whose squeue failed is absent.
+    fn worker_states(&self) -> BTreeMap<String, Option<super::JobState>> {
+        let mut by_pool: BTreeMap<&str, (Slurm, Vec<&str>)> = BTreeMap::new();
+        for w in self.workers.values() {
+            if let Some(job) = w.job.as_deref().filter(|_| !w.gone) {
+                by_pool
+                    .entry(&w.plan.plan.token)
+                    .or_insert_with(|| (w.slurm(), Vec::new()))
+                    .1
+                    .push(job);
+            }
+        }
+        let mut states = BTreeMap::new();
+        for (slurm, jobs) in by_pool.into_values() {
+            match slurm.components(&jobs.join(",")) {
+                Ok(components) => {
+                    for job in jobs {
+                        let state = components
+                            .iter()
+                            .find(|c| c.job_id == job)
+                            .map(|c| c.state.clone());
+                        states.insert(job.to_owned(), state);
+                    }
+                }
+                Err(e) => eprintln!("[{}] pool workers: Slurm: {e}", crate::store::now_ms()),
+            }
+        }
+        states
+    }
+
+    fn poll_worker(&mut self, gid: i64, states: &BTreeMap<String, Option<super::JobState>>) {
         let Some(mut w) = self.workers.remove(&gid) else {
             return;
         };
         if w.submit {
             self.submit_worker(gid, &mut w);
         }
-        if let Some(job) = w.job.clone().filter(|_| !w.gone) {
-            self.watch_worker(gid, &mut w, &job);
+        if let Some(job) = w.job.clone().filter(|_| !w.gone)
+            && let Some(state) = states.get(&job)
+        {
+            self.watch_worker(gid, &mut w, &job, state.clone());
         }
         if w.finished && !w.settled && (w.job.is_none() || w.gone) && !w.submit {
             w.settled = true;
@@ -696,16 +731,14 @@ impl Members {
         }
     }
 
-    fn watch_worker(&mut self, gid: i64, w: &mut WorkerRun, job: &str) {
+    fn watch_worker(
+        &mut self,
+        gid: i64,
+        w: &mut WorkerRun,
+        job: &str,
+        state: Option<super::JobState>,
+    ) {
         let slurm = w.slurm();
-        let components = match slurm.components(job) {
-            Ok(c) => c,
-            Err(e) => {
-                eprintln!("[{}] worker {gid}: Slurm: {e}", crate::store::now_ms());
-                return;
-            }
-        };
-        let state = components.first().map(|c| c.state.clone());
         if state.is_none() && !w.seen {
             // Just submitted: squeue lists it soon.
             return;
