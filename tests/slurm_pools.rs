@@ -36,6 +36,7 @@ resources:
 envs:
   MODEL: tiny
   SHARED: from-pool
+  QUOTED: 'a''b $(touch "$SCRATCH/pwned") `touch "$SCRATCH/pwned"` "c" \n'
 setup: |
   echo "setup $(hostname) $(pwd)" >> "$SCRATCH/setups"
   echo prepared > marker.txt
@@ -52,6 +53,7 @@ envs:
 run: |
   echo "$SKYPILOT_JOB_RANK $SKYPILOT_NUM_JOBS $(cat marker.txt) $MODEL $SHARED $(hostname) $SKYPILOT_NODE_IPS" \
     >> "$SCRATCH/ran"
+  printf '%s' "$QUOTED" > "$SCRATCH/quoted-$SKYPILOT_JOB_RANK"
   touch "$SCRATCH/started-$SKYPILOT_JOB_RANK"
   (exec -a skyc-pool-leak sleep 300) &
   if [ -n "$WAIT" ]; then
@@ -274,6 +276,12 @@ fn jobs_run_once_each_on_warm_workers_with_the_setups_environment_and_their_rank
         ran.lines().map(|l| l.split(' ').nth(5).unwrap()).collect();
     assert_eq!(hosts.len(), 2, "{ran}");
     assert_eq!(s.read("setups").lines().count(), 2);
+    // A value full of shell arrives as written, and runs nothing.
+    assert_eq!(
+        s.read("quoted-0"),
+        r#"a'b $(touch "$SCRATCH/pwned") `touch "$SCRATCH/pwned"` "c" \n"#
+    );
+    assert!(!s.dir.join("pwned").exists());
     // Nothing a job started outlives it.
     let start = Instant::now();
     while !leaked().is_empty() {
