@@ -671,6 +671,24 @@ impl Members {
                     w.submit = false;
                     return;
                 }
+                Ok(None) if w.stopping => {
+                    // Retired before its sbatch went through: nothing runs.
+                    w.lookup = false;
+                    w.submit = false;
+                    w.live = false;
+                    for node in 0..w.nodes() {
+                        let attempt = w.attempt;
+                        self.event(
+                            gid,
+                            Event::NodeLost {
+                                task: 0,
+                                attempt,
+                                node,
+                            },
+                        );
+                    }
+                    return;
+                }
                 Ok(None) => w.lookup = false,
                 Err(e) => {
                     eprintln!("[{}] worker {gid}: Slurm: {e}", crate::store::now_ms());
