@@ -383,6 +383,20 @@ fn cancel_pool_and_pool_down_leave_nothing_in_squeue() {
     }
     assert_eq!(pool(&s, "p")["status"], "READY");
     assert_eq!(worker_jobs().len(), 2);
+    // Resized without naming the target (the pool's is Slurm): one
+    // worker's job goes, and it comes back.
+    ok(&s, &["pool", "apply", "-p", "p", "--workers", "1"]);
+    let start = Instant::now();
+    while worker_jobs().len() != 1 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "{:?}",
+            worker_jobs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    ok(&s, &["pool", "apply", "-p", "p", "--workers", "2"]);
+    wait_pool(&s, "p", "2 ready workers", |p| ready_workers(p) == 2);
     let more = submit(&s, "job.yaml", 2, &["--env", "WAIT=1"]);
     wait_file(&s, "started-1");
     ok(&s, &["pool", "down", "p"]);
