@@ -170,7 +170,8 @@ fn pool_file_is_a_pool_in_the_ir_and_refused_by_targets_and_run() {
                 "{target}: the pool's run is left out"
             );
         }
-        for target in ["k8s", "slurm"] {
+        // Slurm builds a pool's worker (tests/slurm_pools.rs).
+        for target in ["k8s"] {
             let o = run(&["build", "--target", target, "pool.yaml"]);
             assert_eq!(o.status.code(), Some(1), "{target}: {}", transcript(&o));
             assert!(o.stdout.is_empty(), "{target}: nothing built");

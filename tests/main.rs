@@ -23,5 +23,6 @@ mod slurm;
 mod slurm_e2e;
 mod slurm_pipeline;
 mod slurm_pipeline_run;
+mod slurm_pools;
 mod slurm_run;
 mod slurm_step;

@@ -5,7 +5,9 @@ use super::out::errln;
 use super::run::RunInput;
 use clap::ValueEnum;
 use skyc_compiler::Diagnostic;
-use skyc_runtime::aws::{PoolPlan, RunOptions, RunPlan};
+use skyc_runtime::aws::{JobPlan, PoolPlan, RunOptions, RunPlan};
+use skyc_runtime::local::plan::run_timestamp;
+use skyc_runtime::pool::JobSpec;
 use skyc_targets::cloud::Cloud;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -120,4 +122,29 @@ fn login_name(user: &str) -> Result<String, String> {
                 .into(),
         )
     }
+}
+
+/// The plans of a pool's jobs on AWS, in rank order (`job` gives each its
+/// rank); none when planning found an error. The findings are the same
+/// for every rank, so they are given once.
+pub(crate) fn plan_pool_jobs(
+    run: RunInput<'_>,
+    job: impl Fn(u32) -> JobSpec,
+) -> Result<(Option<Vec<String>>, Vec<Diagnostic>), String> {
+    let grace = Duration::from_secs_f64(run.grace);
+    let submitted = run_timestamp(run.submitted_ms);
+    let mut found = Vec::new();
+    let mut plans = Vec::new();
+    for rank in 0..job(0).num_jobs {
+        let (plan, diagnostics) =
+            JobPlan::new(run.group, job(rank), run.secrets, grace, submitted.clone());
+        if rank == 0 {
+            found = diagnostics;
+        }
+        match plan {
+            Some(plan) => plans.push(serde_json::to_string(&plan).map_err(|e| e.to_string())?),
+            None => return Ok((None, found)),
+        }
+    }
+    Ok((Some(plans), found))
 }

@@ -170,6 +170,12 @@ pub(crate) fn run(args: &Args) -> u8 {
                 objects.insert(0, k8s::rbac::role(k8s_options.namespace.as_deref()));
             }
         }
+        // What `pool apply --target slurm` submits for each worker.
+        (Some(group), Target::Slurm) if group.pool.is_some() => {
+            let built = slurm::worker(group, &args.slurm.options(args.grace));
+            add_diagnostics(&mut compilation, built.diagnostics);
+            script = built.script;
+        }
         (Some(group), Target::Slurm) => {
             let options = args.slurm.options(args.grace);
             match group.execution {

@@ -88,25 +88,13 @@ impl Submission<'_> {
         let planned = match backend {
             Backend::Local => self.plan_local(group, &mut compilation, pool.is_some(), job)?,
             Backend::Aws if pool.is_some() => {
-                let mut plans = Some(Vec::new());
-                for rank in 0..self.num_jobs {
-                    let (plan, found) = skyc_runtime::aws::JobPlan::new(
-                        group,
-                        job(rank),
-                        self.secrets,
-                        Duration::from_secs_f64(self.grace),
-                        skyc_runtime::local::plan::run_timestamp(self.submitted_ms),
-                    );
-                    if rank == 0 {
-                        compilation.diagnostics.extend(found);
-                    }
-                    match (plan, plans.as_mut()) {
-                        (Some(plan), Some(list)) => {
-                            list.push(serde_json::to_string(&plan).map_err(|e| e.to_string())?);
-                        }
-                        _ => plans = None,
-                    }
-                }
+                let (plans, found) = super::aws::plan_pool_jobs(self.job_input(group), job)?;
+                compilation.diagnostics.extend(found);
+                plans
+            }
+            Backend::Slurm => {
+                let (plans, found) = super::slurm::plan_pool_jobs(self.job_input(group), job)?;
+                compilation.diagnostics.extend(found);
                 plans
             }
             other => {
@@ -153,6 +141,19 @@ impl Submission<'_> {
 }
 
 impl Submission<'_> {
+    /// What every target plans a job from.
+    fn job_input<'g>(&self, group: &'g Group) -> super::run::RunInput<'g>
+    where
+        Self: 'g,
+    {
+        super::run::RunInput {
+            group,
+            grace: self.grace,
+            secrets: self.secrets,
+            submitted_ms: self.submitted_ms,
+        }
+    }
+
     /// The jobs' plans on this machine, in rank order: on a pool's
     /// workers (`job` gives each its rank), or each on its own. `None`
     /// when planning found errors (added to `compilation`).

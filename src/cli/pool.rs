@@ -183,7 +183,9 @@ fn apply(args: &ApplyArgs) -> Result<u8, String> {
     }
     let (dir, mut store) = args.state.open()?;
     let live = store.live_pool(&args.pool).map_err(|e| e.to_string())?;
-    if let Some(pool) = live.as_ref().filter(|p| p.backend != args.target.backend()) {
+    // Resizing (no file) is the pool's own target's, whatever `--target`.
+    let moved = |p: &&GroupRow| args.file.is_some() && p.backend != args.target.backend();
+    if let Some(pool) = live.as_ref().filter(moved) {
         return Err(format!(
             "pool `{}` runs on the {} target; take it down first to run it elsewhere",
             pool.name,
@@ -272,7 +274,15 @@ fn apply(args: &ApplyArgs) -> Result<u8, String> {
                 diagnostics,
             }
         }
-        Target::Slurm | Target::K8s => {
+        Target::Slurm => {
+            let (plan, size, diagnostics) = args.slurm.plan_pool(&run, &pool)?;
+            PlannedPool {
+                plan,
+                size,
+                diagnostics,
+            }
+        }
+        Target::K8s => {
             return Err(format!(
                 "pools do not run on the {} target yet",
                 args.target.backend().as_str()

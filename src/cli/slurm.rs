@@ -2,8 +2,10 @@
 
 use super::run::RunInput;
 use skyc_compiler::Diagnostic;
+use skyc_compiler::ir::Pool;
 use skyc_runtime::backend::run_token;
-use skyc_runtime::slurm::Plan;
+use skyc_runtime::pool::JobSpec;
+use skyc_runtime::slurm::{JobPlan, Plan};
 use skyc_targets::slurm::{self, SbatchOption};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -79,4 +81,63 @@ impl SlurmRunArgs {
             run_token(run.submitted_ms),
         )
     }
+}
+
+impl SlurmRunArgs {
+    /// A pool's plan on Slurm (see [`skyc_runtime::slurm::plan_pool`]), as
+    /// JSON, with its size as `pool apply` says it.
+    pub(crate) fn plan_pool(
+        &self,
+        run: &RunInput<'_>,
+        pool: &Pool,
+    ) -> Result<(Option<String>, String, Vec<Diagnostic>), String> {
+        if self.out_dir.is_some() {
+            return Err(
+                "--out-dir is not taken by pools: each worker's directory is in the \
+                 state directory, which compute nodes must see"
+                    .into(),
+            );
+        }
+        let grace_secs = run.grace.ceil() as u64;
+        let (plan, diagnostics) = skyc_runtime::slurm::plan_pool(
+            run.group,
+            pool,
+            &self.slurm.options(grace_secs),
+            Duration::from_secs(grace_secs),
+            run.secrets,
+            run_token(run.submitted_ms),
+        );
+        let size = plan
+            .as_ref()
+            .map(|p| p.pool.scaling.describe())
+            .unwrap_or_default();
+        let json = plan
+            .map(|p| serde_json::to_string(&p).map_err(|e| e.to_string()))
+            .transpose()?;
+        Ok((json, size, diagnostics))
+    }
+}
+
+/// The plans of a Slurm pool's jobs, in rank order (`job` gives each its
+/// rank), as JSON; `None` when planning found errors.
+pub(crate) fn plan_pool_jobs(
+    run: RunInput<'_>,
+    job: impl Fn(u32) -> JobSpec,
+) -> Result<(Option<Vec<String>>, Vec<Diagnostic>), String> {
+    let num_jobs = job(0).num_jobs;
+    let grace = Duration::from_secs(run.grace.ceil() as u64);
+    let mut found = Vec::new();
+    let mut plans = Vec::new();
+    for rank in 0..num_jobs {
+        let token = format!("{}-{rank}", run_token(run.submitted_ms));
+        let (plan, diagnostics) = JobPlan::new(run.group, grace, run.secrets, token, job(rank));
+        if rank == 0 {
+            found = diagnostics;
+        }
+        match plan {
+            Some(plan) => plans.push(serde_json::to_string(&plan).map_err(|e| e.to_string())?),
+            None => return Ok((None, found)),
+        }
+    }
+    Ok((Some(plans), found))
 }

@@ -17,10 +17,12 @@
 //! that job up (its `--comment`) before it would submit it again, then
 //! submits only the jobs left.
 
+use super::members::{self, Members};
 use super::submit::{self, AdoptError, Before, SUBMITTING};
 use super::{Followed, PipelineWatch, Plan, Polled, Watch};
 use crate::backend::{Adoption, Backend, Policy, Report};
-use crate::policy::{Action, Engine, Status};
+use crate::policy::{Action, Attempt, Engine, Status};
+use crate::pool::Placement;
 use crate::store::now_ms;
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -38,6 +40,8 @@ pub struct SlurmBackend {
     /// The last problem logged per group, so a cluster that stays down is
     /// logged once, not every poll.
     problems: BTreeMap<i64, String>,
+    /// A pool's workers and jobs, whose policy the supervisor runs.
+    members: Members,
 }
 
 /// A submitted group, followed.
@@ -111,6 +115,7 @@ impl SlurmBackend {
             watches: BTreeMap::new(),
             unsubmitted: BTreeMap::new(),
             problems: BTreeMap::new(),
+            members: Members::new(state_dir),
         }
     }
 
@@ -319,6 +324,14 @@ impl Backend for SlurmBackend {
     }
 
     fn adopt(&mut self, gid: i64, adoption: &Adoption<'_>) -> Result<(), String> {
+        let (engine, fresh) = (adoption.engine, adoption.fresh);
+        match members::kind(adoption.plan) {
+            members::Kind::Worker => {
+                return self.members.adopt_worker(gid, adoption.plan, engine, fresh);
+            }
+            members::Kind::Job => return self.members.adopt_job(gid, adoption.plan, engine, fresh),
+            members::Kind::Other => {}
+        }
         let plan: Plan = serde_json::from_str(adoption.plan)
             .map_err(|e| format!("the group's Slurm plan: {e}"))?;
         let chained = plan
@@ -375,8 +388,13 @@ impl Backend for SlurmBackend {
         Ok(())
     }
 
-    /// The batch script carries out the policy; nothing to do here.
-    fn execute(&mut self, _gid: i64, _engine: &Engine, _actions: &[Action]) {}
+    /// The batch script carries out a group's policy; a pool member's is
+    /// the supervisor's.
+    fn execute(&mut self, gid: i64, engine: &Engine, actions: &[Action]) {
+        if self.members.has(gid) {
+            self.members.execute(gid, engine, actions);
+        }
+    }
 
     /// scancel now, and again until the jobs have ended; the end arrives
     /// through the polls.
@@ -392,13 +410,14 @@ impl Backend for SlurmBackend {
     }
 
     fn release(&mut self, gid: i64) {
+        self.members.release(gid);
         self.watches.remove(&gid);
         self.unsubmitted.remove(&gid);
         self.problems.remove(&gid);
     }
 
     fn drain(&mut self, now: i64) -> Vec<(i64, Report)> {
-        let mut out = Vec::new();
+        let mut out = self.members.drain(now);
         let due: Vec<i64> = self
             .unsubmitted
             .iter()
@@ -433,6 +452,14 @@ impl Backend for SlurmBackend {
         out
     }
 
+    fn runs_pools(&self) -> bool {
+        true
+    }
+
+    fn place(&mut self, job: i64, attempt: Attempt, worker: i64, placement: &Placement) {
+        self.members.place(job, attempt, worker, placement);
+    }
+
     fn wake_fd(&self) -> Option<BorrowedFd<'_>> {
         None
     }
@@ -442,6 +469,7 @@ impl Backend for SlurmBackend {
             .values()
             .map(Follow::next_poll_ms)
             .chain(self.unsubmitted.values().map(|u| u.at_ms))
+            .chain(self.members.next_wake_ms())
             .min()
     }
 }

@@ -323,6 +323,32 @@ impl Slurm {
         self.cancel_all(&[job])
     }
 
+    /// Running steps of one job (a pool's worker): `ID.STEP` and name.
+    pub fn job_steps(&self, job: &str) -> Result<Vec<Step>, SlurmError> {
+        let out = match self.run("squeue", &["-h", "-s", "-j", job, "-o", "%i|%j"], &[], None) {
+            Ok(out) => out,
+            Err(e) if e.message.contains("Invalid job id") => String::new(),
+            Err(e) => return Err(e),
+        };
+        Ok(out
+            .lines()
+            .filter_map(|l| l.split_once('|'))
+            .map(|(id, name)| Step {
+                id: id.to_owned(),
+                name: name.to_owned(),
+            })
+            .collect())
+    }
+
+    /// Signals steps (`ID.STEP`) or jobs with `signal` (`TERM`), or
+    /// cancels them when `None`.
+    pub fn signal(&self, ids: &[&str], signal: Option<&str>) -> Result<(), SlurmError> {
+        let flag = signal.map(|s| format!("--signal={s}"));
+        let mut args: Vec<&str> = flag.iter().map(String::as_str).collect();
+        args.extend_from_slice(ids);
+        self.run("scancel", &args, &[], None).map(drop)
+    }
+
     /// Cancels several jobs with one scancel.
     pub fn cancel_all(&self, jobs: &[&str]) -> Result<(), SlurmError> {
         self.run("scancel", jobs, &[], None).map(drop)

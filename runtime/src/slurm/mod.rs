@@ -16,12 +16,19 @@
 //! - [`Plan`], [`Watch`], [`PipelineWatch`] and [`SlurmBackend`]: `skyc
 //!   run --target slurm`, a group (one job) or a pipeline (one job per
 //!   step) submitted (`submit`) and followed by the supervisor of the
-//!   state directory, its statuses recorded like a local group's.
+//!   state directory, its statuses recorded like a local group's;
+//! - [`PoolPlan`], [`JobPlan`]: a pool's workers (a batch job each,
+//!   holding its allocation) and jobs (steps of a worker's allocation),
+//!   whose policy the supervisor runs (`members`).
 
 mod backend;
 mod client;
+mod members;
 mod pipeline;
 mod plan;
+mod pool;
+#[cfg(test)]
+mod pool_tests;
 mod state;
 mod status;
 mod submit;
@@ -34,6 +41,7 @@ pub use backend::SlurmBackend;
 pub use client::{Component, Slurm, SlurmError, Step, is_job_id};
 pub use pipeline::PipelineWatch;
 pub use plan::{Plan, PlannedStep, Submission};
+pub use pool::{JobPlan, PoolPlan, TaskRun, WorkerPlan, plan_pool};
 pub use state::JobState;
 pub use status::{StatusFile, StatusLine, What, read_status};
 pub use submit::{AdoptError, SUBMITTING};

@@ -25,15 +25,19 @@
 //! - `script`: assembles a job's script from the IR;
 //! - `pipeline`: a pipeline's step jobs and how they chain;
 //! - `submit`: the script that submits a pipeline's jobs;
-//! - `lifecycle`: the in-allocation supervisor and step wrapper (shell).
+//! - `lifecycle`: the in-allocation supervisor and step wrapper (shell);
+//! - `worker`: a pool's worker, a batch job holding its allocation, and
+//!   the launcher of the pool's jobs as its steps.
 
 mod lifecycle;
 mod pipeline;
 mod sbatch;
 mod script;
 mod submit;
+mod worker;
 
 pub use lifecycle::{STEP, SUPERVISOR_MARKER};
 pub use pipeline::{AFTER_OK, PIPELINE_JOB, Pipeline, PipelineBuild, StepJob, pipeline};
 pub use sbatch::{SbatchError, SbatchOption, is_safe_value};
 pub use script::{Build, Options, build};
+pub use worker::{HOLD, LAUNCH, worker};

@@ -36,6 +36,9 @@ pub(crate) enum Job {
     Group,
     /// Step `i` of a pipeline: its one task, as a job of its own.
     Step(usize),
+    /// A pool's worker: the pool's one task, whose `run` holds the
+    /// allocation once setup ended well (`super::worker`).
+    Worker,
 }
 
 /// What every job of one build shares: the command line's options,
@@ -127,7 +130,7 @@ pub(crate) fn batch_script(
     out: &mut Vec<Diagnostic>,
 ) -> String {
     let tasks = match job {
-        Job::Group => &group.tasks[..],
+        Job::Group | Job::Worker => &group.tasks[..],
         Job::Step(i) => std::slice::from_ref(&group.tasks[i]),
     };
     let mut header = match job {
@@ -137,6 +140,7 @@ pub(crate) fn batch_script(
              # choose the output directory (default: skyc-GROUP-JOBID in the submit dir).\n"
             .to_owned(),
         Job::Step(i) => step_comment(group, i),
+        Job::Worker => super::worker::comment(group),
     };
     for (g, task) in tasks.iter().enumerate() {
         check_name(&task.name, "task", task.name_span, out);
@@ -147,7 +151,7 @@ pub(crate) fn batch_script(
         if g == 0 {
             // A group's job is named after the group, a step's after the step.
             let (name, span, what) = match job {
-                Job::Group => (&group.name, common.span, "the group name"),
+                Job::Group | Job::Worker => (&group.name, common.span, "the group name"),
                 Job::Step(_) => (&task.name, task.name_span, "the step name"),
             };
             lines.extend(own_line("job-name", name, span, what, out));
@@ -155,7 +159,11 @@ pub(crate) fn batch_script(
             // A requeue (node failure, preemption) must not truncate it.
             lines.push("#SBATCH --open-mode=append".to_owned());
             // A lost node requeues the whole job: the group (step) restarts.
-            lines.push("#SBATCH --requeue".to_owned());
+            // A worker is not requeued: the pool replaces it.
+            lines.push(match job {
+                Job::Worker => "#SBATCH --no-requeue".to_owned(),
+                _ => "#SBATCH --requeue".to_owned(),
+            });
             if let Job::Step(_) = job {
                 // When the step before failed, Slurm cancels this job
                 // rather than leave it pending forever.
@@ -376,12 +384,13 @@ fn data(
     // A pipeline's steps have no group hostnames, as in SkyPilot.
     let hostnames = match (job, group.inter_connection) {
         (Job::Step(_), _) | (_, InterConnection::Disabled) => "off",
-        (Job::Group, InterConnection::Auto) => "auto",
-        (Job::Group, InterConnection::Required) => "required",
+        (Job::Group | Job::Worker, InterConnection::Auto) => "auto",
+        (Job::Group | Job::Worker, InterConnection::Required) => "required",
     };
     let mut s = String::from(match job {
         Job::Group => "# ---- the group (generated from the IR) ----\n",
         Job::Step(_) => "# ---- the pipeline step (generated from the IR) ----\n",
+        Job::Worker => "# ---- the pool's worker (generated from the IR) ----\n",
     });
     let _ = writeln!(s, "skyc_group={}", quote(&group.name));
     if let Job::Step(i) = job {

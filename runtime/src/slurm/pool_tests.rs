@@ -1,0 +1,335 @@
+//! A pool's members against a fake Slurm (sbatch, squeue, scancel and
+//! srun as small bash scripts on the plans' `PATH`): a worker submitted
+//! once across a crash, ready from its nodes' files, and its loss taking
+//! its jobs with it. What a real cluster does is `tests/slurm_pools.rs`'s.
+
+use super::pool::{JobPlan, TaskRun, WorkerPlan};
+use super::{Plan, SlurmBackend};
+use crate::backend::{Adoption, Backend as _, Report};
+use crate::policy::{Engine, Event, Execution, GroupSpec, TaskSpec};
+use crate::pool::{JobSpec, Placement};
+use crate::store::{Store, now_ms};
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// `sbatch` appends `ID|COMMENT|SKYC_OUT` to `sbatch.log` and `ID|COMMENT`
+/// to `queue`; `squeue -j ID` answers `state.ID` (else PENDING) for a job
+/// in `queue`, `squeue -s` nothing, `squeue` alone the queue; `scancel`
+/// appends its arguments to `scancel.log`; `srun` waits a second.
+const FAKES: [(&str, &str); 4] = [
+    (
+        "sbatch",
+        r#"#!/bin/bash
+d=${0%/*} comment=""
+for a; do
+    case $a in
+    --comment=*) comment=${a#*=} ;;
+    esac
+done
+n=$(cat "$d/next")
+echo $((n + 1)) >"$d/next"
+echo "$n|$comment|$SKYC_OUT" >>"$d/sbatch.log"
+echo "$n|$comment" >>"$d/queue"
+echo "$n"
+"#,
+    ),
+    (
+        "squeue",
+        r#"#!/bin/bash
+d=${0%/*} job="" steps=""
+while [ $# -gt 0 ]; do
+    case $1 in
+    -j) job=$2 ;;
+    -s) steps=1 ;;
+    esac
+    shift
+done
+if [ -n "$steps" ]; then
+    exit 0
+elif [ -z "$job" ]; then
+    cat "$d/queue"
+elif grep -qs "^$job|" "$d/queue"; then
+    echo "$job|$job|$(cat "$d/state.$job" 2>/dev/null || echo PENDING)|None|"
+else
+    echo "slurm_load_jobs error: Invalid job id specified" >&2
+    exit 1
+fi
+"#,
+    ),
+    (
+        "scancel",
+        "#!/bin/bash\necho \"$*\" >>\"${0%/*}/scancel.log\"\n",
+    ),
+    ("srun", "#!/bin/bash\nsleep 1\n"),
+];
+
+struct Fake {
+    dir: PathBuf,
+    state: PathBuf,
+    store: Store,
+    backend: SlurmBackend,
+    env: Vec<(String, String)>,
+}
+
+fn spec(name: &str) -> GroupSpec {
+    GroupSpec {
+        tasks: vec![TaskSpec {
+            name: name.into(),
+            primary: true,
+            num_nodes: 1,
+            termination_delay: Duration::ZERO,
+            max_restarts_on_errors: 0,
+            recover_on_exit_codes: Vec::new(),
+        }],
+        grace: Duration::from_secs(1),
+        execution: Execution::Parallel,
+    }
+}
+
+impl Fake {
+    fn new(name: &str) -> Self {
+        let dir =
+            std::env::temp_dir().join(format!("skyc-fake-pool-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let bin = dir.join("bin");
+        fs::create_dir_all(&bin).unwrap();
+        for (name, text) in FAKES {
+            let path = bin.join(name);
+            fs::write(&path, text).unwrap();
+            fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        fs::write(bin.join("next"), "101").unwrap();
+        fs::write(bin.join("queue"), "").unwrap();
+        let state = dir.join("state");
+        fs::create_dir_all(&state).unwrap();
+        Self {
+            store: Store::open(&state).unwrap(),
+            backend: SlurmBackend::new(&state),
+            env: vec![("PATH".into(), format!("{}:/usr/bin:/bin", bin.display()))],
+            state,
+            dir,
+        }
+    }
+
+    fn plan(&self, name: &str) -> Plan {
+        Plan {
+            group: name.into(),
+            spec: spec(name),
+            num_nodes: vec![1],
+            script: "#!/bin/bash\n# a worker\n".into(),
+            steps: Vec::new(),
+            out_dir: None,
+            env: self.env.clone(),
+            token: "tok".into(),
+        }
+    }
+
+    fn worker(&self) -> String {
+        let plan = WorkerPlan {
+            plan: self.plan("w"),
+            hold: true,
+            task: TaskRun {
+                name: "w".into(),
+                envs: vec![("FROM_POOL".into(), "1".into())],
+                ..TaskRun::default()
+            },
+        };
+        serde_json::to_string(&plan).unwrap()
+    }
+
+    fn job(&self) -> String {
+        let mut plan = self.plan("j");
+        plan.script = String::new();
+        let plan = JobPlan {
+            plan,
+            pool_job: Some(JobSpec {
+                room: None,
+                rank: 0,
+                num_jobs: 1,
+            }),
+            task: TaskRun {
+                name: "j".into(),
+                run: Some("true".into()),
+                ..TaskRun::default()
+            },
+        };
+        serde_json::to_string(&plan).unwrap()
+    }
+
+    fn adopt(&mut self, gid: i64, plan: &str, engine: &Engine, fresh: bool) {
+        self.backend
+            .adopt(
+                gid,
+                &Adoption {
+                    plan,
+                    engine,
+                    fresh,
+                    job: None,
+                    kept: None,
+                    marker: None,
+                    cancel_requested: false,
+                    store: &self.store,
+                },
+            )
+            .unwrap();
+    }
+
+    /// Drains until `done` holds for a report (a few seconds at most);
+    /// every report on the way.
+    fn drain_until(&mut self, done: impl Fn(&(i64, Report)) -> bool) -> Vec<(i64, Report)> {
+        let mut all = Vec::new();
+        for _ in 0..100 {
+            let reports = self.backend.drain(now_ms());
+            let stop = reports.iter().any(&done);
+            all.extend(reports);
+            if stop {
+                return all;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("not seen in {all:?}");
+    }
+
+    fn bin(&self, file: &str) -> String {
+        fs::read_to_string(self.dir.join("bin").join(file)).unwrap_or_default()
+    }
+
+    fn group(&self, gid: i64) -> PathBuf {
+        crate::paths::group_dir(&self.state, gid)
+    }
+}
+
+impl Drop for Fake {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+fn event(r: &(i64, Report)) -> Option<(i64, &Event)> {
+    match &r.1 {
+        Report::Event { event, .. } => Some((r.0, event)),
+        _ => None,
+    }
+}
+
+#[test]
+fn a_worker_found_submitting_after_a_crash_is_looked_up_not_submitted_again() {
+    let mut f = Fake::new("lookup");
+    // The dead supervisor's sbatch went through; its id was not recorded.
+    fs::write(f.dir.join("bin/queue"), "77|tok-w1-a0\n").unwrap();
+    fs::create_dir_all(f.group(1)).unwrap();
+    fs::write(f.group(1).join("submitting.0"), "").unwrap();
+    let mut engine = Engine::new(spec("w"));
+    engine.start();
+    let worker = f.worker();
+    f.adopt(1, &worker, &engine, false);
+    let recorded = f.group(1).join("jobid.0");
+    for _ in 0..100 {
+        f.backend.drain(now_ms());
+        if recorded.exists() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        fs::read_to_string(f.group(1).join("jobid.0")).unwrap(),
+        "77"
+    );
+    assert_eq!(f.bin("sbatch.log"), "", "not submitted again");
+}
+
+#[test]
+fn a_worker_is_ready_from_its_nodes_files_and_its_end_loses_its_jobs() {
+    let mut f = Fake::new("lost");
+    let mut engine = Engine::new(spec("w"));
+    let worker = f.worker();
+    f.adopt(1, &worker, &engine, true);
+    let actions = engine.start();
+    f.backend.execute(1, &engine, &actions);
+    // Submitted once, tagged, from the worker's directory.
+    f.drain_until(|r| matches!(event(r), Some((1, Event::TaskQueued { .. }))));
+    let out = f.group(1).canonicalize().unwrap();
+    assert_eq!(
+        f.bin("sbatch.log"),
+        format!("101|tok-w1-a0|{}\n", out.display())
+    );
+    // Running, its node past setup: ready.
+    fs::write(f.dir.join("bin/state.101"), "RUNNING").unwrap();
+    let run = out.join(".skyc/r0");
+    fs::create_dir_all(&run).unwrap();
+    fs::write(run.join("hosts"), "10.0.0.7 w-0.w\n").unwrap();
+    fs::write(run.join("ready.0"), "").unwrap();
+    f.drain_until(|r| {
+        matches!(
+            r,
+            (
+                1,
+                Report::Ready {
+                    task: 0,
+                    attempt: 0
+                }
+            )
+        )
+    });
+    // A job placed on it runs as a step of job 101.
+    let mut job_engine = Engine::new(spec("j"));
+    let job = f.job();
+    f.adopt(2, &job, &job_engine, true);
+    let actions = job_engine.start();
+    f.backend.execute(2, &job_engine, &actions);
+    f.backend.place(2, 0, 1, &Placement::default());
+    let reports = f.drain_until(|r| matches!(event(r), Some((2, Event::TaskStarted { .. }))));
+    assert!(
+        reports
+            .iter()
+            .any(|r| matches!(&r.1, Report::Node(n) if n.ip == "10.0.0.7")),
+        "{reports:?}"
+    );
+    let adir = f.group(2).canonicalize().unwrap().join(".skyc/a0");
+    let run_script = fs::read_to_string(adir.join("0.run")).unwrap();
+    assert_eq!(run_script, "export FROM_POOL=1\ntrue\n");
+    assert!(adir.join("started").exists());
+    // Placed again (a crash): not launched twice.
+    f.backend.place(2, 0, 1, &Placement::default());
+    // The worker's job is cancelled from outside: the worker's node and
+    // the job's are lost.
+    fs::write(f.dir.join("bin/state.101"), "CANCELLED").unwrap();
+    let reports = f.drain_until(|r| matches!(event(r), Some((1, Event::NodeLost { .. }))));
+    assert!(
+        reports
+            .iter()
+            .any(|r| matches!(event(r), Some((2, Event::NodeLost { .. })))),
+        "{reports:?}"
+    );
+    let started = reports
+        .iter()
+        .filter(|r| matches!(event(r), Some((2, Event::TaskStarted { .. }))))
+        .count();
+    assert_eq!(started, 0, "no second launch: {reports:?}");
+}
+
+#[test]
+fn a_job_placed_on_a_worker_not_ready_is_lost_not_started() {
+    let mut f = Fake::new("unready");
+    let worker_engine = Engine::new(spec("w"));
+    let worker = f.worker();
+    f.adopt(1, &worker, &worker_engine, true);
+    let mut job_engine = Engine::new(spec("j"));
+    let job = f.job();
+    f.adopt(2, &job, &job_engine, true);
+    let actions = job_engine.start();
+    f.backend.execute(2, &job_engine, &actions);
+    f.backend.place(2, 0, 1, &Placement::default());
+    let reports = f.drain_until(|r| matches!(event(r), Some((2, Event::NodeLost { .. }))));
+    assert!(
+        !reports
+            .iter()
+            .any(|r| matches!(event(r), Some((2, Event::TaskStarted { .. })))),
+        "{reports:?}"
+    );
+    assert!(!f.group(2).join(".skyc/a0/started").exists());
+}
