@@ -1215,8 +1215,12 @@ fn a_pool_runs_ranked_jobs_on_aws_workers_and_replaces_a_lost_one() {
         "job.yaml",
         "name: job\n\
          envs:\n  JOB_ENV: mine\n\
-         run: |\n  echo rank $SKYPILOT_JOB_RANK of $SKYPILOT_NUM_JOBS $POOL_ENV $JOB_ENV $(cat prepared.txt)\n  sleep 3\n",
+         run: |\n  echo rank $SKYPILOT_JOB_RANK of $SKYPILOT_NUM_JOBS $POOL_ENV $JOB_ENV $(cat prepared.txt)\n  echo started at $(date +%s%3N)\n  sleep 3\n",
     );
+    let submitted = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis();
     let ids = p.submit(&job_file, 4);
     assert_eq!(ids.len(), 4);
     // The supervisor SIGKILLed while the jobs are handed over and run:
@@ -1254,6 +1258,21 @@ fn a_pool_runs_ranked_jobs_on_aws_workers_and_replaces_a_lost_one() {
             "job {id}: {log}"
         );
     }
+    // How soon a warm worker started the first job (a figure for
+    // docs/pools.md, not a limit: the machine is shared).
+    let first = ids
+        .iter()
+        .filter_map(|&id| {
+            let log = p.job_log(id);
+            let at = log.split("started at ").nth(1)?.split_whitespace().next()?;
+            at.parse::<u128>().ok()
+        })
+        .min()
+        .expect("a start time");
+    eprintln!(
+        "submission to the first job's start on a warm worker: {} ms",
+        first.saturating_sub(submitted)
+    );
     // Each worker ran its setup once, and only its setup.
     let workers = PoolRun::ready_workers(&p.pool());
     assert_eq!(workers.len(), 2);
