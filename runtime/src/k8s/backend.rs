@@ -186,8 +186,18 @@ impl Kubernetes {
 
 impl Backend for Kubernetes {
     fn adopt(&mut self, gid: i64, adoption: &Adoption<'_>) -> Result<(), String> {
-        let plan: Plan = serde_json::from_str(adoption.plan)
+        let mut plan: Plan = serde_json::from_str(adoption.plan)
             .map_err(|e| format!("the group's Kubernetes plan: {e}"))?;
+        if plan.hold {
+            // Every worker of a pool is made from the pool's one plan: on
+            // the cluster, each is named after its row.
+            let row = adoption
+                .store
+                .group(gid)
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| format!("worker {gid} is not in the store"))?;
+            plan = plan.named(&row.name);
+        }
         self.adopt_plan(gid, plan, adoption.engine, adoption.job.map(str::to_owned));
         Ok(())
     }
@@ -275,6 +285,8 @@ struct Group {
     /// Reports already sent (events by their text, nodes by their place).
     sent_events: BTreeSet<String>,
     sent_nodes: BTreeMap<(usize, u32), NodeInfo>,
+    /// A worker's attempts reported ready.
+    sent_ready: BTreeSet<(usize, u32)>,
     outage: Option<String>,
     /// The last refusal shown for a group this run has applied.
     refusal: Option<String>,
@@ -314,6 +326,7 @@ impl Group {
             kills: Vec::new(),
             sent_events: BTreeSet::new(),
             sent_nodes: BTreeMap::new(),
+            sent_ready: BTreeSet::new(),
             outage: None,
             refusal: None,
             held: BTreeMap::new(),
@@ -622,6 +635,11 @@ impl Group {
                     }
                 }
                 Report::Event { event, at_ms } => self.send_event(event, at_ms),
+                Report::Ready { task, attempt } => {
+                    if self.sent_ready.insert((task, attempt)) {
+                        self.out.send(Report::Ready { task, attempt });
+                    }
+                }
                 other => self.out.send(other),
             }
         }

@@ -25,11 +25,13 @@
 pub mod apply;
 mod backend;
 pub mod client;
+pub mod job_scripts;
 pub mod jobset;
 pub mod logs;
 pub mod objects;
 pub mod observe;
 mod plan;
+mod pool;
 pub mod reconcile;
 pub mod request;
 pub mod retry;
@@ -38,6 +40,7 @@ pub mod watch;
 pub use backend::{Connect, Kubernetes, Tuning, kubeconfig};
 pub use jobset::JobSet;
 pub use plan::{FIELD_MANAGER, GROUP_LABEL, LAUNCHED_ANNOTATION, Plan, RUN_ANNOTATION};
+pub use pool::{PoolInput, PoolPlan};
 
 #[cfg(test)]
 mod tests;

@@ -9,6 +9,7 @@ mod controllers;
 mod driver;
 mod fake;
 mod pipeline;
+mod pools;
 mod recovery;
 mod refusals;
 mod supervised;
