@@ -25,6 +25,7 @@
 pub mod apply;
 mod backend;
 pub mod client;
+pub mod exec;
 pub mod job_scripts;
 pub mod jobset;
 pub mod logs;
@@ -32,6 +33,7 @@ pub mod objects;
 pub mod observe;
 mod plan;
 mod pool;
+mod pool_job;
 pub mod reconcile;
 pub mod request;
 pub mod retry;

@@ -186,6 +186,8 @@ pub(super) struct World {
     created: Vec<String>,
     /// Pods whose node no longer answers: the kubelet never ends them.
     pub(super) unreachable: std::collections::BTreeSet<String>,
+    /// What runs in pods' containers, started through `pods/exec`.
+    pub(super) kubelet_exec: super::exec::Processes,
 }
 
 impl Default for World {
@@ -208,6 +210,7 @@ impl Default for World {
             taken: 0,
             created: Vec::new(),
             unreachable: std::collections::BTreeSet::new(),
+            kubelet_exec: super::exec::Processes::default(),
         }
     }
 }

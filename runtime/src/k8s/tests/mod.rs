@@ -7,8 +7,10 @@
 
 mod controllers;
 mod driver;
+mod exec;
 mod fake;
 mod pipeline;
+mod pool_jobs;
 mod pools;
 mod recovery;
 mod refusals;
