@@ -87,6 +87,18 @@ impl Submission<'_> {
         };
         let planned = match backend {
             Backend::Local => self.plan_local(group, &mut compilation, pool.is_some(), job)?,
+            Backend::Kubernetes if let Some((_, pool)) = &pool => {
+                let run = super::run::RunInput {
+                    group,
+                    grace: self.grace,
+                    secrets: self.secrets,
+                    submitted_ms: self.submitted_ms,
+                };
+                let (plans, found) =
+                    super::k8s::plan_pool_jobs(&run, &pool.worker, self.num_jobs, job)?;
+                compilation.diagnostics.extend(found);
+                plans
+            }
             other => {
                 return Err(format!(
                     "pools on the {} target take no jobs yet",

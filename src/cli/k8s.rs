@@ -2,8 +2,10 @@
 
 use super::run::RunInput;
 use skyc_compiler::Diagnostic;
+use skyc_compiler::ir::{self, Group};
 use skyc_runtime::backend::run_token;
-use skyc_runtime::k8s::Plan;
+use skyc_runtime::k8s::{Plan, PoolInput, PoolPlan};
+use skyc_runtime::pool::JobSpec;
 use skyc_targets::k8s;
 use std::time::Duration;
 
@@ -73,4 +75,109 @@ impl K8sRunArgs {
             run_token(run.submitted_ms),
         )
     }
+
+    /// The plan of the pool `pool` named `name` (`skyc pool apply
+    /// --target k8s`), as JSON, its size, and what planning found.
+    pub(crate) fn plan_pool(
+        &self,
+        run: &RunInput<'_>,
+        name: &str,
+        pool: &ir::Pool,
+    ) -> Result<(Option<String>, String, Vec<Diagnostic>), String> {
+        let (plan, diagnostics) = PoolPlan::for_apply(&PoolInput {
+            group: run.group,
+            pool,
+            name,
+            options: &self.k8s.options()?,
+            kubeconfig: std::env::var("KUBECONFIG").ok().as_deref(),
+            context: self.context.as_deref(),
+            grace: Duration::from_secs_f64(run.grace),
+            secrets: run.secrets,
+            token: run_token(run.submitted_ms),
+        })?;
+        let size = plan
+            .as_ref()
+            .map(|p| p.pool.scaling.describe())
+            .unwrap_or_default();
+        let json = plan
+            .map(|p| serde_json::to_string(&p).map_err(|e| e.to_string()))
+            .transpose()?;
+        Ok((json, size, diagnostics))
+    }
+}
+
+/// The plans of the jobs of `run` on a Kubernetes pool whose workers are
+/// made from `worker` (`skyc run --pool`), in rank order (`job` gives
+/// each its rank): each job's one task, without its setup (the workers
+/// ran the pool's), where the workers are. `None` when planning found
+/// errors.
+pub(crate) fn plan_pool_jobs(
+    run: &RunInput<'_>,
+    worker: &serde_json::Value,
+    num_jobs: u32,
+    job: impl Fn(u32) -> JobSpec,
+) -> Result<(Option<Vec<String>>, Vec<Diagnostic>), String> {
+    let worker: Plan = serde_json::from_value(worker.clone())
+        .map_err(|e| format!("the pool's Kubernetes plan: {e}"))?;
+    if run.group.tasks.iter().any(|t| !t.secrets.is_empty()) {
+        return Err(
+            "a job on a Kubernetes pool takes no `secrets` yet: give the pool the secrets              (its workers' environment is the jobs')"
+                .into(),
+        );
+    }
+    let mut group: Group = run.group.clone();
+    group.tasks.iter_mut().for_each(|t| t.setup = None);
+    let options = k8s::Options {
+        namespace: Some(worker.namespace.clone()),
+        ..Default::default()
+    };
+    let plan = Plan::new(
+        &group,
+        &options,
+        &worker.namespace,
+        worker.context.clone(),
+        Duration::from_secs_f64(run.grace),
+        &[],
+        run_token(run.submitted_ms),
+    );
+    let plan = match plan {
+        Ok(plan) => plan,
+        Err(diagnostics) => return Ok((None, diagnostics)),
+    };
+    let plans = (0..num_jobs)
+        .map(|rank| {
+            let mut plan = plan.clone();
+            plan.kubeconfig.clone_from(&worker.kubeconfig);
+            plan.pool_job = Some(job(rank));
+            serde_json::to_string(&plan).map_err(|e| e.to_string())
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    Ok((Some(plans), Vec::new()))
+}
+
+/// What `skyc pool apply --target k8s` would start for the pool file
+/// `group`, named as the file's task (`skyc build POOLFILE --target
+/// k8s`): worker 0's objects and its nodes' pods. An error when the name
+/// cannot name workers; the lowering's diagnostics when it fails.
+pub(crate) fn pool_manifests(
+    group: &Group,
+    options: &k8s::Options,
+) -> Result<Result<Vec<serde_json::Value>, Vec<Diagnostic>>, String> {
+    let Some(pool) = &group.pool else {
+        return Ok(Ok(Vec::new()));
+    };
+    k8s::worker::check_pool_name(&group.name)?;
+    let namespace = options.namespace.as_deref().unwrap_or("default");
+    Ok(PoolPlan::new(
+        group,
+        pool,
+        &group.name,
+        options,
+        namespace,
+        None,
+        Duration::from_secs(10),
+        &[],
+        String::new(),
+    )
+    .map(|plan| plan.manifests(&group.name)))
 }

@@ -257,7 +257,15 @@ fn apply(args: &ApplyArgs) -> Result<u8, String> {
     };
     let planned = match args.target {
         Target::Local => plan_local(args, file, &name, &run, &pool)?,
-        Target::Slurm | Target::K8s | Target::Aws => {
+        Target::K8s => {
+            let (plan, size, diagnostics) = args.k8s.plan_pool(&run, &args.pool, &pool)?;
+            PlannedPool {
+                plan,
+                size,
+                diagnostics,
+            }
+        }
+        Target::Slurm | Target::Aws => {
             return Err(format!(
                 "pools do not run on the {} target yet",
                 args.target.backend().as_str()
