@@ -5,35 +5,11 @@
 //! signal ends it. A container's processes and files die with it: they
 //! are kept by the pod's uid, so a new pod of the same name has none.
 
-use super::fake::{Fake, World};
+use super::fake::{Fake, Process, World};
 use crate::k8s::exec::{ExecError, PodExec};
 use base64::Engine as _;
 use futures::future::BoxFuture;
 use serde_json::Value;
-use std::collections::BTreeMap;
-
-/// A job's node in a pod.
-#[derive(Clone, Debug, PartialEq)]
-pub(super) struct Process {
-    pub(super) pod: String,
-    pub(super) run: String,
-    pub(super) env: Vec<(String, String)>,
-    /// `None` while it runs.
-    pub(super) exit: Option<i32>,
-    /// Killed without an exit code.
-    pub(super) vanished: bool,
-    pub(super) log: Vec<u8>,
-}
-
-#[derive(Default)]
-pub(super) struct Processes {
-    /// By (pod uid, attempt directory).
-    pub(super) by_dir: BTreeMap<(String, String), Process>,
-    /// Every exec, as `POD OP DIR`.
-    pub(super) execs: Vec<String>,
-    /// Execs fail (the API server's exec proxy is down).
-    pub(super) failing: bool,
-}
 
 pub(super) struct FakeExec(pub(super) Fake);
 

@@ -4,8 +4,7 @@
 //! places them next.
 
 use super::driver::{connect, tuning};
-use super::exec::Process;
-use super::fake::{Fake, NS};
+use super::fake::{Fake, NS, Process};
 use super::pools::worker;
 use crate::backend::{Backend, Report};
 use crate::goal::Goal;
