@@ -107,10 +107,8 @@ impl K8sRunArgs {
 }
 
 /// The plans of the jobs of `run` on a Kubernetes pool whose workers are
-/// made from `worker` (`skyc run --pool`), in rank order (`job` gives
-/// each its rank): each job's one task, without its setup (the workers
-/// ran the pool's), where the workers are. `None` when planning found
-/// errors.
+/// made from `worker` (`skyc run --pool`), as JSON, in rank order
+/// ([`Plan::pool_jobs`]); `None` when planning found errors.
 pub(crate) fn plan_pool_jobs(
     run: &RunInput<'_>,
     worker: &serde_json::Value,
@@ -119,40 +117,17 @@ pub(crate) fn plan_pool_jobs(
 ) -> Result<(Option<Vec<String>>, Vec<Diagnostic>), String> {
     let worker: Plan = serde_json::from_value(worker.clone())
         .map_err(|e| format!("the pool's Kubernetes plan: {e}"))?;
-    if run.group.tasks.iter().any(|t| !t.secrets.is_empty()) {
-        return Err(
-            "a job on a Kubernetes pool takes no `secrets` yet: give the pool the secrets              (its workers' environment is the jobs')"
-                .into(),
-        );
+    let grace = Duration::from_secs_f64(run.grace);
+    match worker.pool_jobs(run.group, grace, run_token(run.submitted_ms), num_jobs, job)? {
+        Ok(plans) => {
+            let json = plans
+                .iter()
+                .map(|p| serde_json::to_string(p).map_err(|e| e.to_string()))
+                .collect::<Result<Vec<_>, String>>()?;
+            Ok((Some(json), Vec::new()))
+        }
+        Err(diagnostics) => Ok((None, diagnostics)),
     }
-    let mut group: Group = run.group.clone();
-    group.tasks.iter_mut().for_each(|t| t.setup = None);
-    let options = k8s::Options {
-        namespace: Some(worker.namespace.clone()),
-        ..Default::default()
-    };
-    let plan = Plan::new(
-        &group,
-        &options,
-        &worker.namespace,
-        worker.context.clone(),
-        Duration::from_secs_f64(run.grace),
-        &[],
-        run_token(run.submitted_ms),
-    );
-    let plan = match plan {
-        Ok(plan) => plan,
-        Err(diagnostics) => return Ok((None, diagnostics)),
-    };
-    let plans = (0..num_jobs)
-        .map(|rank| {
-            let mut plan = plan.clone();
-            plan.kubeconfig.clone_from(&worker.kubeconfig);
-            plan.pool_job = Some(job(rank));
-            serde_json::to_string(&plan).map_err(|e| e.to_string())
-        })
-        .collect::<Result<Vec<_>, String>>()?;
-    Ok((Some(plans), Vec::new()))
 }
 
 /// What `skyc pool apply --target k8s` would start for the pool file

@@ -137,6 +137,54 @@ impl PoolPlan {
 }
 
 impl Plan {
+    /// The plans of `num_jobs` jobs of `group` (`skyc run --pool`) on a
+    /// pool whose workers are made from `self`, in rank order (`job` gives
+    /// each its rank): the job's one task without its setup (the workers
+    /// ran the pool's), where the workers are. An error for what a job on
+    /// this target cannot take; the lowering's findings when it fails.
+    pub fn pool_jobs(
+        &self,
+        group: &Group,
+        grace: Duration,
+        token: String,
+        num_jobs: u32,
+        job: impl Fn(u32) -> crate::pool::JobSpec,
+    ) -> Result<Result<Vec<Plan>, Vec<Diagnostic>>, String> {
+        if group.tasks.iter().any(|t| !t.secrets.is_empty()) {
+            return Err(
+                "a job on a Kubernetes pool takes no `secrets` yet: give the pool the secrets \
+                 (its workers' environment is the jobs')"
+                    .into(),
+            );
+        }
+        let mut group = group.clone();
+        group.tasks.iter_mut().for_each(|t| t.setup = None);
+        let options = k8s::Options {
+            namespace: Some(self.namespace.clone()),
+            ..Default::default()
+        };
+        let plan = match Plan::new(
+            &group,
+            &options,
+            &self.namespace,
+            self.context.clone(),
+            grace,
+            &[],
+            token,
+        ) {
+            Ok(plan) => plan,
+            Err(diagnostics) => return Ok(Err(diagnostics)),
+        };
+        Ok(Ok((0..num_jobs)
+            .map(|rank| {
+                let mut plan = plan.clone();
+                plan.kubeconfig.clone_from(&self.kubeconfig);
+                plan.pool_job = Some(job(rank));
+                plan
+            })
+            .collect()))
+    }
+
     /// This worker plan under the worker's own name (its row's name): the
     /// placeholder it was lowered under replaced everywhere it names
     /// something, and nowhere in the pool's scripts or secret values.

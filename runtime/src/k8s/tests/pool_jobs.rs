@@ -22,17 +22,50 @@ name: train
 num_nodes: 2
 envs:
   LR: '0.1 $x'
+setup: pip install torch
 run: echo train
 ";
 
+/// Job `rank` of `num_jobs`, as `skyc run --pool` plans it.
 fn job(rank: u32, num_jobs: u32) -> Plan {
-    let mut plan = super::driver::plan(JOB);
-    plan.pool_job = Some(JobSpec {
-        room: None,
-        rank,
-        num_jobs,
-    });
+    let c = skyc_compiler::compile("job.yaml", JOB.as_bytes(), &Default::default());
+    let group = c.group.expect("a valid job");
+    let plans = worker(0)
+        .pool_jobs(
+            &group,
+            Duration::from_secs(5),
+            "run-2".into(),
+            num_jobs,
+            |rank| JobSpec {
+                room: None,
+                rank,
+                num_jobs,
+            },
+        )
+        .expect("a job for this pool")
+        .expect("lowered");
+    assert_eq!(plans.len(), num_jobs as usize);
+    let plan = plans[rank as usize].clone();
+    assert_eq!(plan.namespace, NS, "where the workers are");
+    assert_eq!(plan.pool_job.as_ref().map(|j| j.rank), Some(rank));
     plan
+}
+
+#[test]
+fn a_job_with_secrets_is_refused_on_a_kubernetes_pool() {
+    let text = format!("{JOB}secrets:\n  TOKEN: null\n");
+    let c = skyc_compiler::compile("job.yaml", text.as_bytes(), &Default::default());
+    let group = c.group.expect("a valid job");
+    let refused = worker(0)
+        .pool_jobs(&group, Duration::from_secs(5), "t".into(), 1, |rank| {
+            JobSpec {
+                room: None,
+                rank,
+                num_jobs: 1,
+            }
+        })
+        .unwrap_err();
+    assert!(refused.contains("no `secrets`"), "{refused}");
 }
 
 /// One supervisor, played: one backend, an engine per group.
@@ -279,6 +312,12 @@ fn ranked_jobs_start_once_each_in_their_workers_pods() {
         }
         assert_eq!(p.status(job), Status::Running);
     }
+    // Jobs bring no setup: the workers ran the pool's.
+    assert!(
+        p.plans[&10].object("ConfigMap").unwrap()["data"]
+            .get("train.setup.sh")
+            .is_none()
+    );
     // Exactly one start asked per node of each attempt.
     let starts = p
         .fake
