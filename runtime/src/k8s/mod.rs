@@ -18,7 +18,10 @@
 //! - [`watch`], [`request`], [`logs`], [`retry`]: the I/O, on one thread
 //!   of its own;
 //! - `backend`: [`Kubernetes`], the supervisor's [`Backend`], that thread
-//!   and a task per group; `plan`: [`Plan`], the run as stored.
+//!   and a task per group; `plan`: [`Plan`], the run as stored;
+//! - pools: `pool` ([`PoolPlan`], each worker a group whose nodes hold
+//!   after setup), `pool_job` (a job's task: its nodes in its worker's
+//!   pods), [`exec`] and [`job_scripts`] (`pods/exec` and what it runs).
 //!
 //! [`Backend`]: crate::backend::Backend
 
