@@ -159,7 +159,7 @@ fn pool_file_is_a_pool_in_the_ir_and_refused_by_targets_and_run() {
         // Kubernetes builds what `skyc pool apply` would start.
         let pods = run(&["build", "--target", "k8s", "pool.yaml"]);
         assert_eq!(pods.status.code(), Some(0), "{}", transcript(&pods));
-        assert!(String::from_utf8_lossy(&pods.stdout).contains("name: gpu-pool-0-gpu-pool-0-0"));
+        assert!(String::from_utf8_lossy(&pods.stdout).contains("name: gpu-pool-1-gpu-pool-0-0"));
         insta::assert_snapshot!("build_pool_refused", refusals);
         let state = std::env::temp_dir().join(format!("skyc-cli-pool-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&state);

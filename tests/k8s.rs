@@ -1225,7 +1225,7 @@ run: echo head
 }
 
 /// A pool file on the Kubernetes target (`skyc build POOLFILE --target
-/// k8s`): what `skyc pool apply` would start, worker 0 of the pool named
+/// k8s`): what `skyc pool apply` would start, the first worker of the pool named
 /// as the file's task, valid against the schemas; its hold script and
 /// the scripts a job is started and read with are valid bash and
 /// shellcheck-clean.
@@ -1290,10 +1290,10 @@ setup: pip install -r requirements.txt
         assert_eq!(
             names,
             [
-                "gpus-0-skyc",
-                "gpus-0",
-                "gpus-0-gpus-0-0",
-                "gpus-0-gpus-1-0"
+                "gpus-1-skyc",
+                "gpus-1",
+                "gpus-1-gpus-0-0",
+                "gpus-1-gpus-1-0"
             ]
         );
         let run = all[0]["data"]["gpus.run.sh"].as_str().unwrap();

@@ -132,7 +132,7 @@ pub(crate) fn plan_pool_jobs(
 
 /// What `skyc pool apply --target k8s` would start for the pool file
 /// `group`, named as the file's task (`skyc build POOLFILE --target
-/// k8s`): worker 0's objects and its nodes' pods. An error when the name
+/// k8s`): the first worker's objects and its nodes' pods. An error when the name
 /// cannot name workers; the lowering's diagnostics when it fails.
 pub(crate) fn pool_manifests(
     group: &Group,

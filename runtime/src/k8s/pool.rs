@@ -120,9 +120,10 @@ impl PoolPlan {
         })
     }
 
-    /// Every object of worker 0 as the runtime starts it, for review.
+    /// Every object of the first worker (`{pool}-1`) as the runtime starts
+    /// it, for review.
     pub fn manifests(&self, pool: &str) -> Vec<Value> {
-        let worker = self.worker.named(&worker::worker_name(pool, 0));
+        let worker = self.worker.named(&worker::worker_name(pool, 1));
         let mut all = worker.objects.clone();
         for (task, t) in worker.spec.tasks.iter().enumerate() {
             let Some(template) = worker.templates.get(task) else {

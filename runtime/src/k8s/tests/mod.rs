@@ -15,6 +15,7 @@ mod pools;
 mod recovery;
 mod refusals;
 mod supervised;
+mod supervised_pool;
 mod units;
 
 use crate::backend::Report;
