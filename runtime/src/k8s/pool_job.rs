@@ -185,14 +185,31 @@ impl PoolJob {
         if self.settled {
             return;
         }
+        let Some(tg) = self.goal.tasks.first().cloned() else {
+            return;
+        };
+        // An attempt stopped before the pool placed it: nothing of it
+        // ran, and its nodes are answered as lost (as the local target
+        // answers a pool job's idle nodes), so its engine can end it.
+        let stopping = tg.want != Want::Run || self.goal.cancel;
+        let placed_now = self
+            .placed
+            .as_ref()
+            .is_some_and(|p| p.attempt == tg.attempt);
+        if stopping && !placed_now {
+            for (node, _) in (0u32..).zip(&tg.live).filter(|(_, live)| **live) {
+                self.event(Event::NodeLost {
+                    task: 0,
+                    attempt: tg.attempt,
+                    node,
+                });
+            }
+        }
         let Some(placed) = self.placed.clone() else {
             // Never placed: nothing ran; settled once the engine is done.
             if self.goal.end.is_some() {
                 self.settle();
             }
-            return;
-        };
-        let Some(tg) = self.goal.tasks.first().cloned() else {
             return;
         };
         let attempt = placed.attempt;
@@ -219,6 +236,9 @@ impl PoolJob {
                 if !(current && tg.want == Want::Run && !self.goal.cancel) {
                     // Stopped before it started: nothing of it ran.
                     self.nodes[rank].ended = true;
+                    if current {
+                        self.event(lost);
+                    }
                     continue;
                 }
                 let argv = self.start_argv(&dir, r, &placed.placement);

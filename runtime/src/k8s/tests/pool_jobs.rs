@@ -480,3 +480,22 @@ fn a_cancelled_job_is_stopped_in_its_pods_and_the_worker_holds() {
     assert_eq!(p.fake.world().names("pods").len(), 4);
     let _ = NS;
 }
+
+#[test]
+fn a_job_cancelled_before_it_is_placed_ends_with_nothing_started() {
+    let mut p = Pool::new();
+    p.ready_worker(1, 0);
+    p.add(10, job(0, 1));
+    p.backend().cancel(10);
+    let actions = p
+        .engines
+        .get_mut(&10)
+        .unwrap()
+        .handle(Event::CancelRequested);
+    p.execute(10, &actions);
+    p.settle();
+    assert_eq!(p.status(10), Status::Cancelled);
+    assert!(p.reports.contains(&(10, Report::Settled)));
+    assert!(p.processes().is_empty());
+    assert!(p.fake.world().kubelet_exec.execs.is_empty());
+}
