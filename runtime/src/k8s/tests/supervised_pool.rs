@@ -33,12 +33,13 @@ impl Scene {
         let deadline = Instant::now() + Duration::from_secs(30);
         let store = Store::open(&self.dir).unwrap();
         while !done(&self.fake, &store) {
-            assert!(
-                Instant::now() < deadline,
-                "{what}: not reached; pods {:?}, execs {:?}",
-                self.fake.world().names("pods"),
-                self.fake.world().kubelet_exec.execs
-            );
+            if Instant::now() >= deadline {
+                let (pods, execs) = {
+                    let w = self.fake.world();
+                    (w.names("pods"), w.kubelet_exec.execs.clone())
+                };
+                panic!("{what}: not reached; pods {pods:?}, execs {execs:?}");
+            }
             {
                 let mut w = self.fake.world();
                 w.reconcile_cluster();
@@ -219,6 +220,143 @@ fn a_pool_runs_ranked_jobs_and_goes_down_through_the_supervisor() {
             .is_some_and(|g| g.finished_at_ms.is_some())
     });
     // With nothing left, the supervisor exits.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !supervisor.is_finished() {
+        assert!(Instant::now() < deadline, "the supervisor did not exit");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(supervisor.join().unwrap().is_ok());
+}
+
+#[test]
+fn a_lost_worker_is_made_again_and_its_job_runs_again_through_the_supervisor() {
+    let dir =
+        std::env::temp_dir().join(format!("skyc-supervised-pool-lost-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let plan = pool_plan(POOL);
+    let mut store = Store::open(&dir).unwrap();
+    let pool = store
+        .insert_pool(&NewGroup {
+            name: "pool",
+            source: "pool.yaml",
+            submitted_at_ms: crate::store::now_ms(),
+            plan: &serde_json::to_string(&plan).unwrap(),
+            backend: Backend::Kubernetes,
+            tasks: Vec::new(),
+        })
+        .unwrap()
+        .unwrap();
+    let fake = Fake::default();
+    fake.world().wall_clock = true;
+    let s = Scene {
+        fake: fake.clone(),
+        dir: dir.clone(),
+    };
+    let supervisor = {
+        let (dir, connect) = (dir.clone(), connect(&fake));
+        std::thread::spawn(move || crate::supervisor::serve(&dir, (connect, tuning())))
+    };
+    s.until("two workers' pods", |f, _| {
+        f.world().names("pods").len() == 4
+    });
+    let c = skyc_compiler::compile("job.yaml", JOB.as_bytes(), &Default::default());
+    let group = c.group.unwrap();
+    let job = plan
+        .worker
+        .pool_jobs(&group, Duration::from_secs(5), "run-2".into(), 1, |rank| {
+            JobSpec {
+                room: None,
+                rank,
+                num_jobs: 1,
+            }
+        })
+        .unwrap()
+        .unwrap()
+        .remove(0);
+    let text = serde_json::to_string(&job).unwrap();
+    let ids = store
+        .insert_jobs(&[(
+            NewGroup {
+                name: "train",
+                source: "job.yaml",
+                submitted_at_ms: crate::store::now_ms(),
+                plan: &text,
+                backend: Backend::Kubernetes,
+                tasks: crate::store::NewTask::of(&group),
+            },
+            Some(Member {
+                pool: Some(pool),
+                rank: 0,
+                num_jobs: 1,
+            }),
+        )])
+        .unwrap();
+    crate::supervisor::wake(&dir).unwrap();
+    s.until("the job started", |f, _| {
+        f.world().job_processes().len() == 2
+    });
+    let first = fake.world().job_processes()[0].pod.clone();
+    let (lost, kept) = if first.starts_with("pool-1-") {
+        ("pool-1", "pool-2")
+    } else {
+        ("pool-2", "pool-1")
+    };
+    // The worker's node 1 is evicted.
+    fake.world()
+        .disrupt(&format!("{lost}-trainers-1-0"), "EvictionByEvictionAPI");
+    // Its job is lost with it and runs again, attempt 1, on a ready
+    // worker; the lost worker is set up again (its pods of attempt 1).
+    let lost_pods = |attempt: u32| -> Vec<String> {
+        (0..2)
+            .map(|node| format!("{lost}-trainers-{node}-{attempt}"))
+            .collect()
+    };
+    let again = move |p: &super::fake::Process| !lost_pods(0).contains(&p.pod);
+    s.until(
+        "the job started again, and the worker made again",
+        |f, _| {
+            let w = f.world();
+            let names = w.names("pods");
+            w.job_processes().iter().filter(|p| again(p)).count() == 2
+                && lost_pods(1).iter().all(|p| names.contains(p))
+                && !lost_pods(0).iter().any(|p| names.contains(p))
+        },
+    );
+    let procs = fake.world().job_processes();
+    assert_eq!(
+        procs.len(),
+        4,
+        "attempt 0 on the lost worker, attempt 1 once on another"
+    );
+    let rerun: Vec<String> = procs
+        .iter()
+        .filter(|p| again(p))
+        .map(|p| p.pod.clone())
+        .collect();
+    assert!(
+        rerun
+            .iter()
+            .all(|p| p.starts_with(kept) || p.ends_with("-1")),
+        "{rerun:?}"
+    );
+    {
+        let mut w = fake.world();
+        for pod in &rerun {
+            w.job_exits(pod, &attempt_dir(ids[0], 1), 0);
+        }
+    }
+    s.until("the job succeeded", |_, st| {
+        st.group(ids[0])
+            .unwrap()
+            .is_some_and(|g| g.status == "SUCCEEDED")
+    });
+    store.request_cancel(pool).unwrap();
+    crate::supervisor::wake(&dir).unwrap();
+    s.until("every worker gone", |f, _| {
+        let w = f.world();
+        w.names("pods").is_empty() && w.names("jobsets").is_empty()
+    });
     let deadline = Instant::now() + Duration::from_secs(20);
     while !supervisor.is_finished() {
         assert!(Instant::now() < deadline, "the supervisor did not exit");
