@@ -1223,3 +1223,158 @@ run: echo head
         assert!(largest < 64 * 1024, "largest object {largest} bytes");
     }
 }
+
+/// A pool file on the Kubernetes target (`skyc build POOLFILE --target
+/// k8s`): what `skyc pool apply` would start, the first worker of the pool named
+/// as the file's task, valid against the schemas; its hold script and
+/// the scripts a job is started and read with are valid bash and
+/// shellcheck-clean.
+mod pools {
+    use super::schema;
+    use crate::support::{root, skyc, snapshots};
+    use serde_json::Value;
+    use skyc_runtime::k8s::{PoolPlan, job_scripts};
+    use skyc_targets::k8s::{self, emit};
+    use std::time::Duration;
+
+    const POOL: &str = "\
+name: gpus
+num_nodes: 2
+pool:
+  workers: 2
+resources:
+  cpus: 4
+  memory: 16
+  accelerators: H100:1
+envs:
+  MODEL: llama
+setup: pip install -r requirements.txt
+";
+
+    fn worker0(text: &str) -> Vec<Value> {
+        let c = skyc_compiler::compile("pool.yaml", text.as_bytes(), &Default::default());
+        let group = c.group.expect("a valid pool file");
+        let options = k8s::Options {
+            namespace: Some("team".into()),
+            ..Default::default()
+        };
+        let pool = group.pool.clone().unwrap();
+        let plan = PoolPlan::new(
+            &group,
+            &pool,
+            "gpus",
+            &options,
+            "team",
+            None,
+            Duration::from_secs(10),
+            &[],
+            String::new(),
+        )
+        .unwrap_or_else(|d| panic!("{d:?}"));
+        assert_eq!(plan.pool.nodes, 2);
+        assert_eq!(plan.pool.offer.gpus, 1.0);
+        plan.manifests("gpus")
+    }
+
+    #[test]
+    fn worker_manifests_are_valid_and_hold_after_setup() {
+        let all = worker0(POOL);
+        let problems = schema::validate(&all);
+        assert!(problems.is_empty(), "{problems:#?}");
+        let kinds: Vec<&str> = all.iter().filter_map(|o| o["kind"].as_str()).collect();
+        assert_eq!(kinds, ["ConfigMap", "JobSet", "Pod", "Pod"]);
+        let names: Vec<&str> = all
+            .iter()
+            .filter_map(|o| o["metadata"]["name"].as_str())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "gpus-1-skyc",
+                "gpus-1",
+                "gpus-1-gpus-0-0",
+                "gpus-1-gpus-1-0"
+            ]
+        );
+        let run = all[0]["data"]["gpus.run.sh"].as_str().unwrap();
+        assert_eq!(run, k8s::worker::HOLD);
+        for pod in &all[2..] {
+            let c = &pod["spec"]["containers"][0];
+            assert_eq!(c["readinessProbe"]["exec"]["command"][1], "/tmp/skyc/ready");
+            assert_eq!(c["resources"]["limits"]["nvidia.com/gpu"], "1");
+        }
+        snapshots("k8s").bind(|| {
+            insta::assert_snapshot!("pool-worker", emit::render(&all, emit::Format::Yaml));
+        });
+    }
+
+    #[test]
+    fn the_hold_and_job_scripts_are_valid_bash_and_shellcheck_clean() {
+        let dir = std::env::temp_dir().join(format!("skyc-k8s-pool-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let env = [("A".to_owned(), "b".to_owned())];
+        let scripts = [
+            ("hold", k8s::worker::HOLD.to_owned()),
+            (
+                "start",
+                job_scripts::start("/tmp/skyc/jobs/1.0", "x", &env)[2].clone(),
+            ),
+            (
+                "poll",
+                job_scripts::poll("/tmp/skyc/jobs/1.0", 0)[2].clone(),
+            ),
+            (
+                "signal",
+                job_scripts::signal("/tmp/skyc/jobs/1.0", true)[2].clone(),
+            ),
+        ];
+        for (what, script) in scripts {
+            let path = dir.join(format!("{what}.sh"));
+            std::fs::write(&path, format!("#!/bin/bash\n{script}")).unwrap();
+            let status = std::process::Command::new("bash")
+                .arg("-n")
+                .arg(&path)
+                .status();
+            assert!(status.is_ok_and(|s| s.success()), "bash -n rejects {what}");
+            match std::process::Command::new("shellcheck").arg(&path).output() {
+                Ok(out) => assert!(
+                    out.status.success(),
+                    "shellcheck, {what}:\n{}",
+                    String::from_utf8_lossy(&out.stdout)
+                ),
+                Err(_) => eprintln!("!!! SKIPPED: shellcheck is not installed"),
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn build_prints_what_pool_apply_would_start_and_its_role() {
+        let dir = std::env::temp_dir().join(format!("skyc-k8s-pool-build-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("gpus.yaml");
+        std::fs::write(&file, POOL).unwrap();
+        let o = skyc()
+            .args(["build", "--target", "k8s", "--rbac", "--namespace", "team"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let out = String::from_utf8(o.stdout).unwrap();
+        let built = emit::render(&worker0(POOL), emit::Format::Yaml);
+        assert!(out.contains("pods/exec"), "the Role names exec");
+        assert!(out.ends_with(&built), "{out}");
+        // A name that cannot name workers' objects is refused.
+        std::fs::write(&file, POOL.replace("name: gpus", "name: GPUs")).unwrap();
+        let o = skyc()
+            .args(["build", "--target", "k8s"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(!o.status.success());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("pool `GPUs`: on the k8s target"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
+        let _ = root();
+    }
+}

@@ -498,3 +498,126 @@ run: |
         }
     }
 }
+
+/// A pool on the Kubernetes target without a cluster: a name that cannot
+/// name its workers' objects, and a cluster that does not answer, are
+/// refused before anything is recorded.
+#[test]
+fn a_k8s_pool_is_refused_before_anything_is_recorded() {
+    let s = Scratch::new("k8s-pool-refused");
+    s.write(
+        "pool.yaml",
+        "name: w\npool:\n  workers: 2\nsetup: echo ready\n",
+    );
+    let kubeconfig = unreachable_kubeconfig(&s);
+    let out = s
+        .skyc(&[
+            "pool",
+            "apply",
+            "-p",
+            "My_Pool",
+            "pool.yaml",
+            "--target",
+            "k8s",
+        ])
+        .env("KUBECONFIG", &kubeconfig)
+        .output()
+        .expect("skyc pool apply");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("on the k8s target a pool's name"),
+        "{stderr}"
+    );
+    let out = s
+        .skyc(&[
+            "pool",
+            "apply",
+            "-p",
+            "gpus",
+            "pool.yaml",
+            "--target",
+            "k8s",
+        ])
+        .env("KUBECONFIG", &kubeconfig)
+        .output()
+        .expect("skyc pool apply");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("did not answer"), "{stderr}");
+    let out = s
+        .skyc(&["pool", "status", "--json"])
+        .output()
+        .expect("pool status");
+    assert_eq!(text(&out.stdout).trim(), "[]", "no pool recorded");
+}
+
+/// A pool of two workers: three ranked jobs each run once, in a worker
+/// that ran the pool's setup; the pool goes down with every object.
+#[test]
+fn e2e_a_pool_runs_ranked_jobs_in_its_workers_and_goes_down() {
+    let Some(()) = cluster() else { return };
+    let s = Scratch::new("k8s-e2e-pool");
+    let namespace = std::env::var("SKYC_K8S_E2E_NAMESPACE").unwrap_or_else(|_| "default".into());
+    let image = std::env::var("SKYC_K8S_E2E_IMAGE").unwrap_or_else(|_| "python:3.12-slim".into());
+    let pool = unique("pool");
+    s.write(
+        "pool.yaml",
+        "name: w\npool:\n  workers: 2\nsetup: echo set up > /tmp/setup-done\n",
+    );
+    let out = s
+        .skyc(&[
+            "pool",
+            "apply",
+            "-p",
+            &pool,
+            "pool.yaml",
+            "--target",
+            "k8s",
+            "--namespace",
+            &namespace,
+            "--image",
+            &image,
+        ])
+        .output()
+        .expect("skyc pool apply");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    s.write(
+        "job.yaml",
+        "name: j\nrun: |\n  test -f /tmp/setup-done && echo rank $SKYPILOT_JOB_RANK of $SKYPILOT_NUM_JOBS\n",
+    );
+    let out = s
+        .skyc(&["run", "--pool", &pool, "--num-jobs", "3", "job.yaml"])
+        .output()
+        .expect("skyc run --pool");
+    let logs = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}\n{logs}", text(&out.stderr));
+    for rank in 0..3 {
+        assert_eq!(
+            logs.matches(&format!("rank {rank} of 3")).count(),
+            1,
+            "{logs}"
+        );
+    }
+    let out = s
+        .skyc(&["pool", "down", &pool])
+        .output()
+        .expect("pool down");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let deadline = std::time::Instant::now() + Duration::from_secs(300);
+    loop {
+        let left = Command::new("kubectl")
+            .args(["get", "jobsets,pods", "-n", &namespace, "-o", "name"])
+            .output()
+            .map(|o| text(&o.stdout))
+            .unwrap_or_default();
+        if !left.lines().any(|l| l.contains(&format!("/{pool}-"))) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "left after pool down:\n{left}"
+        );
+        std::thread::sleep(Duration::from_secs(2));
+    }
+}

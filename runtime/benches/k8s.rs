@@ -69,8 +69,10 @@ fn connect(fake: &Fake) -> Connect {
     Arc::new(move |_: &Plan| {
         let fake = fake.clone();
         Box::pin(async move {
+            let client = kube::Client::new(fake, NS);
             Ok(Cluster {
-                client: kube::Client::new(fake, NS),
+                exec: std::sync::Arc::new(skyc_runtime::k8s::exec::KubeExec(client.clone())),
+                client,
                 server: "https://api.bench:6443".into(),
                 namespace: NS.into(),
             })

@@ -8,7 +8,7 @@ use super::slurm::SlurmArgs;
 use super::{INVALID, OK, USAGE, input, parse_env, report};
 use clap::ValueEnum;
 use skyc_compiler::ir::Execution;
-use skyc_compiler::{Compilation, Diagnostic, Options, Rule, compile};
+use skyc_compiler::{Compilation, Diagnostic, Options, compile};
 use skyc_targets::cloud::{self, Cloud};
 use skyc_targets::k8s;
 use skyc_targets::slurm;
@@ -144,10 +144,19 @@ pub(crate) fn run(args: &Args) -> u8 {
     let mut pipeline = None;
     let mut spec = None;
     match (&compilation.group, args.target) {
-        // Refused here: the k8s target's lowering does not look for pools.
+        // A pool file: what `skyc pool apply --target k8s` would start.
         (Some(group), Target::K8s) if group.pool.is_some() => {
-            let refusal = skyc_targets::pool_refusal(group, "Kubernetes", Rule::K8sUnsupported);
-            add_diagnostics(&mut compilation, refusal.into_iter().collect());
+            match super::k8s::pool_manifests(group, &k8s_options) {
+                Ok(Ok(all)) => objects = all,
+                Ok(Err(diagnostics)) => add_diagnostics(&mut compilation, diagnostics),
+                Err(message) => {
+                    errln!("error: {message}");
+                    return USAGE;
+                }
+            }
+            if args.rbac && !objects.is_empty() {
+                objects.insert(0, k8s::rbac::role(k8s_options.namespace.as_deref()));
+            }
         }
         (Some(group), Target::K8s) if args.layout == Layout::Pods => {
             if k8s_options.queue.is_some() {

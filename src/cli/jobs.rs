@@ -97,6 +97,16 @@ impl Submission<'_> {
                 compilation.diagnostics.extend(found);
                 plans
             }
+            Backend::Kubernetes if let Some((_, pool)) = &pool => {
+                let (plans, found) = super::k8s::plan_pool_jobs(
+                    &self.job_input(group),
+                    &pool.worker,
+                    self.num_jobs,
+                    job,
+                )?;
+                compilation.diagnostics.extend(found);
+                plans
+            }
             other => {
                 return Err(format!(
                     "pools on the {} target take no jobs yet",

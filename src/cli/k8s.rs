@@ -2,8 +2,10 @@
 
 use super::run::RunInput;
 use skyc_compiler::Diagnostic;
+use skyc_compiler::ir::{self, Group};
 use skyc_runtime::backend::run_token;
-use skyc_runtime::k8s::Plan;
+use skyc_runtime::k8s::{Plan, PoolInput, PoolPlan};
+use skyc_runtime::pool::JobSpec;
 use skyc_targets::k8s;
 use std::time::Duration;
 
@@ -73,4 +75,84 @@ impl K8sRunArgs {
             run_token(run.submitted_ms),
         )
     }
+
+    /// The plan of the pool `pool` named `name` (`skyc pool apply
+    /// --target k8s`), as JSON, its size, and what planning found.
+    pub(crate) fn plan_pool(
+        &self,
+        run: &RunInput<'_>,
+        name: &str,
+        pool: &ir::Pool,
+    ) -> Result<(Option<String>, String, Vec<Diagnostic>), String> {
+        let (plan, diagnostics) = PoolPlan::for_apply(&PoolInput {
+            group: run.group,
+            pool,
+            name,
+            options: &self.k8s.options()?,
+            kubeconfig: std::env::var("KUBECONFIG").ok().as_deref(),
+            context: self.context.as_deref(),
+            grace: Duration::from_secs_f64(run.grace),
+            secrets: run.secrets,
+            token: run_token(run.submitted_ms),
+        })?;
+        let size = plan
+            .as_ref()
+            .map(|p| p.pool.scaling.describe())
+            .unwrap_or_default();
+        let json = plan
+            .map(|p| serde_json::to_string(&p).map_err(|e| e.to_string()))
+            .transpose()?;
+        Ok((json, size, diagnostics))
+    }
+}
+
+/// The plans of the jobs of `run` on a Kubernetes pool whose workers are
+/// made from `worker` (`skyc run --pool`), as JSON, in rank order
+/// ([`Plan::pool_jobs`]); `None` when planning found errors.
+pub(crate) fn plan_pool_jobs(
+    run: &RunInput<'_>,
+    worker: &serde_json::Value,
+    num_jobs: u32,
+    job: impl Fn(u32) -> JobSpec,
+) -> Result<(Option<Vec<String>>, Vec<Diagnostic>), String> {
+    let worker: Plan = serde_json::from_value(worker.clone())
+        .map_err(|e| format!("the pool's Kubernetes plan: {e}"))?;
+    let grace = Duration::from_secs_f64(run.grace);
+    match worker.pool_jobs(run.group, grace, run_token(run.submitted_ms), num_jobs, job)? {
+        Ok(plans) => {
+            let json = plans
+                .iter()
+                .map(|p| serde_json::to_string(p).map_err(|e| e.to_string()))
+                .collect::<Result<Vec<_>, String>>()?;
+            Ok((Some(json), Vec::new()))
+        }
+        Err(diagnostics) => Ok((None, diagnostics)),
+    }
+}
+
+/// What `skyc pool apply --target k8s` would start for the pool file
+/// `group`, named as the file's task (`skyc build POOLFILE --target
+/// k8s`): the first worker's objects and its nodes' pods. An error when the name
+/// cannot name workers; the lowering's diagnostics when it fails.
+pub(crate) fn pool_manifests(
+    group: &Group,
+    options: &k8s::Options,
+) -> Result<Result<Vec<serde_json::Value>, Vec<Diagnostic>>, String> {
+    let Some(pool) = &group.pool else {
+        return Ok(Ok(Vec::new()));
+    };
+    k8s::worker::check_pool_name(&group.name)?;
+    let namespace = options.namespace.as_deref().unwrap_or("default");
+    Ok(PoolPlan::new(
+        group,
+        pool,
+        &group.name,
+        options,
+        namespace,
+        None,
+        Duration::from_secs(10),
+        &[],
+        String::new(),
+    )
+    .map(|plan| plan.manifests(&group.name)))
 }

@@ -283,10 +283,12 @@ fn apply(args: &ApplyArgs) -> Result<u8, String> {
             }
         }
         Target::K8s => {
-            return Err(format!(
-                "pools do not run on the {} target yet",
-                args.target.backend().as_str()
-            ));
+            let (plan, size, diagnostics) = args.k8s.plan_pool(&run, &args.pool, &pool)?;
+            PlannedPool {
+                plan,
+                size,
+                diagnostics,
+            }
         }
     };
     compilation.diagnostics.extend(planned.diagnostics);

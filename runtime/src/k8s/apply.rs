@@ -125,7 +125,7 @@ async fn check_permissions(client: &Client, plan: &Plan) -> Result<(), Refusal> 
     let status = answer.status.unwrap_or_default();
     let secrets = plan.object("Secret").is_some();
     let mut missing = Vec::new();
-    for p in rbac::needed(secrets) {
+    for p in rbac::needed(secrets, plan.hold || plan.pool_job.is_some()) {
         for verb in p.verbs {
             if !status.resource_rules.iter().any(|r| grants(r, p, verb)) {
                 missing.push((p, *verb));
@@ -347,6 +347,7 @@ mod tests {
             resource,
             verbs: &["get"],
             secrets_only: false,
+            pools_only: false,
         }
     }
 

@@ -19,6 +19,7 @@ use super::logs::{self, NodeLog};
 use super::objects;
 use super::observe::observe;
 use super::plan::Plan;
+use super::pool_job::{Placed, PoolJob};
 use super::reconcile::{self, Op};
 use super::request::{self, Apis, Outcome};
 use super::retry;
@@ -27,7 +28,8 @@ use crate::backend::{Adoption, Backend, NodeInfo, Report};
 use crate::backoff::Backoff;
 use crate::goal::Goal;
 use crate::outbox::{Out, Outbox, Post};
-use crate::policy::{Action, Engine, Event};
+use crate::policy::{Action, Attempt, Engine, Event};
+use crate::pool::Placement;
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use k8s_openapi::api::batch::v1::Job;
@@ -69,6 +71,10 @@ const UNLAUNCHABLE: i32 = 255;
 /// goes away.
 const REPLACE_POLL: std::time::Duration = std::time::Duration::from_millis(500);
 
+/// How often a pool job's nodes are read (`pods/exec`): each read is one
+/// short exec per node.
+const JOB_POLL: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Makes the client of a plan's cluster.
 pub type Connect = Arc<dyn Fn(&Plan) -> BoxFuture<'static, Result<Cluster, String>> + Send + Sync>;
 
@@ -89,6 +95,8 @@ pub struct Tuning {
     /// How long past its grace a deleted pod may stay before it is
     /// deleted at once (its node does not answer).
     pub force_after: std::time::Duration,
+    /// How often a pool job's nodes are read in their worker's pods.
+    pub job_poll: std::time::Duration,
 }
 
 impl Default for Tuning {
@@ -97,6 +105,7 @@ impl Default for Tuning {
             backoff: Backoff::default(),
             logs: true,
             force_after: FORCE_AFTER,
+            job_poll: JOB_POLL,
         }
     }
 }
@@ -109,15 +118,27 @@ enum Command {
         job: Option<String>,
     },
     To(i64, Msg),
+    /// A pool job's attempt placed on a worker.
+    Place {
+        job: i64,
+        attempt: u32,
+        worker: i64,
+        placement: Placement,
+    },
 }
 
 /// What a group's task hears.
 #[derive(Debug)]
 enum Msg {
     Goal(Goal),
-    Kill { task: usize, attempt: u32 },
+    Kill {
+        task: usize,
+        attempt: u32,
+    },
     Cancel,
     Release,
+    /// A pool job's attempt, where it runs.
+    Place(Placed),
 }
 
 pub struct Kubernetes {
@@ -186,8 +207,18 @@ impl Kubernetes {
 
 impl Backend for Kubernetes {
     fn adopt(&mut self, gid: i64, adoption: &Adoption<'_>) -> Result<(), String> {
-        let plan: Plan = serde_json::from_str(adoption.plan)
+        let mut plan: Plan = serde_json::from_str(adoption.plan)
             .map_err(|e| format!("the group's Kubernetes plan: {e}"))?;
+        if plan.hold {
+            // Every worker of a pool is made from the pool's one plan: on
+            // the cluster, each is named after its row.
+            let row = adoption
+                .store
+                .group(gid)
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| format!("worker {gid} is not in the store"))?;
+            plan = plan.named(&row.name);
+        }
         self.adopt_plan(gid, plan, adoption.engine, adoption.job.map(str::to_owned));
         Ok(())
     }
@@ -219,6 +250,19 @@ impl Backend for Kubernetes {
         self.outbox.drain()
     }
 
+    fn runs_pools(&self) -> bool {
+        true
+    }
+
+    fn place(&mut self, job: i64, attempt: Attempt, worker: i64, placement: &Placement) {
+        let _ = self.tx.send(Command::Place {
+            job,
+            attempt,
+            worker,
+            placement: placement.clone(),
+        });
+    }
+
     fn wake_fd(&self) -> Option<BorrowedFd<'_>> {
         Some(self.outbox.wake_fd())
     }
@@ -234,6 +278,9 @@ struct Ctx {
 async fn main_loop(mut rx: mpsc::UnboundedReceiver<Command>, ctx: Ctx) {
     let ctx = Arc::new(ctx);
     let mut groups: BTreeMap<i64, mpsc::UnboundedSender<Msg>> = BTreeMap::new();
+    // The pools' workers: their plan and current attempt, for placing
+    // their jobs in their pods.
+    let mut workers: BTreeMap<i64, (Plan, u32)> = BTreeMap::new();
     while let Some(command) = rx.recv().await {
         match command {
             Command::Adopt {
@@ -248,17 +295,124 @@ async fn main_loop(mut rx: mpsc::UnboundedReceiver<Command>, ctx: Ctx) {
                 let (tx, rx) = mpsc::unbounded_channel();
                 groups.insert(gid, tx);
                 let out = ctx.post.out(gid);
-                let group = Group::new(*plan, goal, job, out, ctx.clone());
-                tokio::task::spawn_local(group.run(rx));
+                if plan.hold {
+                    let attempt = goal.tasks.first().map_or(0, |t| t.attempt);
+                    workers.insert(gid, ((*plan).clone(), attempt));
+                }
+                if plan.pool_job.is_some() {
+                    let job = PoolJob::new(
+                        (*plan).clone(),
+                        goal,
+                        out,
+                        crate::paths::group_dir(&ctx.state_dir, gid),
+                        ctx.tuning.backoff,
+                        ctx.tuning.job_poll,
+                    );
+                    tokio::task::spawn_local(run_job(job, *plan, rx, ctx.clone()));
+                } else {
+                    let group = Group::new(*plan, goal, job, out, ctx.clone());
+                    tokio::task::spawn_local(group.run(rx));
+                }
             }
             Command::To(gid, msg) => {
                 let release = matches!(msg, Msg::Release);
+                if let (Msg::Goal(goal), Some(w)) = (&msg, workers.get_mut(&gid)) {
+                    w.1 = goal.tasks.first().map_or(w.1, |t| t.attempt);
+                }
                 if let Some(tx) = groups.get(&gid) {
                     let _ = tx.send(msg);
                 }
                 if release {
                     groups.remove(&gid);
+                    workers.remove(&gid);
                 }
+            }
+            Command::Place {
+                job,
+                attempt,
+                worker,
+                placement,
+            } => {
+                let placed = match workers.get(&worker) {
+                    Some((plan, at)) => Placed {
+                        attempt,
+                        namespace: plan.namespace.clone(),
+                        pods: (0..plan.spec.tasks[0].num_nodes)
+                            .map(|rank| plan.pod_of(0, rank, *at))
+                            .collect(),
+                        placement,
+                    },
+                    // Not a worker of this supervisor (closed): its job's
+                    // nodes are lost with it.
+                    None => Placed {
+                        attempt,
+                        namespace: String::new(),
+                        pods: Vec::new(),
+                        placement,
+                    },
+                };
+                if let Some(tx) = groups.get(&job) {
+                    let _ = tx.send(Msg::Place(placed));
+                }
+            }
+        }
+    }
+}
+
+/// A pool job's task: connects, then reads its nodes every
+/// [`Tuning::job_poll`] and whenever it hears something.
+async fn run_job(
+    mut job: PoolJob,
+    plan: Plan,
+    mut rx: mpsc::UnboundedReceiver<Msg>,
+    ctx: Arc<Ctx>,
+) {
+    let hear = |job: &mut PoolJob, msg: Msg| -> bool {
+        match msg {
+            Msg::Goal(goal) => job.set_goal(goal),
+            Msg::Kill { attempt, .. } => job.kill(attempt),
+            Msg::Cancel => job.cancel(),
+            Msg::Place(placed) => job.place(placed),
+            Msg::Release => return false,
+        }
+        true
+    };
+    let mut failures = 0;
+    let cluster = loop {
+        match (ctx.connect)(&plan).await {
+            Ok(c) => break c,
+            Err(e) => {
+                job.out.send(Report::Outage(Some(e)));
+                let until = Instant::now() + job.backoff().delay(failures);
+                failures += 1;
+                loop {
+                    tokio::select! {
+                        msg = rx.recv() => match msg {
+                            Some(msg) => if !hear(&mut job, msg) { return },
+                            None => return,
+                        },
+                        () = tokio::time::sleep_until(until) => break,
+                    }
+                }
+            }
+        }
+    };
+    if failures > 0 {
+        job.out.send(Report::Outage(None));
+    }
+    loop {
+        job.pass(&cluster).await;
+        let until = Instant::now() + job.interval();
+        tokio::select! {
+            msg = rx.recv() => match msg {
+                Some(msg) => if !hear(&mut job, msg) { return },
+                None => return,
+            },
+            () = tokio::time::sleep_until(until) => {}
+        }
+        while let Ok(msg) = rx.try_recv() {
+            if !hear(&mut job, msg) {
+                return;
             }
         }
     }
@@ -275,6 +429,8 @@ struct Group {
     /// Reports already sent (events by their text, nodes by their place).
     sent_events: BTreeSet<String>,
     sent_nodes: BTreeMap<(usize, u32), NodeInfo>,
+    /// A worker's attempts reported ready.
+    sent_ready: BTreeSet<(usize, u32)>,
     outage: Option<String>,
     /// The last refusal shown for a group this run has applied.
     refusal: Option<String>,
@@ -314,6 +470,7 @@ impl Group {
             kills: Vec::new(),
             sent_events: BTreeSet::new(),
             sent_nodes: BTreeMap::new(),
+            sent_ready: BTreeSet::new(),
             outage: None,
             refusal: None,
             held: BTreeMap::new(),
@@ -341,6 +498,7 @@ impl Group {
             Msg::Kill { task, attempt } => self.kills.push((task, attempt)),
             Msg::Cancel => self.goal.cancel = true,
             Msg::Release => return false,
+            Msg::Place(_) => {}
         }
         true
     }
@@ -622,6 +780,11 @@ impl Group {
                     }
                 }
                 Report::Event { event, at_ms } => self.send_event(event, at_ms),
+                Report::Ready { task, attempt } => {
+                    if self.sent_ready.insert((task, attempt)) {
+                        self.out.send(Report::Ready { task, attempt });
+                    }
+                }
                 other => self.out.send(other),
             }
         }

@@ -18,6 +18,8 @@ pub const PROBE_TIMEOUT: Duration = Duration::from_secs(20);
 #[derive(Clone)]
 pub struct Cluster {
     pub client: Client,
+    /// Commands in pods (`pods/exec`): a pool job's start and reads.
+    pub exec: std::sync::Arc<dyn super::exec::PodExec>,
     /// The API server's URL, for messages.
     pub server: String,
     /// The context's namespace (`default` when it names none).
@@ -115,6 +117,7 @@ pub fn from_config(mut config: Config) -> Result<Cluster, String> {
     let client =
         Client::try_from(config).map_err(|e| format!("the Kubernetes client for {server}: {e}"))?;
     Ok(Cluster {
+        exec: std::sync::Arc::new(super::exec::KubeExec(client.clone())),
         client,
         server,
         namespace,

@@ -18,18 +18,25 @@
 //! - [`watch`], [`request`], [`logs`], [`retry`]: the I/O, on one thread
 //!   of its own;
 //! - `backend`: [`Kubernetes`], the supervisor's [`Backend`], that thread
-//!   and a task per group; `plan`: [`Plan`], the run as stored.
+//!   and a task per group; `plan`: [`Plan`], the run as stored;
+//! - pools: `pool` ([`PoolPlan`], each worker a group whose nodes hold
+//!   after setup), `pool_job` (a job's task: its nodes in its worker's
+//!   pods), [`exec`] and [`job_scripts`] (`pods/exec` and what it runs).
 //!
 //! [`Backend`]: crate::backend::Backend
 
 pub mod apply;
 mod backend;
 pub mod client;
+pub mod exec;
+pub mod job_scripts;
 pub mod jobset;
 pub mod logs;
 pub mod objects;
 pub mod observe;
 mod plan;
+mod pool;
+mod pool_job;
 pub mod reconcile;
 pub mod request;
 pub mod retry;
@@ -38,6 +45,7 @@ pub mod watch;
 pub use backend::{Connect, Kubernetes, Tuning, kubeconfig};
 pub use jobset::JobSet;
 pub use plan::{FIELD_MANAGER, GROUP_LABEL, LAUNCHED_ANNOTATION, Plan, RUN_ANNOTATION};
+pub use pool::{PoolInput, PoolPlan};
 
 #[cfg(test)]
 mod tests;

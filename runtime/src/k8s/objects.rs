@@ -140,6 +140,18 @@ pub fn started(pod: &Pod) -> bool {
     matches!(pod_phase(pod), "Running" | "Succeeded" | "Failed")
 }
 
+/// The pod runs and is `Ready` (a worker's node: its setup is done, as
+/// its readiness probe found), and is not being deleted.
+pub fn ready(pod: &Pod) -> bool {
+    pod_phase(pod) == "Running"
+        && !deleting(&pod.metadata)
+        && pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
 /// The node of a pod: its task (`skyc.io/task`) and rank
 /// (`skyc.io/node-index`).
 pub fn node_of(meta: &ObjectMeta) -> Option<(&str, u32)> {

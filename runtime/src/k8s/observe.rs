@@ -20,7 +20,9 @@
 //! | the attempt not launched yet | nothing: waiting |
 //!
 //! A task is started when every node's pod has started, queued when a pod
-//! is unschedulable or the JobSet is suspended. Events come in a fixed
+//! is unschedulable or the JobSet is suspended. A pool worker's task is
+//! ready (`Report::Ready`) when every node's pod is `Ready`: its probe
+//! found the marker the node writes after setup. Events come in a fixed
 //! order, exits before losses.
 
 use super::objects::{self, Objects};
@@ -52,6 +54,7 @@ pub fn observe(plan: &Plan, objs: &Objects, goal: &Goal) -> Vec<Report> {
     let mut started = Vec::new();
     let mut exits = Vec::new();
     let mut losses = Vec::new();
+    let mut ready = Vec::new();
     let mut nodes = Vec::new();
     let jobset_ended = objs
         .jobset
@@ -113,6 +116,17 @@ pub fn observe(plan: &Plan, objs: &Objects, goal: &Goal) -> Vec<Report> {
             }
         }
         let any_live = tg.live.iter().any(|&l| l);
+        // A worker's nodes are ready once every pod's probe found the
+        // marker its `run` writes after setup.
+        let all_ready = (0u32..).zip(&tg.live).all(|(rank, &live)| {
+            live && objs
+                .pods
+                .get(&plan.pod_of(task, rank, attempt))
+                .is_some_and(objects::ready)
+        });
+        if plan.hold && tg.want == Want::Run && all_ready {
+            ready.push(Report::Ready { task, attempt });
+        }
         if tg.want == Want::Run && any_live {
             if all_started {
                 started.push(Report::Event {
@@ -132,6 +146,7 @@ pub fn observe(plan: &Plan, objs: &Objects, goal: &Goal) -> Vec<Report> {
     out.extend(started);
     out.extend(exits);
     out.extend(losses);
+    out.extend(ready);
     out
 }
 

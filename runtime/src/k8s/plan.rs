@@ -3,6 +3,7 @@
 
 use super::jobset::JobSet;
 use crate::policy::GroupSpec;
+use crate::pool::JobSpec;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use skyc_compiler::Diagnostic;
@@ -35,6 +36,14 @@ pub struct Plan {
     /// supervisor recognises its own JobSet, and refuses one it did not
     /// create.
     pub token: String,
+    /// A pool's worker: its nodes hold after setup ([`k8s::worker`]),
+    /// ready for the pool's jobs once their pods are `Ready`.
+    #[serde(default)]
+    pub hold: bool,
+    /// A job of a pool: its one task runs in the pods of the worker the
+    /// pool gives it ([`super::exec`]); it applies nothing of its own.
+    #[serde(default)]
+    pub pool_job: Option<JobSpec>,
 }
 
 /// The annotation that ties an object to one `skyc run`.
@@ -67,6 +76,40 @@ impl Plan {
         secrets: &[(String, String)],
         token: String,
     ) -> Result<(Option<Self>, Vec<Diagnostic>), String> {
+        Self::reached(
+            group,
+            options,
+            (kubeconfig, context),
+            grace,
+            secrets,
+            token,
+            Self::new,
+        )
+    }
+
+    /// The plan `make` makes once the cluster answers, with the values of
+    /// `group`'s secrets: what [`Plan::for_run`] and a pool's apply share.
+    #[allow(clippy::type_complexity)]
+    pub(super) fn reached<T>(
+        group: &Group,
+        options: &k8s::Options,
+        (kubeconfig, context): (Option<&str>, Option<&str>),
+        grace: Duration,
+        secrets: &[(String, String)],
+        token: String,
+        make: impl FnOnce(
+            &Group,
+            &k8s::Options,
+            &str,
+            Option<String>,
+            Duration,
+            &[(String, String)],
+            String,
+        ) -> Result<T, Vec<Diagnostic>>,
+    ) -> Result<(Option<T>, Vec<Diagnostic>), String>
+    where
+        T: WithKubeconfig,
+    {
         if options.queue.is_some() {
             return Err(pods::NO_QUEUE.to_owned());
         }
@@ -74,7 +117,7 @@ impl Plan {
         let reached = super::client::reach(kubeconfig.as_deref(), context.as_deref())?;
         let mut values: Vec<(String, String)> = Vec::new();
         let mut diagnostics = crate::secrets::merge(&mut values, group, secrets);
-        let plan = Self::new(
+        let plan = make(
             group,
             options,
             &reached.namespace,
@@ -84,8 +127,9 @@ impl Plan {
             token,
         );
         let plan = match plan {
-            Ok(plan) if !diagnostics.iter().any(Diagnostic::is_error) => {
-                Some(Self { kubeconfig, ..plan })
+            Ok(mut plan) if !diagnostics.iter().any(Diagnostic::is_error) => {
+                plan.set_kubeconfig(kubeconfig);
+                Some(plan)
             }
             Ok(_) => None,
             Err(more) => {
@@ -108,7 +152,30 @@ impl Plan {
         secrets: &[(String, String)],
         token: String,
     ) -> Result<Self, Vec<Diagnostic>> {
-        let manifests = k8s::pods::lower(group, options);
+        Self::of(
+            group,
+            k8s::pods::lower(group, options),
+            options,
+            namespace,
+            context,
+            grace,
+            secrets,
+            token,
+        )
+    }
+
+    /// The plan of `group` lowered to `manifests`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn of(
+        group: &Group,
+        manifests: pods::Supervised,
+        options: &k8s::Options,
+        namespace: &str,
+        context: Option<String>,
+        grace: Duration,
+        secrets: &[(String, String)],
+        token: String,
+    ) -> Result<Self, Vec<Diagnostic>> {
         if manifests.has_errors() {
             return Err(manifests.diagnostics);
         }
@@ -130,6 +197,8 @@ impl Plan {
             objects,
             templates: manifests.templates,
             token,
+            hold: false,
+            pool_job: None,
         })
     }
 
@@ -183,5 +252,16 @@ impl Plan {
     /// The object of `kind` among [`Plan::objects`].
     pub fn object(&self, kind: &str) -> Option<&Value> {
         self.objects.iter().find(|o| o["kind"] == kind)
+    }
+}
+
+/// A plan whose kubeconfig is the submitting client's.
+pub(super) trait WithKubeconfig {
+    fn set_kubeconfig(&mut self, kubeconfig: Option<String>);
+}
+
+impl WithKubeconfig for Plan {
+    fn set_kubeconfig(&mut self, kubeconfig: Option<String>) {
+        self.kubeconfig = kubeconfig;
     }
 }

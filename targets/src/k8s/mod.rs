@@ -24,6 +24,7 @@ pub mod rbac;
 mod recovery;
 mod resources;
 mod script;
+pub mod worker;
 pub mod yaml;
 
 use serde_json::{Value, json};

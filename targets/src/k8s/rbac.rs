@@ -14,6 +14,8 @@ pub struct Permission {
     pub verbs: &'static [&'static str],
     /// Needed only by groups with `secrets`.
     pub secrets_only: bool,
+    /// Needed only by pools (their workers and jobs).
+    pub pools_only: bool,
 }
 
 impl Permission {
@@ -34,7 +36,8 @@ impl Permission {
 ///   (or failed) at the group's end;
 /// - pods: one created per node attempt; watched; deleted to stop an
 ///   attempt (SIGTERM, then the grace) and at the end of the grace;
-///   `pods/log` streamed into the state directory;
+///   `pods/log` streamed into the state directory; `pods/exec` (pools
+///   only) starts a job in a worker's pod and reads its state and log;
 /// - ConfigMaps: the group's scripts, applied; Secrets: the values of
 ///   `secrets` given at run time, applied.
 pub const PERMISSIONS: &[Permission] = &[
@@ -43,44 +46,57 @@ pub const PERMISSIONS: &[Permission] = &[
         resource: "jobsets",
         verbs: &["get", "list", "watch", "create", "patch", "delete"],
         secrets_only: false,
+        pools_only: false,
     },
     Permission {
         group: "batch",
         resource: "jobs",
         verbs: &["get", "list", "watch", "patch"],
         secrets_only: false,
+        pools_only: false,
     },
     Permission {
         group: "",
         resource: "pods",
         verbs: &["get", "list", "watch", "create", "delete"],
         secrets_only: false,
+        pools_only: false,
     },
     Permission {
         group: "",
         resource: "pods/log",
         verbs: &["get"],
         secrets_only: false,
+        pools_only: false,
+    },
+    Permission {
+        group: "",
+        resource: "pods/exec",
+        verbs: &["create"],
+        secrets_only: false,
+        pools_only: true,
     },
     Permission {
         group: "",
         resource: "configmaps",
         verbs: &["get", "create", "patch"],
         secrets_only: false,
+        pools_only: false,
     },
     Permission {
         group: "",
         resource: "secrets",
         verbs: &["get", "create", "patch"],
         secrets_only: true,
+        pools_only: false,
     },
 ];
 
-/// The permissions a group needs.
-pub fn needed(secrets: bool) -> impl Iterator<Item = &'static Permission> {
+/// The permissions a group needs (`pool`: a pool's worker or job).
+pub fn needed(secrets: bool, pool: bool) -> impl Iterator<Item = &'static Permission> {
     PERMISSIONS
         .iter()
-        .filter(move |p| secrets || !p.secrets_only)
+        .filter(move |p| (secrets || !p.secrets_only) && (pool || !p.pools_only))
 }
 
 /// The Role granting [`PERMISSIONS`] in `namespace` (kubectl's when
@@ -138,9 +154,18 @@ mod tests {
 
     #[test]
     fn secrets_are_needed_only_with_secrets() {
-        assert!(!needed(false).any(|p| p.resource == "secrets"));
-        assert!(needed(true).any(|p| p.resource == "secrets"));
+        assert!(!needed(false, false).any(|p| p.resource == "secrets"));
+        assert!(needed(true, false).any(|p| p.resource == "secrets"));
         assert_eq!(PERMISSIONS[0].display_resource(), "jobsets.jobset.x-k8s.io");
         assert_eq!(PERMISSIONS[3].display_resource(), "pods/log");
+    }
+
+    #[test]
+    fn exec_is_needed_only_by_pools() {
+        assert!(!needed(false, false).any(|p| p.resource == "pods/exec"));
+        let exec = needed(false, true).find(|p| p.resource == "pods/exec");
+        assert_eq!(exec.map(|p| p.verbs), Some(&["create"][..]));
+        let rules = role(None)["rules"].as_array().unwrap().clone();
+        assert!(rules.iter().any(|r| r["resources"][0] == "pods/exec"));
     }
 }

@@ -458,6 +458,10 @@ impl World {
             .position(|p| p == pod)
             .unwrap_or(0);
         self.update("pods", pod, |p| {
+            // A container with a readiness probe is not ready until the
+            // probe succeeds ([`World::probe_succeeds`]).
+            let probed = p["spec"]["containers"][0].get("readinessProbe").is_some();
+            let ready = if probed { "False" } else { "True" };
             p["spec"]["nodeName"] = json!(format!("node-{n}"));
             p["status"] = json!({
                 "phase": "Running",
@@ -468,16 +472,34 @@ impl World {
                 "conditions": [
                     {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
                     {"type": "Initialized", "status": "True", "lastTransitionTime": now},
-                    {"type": "ContainersReady", "status": "True", "lastTransitionTime": now},
-                    {"type": "Ready", "status": "True", "lastTransitionTime": now},
+                    {"type": "ContainersReady", "status": ready, "lastTransitionTime": now},
+                    {"type": "Ready", "status": ready, "lastTransitionTime": now},
                 ],
                 "containerStatuses": [{
-                    "name": "main", "ready": true, "started": true, "restartCount": 0,
+                    "name": "main", "ready": ready == "True", "started": true, "restartCount": 0,
                     "image": "ubuntu:24.04", "imageID": "docker.io/library/ubuntu@sha256:0",
                     "containerID": format!("containerd://{pod}"),
                     "state": {"running": {"startedAt": now}},
                 }],
             });
+        });
+    }
+
+    /// The kubelet's readiness probe of the pod's container succeeds (a
+    /// worker's node has written its marker after setup): the container
+    /// and the pod become `Ready`.
+    pub(super) fn probe_succeeds(&mut self, pod: &str) {
+        self.update("pods", pod, |p| {
+            for c in p["status"]["conditions"]
+                .as_array_mut()
+                .into_iter()
+                .flatten()
+            {
+                if c["type"] == "Ready" || c["type"] == "ContainersReady" {
+                    c["status"] = json!("True");
+                }
+            }
+            p["status"]["containerStatuses"][0]["ready"] = json!(true);
         });
     }
 

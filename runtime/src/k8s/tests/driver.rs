@@ -46,6 +46,7 @@ pub(super) fn connect(fake: &Fake) -> Connect {
         let fake = fake.clone();
         Box::pin(async move {
             Ok(Cluster {
+                exec: std::sync::Arc::new(super::exec::FakeExec(fake.clone())),
                 client: kube::Client::new(fake, NS),
                 server: "https://api.test:6443".into(),
                 namespace: NS.into(),
@@ -63,6 +64,7 @@ pub(super) fn tuning() -> Tuning {
         },
         logs: false,
         force_after: Duration::from_millis(100),
+        job_poll: Duration::from_millis(20),
     }
 }
 

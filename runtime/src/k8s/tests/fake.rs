@@ -186,6 +186,8 @@ pub(super) struct World {
     created: Vec<String>,
     /// Pods whose node no longer answers: the kubelet never ends them.
     pub(super) unreachable: std::collections::BTreeSet<String>,
+    /// What runs in pods' containers, started through `pods/exec`.
+    pub(super) kubelet_exec: Processes,
 }
 
 impl Default for World {
@@ -208,6 +210,7 @@ impl Default for World {
             taken: 0,
             created: Vec::new(),
             unreachable: std::collections::BTreeSet::new(),
+            kubelet_exec: Processes::default(),
         }
     }
 }
@@ -728,4 +731,28 @@ impl World {
             _ => status(405, "MethodNotAllowed", "not supported by the fake"),
         }
     }
+}
+
+/// A job's node in a pod.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct Process {
+    pub(super) pod: String,
+    pub(super) run: String,
+    pub(super) env: Vec<(String, String)>,
+    /// `None` while it runs.
+    pub(super) exit: Option<i32>,
+    /// Killed without an exit code.
+    pub(super) vanished: bool,
+    pub(super) log: Vec<u8>,
+}
+
+/// What job scripts left in pods' containers (`exec.rs`).
+#[derive(Default)]
+pub(super) struct Processes {
+    /// By (pod uid, attempt directory).
+    pub(super) by_dir: BTreeMap<(String, String), Process>,
+    /// Every exec, as `POD OP DIR`.
+    pub(super) execs: Vec<String>,
+    /// Execs fail (the API server's exec proxy is down).
+    pub(super) failing: bool,
 }

@@ -7,11 +7,15 @@
 
 mod controllers;
 mod driver;
+mod exec;
 mod fake;
 mod pipeline;
+mod pool_jobs;
+mod pools;
 mod recovery;
 mod refusals;
 mod supervised;
+mod supervised_pool;
 mod units;
 
 use crate::backend::Report;

@@ -1,0 +1,105 @@
+//! A command run in a pod's `main` container through the `pods/exec`
+//! subresource: how a pool job is started in its worker's pod and read
+//! from ([`super::job_scripts`]).
+//!
+//! A seam ([`PodExec`]), as the client is one: the cluster's client
+//! speaks the API server's WebSocket exec protocol (kube's `ws` feature);
+//! the scripted-API tests answer with what the scripts would do in the
+//! pod.
+
+use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, AttachParams};
+use kube::client::UpgradeConnectionError;
+use skyc_targets::k8s::names::CONTAINER;
+use tokio::io::AsyncReadExt;
+
+/// Why an exec did not answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ExecError {
+    /// The pod or its container is not there or not running: what ran in
+    /// it is gone with it.
+    Gone(String),
+    /// Anything else (the API server, the network, a refusal): asked
+    /// again later.
+    Failed(String),
+}
+
+/// Runs `argv` in the `main` container of a pod; answers its stdout once
+/// it has ended with code 0.
+pub trait PodExec: Send + Sync {
+    fn exec(
+        &self,
+        namespace: &str,
+        pod: &str,
+        argv: Vec<String>,
+    ) -> BoxFuture<'static, Result<String, ExecError>>;
+}
+
+/// The API server's exec, through the cluster's client.
+pub struct KubeExec(pub kube::Client);
+
+impl PodExec for KubeExec {
+    fn exec(
+        &self,
+        namespace: &str,
+        pod: &str,
+        argv: Vec<String>,
+    ) -> BoxFuture<'static, Result<String, ExecError>> {
+        let api: Api<Pod> = Api::namespaced(self.0.clone(), namespace);
+        let pod = pod.to_owned();
+        Box::pin(async move {
+            let params = AttachParams::default()
+                .container(CONTAINER)
+                .stdin(false)
+                .stdout(true)
+                .stderr(false);
+            let mut attached = api.exec(&pod, argv, &params).await.map_err(classify)?;
+            let status = attached.take_status();
+            let mut out = Vec::new();
+            if let Some(mut stdout) = attached.stdout() {
+                stdout
+                    .read_to_end(&mut out)
+                    .await
+                    .map_err(|e| ExecError::Failed(format!("reading exec output: {e}")))?;
+            }
+            let status = match status {
+                Some(s) => s.await,
+                None => None,
+            };
+            attached
+                .join()
+                .await
+                .map_err(|e| ExecError::Failed(e.to_string()))?;
+            match status {
+                Some(s) if s.status.as_deref() == Some("Success") => {
+                    Ok(String::from_utf8_lossy(&out).into_owned())
+                }
+                Some(s) => Err(ExecError::Failed(format!(
+                    "the command in pod {pod} failed: {}",
+                    s.message.unwrap_or_default()
+                ))),
+                None => Err(ExecError::Failed(format!(
+                    "the exec in pod {pod} ended without a status"
+                ))),
+            }
+        })
+    }
+}
+
+/// A pod that is gone (404) or whose container does not run (400: the
+/// API server's "container not found" or "pod is not running") took what
+/// ran in it along; anything else may pass.
+fn classify(e: kube::Error) -> ExecError {
+    let code = match &e {
+        kube::Error::Api(s) => Some(s.code),
+        kube::Error::UpgradeConnection(UpgradeConnectionError::ProtocolSwitch(code)) => {
+            Some(code.as_u16())
+        }
+        _ => None,
+    };
+    match code {
+        Some(404 | 400) => ExecError::Gone(e.to_string()),
+        _ => ExecError::Failed(e.to_string()),
+    }
+}

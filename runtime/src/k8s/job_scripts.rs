@@ -1,0 +1,282 @@
+//! What the runtime runs in a worker's pod (through `pods/exec`) to
+//! start a pool job's node, to read how it is doing, and to stop it, and
+//! how the answers are read: fixed scripts, much as the AWS data plane's
+//! over SSH (`aws::data::remote`).
+//!
+//! Every script is fixed text run as `bash -c SCRIPT NAME ARGS...`: the
+//! values (the attempt's directory, the job's `run`, its environment, a
+//! log offset) are positional arguments, never spliced into the script,
+//! and the job's `run` and environment travel base64-encoded, so no byte
+//! of them is parsed by a shell before the job's own. Answers come on
+//! stdout: a state line, then the log's new bytes as base64 on one line.
+//!
+//! Starting is idempotent: `mkdir` of the attempt's directory is the
+//! marker, atomic in the pod; a start that finds it starts nothing. The
+//! job runs detached, in a process group of its own, with its output in
+//! `log` and its exit code in `exit` once it ends, so a lost exec session
+//! or supervisor loses nothing.
+
+use base64::Engine as _;
+use skyc_targets::k8s::worker::WORKER_DIR;
+
+/// The most log bytes one read returns.
+pub const LOG_CHUNK_BYTES: u64 = 1 << 20;
+
+/// The directory of a job's attempt in a worker's pod.
+pub fn attempt_dir(job: i64, attempt: u32) -> String {
+    format!("{WORKER_DIR}/jobs/{job}.{attempt}")
+}
+
+/// Starts the job's node unless this attempt was started already.
+/// Answers `started` or `already`.
+const START: &str = r#"set -u
+dir=$1
+if [ ! -f /tmp/skyc/ready ]; then
+  echo unready
+  exit 0
+fi
+mkdir -p "${dir%/*}" || exit 1
+if ! mkdir "$dir" 2>/dev/null; then
+  echo already
+  exit 0
+fi
+printf '%s' "$2" | base64 -d >"$dir/run.sh" || exit 1
+printf '%s' "$3" | base64 -d >"$dir/env" || exit 1
+cd "${HOME:-/}" 2>/dev/null || cd /
+set -m
+bash -c '
+  # The job dies of a TERM sent to its group; this shell outlives it to
+  # write its exit code.
+  trap : TERM
+  # shellcheck disable=SC1091 # the worker node wrote it after setup
+  . /tmp/skyc/env
+  while IFS= read -r -d "" kv; do export "${kv?}"; done <"$1/env"
+  bash "$1/run.sh"
+  code=$?
+  echo "$code" >"$1/exit.tmp" && mv -f "$1/exit.tmp" "$1/exit"
+' skyc-job "$dir" >"$dir/log" 2>&1 </dev/null &
+echo "$!" >"$dir/pid"
+echo started
+"#;
+
+/// The attempt's state, then its log from an offset. States: `absent`
+/// (never started here: the pod is a new one), `running`, `exit CODE`,
+/// `vanished` (the job's process is gone without an exit code: killed
+/// with SIGKILL, or the container restarted).
+const POLL: &str = r#"set -u
+dir=$1
+if [ ! -d "$dir" ]; then
+  echo absent
+  exit 0
+fi
+if [ -f "$dir/exit" ]; then
+  echo "exit $(cat "$dir/exit")"
+elif [ -f "$dir/pid" ] && kill -0 "$(cat "$dir/pid")" 2>/dev/null; then
+  echo running
+elif [ -f "$dir/exit" ]; then
+  echo "exit $(cat "$dir/exit")"
+else
+  echo vanished
+fi
+tail -c "+$(($2 + 1))" "$dir/log" 2>/dev/null | head -c "$3" | base64 | tr -d '\n'
+echo
+"#;
+
+/// Sends the attempt's process group a signal (`TERM` or `KILL`).
+const SIGNAL: &str = r#"set -u
+dir=$1
+if [ -f "$dir/pid" ] && [ ! -f "$dir/exit" ]; then
+  kill "-$2" -- "-$(cat "$dir/pid")" 2>/dev/null
+fi
+echo signalled
+"#;
+
+/// A command to exec: `bash -c SCRIPT NAME ARGS...`.
+fn argv(script: &str, name: &str, args: Vec<String>) -> Vec<String> {
+    let mut v = vec!["bash".into(), "-c".into(), script.into(), name.into()];
+    v.extend(args);
+    v
+}
+
+/// Starts `run` in `dir` with `env` (after the worker node's own).
+pub fn start(dir: &str, run: &str, env: &[(String, String)]) -> Vec<String> {
+    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+    let mut envs = Vec::new();
+    for (k, v) in env {
+        envs.extend_from_slice(k.as_bytes());
+        envs.push(b'=');
+        envs.extend_from_slice(v.as_bytes());
+        envs.push(0);
+    }
+    argv(
+        START,
+        "skyc-start",
+        vec![dir.to_owned(), b64(run.as_bytes()), b64(&envs)],
+    )
+}
+
+/// Reads the attempt's state and its log from `offset`.
+pub fn poll(dir: &str, offset: u64) -> Vec<String> {
+    argv(
+        POLL,
+        "skyc-poll",
+        vec![
+            dir.to_owned(),
+            offset.to_string(),
+            LOG_CHUNK_BYTES.to_string(),
+        ],
+    )
+}
+
+/// Signals the attempt's processes.
+pub fn signal(dir: &str, kill: bool) -> Vec<String> {
+    let sig = if kill { "KILL" } else { "TERM" };
+    argv(SIGNAL, "skyc-signal", vec![dir.to_owned(), sig.to_owned()])
+}
+
+/// What a start answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Started {
+    /// Started now, or by an earlier start of this attempt.
+    Yes,
+    /// The worker's node has not finished its setup.
+    Unready,
+}
+
+pub fn parse_start(out: &str) -> Option<Started> {
+    match out.trim() {
+        "started" | "already" => Some(Started::Yes),
+        "unready" => Some(Started::Unready),
+        _ => None,
+    }
+}
+
+/// How a job's node is, as a poll read it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum State {
+    Absent,
+    Running,
+    Exited(i32),
+    Vanished,
+}
+
+/// A poll's answer: the state, and the log's new bytes.
+pub fn parse_poll(out: &str) -> Option<(State, Vec<u8>)> {
+    let mut lines = out.lines();
+    let state = match lines.next()?.trim() {
+        "absent" => State::Absent,
+        "running" => State::Running,
+        "vanished" => State::Vanished,
+        other => State::Exited(other.strip_prefix("exit ")?.trim().parse().ok()?),
+    };
+    let log = match lines.next() {
+        Some(l) => base64::engine::general_purpose::STANDARD
+            .decode(l.trim())
+            .ok()?,
+        None => Vec::new(),
+    };
+    Some((state, log))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    /// Runs a script as the pod would, with `/tmp/skyc` moved to `root`.
+    fn sh(root: &std::path::Path, argv: &[String]) -> String {
+        let script = argv[2].replace("/tmp/skyc", &root.display().to_string());
+        let out = Command::new(&argv[0])
+            .arg("-c")
+            .arg(script)
+            .args(&argv[3..])
+            .env("HOME", root)
+            .output()
+            .expect("bash runs");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    fn wait_exit(root: &std::path::Path, dir: &str) -> (State, Vec<u8>) {
+        for _ in 0..200 {
+            let (state, log) = parse_poll(&sh(root, &poll(dir, 0))).unwrap();
+            if matches!(state, State::Exited(_)) {
+                return (state, log);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        panic!("the job did not end");
+    }
+
+    #[test]
+    fn a_job_starts_once_with_its_env_and_its_exit_and_log_are_read() {
+        let root = std::env::temp_dir().join(format!("skyc-job-scripts-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&root).unwrap();
+        let r = root.display().to_string();
+        let dir = format!("{r}/jobs/7.0");
+        // Not ready: nothing starts.
+        let hostile = "it's $(touch pwned) `x` \"q\"\nline two";
+        let env = vec![
+            ("SKYPILOT_JOB_RANK".to_owned(), "3".to_owned()),
+            ("ODD".to_owned(), hostile.to_owned()),
+        ];
+        let run = "echo rank=$SKYPILOT_JOB_RANK worker=$WORKER_ONLY; printf '%s' \"$ODD\"; echo; echo run >> runs; exit 4";
+        assert_eq!(
+            parse_start(&sh(&root, &start(&dir, run, &env))),
+            Some(Started::Unready)
+        );
+        std::fs::write(root.join("ready"), "").unwrap();
+        std::fs::write(root.join("env"), "declare -x WORKER_ONLY=\"setup-env\"\n").unwrap();
+        assert_eq!(
+            parse_start(&sh(&root, &start(&dir, run, &env))),
+            Some(Started::Yes)
+        );
+        // Given again (a supervisor restarted): nothing more starts.
+        assert_eq!(
+            parse_start(&sh(&root, &start(&dir, run, &env))),
+            Some(Started::Yes)
+        );
+        let (state, log) = wait_exit(&root, &dir);
+        assert_eq!(state, State::Exited(4));
+        let log = String::from_utf8(log).unwrap();
+        assert_eq!(log, format!("rank=3 worker=setup-env\n{hostile}\n"));
+        assert_eq!(std::fs::read_to_string(root.join("runs")).unwrap(), "run\n");
+        assert!(!root.join("pwned").exists());
+        // From an offset.
+        let (_, rest) = parse_poll(&sh(&root, &poll(&dir, 7))).unwrap();
+        assert_eq!(rest, &log.as_bytes()[7..]);
+        // Another attempt's directory is absent.
+        let (state, _) = parse_poll(&sh(&root, &poll(&format!("{r}/jobs/7.1"), 0))).unwrap();
+        assert_eq!(state, State::Absent);
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn a_signalled_job_ends() {
+        let root = std::env::temp_dir().join(format!("skyc-job-signal-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(root.join("ready"), "").unwrap();
+        std::fs::write(root.join("env"), "").unwrap();
+        let dir = format!("{}/jobs/8.0", root.display());
+        sh(&root, &start(&dir, "sleep 30", &[]));
+        let (state, _) = parse_poll(&sh(&root, &poll(&dir, 0))).unwrap();
+        assert_eq!(state, State::Running);
+        sh(&root, &signal(&dir, false));
+        let (state, _) = wait_exit(&root, &dir);
+        assert_eq!(state, State::Exited(143));
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn answers_that_are_not_ours_are_refused() {
+        assert_eq!(parse_start("hello"), None);
+        assert_eq!(parse_poll("exit x\n"), None);
+        assert_eq!(parse_poll("running\n!!\n"), None);
+        assert_eq!(
+            parse_poll("exit 3\naGk=\n"),
+            Some((State::Exited(3), b"hi".to_vec()))
+        );
+    }
+}

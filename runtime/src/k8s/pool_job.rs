@@ -1,0 +1,418 @@
+//! A pool job on Kubernetes: its one task's nodes run in the pods of the
+//! worker the pool placed it on, each node `r` in the worker's node `r`,
+//! started and read through `pods/exec` ([`super::job_scripts`]). The job
+//! applies nothing of its own.
+//!
+//! Level-triggered as the groups' task is: every pass reads each node's
+//! state in its pod and reports what the engine has not heard. A start
+//! is asked of every node the attempt has not seen started; the script
+//! starts nothing when the attempt's marker is there, so an attempt given
+//! again (a new supervisor) is never started twice. A worker's pod that
+//! is gone, not running, or a new one (the attempt's directory absent
+//! once started) is the job's node lost with it: its engine starts a new
+//! attempt, which the pool places again.
+
+use super::client::Cluster;
+use super::exec::ExecError;
+use super::job_scripts::{self, Started, State};
+use super::plan::Plan;
+use crate::backend::Report;
+use crate::backoff::Backoff;
+use crate::goal::{Goal, Want};
+use crate::outbox::Out;
+use crate::policy::{Event, Phase};
+use crate::pool::Placement;
+use std::collections::BTreeSet;
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Where the pool placed an attempt: the worker's pods, one per node of
+/// the job, in rank order (empty: the worker is not there).
+#[derive(Clone, Debug)]
+pub(super) struct Placed {
+    pub(super) attempt: u32,
+    pub(super) namespace: String,
+    pub(super) pods: Vec<String>,
+    pub(super) placement: Placement,
+}
+
+/// One node of the placed attempt, as this supervisor has seen it.
+#[derive(Clone, Debug, Default)]
+struct Node {
+    started: bool,
+    ended: bool,
+    /// Signals sent (`TERM`, then `KILL`).
+    termed: bool,
+    killed: bool,
+}
+
+pub(super) struct PoolJob {
+    pub(super) plan: Plan,
+    pub(super) goal: Goal,
+    pub(super) out: Out,
+    pub(super) group_dir: PathBuf,
+    pub(super) backoff: Backoff,
+    pub(super) poll: Duration,
+    placed: Option<Placed>,
+    nodes: Vec<Node>,
+    sent: BTreeSet<String>,
+    kill: bool,
+    settled: bool,
+    outage: Option<String>,
+}
+
+impl PoolJob {
+    pub(super) fn new(
+        plan: Plan,
+        goal: Goal,
+        out: Out,
+        group_dir: PathBuf,
+        backoff: Backoff,
+        poll: Duration,
+    ) -> Self {
+        Self {
+            plan,
+            goal,
+            out,
+            group_dir,
+            backoff,
+            poll,
+            placed: None,
+            nodes: Vec::new(),
+            sent: BTreeSet::new(),
+            kill: false,
+            settled: false,
+            outage: None,
+        }
+    }
+
+    pub(super) fn set_goal(&mut self, goal: Goal) {
+        let cancel = self.goal.cancel;
+        self.goal = goal;
+        self.goal.cancel |= cancel;
+    }
+
+    pub(super) fn cancel(&mut self) {
+        self.goal.cancel = true;
+    }
+
+    /// The engine's SIGKILL of `attempt`.
+    pub(super) fn kill(&mut self, attempt: u32) {
+        if self.placed.as_ref().is_some_and(|p| p.attempt == attempt) {
+            self.kill = true;
+        }
+    }
+
+    /// The pool placed `placed`: a new attempt is started from nothing;
+    /// the current one given again (after a crash) is left as it is.
+    pub(super) fn place(&mut self, placed: Placed) {
+        if self
+            .placed
+            .as_ref()
+            .is_some_and(|p| p.attempt == placed.attempt)
+        {
+            return;
+        }
+        let nodes = self.plan.spec.tasks.first().map_or(0, |t| t.num_nodes);
+        self.nodes = vec![Node::default(); nodes as usize];
+        self.kill = false;
+        self.placed = Some(placed);
+    }
+
+    /// How long to wait before the next pass.
+    pub(super) fn interval(&self) -> Duration {
+        self.poll
+    }
+
+    fn event(&mut self, event: Event) {
+        if self.sent.insert(format!("{event:?}")) {
+            self.out.send(Report::Event { event, at_ms: None });
+        }
+    }
+
+    fn set_outage(&mut self, outage: Option<String>) {
+        if outage != self.outage {
+            self.outage.clone_from(&outage);
+            self.out.send(Report::Outage(outage));
+        }
+    }
+
+    /// The job's `run` and environment for node `rank`: the job's own
+    /// literal envs, then its rank among the jobs submitted with it, its
+    /// node's rank and count, and the GPUs the pool gave the node.
+    fn start_argv(&self, dir: &str, rank: u32, placement: &Placement) -> Vec<String> {
+        let task = &self.plan.spec.tasks[0];
+        let run = self
+            .plan
+            .object("ConfigMap")
+            .and_then(|cm| cm["data"][format!("{}.run.sh", task.name)].as_str())
+            .unwrap_or_default()
+            .to_owned();
+        let mut env: Vec<(String, String)> = Vec::new();
+        let template = self.plan.templates.first();
+        for e in template
+            .and_then(|t| t["spec"]["containers"][0]["env"].as_array())
+            .into_iter()
+            .flatten()
+        {
+            let (Some(name), Some(value)) = (e["name"].as_str(), e["value"].as_str()) else {
+                continue;
+            };
+            // The worker's node sets SkyPilot's contract; the job's own
+            // values of it follow below.
+            if name.starts_with("SKYPILOT_") || name.starts_with("SKYC_") {
+                continue;
+            }
+            // Lowered for the API server's `$(VAR)` expansion: `$$` is `$`.
+            env.push((name.to_owned(), value.replace("$$", "$")));
+        }
+        if let Some(job) = &self.plan.pool_job {
+            env.push(("SKYPILOT_JOB_RANK".into(), job.rank.to_string()));
+            env.push(("SKYPILOT_NUM_JOBS".into(), job.num_jobs.to_string()));
+        }
+        env.push(("SKYPILOT_NODE_RANK".into(), rank.to_string()));
+        env.push(("SKYPILOT_NUM_NODES".into(), task.num_nodes.to_string()));
+        if let Some(gpus) = placement.gpus.get(rank as usize).filter(|g| !g.is_empty()) {
+            let list: Vec<String> = gpus.iter().map(u32::to_string).collect();
+            env.push(("CUDA_VISIBLE_DEVICES".into(), list.join(",")));
+        }
+        job_scripts::start(dir, &run, &env)
+    }
+
+    /// One look at the job's nodes.
+    pub(super) async fn pass(&mut self, cluster: &Cluster) {
+        if self.settled {
+            return;
+        }
+        let Some(tg) = self.goal.tasks.first().cloned() else {
+            return;
+        };
+        // An attempt stopped before the pool placed it: nothing of it
+        // ran, and its nodes are answered as lost (as the local target
+        // answers a pool job's idle nodes), so its engine can end it.
+        let stopping = tg.want != Want::Run || self.goal.cancel;
+        let placed_now = self
+            .placed
+            .as_ref()
+            .is_some_and(|p| p.attempt == tg.attempt);
+        if stopping && !placed_now {
+            for (node, _) in (0u32..).zip(&tg.live).filter(|(_, live)| **live) {
+                self.event(Event::NodeLost {
+                    task: 0,
+                    attempt: tg.attempt,
+                    node,
+                });
+            }
+        }
+        let Some(placed) = self.placed.clone() else {
+            // Never placed: nothing ran; settled once the engine is done.
+            if self.goal.end.is_some() {
+                self.settle();
+            }
+            return;
+        };
+        let attempt = placed.attempt;
+        let current = tg.attempt == attempt;
+        let mut outage = None;
+        for rank in 0..self.nodes.len() {
+            let r = rank as u32;
+            let node = self.nodes[rank].clone();
+            if node.ended {
+                continue;
+            }
+            let lost = Event::NodeLost {
+                task: 0,
+                attempt,
+                node: r,
+            };
+            let Some(pod) = placed.pods.get(rank) else {
+                self.nodes[rank].ended = true;
+                self.event(lost);
+                continue;
+            };
+            let dir = job_scripts::attempt_dir(self.out.gid, attempt);
+            if !node.started {
+                if !(current && tg.want == Want::Run && !self.goal.cancel) {
+                    // Stopped before it started: nothing of it ran.
+                    self.nodes[rank].ended = true;
+                    if current {
+                        self.event(lost);
+                    }
+                    continue;
+                }
+                let argv = self.start_argv(&dir, r, &placed.placement);
+                match cluster.exec.exec(&placed.namespace, pod, argv).await {
+                    Ok(out) => match job_scripts::parse_start(&out) {
+                        Some(Started::Yes) => self.nodes[rank].started = true,
+                        Some(Started::Unready) | None => {
+                            self.log(
+                                r,
+                                &format!(
+                                    "skyc: worker pod {pod} cannot take the job: {}\n",
+                                    out.trim()
+                                ),
+                            );
+                            self.nodes[rank].ended = true;
+                            self.event(lost);
+                        }
+                    },
+                    Err(ExecError::Gone(why)) => {
+                        self.log(r, &format!("skyc: worker pod {pod} is gone: {why}\n"));
+                        self.nodes[rank].ended = true;
+                        self.event(lost);
+                    }
+                    Err(ExecError::Failed(why)) => outage = Some(why),
+                }
+                continue;
+            }
+            let stop = !current || tg.want != Want::Run || self.goal.cancel;
+            if stop && (!node.termed || (self.kill && !node.killed)) {
+                let kill = self.kill;
+                let argv = job_scripts::signal(&dir, kill);
+                match cluster.exec.exec(&placed.namespace, pod, argv).await {
+                    Ok(_) | Err(ExecError::Gone(_)) => {
+                        self.nodes[rank].termed = true;
+                        self.nodes[rank].killed |= kill;
+                    }
+                    Err(ExecError::Failed(why)) => outage = Some(why),
+                }
+            }
+            let offset = self.offset(r);
+            match cluster
+                .exec
+                .exec(&placed.namespace, pod, job_scripts::poll(&dir, offset))
+                .await
+            {
+                Ok(out) => match job_scripts::parse_poll(&out) {
+                    Some((state, log)) => {
+                        self.append(r, offset, &log);
+                        match state {
+                            State::Running => {}
+                            State::Exited(code) => {
+                                self.nodes[rank].ended = true;
+                                self.event(Event::NodeExited {
+                                    task: 0,
+                                    attempt,
+                                    node: r,
+                                    phase: Phase::Run,
+                                    code,
+                                });
+                            }
+                            // Killed by the engine's SIGKILL.
+                            State::Vanished if self.nodes[rank].killed => {
+                                self.nodes[rank].ended = true;
+                                self.event(Event::NodeExited {
+                                    task: 0,
+                                    attempt,
+                                    node: r,
+                                    phase: Phase::Run,
+                                    code: 137,
+                                });
+                            }
+                            State::Absent | State::Vanished => {
+                                self.log(
+                                    r,
+                                    &format!(
+                                        "skyc: the job's process in worker pod {pod} is gone\n"
+                                    ),
+                                );
+                                self.nodes[rank].ended = true;
+                                self.event(lost);
+                            }
+                        }
+                    }
+                    None => {
+                        outage = Some(format!(
+                            "an answer of pod {pod} that is not skyc's: {out:?}"
+                        ))
+                    }
+                },
+                Err(ExecError::Gone(why)) => {
+                    self.log(r, &format!("skyc: worker pod {pod} is gone: {why}\n"));
+                    self.nodes[rank].ended = true;
+                    self.event(lost);
+                }
+                Err(ExecError::Failed(why)) => outage = Some(why),
+            }
+        }
+        if current && tg.want == Want::Run && self.nodes.iter().all(|n| n.started) {
+            self.event(Event::TaskStarted { task: 0, attempt });
+        }
+        self.set_outage(outage);
+        if self.goal.end.is_some() && self.nodes.iter().all(|n| n.ended || !n.started) {
+            self.settle();
+        }
+    }
+
+    fn settle(&mut self) {
+        if !self.settled {
+            self.settled = true;
+            self.out.send(Report::Settled);
+        }
+    }
+
+    fn log_path(&self, rank: u32) -> PathBuf {
+        let task = &self.plan.spec.tasks[0].name;
+        crate::paths::log(&self.group_dir, task, rank)
+    }
+
+    /// How much of node `rank`'s log of the placed attempt is kept here.
+    fn offset_path(&self, rank: u32) -> PathBuf {
+        let attempt = self.placed.as_ref().map_or(0, |p| p.attempt);
+        self.group_dir
+            .join("logs")
+            .join(".k8s")
+            .join(format!("job-{rank}-{attempt}"))
+    }
+
+    fn offset(&self, rank: u32) -> u64 {
+        std::fs::read_to_string(self.offset_path(rank))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Appends what a poll read from `offset`, then records the new
+    /// offset, so a new supervisor neither loses nor repeats a byte
+    /// (short of a crash between the two writes).
+    fn append(&self, rank: u32, offset: u64, bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        self.write_log(rank, bytes);
+        let path = self.offset_path(rank);
+        if let (Some(dir), Some(name)) = (path.parent(), path.file_name()) {
+            let _ = std::fs::create_dir_all(dir);
+            let _ = crate::paths::write_atomic(
+                dir,
+                &name.to_string_lossy(),
+                &(offset + bytes.len() as u64).to_string(),
+            );
+        }
+    }
+
+    /// A line of skyc's own in node `rank`'s log.
+    fn log(&self, rank: u32, line: &str) {
+        self.write_log(rank, line.as_bytes());
+    }
+
+    fn write_log(&self, rank: u32, bytes: &[u8]) {
+        let path = self.log_path(rank);
+        if let Some(dir) = path.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+        {
+            let _ = f.write_all(bytes);
+        }
+    }
+
+    /// Backoff for a cluster that does not answer.
+    pub(super) fn backoff(&self) -> Backoff {
+        self.backoff
+    }
+}

@@ -1,0 +1,148 @@
+//! `pods/exec` in the fake cluster: the API server's checks (the pod is
+//! there and its container runs) and what the job scripts do in the
+//! container, as `job_scripts`' own tests run them in bash: a start
+//! makes the attempt's directory once, a poll reads its state and log, a
+//! signal ends it. A container's processes and files die with it: they
+//! are kept by the pod's uid, so a new pod of the same name has none.
+
+use super::fake::{Fake, Process, World};
+use crate::k8s::exec::{ExecError, PodExec};
+use base64::Engine as _;
+use futures::future::BoxFuture;
+use serde_json::Value;
+
+pub(super) struct FakeExec(pub(super) Fake);
+
+impl PodExec for FakeExec {
+    fn exec(
+        &self,
+        _namespace: &str,
+        pod: &str,
+        argv: Vec<String>,
+    ) -> BoxFuture<'static, Result<String, ExecError>> {
+        let answer = self.0.world().exec(pod, &argv);
+        Box::pin(async move { answer })
+    }
+}
+
+fn decode(s: &str) -> Vec<u8> {
+    base64::engine::general_purpose::STANDARD
+        .decode(s)
+        .unwrap_or_default()
+}
+
+fn ready(pod: &Value) -> bool {
+    pod["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+}
+
+impl World {
+    fn exec(&mut self, name: &str, argv: &[String]) -> Result<String, ExecError> {
+        let op = argv.get(3).cloned().unwrap_or_default();
+        let dir = argv.get(4).cloned().unwrap_or_default();
+        self.kubelet_exec.execs.push(format!("{name} {op} {dir}"));
+        if self.kubelet_exec.failing {
+            return Err(ExecError::Failed("the exec proxy is down".into()));
+        }
+        let Some(pod) = self.get("pods", name).cloned() else {
+            return Err(ExecError::Gone(format!("pods \"{name}\" not found")));
+        };
+        if pod["status"]["phase"] != "Running" {
+            return Err(ExecError::Gone(format!("pod {name} is not running (400)")));
+        }
+        let uid = pod["metadata"]["uid"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let key = (uid, dir);
+        let procs = &mut self.kubelet_exec.by_dir;
+        match op.as_str() {
+            "skyc-start" => {
+                if !ready(&pod) {
+                    return Ok("unready\n".into());
+                }
+                if procs.contains_key(&key) {
+                    return Ok("already\n".into());
+                }
+                let env = decode(argv.get(6).map_or("", String::as_str))
+                    .split(|b| *b == 0)
+                    .filter(|kv| !kv.is_empty())
+                    .filter_map(|kv| {
+                        let kv = String::from_utf8_lossy(kv).into_owned();
+                        let (k, v) = kv.split_once('=')?;
+                        Some((k.to_owned(), v.to_owned()))
+                    })
+                    .collect();
+                let run = String::from_utf8_lossy(&decode(argv.get(5).map_or("", String::as_str)))
+                    .into_owned();
+                procs.insert(
+                    key,
+                    Process {
+                        pod: name.to_owned(),
+                        run,
+                        env,
+                        exit: None,
+                        vanished: false,
+                        log: Vec::new(),
+                    },
+                );
+                Ok("started\n".into())
+            }
+            "skyc-poll" => {
+                let Some(p) = procs.get(&key) else {
+                    return Ok("absent\n\n".into());
+                };
+                let offset: usize = argv.get(5).and_then(|o| o.parse().ok()).unwrap_or(0);
+                let state = match (p.exit, p.vanished) {
+                    (Some(code), _) => format!("exit {code}"),
+                    (None, true) => "vanished".into(),
+                    (None, false) => "running".into(),
+                };
+                let log = p.log.get(offset..).unwrap_or_default();
+                Ok(format!(
+                    "{state}\n{}\n",
+                    base64::engine::general_purpose::STANDARD.encode(log)
+                ))
+            }
+            "skyc-signal" => {
+                if let Some(p) = procs.get_mut(&key).filter(|p| p.exit.is_none()) {
+                    match argv.get(5).map(String::as_str) {
+                        Some("KILL") => p.vanished = true,
+                        _ => p.exit = Some(143),
+                    }
+                }
+                Ok("signalled\n".into())
+            }
+            other => Err(ExecError::Failed(format!("not a skyc script: {other}"))),
+        }
+    }
+
+    /// The job's node started in `dir` of pod `pod` prints `text`.
+    pub(super) fn job_prints(&mut self, pod: &str, dir: &str, text: &str) {
+        if let Some(p) = self.job_mut(pod, dir) {
+            p.log.extend_from_slice(text.as_bytes());
+        }
+    }
+
+    /// The job's node started in `dir` of pod `pod` ends with `code`.
+    pub(super) fn job_exits(&mut self, pod: &str, dir: &str, code: i32) {
+        if let Some(p) = self.job_mut(pod, dir) {
+            p.exit = Some(code);
+        }
+    }
+
+    fn job_mut(&mut self, pod: &str, dir: &str) -> Option<&mut Process> {
+        let uid = self.get("pods", pod)?["metadata"]["uid"]
+            .as_str()?
+            .to_owned();
+        self.kubelet_exec.by_dir.get_mut(&(uid, dir.to_owned()))
+    }
+
+    /// Every job node ever started, in the order of their keys.
+    pub(super) fn job_processes(&self) -> Vec<Process> {
+        self.kubelet_exec.by_dir.values().cloned().collect()
+    }
+}

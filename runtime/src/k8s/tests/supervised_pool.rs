@@ -1,0 +1,366 @@
+//! A pool through the real supervisor, on a thread of the test, with the
+//! Kubernetes backend talking to the fake API server: its workers made
+//! and ready, two ranked jobs placed on them and run once each, and
+//! `pool down` leaving nothing on the cluster.
+
+use super::driver::{connect, tuning};
+use super::fake::Fake;
+use super::pools::pool_plan;
+use crate::k8s::job_scripts::attempt_dir;
+use crate::pool::JobSpec;
+use crate::store::{Backend, Member, NewGroup, Store};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+const POOL: &str = "\
+name: trainers
+num_nodes: 2
+setup: pip install torch
+pool:
+  workers: 2
+";
+
+const JOB: &str = "name: train\nnum_nodes: 2\nrun: echo train\n";
+
+struct Scene {
+    fake: Fake,
+    dir: PathBuf,
+}
+
+impl Scene {
+    /// Runs the cluster (pods start, their probes succeed) until `done`.
+    fn until(&self, what: &str, done: impl Fn(&Fake, &Store) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let store = Store::open(&self.dir).unwrap();
+        while !done(&self.fake, &store) {
+            if Instant::now() >= deadline {
+                let (pods, execs) = {
+                    let w = self.fake.world();
+                    (w.names("pods"), w.kubelet_exec.execs.clone())
+                };
+                panic!("{what}: not reached; pods {pods:?}, execs {execs:?}");
+            }
+            {
+                let mut w = self.fake.world();
+                w.reconcile_cluster();
+                w.run_pending();
+                for pod in w.names("pods") {
+                    let running = w
+                        .get("pods", &pod)
+                        .is_some_and(|p| p["status"]["phase"] == "Running");
+                    if running {
+                        w.probe_succeeds(&pod);
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Scene {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[test]
+fn a_pool_runs_ranked_jobs_and_goes_down_through_the_supervisor() {
+    let dir = std::env::temp_dir().join(format!("skyc-supervised-pool-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let plan = pool_plan(POOL);
+    let mut store = Store::open(&dir).unwrap();
+    let pool = store
+        .insert_pool(&NewGroup {
+            name: "pool",
+            source: "pool.yaml",
+            submitted_at_ms: crate::store::now_ms(),
+            plan: &serde_json::to_string(&plan).unwrap(),
+            backend: Backend::Kubernetes,
+            tasks: Vec::new(),
+        })
+        .unwrap()
+        .unwrap();
+    let fake = Fake::default();
+    fake.world().wall_clock = true;
+    let s = Scene {
+        fake: fake.clone(),
+        dir: dir.clone(),
+    };
+    let supervisor = {
+        let (dir, connect) = (dir.clone(), connect(&fake));
+        std::thread::spawn(move || crate::supervisor::serve(&dir, (connect, tuning())))
+    };
+    s.until("two workers' pods", |f, _| {
+        f.world().names("pods").len() == 4
+    });
+    let mut pods = fake.world().names("pods");
+    pods.sort();
+    assert_eq!(
+        pods,
+        [
+            "pool-1-trainers-0-0",
+            "pool-1-trainers-1-0",
+            "pool-2-trainers-0-0",
+            "pool-2-trainers-1-0"
+        ]
+    );
+    // Two jobs, as `skyc run --pool pool --num-jobs 2` records them.
+    let c = skyc_compiler::compile("job.yaml", JOB.as_bytes(), &Default::default());
+    let group = c.group.unwrap();
+    let jobs = plan
+        .worker
+        .pool_jobs(&group, Duration::from_secs(5), "run-2".into(), 2, |rank| {
+            JobSpec {
+                room: None,
+                rank,
+                num_jobs: 2,
+            }
+        })
+        .unwrap()
+        .unwrap();
+    let texts: Vec<String> = jobs
+        .iter()
+        .map(|p| serde_json::to_string(p).unwrap())
+        .collect();
+    let rows: Vec<(NewGroup<'_>, Option<Member>)> = texts
+        .iter()
+        .zip(0..)
+        .map(|(plan, rank)| {
+            (
+                NewGroup {
+                    name: "train",
+                    source: "job.yaml",
+                    submitted_at_ms: crate::store::now_ms(),
+                    plan,
+                    backend: Backend::Kubernetes,
+                    tasks: crate::store::NewTask::of(&group),
+                },
+                Some(Member {
+                    pool: Some(pool),
+                    rank,
+                    num_jobs: 2,
+                }),
+            )
+        })
+        .collect();
+    let ids = store.insert_jobs(&rows).unwrap();
+    crate::supervisor::wake(&dir).unwrap();
+    s.until("both jobs started in their workers' pods", |f, _| {
+        f.world().job_processes().len() == 4
+    });
+    let procs = fake.world().job_processes();
+    let mut ranks: Vec<(String, String)> = procs
+        .iter()
+        .map(|p| {
+            let rank = p
+                .env
+                .iter()
+                .find(|(k, _)| k == "SKYPILOT_JOB_RANK")
+                .unwrap();
+            (p.pod.clone(), rank.1.clone())
+        })
+        .collect();
+    ranks.sort();
+    // Each job on a worker of its own, each node of it once.
+    let on = |worker: &str| -> Vec<String> {
+        ranks
+            .iter()
+            .filter(|(pod, _)| pod.starts_with(worker))
+            .map(|(_, r)| r.clone())
+            .collect()
+    };
+    let (a, b) = (on("pool-1-"), on("pool-2-"));
+    assert_eq!(a.len(), 2);
+    assert_eq!(b.len(), 2);
+    assert!(a[0] == a[1] && b[0] == b[1] && a[0] != b[0], "{ranks:?}");
+    {
+        let mut w = fake.world();
+        let placed: Vec<(String, i64)> = procs
+            .iter()
+            .map(|p| {
+                let rank: i64 = p
+                    .env
+                    .iter()
+                    .find(|(k, _)| k == "SKYPILOT_JOB_RANK")
+                    .unwrap()
+                    .1
+                    .parse()
+                    .unwrap();
+                (p.pod.clone(), ids[rank as usize])
+            })
+            .collect();
+        for (pod, id) in placed {
+            w.job_exits(&pod, &attempt_dir(id, 0), 0);
+        }
+    }
+    s.until("both jobs succeeded", |_, st| {
+        ids.iter().all(|id| {
+            st.group(*id)
+                .unwrap()
+                .is_some_and(|g| g.status == "SUCCEEDED")
+        })
+    });
+    assert_eq!(
+        fake.world().job_processes().len(),
+        4,
+        "nothing started twice"
+    );
+    // `skyc pool down`.
+    store.request_cancel(pool).unwrap();
+    crate::supervisor::wake(&dir).unwrap();
+    s.until("every worker gone", |f, _| {
+        let w = f.world();
+        w.names("pods").is_empty() && w.names("jobsets").is_empty()
+    });
+    s.until("the pool down", |_, st| {
+        st.group(pool)
+            .unwrap()
+            .is_some_and(|g| g.finished_at_ms.is_some())
+    });
+    // With nothing left, the supervisor exits.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !supervisor.is_finished() {
+        assert!(Instant::now() < deadline, "the supervisor did not exit");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(supervisor.join().unwrap().is_ok());
+}
+
+#[test]
+fn a_lost_worker_is_made_again_and_its_job_runs_again_through_the_supervisor() {
+    let dir =
+        std::env::temp_dir().join(format!("skyc-supervised-pool-lost-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let plan = pool_plan(POOL);
+    let mut store = Store::open(&dir).unwrap();
+    let pool = store
+        .insert_pool(&NewGroup {
+            name: "pool",
+            source: "pool.yaml",
+            submitted_at_ms: crate::store::now_ms(),
+            plan: &serde_json::to_string(&plan).unwrap(),
+            backend: Backend::Kubernetes,
+            tasks: Vec::new(),
+        })
+        .unwrap()
+        .unwrap();
+    let fake = Fake::default();
+    fake.world().wall_clock = true;
+    let s = Scene {
+        fake: fake.clone(),
+        dir: dir.clone(),
+    };
+    let supervisor = {
+        let (dir, connect) = (dir.clone(), connect(&fake));
+        std::thread::spawn(move || crate::supervisor::serve(&dir, (connect, tuning())))
+    };
+    s.until("two workers' pods", |f, _| {
+        f.world().names("pods").len() == 4
+    });
+    let c = skyc_compiler::compile("job.yaml", JOB.as_bytes(), &Default::default());
+    let group = c.group.unwrap();
+    let job = plan
+        .worker
+        .pool_jobs(&group, Duration::from_secs(5), "run-2".into(), 1, |rank| {
+            JobSpec {
+                room: None,
+                rank,
+                num_jobs: 1,
+            }
+        })
+        .unwrap()
+        .unwrap()
+        .remove(0);
+    let text = serde_json::to_string(&job).unwrap();
+    let ids = store
+        .insert_jobs(&[(
+            NewGroup {
+                name: "train",
+                source: "job.yaml",
+                submitted_at_ms: crate::store::now_ms(),
+                plan: &text,
+                backend: Backend::Kubernetes,
+                tasks: crate::store::NewTask::of(&group),
+            },
+            Some(Member {
+                pool: Some(pool),
+                rank: 0,
+                num_jobs: 1,
+            }),
+        )])
+        .unwrap();
+    crate::supervisor::wake(&dir).unwrap();
+    s.until("the job started", |f, _| {
+        f.world().job_processes().len() == 2
+    });
+    let first = fake.world().job_processes()[0].pod.clone();
+    let (lost, kept) = if first.starts_with("pool-1-") {
+        ("pool-1", "pool-2")
+    } else {
+        ("pool-2", "pool-1")
+    };
+    // The worker's node 1 is evicted.
+    fake.world()
+        .disrupt(&format!("{lost}-trainers-1-0"), "EvictionByEvictionAPI");
+    // Its job is lost with it and runs again, attempt 1, on a ready
+    // worker; the lost worker is set up again (its pods of attempt 1).
+    let lost_pods = |attempt: u32| -> Vec<String> {
+        (0..2)
+            .map(|node| format!("{lost}-trainers-{node}-{attempt}"))
+            .collect()
+    };
+    let again = move |p: &super::fake::Process| !lost_pods(0).contains(&p.pod);
+    s.until(
+        "the job started again, and the worker made again",
+        |f, _| {
+            let w = f.world();
+            let names = w.names("pods");
+            w.job_processes().iter().filter(|p| again(p)).count() == 2
+                && lost_pods(1).iter().all(|p| names.contains(p))
+                && !lost_pods(0).iter().any(|p| names.contains(p))
+        },
+    );
+    let procs = fake.world().job_processes();
+    assert_eq!(
+        procs.len(),
+        4,
+        "attempt 0 on the lost worker, attempt 1 once on another"
+    );
+    let rerun: Vec<String> = procs
+        .iter()
+        .filter(|p| again(p))
+        .map(|p| p.pod.clone())
+        .collect();
+    assert!(
+        rerun
+            .iter()
+            .all(|p| p.starts_with(kept) || p.ends_with("-1")),
+        "{rerun:?}"
+    );
+    {
+        let mut w = fake.world();
+        for pod in &rerun {
+            w.job_exits(pod, &attempt_dir(ids[0], 1), 0);
+        }
+    }
+    s.until("the job succeeded", |_, st| {
+        st.group(ids[0])
+            .unwrap()
+            .is_some_and(|g| g.status == "SUCCEEDED")
+    });
+    store.request_cancel(pool).unwrap();
+    crate::supervisor::wake(&dir).unwrap();
+    s.until("every worker gone", |f, _| {
+        let w = f.world();
+        w.names("pods").is_empty() && w.names("jobsets").is_empty()
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !supervisor.is_finished() {
+        assert!(Instant::now() < deadline, "the supervisor did not exit");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(supervisor.join().unwrap().is_ok());
+}
