@@ -763,13 +763,26 @@ impl Members {
         }
         w.seen = true;
         w.state.clone_from(&state);
-        use super::JobState::{Configuring, Pending, Running};
+        use super::JobState::{Completing, Configuring, Pending, Requeued, Running, Suspended};
         let running = state == Some(Running);
-        // Ending (COMPLETING) is ended: its steps are being killed.
-        let ended = match state {
-            Some(Pending | Configuring) => w.started,
-            Some(Running) => false,
-            _ => true,
+        // A state that may come back to RUNNING later (suspended, stopped,
+        // requeued after it ran) is a worker lost all the same: it is
+        // cancelled before it is forgotten, so no allocation outlives it.
+        let lost = match &state {
+            Some(Suspended) => true,
+            Some(super::JobState::Other(s)) => s == "STOPPED",
+            Some(Pending | Configuring | Requeued) => w.started,
+            _ => false,
+        };
+        if lost {
+            let _ = slurm.cancel(job);
+        }
+        // Ending (COMPLETING) is ended: its steps are being killed. Any
+        // other state (SIGNALING, RESIZING, one this does not know) is
+        // watched on, as not holding.
+        let ended = match &state {
+            None | Some(Completing) => true,
+            Some(s) => s.is_terminal() || lost,
         };
         if running && !w.started {
             w.started = true;

@@ -333,3 +333,47 @@ fn a_job_placed_on_a_worker_not_ready_is_lost_not_started() {
     );
     assert!(!f.group(2).join(".skyc/a0/started").exists());
 }
+
+/// Worker 1 submitted (job 101), running, its node past setup: ready.
+fn ready_worker(f: &mut Fake) -> Engine {
+    let mut engine = Engine::new(spec("w"));
+    let worker = f.worker();
+    f.adopt(1, &worker, &engine, true);
+    let actions = engine.start();
+    f.backend.execute(1, &engine, &actions);
+    f.drain_until(|r| matches!(event(r), Some((1, Event::TaskQueued { .. }))));
+    fs::write(f.dir.join("bin/state.101"), "RUNNING").unwrap();
+    let run = f.group(1).join(".skyc/r0");
+    fs::create_dir_all(&run).unwrap();
+    fs::write(run.join("hosts"), "10.0.0.7 w-0.w\n").unwrap();
+    fs::write(run.join("ready.0"), "").unwrap();
+    f.drain_until(|r| matches!(r, (1, Report::Ready { .. })));
+    engine
+}
+
+/// Every report of the polls of the next `ms` milliseconds.
+fn drain_for(f: &mut Fake, ms: u64) -> Vec<(i64, Report)> {
+    let mut all = Vec::new();
+    let end = std::time::Instant::now() + Duration::from_millis(ms);
+    while std::time::Instant::now() < end {
+        all.extend(f.backend.drain(now_ms()));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    all
+}
+
+#[test]
+fn a_worker_in_a_passing_state_is_watched_on_and_a_suspended_one_cancelled() {
+    let mut f = Fake::new("states");
+    let _engine = ready_worker(&mut f);
+    // SIGNALING, RESIZING: not an end; the worker is watched on.
+    fs::write(f.dir.join("bin/state.101"), "SIGNALING").unwrap();
+    let reports = drain_for(&mut f, 2_500);
+    assert!(!reports.iter().any(|r| event(r).is_some()), "{reports:?}");
+    assert_eq!(f.bin("scancel.log"), "", "nothing cancelled");
+    // Suspended (it could resume later, in its hold): lost, and cancelled
+    // so that no allocation outlives it.
+    fs::write(f.dir.join("bin/state.101"), "SUSPENDED").unwrap();
+    f.drain_until(|r| matches!(event(r), Some((1, Event::NodeLost { .. }))));
+    assert_eq!(f.bin("scancel.log"), "101\n");
+}
