@@ -17,8 +17,9 @@
 //!   started again; its lock free with a node's status missing is that
 //!   node's loss.
 
-use super::Slurm;
 use super::pool::{JobPlan, TaskRun, WorkerPlan};
+use super::submit::{self, AdoptError};
+use super::{Slurm, Submission};
 use crate::backend::{NodeInfo, Report};
 use crate::paths;
 use crate::policy::{Action, Attempt, Engine, Event, Phase};
@@ -35,6 +36,9 @@ use std::process::{Child, Command, Stdio};
 
 /// How often the cluster and the members' files are read.
 const POLL_MS: i64 = 1_000;
+
+/// How long a submission waits after Slurm could not be asked.
+const RETRY_MS: i64 = 5_000;
 
 #[derive(Default)]
 pub(super) struct Members {
@@ -55,9 +59,11 @@ struct WorkerRun {
     live: bool,
     finished: bool,
     settled: bool,
-    /// sbatch is due; `lookup`: one may have run (a crash around it).
+    /// sbatch is due; `lookup`: one may have run (a crash around it, an
+    /// error after which the job may exist); neither before `retry_at`.
     submit: bool,
     lookup: bool,
+    retry_at: i64,
     job: Option<String>,
     /// The job was last seen ended or forgotten.
     gone: bool,
@@ -110,6 +116,16 @@ impl WorkerRun {
 
     fn slurm(&self) -> Slurm {
         self.plan.plan.cluster()
+    }
+
+    fn submission(&self, gid: i64) -> Submission {
+        Submission {
+            file: self.dir.join("job.sh"),
+            script: self.plan.plan.script.clone(),
+            out: self.dir.clone(),
+            token: self.comment(gid),
+            after: None,
+        }
     }
 }
 
@@ -197,6 +213,7 @@ impl Members {
             settled: false,
             submit: live && job.is_none(),
             lookup: submitting,
+            retry_at: 0,
             job,
             gone: false,
             state: None,
@@ -310,6 +327,7 @@ impl Members {
             w.live = true;
             w.submit = true;
             w.lookup = false;
+            w.retry_at = 0;
             w.job = None;
             w.gone = false;
             w.state = None;
@@ -597,7 +615,7 @@ impl Members {
             let states = self.worker_states();
             let gids: Vec<i64> = self.workers.keys().copied().collect();
             for gid in gids {
-                self.poll_worker(gid, &states);
+                self.poll_worker(gid, &states, now);
             }
             let gids: Vec<i64> = self.jobs.keys().copied().collect();
             for gid in gids {
@@ -639,12 +657,17 @@ impl Members {
         states
     }
 
-    fn poll_worker(&mut self, gid: i64, states: &BTreeMap<String, Option<super::JobState>>) {
+    fn poll_worker(
+        &mut self,
+        gid: i64,
+        states: &BTreeMap<String, Option<super::JobState>>,
+        now: i64,
+    ) {
         let Some(mut w) = self.workers.remove(&gid) else {
             return;
         };
         if w.submit {
-            self.submit_worker(gid, &mut w);
+            self.submit_worker(gid, &mut w, now);
         }
         if let Some(job) = w.job.clone().filter(|_| !w.gone)
             && let Some(state) = states.get(&job)
@@ -658,19 +681,24 @@ impl Members {
         self.workers.insert(gid, w);
     }
 
-    fn submit_worker(&mut self, gid: i64, w: &mut WorkerRun) {
+    /// Submits the worker's job as a group's is submitted (submit.rs):
+    /// once, across crashes and sbatch errors after which it may exist.
+    fn submit_worker(&mut self, gid: i64, w: &mut WorkerRun, now: i64) {
+        if now < w.retry_at {
+            return;
+        }
         let slurm = w.slurm();
-        let comment = w.comment(gid);
+        let job = w.submission(gid);
         if w.lookup {
-            match slurm.find(&comment) {
-                Ok(Some(job)) => {
-                    let _ = fs::write(w.dir.join(format!("jobid.{}", w.attempt)), &job);
-                    // For `skyc status` and the batch output in `skyc logs`.
-                    self.reports.push((gid, Report::Job(job.clone())));
-                    w.job = Some(job);
-                    w.submit = false;
-                    return;
-                }
+            // A supervisor died around sbatch, or sbatch could not tell:
+            // the job may exist.
+            if submit::sbatch_running(&job.token) {
+                eprintln!("[{now}] worker {gid}: an earlier sbatch of it is still running");
+                w.retry_at = now + RETRY_MS;
+                return;
+            }
+            match submit::find(&slurm, &job) {
+                Ok(Some(id)) => return self.submitted(gid, w, id),
                 Ok(None) if w.stopping => {
                     // Retired before its sbatch went through: nothing runs.
                     w.lookup = false;
@@ -691,61 +719,66 @@ impl Members {
                 }
                 Ok(None) => w.lookup = false,
                 Err(e) => {
-                    eprintln!("[{}] worker {gid}: Slurm: {e}", crate::store::now_ms());
+                    eprintln!("[{now}] worker {gid}: Slurm: {e}; trying again");
+                    w.retry_at = now + RETRY_MS;
                     return;
                 }
             }
         }
-        let script = w.dir.join("job.sh");
         let marker = w.dir.join(format!("submitting.{}", w.attempt));
-        // An earlier attempt's ready and exit files are not this one's
-        // (the batch script makes the directory again).
+        // An earlier attempt's ready and exit files, and its status file
+        // (which names its job), are not this one's.
         let _ = fs::remove_dir_all(w.run_dir());
-        if let Err(e) =
-            fs::write(&script, &w.plan.plan.script).and_then(|()| fs::write(&marker, ""))
-        {
-            self.reports
-                .push((gid, Report::Error(format!("{}: {e}", w.dir.display()))));
-            return;
+        let _ = fs::remove_file(w.dir.join("status"));
+        if let Err(e) = fs::write(&job.file, &job.script).and_then(|()| fs::write(&marker, "")) {
+            return self.refused(gid, w, format!("{}: {e}", w.dir.display()));
         }
-        match slurm.submit_tagged(&script, &w.dir, &comment) {
-            Ok(job) => {
-                let _ = fs::write(w.dir.join(format!("jobid.{}", w.attempt)), &job);
-                eprintln!("[{}] worker {gid}: Slurm job {job}", crate::store::now_ms());
-                self.reports.push((gid, Report::Job(job.clone())));
-                w.job = Some(job);
-                w.submit = false;
-                self.event(
-                    gid,
-                    Event::TaskQueued {
-                        task: 0,
-                        attempt: w.attempt,
-                    },
-                );
-            }
-            Err(e) if e.message.contains("no answer") => {
-                // sbatch may have submitted it: look it up first.
+        match submit::submit(&slurm, &job, None) {
+            Ok(id) => self.submitted(gid, w, id),
+            Err(AdoptError::Retry(e)) => {
+                eprintln!("[{now}] worker {gid}: {e}; trying again");
                 w.lookup = true;
+                w.retry_at = now + RETRY_MS;
             }
-            Err(e) => {
-                // Refused (a bad partition, an option): the worker fails,
-                // and the pool hears it.
-                w.submit = false;
-                w.live = false;
-                self.reports.push((gid, Report::Error(e.to_string())));
-                for node in 0..w.nodes() {
-                    self.event(
-                        gid,
-                        Event::NodeExited {
-                            task: 0,
-                            attempt: w.attempt,
-                            node,
-                            phase: Phase::Setup,
-                            code: 1,
-                        },
-                    );
-                }
-            }
+            Err(AdoptError::Fatal(e)) => self.refused(gid, w, e),
+        }
+    }
+
+    fn submitted(&mut self, gid: i64, w: &mut WorkerRun, job: String) {
+        let _ = fs::write(w.dir.join(format!("jobid.{}", w.attempt)), &job);
+        eprintln!("[{}] worker {gid}: Slurm job {job}", crate::store::now_ms());
+        // For `skyc status` and the batch output in `skyc logs`.
+        self.reports.push((gid, Report::Job(job.clone())));
+        w.job = Some(job);
+        w.submit = false;
+        w.lookup = false;
+        self.event(
+            gid,
+            Event::TaskQueued {
+                task: 0,
+                attempt: w.attempt,
+            },
+        );
+    }
+
+    /// Refused (a bad partition, an option, its directory): the worker's
+    /// setup fails, and the pool hears it.
+    fn refused(&mut self, gid: i64, w: &mut WorkerRun, error: String) {
+        w.submit = false;
+        w.lookup = false;
+        w.live = false;
+        self.reports.push((gid, Report::Error(error)));
+        for node in 0..w.nodes() {
+            self.event(
+                gid,
+                Event::NodeExited {
+                    task: 0,
+                    attempt: w.attempt,
+                    node,
+                    phase: Phase::Setup,
+                    code: 1,
+                },
+            );
         }
     }
 

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// `sbatch` appends `ID|COMMENT|SKYC_OUT` to `sbatch.log` and `ID|COMMENT`
-/// to `queue`; `squeue -j ID` answers `state.ID` (else PENDING) for a job
+/// to `queue` (then fails with `sbatch.fail`'s text, when there is one); `squeue -j ID` answers `state.ID` (else PENDING) for a job
 /// in `queue`, `squeue -s` nothing, `squeue` alone the queue; `scancel`
 /// appends its arguments to `scancel.log`; `srun` waits a second.
 const FAKES: [(&str, &str); 4] = [
@@ -32,6 +32,10 @@ n=$(cat "$d/next")
 echo $((n + 1)) >"$d/next"
 echo "$n|$comment|$SKYC_OUT" >>"$d/sbatch.log"
 echo "$n|$comment" >>"$d/queue"
+if [ -f "$d/sbatch.fail" ]; then
+    cat "$d/sbatch.fail" >&2
+    exit 1
+fi
 echo "$n"
 "#,
     ),
@@ -376,4 +380,55 @@ fn a_worker_in_a_passing_state_is_watched_on_and_a_suspended_one_cancelled() {
     fs::write(f.dir.join("bin/state.101"), "SUSPENDED").unwrap();
     f.drain_until(|r| matches!(event(r), Some((1, Event::NodeLost { .. }))));
     assert_eq!(f.bin("scancel.log"), "101\n");
+}
+
+#[test]
+fn a_worker_whose_sbatch_failed_after_slurm_took_it_is_found_not_failed() {
+    let mut f = Fake::new("timeout");
+    fs::write(
+        f.dir.join("bin/sbatch.fail"),
+        "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation",
+    )
+    .unwrap();
+    let mut engine = Engine::new(spec("w"));
+    let worker = f.worker();
+    f.adopt(1, &worker, &engine, true);
+    let actions = engine.start();
+    f.backend.execute(1, &engine, &actions);
+    let reports = f.drain_until(|r| matches!(event(r), Some((1, Event::TaskQueued { .. }))));
+    assert!(
+        !reports
+            .iter()
+            .any(|r| matches!(event(r), Some((_, Event::NodeExited { .. })))),
+        "{reports:?}"
+    );
+    assert_eq!(
+        fs::read_to_string(f.group(1).join("jobid.0")).unwrap(),
+        "101"
+    );
+    assert_eq!(f.bin("sbatch.log").lines().count(), 1, "submitted once");
+}
+
+#[test]
+fn a_worker_is_not_submitted_while_a_dead_supervisors_sbatch_runs() {
+    let mut f = Fake::new("sbatchrun");
+    fs::create_dir_all(f.group(9)).unwrap();
+    fs::write(f.group(9).join("submitting.0"), "").unwrap();
+    // The dead supervisor's sbatch, still waiting for slurmctld (worker 9:
+    // a token no other test's sbatch carries).
+    let mut sbatch = std::process::Command::new("bash")
+        .args(["-c", "sleep 30; true", "sbatch", "--comment=tok-w9-a0"])
+        .spawn()
+        .unwrap();
+    let mut engine = Engine::new(spec("w"));
+    engine.start();
+    let worker = f.worker();
+    f.adopt(9, &worker, &engine, false);
+    drain_for(&mut f, 1_500);
+    let _ = sbatch.kill();
+    let _ = sbatch.wait();
+    assert_eq!(f.bin("sbatch.log"), "", "no second sbatch beside it");
+    // Gone, and its job never made: submitted at the next try.
+    f.drain_until(|r| matches!(event(r), Some((9, Event::TaskQueued { .. }))));
+    assert_eq!(f.bin("sbatch.log").lines().count(), 1);
 }
