@@ -920,26 +920,18 @@ impl Members {
         };
         let adir = j.attempt_dir();
         let running = j.launched && lock_held(&adir.join("lock"));
-        if let (Some(signal), Some(wjob)) = (j.signal, j.worker_job.clone()) {
+        if let Some(signal) = j.signal {
             if running {
-                let slurm = self
-                    .workers
-                    .get(&j.worker.unwrap_or(-1))
-                    .map_or_else(|| j.plan.plan.cluster(), WorkerRun::slurm);
-                let name = j.step_name(gid);
-                if let Ok(steps) = slurm.job_steps(&wjob) {
-                    let ids: Vec<&str> = steps
-                        .iter()
-                        .filter(|s| s.name == name)
-                        .map(|s| s.id.as_str())
-                        .collect();
-                    // No step yet: srun is still making it; signalled at
-                    // the next poll.
-                    if !ids.is_empty() && slurm.signal(&ids, signal).is_ok() {
-                        j.signal = None;
-                    }
+                // No step yet: srun is still making it; signalled at the
+                // next poll.
+                if self.signal_step(gid, &j, signal) == Ok(true) {
+                    j.signal = None;
                 }
             } else {
+                // The launcher is gone: a step left of it is cancelled.
+                if signal.is_none() {
+                    let _ = self.signal_step(gid, &j, None);
+                }
                 j.signal = None;
             }
         }
@@ -948,6 +940,24 @@ impl Members {
             .and_then(|w| self.workers.get(&w))
             .is_some_and(|w| w.live && w.state == Some(super::JobState::Running));
         if j.launched && j.live {
+            // srun failed and no node ran the step (a --chdir not there,
+            // srun not found) while the worker holds: the job's failure,
+            // which would repeat, not a loss; its reason is in the log.
+            let no_exit =
+                (0..j.nodes()).all(|r| !adir.join(format!("exit.0.{}.{r}", j.attempt)).exists());
+            let launch_failed = read_line(&adir.join("srun.exit"))
+                .and_then(|c| c.parse::<i32>().ok())
+                .filter(|&c| c != 0 && !running && no_exit && worker_runs && !j.stopping);
+            if let Some(code) = launch_failed {
+                let out = fs::read_to_string(adir.join("launch.out")).unwrap_or_default();
+                for rank in (0..j.nodes()).filter(|&r| !j.answered[r as usize]) {
+                    j.log(
+                        rank,
+                        &format!("skyc: the job's step did not start (srun exited {code}):\n{out}"),
+                    );
+                }
+            }
+            let mut cancelled = false;
             let mut open = false;
             for rank in 0..j.nodes() {
                 if j.answered[rank as usize] {
@@ -986,14 +996,28 @@ impl Members {
                         phase: Phase::Run,
                         code: 143,
                     },
-                    None => {
-                        j.log(rank, "skyc: node lost\n");
-                        Event::NodeLost {
+                    None => match launch_failed {
+                        Some(code) => Event::NodeExited {
                             task: 0,
                             attempt: j.attempt,
                             node: rank,
+                            phase: Phase::Run,
+                            code,
+                        },
+                        None => {
+                            // No step of this attempt may run beside the
+                            // next one.
+                            if !std::mem::replace(&mut cancelled, true) {
+                                let _ = self.signal_step(gid, &j, None);
+                            }
+                            j.log(rank, "skyc: node lost\n");
+                            Event::NodeLost {
+                                task: 0,
+                                attempt: j.attempt,
+                                node: rank,
+                            }
                         }
-                    }
+                    },
                 };
                 j.answered[rank as usize] = true;
                 self.event(gid, event);
@@ -1007,6 +1031,32 @@ impl Members {
             self.reports.push((gid, Report::Settled));
         }
         self.jobs.insert(gid, j);
+    }
+}
+
+impl Members {
+    /// Signals the attempt's step (by its name) in its worker's job, or
+    /// cancels it (`None`): whether there was one, Err when Slurm could
+    /// not be asked.
+    fn signal_step(&self, gid: i64, j: &JobRun, signal: Option<&str>) -> Result<bool, ()> {
+        let Some(wjob) = j.worker_job.as_deref() else {
+            return Ok(false);
+        };
+        let slurm = self
+            .workers
+            .get(&j.worker.unwrap_or(-1))
+            .map_or_else(|| j.plan.plan.cluster(), WorkerRun::slurm);
+        let name = j.step_name(gid);
+        let steps = slurm.job_steps(wjob).map_err(drop)?;
+        let ids: Vec<&str> = steps
+            .iter()
+            .filter(|s| s.name == name)
+            .map(|s| s.id.as_str())
+            .collect();
+        if ids.is_empty() {
+            return Ok(false);
+        }
+        slurm.signal(&ids, signal).map(|()| true).map_err(drop)
     }
 }
 

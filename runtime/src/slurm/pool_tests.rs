@@ -16,8 +16,9 @@ use std::time::Duration;
 
 /// `sbatch` appends `ID|COMMENT|SKYC_OUT` to `sbatch.log` and `ID|COMMENT`
 /// to `queue` (then fails with `sbatch.fail`'s text, when there is one); `squeue -j ID` answers `state.ID` (else PENDING) for a job
-/// in `queue`, `squeue -s` nothing, `squeue` alone the queue; `scancel`
-/// appends its arguments to `scancel.log`; `srun` waits a second.
+/// in `queue`, `squeue -s` the file `steps`, `squeue` alone the queue;
+/// `scancel` appends its arguments to `scancel.log`; `srun` waits a
+/// second (then fails with `srun.fail`'s text, when there is one).
 const FAKES: [(&str, &str); 4] = [
     (
         "sbatch",
@@ -51,6 +52,7 @@ while [ $# -gt 0 ]; do
     shift
 done
 if [ -n "$steps" ]; then
+    cat "$d/steps" 2>/dev/null
     exit 0
 elif [ -z "$job" ]; then
     cat "$d/queue"
@@ -66,7 +68,17 @@ fi
         "scancel",
         "#!/bin/bash\necho \"$*\" >>\"${0%/*}/scancel.log\"\n",
     ),
-    ("srun", "#!/bin/bash\nsleep 1\n"),
+    (
+        "srun",
+        r#"#!/bin/bash
+d=${0%/*}
+sleep 1
+if [ -f "$d/srun.fail" ]; then
+    cat "$d/srun.fail" >&2
+    exit 2
+fi
+"#,
+    ),
 ];
 
 struct Fake {
@@ -431,4 +443,69 @@ fn a_worker_is_not_submitted_while_a_dead_supervisors_sbatch_runs() {
     // Gone, and its job never made: submitted at the next try.
     f.drain_until(|r| matches!(event(r), Some((9, Event::TaskQueued { .. }))));
     assert_eq!(f.bin("sbatch.log").lines().count(), 1);
+}
+
+/// Job 2 adopted, started and placed on worker 1.
+fn placed_job(f: &mut Fake) -> Engine {
+    let mut engine = Engine::new(spec("j"));
+    let job = f.job();
+    f.adopt(2, &job, &engine, true);
+    let actions = engine.start();
+    f.backend.execute(2, &engine, &actions);
+    f.backend.place(2, 0, 1, &Placement::default());
+    engine
+}
+
+#[test]
+fn a_step_that_cannot_start_on_a_holding_worker_is_the_jobs_failure() {
+    let mut f = Fake::new("srunfail");
+    let _worker = ready_worker(&mut f);
+    fs::write(
+        f.dir.join("bin/srun.fail"),
+        "srun: error: chdir to /nowhere failed\n",
+    )
+    .unwrap();
+    let _job = placed_job(&mut f);
+    let reports = f.drain_until(|r| {
+        event(r).is_some_and(|(g, e)| {
+            g == 2 && !matches!(e, Event::TaskStarted { .. } | Event::TaskQueued { .. })
+        })
+    });
+    let ended = reports
+        .iter()
+        .filter_map(event)
+        .filter(|(g, _)| *g == 2)
+        .last();
+    assert!(
+        matches!(
+            ended,
+            Some((
+                2,
+                Event::NodeExited {
+                    code: 2,
+                    phase: crate::policy::Phase::Run,
+                    ..
+                }
+            ))
+        ),
+        "{reports:?}"
+    );
+    let log = fs::read_to_string(crate::paths::log(&f.group(2), "j", 0)).unwrap();
+    assert!(log.contains("srun exited 2"), "{log}");
+    assert!(log.contains("chdir to /nowhere failed"), "{log}");
+}
+
+#[test]
+fn a_step_lost_is_cancelled_by_name_before_its_loss_is_told() {
+    let mut f = Fake::new("steplost");
+    let _worker = ready_worker(&mut f);
+    // srun ends with no node's exit file (its step left behind, say).
+    fs::write(
+        f.dir.join("bin/steps"),
+        "101.0|skyc-j2-a0\n101.1|skyc-j3-a0\n",
+    )
+    .unwrap();
+    let _job = placed_job(&mut f);
+    f.drain_until(|r| matches!(event(r), Some((2, Event::NodeLost { .. }))));
+    assert_eq!(f.bin("scancel.log"), "101.0\n");
 }
