@@ -293,6 +293,7 @@ impl Members {
         if let Some(job) = read_line(&j.attempt_dir().join("worker")) {
             j.worker_job = Some(job);
         }
+        j.worker = read_line(&j.attempt_dir().join("worker_group")).and_then(|g| g.parse().ok());
         self.jobs.insert(gid, j);
         Ok(())
     }
@@ -481,6 +482,9 @@ impl Members {
         fs::write(adir.join("step.sh"), STEP).map_err(io)?;
         fs::write(adir.join("launch.sh"), LAUNCH).map_err(io)?;
         fs::write(adir.join("worker"), format!("{wjob}\n")).map_err(io)?;
+        // Its worker's group, known again after a crash before the pool
+        // places the job again (its step's failure meanwhile is a failure).
+        fs::write(adir.join("worker_group"), format!("{wgid}\n")).map_err(io)?;
         let lock = OpenOptions::new()
             .create(true)
             .truncate(false)

@@ -509,3 +509,30 @@ fn a_step_lost_is_cancelled_by_name_before_its_loss_is_told() {
     f.drain_until(|r| matches!(event(r), Some((2, Event::NodeLost { .. }))));
     assert_eq!(f.bin("scancel.log"), "101.0\n");
 }
+
+#[test]
+fn a_step_that_failed_while_the_supervisor_was_down_is_a_failure_not_a_loss() {
+    let mut f = Fake::new("downfail");
+    let worker = ready_worker(&mut f);
+    let job = placed_job(&mut f);
+    // The supervisor dies; the step fails meanwhile.
+    f.backend = super::SlurmBackend::new(&f.state);
+    let adir = f.group(2).join(".skyc/a0");
+    fs::write(adir.join("exit.0.0.0"), "run 3\n").unwrap();
+    let plan = f.worker();
+    f.adopt(1, &plan, &worker, false);
+    let plan = f.job();
+    f.adopt(2, &plan, &job, false);
+    let reports = f.drain_until(|r| {
+        matches!(
+            event(r),
+            Some((2, Event::NodeExited { .. } | Event::NodeLost { .. }))
+        )
+    });
+    assert!(
+        reports
+            .iter()
+            .any(|r| matches!(event(r), Some((2, Event::NodeExited { code: 3, .. })))),
+        "{reports:?}"
+    );
+}
