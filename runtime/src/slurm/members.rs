@@ -204,6 +204,23 @@ impl Members {
         let live = !fresh && (0..nodes).any(|r| engine.node_live(0, r));
         let job = read_line(&dir.join(format!("jobid.{attempt}")));
         let submitting = dir.join(format!("submitting.{attempt}")).exists();
+        // Being retired, never submitted (no job, no sbatch that may have
+        // run): nothing of it runs, and it never will; its nodes are
+        // answered now.
+        let retired = live && engine.stopping(0) && job.is_none() && !submitting;
+        if retired {
+            for node in (0..nodes).filter(|&r| engine.node_live(0, r)) {
+                self.event(
+                    gid,
+                    Event::NodeLost {
+                        task: 0,
+                        attempt,
+                        node,
+                    },
+                );
+            }
+        }
+        let live = live && !retired;
         let mut w = WorkerRun {
             plan,
             dir,

@@ -83,6 +83,9 @@ fi
 
 struct Fake {
     dir: PathBuf,
+    /// The plans' token: each test's own, so that no test's sbatch looks
+    /// like another's to its lookup.
+    token: String,
     state: PathBuf,
     store: Store,
     backend: SlurmBackend,
@@ -126,6 +129,7 @@ impl Fake {
             env: vec![("PATH".into(), format!("{}:/usr/bin:/bin", bin.display()))],
             state,
             dir,
+            token: name.to_owned(),
         }
     }
 
@@ -138,7 +142,7 @@ impl Fake {
             steps: Vec::new(),
             out_dir: None,
             env: self.env.clone(),
-            token: "tok".into(),
+            token: self.token.clone(),
         }
     }
 
@@ -236,7 +240,7 @@ fn event(r: &(i64, Report)) -> Option<(i64, &Event)> {
 fn a_worker_found_submitting_after_a_crash_is_looked_up_not_submitted_again() {
     let mut f = Fake::new("lookup");
     // The dead supervisor's sbatch went through; its id was not recorded.
-    fs::write(f.dir.join("bin/queue"), "77|tok-w1-a0\n").unwrap();
+    fs::write(f.dir.join("bin/queue"), "77|lookup-w1-a0\n").unwrap();
     fs::create_dir_all(f.group(1)).unwrap();
     fs::write(f.group(1).join("submitting.0"), "").unwrap();
     let mut engine = Engine::new(spec("w"));
@@ -271,7 +275,7 @@ fn a_worker_is_ready_from_its_nodes_files_and_its_end_loses_its_jobs() {
     let out = f.group(1).canonicalize().unwrap();
     assert_eq!(
         f.bin("sbatch.log"),
-        format!("101|tok-w1-a0|{}\n", out.display())
+        format!("101|lost-w1-a0|{}\n", out.display())
     );
     // Running, its node past setup: ready.
     fs::write(f.dir.join("bin/state.101"), "RUNNING").unwrap();
@@ -426,10 +430,14 @@ fn a_worker_is_not_submitted_while_a_dead_supervisors_sbatch_runs() {
     let mut f = Fake::new("sbatchrun");
     fs::create_dir_all(f.group(9)).unwrap();
     fs::write(f.group(9).join("submitting.0"), "").unwrap();
-    // The dead supervisor's sbatch, still waiting for slurmctld (worker 9:
-    // a token no other test's sbatch carries).
+    // The dead supervisor's sbatch, still waiting for slurmctld.
     let mut sbatch = std::process::Command::new("bash")
-        .args(["-c", "sleep 30; true", "sbatch", "--comment=tok-w9-a0"])
+        .args([
+            "-c",
+            "sleep 30; true",
+            "sbatch",
+            "--comment=sbatchrun-w9-a0",
+        ])
         .spawn()
         .unwrap();
     let mut engine = Engine::new(spec("w"));
@@ -535,4 +543,25 @@ fn a_step_that_failed_while_the_supervisor_was_down_is_a_failure_not_a_loss() {
             .any(|r| matches!(event(r), Some((2, Event::NodeExited { code: 3, .. })))),
         "{reports:?}"
     );
+}
+
+#[test]
+fn a_worker_retired_before_its_submission_is_not_submitted_after_a_crash() {
+    let mut f = Fake::new("retired");
+    let mut engine = Engine::new(spec("w"));
+    engine.start();
+    // Retired (the pool scaled down) before the dead supervisor ran sbatch.
+    engine.handle(Event::CancelRequested);
+    assert!(engine.stopping(0));
+    let worker = f.worker();
+    f.adopt(1, &worker, &engine, false);
+    let reports = f.drain_until(|r| matches!(event(r), Some((1, Event::NodeLost { .. }))));
+    assert!(
+        !reports
+            .iter()
+            .any(|r| matches!(event(r), Some((1, Event::TaskQueued { .. })))),
+        "{reports:?}"
+    );
+    drain_for(&mut f, 1_500);
+    assert_eq!(f.bin("sbatch.log"), "", "never submitted");
 }
