@@ -327,11 +327,14 @@ impl Members {
                 Action::Start { attempt, .. } => self.start(gid, attempt),
                 Action::Terminate { attempt, .. } => self.stop(gid, attempt, Some("TERM")),
                 Action::Kill { attempt, .. } => self.stop(gid, attempt, None),
-                Action::SetTimer { .. } | Action::TaskStatus { .. } | Action::GroupStatus(_) => {}
+                Action::SetTimer { .. } | Action::TaskStatus { .. } | Action::GroupStatus(_) => {
+                    continue;
+                }
             }
+            // Carried out at once, not at the next poll (a timer or a
+            // status asks nothing of Slurm).
+            self.next_poll = 0;
         }
-        // Actions are carried out at once, not at the next poll.
-        self.next_poll = 0;
     }
 
     fn start(&mut self, gid: i64, attempt: Attempt) {
