@@ -1071,7 +1071,7 @@ impl Members {
             .get(&j.worker.unwrap_or(-1))
             .map_or_else(|| j.plan.plan.cluster(), WorkerRun::slurm);
         let name = j.step_name(gid);
-        let steps = slurm.job_steps(wjob).map_err(drop)?;
+        let steps = slurm.steps(wjob).map_err(drop)?;
         let ids: Vec<&str> = steps
             .iter()
             .filter(|s| s.name == name)
