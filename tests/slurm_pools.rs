@@ -338,7 +338,15 @@ fn a_worker_cancelled_out_of_band_is_replaced_and_its_job_runs_again_elsewhere()
         j["tasks"][0]["restarts"] == 1 && j["status"] == "RUNNING"
     });
     assert_eq!(job["tasks"][0]["restarts_on_errors"], 0, "{job:#}");
-    let again = worker_job_of(ids[0]).expect("job 0's new worker");
+    // RUNNING once launched: its step is in squeue a moment later.
+    let again = (0..100)
+        .find_map(|_| {
+            worker_job_of(ids[0]).or_else(|| {
+                std::thread::sleep(Duration::from_millis(100));
+                None
+            })
+        })
+        .expect("job 0's new worker");
     assert!(again != lost && again != kept, "{again}");
     std::fs::write(s.dir.join("release-0"), "").unwrap();
     std::fs::write(s.dir.join("release-1"), "").unwrap();

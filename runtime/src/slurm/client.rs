@@ -277,28 +277,6 @@ impl Slurm {
             .collect())
     }
 
-    /// Running steps of the given components.
-    pub fn steps(&self, components: &[Component]) -> Result<Vec<Step>, SlurmError> {
-        let ids: Vec<&str> = components.iter().map(|c| c.job_id.as_str()).collect();
-        if ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        let out = self.run(
-            "squeue",
-            &["-h", "-s", "-j", &ids.join(","), "-o", "%i|%j"],
-            &[],
-            None,
-        )?;
-        Ok(out
-            .lines()
-            .filter_map(|l| l.split_once('|'))
-            .map(|(id, name)| Step {
-                id: id.to_owned(),
-                name: name.to_owned(),
-            })
-            .collect())
-    }
-
     /// `sacct` rows (`JobID|JobName|State|ExitCode`) of the job, steps
     /// included; `None` when the cluster keeps no accounting.
     pub fn accounting(&self, job: &str) -> Result<Option<Vec<Vec<String>>>, SlurmError> {
@@ -323,8 +301,9 @@ impl Slurm {
         self.cancel_all(&[job])
     }
 
-    /// Running steps of one job (a pool's worker): `ID.STEP` and name.
-    pub fn job_steps(&self, job: &str) -> Result<Vec<Step>, SlurmError> {
+    /// Running steps of one job (a pool's worker): `ID.STEP` and name;
+    /// none for a job slurmctld does not know (any more).
+    pub fn steps(&self, job: &str) -> Result<Vec<Step>, SlurmError> {
         let out = match self.run("squeue", &["-h", "-s", "-j", job, "-o", "%i|%j"], &[], None) {
             Ok(out) => out,
             Err(e) if e.message.contains("Invalid job id") => String::new(),

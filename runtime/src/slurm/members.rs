@@ -17,8 +17,9 @@
 //!   started again; its lock free with a node's status missing is that
 //!   node's loss.
 
-use super::Slurm;
 use super::pool::{JobPlan, TaskRun, WorkerPlan};
+use super::submit::{self, AdoptError};
+use super::{Slurm, Submission};
 use crate::backend::{NodeInfo, Report};
 use crate::paths;
 use crate::policy::{Action, Attempt, Engine, Event, Phase};
@@ -35,6 +36,9 @@ use std::process::{Child, Command, Stdio};
 
 /// How often the cluster and the members' files are read.
 const POLL_MS: i64 = 1_000;
+
+/// How long a submission waits after Slurm could not be asked.
+const RETRY_MS: i64 = 5_000;
 
 #[derive(Default)]
 pub(super) struct Members {
@@ -55,9 +59,11 @@ struct WorkerRun {
     live: bool,
     finished: bool,
     settled: bool,
-    /// sbatch is due; `lookup`: one may have run (a crash around it).
+    /// sbatch is due; `lookup`: one may have run (a crash around it, an
+    /// error after which the job may exist); neither before `retry_at`.
     submit: bool,
     lookup: bool,
+    retry_at: i64,
     job: Option<String>,
     /// The job was last seen ended or forgotten.
     gone: bool,
@@ -110,6 +116,16 @@ impl WorkerRun {
 
     fn slurm(&self) -> Slurm {
         self.plan.plan.cluster()
+    }
+
+    fn submission(&self, gid: i64) -> Submission {
+        Submission {
+            file: self.dir.join("job.sh"),
+            script: self.plan.plan.script.clone(),
+            out: self.dir.clone(),
+            token: self.comment(gid),
+            after: None,
+        }
     }
 }
 
@@ -188,6 +204,23 @@ impl Members {
         let live = !fresh && (0..nodes).any(|r| engine.node_live(0, r));
         let job = read_line(&dir.join(format!("jobid.{attempt}")));
         let submitting = dir.join(format!("submitting.{attempt}")).exists();
+        // Being retired, never submitted (no job, no sbatch that may have
+        // run): nothing of it runs, and it never will; its nodes are
+        // answered now.
+        let retired = live && engine.stopping(0) && job.is_none() && !submitting;
+        if retired {
+            for node in (0..nodes).filter(|&r| engine.node_live(0, r)) {
+                self.event(
+                    gid,
+                    Event::NodeLost {
+                        task: 0,
+                        attempt,
+                        node,
+                    },
+                );
+            }
+        }
+        let live = live && !retired;
         let mut w = WorkerRun {
             plan,
             dir,
@@ -197,6 +230,7 @@ impl Members {
             settled: false,
             submit: live && job.is_none(),
             lookup: submitting,
+            retry_at: 0,
             job,
             gone: false,
             state: None,
@@ -276,6 +310,7 @@ impl Members {
         if let Some(job) = read_line(&j.attempt_dir().join("worker")) {
             j.worker_job = Some(job);
         }
+        j.worker = read_line(&j.attempt_dir().join("worker_group")).and_then(|g| g.parse().ok());
         self.jobs.insert(gid, j);
         Ok(())
     }
@@ -292,11 +327,14 @@ impl Members {
                 Action::Start { attempt, .. } => self.start(gid, attempt),
                 Action::Terminate { attempt, .. } => self.stop(gid, attempt, Some("TERM")),
                 Action::Kill { attempt, .. } => self.stop(gid, attempt, None),
-                Action::SetTimer { .. } | Action::TaskStatus { .. } | Action::GroupStatus(_) => {}
+                Action::SetTimer { .. } | Action::TaskStatus { .. } | Action::GroupStatus(_) => {
+                    continue;
+                }
             }
+            // Carried out at once, not at the next poll (a timer or a
+            // status asks nothing of Slurm).
+            self.next_poll = 0;
         }
-        // Actions are carried out at once, not at the next poll.
-        self.next_poll = 0;
     }
 
     fn start(&mut self, gid: i64, attempt: Attempt) {
@@ -310,6 +348,7 @@ impl Members {
             w.live = true;
             w.submit = true;
             w.lookup = false;
+            w.retry_at = 0;
             w.job = None;
             w.gone = false;
             w.state = None;
@@ -463,6 +502,9 @@ impl Members {
         fs::write(adir.join("step.sh"), STEP).map_err(io)?;
         fs::write(adir.join("launch.sh"), LAUNCH).map_err(io)?;
         fs::write(adir.join("worker"), format!("{wjob}\n")).map_err(io)?;
+        // Its worker's group, known again after a crash before the pool
+        // places the job again (its step's failure meanwhile is a failure).
+        fs::write(adir.join("worker_group"), format!("{wgid}\n")).map_err(io)?;
         let lock = OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -597,7 +639,7 @@ impl Members {
             let states = self.worker_states();
             let gids: Vec<i64> = self.workers.keys().copied().collect();
             for gid in gids {
-                self.poll_worker(gid, &states);
+                self.poll_worker(gid, &states, now);
             }
             let gids: Vec<i64> = self.jobs.keys().copied().collect();
             for gid in gids {
@@ -639,12 +681,17 @@ impl Members {
         states
     }
 
-    fn poll_worker(&mut self, gid: i64, states: &BTreeMap<String, Option<super::JobState>>) {
+    fn poll_worker(
+        &mut self,
+        gid: i64,
+        states: &BTreeMap<String, Option<super::JobState>>,
+        now: i64,
+    ) {
         let Some(mut w) = self.workers.remove(&gid) else {
             return;
         };
         if w.submit {
-            self.submit_worker(gid, &mut w);
+            self.submit_worker(gid, &mut w, now);
         }
         if let Some(job) = w.job.clone().filter(|_| !w.gone)
             && let Some(state) = states.get(&job)
@@ -658,19 +705,24 @@ impl Members {
         self.workers.insert(gid, w);
     }
 
-    fn submit_worker(&mut self, gid: i64, w: &mut WorkerRun) {
+    /// Submits the worker's job as a group's is submitted (submit.rs):
+    /// once, across crashes and sbatch errors after which it may exist.
+    fn submit_worker(&mut self, gid: i64, w: &mut WorkerRun, now: i64) {
+        if now < w.retry_at {
+            return;
+        }
         let slurm = w.slurm();
-        let comment = w.comment(gid);
+        let job = w.submission(gid);
         if w.lookup {
-            match slurm.find(&comment) {
-                Ok(Some(job)) => {
-                    let _ = fs::write(w.dir.join(format!("jobid.{}", w.attempt)), &job);
-                    // For `skyc status` and the batch output in `skyc logs`.
-                    self.reports.push((gid, Report::Job(job.clone())));
-                    w.job = Some(job);
-                    w.submit = false;
-                    return;
-                }
+            // A supervisor died around sbatch, or sbatch could not tell:
+            // the job may exist.
+            if submit::sbatch_running(&job.token) {
+                eprintln!("[{now}] worker {gid}: an earlier sbatch of it is still running");
+                w.retry_at = now + RETRY_MS;
+                return;
+            }
+            match submit::find(&slurm, &job) {
+                Ok(Some(id)) => return self.submitted(gid, w, id),
                 Ok(None) if w.stopping => {
                     // Retired before its sbatch went through: nothing runs.
                     w.lookup = false;
@@ -691,61 +743,66 @@ impl Members {
                 }
                 Ok(None) => w.lookup = false,
                 Err(e) => {
-                    eprintln!("[{}] worker {gid}: Slurm: {e}", crate::store::now_ms());
+                    eprintln!("[{now}] worker {gid}: Slurm: {e}; trying again");
+                    w.retry_at = now + RETRY_MS;
                     return;
                 }
             }
         }
-        let script = w.dir.join("job.sh");
         let marker = w.dir.join(format!("submitting.{}", w.attempt));
-        // An earlier attempt's ready and exit files are not this one's
-        // (the batch script makes the directory again).
+        // An earlier attempt's ready and exit files, and its status file
+        // (which names its job), are not this one's.
         let _ = fs::remove_dir_all(w.run_dir());
-        if let Err(e) =
-            fs::write(&script, &w.plan.plan.script).and_then(|()| fs::write(&marker, ""))
-        {
-            self.reports
-                .push((gid, Report::Error(format!("{}: {e}", w.dir.display()))));
-            return;
+        let _ = fs::remove_file(w.dir.join("status"));
+        if let Err(e) = fs::write(&job.file, &job.script).and_then(|()| fs::write(&marker, "")) {
+            return self.refused(gid, w, format!("{}: {e}", w.dir.display()));
         }
-        match slurm.submit_tagged(&script, &w.dir, &comment) {
-            Ok(job) => {
-                let _ = fs::write(w.dir.join(format!("jobid.{}", w.attempt)), &job);
-                eprintln!("[{}] worker {gid}: Slurm job {job}", crate::store::now_ms());
-                self.reports.push((gid, Report::Job(job.clone())));
-                w.job = Some(job);
-                w.submit = false;
-                self.event(
-                    gid,
-                    Event::TaskQueued {
-                        task: 0,
-                        attempt: w.attempt,
-                    },
-                );
-            }
-            Err(e) if e.message.contains("no answer") => {
-                // sbatch may have submitted it: look it up first.
+        match submit::submit(&slurm, &job, None) {
+            Ok(id) => self.submitted(gid, w, id),
+            Err(AdoptError::Retry(e)) => {
+                eprintln!("[{now}] worker {gid}: {e}; trying again");
                 w.lookup = true;
+                w.retry_at = now + RETRY_MS;
             }
-            Err(e) => {
-                // Refused (a bad partition, an option): the worker fails,
-                // and the pool hears it.
-                w.submit = false;
-                w.live = false;
-                self.reports.push((gid, Report::Error(e.to_string())));
-                for node in 0..w.nodes() {
-                    self.event(
-                        gid,
-                        Event::NodeExited {
-                            task: 0,
-                            attempt: w.attempt,
-                            node,
-                            phase: Phase::Setup,
-                            code: 1,
-                        },
-                    );
-                }
-            }
+            Err(AdoptError::Fatal(e)) => self.refused(gid, w, e),
+        }
+    }
+
+    fn submitted(&mut self, gid: i64, w: &mut WorkerRun, job: String) {
+        let _ = fs::write(w.dir.join(format!("jobid.{}", w.attempt)), &job);
+        eprintln!("[{}] worker {gid}: Slurm job {job}", crate::store::now_ms());
+        // For `skyc status` and the batch output in `skyc logs`.
+        self.reports.push((gid, Report::Job(job.clone())));
+        w.job = Some(job);
+        w.submit = false;
+        w.lookup = false;
+        self.event(
+            gid,
+            Event::TaskQueued {
+                task: 0,
+                attempt: w.attempt,
+            },
+        );
+    }
+
+    /// Refused (a bad partition, an option, its directory): the worker's
+    /// setup fails, and the pool hears it.
+    fn refused(&mut self, gid: i64, w: &mut WorkerRun, error: String) {
+        w.submit = false;
+        w.lookup = false;
+        w.live = false;
+        self.reports.push((gid, Report::Error(error)));
+        for node in 0..w.nodes() {
+            self.event(
+                gid,
+                Event::NodeExited {
+                    task: 0,
+                    attempt: w.attempt,
+                    node,
+                    phase: Phase::Setup,
+                    code: 1,
+                },
+            );
         }
     }
 
@@ -763,13 +820,26 @@ impl Members {
         }
         w.seen = true;
         w.state.clone_from(&state);
-        use super::JobState::{Configuring, Pending, Running};
+        use super::JobState::{Completing, Configuring, Pending, Requeued, Running, Suspended};
         let running = state == Some(Running);
-        // Ending (COMPLETING) is ended: its steps are being killed.
-        let ended = match state {
-            Some(Pending | Configuring) => w.started,
-            Some(Running) => false,
-            _ => true,
+        // A state that may come back to RUNNING later (suspended, stopped,
+        // requeued after it ran) is a worker lost all the same: it is
+        // cancelled before it is forgotten, so no allocation outlives it.
+        let lost = match &state {
+            Some(Suspended) => true,
+            Some(super::JobState::Other(s)) => s == "STOPPED",
+            Some(Pending | Configuring | Requeued) => w.started,
+            _ => false,
+        };
+        if lost {
+            let _ = slurm.cancel(job);
+        }
+        // Ending (COMPLETING) is ended: its steps are being killed. Any
+        // other state (SIGNALING, RESIZING, one this does not know) is
+        // watched on, as not holding.
+        let ended = match &state {
+            None | Some(Completing) => true,
+            Some(s) => s.is_terminal() || lost,
         };
         if running && !w.started {
             w.started = true;
@@ -874,26 +944,18 @@ impl Members {
         };
         let adir = j.attempt_dir();
         let running = j.launched && lock_held(&adir.join("lock"));
-        if let (Some(signal), Some(wjob)) = (j.signal, j.worker_job.clone()) {
+        if let Some(signal) = j.signal {
             if running {
-                let slurm = self
-                    .workers
-                    .get(&j.worker.unwrap_or(-1))
-                    .map_or_else(|| j.plan.plan.cluster(), WorkerRun::slurm);
-                let name = j.step_name(gid);
-                if let Ok(steps) = slurm.job_steps(&wjob) {
-                    let ids: Vec<&str> = steps
-                        .iter()
-                        .filter(|s| s.name == name)
-                        .map(|s| s.id.as_str())
-                        .collect();
-                    // No step yet: srun is still making it; signalled at
-                    // the next poll.
-                    if !ids.is_empty() && slurm.signal(&ids, signal).is_ok() {
-                        j.signal = None;
-                    }
+                // No step yet: srun is still making it; signalled at the
+                // next poll.
+                if self.signal_step(gid, &j, signal) == Ok(true) {
+                    j.signal = None;
                 }
             } else {
+                // The launcher is gone: a step left of it is cancelled.
+                if signal.is_none() {
+                    let _ = self.signal_step(gid, &j, None);
+                }
                 j.signal = None;
             }
         }
@@ -902,6 +964,24 @@ impl Members {
             .and_then(|w| self.workers.get(&w))
             .is_some_and(|w| w.live && w.state == Some(super::JobState::Running));
         if j.launched && j.live {
+            // srun failed and no node ran the step (a --chdir not there,
+            // srun not found) while the worker holds: the job's failure,
+            // which would repeat, not a loss; its reason is in the log.
+            let no_exit =
+                (0..j.nodes()).all(|r| !adir.join(format!("exit.0.{}.{r}", j.attempt)).exists());
+            let launch_failed = read_line(&adir.join("srun.exit"))
+                .and_then(|c| c.parse::<i32>().ok())
+                .filter(|&c| c != 0 && !running && no_exit && worker_runs && !j.stopping);
+            if let Some(code) = launch_failed {
+                let out = fs::read_to_string(adir.join("launch.out")).unwrap_or_default();
+                for rank in (0..j.nodes()).filter(|&r| !j.answered[r as usize]) {
+                    j.log(
+                        rank,
+                        &format!("skyc: the job's step did not start (srun exited {code}):\n{out}"),
+                    );
+                }
+            }
+            let mut cancelled = false;
             let mut open = false;
             for rank in 0..j.nodes() {
                 if j.answered[rank as usize] {
@@ -940,14 +1020,28 @@ impl Members {
                         phase: Phase::Run,
                         code: 143,
                     },
-                    None => {
-                        j.log(rank, "skyc: node lost\n");
-                        Event::NodeLost {
+                    None => match launch_failed {
+                        Some(code) => Event::NodeExited {
                             task: 0,
                             attempt: j.attempt,
                             node: rank,
+                            phase: Phase::Run,
+                            code,
+                        },
+                        None => {
+                            // No step of this attempt may run beside the
+                            // next one.
+                            if !std::mem::replace(&mut cancelled, true) {
+                                let _ = self.signal_step(gid, &j, None);
+                            }
+                            j.log(rank, "skyc: node lost\n");
+                            Event::NodeLost {
+                                task: 0,
+                                attempt: j.attempt,
+                                node: rank,
+                            }
                         }
-                    }
+                    },
                 };
                 j.answered[rank as usize] = true;
                 self.event(gid, event);
@@ -961,6 +1055,32 @@ impl Members {
             self.reports.push((gid, Report::Settled));
         }
         self.jobs.insert(gid, j);
+    }
+}
+
+impl Members {
+    /// Signals the attempt's step (by its name) in its worker's job, or
+    /// cancels it (`None`): whether there was one, Err when Slurm could
+    /// not be asked.
+    fn signal_step(&self, gid: i64, j: &JobRun, signal: Option<&str>) -> Result<bool, ()> {
+        let Some(wjob) = j.worker_job.as_deref() else {
+            return Ok(false);
+        };
+        let slurm = self
+            .workers
+            .get(&j.worker.unwrap_or(-1))
+            .map_or_else(|| j.plan.plan.cluster(), WorkerRun::slurm);
+        let name = j.step_name(gid);
+        let steps = slurm.steps(wjob).map_err(drop)?;
+        let ids: Vec<&str> = steps
+            .iter()
+            .filter(|s| s.name == name)
+            .map(|s| s.id.as_str())
+            .collect();
+        if ids.is_empty() {
+            return Ok(false);
+        }
+        slurm.signal(&ids, signal).map(|()| true).map_err(drop)
     }
 }
 

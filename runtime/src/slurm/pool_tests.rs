@@ -15,9 +15,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// `sbatch` appends `ID|COMMENT|SKYC_OUT` to `sbatch.log` and `ID|COMMENT`
-/// to `queue`; `squeue -j ID` answers `state.ID` (else PENDING) for a job
-/// in `queue`, `squeue -s` nothing, `squeue` alone the queue; `scancel`
-/// appends its arguments to `scancel.log`; `srun` waits a second.
+/// to `queue` (then fails with `sbatch.fail`'s text, when there is one); `squeue -j ID` answers `state.ID` (else PENDING) for a job
+/// in `queue`, `squeue -s` the file `steps`, `squeue` alone the queue;
+/// `scancel` appends its arguments to `scancel.log`; `srun` waits a
+/// second (then fails with `srun.fail`'s text, when there is one).
 const FAKES: [(&str, &str); 4] = [
     (
         "sbatch",
@@ -32,6 +33,10 @@ n=$(cat "$d/next")
 echo $((n + 1)) >"$d/next"
 echo "$n|$comment|$SKYC_OUT" >>"$d/sbatch.log"
 echo "$n|$comment" >>"$d/queue"
+if [ -f "$d/sbatch.fail" ]; then
+    cat "$d/sbatch.fail" >&2
+    exit 1
+fi
 echo "$n"
 "#,
     ),
@@ -47,6 +52,7 @@ while [ $# -gt 0 ]; do
     shift
 done
 if [ -n "$steps" ]; then
+    cat "$d/steps" 2>/dev/null
     exit 0
 elif [ -z "$job" ]; then
     cat "$d/queue"
@@ -62,11 +68,24 @@ fi
         "scancel",
         "#!/bin/bash\necho \"$*\" >>\"${0%/*}/scancel.log\"\n",
     ),
-    ("srun", "#!/bin/bash\nsleep 1\n"),
+    (
+        "srun",
+        r#"#!/bin/bash
+d=${0%/*}
+sleep 1
+if [ -f "$d/srun.fail" ]; then
+    cat "$d/srun.fail" >&2
+    exit 2
+fi
+"#,
+    ),
 ];
 
 struct Fake {
     dir: PathBuf,
+    /// The plans' token: each test's own, so that no test's sbatch looks
+    /// like another's to its lookup.
+    token: String,
     state: PathBuf,
     store: Store,
     backend: SlurmBackend,
@@ -110,6 +129,7 @@ impl Fake {
             env: vec![("PATH".into(), format!("{}:/usr/bin:/bin", bin.display()))],
             state,
             dir,
+            token: name.to_owned(),
         }
     }
 
@@ -122,7 +142,7 @@ impl Fake {
             steps: Vec::new(),
             out_dir: None,
             env: self.env.clone(),
-            token: "tok".into(),
+            token: self.token.clone(),
         }
     }
 
@@ -220,7 +240,7 @@ fn event(r: &(i64, Report)) -> Option<(i64, &Event)> {
 fn a_worker_found_submitting_after_a_crash_is_looked_up_not_submitted_again() {
     let mut f = Fake::new("lookup");
     // The dead supervisor's sbatch went through; its id was not recorded.
-    fs::write(f.dir.join("bin/queue"), "77|tok-w1-a0\n").unwrap();
+    fs::write(f.dir.join("bin/queue"), "77|lookup-w1-a0\n").unwrap();
     fs::create_dir_all(f.group(1)).unwrap();
     fs::write(f.group(1).join("submitting.0"), "").unwrap();
     let mut engine = Engine::new(spec("w"));
@@ -255,7 +275,7 @@ fn a_worker_is_ready_from_its_nodes_files_and_its_end_loses_its_jobs() {
     let out = f.group(1).canonicalize().unwrap();
     assert_eq!(
         f.bin("sbatch.log"),
-        format!("101|tok-w1-a0|{}\n", out.display())
+        format!("101|lost-w1-a0|{}\n", out.display())
     );
     // Running, its node past setup: ready.
     fs::write(f.dir.join("bin/state.101"), "RUNNING").unwrap();
@@ -332,4 +352,216 @@ fn a_job_placed_on_a_worker_not_ready_is_lost_not_started() {
         "{reports:?}"
     );
     assert!(!f.group(2).join(".skyc/a0/started").exists());
+}
+
+/// Worker 1 submitted (job 101), running, its node past setup: ready.
+fn ready_worker(f: &mut Fake) -> Engine {
+    let mut engine = Engine::new(spec("w"));
+    let worker = f.worker();
+    f.adopt(1, &worker, &engine, true);
+    let actions = engine.start();
+    f.backend.execute(1, &engine, &actions);
+    f.drain_until(|r| matches!(event(r), Some((1, Event::TaskQueued { .. }))));
+    fs::write(f.dir.join("bin/state.101"), "RUNNING").unwrap();
+    let run = f.group(1).join(".skyc/r0");
+    fs::create_dir_all(&run).unwrap();
+    fs::write(run.join("hosts"), "10.0.0.7 w-0.w\n").unwrap();
+    fs::write(run.join("ready.0"), "").unwrap();
+    f.drain_until(|r| matches!(r, (1, Report::Ready { .. })));
+    engine
+}
+
+/// Every report of the polls of the next `ms` milliseconds.
+fn drain_for(f: &mut Fake, ms: u64) -> Vec<(i64, Report)> {
+    let mut all = Vec::new();
+    let end = std::time::Instant::now() + Duration::from_millis(ms);
+    while std::time::Instant::now() < end {
+        all.extend(f.backend.drain(now_ms()));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    all
+}
+
+#[test]
+fn a_worker_in_a_passing_state_is_watched_on_and_a_suspended_one_cancelled() {
+    let mut f = Fake::new("states");
+    let _engine = ready_worker(&mut f);
+    // SIGNALING, RESIZING: not an end; the worker is watched on.
+    fs::write(f.dir.join("bin/state.101"), "SIGNALING").unwrap();
+    let reports = drain_for(&mut f, 2_500);
+    assert!(!reports.iter().any(|r| event(r).is_some()), "{reports:?}");
+    assert_eq!(f.bin("scancel.log"), "", "nothing cancelled");
+    // Suspended (it could resume later, in its hold): lost, and cancelled
+    // so that no allocation outlives it.
+    fs::write(f.dir.join("bin/state.101"), "SUSPENDED").unwrap();
+    f.drain_until(|r| matches!(event(r), Some((1, Event::NodeLost { .. }))));
+    assert_eq!(f.bin("scancel.log"), "101\n");
+}
+
+#[test]
+fn a_worker_whose_sbatch_failed_after_slurm_took_it_is_found_not_failed() {
+    let mut f = Fake::new("timeout");
+    fs::write(
+        f.dir.join("bin/sbatch.fail"),
+        "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation",
+    )
+    .unwrap();
+    let mut engine = Engine::new(spec("w"));
+    let worker = f.worker();
+    f.adopt(1, &worker, &engine, true);
+    let actions = engine.start();
+    f.backend.execute(1, &engine, &actions);
+    let reports = f.drain_until(|r| matches!(event(r), Some((1, Event::TaskQueued { .. }))));
+    assert!(
+        !reports
+            .iter()
+            .any(|r| matches!(event(r), Some((_, Event::NodeExited { .. })))),
+        "{reports:?}"
+    );
+    assert_eq!(
+        fs::read_to_string(f.group(1).join("jobid.0")).unwrap(),
+        "101"
+    );
+    assert_eq!(f.bin("sbatch.log").lines().count(), 1, "submitted once");
+}
+
+#[test]
+fn a_worker_is_not_submitted_while_a_dead_supervisors_sbatch_runs() {
+    let mut f = Fake::new("sbatchrun");
+    fs::create_dir_all(f.group(9)).unwrap();
+    fs::write(f.group(9).join("submitting.0"), "").unwrap();
+    // The dead supervisor's sbatch, still waiting for slurmctld.
+    let mut sbatch = std::process::Command::new("bash")
+        .args([
+            "-c",
+            "sleep 30; true",
+            "sbatch",
+            "--comment=sbatchrun-w9-a0",
+        ])
+        .spawn()
+        .unwrap();
+    let mut engine = Engine::new(spec("w"));
+    engine.start();
+    let worker = f.worker();
+    f.adopt(9, &worker, &engine, false);
+    drain_for(&mut f, 1_500);
+    let _ = sbatch.kill();
+    let _ = sbatch.wait();
+    assert_eq!(f.bin("sbatch.log"), "", "no second sbatch beside it");
+    // Gone, and its job never made: submitted at the next try.
+    f.drain_until(|r| matches!(event(r), Some((9, Event::TaskQueued { .. }))));
+    assert_eq!(f.bin("sbatch.log").lines().count(), 1);
+}
+
+/// Job 2 adopted, started and placed on worker 1.
+fn placed_job(f: &mut Fake) -> Engine {
+    let mut engine = Engine::new(spec("j"));
+    let job = f.job();
+    f.adopt(2, &job, &engine, true);
+    let actions = engine.start();
+    f.backend.execute(2, &engine, &actions);
+    f.backend.place(2, 0, 1, &Placement::default());
+    engine
+}
+
+#[test]
+fn a_step_that_cannot_start_on_a_holding_worker_is_the_jobs_failure() {
+    let mut f = Fake::new("srunfail");
+    let _worker = ready_worker(&mut f);
+    fs::write(
+        f.dir.join("bin/srun.fail"),
+        "srun: error: chdir to /nowhere failed\n",
+    )
+    .unwrap();
+    let _job = placed_job(&mut f);
+    let reports = f.drain_until(|r| {
+        event(r).is_some_and(|(g, e)| {
+            g == 2 && !matches!(e, Event::TaskStarted { .. } | Event::TaskQueued { .. })
+        })
+    });
+    let ended = reports
+        .iter()
+        .filter_map(event)
+        .filter(|(g, _)| *g == 2)
+        .last();
+    assert!(
+        matches!(
+            ended,
+            Some((
+                2,
+                Event::NodeExited {
+                    code: 2,
+                    phase: crate::policy::Phase::Run,
+                    ..
+                }
+            ))
+        ),
+        "{reports:?}"
+    );
+    let log = fs::read_to_string(crate::paths::log(&f.group(2), "j", 0)).unwrap();
+    assert!(log.contains("srun exited 2"), "{log}");
+    assert!(log.contains("chdir to /nowhere failed"), "{log}");
+}
+
+#[test]
+fn a_step_lost_is_cancelled_by_name_before_its_loss_is_told() {
+    let mut f = Fake::new("steplost");
+    let _worker = ready_worker(&mut f);
+    // srun ends with no node's exit file (its step left behind, say).
+    fs::write(
+        f.dir.join("bin/steps"),
+        "101.0|skyc-j2-a0\n101.1|skyc-j3-a0\n",
+    )
+    .unwrap();
+    let _job = placed_job(&mut f);
+    f.drain_until(|r| matches!(event(r), Some((2, Event::NodeLost { .. }))));
+    assert_eq!(f.bin("scancel.log"), "101.0\n");
+}
+
+#[test]
+fn a_step_that_failed_while_the_supervisor_was_down_is_a_failure_not_a_loss() {
+    let mut f = Fake::new("downfail");
+    let worker = ready_worker(&mut f);
+    let job = placed_job(&mut f);
+    // The supervisor dies; the step fails meanwhile.
+    f.backend = super::SlurmBackend::new(&f.state);
+    let adir = f.group(2).join(".skyc/a0");
+    fs::write(adir.join("exit.0.0.0"), "run 3\n").unwrap();
+    let plan = f.worker();
+    f.adopt(1, &plan, &worker, false);
+    let plan = f.job();
+    f.adopt(2, &plan, &job, false);
+    let reports = f.drain_until(|r| {
+        matches!(
+            event(r),
+            Some((2, Event::NodeExited { .. } | Event::NodeLost { .. }))
+        )
+    });
+    assert!(
+        reports
+            .iter()
+            .any(|r| matches!(event(r), Some((2, Event::NodeExited { code: 3, .. })))),
+        "{reports:?}"
+    );
+}
+
+#[test]
+fn a_worker_retired_before_its_submission_is_not_submitted_after_a_crash() {
+    let mut f = Fake::new("retired");
+    let mut engine = Engine::new(spec("w"));
+    engine.start();
+    // Retired (the pool scaled down) before the dead supervisor ran sbatch.
+    engine.handle(Event::CancelRequested);
+    assert!(engine.stopping(0));
+    let worker = f.worker();
+    f.adopt(1, &worker, &engine, false);
+    let reports = f.drain_until(|r| matches!(event(r), Some((1, Event::NodeLost { .. }))));
+    assert!(
+        !reports
+            .iter()
+            .any(|r| matches!(event(r), Some((1, Event::TaskQueued { .. })))),
+        "{reports:?}"
+    );
+    drain_for(&mut f, 1_500);
+    assert_eq!(f.bin("sbatch.log"), "", "never submitted");
 }
