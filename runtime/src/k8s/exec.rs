@@ -20,6 +20,9 @@ pub enum ExecError {
     /// The pod or its container is not there or not running: what ran in
     /// it is gone with it.
     Gone(String),
+    /// The API server refuses it (403: RBAC; 413/414/431: too large):
+    /// asking again will not help, the user must act.
+    Denied(String),
     /// Anything else (the API server, the network, a refusal): asked
     /// again later.
     Failed(String),
@@ -100,6 +103,7 @@ fn classify(e: kube::Error) -> ExecError {
     };
     match code {
         Some(404 | 400) => ExecError::Gone(e.to_string()),
+        Some(403 | 413 | 414 | 431) => ExecError::Denied(e.to_string()),
         _ => ExecError::Failed(e.to_string()),
     }
 }

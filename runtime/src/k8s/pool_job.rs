@@ -60,6 +60,8 @@ pub(super) struct PoolJob {
     kill: bool,
     settled: bool,
     outage: Option<String>,
+    /// The last exec refusal reported.
+    denied: Option<String>,
 }
 
 impl PoolJob {
@@ -84,6 +86,7 @@ impl PoolJob {
             kill: false,
             settled: false,
             outage: None,
+            denied: None,
         }
     }
 
@@ -215,6 +218,7 @@ impl PoolJob {
         let attempt = placed.attempt;
         let current = tg.attempt == attempt;
         let mut outage = None;
+        let mut denied = None;
         for rank in 0..self.nodes.len() {
             let r = rank as u32;
             let node = self.nodes[rank].clone();
@@ -263,6 +267,7 @@ impl PoolJob {
                         self.event(lost);
                     }
                     Err(ExecError::Failed(why)) => outage = Some(why),
+                    Err(ExecError::Denied(why)) => denied = Some(why),
                 }
                 continue;
             }
@@ -276,6 +281,7 @@ impl PoolJob {
                         self.nodes[rank].killed |= kill;
                     }
                     Err(ExecError::Failed(why)) => outage = Some(why),
+                    Err(ExecError::Denied(why)) => denied = Some(why),
                 }
             }
             let offset = self.offset(r);
@@ -334,8 +340,10 @@ impl PoolJob {
                     self.event(lost);
                 }
                 Err(ExecError::Failed(why)) => outage = Some(why),
+                Err(ExecError::Denied(why)) => denied = Some(why),
             }
         }
+        self.deny(denied);
         if current && tg.want == Want::Run && self.nodes.iter().all(|n| n.started) {
             self.event(Event::TaskStarted { task: 0, attempt });
         }
@@ -343,6 +351,20 @@ impl PoolJob {
         if self.goal.end.is_some() && self.nodes.iter().all(|n| n.ended || !n.started) {
             self.settle();
         }
+    }
+
+    /// An exec the API server refuses is no outage: the user must act
+    /// (grant `pods/exec`), so it is shown once as an error; the job's
+    /// nodes are asked again each pass meanwhile.
+    fn deny(&mut self, denied: Option<String>) {
+        if let Some(why) = &denied
+            && self.denied.as_ref() != Some(why)
+        {
+            self.out.send(Report::Error(format!(
+                "the API server refuses an exec in the job's worker pods: {why}"
+            )));
+        }
+        self.denied = denied;
     }
 
     fn settle(&mut self) {

@@ -47,6 +47,11 @@ impl World {
         if self.kubelet_exec.failing {
             return Err(ExecError::Failed("the exec proxy is down".into()));
         }
+        if self.kubelet_exec.denied {
+            return Err(ExecError::Denied(format!(
+                "pods \"{name}\" is forbidden: cannot get resource \"pods/exec\" (403)"
+            )));
+        }
         let Some(pod) = self.get("pods", name).cloned() else {
             return Err(ExecError::Gone(format!("pods \"{name}\" not found")));
         };

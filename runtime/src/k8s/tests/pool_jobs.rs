@@ -499,3 +499,33 @@ fn a_job_cancelled_before_it_is_placed_ends_with_nothing_started() {
     assert!(p.processes().is_empty());
     assert!(p.fake.world().kubelet_exec.execs.is_empty());
 }
+
+#[test]
+fn an_exec_the_api_server_forbids_is_an_error_not_an_outage() {
+    let mut p = Pool::new();
+    p.ready_worker(1, 0);
+    p.add(10, job(0, 1));
+    p.fake.world().kubelet_exec.denied = true;
+    p.place(10, 1);
+    let errors: Vec<&String> = p
+        .reports
+        .iter()
+        .filter_map(|(g, r)| match r {
+            Report::Error(e) if *g == 10 => Some(e),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(errors[0].contains("pods/exec"), "{errors:?}");
+    assert!(
+        !p.reports
+            .iter()
+            .any(|(g, r)| *g == 10 && matches!(r, Report::Outage(Some(_)))),
+        "{:?}",
+        p.reports
+    );
+    assert!(p.processes().is_empty());
+    // Granted: the job starts.
+    p.cluster(|w| w.kubelet_exec.denied = false);
+    assert_eq!(p.processes().len(), 2);
+}
