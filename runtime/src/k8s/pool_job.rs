@@ -284,63 +284,71 @@ impl PoolJob {
                     Err(ExecError::Denied(why)) => denied = Some(why),
                 }
             }
-            let offset = self.offset(r);
-            match cluster
-                .exec
-                .exec(&placed.namespace, pod, job_scripts::poll(&dir, offset))
-                .await
-            {
-                Ok(out) => match job_scripts::parse_poll(&out) {
-                    Some((state, log)) => {
-                        self.append(r, offset, &log);
-                        match state {
-                            State::Running => {}
-                            State::Exited(code) => {
-                                self.nodes[rank].ended = true;
-                                self.event(Event::NodeExited {
-                                    task: 0,
-                                    attempt,
-                                    node: r,
-                                    phase: Phase::Run,
-                                    code,
-                                });
-                            }
-                            // Killed by the engine's SIGKILL.
-                            State::Vanished if self.nodes[rank].killed => {
-                                self.nodes[rank].ended = true;
-                                self.event(Event::NodeExited {
-                                    task: 0,
-                                    attempt,
-                                    node: r,
-                                    phase: Phase::Run,
-                                    code: 137,
-                                });
-                            }
-                            State::Absent | State::Vanished => {
-                                self.log(
-                                    r,
-                                    &format!(
-                                        "skyc: the job's process in worker pod {pod} is gone\n"
-                                    ),
-                                );
-                                self.nodes[rank].ended = true;
-                                self.event(lost);
+            'poll: loop {
+                let offset = self.offset(r);
+                match cluster
+                    .exec
+                    .exec(&placed.namespace, pod, job_scripts::poll(&dir, offset))
+                    .await
+                {
+                    Ok(out) => match job_scripts::parse_poll(&out) {
+                        Some((state, log)) => {
+                            self.append(r, offset, &log);
+                            // A full chunk: more of the log is left, read
+                            // before its end is reported (the next poll, at
+                            // once).
+                            let more = log.len() as u64 >= job_scripts::LOG_CHUNK_BYTES;
+                            match state {
+                                State::Running => {}
+                                _ if more => continue 'poll,
+                                State::Exited(code) => {
+                                    self.nodes[rank].ended = true;
+                                    self.event(Event::NodeExited {
+                                        task: 0,
+                                        attempt,
+                                        node: r,
+                                        phase: Phase::Run,
+                                        code,
+                                    });
+                                }
+                                // Killed by the engine's SIGKILL.
+                                State::Vanished if self.nodes[rank].killed => {
+                                    self.nodes[rank].ended = true;
+                                    self.event(Event::NodeExited {
+                                        task: 0,
+                                        attempt,
+                                        node: r,
+                                        phase: Phase::Run,
+                                        code: 137,
+                                    });
+                                }
+                                State::Absent | State::Vanished => {
+                                    self.log(
+                                        r,
+                                        &format!(
+                                            "skyc: the job's process in worker pod {pod} is gone\n"
+                                        ),
+                                    );
+                                    self.nodes[rank].ended = true;
+                                    self.event(lost);
+                                }
                             }
                         }
+                        None => {
+                            outage = Some(format!(
+                                "an answer of pod {pod} that is not skyc's: {out:?}"
+                            ))
+                        }
+                    },
+                    Err(ExecError::Gone(why)) => {
+                        self.log(r, &format!("skyc: worker pod {pod} is gone: {why}\n"));
+                        self.nodes[rank].ended = true;
+                        self.event(lost);
                     }
-                    None => {
-                        outage = Some(format!(
-                            "an answer of pod {pod} that is not skyc's: {out:?}"
-                        ))
-                    }
-                },
-                Err(ExecError::Gone(why)) => {
-                    self.log(r, &format!("skyc: worker pod {pod} is gone: {why}\n"));
-                    self.nodes[rank].ended = true;
-                    self.event(lost);
+                    Err(ExecError::Failed(why)) => outage = Some(why),
+                    Err(ExecError::Denied(why)) => denied = Some(why),
                 }
-                Err(ExecError::Failed(why)) => outage = Some(why),
-                Err(ExecError::Denied(why)) => denied = Some(why),
+                break;
             }
         }
         self.deny(denied);

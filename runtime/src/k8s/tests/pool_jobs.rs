@@ -8,7 +8,7 @@ use super::fake::{Fake, NS, Process};
 use super::pools::worker;
 use crate::backend::{Backend, Report};
 use crate::goal::Goal;
-use crate::k8s::job_scripts::attempt_dir;
+use crate::k8s::job_scripts::{self, attempt_dir};
 use crate::k8s::{Kubernetes, Plan};
 use crate::policy::{Action, Engine, Event, Status, Timer};
 use crate::pool::{JobSpec, Placement};
@@ -528,4 +528,26 @@ fn an_exec_the_api_server_forbids_is_an_error_not_an_outage() {
     // Granted: the job starts.
     p.cluster(|w| w.kubelet_exec.denied = false);
     assert_eq!(p.processes().len(), 2);
+}
+
+/// A node that printed more than a poll reads and then exited: its whole
+/// log is read before its end is reported.
+#[test]
+fn a_long_log_is_read_to_its_end_before_the_exit() {
+    let mut p = two_jobs_placed();
+    let big = "x".repeat(2 * job_scripts::LOG_CHUNK_BYTES as usize + 100) + "\nend\n";
+    p.cluster(|w| {
+        for node in 0..2 {
+            let pod = format!("pool-0-trainers-{node}-0");
+            let dir = attempt_dir(10, 0);
+            w.job_prints(&pod, &dir, &big);
+            w.job_exits(&pod, &dir, 0);
+        }
+    });
+    assert_eq!(p.status(10), Status::Succeeded);
+    for node in 0..2 {
+        let log = p.log(10, node);
+        assert_eq!(log.len(), big.len(), "node {node}");
+        assert!(log.ends_with("\nend\n"));
+    }
 }
