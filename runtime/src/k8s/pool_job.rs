@@ -10,7 +10,10 @@
 //! again (a new supervisor) is never started twice. A worker's pod that
 //! is gone, not running, or a new one (the attempt's directory absent
 //! once started) is the job's node lost with it: its engine starts a new
-//! attempt, which the pool places again.
+//! attempt, which the pool places again. The placement and the nodes
+//! asked to start are kept in the group's directory ([`Record`]), so a
+//! new supervisor signals and reads them where they run, whatever
+//! placement it is given again.
 
 use super::client::Cluster;
 use super::exec::ExecError;
@@ -29,7 +32,7 @@ use std::time::Duration;
 
 /// Where the pool placed an attempt: the worker's pods, one per node of
 /// the job, in rank order (empty: the worker is not there).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub(super) struct Placed {
     pub(super) attempt: u32,
     pub(super) namespace: String,
@@ -46,6 +49,19 @@ struct Node {
     termed: bool,
     killed: bool,
 }
+
+/// What this job's supervisor did, kept in the job's group directory so
+/// a new supervisor goes on from it: where the attempt was placed (its
+/// pods are never worked out again: a worker made again meanwhile has
+/// new pods, where the attempt must not run a second time) and which of
+/// its nodes were asked to start (written before the start is asked).
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Record {
+    placed: Placed,
+    started: Vec<bool>,
+}
+
+const RECORD: &str = "k8s-pool-job.json";
 
 pub(super) struct PoolJob {
     pub(super) plan: Plan,
@@ -73,7 +89,7 @@ impl PoolJob {
         backoff: Backoff,
         poll: Duration,
     ) -> Self {
-        Self {
+        let mut job = Self {
             plan,
             goal,
             out,
@@ -87,7 +103,43 @@ impl PoolJob {
             settled: false,
             outage: None,
             denied: None,
+        };
+        // A node asked to start before a crash is taken as started: it is
+        // signalled and read, and lost if its attempt is not in its pod.
+        let record = std::fs::read_to_string(job.group_dir.join(RECORD))
+            .ok()
+            .and_then(|s| serde_json::from_str::<Record>(&s).ok());
+        if let Some(record) = record {
+            job.place(record.placed);
+            for (node, started) in job.nodes.iter_mut().zip(record.started) {
+                node.started = started;
+            }
         }
+        job
+    }
+
+    /// Saves the placement and the nodes asked to start (`also`).
+    fn save(&self, also: Option<usize>) -> std::io::Result<()> {
+        let Some(placed) = self.placed.clone() else {
+            return Ok(());
+        };
+        let started = (0..self.nodes.len())
+            .map(|r| self.nodes[r].started || also == Some(r) || self.recorded(r))
+            .collect();
+        let record =
+            serde_json::to_string(&Record { placed, started }).map_err(std::io::Error::other)?;
+        crate::paths::write_atomic(&self.group_dir, RECORD, &record)
+    }
+
+    /// Whether node `rank` is recorded as asked to start.
+    fn recorded(&self, rank: usize) -> bool {
+        std::fs::read_to_string(self.group_dir.join(RECORD))
+            .ok()
+            .and_then(|s| serde_json::from_str::<Record>(&s).ok())
+            .is_some_and(|r| {
+                r.placed.attempt == self.placed.as_ref().map_or(u32::MAX, |p| p.attempt)
+                    && r.started.get(rank).copied().unwrap_or(false)
+            })
     }
 
     pub(super) fn set_goal(&mut self, goal: Goal) {
@@ -243,6 +295,10 @@ impl PoolJob {
                     if current {
                         self.event(lost);
                     }
+                    continue;
+                }
+                if let Err(e) = self.save(Some(rank)) {
+                    outage = Some(format!("saving the job's placement: {e}"));
                     continue;
                 }
                 let argv = self.start_argv(&dir, r, &placed.placement);

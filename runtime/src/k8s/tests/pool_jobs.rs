@@ -551,3 +551,66 @@ fn a_long_log_is_read_to_its_end_before_the_exit() {
         assert!(log.ends_with("\nend\n"));
     }
 }
+
+/// The job is cancelled while no supervisor runs: the new one, before
+/// any placement is given again, signals the running nodes (it does not
+/// answer them lost and leave them running).
+#[test]
+fn a_cancel_heard_by_a_restarted_supervisor_signals_the_running_job() {
+    let mut p = two_jobs_placed();
+    p.backend = None;
+    let actions = p
+        .engines
+        .get_mut(&10)
+        .unwrap()
+        .handle(Event::CancelRequested);
+    for a in &actions {
+        if let Action::SetTimer { timer, .. } = a {
+            p.timers.push((10, *timer));
+        }
+    }
+    p.placed.remove(&10);
+    p.restart();
+    assert_eq!(p.status(10), Status::Cancelled);
+    let procs = p.processes();
+    let job: Vec<&Process> = procs
+        .iter()
+        .filter(|x| x.pod.starts_with("pool-0-"))
+        .collect();
+    assert_eq!(job.len(), 2);
+    assert!(job.iter().all(|x| x.exit == Some(143)), "{job:#?}");
+}
+
+/// An attempt given again on other pods (its worker made again while no
+/// supervisor ran) is not started a second time: its pods are the ones
+/// it was started in.
+#[test]
+fn an_attempt_given_again_elsewhere_after_a_restart_does_not_run_twice() {
+    let mut p = two_jobs_placed();
+    p.backend = None;
+    // The old pods' containers are gone with what ran in them.
+    p.fake
+        .world()
+        .kubelet_exec
+        .by_dir
+        .retain(|_, x| !x.pod.starts_with("pool-0-"));
+    p.placed.insert(10, (0, 2));
+    p.restart();
+    let procs = p.processes();
+    assert_eq!(
+        procs
+            .iter()
+            .filter(|x| x.pod.starts_with("pool-1-"))
+            .count(),
+        2,
+        "only job 11 runs on worker 2: {procs:#?}"
+    );
+    assert!(p.reports.iter().any(|(g, r)| *g == 10
+        && matches!(
+            r,
+            Report::Event {
+                event: Event::NodeLost { attempt: 0, .. },
+                ..
+            }
+        )));
+}
