@@ -226,6 +226,12 @@ impl PoolJob {
             env.push(("SKYPILOT_JOB_RANK".into(), job.rank.to_string()));
             env.push(("SKYPILOT_NUM_JOBS".into(), job.num_jobs.to_string()));
         }
+        // The job's own task id, not its worker's (its group id makes it
+        // unique, as on the local target).
+        env.push((
+            "SKYPILOT_TASK_ID".into(),
+            format!("skyc-job-{}_{}-0", self.out.gid, task.name),
+        ));
         env.push(("SKYPILOT_NODE_RANK".into(), rank.to_string()));
         env.push(("SKYPILOT_NUM_NODES".into(), task.num_nodes.to_string()));
         if let Some(gpus) = placement.gpus.get(rank as usize).filter(|g| !g.is_empty()) {

@@ -303,6 +303,11 @@ fn ranked_jobs_start_once_each_in_their_workers_pods() {
             assert_eq!(env(proc, "SKYPILOT_NUM_JOBS").as_deref(), Some("2"));
             assert_eq!(env(proc, "SKYPILOT_NODE_RANK"), Some(node.to_string()));
             assert_eq!(env(proc, "SKYPILOT_NUM_NODES").as_deref(), Some("2"));
+            // The job's own task id, not its worker's.
+            assert_eq!(
+                env(proc, "SKYPILOT_TASK_ID"),
+                Some(format!("skyc-job-{job}_train-0"))
+            );
             // The job's own envs, exactly as written.
             assert_eq!(env(proc, "LR").as_deref(), Some("0.1 $x"));
             let dir = attempt_dir(job, 0);
