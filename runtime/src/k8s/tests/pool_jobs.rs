@@ -68,6 +68,25 @@ fn a_job_with_secrets_is_refused_on_a_kubernetes_pool() {
     assert!(refused.contains("no `secrets`"), "{refused}");
 }
 
+#[test]
+fn a_job_too_large_for_an_exec_is_refused_at_planning() {
+    let big = "x".repeat(40 * 1024);
+    let text = JOB.replace("run: echo train", &format!("run: echo {big}"));
+    let c = skyc_compiler::compile("job.yaml", text.as_bytes(), &Default::default());
+    let group = c.group.expect("a valid job");
+    let refused = worker(0)
+        .pool_jobs(&group, Duration::from_secs(5), "t".into(), 1, |rank| {
+            JobSpec {
+                room: None,
+                rank,
+                num_jobs: 1,
+            }
+        })
+        .unwrap_err();
+    assert!(refused.starts_with("task `train`:"), "{refused}");
+    assert!(refused.contains("at most 32768"), "{refused}");
+}
+
 /// One supervisor, played: one backend, an engine per group.
 struct Pool {
     fake: Fake,
