@@ -400,6 +400,13 @@ async fn run_job(
     if failures > 0 {
         job.out.send(Report::Outage(None));
     }
+    // What was said meanwhile (a placement given again, a cancel) is heard
+    // before the first pass.
+    while let Ok(msg) = rx.try_recv() {
+        if !hear(&mut job, msg) {
+            return;
+        }
+    }
     loop {
         job.pass(&cluster).await;
         let until = Instant::now() + job.interval();

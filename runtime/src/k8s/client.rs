@@ -117,7 +117,10 @@ pub fn from_config(mut config: Config) -> Result<Cluster, String> {
     let client =
         Client::try_from(config).map_err(|e| format!("the Kubernetes client for {server}: {e}"))?;
     Ok(Cluster {
-        exec: std::sync::Arc::new(super::exec::KubeExec(client.clone())),
+        exec: std::sync::Arc::new(super::exec::Timed(
+            super::exec::KubeExec(client.clone()),
+            super::exec::EXEC_TIMEOUT,
+        )),
         client,
         server,
         namespace,

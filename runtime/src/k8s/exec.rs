@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, AttachParams};
 use kube::client::UpgradeConnectionError;
 use skyc_targets::k8s::names::CONTAINER;
+use std::time::Duration;
 use tokio::io::AsyncReadExt;
 
 /// Why an exec did not answer.
@@ -20,6 +21,9 @@ pub enum ExecError {
     /// The pod or its container is not there or not running: what ran in
     /// it is gone with it.
     Gone(String),
+    /// The API server refuses it (403: RBAC; 413/414/431: too large):
+    /// asking again will not help, the user must act.
+    Denied(String),
     /// Anything else (the API server, the network, a refusal): asked
     /// again later.
     Failed(String),
@@ -34,6 +38,36 @@ pub trait PodExec: Send + Sync {
         pod: &str,
         argv: Vec<String>,
     ) -> BoxFuture<'static, Result<String, ExecError>>;
+}
+
+/// How long an exec may take: a start and a poll end at once in the
+/// pod, so one that has not answered by then is stuck (a network or an
+/// API server that stopped answering) and is asked again later.
+pub const EXEC_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// An exec given at most a time to answer: past it, [`ExecError::Failed`].
+pub struct Timed<E>(pub E, pub Duration);
+
+impl<E: PodExec> PodExec for Timed<E> {
+    fn exec(
+        &self,
+        namespace: &str,
+        pod: &str,
+        argv: Vec<String>,
+    ) -> BoxFuture<'static, Result<String, ExecError>> {
+        let limit = self.1;
+        let answer = self.0.exec(namespace, pod, argv);
+        let pod = pod.to_owned();
+        Box::pin(async move {
+            tokio::time::timeout(limit, answer)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(ExecError::Failed(format!(
+                        "an exec in pod {pod} did not answer within {limit:?}"
+                    )))
+                })
+        })
+    }
 }
 
 /// The API server's exec, through the cluster's client.
@@ -100,6 +134,35 @@ fn classify(e: kube::Error) -> ExecError {
     };
     match code {
         Some(404 | 400) => ExecError::Gone(e.to_string()),
+        Some(403 | 413 | 414 | 431) => ExecError::Denied(e.to_string()),
         _ => ExecError::Failed(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An exec that never answers.
+    struct Stuck;
+
+    impl PodExec for Stuck {
+        fn exec(
+            &self,
+            _namespace: &str,
+            _pod: &str,
+            _argv: Vec<String>,
+        ) -> BoxFuture<'static, Result<String, ExecError>> {
+            Box::pin(futures::future::pending())
+        }
+    }
+
+    #[tokio::test]
+    async fn an_exec_that_does_not_answer_fails_at_its_timeout() {
+        let timed = Timed(Stuck, Duration::from_millis(20));
+        match timed.exec("ns", "pod-0", Vec::new()).await {
+            Err(ExecError::Failed(why)) => assert!(why.contains("pod-0"), "{why}"),
+            other => panic!("{other:?}"),
+        }
     }
 }

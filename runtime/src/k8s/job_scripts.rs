@@ -51,6 +51,9 @@ bash -c '
   # shellcheck disable=SC1091 # the worker node wrote it after setup
   . /tmp/skyc/env
   while IFS= read -r -d "" kv; do export "${kv?}"; done <"$1/env"
+  # The nodes of the job only: the first SKYPILOT_NUM_NODES of the worker.
+  SKYPILOT_NODE_IPS=$(printf "%s\n" "${SKYPILOT_NODE_IPS:-}" | head -n "${SKYPILOT_NUM_NODES:-1}")
+  export SKYPILOT_NODE_IPS
   bash "$1/run.sh"
   code=$?
   echo "$code" >"$1/exit.tmp" && mv -f "$1/exit.tmp" "$1/exit"
@@ -219,15 +222,20 @@ mod tests {
         let hostile = "it's $(touch pwned) `x` \"q\"\nline two";
         let env = vec![
             ("SKYPILOT_JOB_RANK".to_owned(), "3".to_owned()),
+            ("SKYPILOT_NUM_NODES".to_owned(), "2".to_owned()),
             ("ODD".to_owned(), hostile.to_owned()),
         ];
-        let run = "echo rank=$SKYPILOT_JOB_RANK worker=$WORKER_ONLY; printf '%s' \"$ODD\"; echo; echo run >> runs; exit 4";
+        let run = "echo rank=$SKYPILOT_JOB_RANK worker=$WORKER_ONLY; printf '%s' \"$ODD\"; echo; echo \"$SKYPILOT_NODE_IPS\"; echo run >> runs; exit 4";
         assert_eq!(
             parse_start(&sh(&root, &start(&dir, run, &env))),
             Some(Started::Unready)
         );
         std::fs::write(root.join("ready"), "").unwrap();
-        std::fs::write(root.join("env"), "declare -x WORKER_ONLY=\"setup-env\"\n").unwrap();
+        std::fs::write(
+            root.join("env"),
+            "declare -x WORKER_ONLY=\"setup-env\"\ndeclare -x SKYPILOT_NODE_IPS=\"10.0.0.1\n10.0.0.2\n10.0.0.3\"\n",
+        )
+        .unwrap();
         assert_eq!(
             parse_start(&sh(&root, &start(&dir, run, &env))),
             Some(Started::Yes)
@@ -240,7 +248,11 @@ mod tests {
         let (state, log) = wait_exit(&root, &dir);
         assert_eq!(state, State::Exited(4));
         let log = String::from_utf8(log).unwrap();
-        assert_eq!(log, format!("rank=3 worker=setup-env\n{hostile}\n"));
+        // The job's own nodes' addresses only.
+        assert_eq!(
+            log,
+            format!("rank=3 worker=setup-env\n{hostile}\n10.0.0.1\n10.0.0.2\n")
+        );
         assert_eq!(std::fs::read_to_string(root.join("runs")).unwrap(), "run\n");
         assert!(!root.join("pwned").exists());
         // From an offset.

@@ -137,6 +137,9 @@ impl PoolPlan {
     }
 }
 
+/// The most bytes of `run` and `envs` a pool job may have.
+pub(super) const MAX_JOB_PAYLOAD: usize = 32 * 1024;
+
 impl Plan {
     /// The plans of `num_jobs` jobs of `group` (`skyc run --pool`) on a
     /// pool whose workers are made from `self`, in rank order (`job` gives
@@ -157,6 +160,24 @@ impl Plan {
                  (its workers' environment is the jobs')"
                     .into(),
             );
+        }
+        // The run and envs travel as arguments of one exec (base64):
+        // Linux caps one argument at 128 KiB and proxies cap a request's
+        // URL far lower.
+        for t in &group.tasks {
+            let size = t.run.as_ref().map_or(0, String::len)
+                + t.envs
+                    .iter()
+                    .map(|e| e.name.len() + e.value.len() + 2)
+                    .sum::<usize>();
+            if size > MAX_JOB_PAYLOAD {
+                return Err(format!(
+                    "task `{}`: its `run` and `envs` are {size} bytes; a job on a Kubernetes pool \
+                     takes at most {MAX_JOB_PAYLOAD} (they are sent through `pods/exec`): \
+                     put the script in the pool's `workdir` or `file_mounts` and run it from there",
+                    t.name
+                ));
+            }
         }
         let mut group = group.clone();
         group.tasks.iter_mut().for_each(|t| t.setup = None);

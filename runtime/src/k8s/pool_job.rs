@@ -10,7 +10,10 @@
 //! again (a new supervisor) is never started twice. A worker's pod that
 //! is gone, not running, or a new one (the attempt's directory absent
 //! once started) is the job's node lost with it: its engine starts a new
-//! attempt, which the pool places again.
+//! attempt, which the pool places again. The placement and the nodes
+//! asked to start are kept in the group's directory ([`Record`]), so a
+//! new supervisor signals and reads them where they run, whatever
+//! placement it is given again.
 
 use super::client::Cluster;
 use super::exec::ExecError;
@@ -29,7 +32,7 @@ use std::time::Duration;
 
 /// Where the pool placed an attempt: the worker's pods, one per node of
 /// the job, in rank order (empty: the worker is not there).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub(super) struct Placed {
     pub(super) attempt: u32,
     pub(super) namespace: String,
@@ -47,6 +50,19 @@ struct Node {
     killed: bool,
 }
 
+/// What this job's supervisor did, kept in the job's group directory so
+/// a new supervisor goes on from it: where the attempt was placed (its
+/// pods are never worked out again: a worker made again meanwhile has
+/// new pods, where the attempt must not run a second time) and which of
+/// its nodes were asked to start (written before the start is asked).
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Record {
+    placed: Placed,
+    started: Vec<bool>,
+}
+
+const RECORD: &str = "k8s-pool-job.json";
+
 pub(super) struct PoolJob {
     pub(super) plan: Plan,
     pub(super) goal: Goal,
@@ -60,6 +76,8 @@ pub(super) struct PoolJob {
     kill: bool,
     settled: bool,
     outage: Option<String>,
+    /// The last exec refusal reported.
+    denied: Option<String>,
 }
 
 impl PoolJob {
@@ -71,7 +89,7 @@ impl PoolJob {
         backoff: Backoff,
         poll: Duration,
     ) -> Self {
-        Self {
+        let mut job = Self {
             plan,
             goal,
             out,
@@ -84,7 +102,44 @@ impl PoolJob {
             kill: false,
             settled: false,
             outage: None,
+            denied: None,
+        };
+        // A node asked to start before a crash is taken as started: it is
+        // signalled and read, and lost if its attempt is not in its pod.
+        let record = std::fs::read_to_string(job.group_dir.join(RECORD))
+            .ok()
+            .and_then(|s| serde_json::from_str::<Record>(&s).ok());
+        if let Some(record) = record {
+            job.place(record.placed);
+            for (node, started) in job.nodes.iter_mut().zip(record.started) {
+                node.started = started;
+            }
         }
+        job
+    }
+
+    /// Saves the placement and the nodes asked to start (`also`).
+    fn save(&self, also: Option<usize>) -> std::io::Result<()> {
+        let Some(placed) = self.placed.clone() else {
+            return Ok(());
+        };
+        let started = (0..self.nodes.len())
+            .map(|r| self.nodes[r].started || also == Some(r) || self.recorded(r))
+            .collect();
+        let record =
+            serde_json::to_string(&Record { placed, started }).map_err(std::io::Error::other)?;
+        crate::paths::write_atomic(&self.group_dir, RECORD, &record)
+    }
+
+    /// Whether node `rank` is recorded as asked to start.
+    fn recorded(&self, rank: usize) -> bool {
+        std::fs::read_to_string(self.group_dir.join(RECORD))
+            .ok()
+            .and_then(|s| serde_json::from_str::<Record>(&s).ok())
+            .is_some_and(|r| {
+                r.placed.attempt == self.placed.as_ref().map_or(u32::MAX, |p| p.attempt)
+                    && r.started.get(rank).copied().unwrap_or(false)
+            })
     }
 
     pub(super) fn set_goal(&mut self, goal: Goal) {
@@ -171,6 +226,12 @@ impl PoolJob {
             env.push(("SKYPILOT_JOB_RANK".into(), job.rank.to_string()));
             env.push(("SKYPILOT_NUM_JOBS".into(), job.num_jobs.to_string()));
         }
+        // The job's own task id, not its worker's (its group id makes it
+        // unique, as on the local target).
+        env.push((
+            "SKYPILOT_TASK_ID".into(),
+            format!("skyc-job-{}_{}-0", self.out.gid, task.name),
+        ));
         env.push(("SKYPILOT_NODE_RANK".into(), rank.to_string()));
         env.push(("SKYPILOT_NUM_NODES".into(), task.num_nodes.to_string()));
         if let Some(gpus) = placement.gpus.get(rank as usize).filter(|g| !g.is_empty()) {
@@ -215,6 +276,7 @@ impl PoolJob {
         let attempt = placed.attempt;
         let current = tg.attempt == attempt;
         let mut outage = None;
+        let mut denied = None;
         for rank in 0..self.nodes.len() {
             let r = rank as u32;
             let node = self.nodes[rank].clone();
@@ -241,6 +303,10 @@ impl PoolJob {
                     }
                     continue;
                 }
+                if let Err(e) = self.save(Some(rank)) {
+                    outage = Some(format!("saving the job's placement: {e}"));
+                    continue;
+                }
                 let argv = self.start_argv(&dir, r, &placed.placement);
                 match cluster.exec.exec(&placed.namespace, pod, argv).await {
                     Ok(out) => match job_scripts::parse_start(&out) {
@@ -263,6 +329,7 @@ impl PoolJob {
                         self.event(lost);
                     }
                     Err(ExecError::Failed(why)) => outage = Some(why),
+                    Err(ExecError::Denied(why)) => denied = Some(why),
                 }
                 continue;
             }
@@ -276,66 +343,77 @@ impl PoolJob {
                         self.nodes[rank].killed |= kill;
                     }
                     Err(ExecError::Failed(why)) => outage = Some(why),
+                    Err(ExecError::Denied(why)) => denied = Some(why),
                 }
             }
-            let offset = self.offset(r);
-            match cluster
-                .exec
-                .exec(&placed.namespace, pod, job_scripts::poll(&dir, offset))
-                .await
-            {
-                Ok(out) => match job_scripts::parse_poll(&out) {
-                    Some((state, log)) => {
-                        self.append(r, offset, &log);
-                        match state {
-                            State::Running => {}
-                            State::Exited(code) => {
-                                self.nodes[rank].ended = true;
-                                self.event(Event::NodeExited {
-                                    task: 0,
-                                    attempt,
-                                    node: r,
-                                    phase: Phase::Run,
-                                    code,
-                                });
-                            }
-                            // Killed by the engine's SIGKILL.
-                            State::Vanished if self.nodes[rank].killed => {
-                                self.nodes[rank].ended = true;
-                                self.event(Event::NodeExited {
-                                    task: 0,
-                                    attempt,
-                                    node: r,
-                                    phase: Phase::Run,
-                                    code: 137,
-                                });
-                            }
-                            State::Absent | State::Vanished => {
-                                self.log(
-                                    r,
-                                    &format!(
-                                        "skyc: the job's process in worker pod {pod} is gone\n"
-                                    ),
-                                );
-                                self.nodes[rank].ended = true;
-                                self.event(lost);
+            'poll: loop {
+                let offset = self.offset(r);
+                match cluster
+                    .exec
+                    .exec(&placed.namespace, pod, job_scripts::poll(&dir, offset))
+                    .await
+                {
+                    Ok(out) => match job_scripts::parse_poll(&out) {
+                        Some((state, log)) => {
+                            self.append(r, offset, &log);
+                            // A full chunk: more of the log is left, read
+                            // before its end is reported (the next poll, at
+                            // once).
+                            let more = log.len() as u64 >= job_scripts::LOG_CHUNK_BYTES;
+                            match state {
+                                State::Running => {}
+                                _ if more => continue 'poll,
+                                State::Exited(code) => {
+                                    self.nodes[rank].ended = true;
+                                    self.event(Event::NodeExited {
+                                        task: 0,
+                                        attempt,
+                                        node: r,
+                                        phase: Phase::Run,
+                                        code,
+                                    });
+                                }
+                                // Killed by the engine's SIGKILL.
+                                State::Vanished if self.nodes[rank].killed => {
+                                    self.nodes[rank].ended = true;
+                                    self.event(Event::NodeExited {
+                                        task: 0,
+                                        attempt,
+                                        node: r,
+                                        phase: Phase::Run,
+                                        code: 137,
+                                    });
+                                }
+                                State::Absent | State::Vanished => {
+                                    self.log(
+                                        r,
+                                        &format!(
+                                            "skyc: the job's process in worker pod {pod} is gone\n"
+                                        ),
+                                    );
+                                    self.nodes[rank].ended = true;
+                                    self.event(lost);
+                                }
                             }
                         }
+                        None => {
+                            outage = Some(format!(
+                                "an answer of pod {pod} that is not skyc's: {out:?}"
+                            ))
+                        }
+                    },
+                    Err(ExecError::Gone(why)) => {
+                        self.log(r, &format!("skyc: worker pod {pod} is gone: {why}\n"));
+                        self.nodes[rank].ended = true;
+                        self.event(lost);
                     }
-                    None => {
-                        outage = Some(format!(
-                            "an answer of pod {pod} that is not skyc's: {out:?}"
-                        ))
-                    }
-                },
-                Err(ExecError::Gone(why)) => {
-                    self.log(r, &format!("skyc: worker pod {pod} is gone: {why}\n"));
-                    self.nodes[rank].ended = true;
-                    self.event(lost);
+                    Err(ExecError::Failed(why)) => outage = Some(why),
+                    Err(ExecError::Denied(why)) => denied = Some(why),
                 }
-                Err(ExecError::Failed(why)) => outage = Some(why),
+                break;
             }
         }
+        self.deny(denied);
         if current && tg.want == Want::Run && self.nodes.iter().all(|n| n.started) {
             self.event(Event::TaskStarted { task: 0, attempt });
         }
@@ -343,6 +421,20 @@ impl PoolJob {
         if self.goal.end.is_some() && self.nodes.iter().all(|n| n.ended || !n.started) {
             self.settle();
         }
+    }
+
+    /// An exec the API server refuses is no outage: the user must act
+    /// (grant `pods/exec`), so it is shown once as an error; the job's
+    /// nodes are asked again each pass meanwhile.
+    fn deny(&mut self, denied: Option<String>) {
+        if let Some(why) = &denied
+            && self.denied.as_ref() != Some(why)
+        {
+            self.out.send(Report::Error(format!(
+                "the API server refuses an exec in the job's worker pods: {why}"
+            )));
+        }
+        self.denied = denied;
     }
 
     fn settle(&mut self) {

@@ -72,7 +72,9 @@ pub const PERMISSIONS: &[Permission] = &[
     Permission {
         group: "",
         resource: "pods/exec",
-        verbs: &["create"],
+        // An exec is a WebSocket upgrade of a GET: authorized as `get`,
+        // and as `create` too by newer API servers.
+        verbs: &["get", "create"],
         secrets_only: false,
         pools_only: true,
     },
@@ -164,8 +166,11 @@ mod tests {
     fn exec_is_needed_only_by_pools() {
         assert!(!needed(false, false).any(|p| p.resource == "pods/exec"));
         let exec = needed(false, true).find(|p| p.resource == "pods/exec");
-        assert_eq!(exec.map(|p| p.verbs), Some(&["create"][..]));
+        // kube's exec is a WebSocket GET: authorized as `get`, and as
+        // `create` by newer API servers.
+        assert_eq!(exec.map(|p| p.verbs), Some(&["get", "create"][..]));
         let rules = role(None)["rules"].as_array().unwrap().clone();
-        assert!(rules.iter().any(|r| r["resources"][0] == "pods/exec"));
+        let rule = rules.iter().find(|r| r["resources"][0] == "pods/exec");
+        assert_eq!(rule.unwrap()["verbs"], json!(["get", "create"]));
     }
 }

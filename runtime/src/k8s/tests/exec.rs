@@ -47,6 +47,11 @@ impl World {
         if self.kubelet_exec.failing {
             return Err(ExecError::Failed("the exec proxy is down".into()));
         }
+        if self.kubelet_exec.denied {
+            return Err(ExecError::Denied(format!(
+                "pods \"{name}\" is forbidden: cannot get resource \"pods/exec\" (403)"
+            )));
+        }
         let Some(pod) = self.get("pods", name).cloned() else {
             return Err(ExecError::Gone(format!("pods \"{name}\" not found")));
         };
@@ -101,7 +106,10 @@ impl World {
                     (None, true) => "vanished".into(),
                     (None, false) => "running".into(),
                 };
+                // At most the chunk asked for (`head -c`).
+                let chunk: usize = argv.get(6).and_then(|c| c.parse().ok()).unwrap_or(0);
                 let log = p.log.get(offset..).unwrap_or_default();
+                let log = &log[..log.len().min(chunk)];
                 Ok(format!(
                     "{state}\n{}\n",
                     base64::engine::general_purpose::STANDARD.encode(log)

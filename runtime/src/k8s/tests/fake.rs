@@ -755,4 +755,6 @@ pub(super) struct Processes {
     pub(super) execs: Vec<String>,
     /// Execs fail (the API server's exec proxy is down).
     pub(super) failing: bool,
+    /// Execs are forbidden (403: the Role lacks `pods/exec`).
+    pub(super) denied: bool,
 }

@@ -8,7 +8,7 @@ use super::fake::{Fake, NS, Process};
 use super::pools::worker;
 use crate::backend::{Backend, Report};
 use crate::goal::Goal;
-use crate::k8s::job_scripts::attempt_dir;
+use crate::k8s::job_scripts::{self, attempt_dir};
 use crate::k8s::{Kubernetes, Plan};
 use crate::policy::{Action, Engine, Event, Status, Timer};
 use crate::pool::{JobSpec, Placement};
@@ -66,6 +66,25 @@ fn a_job_with_secrets_is_refused_on_a_kubernetes_pool() {
         })
         .unwrap_err();
     assert!(refused.contains("no `secrets`"), "{refused}");
+}
+
+#[test]
+fn a_job_too_large_for_an_exec_is_refused_at_planning() {
+    let big = "x".repeat(40 * 1024);
+    let text = JOB.replace("run: echo train", &format!("run: echo {big}"));
+    let c = skyc_compiler::compile("job.yaml", text.as_bytes(), &Default::default());
+    let group = c.group.expect("a valid job");
+    let refused = worker(0)
+        .pool_jobs(&group, Duration::from_secs(5), "t".into(), 1, |rank| {
+            JobSpec {
+                room: None,
+                rank,
+                num_jobs: 1,
+            }
+        })
+        .unwrap_err();
+    assert!(refused.starts_with("task `train`:"), "{refused}");
+    assert!(refused.contains("at most 32768"), "{refused}");
 }
 
 /// One supervisor, played: one backend, an engine per group.
@@ -303,6 +322,11 @@ fn ranked_jobs_start_once_each_in_their_workers_pods() {
             assert_eq!(env(proc, "SKYPILOT_NUM_JOBS").as_deref(), Some("2"));
             assert_eq!(env(proc, "SKYPILOT_NODE_RANK"), Some(node.to_string()));
             assert_eq!(env(proc, "SKYPILOT_NUM_NODES").as_deref(), Some("2"));
+            // The job's own task id, not its worker's.
+            assert_eq!(
+                env(proc, "SKYPILOT_TASK_ID"),
+                Some(format!("skyc-job-{job}_train-0"))
+            );
             // The job's own envs, exactly as written.
             assert_eq!(env(proc, "LR").as_deref(), Some("0.1 $x"));
             let dir = attempt_dir(job, 0);
@@ -498,4 +522,119 @@ fn a_job_cancelled_before_it_is_placed_ends_with_nothing_started() {
     assert!(p.reports.contains(&(10, Report::Settled)));
     assert!(p.processes().is_empty());
     assert!(p.fake.world().kubelet_exec.execs.is_empty());
+}
+
+#[test]
+fn an_exec_the_api_server_forbids_is_an_error_not_an_outage() {
+    let mut p = Pool::new();
+    p.ready_worker(1, 0);
+    p.add(10, job(0, 1));
+    p.fake.world().kubelet_exec.denied = true;
+    p.place(10, 1);
+    let errors: Vec<&String> = p
+        .reports
+        .iter()
+        .filter_map(|(g, r)| match r {
+            Report::Error(e) if *g == 10 => Some(e),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(errors[0].contains("pods/exec"), "{errors:?}");
+    assert!(
+        !p.reports
+            .iter()
+            .any(|(g, r)| *g == 10 && matches!(r, Report::Outage(Some(_)))),
+        "{:?}",
+        p.reports
+    );
+    assert!(p.processes().is_empty());
+    // Granted: the job starts.
+    p.cluster(|w| w.kubelet_exec.denied = false);
+    assert_eq!(p.processes().len(), 2);
+}
+
+/// A node that printed more than a poll reads and then exited: its whole
+/// log is read before its end is reported.
+#[test]
+fn a_long_log_is_read_to_its_end_before_the_exit() {
+    let mut p = two_jobs_placed();
+    let big = "x".repeat(2 * job_scripts::LOG_CHUNK_BYTES as usize + 100) + "\nend\n";
+    p.cluster(|w| {
+        for node in 0..2 {
+            let pod = format!("pool-0-trainers-{node}-0");
+            let dir = attempt_dir(10, 0);
+            w.job_prints(&pod, &dir, &big);
+            w.job_exits(&pod, &dir, 0);
+        }
+    });
+    assert_eq!(p.status(10), Status::Succeeded);
+    for node in 0..2 {
+        let log = p.log(10, node);
+        assert_eq!(log.len(), big.len(), "node {node}");
+        assert!(log.ends_with("\nend\n"));
+    }
+}
+
+/// The job is cancelled while no supervisor runs: the new one, before
+/// any placement is given again, signals the running nodes (it does not
+/// answer them lost and leave them running).
+#[test]
+fn a_cancel_heard_by_a_restarted_supervisor_signals_the_running_job() {
+    let mut p = two_jobs_placed();
+    p.backend = None;
+    let actions = p
+        .engines
+        .get_mut(&10)
+        .unwrap()
+        .handle(Event::CancelRequested);
+    for a in &actions {
+        if let Action::SetTimer { timer, .. } = a {
+            p.timers.push((10, *timer));
+        }
+    }
+    p.placed.remove(&10);
+    p.restart();
+    assert_eq!(p.status(10), Status::Cancelled);
+    let procs = p.processes();
+    let job: Vec<&Process> = procs
+        .iter()
+        .filter(|x| x.pod.starts_with("pool-0-"))
+        .collect();
+    assert_eq!(job.len(), 2);
+    assert!(job.iter().all(|x| x.exit == Some(143)), "{job:#?}");
+}
+
+/// An attempt given again on other pods (its worker made again while no
+/// supervisor ran) is not started a second time: its pods are the ones
+/// it was started in.
+#[test]
+fn an_attempt_given_again_elsewhere_after_a_restart_does_not_run_twice() {
+    let mut p = two_jobs_placed();
+    p.backend = None;
+    // The old pods' containers are gone with what ran in them.
+    p.fake
+        .world()
+        .kubelet_exec
+        .by_dir
+        .retain(|_, x| !x.pod.starts_with("pool-0-"));
+    p.placed.insert(10, (0, 2));
+    p.restart();
+    let procs = p.processes();
+    assert_eq!(
+        procs
+            .iter()
+            .filter(|x| x.pod.starts_with("pool-1-"))
+            .count(),
+        2,
+        "only job 11 runs on worker 2: {procs:#?}"
+    );
+    assert!(p.reports.iter().any(|(g, r)| *g == 10
+        && matches!(
+            r,
+            Report::Event {
+                event: Event::NodeLost { attempt: 0, .. },
+                ..
+            }
+        )));
 }

@@ -249,6 +249,25 @@ fn a_worker_without_exec_rights_is_refused_before_anything_is_created() {
         _ => None,
     });
     let m = refused.unwrap_or_else(|| panic!("not refused: {:?}", d.reports));
-    assert!(m.contains("may not create pods/exec"), "{m}");
+    assert!(m.contains("may not get pods/exec, create pods/exec"), "{m}");
     assert_eq!(fake.world().take_writes(), [RULES]);
+}
+
+/// kube's exec is a WebSocket GET, authorized as `get`: a Role with only
+/// `create` on `pods/exec` cannot start a job.
+#[test]
+fn a_worker_with_only_create_on_exec_is_refused() {
+    let fake = Fake::default();
+    fake.world().rules = json!([
+        {"apiGroups": ["*"], "resources": ["jobsets", "jobs", "pods", "pods/log", "configmaps"], "verbs": ["*"]},
+        {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create"]}
+    ]);
+    let d = Driver::start_with(fake.clone(), worker(0), tuning());
+    let refused = d.reports.iter().find_map(|r| match r {
+        Report::Refused(m) => Some(m.clone()),
+        _ => None,
+    });
+    let m = refused.unwrap_or_else(|| panic!("not refused: {:?}", d.reports));
+    assert!(m.contains("may not get pods/exec"), "{m}");
+    assert!(!m.contains("create pods/exec"), "{m}");
 }
