@@ -479,11 +479,7 @@ fn a_step_that_cannot_start_on_a_holding_worker_is_the_jobs_failure() {
             g == 2 && !matches!(e, Event::TaskStarted { .. } | Event::TaskQueued { .. })
         })
     });
-    let ended = reports
-        .iter()
-        .filter_map(event)
-        .filter(|(g, _)| *g == 2)
-        .last();
+    let ended = reports.iter().filter_map(event).rfind(|(g, _)| *g == 2);
     assert!(
         matches!(
             ended,
