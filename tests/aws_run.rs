@@ -214,6 +214,36 @@ fn ready() -> Option<String> {
     }
 }
 
+/// The test's client of the EC2 stand-in, in `region`.
+fn stand_in_client(endpoint: &str, region: &str) -> Ec2 {
+    let settings = Settings {
+        profile: "default".into(),
+        credentials: skyc_runtime::aws::ec2::sigv4::Credentials {
+            access_key_id: "AKIDSKYCTEST".into(),
+            secret_access_key: "skyc-test-secret".into(),
+            session_token: None,
+        },
+        credentials_source: "the test".into(),
+        region: None,
+        endpoint: Some(endpoint.to_owned()),
+    };
+    Ec2::new(&settings, Some(region), Tuning::default()).expect("client")
+}
+
+/// An instance's user data, as the stand-in keeps it.
+fn user_data(rt: &tokio::runtime::Runtime, ec2: &Ec2, id: &str) -> String {
+    let mut q = query::action("DescribeInstanceAttribute");
+    q.push(("InstanceId".into(), id.to_owned()));
+    q.push(("Attribute".into(), "userData".into()));
+    let body = rt.block_on(ec2.call(&q)).expect("user data");
+    let start = body.find("<value>").expect("a value") + "<value>".len();
+    let end = body[start..].find("</value>").expect("its end") + start;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(body[start..end].trim())
+        .expect("base64");
+    String::from_utf8(bytes).expect("UTF-8")
+}
+
 /// A group run through `skyc run --target aws -d`, with a stand-in
 /// machine for each of its running instances.
 struct Run {
@@ -270,18 +300,7 @@ impl Run {
         .expect("plan JSON");
         let run = plan["run"].as_str().expect("a run").to_owned();
         let region = plan["region"].as_str().expect("a region").to_owned();
-        let settings = Settings {
-            profile: "default".into(),
-            credentials: skyc_runtime::aws::ec2::sigv4::Credentials {
-                access_key_id: "AKIDSKYCTEST".into(),
-                secret_access_key: "skyc-test-secret".into(),
-                session_token: None,
-            },
-            credentials_source: "the test".into(),
-            region: None,
-            endpoint: Some(endpoint.clone()),
-        };
-        let ec2 = Ec2::new(&settings, Some(&region), Tuning::default()).expect("client");
+        let ec2 = stand_in_client(&endpoint, &region);
         let machines = s.dir.join("m");
         Some(Run {
             s,
@@ -314,16 +333,7 @@ impl Run {
     }
 
     fn user_data(&self, id: &str) -> String {
-        let mut q = query::action("DescribeInstanceAttribute");
-        q.push(("InstanceId".into(), id.to_owned()));
-        q.push(("Attribute".into(), "userData".into()));
-        let body = self.rt.block_on(self.ec2.call(&q)).expect("user data");
-        let start = body.find("<value>").expect("a value") + "<value>".len();
-        let end = body[start..].find("</value>").expect("its end") + start;
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(body[start..end].trim())
-            .expect("base64");
-        String::from_utf8(bytes).expect("UTF-8")
+        user_data(&self.rt, &self.ec2, id)
     }
 
     /// Machines follow the instances: one boots for each instance that
@@ -994,18 +1004,7 @@ impl PoolRun {
             .as_str()
             .expect("a region")
             .to_owned();
-        let settings = Settings {
-            profile: "default".into(),
-            credentials: skyc_runtime::aws::ec2::sigv4::Credentials {
-                access_key_id: "AKIDSKYCTEST".into(),
-                secret_access_key: "skyc-test-secret".into(),
-                session_token: None,
-            },
-            credentials_source: "the test".into(),
-            region: None,
-            endpoint: Some(endpoint.clone()),
-        };
-        let ec2 = Ec2::new(&settings, Some(&region), Tuning::default()).expect("client");
+        let ec2 = stand_in_client(&endpoint, &region);
         let machines = s.dir.join("m");
         Some(PoolRun {
             s,
@@ -1042,16 +1041,7 @@ impl PoolRun {
     }
 
     fn user_data(&self, id: &str) -> String {
-        let mut q = query::action("DescribeInstanceAttribute");
-        q.push(("InstanceId".into(), id.to_owned()));
-        q.push(("Attribute".into(), "userData".into()));
-        let body = self.rt.block_on(self.ec2.call(&q)).expect("user data");
-        let start = body.find("<value>").expect("a value") + "<value>".len();
-        let end = body[start..].find("</value>").expect("its end") + start;
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(body[start..end].trim())
-            .expect("base64");
-        String::from_utf8(bytes).expect("UTF-8")
+        user_data(&self.rt, &self.ec2, id)
     }
 
     /// Machines follow the workers' instances, each authorising its
