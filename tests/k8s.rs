@@ -1317,15 +1317,15 @@ setup: pip install -r requirements.txt
             ("hold", k8s::worker::HOLD.to_owned()),
             (
                 "start",
-                job_scripts::start("/tmp/skyc/jobs/1.0", "x", &env)[2].clone(),
+                job_scripts::start("/tmp/skyc/jobs/1.0", "x", &env).argv[2].clone(),
             ),
             (
                 "poll",
-                job_scripts::poll("/tmp/skyc/jobs/1.0", 0)[2].clone(),
+                job_scripts::poll("/tmp/skyc/jobs/1.0", 0).argv[2].clone(),
             ),
             (
                 "signal",
-                job_scripts::signal("/tmp/skyc/jobs/1.0", true)[2].clone(),
+                job_scripts::signal("/tmp/skyc/jobs/1.0", true).argv[2].clone(),
             ),
         ];
         for (what, script) in scripts {

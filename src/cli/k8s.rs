@@ -118,16 +118,18 @@ pub(crate) fn plan_pool_jobs(
     let worker: Plan = serde_json::from_value(worker.clone())
         .map_err(|e| format!("the pool's Kubernetes plan: {e}"))?;
     let grace = Duration::from_secs_f64(run.grace);
-    match worker.pool_jobs(run.group, grace, run_token(run.submitted_ms), num_jobs, job)? {
-        Ok(plans) => {
-            let json = plans
+    let token = run_token(run.submitted_ms);
+    let (plans, diagnostics) =
+        worker.pool_jobs(run.group, grace, run.secrets, token, num_jobs, job);
+    let json = plans
+        .map(|plans| {
+            plans
                 .iter()
                 .map(|p| serde_json::to_string(p).map_err(|e| e.to_string()))
-                .collect::<Result<Vec<_>, String>>()?;
-            Ok((Some(json), Vec::new()))
-        }
-        Err(diagnostics) => Ok((None, diagnostics)),
-    }
+                .collect::<Result<Vec<_>, String>>()
+        })
+        .transpose()?;
+    Ok((json, diagnostics))
 }
 
 /// What `skyc pool apply --target k8s` would start for the pool file

@@ -13,7 +13,16 @@ use kube::api::{Api, AttachParams};
 use kube::client::UpgradeConnectionError;
 use skyc_targets::k8s::names::CONTAINER;
 use std::time::Duration;
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// A command to run in a pod: its argv (sent in the request's URL, so
+/// never a secret and never large) and what it reads on its standard
+/// input (sent over the exec's stream).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Command {
+    pub argv: Vec<String>,
+    pub stdin: Option<Vec<u8>>,
+}
 
 /// Why an exec did not answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,14 +38,14 @@ pub enum ExecError {
     Failed(String),
 }
 
-/// Runs `argv` in the `main` container of a pod; answers its stdout once
-/// it has ended with code 0.
+/// Runs a command in the `main` container of a pod; answers its stdout
+/// once it has ended with code 0.
 pub trait PodExec: Send + Sync {
     fn exec(
         &self,
         namespace: &str,
         pod: &str,
-        argv: Vec<String>,
+        command: Command,
     ) -> BoxFuture<'static, Result<String, ExecError>>;
 }
 
@@ -53,10 +62,10 @@ impl<E: PodExec> PodExec for Timed<E> {
         &self,
         namespace: &str,
         pod: &str,
-        argv: Vec<String>,
+        command: Command,
     ) -> BoxFuture<'static, Result<String, ExecError>> {
         let limit = self.1;
-        let answer = self.0.exec(namespace, pod, argv);
+        let answer = self.0.exec(namespace, pod, command);
         let pod = pod.to_owned();
         Box::pin(async move {
             tokio::time::timeout(limit, answer)
@@ -78,29 +87,49 @@ impl PodExec for KubeExec {
         &self,
         namespace: &str,
         pod: &str,
-        argv: Vec<String>,
+        command: Command,
     ) -> BoxFuture<'static, Result<String, ExecError>> {
         let api: Api<Pod> = Api::namespaced(self.0.clone(), namespace);
         let pod = pod.to_owned();
         Box::pin(async move {
             let params = AttachParams::default()
                 .container(CONTAINER)
-                .stdin(false)
+                .stdin(command.stdin.is_some())
                 .stdout(true)
                 .stderr(false);
-            let mut attached = api.exec(&pod, argv, &params).await.map_err(classify)?;
+            let mut attached = api
+                .exec(&pod, command.argv, &params)
+                .await
+                .map_err(classify)?;
             let status = attached.take_status();
+            // The input is written while the output is read (neither
+            // waits on the other), and the writer is kept until the end:
+            // on an API server without the v5 protocol, closing stdin
+            // closes the whole session. The scripts read what they need
+            // and no more, so no end of input is ever waited for.
+            let mut stdin = attached.stdin();
+            let write = async {
+                if let (Some(w), Some(bytes)) = (stdin.as_mut(), command.stdin.as_deref()) {
+                    // A command that ended without reading it all closes
+                    // the stream: its answer says what happened.
+                    let _ = w.write_all(bytes).await;
+                    let _ = w.flush().await;
+                }
+            };
             let mut out = Vec::new();
-            if let Some(mut stdout) = attached.stdout() {
-                stdout
-                    .read_to_end(&mut out)
-                    .await
-                    .map_err(|e| ExecError::Failed(format!("reading exec output: {e}")))?;
-            }
+            let read = async {
+                match attached.stdout() {
+                    Some(mut stdout) => stdout.read_to_end(&mut out).await.map(|_| ()),
+                    None => Ok(()),
+                }
+            };
+            let ((), read) = tokio::join!(write, read);
+            read.map_err(|e| ExecError::Failed(format!("reading exec output: {e}")))?;
             let status = match status {
                 Some(s) => s.await,
                 None => None,
             };
+            drop(stdin);
             attached
                 .join()
                 .await
@@ -151,7 +180,7 @@ mod tests {
             &self,
             _namespace: &str,
             _pod: &str,
-            _argv: Vec<String>,
+            _command: Command,
         ) -> BoxFuture<'static, Result<String, ExecError>> {
             Box::pin(futures::future::pending())
         }
@@ -160,7 +189,7 @@ mod tests {
     #[tokio::test]
     async fn an_exec_that_does_not_answer_fails_at_its_timeout() {
         let timed = Timed(Stuck, Duration::from_millis(20));
-        match timed.exec("ns", "pod-0", Vec::new()).await {
+        match timed.exec("ns", "pod-0", Command::default()).await {
             Err(ExecError::Failed(why)) => assert!(why.contains("pod-0"), "{why}"),
             other => panic!("{other:?}"),
         }

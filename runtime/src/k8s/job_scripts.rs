@@ -4,11 +4,15 @@
 //! over SSH (`aws::data::remote`).
 //!
 //! Every script is fixed text run as `bash -c SCRIPT NAME ARGS...`: the
-//! values (the attempt's directory, the job's `run`, its environment, a
-//! log offset) are positional arguments, never spliced into the script,
-//! and the job's `run` and environment travel base64-encoded, so no byte
-//! of them is parsed by a shell before the job's own. Answers come on
-//! stdout: a state line, then the log's new bytes as base64 on one line.
+//! values (the attempt's directory, a log offset) are positional
+//! arguments, never spliced into the script. The job's `run` and
+//! environment, secrets included, travel on the start's standard input,
+//! not in its arguments: an exec's arguments are the request's URL,
+//! which API servers log and proxies bound. They are base64-encoded, one
+//! line each, and a last line `end` tells a whole input from one cut
+//! short, so no byte of them is parsed by a shell before the job's own
+//! and no partial script ever runs. Answers come on stdout: a state
+//! line, then the log's new bytes as base64 on one line.
 //!
 //! Starting is idempotent: `mkdir` of the attempt's directory is the
 //! marker, atomic in the pod; a start that finds it starts nothing. The
@@ -16,6 +20,7 @@
 //! `log` and its exit code in `exit` once it ends, so a lost exec session
 //! or supervisor loses nothing.
 
+use super::exec::Command;
 use base64::Engine as _;
 use skyc_targets::k8s::worker::WORKER_DIR;
 
@@ -28,33 +33,50 @@ pub fn attempt_dir(job: i64, attempt: u32) -> String {
 }
 
 /// Starts the job's node unless this attempt was started already.
-/// Answers `started` or `already`.
+/// Answers `started` or `already` (or `unready`); reads its input first,
+/// whatever it answers, so the writer is never left waiting.
 const START: &str = r#"set -u
 dir=$1
+umask 077
+mkdir -p "${dir%/*}" || exit 1
+input=$(mktemp "${dir%/*}/.input.XXXXXX") || exit 1
+head -n 3 >"$input"
+if [ "$(sed -n 3p "$input")" != end ]; then
+  rm -f "$input"
+  echo "the job's input was cut short" >&2
+  exit 1
+fi
 if [ ! -f /tmp/skyc/ready ]; then
+  rm -f "$input"
   echo unready
   exit 0
 fi
-mkdir -p "${dir%/*}" || exit 1
 if ! mkdir "$dir" 2>/dev/null; then
+  rm -f "$input"
   echo already
   exit 0
 fi
-printf '%s' "$2" | base64 -d >"$dir/run.sh" || exit 1
-printf '%s' "$3" | base64 -d >"$dir/env" || exit 1
+sed -n 1p "$input" | base64 -d >"$dir/run.sh" &&
+  sed -n 2p "$input" | base64 -d >"$dir/env" || exit 1
+rm -f "$input"
 cd "${HOME:-/}" 2>/dev/null || cd /
 set -m
 bash -c '
   # The job dies of a TERM sent to its group; this shell outlives it to
   # write its exit code.
   trap : TERM
+  : >"$1/armed"
   # shellcheck disable=SC1091 # the worker node wrote it after setup
   . /tmp/skyc/env
   while IFS= read -r -d "" kv; do export "${kv?}"; done <"$1/env"
+  # The secrets among them are in the environment now, not on disk.
+  rm -f "$1/env"
   # The nodes of the job only: the first SKYPILOT_NUM_NODES of the worker.
   SKYPILOT_NODE_IPS=$(printf "%s\n" "${SKYPILOT_NODE_IPS:-}" | head -n "${SKYPILOT_NUM_NODES:-1}")
   export SKYPILOT_NODE_IPS
-  bash "$1/run.sh"
+  # A signal sent before the job existed left the stop file (written
+  # before the signal): the job, once started, ends at once.
+  bash -c "[ ! -f \"\$1/stop\" ] || exit 143; exec bash \"\$1/run.sh\"" skyc-run "$1"
   code=$?
   echo "$code" >"$1/exit.tmp" && mv -f "$1/exit.tmp" "$1/exit"
 ' skyc-job "$dir" >"$dir/log" 2>&1 </dev/null &
@@ -89,20 +111,28 @@ echo
 const SIGNAL: &str = r#"set -u
 dir=$1
 if [ -f "$dir/pid" ] && [ ! -f "$dir/exit" ]; then
+  # A job started a moment ago may not trap TERM yet: its shell would
+  # die with the job and never write the exit code.
+  i=0
+  while [ ! -f "$dir/armed" ] && [ "$i" -lt 50 ] && kill -0 "$(cat "$dir/pid")" 2>/dev/null; do
+    sleep 0.1
+    i=$((i + 1))
+  done
+  : >"$dir/stop"
   kill "-$2" -- "-$(cat "$dir/pid")" 2>/dev/null
 fi
 echo signalled
 "#;
 
 /// A command to exec: `bash -c SCRIPT NAME ARGS...`.
-fn argv(script: &str, name: &str, args: Vec<String>) -> Vec<String> {
-    let mut v = vec!["bash".into(), "-c".into(), script.into(), name.into()];
-    v.extend(args);
-    v
+fn command(script: &str, name: &str, args: Vec<String>, stdin: Option<Vec<u8>>) -> Command {
+    let mut argv = vec!["bash".into(), "-c".into(), script.into(), name.into()];
+    argv.extend(args);
+    Command { argv, stdin }
 }
 
 /// Starts `run` in `dir` with `env` (after the worker node's own).
-pub fn start(dir: &str, run: &str, env: &[(String, String)]) -> Vec<String> {
+pub fn start(dir: &str, run: &str, env: &[(String, String)]) -> Command {
     let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
     let mut envs = Vec::new();
     for (k, v) in env {
@@ -111,16 +141,37 @@ pub fn start(dir: &str, run: &str, env: &[(String, String)]) -> Vec<String> {
         envs.extend_from_slice(v.as_bytes());
         envs.push(0);
     }
-    argv(
+    let input = format!("{}\n{}\nend\n", b64(run.as_bytes()), b64(&envs));
+    command(
         START,
         "skyc-start",
-        vec![dir.to_owned(), b64(run.as_bytes()), b64(&envs)],
+        vec![dir.to_owned()],
+        Some(input.into_bytes()),
     )
 }
 
+/// The job's `run` and environment from a start's input, as the start
+/// script reads them; `None` for an input cut short.
+pub fn start_input(input: &[u8]) -> Option<(String, Vec<(String, String)>)> {
+    let text = std::str::from_utf8(input).ok()?;
+    let mut lines = text.lines();
+    let decode = |l: &str| base64::engine::general_purpose::STANDARD.decode(l).ok();
+    let run = String::from_utf8(decode(lines.next()?)?).ok()?;
+    let env = decode(lines.next()?)?
+        .split(|b| *b == 0)
+        .filter(|kv| !kv.is_empty())
+        .filter_map(|kv| {
+            let kv = String::from_utf8_lossy(kv).into_owned();
+            let (k, v) = kv.split_once('=')?;
+            Some((k.to_owned(), v.to_owned()))
+        })
+        .collect();
+    (lines.next()? == "end").then_some((run, env))
+}
+
 /// Reads the attempt's state and its log from `offset`.
-pub fn poll(dir: &str, offset: u64) -> Vec<String> {
-    argv(
+pub fn poll(dir: &str, offset: u64) -> Command {
+    command(
         POLL,
         "skyc-poll",
         vec![
@@ -128,13 +179,19 @@ pub fn poll(dir: &str, offset: u64) -> Vec<String> {
             offset.to_string(),
             LOG_CHUNK_BYTES.to_string(),
         ],
+        None,
     )
 }
 
 /// Signals the attempt's processes.
-pub fn signal(dir: &str, kill: bool) -> Vec<String> {
+pub fn signal(dir: &str, kill: bool) -> Command {
     let sig = if kill { "KILL" } else { "TERM" };
-    argv(SIGNAL, "skyc-signal", vec![dir.to_owned(), sig.to_owned()])
+    command(
+        SIGNAL,
+        "skyc-signal",
+        vec![dir.to_owned(), sig.to_owned()],
+        None,
+    )
 }
 
 /// What a start answered.
@@ -184,20 +241,40 @@ pub fn parse_poll(out: &str) -> Option<(State, Vec<u8>)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::process::Command;
+    use std::process::{Command, Stdio};
 
     /// Runs a script as the pod would, with `/tmp/skyc` moved to `root`.
-    fn sh(root: &std::path::Path, argv: &[String]) -> String {
+    fn sh(root: &std::path::Path, command: &super::Command) -> String {
+        let out = run(root, command, false);
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// `close`: the input ends (a session dropped mid-way), else the
+    /// stream is left open as the API server leaves it.
+    fn run(root: &std::path::Path, command: &super::Command, close: bool) -> std::process::Output {
+        use std::io::Write as _;
+        let argv = &command.argv;
         let script = argv[2].replace("/tmp/skyc", &root.display().to_string());
-        let out = Command::new(&argv[0])
+        let mut child = Command::new(&argv[0])
             .arg("-c")
             .arg(script)
             .args(&argv[3..])
             .env("HOME", root)
-            .output()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
             .expect("bash runs");
-        assert!(out.status.success(), "{out:?}");
-        String::from_utf8(out.stdout).unwrap()
+        let mut stdin = child.stdin.take().unwrap();
+        // The script must read what it needs and no more.
+        stdin
+            .write_all(command.stdin.as_deref().unwrap_or_default())
+            .unwrap();
+        let stdin = (!close).then_some(stdin);
+        let out = child.wait_with_output().unwrap();
+        drop(stdin);
+        out
     }
 
     fn wait_exit(root: &std::path::Path, dir: &str) -> (State, Vec<u8>) {
@@ -264,6 +341,43 @@ mod tests {
         let _ = std::fs::remove_dir_all(&root);
     }
 
+    /// The input: a `run` far over what an exec's URL may carry, and
+    /// nothing on disk but the script once the job has its environment.
+    /// An input cut short starts nothing, and a whole one still can.
+    #[test]
+    fn a_large_run_and_its_secrets_travel_on_stdin_and_a_cut_input_starts_nothing() {
+        let root = std::env::temp_dir().join(format!("skyc-job-input-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(root.join("ready"), "").unwrap();
+        std::fs::write(root.join("env"), "").unwrap();
+        let dir = format!("{}/jobs/9.0", root.display());
+        let filler = format!("# {}\n", "x".repeat(1000)).repeat(300);
+        let script = format!("{filler}printf '%s' \"$TOKEN\"");
+        let env = vec![("TOKEN".to_owned(), "s3cr'et\n$(x)".to_owned())];
+        let whole = start(&dir, &script, &env);
+        assert!(whole.argv.iter().all(|a| !a.contains("s3cr")));
+        assert_eq!(
+            start_input(whole.stdin.as_deref().unwrap()),
+            Some((script.clone(), env.clone()))
+        );
+        let mut cut = whole.clone();
+        let input = cut.stdin.as_mut().unwrap();
+        input.truncate(input.len() - 4);
+        let out = run(&root, &cut, true);
+        assert!(!out.status.success(), "{out:?}");
+        assert!(!std::path::Path::new(&dir).exists());
+        assert_eq!(parse_start(&sh(&root, &whole)), Some(Started::Yes));
+        let (state, log) = wait_exit(&root, &dir);
+        assert_eq!(state, State::Exited(0));
+        assert_eq!(log, b"s3cr'et\n$(x)");
+        assert!(!std::path::Path::new(&dir).join("env").exists());
+        // Nothing but the attempt's directory is left beside it.
+        let left: Vec<_> = std::fs::read_dir(root.join("jobs")).unwrap().collect();
+        assert_eq!(left.len(), 1, "{left:?}");
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
     #[test]
     fn a_signalled_job_ends() {
         let root = std::env::temp_dir().join(format!("skyc-job-signal-{}", std::process::id()));
@@ -272,9 +386,9 @@ mod tests {
         std::fs::write(root.join("ready"), "").unwrap();
         std::fs::write(root.join("env"), "").unwrap();
         let dir = format!("{}/jobs/8.0", root.display());
+        // Signalled at once, before the job's shell could have set its
+        // trap: still ended with its exit code.
         sh(&root, &start(&dir, "sleep 30", &[]));
-        let (state, _) = parse_poll(&sh(&root, &poll(&dir, 0))).unwrap();
-        assert_eq!(state, State::Running);
         sh(&root, &signal(&dir, false));
         let (state, _) = wait_exit(&root, &dir);
         assert_eq!(state, State::Exited(143));

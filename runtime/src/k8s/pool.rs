@@ -137,74 +137,56 @@ impl PoolPlan {
     }
 }
 
-/// The most bytes of `run` and `envs` a pool job may have.
-pub(super) const MAX_JOB_PAYLOAD: usize = 32 * 1024;
-
 impl Plan {
     /// The plans of `num_jobs` jobs of `group` (`skyc run --pool`) on a
     /// pool whose workers are made from `self`, in rank order (`job` gives
     /// each its rank): the job's one task without its setup (the workers
-    /// ran the pool's), where the workers are. An error for what a job on
-    /// this target cannot take; the lowering's findings when it fails.
+    /// ran the pool's), where the workers are, with the values of its
+    /// `secrets` (`secrets` over the file's, as for a group). `None` with
+    /// the errors that prevent them; the lowering's warnings either way
+    /// (what a job on this target does not apply, as for a group).
     pub fn pool_jobs(
         &self,
         group: &Group,
         grace: Duration,
+        secrets: &[(String, String)],
         token: String,
         num_jobs: u32,
         job: impl Fn(u32) -> crate::pool::JobSpec,
-    ) -> Result<Result<Vec<Plan>, Vec<Diagnostic>>, String> {
-        if group.tasks.iter().any(|t| !t.secrets.is_empty()) {
-            return Err(
-                "a job on a Kubernetes pool takes no `secrets` yet: give the pool the secrets \
-                 (its workers' environment is the jobs')"
-                    .into(),
-            );
-        }
-        // The run and envs travel as arguments of one exec (base64):
-        // Linux caps one argument at 128 KiB and proxies cap a request's
-        // URL far lower.
-        for t in &group.tasks {
-            let size = t.run.as_ref().map_or(0, String::len)
-                + t.envs
-                    .iter()
-                    .map(|e| e.name.len() + e.value.len() + 2)
-                    .sum::<usize>();
-            if size > MAX_JOB_PAYLOAD {
-                return Err(format!(
-                    "task `{}`: its `run` and `envs` are {size} bytes; a job on a Kubernetes pool \
-                     takes at most {MAX_JOB_PAYLOAD} (they are sent through `pods/exec`): \
-                     put the script in the pool's `workdir` or `file_mounts` and run it from there",
-                    t.name
-                ));
-            }
-        }
+    ) -> (Option<Vec<Plan>>, Vec<Diagnostic>) {
         let mut group = group.clone();
         group.tasks.iter_mut().for_each(|t| t.setup = None);
         let options = k8s::Options {
             namespace: Some(self.namespace.clone()),
             ..Default::default()
         };
-        let plan = match Plan::new(
+        let mut values = Vec::new();
+        let mut diagnostics = crate::secrets::merge(&mut values, &group, secrets);
+        let manifests = k8s::pods::lower(&group, &options);
+        diagnostics.extend(manifests.diagnostics.iter().cloned());
+        let plan = Plan::of(
             &group,
+            manifests,
             &options,
             &self.namespace,
             self.context.clone(),
             grace,
-            &[],
+            &values,
             token,
-        ) {
-            Ok(plan) => plan,
-            Err(diagnostics) => return Ok(Err(diagnostics)),
+        );
+        let plan = match plan {
+            Ok(plan) if !diagnostics.iter().any(Diagnostic::is_error) => plan,
+            _ => return (None, diagnostics),
         };
-        Ok(Ok((0..num_jobs)
+        let plans = (0..num_jobs)
             .map(|rank| {
                 let mut plan = plan.clone();
                 plan.kubeconfig.clone_from(&self.kubeconfig);
                 plan.pool_job = Some(job(rank));
                 plan
             })
-            .collect()))
+            .collect();
+        (Some(plans), diagnostics)
     }
 
     /// This worker plan under the worker's own name (its row's name): the

@@ -16,7 +16,7 @@
 //! placement it is given again.
 
 use super::client::Cluster;
-use super::exec::ExecError;
+use super::exec::{Command, ExecError};
 use super::job_scripts::{self, Started, State};
 use super::plan::Plan;
 use crate::backend::Report;
@@ -25,6 +25,9 @@ use crate::goal::{Goal, Want};
 use crate::outbox::Out;
 use crate::policy::{Event, Phase};
 use crate::pool::Placement;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Api;
+use skyc_targets::k8s::names::CONTAINER;
 use std::collections::BTreeSet;
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -53,12 +56,16 @@ struct Node {
 /// What this job's supervisor did, kept in the job's group directory so
 /// a new supervisor goes on from it: where the attempt was placed (its
 /// pods are never worked out again: a worker made again meanwhile has
-/// new pods, where the attempt must not run a second time) and which of
-/// its nodes were asked to start (written before the start is asked).
+/// new pods, where the attempt must not run a second time), which of
+/// its nodes were asked to start, and which were sent SIGKILL (each
+/// written before it is asked, so a node whose process is gone after a
+/// SIGKILL ends killed, not lost, whichever supervisor reads it).
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 struct Record {
     placed: Placed,
     started: Vec<bool>,
+    #[serde(default)]
+    killed: Vec<bool>,
 }
 
 const RECORD: &str = "k8s-pool-job.json";
@@ -111,35 +118,51 @@ impl PoolJob {
             .and_then(|s| serde_json::from_str::<Record>(&s).ok());
         if let Some(record) = record {
             job.place(record.placed);
-            for (node, started) in job.nodes.iter_mut().zip(record.started) {
-                node.started = started;
+            for (r, node) in job.nodes.iter_mut().enumerate() {
+                node.started = record.started.get(r).copied().unwrap_or(false);
+                node.killed = record.killed.get(r).copied().unwrap_or(false);
             }
         }
         job
     }
 
-    /// Saves the placement and the nodes asked to start (`also`).
-    fn save(&self, also: Option<usize>) -> std::io::Result<()> {
+    /// Saves the placement, the nodes asked to start and those sent
+    /// SIGKILL, with `also` (a node, and whether it is killed) about to
+    /// be.
+    fn save(&self, also: Option<(usize, bool)>) -> std::io::Result<()> {
         let Some(placed) = self.placed.clone() else {
             return Ok(());
         };
-        let started = (0..self.nodes.len())
-            .map(|r| self.nodes[r].started || also == Some(r) || self.recorded(r))
+        let saved = self.saved();
+        let was = |r: usize, f: fn(&Record) -> &Vec<bool>| {
+            saved
+                .as_ref()
+                .is_some_and(|s| f(s).get(r).copied().unwrap_or(false))
+        };
+        let n = self.nodes.len();
+        let started = (0..n)
+            .map(|r| {
+                self.nodes[r].started || also.is_some_and(|a| a.0 == r) || was(r, |s| &s.started)
+            })
             .collect();
-        let record =
-            serde_json::to_string(&Record { placed, started }).map_err(std::io::Error::other)?;
+        let killed = (0..n)
+            .map(|r| self.nodes[r].killed || also == Some((r, true)) || was(r, |s| &s.killed))
+            .collect();
+        let record = serde_json::to_string(&Record {
+            placed,
+            started,
+            killed,
+        })
+        .map_err(std::io::Error::other)?;
         crate::paths::write_atomic(&self.group_dir, RECORD, &record)
     }
 
-    /// Whether node `rank` is recorded as asked to start.
-    fn recorded(&self, rank: usize) -> bool {
+    /// The record of the placed attempt, as saved.
+    fn saved(&self) -> Option<Record> {
         std::fs::read_to_string(self.group_dir.join(RECORD))
             .ok()
             .and_then(|s| serde_json::from_str::<Record>(&s).ok())
-            .is_some_and(|r| {
-                r.placed.attempt == self.placed.as_ref().map_or(u32::MAX, |p| p.attempt)
-                    && r.started.get(rank).copied().unwrap_or(false)
-            })
+            .filter(|r| r.placed.attempt == self.placed.as_ref().map_or(u32::MAX, |p| p.attempt))
     }
 
     pub(super) fn set_goal(&mut self, goal: Goal) {
@@ -194,9 +217,9 @@ impl PoolJob {
     }
 
     /// The job's `run` and environment for node `rank`: the job's own
-    /// literal envs, then its rank among the jobs submitted with it, its
-    /// node's rank and count, and the GPUs the pool gave the node.
-    fn start_argv(&self, dir: &str, rank: u32, placement: &Placement) -> Vec<String> {
+    /// envs and secrets, then its rank among the jobs submitted with it,
+    /// its node's rank and count, and the GPUs the pool gave the node.
+    fn start_command(&self, dir: &str, rank: u32, placement: &Placement) -> Command {
         let task = &self.plan.spec.tasks[0];
         let run = self
             .plan
@@ -211,7 +234,7 @@ impl PoolJob {
             .into_iter()
             .flatten()
         {
-            let (Some(name), Some(value)) = (e["name"].as_str(), e["value"].as_str()) else {
+            let Some(name) = e["name"].as_str() else {
                 continue;
             };
             // The worker's node sets SkyPilot's contract; the job's own
@@ -219,8 +242,21 @@ impl PoolJob {
             if name.starts_with("SKYPILOT_") || name.starts_with("SKYC_") {
                 continue;
             }
-            // Lowered for the API server's `$(VAR)` expansion: `$$` is `$`.
-            env.push((name.to_owned(), value.replace("$$", "$")));
+            if let Some(value) = e["value"].as_str() {
+                // Lowered for the API server's `$(VAR)` expansion: `$$` is `$`.
+                env.push((name.to_owned(), value.replace("$$", "$")));
+            } else if let Some(key) = e["valueFrom"]["secretKeyRef"]["key"].as_str() {
+                // A secret: its value as `skyc run` was given it, from
+                // the plan's Secret, which no pod reads (a job applies
+                // nothing of its own).
+                let value = self
+                    .plan
+                    .object("Secret")
+                    .and_then(|s| s["stringData"][key].as_str());
+                if let Some(value) = value {
+                    env.push((name.to_owned(), value.to_owned()));
+                }
+            }
         }
         if let Some(job) = &self.plan.pool_job {
             env.push(("SKYPILOT_JOB_RANK".into(), job.rank.to_string()));
@@ -303,12 +339,12 @@ impl PoolJob {
                     }
                     continue;
                 }
-                if let Err(e) = self.save(Some(rank)) {
+                if let Err(e) = self.save(Some((rank, false))) {
                     outage = Some(format!("saving the job's placement: {e}"));
                     continue;
                 }
-                let argv = self.start_argv(&dir, r, &placed.placement);
-                match cluster.exec.exec(&placed.namespace, pod, argv).await {
+                let command = self.start_command(&dir, r, &placed.placement);
+                match cluster.exec.exec(&placed.namespace, pod, command).await {
                     Ok(out) => match job_scripts::parse_start(&out) {
                         Some(Started::Yes) => self.nodes[rank].started = true,
                         Some(Started::Unready) | None => {
@@ -324,9 +360,15 @@ impl PoolJob {
                         }
                     },
                     Err(ExecError::Gone(why)) => {
-                        self.log(r, &format!("skyc: worker pod {pod} is gone: {why}\n"));
-                        self.nodes[rank].ended = true;
-                        self.event(lost);
+                        match pod_gone(cluster, &placed.namespace, pod).await {
+                            Ok(true) => {
+                                self.log(r, &format!("skyc: worker pod {pod} is gone: {why}\n"));
+                                self.nodes[rank].ended = true;
+                                self.event(lost);
+                            }
+                            Ok(false) => outage = Some(unconfirmed(pod, &why)),
+                            Err(e) => outage = Some(e),
+                        }
                     }
                     Err(ExecError::Failed(why)) => outage = Some(why),
                     Err(ExecError::Denied(why)) => denied = Some(why),
@@ -336,8 +378,12 @@ impl PoolJob {
             let stop = !current || tg.want != Want::Run || self.goal.cancel;
             if stop && (!node.termed || (self.kill && !node.killed)) {
                 let kill = self.kill;
-                let argv = job_scripts::signal(&dir, kill);
-                match cluster.exec.exec(&placed.namespace, pod, argv).await {
+                if kill && let Err(e) = self.save(Some((rank, true))) {
+                    outage = Some(format!("saving the job's placement: {e}"));
+                    continue;
+                }
+                let command = job_scripts::signal(&dir, kill);
+                match cluster.exec.exec(&placed.namespace, pod, command).await {
                     Ok(_) | Err(ExecError::Gone(_)) => {
                         self.nodes[rank].termed = true;
                         self.nodes[rank].killed |= kill;
@@ -403,9 +449,15 @@ impl PoolJob {
                         }
                     },
                     Err(ExecError::Gone(why)) => {
-                        self.log(r, &format!("skyc: worker pod {pod} is gone: {why}\n"));
-                        self.nodes[rank].ended = true;
-                        self.event(lost);
+                        match pod_gone(cluster, &placed.namespace, pod).await {
+                            Ok(true) => {
+                                self.log(r, &format!("skyc: worker pod {pod} is gone: {why}\n"));
+                                self.nodes[rank].ended = true;
+                                self.event(lost);
+                            }
+                            Ok(false) => outage = Some(unconfirmed(pod, &why)),
+                            Err(e) => outage = Some(e),
+                        }
                     }
                     Err(ExecError::Failed(why)) => outage = Some(why),
                     Err(ExecError::Denied(why)) => denied = Some(why),
@@ -507,4 +559,33 @@ impl PoolJob {
     pub(super) fn backoff(&self) -> Backoff {
         self.backoff
     }
+}
+
+/// Whether the worker's pod is gone as its own object says: not there,
+/// being deleted, not running, or its container not running. An exec's
+/// 404 or 400 alone is not taken for it: a proxy or a misrouted request
+/// answers those too, and a job taken as lost runs a second time.
+async fn pod_gone(cluster: &Cluster, namespace: &str, pod: &str) -> Result<bool, String> {
+    let api: Api<Pod> = Api::namespaced(cluster.client.clone(), namespace);
+    let found = api
+        .get_opt(pod)
+        .await
+        .map_err(|e| format!("reading worker pod {pod}: {e}"))?;
+    let Some(found) = found else {
+        return Ok(true);
+    };
+    let status = found.status.unwrap_or_default();
+    let running = status.phase.as_deref() == Some("Running")
+        && status
+            .container_statuses
+            .unwrap_or_default()
+            .iter()
+            .filter(|c| c.name == CONTAINER)
+            .all(|c| c.state.as_ref().is_none_or(|s| s.running.is_some()));
+    Ok(found.metadata.deletion_timestamp.is_some() || !running)
+}
+
+/// The outage of an exec answered "gone" for a pod that runs.
+fn unconfirmed(pod: &str, why: &str) -> String {
+    format!("an exec in worker pod {pod} answered {why}, but the pod runs: asking again")
 }

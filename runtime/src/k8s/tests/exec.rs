@@ -6,7 +6,8 @@
 //! are kept by the pod's uid, so a new pod of the same name has none.
 
 use super::fake::{Fake, Process, World};
-use crate::k8s::exec::{ExecError, PodExec};
+use crate::k8s::exec::{Command, ExecError, PodExec};
+use crate::k8s::job_scripts;
 use base64::Engine as _;
 use futures::future::BoxFuture;
 use serde_json::Value;
@@ -18,17 +19,11 @@ impl PodExec for FakeExec {
         &self,
         _namespace: &str,
         pod: &str,
-        argv: Vec<String>,
+        command: Command,
     ) -> BoxFuture<'static, Result<String, ExecError>> {
-        let answer = self.0.world().exec(pod, &argv);
+        let answer = self.0.world().exec(pod, &command);
         Box::pin(async move { answer })
     }
-}
-
-fn decode(s: &str) -> Vec<u8> {
-    base64::engine::general_purpose::STANDARD
-        .decode(s)
-        .unwrap_or_default()
 }
 
 fn ready(pod: &Value) -> bool {
@@ -40,10 +35,14 @@ fn ready(pod: &Value) -> bool {
 }
 
 impl World {
-    fn exec(&mut self, name: &str, argv: &[String]) -> Result<String, ExecError> {
+    fn exec(&mut self, name: &str, command: &Command) -> Result<String, ExecError> {
+        let argv = &command.argv;
         let op = argv.get(3).cloned().unwrap_or_default();
         let dir = argv.get(4).cloned().unwrap_or_default();
         self.kubelet_exec.execs.push(format!("{name} {op} {dir}"));
+        // The request's URL: the API server's audit log and any proxy see
+        // it whole.
+        self.kubelet_exec.urls.push(argv.join(" "));
         if self.kubelet_exec.failing {
             return Err(ExecError::Failed("the exec proxy is down".into()));
         }
@@ -51,6 +50,11 @@ impl World {
             return Err(ExecError::Denied(format!(
                 "pods \"{name}\" is forbidden: cannot get resource \"pods/exec\" (403)"
             )));
+        }
+        if self.kubelet_exec.stray_404 {
+            return Err(ExecError::Gone(
+                "the server could not find the requested resource (404)".into(),
+            ));
         }
         let Some(pod) = self.get("pods", name).cloned() else {
             return Err(ExecError::Gone(format!("pods \"{name}\" not found")));
@@ -66,23 +70,17 @@ impl World {
         let procs = &mut self.kubelet_exec.by_dir;
         match op.as_str() {
             "skyc-start" => {
+                // Read first, whatever the answer.
+                let Some((run, env)) = command.stdin.as_deref().and_then(job_scripts::start_input)
+                else {
+                    return Err(ExecError::Failed("the job's input was cut short".into()));
+                };
                 if !ready(&pod) {
                     return Ok("unready\n".into());
                 }
                 if procs.contains_key(&key) {
                     return Ok("already\n".into());
                 }
-                let env = decode(argv.get(6).map_or("", String::as_str))
-                    .split(|b| *b == 0)
-                    .filter(|kv| !kv.is_empty())
-                    .filter_map(|kv| {
-                        let kv = String::from_utf8_lossy(kv).into_owned();
-                        let (k, v) = kv.split_once('=')?;
-                        Some((k.to_owned(), v.to_owned()))
-                    })
-                    .collect();
-                let run = String::from_utf8_lossy(&decode(argv.get(5).map_or("", String::as_str)))
-                    .into_owned();
                 procs.insert(
                     key,
                     Process {
@@ -91,6 +89,7 @@ impl World {
                         env,
                         exit: None,
                         vanished: false,
+                        ignores_term: self.kubelet_exec.jobs_ignore_term,
                         log: Vec::new(),
                     },
                 );
@@ -119,6 +118,7 @@ impl World {
                 if let Some(p) = procs.get_mut(&key).filter(|p| p.exit.is_none()) {
                     match argv.get(5).map(String::as_str) {
                         Some("KILL") => p.vanished = true,
+                        _ if p.ignores_term => {}
                         _ => p.exit = Some(143),
                     }
                 }

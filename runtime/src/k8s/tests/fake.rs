@@ -743,6 +743,8 @@ pub(super) struct Process {
     pub(super) exit: Option<i32>,
     /// Killed without an exit code.
     pub(super) vanished: bool,
+    /// Traps SIGTERM: only SIGKILL ends it.
+    pub(super) ignores_term: bool,
     pub(super) log: Vec<u8>,
 }
 
@@ -757,4 +759,11 @@ pub(super) struct Processes {
     pub(super) failing: bool,
     /// Execs are forbidden (403: the Role lacks `pods/exec`).
     pub(super) denied: bool,
+    /// Every exec's arguments, as the request's URL carries them.
+    pub(super) urls: Vec<String>,
+    /// The jobs started from now on trap SIGTERM.
+    pub(super) jobs_ignore_term: bool,
+    /// Execs answer 404 though the pods run (a proxy's, a misrouted
+    /// request's).
+    pub(super) stray_404: bool,
 }

@@ -28,22 +28,14 @@ run: echo train
 
 /// Job `rank` of `num_jobs`, as `skyc run --pool` plans it.
 fn job(rank: u32, num_jobs: u32) -> Plan {
-    let c = skyc_compiler::compile("job.yaml", JOB.as_bytes(), &Default::default());
-    let group = c.group.expect("a valid job");
-    let plans = worker(0)
-        .pool_jobs(
-            &group,
-            Duration::from_secs(5),
-            "run-2".into(),
-            num_jobs,
-            |rank| JobSpec {
-                room: None,
-                rank,
-                num_jobs,
-            },
-        )
-        .expect("a job for this pool")
-        .expect("lowered");
+    job_of(JOB, &[], rank, num_jobs)
+}
+
+/// Job `rank` of `num_jobs` of the job file `text`, with `secrets` given
+/// to `skyc run`.
+fn job_of(text: &str, secrets: &[(String, String)], rank: u32, num_jobs: u32) -> Plan {
+    let (plans, diagnostics) = plan_jobs(text, secrets, num_jobs);
+    let plans = plans.unwrap_or_else(|| panic!("lowered: {diagnostics:?}"));
     assert_eq!(plans.len(), num_jobs as usize);
     let plan = plans[rank as usize].clone();
     assert_eq!(plan.namespace, NS, "where the workers are");
@@ -51,40 +43,102 @@ fn job(rank: u32, num_jobs: u32) -> Plan {
     plan
 }
 
-#[test]
-fn a_job_with_secrets_is_refused_on_a_kubernetes_pool() {
-    let text = format!("{JOB}secrets:\n  TOKEN: null\n");
+fn plan_jobs(
+    text: &str,
+    secrets: &[(String, String)],
+    num_jobs: u32,
+) -> (Option<Vec<Plan>>, Vec<skyc_compiler::Diagnostic>) {
     let c = skyc_compiler::compile("job.yaml", text.as_bytes(), &Default::default());
     let group = c.group.expect("a valid job");
-    let refused = worker(0)
-        .pool_jobs(&group, Duration::from_secs(5), "t".into(), 1, |rank| {
-            JobSpec {
-                room: None,
-                rank,
-                num_jobs: 1,
-            }
-        })
-        .unwrap_err();
-    assert!(refused.contains("no `secrets`"), "{refused}");
+    worker(0).pool_jobs(
+        &group,
+        Duration::from_secs(5),
+        secrets,
+        "run-2".into(),
+        num_jobs,
+        |rank| JobSpec {
+            room: None,
+            rank,
+            num_jobs,
+        },
+    )
 }
 
+/// A job's secrets: `skyc run`'s values over the file's, in the job's
+/// environment, and in no exec's arguments (the request's URL, which API
+/// servers log). A secret with no value is the job's error, as for a
+/// group. What the target does not apply is said, as for a group.
 #[test]
-fn a_job_too_large_for_an_exec_is_refused_at_planning() {
-    let big = "x".repeat(40 * 1024);
-    let text = JOB.replace("run: echo train", &format!("run: echo {big}"));
-    let c = skyc_compiler::compile("job.yaml", text.as_bytes(), &Default::default());
-    let group = c.group.expect("a valid job");
-    let refused = worker(0)
-        .pool_jobs(&group, Duration::from_secs(5), "t".into(), 1, |rank| {
-            JobSpec {
-                room: None,
-                rank,
-                num_jobs: 1,
-            }
-        })
-        .unwrap_err();
-    assert!(refused.starts_with("task `train`:"), "{refused}");
-    assert!(refused.contains("at most 32768"), "{refused}");
+fn a_jobs_secrets_reach_its_environment_and_never_an_exec_url() {
+    let text = format!("{JOB}secrets:\n  TOKEN: null\n  REGION: eu-1\nworkdir: .\n");
+    let (plans, diagnostics) = plan_jobs(&text, &[], 1);
+    assert!(plans.is_none());
+    assert!(
+        diagnostics
+            .iter()
+            .any(|d| d.is_error() && d.message.contains("TOKEN")),
+        "{diagnostics:?}"
+    );
+    let given = [
+        ("TOKEN".to_owned(), "tok-'$(rm -rf /)'".to_owned()),
+        ("REGION".to_owned(), "eu-1".to_owned()),
+    ];
+    let token = &given[0];
+    let (_, diagnostics) = plan_jobs(&text, &given, 1);
+    assert!(!diagnostics.iter().any(|d| d.is_error()), "{diagnostics:?}");
+    assert!(
+        diagnostics.iter().any(|d| d.message.contains("workdir")),
+        "{diagnostics:?}"
+    );
+    let mut p = Pool::new();
+    p.ready_worker(1, 0);
+    p.add(10, job_of(&text, &given, 0, 1));
+    p.place(10, 1);
+    let procs = p.processes();
+    assert_eq!(procs.len(), 2);
+    for proc in &procs {
+        assert_eq!(env(proc, "TOKEN").as_deref(), Some(token.1.as_str()));
+        assert_eq!(env(proc, "REGION").as_deref(), Some("eu-1"));
+        assert_eq!(env(proc, "LR").as_deref(), Some("0.1 $x"));
+    }
+    let urls = p.fake.world().kubelet_exec.urls.clone();
+    assert!(urls.iter().any(|u| u.contains("skyc-start")));
+    assert!(
+        urls.iter()
+            .all(|u| !u.contains("tok-") && !u.contains("echo train")),
+        "{urls:?}"
+    );
+    // The job applies nothing of its own: no Secret is created.
+    assert!(
+        p.fake
+            .world()
+            .take_writes()
+            .iter()
+            .all(|w| !w.contains("secrets")),
+    );
+}
+
+/// A `run` far over what a URL carries starts: it travels on the
+/// start's standard input.
+#[test]
+fn a_large_run_starts() {
+    let big = format!("echo {}", "x".repeat(300 * 1024));
+    let text = JOB.replace("run: echo train", &format!("run: {big}"));
+    let mut p = Pool::new();
+    p.ready_worker(1, 0);
+    p.add(10, job_of(&text, &[], 0, 1));
+    p.place(10, 1);
+    let procs = p.processes();
+    assert_eq!(procs.len(), 2);
+    assert!(procs.iter().all(|x| x.run == big));
+    assert!(
+        p.fake
+            .world()
+            .kubelet_exec
+            .urls
+            .iter()
+            .all(|u| u.len() < 4096)
+    );
 }
 
 /// One supervisor, played: one backend, an engine per group.
@@ -637,4 +691,94 @@ fn an_attempt_given_again_elsewhere_after_a_restart_does_not_run_twice() {
                 ..
             }
         )));
+}
+
+/// A job that ignores SIGTERM, cancelled: the grace passes while no
+/// supervisor runs, and the new one sends SIGKILL (the engine's timer
+/// is committed); the nodes end killed (137), not lost, and the job
+/// CANCELLED.
+#[test]
+fn a_kill_after_the_grace_survives_supervisor_restarts() {
+    let mut p = Pool::new();
+    p.ready_worker(1, 0);
+    p.fake.world().kubelet_exec.jobs_ignore_term = true;
+    p.add(10, job(0, 1));
+    p.place(10, 1);
+    p.backend().cancel(10);
+    let actions = p
+        .engines
+        .get_mut(&10)
+        .unwrap()
+        .handle(Event::CancelRequested);
+    p.execute(10, &actions);
+    p.settle();
+    let procs = p.processes();
+    assert_eq!(procs.len(), 2);
+    assert!(
+        procs.iter().all(|x| x.exit.is_none() && !x.vanished),
+        "TERM ignored"
+    );
+    assert_eq!(p.status(10), Status::Cancelling);
+    p.restart();
+    let kill = p
+        .timers
+        .iter()
+        .find_map(|(g, t)| (*g == 10 && matches!(t, Timer::Kill { .. })).then_some(*t))
+        .expect("the engine's SIGKILL timer");
+    p.fire(10, kill);
+    assert!(p.processes().iter().all(|x| x.vanished), "SIGKILL sent");
+    assert_eq!(p.status(10), Status::Cancelled);
+    assert!(
+        !p.reports.iter().any(|(g, r)| *g == 10
+            && matches!(
+                r,
+                Report::Event {
+                    event: Event::NodeLost { .. },
+                    ..
+                }
+            )),
+        "killed, not lost: {:?}",
+        p.reports
+    );
+}
+
+/// An exec answered 404 while the worker's pod runs (a proxy's answer):
+/// the pod, read, is there, so nothing is lost; the job is read again
+/// once execs answer, and runs to its end once.
+#[test]
+fn an_exec_404_for_a_pod_that_runs_loses_nothing() {
+    let mut p = two_jobs_placed();
+    p.fake.world().kubelet_exec.stray_404 = true;
+    // Not settled: the pods are read on every pass while it lasts.
+    let outage = |p: &Pool| {
+        p.reports.iter().any(|(g, r)| {
+            *g == 10 && matches!(r, Report::Outage(Some(why)) if why.contains("the pod runs"))
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !outage(&p) {
+        assert!(Instant::now() < deadline, "{:?}", p.reports);
+        std::thread::sleep(Duration::from_millis(15));
+        p.pump();
+    }
+    assert!(
+        !p.reports.iter().any(|(_, r)| matches!(
+            r,
+            Report::Event {
+                event: Event::NodeLost { .. },
+                ..
+            }
+        )),
+        "{:?}",
+        p.reports
+    );
+    assert_eq!(p.status(10), Status::Running);
+    p.cluster(|w| {
+        w.kubelet_exec.stray_404 = false;
+        for node in 0..2 {
+            w.job_exits(&format!("pool-0-trainers-{node}-0"), &attempt_dir(10, 0), 0);
+        }
+    });
+    assert_eq!(p.status(10), Status::Succeeded);
+    assert_eq!(p.processes().len(), 4, "nothing started twice");
 }

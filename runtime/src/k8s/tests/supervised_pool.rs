@@ -111,14 +111,19 @@ fn a_pool_runs_ranked_jobs_and_goes_down_through_the_supervisor() {
     let group = c.group.unwrap();
     let jobs = plan
         .worker
-        .pool_jobs(&group, Duration::from_secs(5), "run-2".into(), 2, |rank| {
-            JobSpec {
+        .pool_jobs(
+            &group,
+            Duration::from_secs(5),
+            &[],
+            "run-2".into(),
+            2,
+            |rank| JobSpec {
                 room: None,
                 rank,
                 num_jobs: 2,
-            }
-        })
-        .unwrap()
+            },
+        )
+        .0
         .unwrap();
     let texts: Vec<String> = jobs
         .iter()
@@ -264,14 +269,19 @@ fn a_lost_worker_is_made_again_and_its_job_runs_again_through_the_supervisor() {
     let group = c.group.unwrap();
     let job = plan
         .worker
-        .pool_jobs(&group, Duration::from_secs(5), "run-2".into(), 1, |rank| {
-            JobSpec {
+        .pool_jobs(
+            &group,
+            Duration::from_secs(5),
+            &[],
+            "run-2".into(),
+            1,
+            |rank| JobSpec {
                 room: None,
                 rank,
                 num_jobs: 1,
-            }
-        })
-        .unwrap()
+            },
+        )
+        .0
         .unwrap()
         .remove(0);
     let text = serde_json::to_string(&job).unwrap();
