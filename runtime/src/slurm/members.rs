@@ -7,10 +7,10 @@
 //!   first and not the second is looked up by its `--comment` before it
 //!   would be submitted again. Each attempt's job writes in its own
 //!   directory (`aA/`, its `SKYC_OUT`): ready once every node wrote its
-//!   `ready.RANK` there, so an earlier attempt's job, still ending, cannot
-//!   make it look ready; a job that ends while not being retired (scancel from
-//!   outside, time limit, node failure) is the loss of its nodes, and of
-//!   the jobs running on it.
+//!   `ready.RANK` there, so an earlier attempt's job, still ending,
+//!   cannot make it look ready. A job that ends while not being retired
+//!   (scancel from outside, time limit, node failure) is the loss of its
+//!   nodes, and of the jobs running on it.
 //! - A job's attempt is one step of its worker's allocation (`srun
 //!   --jobid=W --overlap`) started by a detached launcher that holds the
 //!   attempt's lock while srun runs; each node's exit status comes from
