@@ -367,6 +367,38 @@ fn a_worker_cancelled_out_of_band_is_replaced_and_its_job_runs_again_elsewhere()
     wait_pool(&s, "p", "2 ready workers", |p| ready_workers(p) == 2);
     let jobs = worker_jobs();
     assert!(jobs.contains(&kept) && !jobs.contains(&lost), "{jobs:?}");
+    // Made again as its group's next attempt, whose job wrote in its own
+    // directory (`a1/`); the first attempt's status is kept in `a0/`, and
+    // its log goes on with the restart, where `skyc logs` reads it.
+    let groups = s.state().join("groups");
+    let group = std::fs::read_dir(&groups)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|g| std::fs::read_to_string(g.join("jobid.0")).is_ok_and(|j| j.trim() == lost))
+        .expect("the lost worker's group");
+    let status = std::fs::read_to_string(group.join("a0/status")).unwrap();
+    assert!(status.contains(&format!("job START {lost} ")), "{status}");
+    let again = std::fs::read_to_string(group.join("jobid.1")).unwrap();
+    let status = std::fs::read_to_string(group.join("a1/status")).unwrap();
+    assert!(status.contains(&format!("job START {again} ")), "{status}");
+    let gid = group.file_name().unwrap().to_string_lossy().into_owned();
+    let out = s.skyc(&["logs", &gid, "--no-follow"]).output().unwrap();
+    assert!(
+        text(&out.stdout).contains("skyc: restarting workers (attempt 1)"),
+        "{}",
+        text(&out.stdout)
+    );
+    // Every setup ran in its worker's group directory, the lost one's
+    // twice.
+    let setups = s.read("setups");
+    let dirs: Vec<&str> = setups.lines().filter_map(|l| l.split(' ').nth(2)).collect();
+    assert!(
+        dirs.iter().all(|d| Path::new(d).parent() == Some(&groups)),
+        "{setups}"
+    );
+    let here = group.to_string_lossy();
+    assert_eq!(dirs.iter().filter(|d| **d == here).count(), 2, "{setups}");
 }
 
 #[test]

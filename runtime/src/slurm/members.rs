@@ -5,10 +5,12 @@
 //!   every node, then a hold). Submitted once: `submitting.A` is written
 //!   before sbatch and `jobid.A` after it, and a worker found with the
 //!   first and not the second is looked up by its `--comment` before it
-//!   would be submitted again. Ready once every node wrote its
-//!   `ready.RANK`; a job that ends while not being retired (scancel from
-//!   outside, time limit, node failure) is the loss of its nodes, and of
-//!   the jobs running on it.
+//!   would be submitted again. Each attempt's job writes in its own
+//!   directory (`aA/`, its `SKYC_OUT`): ready once every node wrote its
+//!   `ready.RANK` there, so an earlier attempt's job, still ending,
+//!   cannot make it look ready. A job that ends while not being retired
+//!   (scancel from outside, time limit, node failure) is the loss of its
+//!   nodes, and of the jobs running on it.
 //! - A job's attempt is one step of its worker's allocation (`srun
 //!   --jobid=W --overlap`) started by a detached launcher that holds the
 //!   attempt's lock while srun runs; each node's exit status comes from
@@ -105,9 +107,16 @@ impl WorkerRun {
         self.plan.plan.num_nodes.first().copied().unwrap_or(1)
     }
 
+    /// This attempt's output directory (its job's `SKYC_OUT`: `status`,
+    /// `.skyc/r0/`), so that an earlier attempt's job, still ending,
+    /// writes only in its own, and what it wrote stays readable.
+    fn out_dir(&self) -> PathBuf {
+        self.dir.join(format!("a{}", self.attempt))
+    }
+
     /// The batch script's directory for this (first) start of the job.
     fn run_dir(&self) -> PathBuf {
-        self.dir.join(".skyc").join("r0")
+        self.out_dir().join(".skyc").join("r0")
     }
 
     fn comment(&self, gid: i64) -> String {
@@ -122,7 +131,7 @@ impl WorkerRun {
         Submission {
             file: self.dir.join("job.sh"),
             script: self.plan.plan.script.clone(),
-            out: self.dir.clone(),
+            out: self.out_dir(),
             token: self.comment(gid),
             after: None,
         }
@@ -143,11 +152,16 @@ impl JobRun {
     }
 
     fn log(&self, rank: u32, line: &str) {
-        use std::io::Write;
-        let log = paths::log(&self.dir, &self.plan.task.name, rank);
-        if let Ok(mut f) = OpenOptions::new().create(true).append(true).open(log) {
-            let _ = f.write_all(line.as_bytes());
-        }
+        append_log(&self.dir, &self.plan.task.name, rank, line);
+    }
+}
+
+/// Appends a line of skyc's own to a node's log in a group's directory.
+fn append_log(dir: &Path, task: &str, rank: u32, line: &str) {
+    use std::io::Write;
+    let log = paths::log(dir, task, rank);
+    if let Ok(mut f) = OpenOptions::new().create(true).append(true).open(log) {
+        let _ = f.write_all(line.as_bytes());
     }
 }
 
@@ -355,6 +369,21 @@ impl Members {
             w.started = false;
             w.ready = false;
             w.stopping = false;
+            if attempt > 0 {
+                // Its setup's output follows the earlier attempts' in
+                // the same logs, as a group's restart's does.
+                for rank in 0..w.nodes() {
+                    append_log(
+                        &w.dir,
+                        &w.plan.task.name,
+                        rank,
+                        &format!(
+                            "skyc: restarting {} (attempt {attempt})\n",
+                            w.plan.task.name
+                        ),
+                    );
+                }
+            }
         }
         if let Some(j) = self.jobs.get_mut(&gid) {
             j.attempt = attempt;
@@ -750,11 +779,14 @@ impl Members {
             }
         }
         let marker = w.dir.join(format!("submitting.{}", w.attempt));
-        // An earlier attempt's ready and exit files, and its status file
-        // (which names its job), are not this one's.
+        // Files of this attempt left by a job that was not found (never
+        // started, or forgotten by Slurm) are not this submission's.
         let _ = fs::remove_dir_all(w.run_dir());
-        let _ = fs::remove_file(w.dir.join("status"));
-        if let Err(e) = fs::write(&job.file, &job.script).and_then(|()| fs::write(&marker, "")) {
+        let _ = fs::remove_file(job.out.join("status"));
+        if let Err(e) = attempt_dir(&job.out)
+            .and_then(|()| fs::write(&job.file, &job.script))
+            .and_then(|()| fs::write(&marker, ""))
+        {
             return self.refused(gid, w, format!("{}: {e}", w.dir.display()));
         }
         match submit::submit(&slurm, &job, None) {
@@ -1081,6 +1113,18 @@ impl Members {
             return Ok(false);
         }
         slurm.signal(&ids, signal).map(|()| true).map_err(drop)
+    }
+}
+
+/// Makes a worker's attempt directory, its `logs` the worker's own
+/// (`../logs`): the batch script writes its nodes' logs under its
+/// `SKYC_OUT`, and a worker's logs are one per node across its attempts,
+/// where `skyc logs` reads them.
+fn attempt_dir(out: &Path) -> std::io::Result<()> {
+    fs::create_dir_all(out)?;
+    match std::os::unix::fs::symlink(Path::new("..").join("logs"), out.join("logs")) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => Err(e),
+        _ => Ok(()),
     }
 }
 

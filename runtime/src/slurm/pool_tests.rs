@@ -272,7 +272,7 @@ fn a_worker_is_ready_from_its_nodes_files_and_its_end_loses_its_jobs() {
     f.backend.execute(1, &engine, &actions);
     // Submitted once, tagged, from the worker's directory.
     f.drain_until(|r| matches!(event(r), Some((1, Event::TaskQueued { .. }))));
-    let out = f.group(1).canonicalize().unwrap();
+    let out = f.group(1).canonicalize().unwrap().join("a0");
     assert_eq!(
         f.bin("sbatch.log"),
         format!("101|lost-w1-a0|{}\n", out.display())
@@ -363,7 +363,7 @@ fn ready_worker(f: &mut Fake) -> Engine {
     f.backend.execute(1, &engine, &actions);
     f.drain_until(|r| matches!(event(r), Some((1, Event::TaskQueued { .. }))));
     fs::write(f.dir.join("bin/state.101"), "RUNNING").unwrap();
-    let run = f.group(1).join(".skyc/r0");
+    let run = f.group(1).join("a0/.skyc/r0");
     fs::create_dir_all(&run).unwrap();
     fs::write(run.join("hosts"), "10.0.0.7 w-0.w\n").unwrap();
     fs::write(run.join("ready.0"), "").unwrap();
@@ -560,4 +560,96 @@ fn a_worker_retired_before_its_submission_is_not_submitted_after_a_crash() {
     );
     drain_for(&mut f, 1_500);
     assert_eq!(f.bin("sbatch.log"), "", "never submitted");
+}
+
+/// Worker 1 (ready, job 101) lost: its job cancelled from outside. Its
+/// engine's next attempt is started, and submitted (job 102).
+fn restarted_worker(f: &mut Fake, engine: &mut Engine) {
+    fs::write(f.dir.join("bin/state.101"), "CANCELLED").unwrap();
+    let reports = f.drain_until(|r| matches!(event(r), Some((1, Event::NodeLost { .. }))));
+    for (_, e) in reports.iter().filter_map(event).filter(|(g, _)| *g == 1) {
+        let actions = engine.handle(e.clone());
+        f.backend.execute(1, engine, &actions);
+    }
+    assert_eq!(engine.attempt(0), 1, "restarted");
+    f.drain_until(|r| matches!(event(r), Some((1, Event::TaskQueued { attempt: 1, .. }))));
+    assert_eq!(
+        fs::read_to_string(f.group(1).join("jobid.1")).unwrap(),
+        "102"
+    );
+}
+
+#[test]
+fn a_ready_file_of_the_previous_attempts_job_does_not_make_the_next_ready() {
+    let mut f = Fake::new("stale");
+    let mut engine = ready_worker(&mut f);
+    restarted_worker(&mut f, &mut engine);
+    let out = f.group(1).canonicalize().unwrap();
+    assert_eq!(
+        f.bin("sbatch.log").lines().nth(1),
+        Some(format!("102|stale-w1-a1|{}", out.join("a1").display()).as_str()),
+        "the attempt's own SKYC_OUT"
+    );
+    fs::write(f.dir.join("bin/state.102"), "RUNNING").unwrap();
+    // Job 101, still ending, writes its node's ready file (again) in its
+    // own directory: attempt 1 has not run its setup.
+    fs::create_dir_all(out.join("a0/.skyc/r0")).unwrap();
+    fs::write(out.join("a0/.skyc/r0/ready.0"), "").unwrap();
+    let reports = drain_for(&mut f, 2_500);
+    assert!(
+        !reports
+            .iter()
+            .any(|r| matches!(r, (1, Report::Ready { .. }))),
+        "{reports:?}"
+    );
+    // Its own node past setup: ready.
+    let run = out.join("a1/.skyc/r0");
+    fs::create_dir_all(&run).unwrap();
+    fs::write(run.join("hosts"), "10.0.0.8 w-0.w\n").unwrap();
+    fs::write(run.join("ready.0"), "").unwrap();
+    f.drain_until(|r| {
+        matches!(
+            r,
+            (
+                1,
+                Report::Ready {
+                    task: 0,
+                    attempt: 1
+                }
+            )
+        )
+    });
+}
+
+#[test]
+fn a_restarted_worker_keeps_the_earlier_attempts_setup_log_and_status() {
+    let mut f = Fake::new("keeplog");
+    let mut engine = ready_worker(&mut f);
+    // What job 101 wrote under its SKYC_OUT: its setup's output (srun's
+    // --output=$SKYC_OUT/logs/w-%t.log) and its status.
+    let a0 = f.group(1).join("a0");
+    fs::write(a0.join("logs/w-0.log"), "setting up 0\n").unwrap();
+    fs::write(a0.join("status"), "1.0 r0 job START 101 components=101\n").unwrap();
+    restarted_worker(&mut f, &mut engine);
+    // Job 102 appends its setup's output the same way.
+    let a1 = f.group(1).join("a1");
+    let mut log = fs::OpenOptions::new()
+        .append(true)
+        .open(a1.join("logs/w-0.log"))
+        .unwrap();
+    std::io::Write::write_all(&mut log, b"setting up 1\n").unwrap();
+    // One log per node across attempts, where `skyc logs` reads it.
+    assert_eq!(
+        fs::read_to_string(crate::paths::log(&f.group(1), "w", 0)).unwrap(),
+        "setting up 0\nskyc: restarting w (attempt 1)\nsetting up 1\n"
+    );
+    assert_eq!(
+        fs::read_to_string(a0.join("status")).unwrap(),
+        "1.0 r0 job START 101 components=101\n",
+        "attempt 0's status kept"
+    );
+    assert!(
+        a0.join(".skyc/r0/ready.0").exists(),
+        "and its run directory"
+    );
 }
