@@ -103,10 +103,10 @@ impl PodExec for KubeExec {
                 .map_err(classify)?;
             let status = attached.take_status();
             // The input is written while the output is read (neither
-            // waits on the other), and the writer is kept until the end:
-            // on an API server without the v5 protocol, closing stdin
-            // closes the whole session. The scripts read what they need
-            // and no more, so no end of input is ever waited for.
+            // waits on the other), and never shut down: on a session
+            // without the v5 protocol, kube ends the whole session at the
+            // end of stdin. The scripts read what they need and no more,
+            // so no end of input is ever waited for.
             let mut stdin = attached.stdin();
             let write = async {
                 if let (Some(w), Some(bytes)) = (stdin.as_mut(), command.stdin.as_deref()) {

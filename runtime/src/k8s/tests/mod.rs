@@ -17,6 +17,7 @@ mod refusals;
 mod supervised;
 mod supervised_pool;
 mod units;
+mod ws_exec;
 
 use crate::backend::Report;
 use crate::policy::{Event, Status, Timer};
