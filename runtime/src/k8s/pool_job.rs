@@ -360,15 +360,8 @@ impl PoolJob {
                         }
                     },
                     Err(ExecError::Gone(why)) => {
-                        match pod_gone(cluster, &placed.namespace, pod).await {
-                            Ok(true) => {
-                                self.log(r, &format!("skyc: worker pod {pod} is gone: {why}\n"));
-                                self.nodes[rank].ended = true;
-                                self.event(lost);
-                            }
-                            Ok(false) => outage = Some(unconfirmed(pod, &why)),
-                            Err(e) => outage = Some(e),
-                        }
+                        let unsure = self.gone(cluster, &placed.namespace, pod, rank, &why).await;
+                        outage = unsure.or(outage);
                     }
                     Err(ExecError::Failed(why)) => outage = Some(why),
                     Err(ExecError::Denied(why)) => denied = Some(why),
@@ -449,15 +442,8 @@ impl PoolJob {
                         }
                     },
                     Err(ExecError::Gone(why)) => {
-                        match pod_gone(cluster, &placed.namespace, pod).await {
-                            Ok(true) => {
-                                self.log(r, &format!("skyc: worker pod {pod} is gone: {why}\n"));
-                                self.nodes[rank].ended = true;
-                                self.event(lost);
-                            }
-                            Ok(false) => outage = Some(unconfirmed(pod, &why)),
-                            Err(e) => outage = Some(e),
-                        }
+                        let unsure = self.gone(cluster, &placed.namespace, pod, rank, &why).await;
+                        outage = unsure.or(outage);
                     }
                     Err(ExecError::Failed(why)) => outage = Some(why),
                     Err(ExecError::Denied(why)) => denied = Some(why),
@@ -472,6 +458,37 @@ impl PoolJob {
         self.set_outage(outage);
         if self.goal.end.is_some() && self.nodes.iter().all(|n| n.ended || !n.started) {
             self.settle();
+        }
+    }
+
+    /// An exec answered that node `rank`'s pod is gone: the node is lost
+    /// once the pod itself, read, says so ([`pod_gone`]); else the
+    /// outage to show, and the node is asked again.
+    async fn gone(
+        &mut self,
+        cluster: &Cluster,
+        namespace: &str,
+        pod: &str,
+        rank: usize,
+        why: &str,
+    ) -> Option<String> {
+        match pod_gone(cluster, namespace, pod).await {
+            Ok(true) => {
+                let r = rank as u32;
+                self.log(r, &format!("skyc: worker pod {pod} is gone: {why}\n"));
+                self.nodes[rank].ended = true;
+                let attempt = self.placed.as_ref().map_or(0, |p| p.attempt);
+                self.event(Event::NodeLost {
+                    task: 0,
+                    attempt,
+                    node: r,
+                });
+                None
+            }
+            Ok(false) => Some(format!(
+                "an exec in worker pod {pod} answered {why}, but the pod runs: asking again"
+            )),
+            Err(e) => Some(e),
         }
     }
 
@@ -583,9 +600,4 @@ async fn pod_gone(cluster: &Cluster, namespace: &str, pod: &str) -> Result<bool,
             .filter(|c| c.name == CONTAINER)
             .all(|c| c.state.as_ref().is_none_or(|s| s.running.is_some()));
     Ok(found.metadata.deletion_timestamp.is_some() || !running)
-}
-
-/// The outage of an exec answered "gone" for a pod that runs.
-fn unconfirmed(pod: &str, why: &str) -> String {
-    format!("an exec in worker pod {pod} answered {why}, but the pod runs: asking again")
 }

@@ -295,6 +295,18 @@ impl Pool {
         }
     }
 
+    /// `skyc cancel` of a job: the backend told, then the engine.
+    fn cancel(&mut self, gid: i64) {
+        self.backend().cancel(gid);
+        let actions = self
+            .engines
+            .get_mut(&gid)
+            .unwrap()
+            .handle(Event::CancelRequested);
+        self.execute(gid, &actions);
+        self.settle();
+    }
+
     fn cluster(&mut self, f: impl FnOnce(&mut super::fake::World)) {
         f(&mut self.fake.world());
         self.settle();
@@ -532,14 +544,7 @@ fn a_job_placed_on_a_worker_that_is_not_there_is_lost() {
 #[test]
 fn a_cancelled_job_is_stopped_in_its_pods_and_the_worker_holds() {
     let mut p = two_jobs_placed();
-    p.backend().cancel(10);
-    let actions = p
-        .engines
-        .get_mut(&10)
-        .unwrap()
-        .handle(Event::CancelRequested);
-    p.execute(10, &actions);
-    p.settle();
+    p.cancel(10);
     assert_eq!(p.status(10), Status::Cancelled);
     assert!(p.reports.contains(&(10, Report::Settled)));
     let procs = p.processes();
@@ -564,14 +569,7 @@ fn a_job_cancelled_before_it_is_placed_ends_with_nothing_started() {
     let mut p = Pool::new();
     p.ready_worker(1, 0);
     p.add(10, job(0, 1));
-    p.backend().cancel(10);
-    let actions = p
-        .engines
-        .get_mut(&10)
-        .unwrap()
-        .handle(Event::CancelRequested);
-    p.execute(10, &actions);
-    p.settle();
+    p.cancel(10);
     assert_eq!(p.status(10), Status::Cancelled);
     assert!(p.reports.contains(&(10, Report::Settled)));
     assert!(p.processes().is_empty());
@@ -704,14 +702,7 @@ fn a_kill_after_the_grace_survives_supervisor_restarts() {
     p.fake.world().kubelet_exec.jobs_ignore_term = true;
     p.add(10, job(0, 1));
     p.place(10, 1);
-    p.backend().cancel(10);
-    let actions = p
-        .engines
-        .get_mut(&10)
-        .unwrap()
-        .handle(Event::CancelRequested);
-    p.execute(10, &actions);
-    p.settle();
+    p.cancel(10);
     let procs = p.processes();
     assert_eq!(procs.len(), 2);
     assert!(

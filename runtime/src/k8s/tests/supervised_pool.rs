@@ -22,6 +22,26 @@ pool:
 
 const JOB: &str = "name: train\nnum_nodes: 2\nrun: echo train\n";
 
+fn job_group() -> skyc_compiler::ir::Group {
+    let c = skyc_compiler::compile("job.yaml", JOB.as_bytes(), &Default::default());
+    c.group.unwrap()
+}
+
+/// `num_jobs` jobs of [`JOB`] on the pool whose workers are made from
+/// `worker`, as `skyc run --pool` plans them.
+fn pool_jobs(worker: &crate::k8s::Plan, num_jobs: u32) -> Vec<crate::k8s::Plan> {
+    let group = job_group();
+    let job = |rank| JobSpec {
+        room: None,
+        rank,
+        num_jobs,
+    };
+    let secrets = &[];
+    let grace = Duration::from_secs(5);
+    let (plans, _) = worker.pool_jobs(&group, grace, secrets, "run-2".into(), num_jobs, job);
+    plans.unwrap()
+}
+
 struct Scene {
     fake: Fake,
     dir: PathBuf,
@@ -107,24 +127,8 @@ fn a_pool_runs_ranked_jobs_and_goes_down_through_the_supervisor() {
         ]
     );
     // Two jobs, as `skyc run --pool pool --num-jobs 2` records them.
-    let c = skyc_compiler::compile("job.yaml", JOB.as_bytes(), &Default::default());
-    let group = c.group.unwrap();
-    let jobs = plan
-        .worker
-        .pool_jobs(
-            &group,
-            Duration::from_secs(5),
-            &[],
-            "run-2".into(),
-            2,
-            |rank| JobSpec {
-                room: None,
-                rank,
-                num_jobs: 2,
-            },
-        )
-        .0
-        .unwrap();
+    let group = job_group();
+    let jobs = pool_jobs(&plan.worker, 2);
     let texts: Vec<String> = jobs
         .iter()
         .map(|p| serde_json::to_string(p).unwrap())
@@ -265,25 +269,8 @@ fn a_lost_worker_is_made_again_and_its_job_runs_again_through_the_supervisor() {
     s.until("two workers' pods", |f, _| {
         f.world().names("pods").len() == 4
     });
-    let c = skyc_compiler::compile("job.yaml", JOB.as_bytes(), &Default::default());
-    let group = c.group.unwrap();
-    let job = plan
-        .worker
-        .pool_jobs(
-            &group,
-            Duration::from_secs(5),
-            &[],
-            "run-2".into(),
-            1,
-            |rank| JobSpec {
-                room: None,
-                rank,
-                num_jobs: 1,
-            },
-        )
-        .0
-        .unwrap()
-        .remove(0);
+    let group = job_group();
+    let job = pool_jobs(&plan.worker, 1).remove(0);
     let text = serde_json::to_string(&job).unwrap();
     let ids = store
         .insert_jobs(&[(
