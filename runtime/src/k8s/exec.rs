@@ -18,10 +18,20 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 /// A command to run in a pod: its argv (sent in the request's URL, so
 /// never a secret and never large) and what it reads on its standard
 /// input (sent over the exec's stream).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct Command {
     pub argv: Vec<String>,
     pub stdin: Option<Vec<u8>>,
+}
+
+/// The input carries secrets: only its size is shown.
+impl std::fmt::Debug for Command {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Command")
+            .field("argv", &self.argv)
+            .field("stdin_bytes", &self.stdin.as_ref().map(Vec::len))
+            .finish()
+    }
 }
 
 /// Why an exec did not answer.
@@ -79,6 +89,13 @@ impl<E: PodExec> PodExec for Timed<E> {
     }
 }
 
+/// How many bytes of input kube holds for the session at once: a large
+/// `run` goes in frames of this size.
+const STDIN_BUFFER: usize = 64 << 10;
+
+/// How long the output may go quiet once the command's `Status` came.
+const OUTPUT_AFTER_STATUS: Duration = Duration::from_secs(1);
+
 /// The API server's exec, through the cluster's client.
 pub struct KubeExec(pub kube::Client);
 
@@ -96,44 +113,77 @@ impl PodExec for KubeExec {
                 .container(CONTAINER)
                 .stdin(command.stdin.is_some())
                 .stdout(true)
-                .stderr(false);
+                .stderr(false)
+                .max_stdin_buf_size(STDIN_BUFFER);
             let mut attached = api
                 .exec(&pod, command.argv, &params)
                 .await
                 .map_err(classify)?;
             let status = attached.take_status();
+            let mut stdin = attached.stdin();
+            let mut stdout = attached.stdout();
+            let mut out = Vec::new();
             // The input is written while the output is read (neither
             // waits on the other), and never shut down: on a session
             // without the v5 protocol, kube ends the whole session at the
             // end of stdin. The scripts read what they need and no more,
             // so no end of input is ever waited for.
-            let mut stdin = attached.stdin();
-            let write = async {
-                if let (Some(w), Some(bytes)) = (stdin.as_mut(), command.stdin.as_deref()) {
-                    // A command that ended without reading it all closes
-                    // the stream: its answer says what happened.
-                    let _ = w.write_all(bytes).await;
-                    let _ = w.flush().await;
+            let status = {
+                let mut write = std::pin::pin!(async {
+                    if let (Some(w), Some(bytes)) = (stdin.as_mut(), command.stdin.as_deref()) {
+                        let _ = w.write_all(bytes).await;
+                        let _ = w.flush().await;
+                    }
+                });
+                let mut status = std::pin::pin!(async move {
+                    match status {
+                        Some(s) => s.await,
+                        None => None,
+                    }
+                });
+                let mut written = command.stdin.is_none();
+                // The `Status` ends the command: the output before it is
+                // in kube's pipe, read to its end or until it goes quiet
+                // (a session that failed after the command ended, such as
+                // a command that did not read all its input, never ends
+                // the output). The input left is dropped.
+                let mut ended = None;
+                while let Some(reader) = stdout.as_mut() {
+                    let quiet = ended.is_some();
+                    tokio::select! {
+                        () = &mut write, if !written && !quiet => written = true,
+                        s = &mut status, if !quiet => ended = Some(s),
+                        n = async {
+                            if quiet {
+                                tokio::time::timeout(OUTPUT_AFTER_STATUS, reader.read_buf(&mut out))
+                                    .await
+                                    .unwrap_or(Ok(0))
+                            } else {
+                                reader.read_buf(&mut out).await
+                            }
+                        } => match n {
+                            Ok(0) => break,
+                            Ok(_) => {}
+                            Err(e) => {
+                                return Err(ExecError::Failed(format!("reading exec output: {e}")));
+                            }
+                        },
+                    }
                 }
-            };
-            let mut out = Vec::new();
-            let read = async {
-                match attached.stdout() {
-                    Some(mut stdout) => stdout.read_to_end(&mut out).await.map(|_| ()),
-                    None => Ok(()),
+                match ended {
+                    Some(s) => s,
+                    None => status.await,
                 }
-            };
-            let ((), read) = tokio::join!(write, read);
-            read.map_err(|e| ExecError::Failed(format!("reading exec output: {e}")))?;
-            let status = match status {
-                Some(s) => s.await,
-                None => None,
             };
             drop(stdin);
-            attached
-                .join()
-                .await
-                .map_err(|e| ExecError::Failed(e.to_string()))?;
+            // The session's own end; its error matters only without a
+            // `Status` (a session failed after one ended the command).
+            let joined = tokio::time::timeout(OUTPUT_AFTER_STATUS, attached.join()).await;
+            if status.is_none()
+                && let Ok(Err(e)) = joined
+            {
+                return Err(ExecError::Failed(e.to_string()));
+            }
             match status {
                 Some(s) if s.status.as_deref() == Some("Success") => {
                     Ok(String::from_utf8_lossy(&out).into_owned())

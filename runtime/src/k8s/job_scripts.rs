@@ -33,38 +33,37 @@ pub fn attempt_dir(job: i64, attempt: u32) -> String {
 }
 
 /// Starts the job's node unless this attempt was started already.
-/// Answers `started` or `already` (or `unready`); reads its input first,
-/// whatever it answers, so the writer is never left waiting.
+/// Answers `started` or `already` (or `unready`). Reads its input first,
+/// into memory, whatever it answers: exactly three lines, never to an
+/// end the writer would have to close.
 const START: &str = r#"set -u
 dir=$1
-umask 077
-mkdir -p "${dir%/*}" || exit 1
-input=$(mktemp "${dir%/*}/.input.XXXXXX") || exit 1
-head -n 3 >"$input"
-if [ "$(sed -n 3p "$input")" != end ]; then
-  rm -f "$input"
+IFS= read -r run || run=
+IFS= read -r env || env=
+IFS= read -r end || end=
+if [ "$end" != end ]; then
   echo "the job's input was cut short" >&2
   exit 1
 fi
 if [ ! -f /tmp/skyc/ready ]; then
-  rm -f "$input"
   echo unready
   exit 0
 fi
+mkdir -p "${dir%/*}" || exit 1
 if ! mkdir "$dir" 2>/dev/null; then
-  rm -f "$input"
   echo already
   exit 0
 fi
-sed -n 1p "$input" | base64 -d >"$dir/run.sh" &&
-  sed -n 2p "$input" | base64 -d >"$dir/env" || exit 1
-rm -f "$input"
+printf '%s' "$run" | base64 -d >"$dir/run.sh" || exit 1
+(umask 077 && printf '%s' "$env" | base64 -d >"$dir/env") || exit 1
 cd "${HOME:-/}" 2>/dev/null || cd /
 set -m
 bash -c '
-  # The job dies of a TERM sent to its group; this shell outlives it to
-  # write its exit code.
-  trap : TERM
+  # SIGTERM is for the job alone: ignored by this shell and the commands
+  # it runs around the job (so the exit code is always written and the
+  # environment file always removed), handled (reset in the child) while
+  # the job runs.
+  trap "" TERM
   : >"$1/armed"
   # shellcheck disable=SC1091 # the worker node wrote it after setup
   . /tmp/skyc/env
@@ -74,10 +73,12 @@ bash -c '
   # The nodes of the job only: the first SKYPILOT_NUM_NODES of the worker.
   SKYPILOT_NODE_IPS=$(printf "%s\n" "${SKYPILOT_NODE_IPS:-}" | head -n "${SKYPILOT_NUM_NODES:-1}")
   export SKYPILOT_NODE_IPS
+  trap : TERM
   # A signal sent before the job existed left the stop file (written
   # before the signal): the job, once started, ends at once.
   bash -c "[ ! -f \"\$1/stop\" ] || exit 143; exec bash \"\$1/run.sh\"" skyc-run "$1"
   code=$?
+  trap "" TERM
   echo "$code" >"$1/exit.tmp" && mv -f "$1/exit.tmp" "$1/exit"
 ' skyc-job "$dir" >"$dir/log" 2>&1 </dev/null &
 echo "$!" >"$dir/pid"
@@ -110,6 +111,9 @@ echo
 /// Sends the attempt's process group a signal (`TERM` or `KILL`).
 const SIGNAL: &str = r#"set -u
 dir=$1
+# A start under way (its directory made, its pid not yet written)
+# starts nothing once this is here.
+[ ! -d "$dir" ] || : >"$dir/stop"
 if [ -f "$dir/pid" ] && [ ! -f "$dir/exit" ]; then
   # A job started a moment ago may not trap TERM yet: its shell would
   # die with the job and never write the exit code.
@@ -118,7 +122,6 @@ if [ -f "$dir/pid" ] && [ ! -f "$dir/exit" ]; then
     sleep 0.1
     i=$((i + 1))
   done
-  : >"$dir/stop"
   kill "-$2" -- "-$(cat "$dir/pid")" 2>/dev/null
 fi
 echo signalled
@@ -152,6 +155,7 @@ pub fn start(dir: &str, run: &str, env: &[(String, String)]) -> Command {
 
 /// The job's `run` and environment from a start's input, as the start
 /// script reads them; `None` for an input cut short.
+#[cfg(test)]
 pub fn start_input(input: &[u8]) -> Option<(String, Vec<(String, String)>)> {
     let text = std::str::from_utf8(input).ok()?;
     let mut lines = text.lines();
@@ -375,6 +379,23 @@ mod tests {
         // Nothing but the attempt's directory is left beside it.
         let left: Vec<_> = std::fs::read_dir(root.join("jobs")).unwrap().collect();
         assert_eq!(left.len(), 1, "{left:?}");
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    /// The job's files are made with the pod's umask; only its
+    /// environment file (secrets) was private.
+    #[test]
+    fn the_job_keeps_the_pods_umask() {
+        let root = std::env::temp_dir().join(format!("skyc-job-umask-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(root.join("ready"), "").unwrap();
+        std::fs::write(root.join("env"), "").unwrap();
+        let dir = format!("{}/jobs/3.0", root.display());
+        sh(&root, &start(&dir, "umask", &[]));
+        let (_, log) = wait_exit(&root, &dir);
+        let pods = Command::new("bash").args(["-c", "umask"]).output().unwrap();
+        assert_eq!(log, pods.stdout);
         let _ = std::fs::remove_dir_all(&root);
     }
 

@@ -13,8 +13,8 @@
 use super::plan::{Plan, WithKubeconfig};
 use crate::pool::{PoolSpec, Room, Scaling, worker_key};
 use serde_json::Value;
-use skyc_compiler::Diagnostic;
 use skyc_compiler::ir::{self, Group};
+use skyc_compiler::{Diagnostic, Rule, Severity};
 use skyc_targets::k8s::{self, worker};
 use std::time::Duration;
 
@@ -155,13 +155,48 @@ impl Plan {
         job: impl Fn(u32) -> crate::pool::JobSpec,
     ) -> (Option<Vec<Plan>>, Vec<Diagnostic>) {
         let mut group = group.clone();
-        group.tasks.iter_mut().for_each(|t| t.setup = None);
+        let mut diagnostics = Vec::new();
+        for t in &mut group.tasks {
+            t.setup = None;
+            // The job runs in its worker's pod, made before it: nothing
+            // of its own is mounted there.
+            let mut ignored = Vec::new();
+            if t.workdir.take().is_some() {
+                ignored.push("`workdir`");
+            }
+            if !std::mem::take(&mut t.file_mounts).is_empty() {
+                ignored.push("`file_mounts`");
+            }
+            if !std::mem::take(&mut t.volumes).is_empty() {
+                ignored.push("`volumes`");
+            }
+            if !ignored.is_empty() {
+                diagnostics.push(
+                    Diagnostic::new(
+                        Rule::K8sIgnoredSetting,
+                        t.name_span,
+                        format!(
+                            "`{}`: its {} not applied: a job on a Kubernetes pool runs in its \
+                             worker's pod, where the pool's setup ran (give them to the pool)",
+                            t.name,
+                            if ignored.len() == 1 {
+                                format!("{} is", ignored[0])
+                            } else {
+                                format!("{} are", ignored.join(" and "))
+                            }
+                        ),
+                    )
+                    .label("in this task")
+                    .severity(Severity::Warning),
+                );
+            }
+        }
         let options = k8s::Options {
             namespace: Some(self.namespace.clone()),
             ..Default::default()
         };
         let mut values = Vec::new();
-        let mut diagnostics = crate::secrets::merge(&mut values, &group, secrets);
+        diagnostics.extend(crate::secrets::merge(&mut values, &group, secrets));
         let manifests = k8s::pods::lower(&group, &options);
         diagnostics.extend(manifests.diagnostics.iter().cloned());
         let plan = Plan::of(

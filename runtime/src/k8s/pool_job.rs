@@ -19,6 +19,7 @@ use super::client::Cluster;
 use super::exec::{Command, ExecError};
 use super::job_scripts::{self, Started, State};
 use super::plan::Plan;
+use super::request::CALL_TIMEOUT;
 use crate::backend::Report;
 use crate::backoff::Backoff;
 use crate::goal::{Goal, Want};
@@ -51,6 +52,9 @@ struct Node {
     /// Signals sent (`TERM`, then `KILL`).
     termed: bool,
     killed: bool,
+    /// SIGKILL recorded as asked (it may or may not have been sent): a
+    /// process found gone was killed, not lost.
+    kill_asked: bool,
 }
 
 /// What this job's supervisor did, kept in the job's group directory so
@@ -116,12 +120,14 @@ impl PoolJob {
         let record = std::fs::read_to_string(job.group_dir.join(RECORD))
             .ok()
             .and_then(|s| serde_json::from_str::<Record>(&s).ok());
+        // A SIGKILL asked is asked again (it may not have been sent).
         if let Some(record) = record {
             job.place(record.placed);
             for (r, node) in job.nodes.iter_mut().enumerate() {
                 node.started = record.started.get(r).copied().unwrap_or(false);
-                node.killed = record.killed.get(r).copied().unwrap_or(false);
+                node.kill_asked = record.killed.get(r).copied().unwrap_or(false);
             }
+            job.kill = job.nodes.iter().any(|n| n.kill_asked);
         }
         job
     }
@@ -146,7 +152,10 @@ impl PoolJob {
             })
             .collect();
         let killed = (0..n)
-            .map(|r| self.nodes[r].killed || also == Some((r, true)) || was(r, |s| &s.killed))
+            .map(|r| {
+                let node = &self.nodes[r];
+                node.killed || node.kill_asked || also == Some((r, true)) || was(r, |s| &s.killed)
+            })
             .collect();
         let record = serde_json::to_string(&Record {
             placed,
@@ -330,8 +339,14 @@ impl PoolJob {
                 continue;
             };
             let dir = job_scripts::attempt_dir(self.out.gid, attempt);
-            if !node.started {
-                if !(current && tg.want == Want::Run && !self.goal.cancel) {
+            let stopping = !(current && tg.want == Want::Run && !self.goal.cancel);
+            if !node.started && stopping && self.saved().is_some_and(|s| s.started[rank]) {
+                // Asked to start, with no answer (an exec that failed or
+                // timed out after the start ran): signalled and read as
+                // a started node, never left running.
+                self.nodes[rank].started = true;
+            } else if !node.started {
+                if stopping {
                     // Stopped before it started: nothing of it ran.
                     self.nodes[rank].ended = true;
                     if current {
@@ -371,16 +386,33 @@ impl PoolJob {
             let stop = !current || tg.want != Want::Run || self.goal.cancel;
             if stop && (!node.termed || (self.kill && !node.killed)) {
                 let kill = self.kill;
-                if kill && let Err(e) = self.save(Some((rank, true))) {
-                    outage = Some(format!("saving the job's placement: {e}"));
-                    continue;
+                if kill {
+                    if let Err(e) = self.save(Some((rank, true))) {
+                        outage = Some(format!("saving the job's placement: {e}"));
+                        continue;
+                    }
+                    self.nodes[rank].kill_asked = true;
                 }
                 let command = job_scripts::signal(&dir, kill);
-                match cluster.exec.exec(&placed.namespace, pod, command).await {
-                    Ok(_) | Err(ExecError::Gone(_)) => {
+                let sent = match cluster.exec.exec(&placed.namespace, pod, command).await {
+                    Ok(_) => Ok(()),
+                    // Gone with the pod: nothing left to signal (its poll
+                    // tells the loss). A pod that runs is signalled again.
+                    Err(ExecError::Gone(why)) => {
+                        match pod_gone(cluster, &placed.namespace, pod).await {
+                            Ok(true) => Ok(()),
+                            Ok(false) => Err(ExecError::Failed(unconfirmed(pod, &why))),
+                            Err(e) => Err(ExecError::Failed(e)),
+                        }
+                    }
+                    Err(e) => Err(e),
+                };
+                match sent {
+                    Ok(()) => {
                         self.nodes[rank].termed = true;
                         self.nodes[rank].killed |= kill;
                     }
+                    Err(ExecError::Gone(why)) => outage = Some(why),
                     Err(ExecError::Failed(why)) => outage = Some(why),
                     Err(ExecError::Denied(why)) => denied = Some(why),
                 }
@@ -413,7 +445,9 @@ impl PoolJob {
                                     });
                                 }
                                 // Killed by the engine's SIGKILL.
-                                State::Vanished if self.nodes[rank].killed => {
+                                State::Vanished
+                                    if self.nodes[rank].killed || self.nodes[rank].kill_asked =>
+                                {
                                     self.nodes[rank].ended = true;
                                     self.event(Event::NodeExited {
                                         task: 0,
@@ -485,9 +519,7 @@ impl PoolJob {
                 });
                 None
             }
-            Ok(false) => Some(format!(
-                "an exec in worker pod {pod} answered {why}, but the pod runs: asking again"
-            )),
+            Ok(false) => Some(unconfirmed(pod, why)),
             Err(e) => Some(e),
         }
     }
@@ -584,9 +616,14 @@ impl PoolJob {
 /// answers those too, and a job taken as lost runs a second time.
 async fn pod_gone(cluster: &Cluster, namespace: &str, pod: &str) -> Result<bool, String> {
     let api: Api<Pod> = Api::namespaced(cluster.client.clone(), namespace);
-    let found = api
-        .get_opt(pod)
+    let found = tokio::time::timeout(CALL_TIMEOUT, api.get_opt(pod))
         .await
+        .map_err(|_| {
+            format!(
+                "reading worker pod {pod}: no answer within {} s",
+                CALL_TIMEOUT.as_secs()
+            )
+        })?
         .map_err(|e| format!("reading worker pod {pod}: {e}"))?;
     let Some(found) = found else {
         return Ok(true);
@@ -600,4 +637,9 @@ async fn pod_gone(cluster: &Cluster, namespace: &str, pod: &str) -> Result<bool,
             .filter(|c| c.name == CONTAINER)
             .all(|c| c.state.as_ref().is_none_or(|s| s.running.is_some()));
     Ok(found.metadata.deletion_timestamp.is_some() || !running)
+}
+
+/// The outage of an exec answered "gone" for a pod that runs.
+fn unconfirmed(pod: &str, why: &str) -> String {
+    format!("an exec in worker pod {pod} answered {why}, but the pod runs: asking again")
 }

@@ -110,8 +110,19 @@ impl WorkerRun {
     /// This attempt's output directory (its job's `SKYC_OUT`: `status`,
     /// `.skyc/r0/`), so that an earlier attempt's job, still ending,
     /// writes only in its own, and what it wrote stays readable.
+    ///
+    /// An attempt submitted by a build that wrote in the group directory
+    /// itself (its `submitting.A` or `jobid.A` there, no `aA/`: that
+    /// directory is made before either) is read where its job writes.
     fn out_dir(&self) -> PathBuf {
-        self.dir.join(format!("a{}", self.attempt))
+        let own = self.dir.join(format!("a{}", self.attempt));
+        let submitted = ["submitting", "jobid"]
+            .iter()
+            .any(|f| self.dir.join(format!("{f}.{}", self.attempt)).exists());
+        if submitted && !own.exists() {
+            return self.dir.clone();
+        }
+        own
     }
 
     /// The batch script's directory for this (first) start of the job.
@@ -783,7 +794,12 @@ impl Members {
         // started, or forgotten by Slurm) are not this submission's.
         let _ = fs::remove_dir_all(w.run_dir());
         let _ = fs::remove_file(job.out.join("status"));
-        if let Err(e) = attempt_dir(&job.out)
+        let made = if job.out == w.dir {
+            Ok(())
+        } else {
+            attempt_dir(&job.out)
+        };
+        if let Err(e) = made
             .and_then(|()| fs::write(&job.file, &job.script))
             .and_then(|()| fs::write(&marker, ""))
         {

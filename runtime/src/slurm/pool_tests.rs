@@ -653,3 +653,30 @@ fn a_restarted_worker_keeps_the_earlier_attempts_setup_log_and_status() {
         "and its run directory"
     );
 }
+
+/// A worker submitted by a build that kept its job's files in the group
+/// directory (no `a0/`), adopted by this one: ready from its files
+/// where its job wrote them, and not submitted again.
+#[test]
+fn a_worker_of_the_earlier_layout_is_ready_from_where_its_job_writes() {
+    let mut f = Fake::new("layout");
+    fs::write(f.dir.join("bin/state.55"), "RUNNING").unwrap();
+    fs::write(f.dir.join("bin/queue"), "55|layout-w1-a0\n").unwrap();
+    let group = f.group(1);
+    let run = group.join(".skyc/r0");
+    fs::create_dir_all(&run).unwrap();
+    fs::write(group.join("jobid.0"), "55").unwrap();
+    fs::write(run.join("hosts"), "10.0.0.7 w-0.w\n").unwrap();
+    fs::write(run.join("ready.0"), "").unwrap();
+    let mut engine = Engine::new(spec("w"));
+    engine.start();
+    engine.handle(Event::TaskStarted {
+        task: 0,
+        attempt: 0,
+    });
+    let worker = f.worker();
+    f.adopt(1, &worker, &engine, false);
+    f.drain_until(|r| matches!(r, (1, Report::Ready { .. })));
+    assert_eq!(f.bin("sbatch.log"), "", "not submitted again");
+    assert!(!group.join("a0").exists());
+}

@@ -51,6 +51,9 @@ impl World {
                 "pods \"{name}\" is forbidden: cannot get resource \"pods/exec\" (403)"
             )));
         }
+        if self.kubelet_exec.failing_polls && op == "skyc-poll" {
+            return Err(ExecError::Failed("the exec proxy is down".into()));
+        }
         if self.kubelet_exec.stray_404 {
             return Err(ExecError::Gone(
                 "the server could not find the requested resource (404)".into(),
@@ -78,7 +81,11 @@ impl World {
                 if !ready(&pod) {
                     return Ok("unready\n".into());
                 }
+                let lost = self.kubelet_exec.start_answers_lost;
                 if procs.contains_key(&key) {
+                    if lost {
+                        return Err(ExecError::Failed("the exec session dropped".into()));
+                    }
                     return Ok("already\n".into());
                 }
                 procs.insert(
@@ -93,6 +100,9 @@ impl World {
                         log: Vec::new(),
                     },
                 );
+                if lost {
+                    return Err(ExecError::Failed("the exec session dropped".into()));
+                }
                 Ok("started\n".into())
             }
             "skyc-poll" => {

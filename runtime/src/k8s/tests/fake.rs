@@ -763,6 +763,10 @@ pub(super) struct Processes {
     pub(super) urls: Vec<String>,
     /// The jobs started from now on trap SIGTERM.
     pub(super) jobs_ignore_term: bool,
+    /// Starts run, but their answers are lost (a session dropped).
+    pub(super) start_answers_lost: bool,
+    /// Polls fail (the exec proxy down), other execs answer.
+    pub(super) failing_polls: bool,
     /// Execs answer 404 though the pods run (a proxy's, a misrouted
     /// request's).
     pub(super) stray_404: bool,

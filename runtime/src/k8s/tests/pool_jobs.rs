@@ -693,8 +693,9 @@ fn an_attempt_given_again_elsewhere_after_a_restart_does_not_run_twice() {
 
 /// A job that ignores SIGTERM, cancelled: the grace passes while no
 /// supervisor runs, and the new one sends SIGKILL (the engine's timer
-/// is committed); the nodes end killed (137), not lost, and the job
-/// CANCELLED.
+/// is committed); its polls fail until a third supervisor, which reads
+/// the processes gone as killed (137, the SIGKILL recorded), not lost:
+/// the job ends CANCELLED.
 #[test]
 fn a_kill_after_the_grace_survives_supervisor_restarts() {
     let mut p = Pool::new();
@@ -716,8 +717,14 @@ fn a_kill_after_the_grace_survives_supervisor_restarts() {
         .iter()
         .find_map(|(g, t)| (*g == 10 && matches!(t, Timer::Kill { .. })).then_some(*t))
         .expect("the engine's SIGKILL timer");
+    // The SIGKILL goes out; the polls after it fail, and the supervisor
+    // dies before one answers: the next one reads the processes gone.
+    p.fake.world().kubelet_exec.failing_polls = true;
     p.fire(10, kill);
     assert!(p.processes().iter().all(|x| x.vanished), "SIGKILL sent");
+    assert_eq!(p.status(10), Status::Cancelling);
+    p.fake.world().kubelet_exec.failing_polls = false;
+    p.restart();
     assert_eq!(p.status(10), Status::Cancelled);
     assert!(
         !p.reports.iter().any(|(g, r)| *g == 10
@@ -772,4 +779,21 @@ fn an_exec_404_for_a_pod_that_runs_loses_nothing() {
     });
     assert_eq!(p.status(10), Status::Succeeded);
     assert_eq!(p.processes().len(), 4, "nothing started twice");
+}
+
+/// A start that ran but whose answer was lost, then a cancel: the node
+/// is signalled and read as started (CANCELLED, its process ended), not
+/// ended unseen while it runs on the worker.
+#[test]
+fn a_job_whose_start_answer_was_lost_is_stopped_when_cancelled() {
+    let mut p = Pool::new();
+    p.ready_worker(1, 0);
+    p.fake.world().kubelet_exec.start_answers_lost = true;
+    p.add(10, job(0, 1));
+    p.place(10, 1);
+    assert_eq!(p.processes().len(), 2, "started, unanswered");
+    p.cancel(10);
+    assert_eq!(p.status(10), Status::Cancelled);
+    let procs = p.processes();
+    assert!(procs.iter().all(|x| x.exit == Some(143)), "{procs:#?}");
 }

@@ -294,7 +294,8 @@ async fn a_job_is_signalled_through_the_websocket_exec() {
 }
 
 /// A command that fails is the exec's failure (the `Status` on channel
-/// 3), asked again later; an upgrade refused is told by its status:
+/// 3), asked again later; one that ends without reading its input
+/// answers; an upgrade refused is told by its status:
 /// 404 the pod gone, 403 denied.
 #[tokio::test]
 async fn failures_and_refusals_are_told_apart() {
@@ -307,6 +308,23 @@ async fn failures_and_refusals_are_told_apart() {
         .await;
     match failed {
         Err(ExecError::Failed(why)) => assert!(why.contains("exit code 2"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    // A command that ends without reading its input: an answer at once,
+    // never a writer left waiting on a session that has ended. (The
+    // answer itself may be lost: a server closing a connection with
+    // input unread resets it, and the status with it.)
+    let asked = std::time::Instant::now();
+    let unread = s
+        .exec(Command {
+            argv: vec!["bash".into(), "-c".into(), "echo early".into()],
+            stdin: Some(vec![b'x'; 1 << 20]),
+        })
+        .await;
+    assert!(asked.elapsed() < std::time::Duration::from_secs(10));
+    match unread {
+        Ok(out) => assert_eq!(out, "early\n"),
+        Err(ExecError::Failed(why)) => assert!(!why.contains("did not answer"), "{why}"),
         other => panic!("{other:?}"),
     }
     for (code, gone, denied) in [(404, true, false), (403, false, true)] {
