@@ -281,6 +281,18 @@ mod tests {
         out
     }
 
+    /// A worker node's directory past its setup (an empty environment),
+    /// and the directory of attempt `attempt` in it.
+    fn ready_node(name: &str, attempt: &str) -> (std::path::PathBuf, String) {
+        let root = std::env::temp_dir().join(format!("skyc-job-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(root.join("ready"), "").unwrap();
+        std::fs::write(root.join("env"), "").unwrap();
+        let dir = format!("{}/jobs/{attempt}", root.display());
+        (root, dir)
+    }
+
     fn wait_exit(root: &std::path::Path, dir: &str) -> (State, Vec<u8>) {
         for _ in 0..200 {
             let (state, log) = parse_poll(&sh(root, &poll(dir, 0))).unwrap();
@@ -350,12 +362,7 @@ mod tests {
     /// An input cut short starts nothing, and a whole one still can.
     #[test]
     fn a_large_run_and_its_secrets_travel_on_stdin_and_a_cut_input_starts_nothing() {
-        let root = std::env::temp_dir().join(format!("skyc-job-input-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
-        std::fs::create_dir_all(&root).unwrap();
-        std::fs::write(root.join("ready"), "").unwrap();
-        std::fs::write(root.join("env"), "").unwrap();
-        let dir = format!("{}/jobs/9.0", root.display());
+        let (root, dir) = ready_node("input", "9.0");
         let filler = format!("# {}\n", "x".repeat(1000)).repeat(300);
         let script = format!("{filler}printf '%s' \"$TOKEN\"");
         let env = vec![("TOKEN".to_owned(), "s3cr'et\n$(x)".to_owned())];
@@ -386,12 +393,7 @@ mod tests {
     /// environment file (secrets) was private.
     #[test]
     fn the_job_keeps_the_pods_umask() {
-        let root = std::env::temp_dir().join(format!("skyc-job-umask-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
-        std::fs::create_dir_all(&root).unwrap();
-        std::fs::write(root.join("ready"), "").unwrap();
-        std::fs::write(root.join("env"), "").unwrap();
-        let dir = format!("{}/jobs/3.0", root.display());
+        let (root, dir) = ready_node("umask", "3.0");
         sh(&root, &start(&dir, "umask", &[]));
         let (_, log) = wait_exit(&root, &dir);
         let pods = Command::new("bash").args(["-c", "umask"]).output().unwrap();
@@ -401,12 +403,7 @@ mod tests {
 
     #[test]
     fn a_signalled_job_ends() {
-        let root = std::env::temp_dir().join(format!("skyc-job-signal-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
-        std::fs::create_dir_all(&root).unwrap();
-        std::fs::write(root.join("ready"), "").unwrap();
-        std::fs::write(root.join("env"), "").unwrap();
-        let dir = format!("{}/jobs/8.0", root.display());
+        let (root, dir) = ready_node("signal", "8.0");
         // Signalled at once, before the job's shell could have set its
         // trap: still ended with its exit code.
         sh(&root, &start(&dir, "sleep 30", &[]));
