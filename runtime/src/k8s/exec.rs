@@ -89,8 +89,8 @@ impl<E: PodExec> PodExec for Timed<E> {
     }
 }
 
-/// How many bytes of input kube holds for the session at once: a large
-/// `run` goes in frames of this size.
+/// How many bytes of input kube's pipe holds ahead of the session (its
+/// frames are 4 KiB whatever this is).
 const STDIN_BUFFER: usize = 64 << 10;
 
 /// How long the output may go quiet once the command's `Status` came.

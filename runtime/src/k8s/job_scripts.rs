@@ -111,9 +111,10 @@ echo
 /// Sends the attempt's process group a signal (`TERM` or `KILL`).
 const SIGNAL: &str = r#"set -u
 dir=$1
-# A start under way (its directory made, its pid not yet written)
-# starts nothing once this is here.
-[ ! -d "$dir" ] || : >"$dir/stop"
+# The attempt's marker taken if no start has taken it (a start late or
+# under way then starts nothing: it answers `already`, or its job finds
+# the stop file), and the stop file left for a job not yet running.
+mkdir -p "$dir" && : >"$dir/stop"
 if [ -f "$dir/pid" ] && [ ! -f "$dir/exit" ]; then
   # A job started a moment ago may not trap TERM yet: its shell would
   # die with the job and never write the exit code.
@@ -398,6 +399,23 @@ mod tests {
         let (_, log) = wait_exit(&root, &dir);
         let pods = Command::new("bash").args(["-c", "umask"]).output().unwrap();
         assert_eq!(log, pods.stdout);
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    /// A signal that comes before the start (a start late, after its
+    /// attempt was stopped) takes the attempt's marker: the start starts
+    /// nothing, and the attempt reads as gone.
+    #[test]
+    fn a_signal_before_the_start_keeps_it_from_running() {
+        let (root, dir) = ready_node("early-signal", "2.0");
+        sh(&root, &signal(&dir, false));
+        assert_eq!(
+            parse_start(&sh(&root, &start(&dir, "echo ran > ran", &[]))),
+            Some(Started::Yes)
+        );
+        let (state, _) = parse_poll(&sh(&root, &poll(&dir, 0))).unwrap();
+        assert_eq!(state, State::Vanished);
+        assert!(!root.join("ran").exists());
         let _ = std::fs::remove_dir_all(&root);
     }
 

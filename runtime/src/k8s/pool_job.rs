@@ -55,6 +55,9 @@ struct Node {
     /// SIGKILL recorded as asked (it may or may not have been sent): a
     /// process found gone was killed, not lost.
     kill_asked: bool,
+    /// A start asked that may have run, its answer lost (an exec that
+    /// failed or timed out, a "gone" for a pod that runs).
+    unanswered: bool,
 }
 
 /// What this job's supervisor did, kept in the job's group directory so
@@ -340,10 +343,10 @@ impl PoolJob {
             };
             let dir = job_scripts::attempt_dir(self.out.gid, attempt);
             let stopping = !(current && tg.want == Want::Run && !self.goal.cancel);
-            if !node.started && stopping && self.saved().is_some_and(|s| s.started[rank]) {
-                // Asked to start, with no answer (an exec that failed or
-                // timed out after the start ran): signalled and read as
-                // a started node, never left running.
+            if !node.started && stopping && node.unanswered {
+                // Asked to start, with no answer: signalled and read as a
+                // started node, never left running. (A start refused
+                // ran nothing, and ends here as below.)
                 self.nodes[rank].started = true;
             } else if !node.started {
                 if stopping {
@@ -376,9 +379,13 @@ impl PoolJob {
                     },
                     Err(ExecError::Gone(why)) => {
                         let unsure = self.gone(cluster, &placed.namespace, pod, rank, &why).await;
+                        self.nodes[rank].unanswered |= unsure.is_some();
                         outage = unsure.or(outage);
                     }
-                    Err(ExecError::Failed(why)) => outage = Some(why),
+                    Err(ExecError::Failed(why)) => {
+                        self.nodes[rank].unanswered = true;
+                        outage = Some(why);
+                    }
                     Err(ExecError::Denied(why)) => denied = Some(why),
                 }
                 continue;

@@ -797,3 +797,17 @@ fn a_job_whose_start_answer_was_lost_is_stopped_when_cancelled() {
     let procs = p.processes();
     assert!(procs.iter().all(|x| x.exit == Some(143)), "{procs:#?}");
 }
+
+/// A start the API server refuses ran nothing: a cancel then ends the
+/// job at once, refusals and all.
+#[test]
+fn a_job_whose_start_was_refused_ends_when_cancelled() {
+    let mut p = Pool::new();
+    p.ready_worker(1, 0);
+    p.fake.world().kubelet_exec.denied = true;
+    p.add(10, job(0, 1));
+    p.place(10, 1);
+    p.cancel(10);
+    assert_eq!(p.status(10), Status::Cancelled);
+    assert!(p.processes().is_empty());
+}
