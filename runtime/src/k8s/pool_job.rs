@@ -438,42 +438,35 @@ impl PoolJob {
                             // before its end is reported (the next poll, at
                             // once).
                             let more = log.len() as u64 >= job_scripts::LOG_CHUNK_BYTES;
-                            match state {
-                                State::Running => {}
-                                _ if more => continue 'poll,
-                                State::Exited(code) => {
-                                    self.nodes[rank].ended = true;
-                                    self.event(Event::NodeExited {
-                                        task: 0,
-                                        attempt,
-                                        node: r,
-                                        phase: Phase::Run,
-                                        code,
-                                    });
-                                }
+                            let killed = self.nodes[rank].killed || self.nodes[rank].kill_asked;
+                            let exit = match state {
+                                State::Running => None,
+                                State::Exited(code) => Some(code),
                                 // Killed by the engine's SIGKILL.
-                                State::Vanished
-                                    if self.nodes[rank].killed || self.nodes[rank].kill_asked =>
-                                {
-                                    self.nodes[rank].ended = true;
-                                    self.event(Event::NodeExited {
-                                        task: 0,
-                                        attempt,
-                                        node: r,
-                                        phase: Phase::Run,
-                                        code: 137,
-                                    });
-                                }
-                                State::Absent | State::Vanished => {
-                                    self.log(
-                                        r,
-                                        &format!(
-                                            "skyc: the job's process in worker pod {pod} is gone\n"
-                                        ),
-                                    );
-                                    self.nodes[rank].ended = true;
-                                    self.event(lost);
-                                }
+                                State::Vanished if killed => Some(137),
+                                State::Absent | State::Vanished => None,
+                            };
+                            if state != State::Running && more {
+                                continue 'poll;
+                            }
+                            if let Some(code) = exit {
+                                self.nodes[rank].ended = true;
+                                self.event(Event::NodeExited {
+                                    task: 0,
+                                    attempt,
+                                    node: r,
+                                    phase: Phase::Run,
+                                    code,
+                                });
+                            } else if state != State::Running {
+                                self.log(
+                                    r,
+                                    &format!(
+                                        "skyc: the job's process in worker pod {pod} is gone\n"
+                                    ),
+                                );
+                                self.nodes[rank].ended = true;
+                                self.event(lost);
                             }
                         }
                         None => {

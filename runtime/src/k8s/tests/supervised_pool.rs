@@ -84,9 +84,20 @@ impl Drop for Scene {
     }
 }
 
-#[test]
-fn a_pool_runs_ranked_jobs_and_goes_down_through_the_supervisor() {
-    let dir = std::env::temp_dir().join(format!("skyc-supervised-pool-{}", std::process::id()));
+/// The pool recorded in a new state directory and a supervisor serving
+/// it on the fake cluster, until both workers' pods are made.
+#[allow(clippy::type_complexity)]
+fn started(
+    name: &str,
+) -> (
+    Scene,
+    Fake,
+    Store,
+    crate::k8s::PoolPlan,
+    i64,
+    std::thread::JoinHandle<std::io::Result<()>>,
+) {
+    let dir = std::env::temp_dir().join(format!("skyc-supervised-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let plan = pool_plan(POOL);
@@ -115,6 +126,12 @@ fn a_pool_runs_ranked_jobs_and_goes_down_through_the_supervisor() {
     s.until("two workers' pods", |f, _| {
         f.world().names("pods").len() == 4
     });
+    (s, fake, store, plan, pool, supervisor)
+}
+
+#[test]
+fn a_pool_runs_ranked_jobs_and_goes_down_through_the_supervisor() {
+    let (s, fake, mut store, plan, pool, supervisor) = started("pool");
     let mut pods = fake.world().names("pods");
     pods.sort();
     assert_eq!(
@@ -155,7 +172,7 @@ fn a_pool_runs_ranked_jobs_and_goes_down_through_the_supervisor() {
         })
         .collect();
     let ids = store.insert_jobs(&rows).unwrap();
-    crate::supervisor::wake(&dir).unwrap();
+    crate::supervisor::wake(&s.dir).unwrap();
     s.until("both jobs started in their workers' pods", |f, _| {
         f.world().job_processes().len() == 4
     });
@@ -218,7 +235,7 @@ fn a_pool_runs_ranked_jobs_and_goes_down_through_the_supervisor() {
     );
     // `skyc pool down`.
     store.request_cancel(pool).unwrap();
-    crate::supervisor::wake(&dir).unwrap();
+    crate::supervisor::wake(&s.dir).unwrap();
     s.until("every worker gone", |f, _| {
         let w = f.world();
         w.names("pods").is_empty() && w.names("jobsets").is_empty()
@@ -239,36 +256,7 @@ fn a_pool_runs_ranked_jobs_and_goes_down_through_the_supervisor() {
 
 #[test]
 fn a_lost_worker_is_made_again_and_its_job_runs_again_through_the_supervisor() {
-    let dir =
-        std::env::temp_dir().join(format!("skyc-supervised-pool-lost-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let plan = pool_plan(POOL);
-    let mut store = Store::open(&dir).unwrap();
-    let pool = store
-        .insert_pool(&NewGroup {
-            name: "pool",
-            source: "pool.yaml",
-            submitted_at_ms: crate::store::now_ms(),
-            plan: &serde_json::to_string(&plan).unwrap(),
-            backend: Backend::Kubernetes,
-            tasks: Vec::new(),
-        })
-        .unwrap()
-        .unwrap();
-    let fake = Fake::default();
-    fake.world().wall_clock = true;
-    let s = Scene {
-        fake: fake.clone(),
-        dir: dir.clone(),
-    };
-    let supervisor = {
-        let (dir, connect) = (dir.clone(), connect(&fake));
-        std::thread::spawn(move || crate::supervisor::serve(&dir, (connect, tuning())))
-    };
-    s.until("two workers' pods", |f, _| {
-        f.world().names("pods").len() == 4
-    });
+    let (s, fake, mut store, plan, pool, supervisor) = started("pool-lost");
     let group = job_group();
     let job = pool_jobs(&plan.worker, 1).remove(0);
     let text = serde_json::to_string(&job).unwrap();
@@ -289,7 +277,7 @@ fn a_lost_worker_is_made_again_and_its_job_runs_again_through_the_supervisor() {
             }),
         )])
         .unwrap();
-    crate::supervisor::wake(&dir).unwrap();
+    crate::supervisor::wake(&s.dir).unwrap();
     s.until("the job started", |f, _| {
         f.world().job_processes().len() == 2
     });
@@ -349,7 +337,7 @@ fn a_lost_worker_is_made_again_and_its_job_runs_again_through_the_supervisor() {
             .is_some_and(|g| g.status == "SUCCEEDED")
     });
     store.request_cancel(pool).unwrap();
-    crate::supervisor::wake(&dir).unwrap();
+    crate::supervisor::wake(&s.dir).unwrap();
     s.until("every worker gone", |f, _| {
         let w = f.world();
         w.names("pods").is_empty() && w.names("jobsets").is_empty()
