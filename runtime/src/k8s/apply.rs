@@ -7,6 +7,14 @@
 //! SelfSubjectRulesReview, confirmed per permission when the authorizer
 //! cannot list its rules); a JobSet, ConfigMap or Secret of the group's
 //! names exists that this run did not create.
+//!
+//! Ownership: the JobSet is applied first and the ConfigMap and Secret
+//! after it, owned by it (an `ownerReference` to its uid), so whoever
+//! deletes the JobSet (skyc, a user with kubectl, the next run of the
+//! group) deletes them with it through the garbage collector, as it
+//! deletes the pods. The reference does not block the owner's deletion,
+//! which would need a further permission (`update` on
+//! `jobsets/finalizers`).
 
 use super::jobset::JobSet;
 use super::objects;
@@ -238,7 +246,8 @@ pub async fn remove_finished(client: &Client, plan: &Plan, old: &JobSet) -> Resu
 
 /// Applies the group's objects (server-side, field manager `skyc`) after
 /// checking that no ConfigMap or Secret of theirs belongs to something
-/// else. Returns the JobSet as created.
+/// else: the JobSet, then what it owns ([`apply_owned`]). Returns the
+/// JobSet as created.
 pub async fn apply(client: &Client, plan: &Plan) -> Result<JobSet, Refusal> {
     let objects = prepare(plan);
     let params = PatchParams::apply(FIELD_MANAGER).force();
@@ -267,27 +276,72 @@ pub async fn apply(client: &Client, plan: &Plan) -> Result<JobSet, Refusal> {
             _ => {}
         }
     }
-    let mut created = None;
-    for o in &objects {
-        let name = o["metadata"]["name"].as_str().unwrap_or_default();
+    if let Some(other) = objects
+        .iter()
+        .map(|o| o["kind"].as_str())
+        .find(|k| !matches!(k, Some("ConfigMap" | "Secret" | "JobSet")))
+    {
+        return Err(Refusal::Refused(format!(
+            "the plan holds an object of kind {other:?}, which skyc does not apply"
+        )));
+    }
+    let Some(o) = objects.iter().find(|o| o["kind"] == "JobSet") else {
+        return Err(Refusal::Refused("the plan holds no JobSet".into()));
+    };
+    let name = o["metadata"]["name"].as_str().unwrap_or_default();
+    let jobset = patch::<JobSet>(client, ns, name, &params, o).await?;
+    apply_owned(client, plan, &jobset).await?;
+    Ok(jobset)
+}
+
+/// Applies the group's ConfigMap and Secret owned by its JobSet, those
+/// not there yet as such: when the JobSet was just applied, and when a
+/// supervisor adopts a run whose JobSet is there (one that died between
+/// the two applies left them missing). What is there already, owned by
+/// this JobSet, is not written again.
+pub async fn apply_owned(client: &Client, plan: &Plan, jobset: &JobSet) -> Result<(), Refusal> {
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let ns = &plan.namespace;
+    let owner = owner_reference(jobset);
+    let owned = |meta: Option<ObjectMeta>| {
+        meta.and_then(|m| m.owner_references).is_some_and(|refs| {
+            refs.iter()
+                .any(|r| Some(&r.uid) == jobset.metadata.uid.as_ref())
+        })
+    };
+    for mut o in prepare(plan) {
+        let name = o["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        o["metadata"]["ownerReferences"] = json!([owner]);
         match o["kind"].as_str() {
             Some("ConfigMap") => {
-                patch::<ConfigMap>(client, ns, name, &params, o).await?;
+                let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+                if !owned(api.get_opt(&name).await?.map(|c| c.metadata)) {
+                    patch::<ConfigMap>(client, ns, &name, &params, &o).await?;
+                }
             }
             Some("Secret") => {
-                patch::<Secret>(client, ns, name, &params, o).await?;
+                let api: Api<Secret> = Api::namespaced(client.clone(), ns);
+                if !owned(api.get_opt(&name).await?.map(|c| c.metadata)) {
+                    patch::<Secret>(client, ns, &name, &params, &o).await?;
+                }
             }
-            Some("JobSet") => {
-                created = Some(patch::<JobSet>(client, ns, name, &params, o).await?);
-            }
-            other => {
-                return Err(Refusal::Refused(format!(
-                    "the plan holds an object of kind {other:?}, which skyc does not apply"
-                )));
-            }
+            _ => {}
         }
     }
-    created.ok_or_else(|| Refusal::Refused("the plan holds no JobSet".into()))
+    Ok(())
+}
+
+/// A reference to the JobSet as the owner of what the group needs.
+pub fn owner_reference(jobset: &JobSet) -> Value {
+    json!({
+        "apiVersion": JOBSET_API,
+        "kind": "JobSet",
+        "name": jobset.metadata.name,
+        "uid": jobset.metadata.uid,
+    })
 }
 
 /// A ConfigMap or Secret of the group's name may be replaced only if

@@ -572,7 +572,9 @@ impl Group {
         let mut failures = 0;
         loop {
             let result = match apply::check(&cluster.client, &self.plan).await {
-                Ok(Found::Ours(js)) => Ok(Some(*js)),
+                Ok(Found::Ours(js)) => apply::apply_owned(&cluster.client, &self.plan, &js)
+                    .await
+                    .map(|()| Some(*js)),
                 Ok(Found::Absent | Found::Finished(_)) if self.job.is_some() => {
                     // Applied by this run before, gone now.
                     if !self.goal.cancel {
@@ -797,6 +799,7 @@ impl Group {
         }
         let mut ops = reconcile::reconcile(&self.plan, &objs, &self.goal);
         ops.extend(self.overdue(&objs));
+        ops.extend(self.worker_removal(&objs));
         for (task, attempt) in std::mem::take(&mut self.kills) {
             ops.extend(reconcile::kill(&self.plan, &objs, task, attempt));
         }
@@ -836,8 +839,9 @@ impl Group {
         if !self.settled && reconcile::settled(&objs, &self.goal) {
             // The last lines of pods that just ended are read first, so
             // `skyc logs` has all of a finished group's output.
-            let since = *self.cluster_settled_at.get_or_insert_with(Instant::now);
-            if self.followers.iter().all(|f| f.is_finished()) || since.elapsed() >= LOG_TAIL_LIMIT {
+            self.cluster_settled_at.get_or_insert_with(Instant::now);
+            // A worker's JobSet is deleted first (`worker_removal`).
+            if self.logs_read() && !(self.plan.hold && objs.jobset.is_some()) {
                 self.settled = true;
                 self.out.send(Report::Settled);
             }
@@ -857,6 +861,30 @@ impl Group {
             self.out.send(Report::Settled);
         }
         wrote
+    }
+
+    /// The last lines of the ended pods are read (or have had their time).
+    fn logs_read(&self) -> bool {
+        self.cluster_settled_at.is_some_and(|since| {
+            self.followers.iter().all(|f| f.is_finished()) || since.elapsed() >= LOG_TAIL_LIMIT
+        })
+    }
+
+    /// A pool worker leaves nothing behind when it ends, whether retired
+    /// or ended by itself: once its pods have ended and their logs are
+    /// read, its JobSet is deleted, and the garbage collector takes its
+    /// pods, Jobs, Service, ConfigMap and Secret with it. (A group's
+    /// finished JobSet stays, holding what it owns, as the group's record
+    /// on the cluster until the group runs again.)
+    fn worker_removal(&self, objs: &objects::Objects) -> Option<Op> {
+        let jobset = objs.jobset.as_ref()?;
+        (self.plan.hold
+            && !objects::deleting(&jobset.metadata)
+            && reconcile::settled(objs, &self.goal)
+            && self.logs_read())
+        .then(|| Op::DeleteJobSet {
+            uid: jobset.metadata.uid.clone().unwrap_or_default(),
+        })
     }
 
     /// What an op's answer leaves to do: say a refusal, fail a refused

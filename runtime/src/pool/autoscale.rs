@@ -115,6 +115,7 @@ impl Autoscaler {
                     self.target = self.target.min(n);
                 }
             }
+            Timer::Replace | Timer::Calm => {}
         }
     }
 }

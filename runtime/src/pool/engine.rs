@@ -2,6 +2,7 @@
 //! event, and one reconciliation after each.
 
 use super::autoscale::Autoscaler;
+use super::replace::{Failure, LastFailure, Replacement};
 use super::room::{Free, Placement, Room};
 use super::spec::{PoolSpec, Scaling};
 use super::{JobId, SETUP_FAILURES, WorkerId};
@@ -60,6 +61,11 @@ pub enum Timer {
     Upscale,
     /// Fewer workers have been needed for the downscale delay.
     Downscale,
+    /// The pause before replacing a worker that ended unasked ran out
+    /// ([`replace`](super::replace)).
+    Replace,
+    /// A worker has stayed ready long enough to forget earlier ends.
+    Calm,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -98,8 +104,9 @@ pub enum PoolStatus {
     /// No worker, and none wanted (an autoscaled pool at zero; SkyPilot's
     /// NO_REPLICA).
     NoWorker,
-    /// Setups failed [`SETUP_FAILURES`] times in a row: no more workers are
-    /// made until the pool is applied again.
+    /// [`SETUP_FAILURES`] workers in a row failed before they were ready
+    /// (their setup failed, or they ended by themselves): no more workers
+    /// are made until the pool is applied again.
     Failed,
     /// `pool down`: workers are taken down as their jobs end.
     ShuttingDown,
@@ -142,6 +149,9 @@ pub struct Worker {
     pub jobs: BTreeSet<JobId>,
     /// Whether [`Action::Retire`] was given.
     retired: bool,
+    /// Whether it was ever ready.
+    #[serde(default)]
+    was_ready: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -162,8 +172,12 @@ pub struct Pool {
     next_worker: WorkerId,
     jobs: BTreeMap<JobId, Job>,
     autoscaler: Autoscaler,
-    /// Setup failures in a row in the current generation.
+    /// Workers of the current generation in a row that failed before
+    /// they were ready.
     failures: u32,
+    /// How workers that end unasked are replaced.
+    #[serde(default)]
+    replacement: Replacement,
     down: bool,
     status: PoolStatus,
 }
@@ -178,6 +192,7 @@ impl Pool {
             next_worker: 1,
             jobs: BTreeMap::new(),
             failures: 0,
+            replacement: Replacement::default(),
             down: false,
             status: PoolStatus::Starting,
         }
@@ -231,6 +246,17 @@ impl Pool {
             .map(|j| j.want.job)
     }
 
+    /// The last worker that failed before it was ready, and how: where a
+    /// FAILED pool's reason is.
+    pub fn last_failure(&self) -> Option<LastFailure> {
+        self.replacement.last_failure
+    }
+
+    /// Whether new workers wait for a pause after a worker ended unasked.
+    pub fn replacement_held(&self) -> bool {
+        self.replacement.held()
+    }
+
     /// Down, and every worker gone.
     pub fn is_finished(&self) -> bool {
         self.status == PoolStatus::Terminated
@@ -259,8 +285,9 @@ impl Pool {
                         w.state = WorkerState::Retiring;
                     }
                 }
-                // Applied again: failed setups are tried anew.
+                // Applied again: failed setups are tried anew, at once.
                 self.failures = 0;
+                self.replacement.reset();
                 self.autoscaler.rescale(&spec.scaling);
                 self.spec = spec;
             }
@@ -268,6 +295,12 @@ impl Pool {
                 self.spec.scaling = Scaling::Fixed { workers: n };
                 self.autoscaler.rescale(&self.spec.scaling);
                 self.failures = 0;
+                self.replacement.reset();
+            }
+            Event::TimerFired(Timer::Replace) => self.replacement.resume(),
+            Event::TimerFired(Timer::Calm) => {
+                let ready = self.workers.values().any(|w| w.state == WorkerState::Ready);
+                self.replacement.calm(ready);
             }
             Event::TimerFired(timer) => self.autoscaler.fired(timer),
             Event::Down => self.down = true,
@@ -333,14 +366,18 @@ impl Pool {
             WorkerEvent::Ready => {
                 if w.state == WorkerState::Launching {
                     w.state = WorkerState::Ready;
+                    w.was_ready = true;
                     if w.generation == current {
                         self.failures = 0;
+                        self.replacement.ready(out);
                     }
                 }
             }
             WorkerEvent::SetupFailed => {
                 if w.generation == current && w.state != WorkerState::Retiring {
                     self.failures += 1;
+                    self.replacement.failed(id, Failure::SetupFailed);
+                    self.replacement.ended(out);
                 }
                 w.state = WorkerState::Retiring;
                 if !w.retired {
@@ -354,6 +391,17 @@ impl Pool {
                 }
             }
             WorkerEvent::Gone => {
+                let unasked = !w.retired
+                    && !self.down
+                    && w.generation == current
+                    && w.state != WorkerState::Retiring;
+                if unasked {
+                    if !w.was_ready && w.state != WorkerState::Ready {
+                        self.failures += 1;
+                        self.replacement.failed(id, Failure::EndedBeforeReady);
+                    }
+                    self.replacement.ended(out);
+                }
                 self.workers.remove(&id);
             }
         }
@@ -378,7 +426,7 @@ impl Pool {
         };
         let mut active = self.active_workers();
         let failed_out = self.failures >= SETUP_FAILURES;
-        while active < target && !failed_out {
+        while active < target && !failed_out && !self.replacement.held() {
             let id = self.next_worker;
             self.next_worker += 1;
             self.workers.insert(
@@ -389,6 +437,7 @@ impl Pool {
                     free: vec![Free::new(&self.spec.offer); self.spec.nodes as usize],
                     jobs: BTreeSet::new(),
                     retired: false,
+                    was_ready: false,
                 },
             );
             out.push(Action::Launch { worker: id });

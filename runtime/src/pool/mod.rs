@@ -6,9 +6,10 @@
 //!
 //! - Workers: the pool keeps `target` workers of its current generation
 //!   (a fixed `workers`, or the queue-length autoscaler's answer between
-//!   `min_workers` and `max_workers`). A worker whose setup fails is
-//!   replaced; after [`SETUP_FAILURES`] such failures in a row the pool
-//!   stops replacing and says so. A change of the workers' setup,
+//!   `min_workers` and `max_workers`). A worker whose setup fails, or that
+//!   ends without being retired, is replaced after a pause that grows with
+//!   each such end; after [`SETUP_FAILURES`] in a row that never became
+//!   ready the pool stops replacing and says so ([`replace`]). A change of the workers' setup,
 //!   resources, workdir, envs or nodes starts a new generation: new
 //!   workers start, and old ones are retired as they become idle, so no
 //!   running job is killed.
@@ -31,6 +32,7 @@
 
 mod autoscale;
 mod engine;
+pub mod replace;
 pub mod room;
 mod spec;
 #[cfg(test)]
@@ -48,5 +50,6 @@ pub type WorkerId = u32;
 /// A job: the id of its group.
 pub type JobId = i64;
 
-/// Setup failures in a row after which a pool stops replacing workers.
+/// Workers in a row that failed before they were ready (a failed setup,
+/// or an end by themselves) after which a pool stops replacing workers.
 pub const SETUP_FAILURES: u32 = 3;

@@ -1,3 +1,4 @@
+use super::replace::{Failure, LastFailure};
 use super::*;
 use std::time::Duration;
 
@@ -155,20 +156,49 @@ fn a_job_too_big_for_any_worker_waits_without_blocking_others() {
     assert_eq!(placed(&out), [(2, 1)]);
 }
 
+/// The pause the actions ask for before a replacement, if any.
+fn pause_asked(actions: &[Action]) -> Option<Duration> {
+    actions.iter().find_map(|a| match a {
+        Action::SetTimer {
+            timer: Timer::Replace,
+            after,
+        } => Some(*after),
+        _ => None,
+    })
+}
+
+/// The pause runs out.
+fn resume(pool: &mut Pool) -> Vec<Action> {
+    pool.handle(Event::TimerFired(Timer::Replace))
+}
+
 #[test]
-fn a_failed_setup_is_replaced_until_three_in_a_row() {
+fn a_failed_setup_is_replaced_after_a_growing_pause_until_three_in_a_row() {
     let mut pool = Pool::new(fixed(1));
     pool.start();
     let out = pool.handle(Event::Worker(1, WorkerEvent::SetupFailed));
     assert_eq!(retired(&out), [1]);
-    assert_eq!(launched(&out), [2]);
+    assert!(launched(&out).is_empty(), "not at once: {out:?}");
+    assert_eq!(pause_asked(&out), Some(Duration::from_secs(1)));
+    assert_eq!(pool.status(), PoolStatus::Starting);
     pool.handle(Event::Worker(1, WorkerEvent::Gone));
+    assert_eq!(launched(&resume(&mut pool)), [2]);
     let out = pool.handle(Event::Worker(2, WorkerEvent::SetupFailed));
-    assert_eq!(launched(&out), [3]);
+    assert!(launched(&out).is_empty(), "{out:?}");
+    assert_eq!(pause_asked(&out), Some(Duration::from_secs(2)));
+    assert_eq!(launched(&resume(&mut pool)), [3]);
     let out = pool.handle(Event::Worker(3, WorkerEvent::SetupFailed));
     assert!(launched(&out).is_empty(), "{out:?}");
     assert_eq!(pool.status(), PoolStatus::Failed);
-    // Applying the pool again tries anew.
+    assert!(launched(&resume(&mut pool)).is_empty(), "failed: no more");
+    assert_eq!(
+        pool.last_failure(),
+        Some(LastFailure {
+            worker: 3,
+            failure: Failure::SetupFailed
+        })
+    );
+    // Applying the pool again tries anew, at once.
     let out = pool.handle(Event::Apply(fixed(1)));
     assert_eq!(launched(&out), [4]);
     assert_eq!(pool.status(), PoolStatus::Starting);
@@ -179,14 +209,113 @@ fn a_ready_worker_resets_the_failure_count() {
     let mut pool = Pool::new(fixed(2));
     pool.start();
     pool.handle(Event::Worker(1, WorkerEvent::SetupFailed));
-    pool.handle(Event::Worker(3, WorkerEvent::SetupFailed));
     pool.handle(Event::Worker(2, WorkerEvent::Ready));
+    assert_eq!(launched(&resume(&mut pool)), [3]);
+    let out = pool.handle(Event::Worker(3, WorkerEvent::SetupFailed));
+    assert_eq!(pause_asked(&out), Some(Duration::from_secs(2)));
+    assert_eq!(launched(&resume(&mut pool)), [4]);
     let out = pool.handle(Event::Worker(4, WorkerEvent::SetupFailed));
+    assert_ne!(pool.status(), PoolStatus::Failed, "{out:?}");
     assert_eq!(
-        launched(&out),
+        launched(&resume(&mut pool)),
         [5],
-        "two failures, then a success, then one"
+        "one failure, then a success, then two"
     );
+}
+
+#[test]
+fn workers_that_end_by_themselves_before_ready_are_replaced_with_pauses_then_fail_the_pool() {
+    let mut pool = Pool::new(fixed(1));
+    assert_eq!(launched(&pool.start()), [1]);
+    let mut pauses = Vec::new();
+    for w in 1..=3 {
+        // Its hold ended (the backend saw it lost), then it is gone.
+        pool.handle(Event::Worker(w, WorkerEvent::Lost));
+        let out = pool.handle(Event::Worker(w, WorkerEvent::Gone));
+        assert!(launched(&out).is_empty(), "never at once: {out:?}");
+        if let Some(p) = pause_asked(&out) {
+            pauses.push(p.as_secs());
+        }
+        let out = resume(&mut pool);
+        if w < 3 {
+            assert_eq!(launched(&out), [w + 1]);
+        } else {
+            assert!(launched(&out).is_empty(), "{out:?}");
+        }
+    }
+    assert_eq!(pauses, [1, 2, 4]);
+    assert_eq!(pool.status(), PoolStatus::Failed);
+    assert_eq!(
+        pool.last_failure(),
+        Some(LastFailure {
+            worker: 3,
+            failure: Failure::EndedBeforeReady
+        })
+    );
+    let out = pool.handle(Event::Resize(1));
+    assert_eq!(launched(&out), [4], "resizing tries anew, at once");
+}
+
+#[test]
+fn a_worker_that_keeps_ending_after_ready_is_replaced_ever_later_until_it_stays() {
+    let mut pool = Pool::new(fixed(1));
+    pool.start();
+    let mut pauses = Vec::new();
+    for w in 1..=10 {
+        ready(&mut pool, &[w]);
+        pool.handle(Event::Worker(w, WorkerEvent::Lost));
+        let out = pool.handle(Event::Worker(w, WorkerEvent::Gone));
+        pauses.push(pause_asked(&out).map(|p| p.as_secs()));
+        assert_eq!(launched(&resume(&mut pool)), [w + 1]);
+    }
+    let secs = |v: &[u64]| v.iter().map(|s| Some(*s)).collect::<Vec<_>>();
+    assert_eq!(pauses, secs(&[1, 2, 4, 8, 16, 32, 64, 128, 256, 300]));
+    assert_ne!(pool.status(), PoolStatus::Failed, "each one was ready");
+    // Worker 11 stays ready: once calm, an end is replaced after the
+    // first pause again.
+    let out = ready(&mut pool, &[11]);
+    assert!(
+        out.contains(&Action::SetTimer {
+            timer: Timer::Calm,
+            after: replace::CALM
+        }),
+        "{out:?}"
+    );
+    pool.handle(Event::TimerFired(Timer::Calm));
+    let out = pool.handle(Event::Worker(11, WorkerEvent::Gone));
+    assert_eq!(pause_asked(&out), Some(Duration::from_secs(1)));
+}
+
+#[test]
+fn retired_workers_and_a_pool_going_down_ask_for_no_pause() {
+    let mut pool = Pool::new(fixed(2));
+    pool.start();
+    ready(&mut pool, &[1, 2]);
+    let out = pool.handle(Event::Resize(1));
+    assert_eq!(retired(&out), [2]);
+    let out = pool.handle(Event::Worker(2, WorkerEvent::Gone));
+    assert_eq!(pause_asked(&out), None, "retired: asked to end");
+    pool.handle(Event::Down);
+    let out = pool.handle(Event::Worker(1, WorkerEvent::Gone));
+    assert_eq!(pause_asked(&out), None, "down: asked to end");
+    assert!(pool.is_finished());
+}
+
+#[test]
+fn a_pause_survives_a_round_trip_through_the_store() {
+    let mut pool = Pool::new(fixed(1));
+    pool.start();
+    pool.handle(Event::Worker(1, WorkerEvent::SetupFailed));
+    let back: Pool =
+        serde_json::from_str(&serde_json::to_string(&pool).expect("serialises")).expect("reads");
+    assert!(back.replacement_held());
+    // An engine stored before pauses existed reads as not held.
+    let mut old = serde_json::to_value(Pool::new(fixed(1))).expect("serialises");
+    old.as_object_mut()
+        .expect("an object")
+        .remove("replacement");
+    let old: Pool = serde_json::from_value(old).expect("reads");
+    assert!(!old.replacement_held());
 }
 
 #[test]
@@ -411,9 +540,11 @@ fn failures_are_forgotten_when_the_pool_is_applied_again_even_with_a_ready_worke
     ready(&mut pool, &[1]);
     for w in [2, 3] {
         pool.handle(Event::Worker(w, WorkerEvent::SetupFailed));
+        assert_eq!(launched(&resume(&mut pool)), [w + 1]);
     }
     let out = pool.handle(Event::Worker(4, WorkerEvent::SetupFailed));
     assert!(launched(&out).is_empty(), "three in a row: {out:?}");
+    assert!(launched(&resume(&mut pool)).is_empty(), "three in a row");
     assert_eq!(pool.status(), PoolStatus::Ready, "one worker still serves");
     let out = pool.handle(Event::Resize(2));
     assert_eq!(launched(&out), [5]);

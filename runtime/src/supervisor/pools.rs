@@ -38,8 +38,6 @@ pub(super) struct PoolRun {
     /// What the jobs wanted when last told; none yet after an adoption, so
     /// the first round tells the engine (a job may have ended unheard).
     wants: Option<Vec<JobWant>>,
-    /// The last worker whose setup failed: where a FAILED pool's reason is.
-    last_failed: Option<i64>,
 }
 
 /// A client's request to a live pool (the `request` column).
@@ -120,7 +118,6 @@ impl Supervisor {
                 workers,
                 worker_plan: plan.worker.to_string(),
                 wants: None,
-                last_failed: None,
             },
         );
         if fresh {
@@ -324,12 +321,6 @@ impl Supervisor {
             _ => None,
         };
         if let Some(event) = event {
-            if event == WorkerEvent::SetupFailed
-                && let Some(Membership::Worker { pool, .. }) = &g.member
-                && let Some(p) = self.pools.get_mut(pool)
-            {
-                p.last_failed = Some(gid);
-            }
             self.tell_pool(gid, event);
         }
     }
@@ -396,6 +387,12 @@ impl Supervisor {
         actions: &[pool::Action],
         taken: Option<Taken<'_>>,
     ) -> io::Result<()> {
+        let failed = match self.pools.get(&gid) {
+            Some(p) if actions.contains(&pool::Action::Status(pool::PoolStatus::Failed)) => {
+                Some(self.failure_reason(gid, &p.pool)?)
+            }
+            _ => None,
+        };
         let Some(p) = self.pools.get_mut(&gid) else {
             return Ok(());
         };
@@ -443,19 +440,8 @@ impl Supervisor {
                         }
                         pool::Action::Status(status) => {
                             tx.set_group_status(gid, status.as_str())?;
-                            if *status == pool::PoolStatus::Failed {
-                                let log = p
-                                    .last_failed
-                                    .map(|w| format!("; the last one's log: `skyc logs {w}`"))
-                                    .unwrap_or_default();
-                                tx.set_pool_error(
-                                    gid,
-                                    Some(&format!(
-                                        "setup failed on {} workers in a row{log}; apply the \
-                                         pool again to try anew",
-                                        pool::SETUP_FAILURES
-                                    )),
-                                )?;
+                            if let (pool::PoolStatus::Failed, Some(why)) = (status, &failed) {
+                                tx.set_pool_error(gid, Some(why))?;
                             } else if *status == pool::PoolStatus::Starting {
                                 tx.set_pool_error(gid, None)?;
                             }
@@ -519,7 +505,6 @@ impl Supervisor {
                     && let Some(p) = self.pools.get_mut(&gid)
                 {
                     p.workers.remove(&worker);
-                    p.last_failed = Some(wgid);
                     p.inbox
                         .push_back(pool::Event::Worker(worker, WorkerEvent::SetupFailed));
                     p.inbox
@@ -564,6 +549,34 @@ impl Supervisor {
             }
         }
         Ok(())
+    }
+
+    /// Why a pool is FAILED, from its engine's last failure: what
+    /// happened to the last worker, and where its log is.
+    fn failure_reason(&self, gid: i64, engine: &Pool) -> io::Result<String> {
+        use crate::pool::replace::Failure;
+        let last = engine.last_failure();
+        let what = match last.map(|l| l.failure) {
+            Some(Failure::EndedBeforeReady) => "the last one ended by itself before it was ready",
+            Some(Failure::SetupFailed) | None => "the last one's setup failed",
+        };
+        let worker = match last {
+            Some(l) => self
+                .store
+                .members(gid, Kind::Worker, true)
+                .map_err(db)?
+                .into_iter()
+                .find(|w| w.rank == Some(i64::from(l.worker))),
+            None => None,
+        };
+        let log = worker
+            .map(|w| format!("; its log: `skyc logs {}`", w.id))
+            .unwrap_or_default();
+        Ok(format!(
+            "{} workers in a row failed before they were ready ({what}{log}); apply the pool \
+             again to try anew",
+            pool::SETUP_FAILURES
+        ))
     }
 
     /// A worker's group closed: its pool hears it is gone.

@@ -5,7 +5,8 @@
 //! recreation of a deleted Job), the Job controller (pods from the
 //! template, replacement only after the old pod is terminal, scale-down,
 //! `Complete` and `DeadlineExceeded`), and the kubelet (running, exits,
-//! termination of deleted pods).
+//! termination of deleted pods), and the garbage collector (an object
+//! whose owners are all gone goes too).
 
 use super::fake::World;
 use serde_json::{Value, json};
@@ -152,6 +153,31 @@ impl World {
                     self.delete_foreground("jobs", &n);
                 }
                 continue;
+            }
+            // The headless Service that publishes the pods' hostnames,
+            // owned by the JobSet, as `network.enableDNSHostnames` makes it.
+            let subdomain = js["spec"]["network"]["subdomain"]
+                .as_str()
+                .unwrap_or(&name)
+                .to_owned();
+            if js["spec"]["network"]["enableDNSHostnames"] != false
+                && self.get("services", &subdomain).is_none()
+            {
+                self.put(
+                    "services",
+                    json!({
+                        "metadata": {
+                            "name": subdomain,
+                            "ownerReferences": [{
+                                "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+                                "name": name, "uid": js["metadata"]["uid"],
+                                "controller": true, "blockOwnerDeletion": true,
+                            }],
+                        },
+                        "spec": {"clusterIP": "None", "publishNotReadyAddresses": true,
+                                 "selector": {"jobset.sigs.k8s.io/jobset-name": name}},
+                    }),
+                );
             }
             // Failed Jobs are looked at before succeeded ones.
             if let Some(failed) = jobs.iter().find(|j| condition(j, "Failed") && !deleting(j)) {
@@ -435,6 +461,45 @@ impl World {
         }
     }
 
+    /// The garbage collector: an object that has owners, none of which is
+    /// there any more (by uid), is deleted; a pod as any deleted pod is
+    /// (its kubelet ends it), anything else at once.
+    pub(super) fn garbage_collector(&mut self) {
+        let uids: std::collections::BTreeSet<String> = self
+            .everything()
+            .iter()
+            .filter_map(|key| {
+                let (r, n) = key.split_once('/')?;
+                Some(self.get(r, n)?["metadata"]["uid"].as_str()?.to_owned())
+            })
+            .collect();
+        for key in self.everything() {
+            let Some((resource, name)) = key.split_once('/') else {
+                continue;
+            };
+            let Some(refs) = self
+                .get(resource, name)
+                .and_then(|o| o["metadata"]["ownerReferences"].as_array().cloned())
+            else {
+                continue;
+            };
+            if refs.is_empty()
+                || refs
+                    .iter()
+                    .any(|r| r["uid"].as_str().is_some_and(|u| uids.contains(u)))
+            {
+                continue;
+            }
+            if resource == "pods" {
+                if self.get("pods", name).is_some_and(|p| !deleting(p)) {
+                    self.delete_pod(name);
+                }
+            } else {
+                self.remove(resource, name);
+            }
+        }
+    }
+
     /// Runs the controllers until nothing changes (pods that are not
     /// deleted stay as they are: the script runs and ends them).
     pub(super) fn reconcile_cluster(&mut self) {
@@ -443,6 +508,7 @@ impl World {
             self.jobset_controller();
             self.job_controller();
             self.kubelet();
+            self.garbage_collector();
             if self.version() == before {
                 return;
             }

@@ -331,6 +331,7 @@ fn kind(resource: &str) -> &'static str {
         "pods" => "Pod",
         "configmaps" => "ConfigMap",
         "secrets" => "Secret",
+        "services" => "Service",
         _ => "Unknown",
     }
 }
@@ -420,6 +421,14 @@ impl World {
 
     pub(super) fn get(&self, resource: &str, name: &str) -> Option<&Value> {
         self.objects.get(&(resource.into(), name.into()))
+    }
+
+    /// Every object of the namespace, as `resource/name`.
+    pub(super) fn everything(&self) -> Vec<String> {
+        self.objects
+            .keys()
+            .map(|(r, n)| format!("{r}/{n}"))
+            .collect()
     }
 
     pub(super) fn names(&self, resource: &str) -> Vec<String> {

@@ -140,8 +140,8 @@ fn fails(d: &mut Driver) {
 fn applied() -> Vec<String> {
     vec![
         RULES.to_owned(),
-        format!("PATCH {CM}/g-skyc apply ConfigMap g-skyc manager=skyc"),
         format!("PATCH {JS}/g apply JobSet g manager=skyc"),
+        format!("PATCH {CM}/g-skyc apply ConfigMap g-skyc manager=skyc"),
     ]
 }
 
@@ -229,4 +229,37 @@ fn a_clean_run_with_a_termination_delay() {
     );
     // Each node ran once, in one pod.
     assert_eq!(created(&d), ["g-buffer-0-0", "g-trainer-0-0"]);
+    // The finished JobSet stays, as the group's record, and holds all
+    // that is left; deleted (by kubectl, or the group's next run), it
+    // takes everything with it.
+    let left = d.fake.world().everything();
+    assert!(left.contains(&"configmaps/g-skyc".to_owned()), "{left:?}");
+    assert!(left.contains(&"services/g".to_owned()), "{left:?}");
+    {
+        let w = d.fake.world();
+        // The JobSet, or its gate's Job (the gate's pods).
+        let owners: Vec<String> = ["jobsets/g", "jobs/g-skyc-gate-0"]
+            .iter()
+            .filter_map(|k| k.split_once('/'))
+            .filter_map(|(r, n)| w.get(r, n))
+            .map(|o| o["metadata"]["uid"].as_str().unwrap().to_owned())
+            .collect();
+        for key in left.iter().filter(|k| !k.starts_with("jobsets/")) {
+            let (resource, name) = key.split_once('/').unwrap();
+            let o = w.get(resource, name).unwrap();
+            let owned = o["metadata"]["ownerReferences"]
+                .as_array()
+                .is_some_and(|rs| {
+                    rs.iter()
+                        .any(|r| owners.iter().any(|u| r["uid"] == u.as_str()))
+                });
+            assert!(owned, "{key} is not the JobSet's: {o:#}");
+        }
+    }
+    d.cluster(|w| {
+        w.remove("jobsets", "g");
+        w.reconcile_cluster();
+        w.reconcile_cluster();
+    });
+    assert_eq!(d.fake.world().everything(), Vec::<String>::new());
 }

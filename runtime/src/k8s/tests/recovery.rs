@@ -390,6 +390,11 @@ fn cancel_deletes_the_jobset_and_waits_for_its_pods() {
     assert!(d.writes().is_empty());
     assert!(d.settled());
     assert_eq!(created(&d), ["g-buffer-0-0", "g-trainer-0-0"]);
+    assert_eq!(
+        d.fake.world().everything(),
+        Vec::<String>::new(),
+        "the ConfigMap and the Service went with the JobSet"
+    );
 }
 
 #[test]
@@ -595,16 +600,18 @@ fn api_errors_are_retried_with_backoff() {
     // of it is idempotent), after a backoff; a pod's create is retried
     // by itself.
     let post = format!("POST {P} Pod");
+    // The JobSet first, then the ConfigMap it owns: the ConfigMap's
+    // failure finds the JobSet there at the next check, and only the
+    // ConfigMap is applied.
     let mut want = vec![
         RULES.to_owned(),
         RULES.to_owned(),
-        cm.clone(),
-        RULES.to_owned(),
-        cm.clone(),
         js.clone(),
         RULES.to_owned(),
-        cm,
         js,
+        cm.clone(),
+        RULES.to_owned(),
+        cm,
         launch(&d, 0, 0),
         post.clone(),
         post.clone(),

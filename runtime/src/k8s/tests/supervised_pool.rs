@@ -1,7 +1,8 @@
 //! A pool through the real supervisor, on a thread of the test, with the
 //! Kubernetes backend talking to the fake API server: its workers made
-//! and ready, two ranked jobs placed on them and run once each, and
-//! `pool down` leaving nothing on the cluster.
+//! and ready, two ranked jobs placed on them and run once each, `pool
+//! down` leaving nothing on the cluster, and a worker that keeps ending
+//! replaced after growing pauses until the pool fails.
 
 use super::driver::{connect, tuning};
 use super::fake::Fake;
@@ -45,6 +46,9 @@ fn pool_jobs(worker: &crate::k8s::Plan, num_jobs: u32) -> Vec<crate::k8s::Plan> 
 struct Scene {
     fake: Fake,
     dir: PathBuf,
+    /// Pods end (exit 1) as soon as they run, as with an image whose
+    /// hold exits, instead of becoming ready.
+    holds_exit: bool,
 }
 
 impl Scene {
@@ -68,7 +72,9 @@ impl Scene {
                     let running = w
                         .get("pods", &pod)
                         .is_some_and(|p| p["status"]["phase"] == "Running");
-                    if running {
+                    if running && self.holds_exit {
+                        w.exit(&pod, 1);
+                    } else if running {
                         w.probe_succeeds(&pod);
                     }
                 }
@@ -97,10 +103,28 @@ fn started(
     i64,
     std::thread::JoinHandle<std::io::Result<()>>,
 ) {
+    started_with(name, POOL, false, 4)
+}
+
+/// [`started`] for the pool file `pool`, until `pods` pods are made.
+#[allow(clippy::type_complexity)]
+fn started_with(
+    name: &str,
+    pool: &str,
+    holds_exit: bool,
+    pods: usize,
+) -> (
+    Scene,
+    Fake,
+    Store,
+    crate::k8s::PoolPlan,
+    i64,
+    std::thread::JoinHandle<std::io::Result<()>>,
+) {
     let dir = std::env::temp_dir().join(format!("skyc-supervised-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let plan = pool_plan(POOL);
+    let plan = pool_plan(pool);
     let mut store = Store::open(&dir).unwrap();
     let pool = store
         .insert_pool(&NewGroup {
@@ -118,13 +142,14 @@ fn started(
     let s = Scene {
         fake: fake.clone(),
         dir: dir.clone(),
+        holds_exit,
     };
     let supervisor = {
         let (dir, connect) = (dir.clone(), connect(&fake));
         std::thread::spawn(move || crate::supervisor::serve(&dir, (connect, tuning())))
     };
-    s.until("two workers' pods", |f, _| {
-        f.world().names("pods").len() == 4
+    s.until("the workers' pods", |f, _| {
+        f.world().names("pods").len() == pods
     });
     (s, fake, store, plan, pool, supervisor)
 }
@@ -240,6 +265,12 @@ fn a_pool_runs_ranked_jobs_and_goes_down_through_the_supervisor() {
         let w = f.world();
         w.names("pods").is_empty() && w.names("jobsets").is_empty()
     });
+    fake.world().reconcile_cluster();
+    assert_eq!(
+        fake.world().everything(),
+        Vec::<String>::new(),
+        "no JobSet, Job, pod, Service, ConfigMap or Secret of the pool is left"
+    );
     s.until("the pool down", |_, st| {
         st.group(pool)
             .unwrap()
@@ -342,6 +373,82 @@ fn a_lost_worker_is_made_again_and_its_job_runs_again_through_the_supervisor() {
         let w = f.world();
         w.names("pods").is_empty() && w.names("jobsets").is_empty()
     });
+    fake.world().reconcile_cluster();
+    assert_eq!(
+        fake.world().everything(),
+        Vec::<String>::new(),
+        "nothing of the pool is left, the lost worker's first pods included"
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !supervisor.is_finished() {
+        assert!(Instant::now() < deadline, "the supervisor did not exit");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(supervisor.join().unwrap().is_ok());
+}
+
+#[test]
+fn a_worker_that_keeps_ending_is_replaced_after_growing_pauses_then_fails_the_pool() {
+    let one = POOL.replace("workers: 2", "workers: 1");
+    let (s, fake, store, _, pool, supervisor) = started_with("pool-ending", &one, true, 2);
+    // When each worker's JobSet was first seen, and when it was seen gone.
+    let seen = std::cell::RefCell::new(std::collections::BTreeMap::<
+        String,
+        (Instant, Option<Instant>),
+    >::new());
+    s.until("the pool FAILED", |f, st| {
+        let names = f.world().names("jobsets");
+        let mut seen = seen.borrow_mut();
+        for n in &names {
+            seen.entry(n.clone()).or_insert((Instant::now(), None));
+        }
+        for (n, (_, gone)) in seen.iter_mut() {
+            if gone.is_none() && !names.contains(n) {
+                *gone = Some(Instant::now());
+            }
+        }
+        st.group(pool)
+            .unwrap()
+            .is_some_and(|g| g.status == "FAILED")
+    });
+    let row = store.group(pool).unwrap().unwrap();
+    let error = row.error.unwrap_or_default();
+    assert!(
+        error.starts_with("3 workers in a row failed before they were ready"),
+        "{error}"
+    );
+    assert!(error.contains("`skyc logs "), "{error}");
+    // No further worker comes once the pool failed.
+    std::thread::sleep(Duration::from_secs(2));
+    s.until("every ended worker's objects deleted", |f, _| {
+        f.world().everything().is_empty()
+    });
+    let seen = seen.into_inner();
+    assert_eq!(
+        seen.keys().cloned().collect::<Vec<_>>(),
+        ["pool-1", "pool-2", "pool-3"],
+        "three workers, then none"
+    );
+    // Each replacement waited, longer each time, from its predecessor's
+    // end (seen gone after its deletion, so the pause is at most that).
+    let made = |w: &str| seen[w].0;
+    let gone = |w: &str| seen[w].1.expect("seen gone");
+    assert!(made("pool-2") > gone("pool-1") - Duration::from_millis(500));
+    let first = made("pool-2") - made("pool-1");
+    let second = made("pool-3") - made("pool-2");
+    assert!(first >= Duration::from_secs(1), "{first:?}");
+    assert!(second >= Duration::from_secs(2), "{second:?}");
+    assert!(second > first, "{first:?} then {second:?}");
+    drop(store);
+    let mut store = Store::open(&s.dir).unwrap();
+    store.request_cancel(pool).unwrap();
+    crate::supervisor::wake(&s.dir).unwrap();
+    s.until("the pool down", |_, st| {
+        st.group(pool)
+            .unwrap()
+            .is_some_and(|g| g.finished_at_ms.is_some())
+    });
+    assert!(fake.world().everything().is_empty());
     let deadline = Instant::now() + Duration::from_secs(20);
     while !supervisor.is_finished() {
         assert!(Instant::now() < deadline, "the supervisor did not exit");
