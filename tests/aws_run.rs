@@ -1201,12 +1201,28 @@ fn a_pool_runs_ranked_jobs_on_aws_workers_and_replaces_a_lost_one() {
         PoolRun::ready_workers(pool).len() == 2
     });
     assert_eq!(pool["status"], "READY", "{pool:#}");
+    // Jobs record what they do on the machine itself (the stand-ins share
+    // the host's filesystem outside /var/lib), not only in their logs.
+    let marks = dir.dir.join("marks");
+    std::fs::create_dir_all(&marks).expect("marks");
+    let marks = marks.display().to_string();
     let job_file = dir.write(
         "job.yaml",
-        "name: job\n\
-         envs:\n  JOB_ENV: mine\n\
-         run: |\n  echo rank $SKYPILOT_JOB_RANK of $SKYPILOT_NUM_JOBS $POOL_ENV $JOB_ENV $(cat prepared.txt)\n  echo started at $(date +%s%3N)\n  sleep 3\n",
+        &format!(
+            "name: job\n\
+             envs:\n  JOB_ENV: mine\n  MARKS: {marks}\n\
+             run: |\n  echo $SKYPILOT_JOB_RANK >> \"$MARKS/ran\"\n  echo rank $SKYPILOT_JOB_RANK of $SKYPILOT_NUM_JOBS $POOL_ENV $JOB_ENV $(cat prepared.txt)\n  echo started at $(date +%s%3N)\n  sleep 3\n"
+        ),
     );
+    let lines = |file: &str| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_to_string(Path::new(&marks).join(file))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        v.sort();
+        v
+    };
     let submitted = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .expect("clock")
@@ -1242,12 +1258,13 @@ fn a_pool_runs_ranked_jobs_on_aws_workers_and_replaces_a_lost_one() {
         assert_eq!(status["status"], "SUCCEEDED", "{status:#}");
         assert_eq!(status["rank"], rank, "{status:#}");
         let log = p.job_log(id);
-        assert_eq!(log.matches("rank").count(), 1, "each job runs once: {log}");
         assert!(
             log.contains(&format!("rank {rank} of 4 from-the-pool mine prepared")),
             "job {id}: {log}"
         );
     }
+    // Each rank ran once, as the machines saw it.
+    assert_eq!(lines("ran"), ["0", "1", "2", "3"], "each job runs once");
     // How soon a warm worker started the first job (a figure for
     // docs/pools.md, not a limit: the machine is shared).
     let first = ids
@@ -1271,9 +1288,13 @@ fn a_pool_runs_ranked_jobs_on_aws_workers_and_replaces_a_lost_one() {
         assert_eq!(log.matches("setup ran on").count(), 1, "{log}");
     }
 
+    // A long job marks its start and its end on the machine, by batch
+    // size and rank.
     let long = dir.write(
         "long.yaml",
-        "name: job\nrun: |\n  echo attempt start\n  sleep 15\n  echo attempt done\n",
+        &format!(
+            "name: job\nenvs:\n  MARKS: {marks}\nrun: |\n  at=\"$MARKS/$SKYPILOT_NUM_JOBS-$SKYPILOT_JOB_RANK\"\n  echo start >> \"$at.start\"\n  echo attempt start\n  sleep 15\n  echo done >> \"$at.done\"\n  echo attempt done\n"
+        ),
     );
     // Three long jobs on two workers (each takes a whole one): one waits.
     // Cancelled, the waiting one ends at once and never runs; a running
@@ -1286,6 +1307,7 @@ fn a_pool_runs_ranked_jobs_on_aws_workers_and_replaces_a_lost_one() {
             .count()
     };
     p.until("two long jobs running", started, |n| *n == 2);
+    let two_running = Instant::now();
     let waiting = *three
         .iter()
         .find(|&&id| !p.job_log(id).contains("attempt start"))
@@ -1308,8 +1330,31 @@ fn a_pool_runs_ranked_jobs_on_aws_workers_and_replaces_a_lost_one() {
             |s| !s["finished_at_ms"].is_null(),
         );
         assert_eq!(status["status"], "CANCELLED", "{status:#}");
+    }
+    // Past the jobs' sleep: a cancelled job never finished, and the
+    // waiting one never started, as the machines saw it.
+    let past = two_running + Duration::from_secs(18);
+    std::thread::sleep(past.saturating_duration_since(Instant::now()));
+    p.follow();
+    let rank_of = |id: i64| three.iter().position(|&j| j == id).expect("one of three");
+    for &id in &running {
+        let at = format!("3-{}", rank_of(id));
+        assert_eq!(
+            lines(&format!("{at}.start")),
+            ["start"],
+            "job {id} started once"
+        );
+        assert!(
+            lines(&format!("{at}.done")).is_empty(),
+            "job {id} finished though cancelled"
+        );
         assert!(!p.job_log(id).contains("attempt done"));
     }
+    let at = format!("3-{}", rank_of(waiting));
+    assert!(
+        lines(&format!("{at}.start")).is_empty(),
+        "the waiting job ran"
+    );
     assert!(!p.job_log(waiting).contains("attempt start"));
 
     // A worker's instance terminated out of band: its job runs again on
@@ -1347,8 +1392,12 @@ fn a_pool_runs_ranked_jobs_on_aws_workers_and_replaces_a_lost_one() {
     );
     assert_eq!(status["status"], "SUCCEEDED", "{status:#}");
     assert_eq!(status["tasks"][0]["restarts_on_errors"], 0, "{status:#}");
-    let log = p.job_log(id);
-    assert_eq!(log.matches("attempt start").count(), 2, "{log}");
+    assert_eq!(
+        lines("1-0.start"),
+        ["start", "start"],
+        "lost once, run again"
+    );
+    assert_eq!(lines("1-0.done"), ["done"], "finished once");
     // The lost worker is launched again on a new instance, set up anew.
     let lost_group = lost["group"].as_i64().expect("a group");
     p.until(
@@ -1389,4 +1438,62 @@ fn a_pool_runs_ranked_jobs_on_aws_workers_and_replaces_a_lost_one() {
         .collect();
     assert!(keys.is_empty(), "{keys:?}");
     assert!(!p.s.state().join("aws").join(&p.run).exists());
+}
+
+/// The setup timestamps a pool's workers left on the machine, in order.
+fn setup_times(marks: &Path) -> Vec<f64> {
+    let mut v: Vec<f64> = std::fs::read_to_string(marks.join("setups"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    v.sort_by(f64::total_cmp);
+    v
+}
+
+#[test]
+fn a_pool_whose_setup_keeps_failing_waits_longer_between_workers_then_fails_on_aws() {
+    let dir = Scratch::new("aws-pool-failing-files");
+    let marks = dir.dir.join("marks");
+    std::fs::create_dir_all(&marks).expect("marks");
+    let pool_file = dir.write(
+        "pool.yaml",
+        &format!(
+            "name: work\n\
+             resources:\n  cpus: 2\n  infra: aws\n\
+             pool:\n  workers: 1\n\
+             setup: |\n  date +%s.%N >> {}/setups\n  exit 3\n",
+            marks.display()
+        ),
+    );
+    let Some(mut p) = PoolRun::apply("aws-pool-failing", &pool_file) else {
+        return;
+    };
+    let pool = p.until("the pool FAILED", PoolRun::pool, |pool| {
+        pool["status"] == "FAILED"
+    });
+    let error = pool["error"].as_str().unwrap_or_default();
+    assert!(
+        error.starts_with("3 workers in a row failed before they were ready (the last one's setup failed; its log: `skyc logs "),
+        "{pool:#}"
+    );
+    // No fourth worker comes; each failed worker's instance is gone.
+    std::thread::sleep(Duration::from_secs(3));
+    let all = p.until(
+        "every worker's instance terminated",
+        PoolRun::instances,
+        |all| all.iter().all(|i| i.state == Some(State::Terminated)),
+    );
+    assert_eq!(
+        all.len(),
+        3,
+        "one instance per worker, three workers: {all:?}"
+    );
+    // As the machines saw it: three setups, each replacement after a
+    // longer pause than the one before (1 s, then 2 s, at least).
+    let times = setup_times(&marks);
+    assert_eq!(times.len(), 3, "{times:?}");
+    let (first, second) = (times[1] - times[0], times[2] - times[1]);
+    assert!(first >= 1.0, "{times:?}");
+    assert!(second >= 2.0, "{times:?}");
 }

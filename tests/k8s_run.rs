@@ -182,6 +182,35 @@ fn run_k8s(s: &Scratch, file: &str, extra: &[&str]) -> Output {
     s.skyc(&args).output().expect("skyc run")
 }
 
+/// Waits until no object whose name starts with `prefix` is left in the
+/// namespace: none of the kinds skyc makes, or that are made for it.
+fn wait_gone(prefix: &str, what: &str) {
+    let namespace = std::env::var("SKYC_K8S_E2E_NAMESPACE").unwrap_or_else(|_| "default".into());
+    let deadline = std::time::Instant::now() + Duration::from_secs(300);
+    loop {
+        let left = Command::new("kubectl")
+            .args([
+                "get",
+                "jobsets,jobs,pods,services,configmaps,secrets",
+                "-n",
+                &namespace,
+                "-o",
+                "name",
+            ])
+            .output()
+            .map(|o| text(&o.stdout))
+            .unwrap_or_default();
+        if !left.lines().any(|l| l.contains(&format!("/{prefix}"))) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "left after {what}:\n{left}"
+        );
+        std::thread::sleep(Duration::from_secs(2));
+    }
+}
+
 fn logs(s: &Scratch, id: i64) -> String {
     let out = s
         .skyc(&["logs", &id.to_string(), "--no-follow"])
@@ -231,6 +260,15 @@ fn e2e_the_example_group_succeeds_with_working_hostnames() {
     }
     let logs = text(&out.stdout);
     assert!(logs.contains("latest checkpoint:"), "{logs}");
+    // The finished JobSet holds everything left of the group: deleted,
+    // it takes the rest with it.
+    let namespace = std::env::var("SKYC_K8S_E2E_NAMESPACE").unwrap_or_else(|_| "default".into());
+    let deleted = Command::new("kubectl")
+        .args(["delete", "jobset", &name, "-n", &namespace, "--wait=false"])
+        .status()
+        .is_ok_and(|st| st.success());
+    assert!(deleted, "kubectl delete jobset {name}");
+    wait_gone(&name, "the group's end and its JobSet's deletion");
 }
 
 #[test]
@@ -407,6 +445,7 @@ run: while true; do sleep 1; done
     }
     let logs = logs(&s, id);
     assert!(logs.contains("(main-1) line 1"), "{logs}");
+    wait_gone(&name, "a cancel");
 }
 
 #[test]
@@ -604,20 +643,5 @@ fn e2e_a_pool_runs_ranked_jobs_in_its_workers_and_goes_down() {
         .output()
         .expect("pool down");
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    let deadline = std::time::Instant::now() + Duration::from_secs(300);
-    loop {
-        let left = Command::new("kubectl")
-            .args(["get", "jobsets,pods", "-n", &namespace, "-o", "name"])
-            .output()
-            .map(|o| text(&o.stdout))
-            .unwrap_or_default();
-        if !left.lines().any(|l| l.contains(&format!("/{pool}-"))) {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "left after pool down:\n{left}"
-        );
-        std::thread::sleep(Duration::from_secs(2));
-    }
+    wait_gone(&format!("{pool}-"), "pool down");
 }

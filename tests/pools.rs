@@ -364,10 +364,14 @@ fn a_failed_setup_is_replaced_and_three_in_a_row_fail_the_pool() {
         .collect();
     assert_eq!(states, ["READY"], "live workers: {pool:#}");
     assert_eq!(pool["status"], "READY");
-    // Always failing: three workers, then the pool says so and stops.
+    // Always failing: three workers, each after a longer pause than the
+    // one before, then the pool says so and stops.
     s.write(
         "broken.yaml",
-        &POOL.replace("setup: |\n", "setup: |\n  echo broken; exit 1\n"),
+        &POOL.replace("workers: 2", "workers: 1").replace(
+            "setup: |\n",
+            "setup: |\n  date +%s.%N >> \"$SCRATCH/broken-setups\"\n  echo broken; exit 1\n",
+        ),
     );
     s.ok(&[
         "pool",
@@ -378,11 +382,28 @@ fn a_failed_setup_is_replaced_and_three_in_a_row_fail_the_pool() {
         "--network",
         "loopback",
     ]);
-    s.wait_pool("broken", "FAILED", |p| p["status"] == "FAILED");
-    // No fourth worker comes, however long one waits.
-    std::thread::sleep(Duration::from_millis(500));
+    let pool = s.wait_pool("broken", "FAILED", |p| p["status"] == "FAILED");
+    let error = pool["error"].as_str().unwrap_or_default();
+    assert!(
+        error.starts_with(
+            "3 workers in a row failed before they were ready (the last one's setup failed; its log: `skyc logs "
+        ),
+        "{pool:#}"
+    );
+    // No fourth worker comes, however long one waits (the next pause
+    // would be 4 s).
+    std::thread::sleep(Duration::from_secs(5));
     let pool = s.pool("broken");
     assert_eq!(pool["status"], "FAILED");
+    let mut times: Vec<f64> = std::fs::read_to_string(s.dir.join("broken-setups"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    times.sort_by(f64::total_cmp);
+    assert_eq!(times.len(), 3, "three setups: {times:?}");
+    assert!(times[1] - times[0] >= 1.0, "paused 1 s: {times:?}");
+    assert!(times[2] - times[1] >= 2.0, "then 2 s: {times:?}");
     assert!(
         workers(&pool).is_empty(),
         "no worker is left or made: {pool:#}"

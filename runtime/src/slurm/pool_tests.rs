@@ -17,8 +17,10 @@ use std::time::Duration;
 /// `sbatch` appends `ID|COMMENT|SKYC_OUT` to `sbatch.log` and `ID|COMMENT`
 /// to `queue` (then fails with `sbatch.fail`'s text, when there is one); `squeue -j ID` answers `state.ID` (else PENDING) for a job
 /// in `queue`, `squeue -s` the file `steps`, `squeue` alone the queue;
-/// `scancel` appends its arguments to `scancel.log`; `srun` waits a
-/// second (then fails with `srun.fail`'s text, when there is one).
+/// `scancel` appends its arguments to `scancel.log`; `srun` appends its
+/// arguments to `srun.log`, then runs as a step does while `srun.block`
+/// is there, or waits a second (then fails with `srun.fail`'s text, when
+/// there is one).
 const FAKES: [(&str, &str); 4] = [
     (
         "sbatch",
@@ -72,6 +74,10 @@ fi
         "srun",
         r#"#!/bin/bash
 d=${0%/*}
+echo "$*" >>"$d/srun.log"
+while [ -f "$d/srun.block" ]; do
+    sleep 0.05
+done
 sleep 1
 if [ -f "$d/srun.fail" ]; then
     cat "$d/srun.fail" >&2
@@ -295,7 +301,9 @@ fn a_worker_is_ready_from_its_nodes_files_and_its_end_loses_its_jobs() {
             )
         )
     });
-    // A job placed on it runs as a step of job 101.
+    // A job placed on it runs as a step of job 101, which goes on (its
+    // srun does not end) until something ends it.
+    fs::write(f.dir.join("bin/srun.block"), "").unwrap();
     let mut job_engine = Engine::new(spec("j"));
     let job = f.job();
     f.adopt(2, &job, &job_engine, true);
@@ -330,6 +338,17 @@ fn a_worker_is_ready_from_its_nodes_files_and_its_end_loses_its_jobs() {
         .filter(|r| matches!(event(r), Some((2, Event::TaskStarted { .. }))))
         .count();
     assert_eq!(started, 0, "no second launch: {reports:?}");
+    // The step still runs: the job was lost with its worker, not by its
+    // srun's end; and srun ran once.
+    assert_eq!(
+        f.bin("srun.log").lines().count(),
+        1,
+        "{}",
+        f.bin("srun.log")
+    );
+    let log = fs::read_to_string(crate::paths::log(&f.group(2), "j", 0)).unwrap_or_default();
+    assert!(log.contains("skyc: its worker was lost"), "{log:?}");
+    fs::remove_file(f.dir.join("bin/srun.block")).unwrap();
 }
 
 #[test]
@@ -445,9 +464,10 @@ fn a_worker_is_not_submitted_while_a_dead_supervisors_sbatch_runs() {
     let worker = f.worker();
     f.adopt(9, &worker, &engine, false);
     drain_for(&mut f, 1_500);
+    // Read while it still runs: once it is killed, a poll may submit.
+    assert_eq!(f.bin("sbatch.log"), "", "no second sbatch beside it");
     let _ = sbatch.kill();
     let _ = sbatch.wait();
-    assert_eq!(f.bin("sbatch.log"), "", "no second sbatch beside it");
     // Gone, and its job never made: submitted at the next try.
     f.drain_until(|r| matches!(event(r), Some((9, Event::TaskQueued { .. }))));
     assert_eq!(f.bin("sbatch.log").lines().count(), 1);

@@ -453,7 +453,18 @@ fn a_restarted_supervisor_starts_nothing_twice_and_repeats_no_log() {
     let dir = attempt_dir(10, 0);
     p.cluster(|w| w.job_prints(pod, &dir, "before\n"));
     assert_eq!(p.log(10, 0), "before\n");
+    let starts = |p: &Pool| {
+        p.fake
+            .world()
+            .kubelet_exec
+            .execs
+            .iter()
+            .filter(|e| e.contains(" skyc-start "))
+            .count()
+    };
+    assert_eq!(starts(&p), 4, "one start per node of each job");
     p.restart();
+    assert_eq!(starts(&p), 4, "no start asked again");
     assert_eq!(p.processes().len(), 4, "no second start");
     p.cluster(|w| w.job_prints(pod, &dir, "after\n"));
     assert_eq!(p.log(10, 0), "before\nafter\n");
@@ -544,22 +555,21 @@ fn a_job_placed_on_a_worker_that_is_not_there_is_lost() {
 #[test]
 fn a_cancelled_job_is_stopped_in_its_pods_and_the_worker_holds() {
     let mut p = two_jobs_placed();
+    let on = |p: &Pool, worker: &str| -> Vec<Option<i32>> {
+        p.processes()
+            .iter()
+            .filter(|x| x.pod.starts_with(worker))
+            .map(|x| x.exit)
+            .collect()
+    };
+    // Each job runs on its worker's two nodes.
+    assert_eq!(on(&p, "pool-0-"), [None, None]);
+    assert_eq!(on(&p, "pool-1-"), [None, None]);
     p.cancel(10);
     assert_eq!(p.status(10), Status::Cancelled);
     assert!(p.reports.contains(&(10, Report::Settled)));
-    let procs = p.processes();
-    assert!(
-        procs
-            .iter()
-            .filter(|x| x.pod.starts_with("pool-0-"))
-            .all(|x| x.exit == Some(143))
-    );
-    assert!(
-        procs
-            .iter()
-            .filter(|x| x.pod.starts_with("pool-1-"))
-            .all(|x| x.exit.is_none())
-    );
+    assert_eq!(on(&p, "pool-0-"), [Some(143), Some(143)], "job 10 stopped");
+    assert_eq!(on(&p, "pool-1-"), [None, None], "job 11 runs on");
     assert_eq!(p.fake.world().names("pods").len(), 4);
     let _ = NS;
 }
