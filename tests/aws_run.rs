@@ -1489,6 +1489,30 @@ fn a_pool_whose_setup_keeps_failing_waits_longer_between_workers_then_fails_on_a
         3,
         "one instance per worker, three workers: {all:?}"
     );
+    // Nor its security group, nor its SSH key in the state directory.
+    for i in &all {
+        let run = i.tags[skyc_runtime::aws::RUN_TAG].clone();
+        let tag = format!("tag:{}", skyc_runtime::aws::RUN_TAG);
+        let groups = p.until(
+            "the worker's security group deleted",
+            |p| {
+                let mut q = query::action("DescribeSecurityGroups");
+                query::filters(&mut q, &[(&tag, &[&run])]);
+                let body =
+                    p.rt.block_on(p.ec2.call(&q))
+                        .expect("DescribeSecurityGroups");
+                skyc_runtime::aws::ec2::response::security_groups(&body)
+                    .expect("readable")
+                    .0
+                    .len()
+            },
+            |n| *n == 0,
+        );
+        assert_eq!(groups, 0);
+        let worker = run.rsplit_once("-w").expect("a worker's run").1;
+        let key = p.s.state().join("groups").join(worker).join("key");
+        assert!(!key.exists(), "{} left", key.display());
+    }
     // As the machines saw it: three setups, each replacement after a
     // longer pause than the one before (1 s, then 2 s, at least).
     let times = setup_times(&marks);
