@@ -1196,9 +1196,52 @@ run: python buffer.py
         assert_eq!(all.iter().filter(|o| o["kind"] == "Pod").count(), 1281);
         let p = problems(&group, &all, 3);
         assert!(p.is_empty(), "{}", p.join("\n"));
-        // The JobSet build of the same group is refused at its size.
+        // The JobSet build of the same group is refused at its size, with
+        // the way that works.
         let m = k8s::lower(&group, &k8s::Options::default());
         assert!(rules(&m).contains(&Rule::K8sTooLarge));
+        refused_as_built("rl-1281-nodes", text);
+    }
+
+    /// `skyc build --target k8s` of a group too large for the
+    /// self-contained JobSet: the refusal, as a user reads it.
+    fn refused_as_built(name: &str, text: &str) {
+        let dir =
+            std::env::temp_dir().join(format!("skyc-k8s-refusal-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("group.yaml"), text).unwrap();
+        let out = crate::support::skyc()
+            .args(["build", "group.yaml", "--target", "k8s"])
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(out.status.code(), Some(1));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let refusal: String = stderr
+            .split("\n\n")
+            .filter(|d| d.contains("k8s-too-large"))
+            .collect();
+        crate::support::snapshots("k8s").bind(|| {
+            insta::assert_snapshot!(format!("refusal-{name}"), refusal);
+        });
+    }
+
+    /// A pipeline of 1,500 steps: too many for one self-contained JobSet.
+    #[test]
+    fn a_pipeline_too_long_for_one_jobset_is_refused_with_the_way_that_works() {
+        let mut text = String::from("name: long\n");
+        for i in 0..1500 {
+            text.push_str(&format!("---\nname: step{i}\nrun: echo step {i}\n"));
+        }
+        let c = compile("long.yaml", text.as_bytes(), &Options::default());
+        let group = c.group.expect("a pipeline");
+        let m = k8s::lower(&group, &k8s::Options::default());
+        assert!(rules(&m).contains(&Rule::K8sTooLarge));
+        // It runs: the runtime's layout holds it.
+        let (_, all) = lowered(&text);
+        assert!(all.iter().filter(|o| o["kind"] == "Pod").count() >= 1);
+        refused_as_built("pipeline-1500-steps", &text);
     }
 
     /// 2,000 nodes in two tasks.

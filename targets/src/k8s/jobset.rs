@@ -56,11 +56,11 @@ impl Lowerer<'_> {
                         "{} nodes, one pod template each",
                         g.tasks.iter().map(|t| u64::from(t.num_nodes)).sum::<u64>()
                     ),
-                    "the Kubernetes target lays out one replicated Job per node; split the group or reduce `num_nodes`",
+                    "these self-contained manifests hold one replicated Job per node; `skyc run --target k8s` runs a group of any size (one pod per node under an anchor JobSet, which `skyc build --target k8s --layout pods` prints), or split the group",
                 ),
                 Execution::Serial => (
                     format!("{} steps, one pod template each", g.tasks.len()),
-                    "split the pipeline into several files",
+                    "these self-contained manifests hold one replicated Job per step; `skyc run --target k8s` runs a pipeline of any length (`skyc build --target k8s --layout pods` prints its objects), or split the pipeline into several files",
                 ),
             };
             self.push(
