@@ -1477,8 +1477,9 @@ fn a_pool_whose_setup_keeps_failing_waits_longer_between_workers_then_fails_on_a
         error.starts_with("3 workers in a row failed before they were ready (the last one's setup failed; its log: `skyc logs "),
         "{pool:#}"
     );
-    // No fourth worker comes; each failed worker's instance is gone.
-    std::thread::sleep(Duration::from_secs(3));
+    // No fourth worker comes (the next pause would be 4 s); each failed
+    // worker's instance is gone.
+    std::thread::sleep(Duration::from_secs(6));
     let all = p.until(
         "every worker's instance terminated",
         PoolRun::instances,

@@ -132,6 +132,9 @@ fn build_rbac_prepends_the_role_the_runtime_needs() {
         ("pods", "create"),
         ("pods", "delete"),
         ("pods/log", "get"),
+        // Setting an owner reference on them, where the API server
+        // enforces owner-reference permissions.
+        ("configmaps", "delete"),
     ] {
         assert!(grants(resource, verb), "{resource} {verb}: {role:#}");
     }
@@ -188,7 +191,7 @@ fn wait_gone(prefix: &str, what: &str) {
     let namespace = std::env::var("SKYC_K8S_E2E_NAMESPACE").unwrap_or_else(|_| "default".into());
     let deadline = std::time::Instant::now() + Duration::from_secs(300);
     loop {
-        let left = Command::new("kubectl")
+        let out = Command::new("kubectl")
             .args([
                 "get",
                 "jobsets,jobs,pods,services,configmaps,secrets",
@@ -198,8 +201,15 @@ fn wait_gone(prefix: &str, what: &str) {
                 "name",
             ])
             .output()
-            .map(|o| text(&o.stdout))
-            .unwrap_or_default();
+            .expect("kubectl");
+        // An answer that lists nothing because it was refused proves
+        // nothing.
+        assert!(
+            out.status.success() && out.stderr.is_empty(),
+            "kubectl get: {}",
+            text(&out.stderr)
+        );
+        let left = text(&out.stdout);
         if !left.lines().any(|l| l.contains(&format!("/{prefix}"))) {
             return;
         }

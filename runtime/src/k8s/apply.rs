@@ -14,7 +14,13 @@
 //! group) deletes them with it through the garbage collector, as it
 //! deletes the pods. The reference does not block the owner's deletion,
 //! which would need a further permission (`update` on
-//! `jobsets/finalizers`).
+//! `jobsets/finalizers`); setting a reference at all needs `delete` on the
+//! ConfigMap and Secret where the API server enforces owner-reference
+//! permissions, which the runner's Role grants. An earlier run's
+//! ConfigMap and Secret, left to the garbage collector, are deleted
+//! before this run's are applied, so the collector never takes the new
+//! ones; and a group whose ConfigMap or Secret is refused for good has its
+//! JobSet deleted too.
 
 use super::jobset::JobSet;
 use super::objects;
@@ -257,21 +263,15 @@ pub async fn apply(client: &Client, plan: &Plan) -> Result<JobSet, Refusal> {
         match o["kind"].as_str() {
             Some("ConfigMap") => {
                 let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-                ensure_free(
-                    plan,
-                    "ConfigMap",
-                    name,
-                    api.get_opt(name).await?.map(|c| c.metadata),
-                )?;
+                let meta = api.get_opt(name).await?.map(|c| c.metadata);
+                ensure_free(plan, "ConfigMap", name, meta.as_ref())?;
+                remove_orphan(&api, name, meta.as_ref()).await?;
             }
             Some("Secret") => {
                 let api: Api<Secret> = Api::namespaced(client.clone(), ns);
-                ensure_free(
-                    plan,
-                    "Secret",
-                    name,
-                    api.get_opt(name).await?.map(|s| s.metadata),
-                )?;
+                let meta = api.get_opt(name).await?.map(|s| s.metadata);
+                ensure_free(plan, "Secret", name, meta.as_ref())?;
+                remove_orphan(&api, name, meta.as_ref()).await?;
             }
             _ => {}
         }
@@ -290,8 +290,44 @@ pub async fn apply(client: &Client, plan: &Plan) -> Result<JobSet, Refusal> {
     };
     let name = o["metadata"]["name"].as_str().unwrap_or_default();
     let jobset = patch::<JobSet>(client, ns, name, &params, o).await?;
-    apply_owned(client, plan, &jobset).await?;
-    Ok(jobset)
+    match apply_owned(client, plan, &jobset).await {
+        Err(Refusal::Refused(why)) => {
+            // Refused for good: the JobSet goes too, so that nothing of
+            // the refused group is left to stand in the way of its next
+            // run (asked once; the group ends either way).
+            let _ = remove_finished(client, plan, &jobset).await;
+            Err(Refusal::Refused(why))
+        }
+        Err(e) => Err(e),
+        Ok(()) => Ok(jobset),
+    }
+}
+
+/// An earlier run's ConfigMap or Secret, owned by its JobSet, which is
+/// gone (this run's is not applied yet): the garbage collector may be
+/// about to delete it. Deleted now (its uid as precondition), so that it
+/// can never take this run's, applied next, with it.
+async fn remove_orphan<K>(
+    api: &Api<K>,
+    name: &str,
+    meta: Option<&ObjectMeta>,
+) -> Result<(), Refusal>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let Some(meta) = meta.filter(|m| m.owner_references.as_ref().is_some_and(|r| !r.is_empty()))
+    else {
+        return Ok(());
+    };
+    let params = kube::api::DeleteParams::background().preconditions(kube::api::Preconditions {
+        uid: meta.uid.clone(),
+        resource_version: None,
+    });
+    match api.delete(name, &params).await {
+        Ok(_) => Ok(()),
+        Err(e) if retry::not_found(&e) || retry::code(&e) == Some(409) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Applies the group's ConfigMap and Secret owned by its JobSet, those
@@ -350,13 +386,13 @@ fn ensure_free(
     plan: &Plan,
     kind: &str,
     name: &str,
-    meta: Option<ObjectMeta>,
+    meta: Option<&ObjectMeta>,
 ) -> Result<(), Refusal> {
     match meta {
         Some(meta)
             if meta.labels.as_ref().and_then(|l| l.get(GROUP_LABEL)) != Some(&plan.group) =>
         {
-            Err(Refusal::Refused(taken(plan, kind, name, &meta)))
+            Err(Refusal::Refused(taken(plan, kind, name, meta)))
         }
         _ => Ok(()),
     }

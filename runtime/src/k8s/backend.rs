@@ -97,6 +97,9 @@ pub struct Tuning {
     pub force_after: std::time::Duration,
     /// How often a pool job's nodes are read in their worker's pods.
     pub job_poll: std::time::Duration,
+    /// How long after the group's end its JobSet may take to end (or a
+    /// worker's to go) before the group is closed anyway.
+    pub settle_limit: std::time::Duration,
 }
 
 impl Default for Tuning {
@@ -106,6 +109,7 @@ impl Default for Tuning {
             logs: true,
             force_after: FORCE_AFTER,
             job_poll: JOB_POLL,
+            settle_limit: SETTLE_LIMIT,
         }
     }
 }
@@ -576,8 +580,9 @@ impl Group {
                     .await
                     .map(|()| Some(*js)),
                 Ok(Found::Absent | Found::Finished(_)) if self.job.is_some() => {
-                    // Applied by this run before, gone now.
-                    if !self.goal.cancel {
+                    // Applied by this run before, gone now: deleted by
+                    // this run once it ended (a worker's), or from outside.
+                    if !self.goal.cancel && self.goal.end.is_none() {
                         self.out.send(Report::Error(format!(
                             "the JobSet {} was deleted outside skyc",
                             self.plan.group
@@ -697,7 +702,7 @@ impl Group {
                 .chain(
                     self.finished_at
                         .filter(|_| !self.settled)
-                        .map(|at| at + SETTLE_LIMIT),
+                        .map(|at| at + self.ctx.tuning.settle_limit),
                 )
                 .chain(
                     self.cluster_settled_at
@@ -799,7 +804,12 @@ impl Group {
         }
         let mut ops = reconcile::reconcile(&self.plan, &objs, &self.goal);
         ops.extend(self.overdue(&objs));
-        ops.extend(self.worker_removal(&objs));
+        ops.extend(reconcile::remove_worker(
+            &self.plan,
+            &objs,
+            &self.goal,
+            self.logs_read(),
+        ));
         for (task, attempt) in std::mem::take(&mut self.kills) {
             ops.extend(reconcile::kill(&self.plan, &objs, task, attempt));
         }
@@ -836,27 +846,36 @@ impl Group {
         if self.goal.end.is_some() {
             self.finished_at.get_or_insert_with(Instant::now);
         }
-        if !self.settled && reconcile::settled(&objs, &self.goal) {
+        if reconcile::ended(&self.plan, &objs, &self.goal) {
             // The last lines of pods that just ended are read first, so
             // `skyc logs` has all of a finished group's output.
             self.cluster_settled_at.get_or_insert_with(Instant::now);
-            // A worker's JobSet is deleted first (`worker_removal`).
-            if self.logs_read() && !(self.plan.hold && objs.jobset.is_some()) {
-                self.settled = true;
-                self.out.send(Report::Settled);
-            }
-        } else if !self.settled
+        }
+        let settled = reconcile::settled(&self.plan, &objs, &self.goal);
+        if self.settled {
+            // Said once.
+        } else if settled && self.logs_read() {
+            self.settled = true;
+            self.out.send(Report::Settled);
+        } else if !settled
             && self
                 .finished_at
-                .is_some_and(|at| at.elapsed() >= SETTLE_LIMIT)
+                .is_some_and(|at| at.elapsed() >= self.ctx.tuning.settle_limit)
         {
-            // The JobSet controller did not finish it (it is down, or
-            // gone): the group's end is the engine's all the same.
+            // The JobSet controller did not finish it, or a worker's
+            // JobSet is not deleted (the controller or the garbage
+            // collector down, someone else's finalizer): the group's end
+            // is the engine's all the same.
             self.settled = true;
+            let what = if self.plan.hold {
+                "was not deleted"
+            } else {
+                "did not reach its end"
+            };
             self.out.send(Report::Error(format!(
-                "the JobSet {} did not reach its end within {} s of the group's; it is left as it is",
+                "the JobSet {} {what} within {} s of the group's end; it is left as it is",
                 self.plan.group,
-                SETTLE_LIMIT.as_secs()
+                self.ctx.tuning.settle_limit.as_secs()
             )));
             self.out.send(Report::Settled);
         }
@@ -867,23 +886,6 @@ impl Group {
     fn logs_read(&self) -> bool {
         self.cluster_settled_at.is_some_and(|since| {
             self.followers.iter().all(|f| f.is_finished()) || since.elapsed() >= LOG_TAIL_LIMIT
-        })
-    }
-
-    /// A pool worker leaves nothing behind when it ends, whether retired
-    /// or ended by itself: once its pods have ended and their logs are
-    /// read, its JobSet is deleted, and the garbage collector takes its
-    /// pods, Jobs, Service, ConfigMap and Secret with it. (A group's
-    /// finished JobSet stays, holding what it owns, as the group's record
-    /// on the cluster until the group runs again.)
-    fn worker_removal(&self, objs: &objects::Objects) -> Option<Op> {
-        let jobset = objs.jobset.as_ref()?;
-        (self.plan.hold
-            && !objects::deleting(&jobset.metadata)
-            && reconcile::settled(objs, &self.goal)
-            && self.logs_read())
-        .then(|| Op::DeleteJobSet {
-            uid: jobset.metadata.uid.clone().unwrap_or_default(),
         })
     }
 

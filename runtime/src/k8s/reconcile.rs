@@ -188,11 +188,16 @@ pub fn kill(plan: &Plan, objs: &Objects, task: usize, attempt: u32) -> Vec<Op> {
         .collect()
 }
 
-/// Everything the group had is gone or final: nothing more will happen
-/// on the cluster once the engine has finished.
-pub fn settled(objs: &Objects, goal: &Goal) -> bool {
+/// The group has ended on the cluster as well as in the engine: every
+/// pod has ended, and a group's JobSet has reached its own end (or, on a
+/// cancel, is gone with its pods). A pool worker's JobSet need not reach
+/// its end: it is deleted ([`remove_worker`]).
+pub fn ended(plan: &Plan, objs: &Objects, goal: &Goal) -> bool {
     if goal.end.is_none() {
         return false;
+    }
+    if plan.hold {
+        return objs.pods.values().all(objects::pod_terminal);
     }
     if goal.cancel || goal.end == Some(Status::Cancelled) {
         return objs.jobset.is_none() && objs.pods.is_empty();
@@ -201,4 +206,24 @@ pub fn settled(objs: &Objects, goal: &Goal) -> bool {
         .as_ref()
         .is_none_or(|j| j.terminal_state().is_some())
         && objs.pods.values().all(objects::pod_terminal)
+}
+
+/// A pool worker leaves nothing behind when it ends, whether retired or
+/// ended by itself: once it has [`ended`] (and its logs are read: the
+/// caller's `logs_read`), its JobSet is deleted, and the garbage collector
+/// takes its pods, Jobs, Service, ConfigMap and Secret with it. A group's
+/// finished JobSet stays, holding what it owns, as the group's record on
+/// the cluster until the group runs again.
+pub fn remove_worker(plan: &Plan, objs: &Objects, goal: &Goal, logs_read: bool) -> Option<Op> {
+    let jobset = objs.jobset.as_ref()?;
+    (plan.hold && logs_read && !objects::deleting(&jobset.metadata) && ended(plan, objs, goal))
+        .then(|| Op::DeleteJobSet {
+            uid: uid(&jobset.metadata),
+        })
+}
+
+/// Nothing more will happen on the cluster: the group has [`ended`],
+/// and nothing of a worker is left.
+pub fn settled(plan: &Plan, objs: &Objects, goal: &Goal) -> bool {
+    ended(plan, objs, goal) && !(plan.hold && objs.jobset.is_some())
 }

@@ -5,7 +5,7 @@ use super::autoscale::Autoscaler;
 use super::replace::{Failure, LastFailure, Replacement};
 use super::room::{Free, Placement, Room};
 use super::spec::{PoolSpec, Scaling};
-use super::{JobId, SETUP_FAILURES, WorkerId};
+use super::{JobId, WorkerId};
 use crate::policy::Attempt;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -149,8 +149,10 @@ pub struct Worker {
     pub jobs: BTreeSet<JobId>,
     /// Whether [`Action::Retire`] was given.
     retired: bool,
-    /// Whether it was ever ready.
-    #[serde(default)]
+    /// Whether it was ever ready. (A worker stored by an engine that did
+    /// not record it is taken as once ready: it never counts toward a
+    /// FAILED pool.)
+    #[serde(default = "once_ready")]
     was_ready: bool,
 }
 
@@ -172,10 +174,7 @@ pub struct Pool {
     next_worker: WorkerId,
     jobs: BTreeMap<JobId, Job>,
     autoscaler: Autoscaler,
-    /// Workers of the current generation in a row that failed before
-    /// they were ready.
-    failures: u32,
-    /// How workers that end unasked are replaced.
+    /// How workers that end unasked are replaced, and when no more are.
     #[serde(default)]
     replacement: Replacement,
     down: bool,
@@ -191,7 +190,6 @@ impl Pool {
             workers: BTreeMap::new(),
             next_worker: 1,
             jobs: BTreeMap::new(),
-            failures: 0,
             replacement: Replacement::default(),
             down: false,
             status: PoolStatus::Starting,
@@ -249,7 +247,7 @@ impl Pool {
     /// The last worker that failed before it was ready, and how: where a
     /// FAILED pool's reason is.
     pub fn last_failure(&self) -> Option<LastFailure> {
-        self.replacement.last_failure
+        self.replacement.last_failure()
     }
 
     /// Whether new workers wait for a pause after a worker ended unasked.
@@ -280,13 +278,11 @@ impl Pool {
             Event::Apply(spec) => {
                 if spec.worker_key != self.spec.worker_key {
                     self.generation += 1;
-                    self.failures = 0;
                     for w in self.workers.values_mut() {
                         w.state = WorkerState::Retiring;
                     }
                 }
                 // Applied again: failed setups are tried anew, at once.
-                self.failures = 0;
                 self.replacement.reset();
                 self.autoscaler.rescale(&spec.scaling);
                 self.spec = spec;
@@ -294,13 +290,16 @@ impl Pool {
             Event::Resize(n) => {
                 self.spec.scaling = Scaling::Fixed { workers: n };
                 self.autoscaler.rescale(&self.spec.scaling);
-                self.failures = 0;
                 self.replacement.reset();
             }
             Event::TimerFired(Timer::Replace) => self.replacement.resume(),
             Event::TimerFired(Timer::Calm) => {
-                let ready = self.workers.values().any(|w| w.state == WorkerState::Ready);
-                self.replacement.calm(ready);
+                let workers = &self.workers;
+                self.replacement.calm(|id| {
+                    workers
+                        .get(&id)
+                        .is_some_and(|w| w.state == WorkerState::Ready)
+                });
             }
             Event::TimerFired(timer) => self.autoscaler.fired(timer),
             Event::Down => self.down = true,
@@ -368,16 +367,13 @@ impl Pool {
                     w.state = WorkerState::Ready;
                     w.was_ready = true;
                     if w.generation == current {
-                        self.failures = 0;
-                        self.replacement.ready(out);
+                        self.replacement.ready(id, out);
                     }
                 }
             }
             WorkerEvent::SetupFailed => {
                 if w.generation == current && w.state != WorkerState::Retiring {
-                    self.failures += 1;
-                    self.replacement.failed(id, Failure::SetupFailed);
-                    self.replacement.ended(out);
+                    self.replacement.ended(id, Some(Failure::SetupFailed), out);
                 }
                 w.state = WorkerState::Retiring;
                 if !w.retired {
@@ -396,11 +392,9 @@ impl Pool {
                     && w.generation == current
                     && w.state != WorkerState::Retiring;
                 if unasked {
-                    if !w.was_ready && w.state != WorkerState::Ready {
-                        self.failures += 1;
-                        self.replacement.failed(id, Failure::EndedBeforeReady);
-                    }
-                    self.replacement.ended(out);
+                    let never_ready = !w.was_ready && w.state != WorkerState::Ready;
+                    let failure = never_ready.then_some(Failure::EndedBeforeReady);
+                    self.replacement.ended(id, failure, out);
                 }
                 self.workers.remove(&id);
             }
@@ -425,7 +419,7 @@ impl Pool {
             self.autoscaler.target()
         };
         let mut active = self.active_workers();
-        let failed_out = self.failures >= SETUP_FAILURES;
+        let failed_out = self.replacement.failed_out();
         while active < target && !failed_out && !self.replacement.held() {
             let id = self.next_worker;
             self.next_worker += 1;
@@ -555,4 +549,8 @@ fn take(free: &mut [Free], want: &JobWant) -> Option<Placement> {
         gpus.push(given?);
     }
     Some(Placement { gpus })
+}
+
+fn once_ready() -> bool {
+    true
 }

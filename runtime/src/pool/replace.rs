@@ -12,8 +12,8 @@
 //!
 //! - the n-th unasked end in a row holds every new worker of the pool back
 //!   for [`pause`]`(n)` (1 s, 2 s, 4 s, ... at most [`PAUSE_MAX`]); the
-//!   count is forgotten once a worker has stayed ready for [`CALM`], or
-//!   when the pool is applied or resized again;
+//!   count is forgotten once the worker that last became ready has stayed
+//!   ready for [`CALM`], or when the pool is applied or resized again;
 //! - a worker that ends unasked without ever having been ready is a
 //!   failure, as a failed setup is: [`SETUP_FAILURES`](super::SETUP_FAILURES)
 //!   in a row (no worker becoming ready in between) fail the pool, which
@@ -63,9 +63,14 @@ pub struct LastFailure {
 pub(super) struct Replacement {
     /// Workers ended unasked since the pool was last calm.
     ends: u32,
+    /// Workers of the current generation in a row that failed before
+    /// they were ready.
+    failures: u32,
     /// New workers wait for [`Timer::Replace`].
     held: bool,
-    pub(super) last_failure: Option<LastFailure>,
+    /// The worker whose readiness armed [`Timer::Calm`].
+    calm_worker: Option<WorkerId>,
+    last_failure: Option<LastFailure>,
 }
 
 impl Replacement {
@@ -74,9 +79,29 @@ impl Replacement {
         self.held
     }
 
-    /// A worker of the current generation ended unasked: hold new workers
-    /// back for the pause this end earns.
-    pub(super) fn ended(&mut self, out: &mut Vec<Action>) {
+    /// Whether [`SETUP_FAILURES`](super::SETUP_FAILURES) in a row failed:
+    /// no more workers until the pool is applied again.
+    pub(super) fn failed_out(&self) -> bool {
+        self.failures >= super::SETUP_FAILURES
+    }
+
+    pub(super) fn last_failure(&self) -> Option<LastFailure> {
+        self.last_failure
+    }
+
+    /// A worker of the current generation ended unasked (`failure`: before
+    /// it was ever ready, and how): hold new workers back for the pause
+    /// this end earns.
+    pub(super) fn ended(
+        &mut self,
+        worker: WorkerId,
+        failure: Option<Failure>,
+        out: &mut Vec<Action>,
+    ) {
+        if let Some(failure) = failure {
+            self.failures += 1;
+            self.last_failure = Some(LastFailure { worker, failure });
+        }
         self.ends = self.ends.saturating_add(1);
         self.held = true;
         out.push(Action::SetTimer {
@@ -85,14 +110,13 @@ impl Replacement {
         });
     }
 
-    pub(super) fn failed(&mut self, worker: WorkerId, failure: Failure) {
-        self.last_failure = Some(LastFailure { worker, failure });
-    }
-
-    /// A worker became ready: if it stays so for [`CALM`], earlier ends are
+    /// A worker of the current generation became ready: the failures in a
+    /// row are over, and if it stays ready for [`CALM`], earlier ends are
     /// forgotten.
-    pub(super) fn ready(&mut self, out: &mut Vec<Action>) {
+    pub(super) fn ready(&mut self, worker: WorkerId, out: &mut Vec<Action>) {
+        self.failures = 0;
         if self.ends > 0 {
+            self.calm_worker = Some(worker);
             out.push(Action::SetTimer {
                 timer: Timer::Calm,
                 after: CALM,
@@ -105,10 +129,11 @@ impl Replacement {
         self.held = false;
     }
 
-    /// [`CALM`] after the last worker became ready: if one is still ready,
-    /// the pool is calm again.
-    pub(super) fn calm(&mut self, any_ready: bool) {
-        if any_ready {
+    /// [`CALM`] after a worker became ready (the last to, since the timer
+    /// is armed anew each time): if that worker is still ready, the pool
+    /// is calm again.
+    pub(super) fn calm(&mut self, still_ready: impl Fn(WorkerId) -> bool) {
+        if self.calm_worker.take().is_some_and(still_ready) {
             self.ends = 0;
         }
     }

@@ -592,3 +592,26 @@ fn a_waiting_job_takes_a_worker_before_it_is_found_idle() {
     assert_eq!(placed(&out), [(2, 1)], "{out:?}");
     assert!(retired(&out).is_empty(), "{out:?}");
 }
+
+#[test]
+fn calm_needs_the_worker_that_became_ready_to_stay_so_not_a_sibling() {
+    let mut pool = Pool::new(fixed(2));
+    pool.start();
+    ready(&mut pool, &[1]);
+    // Worker 2 ends by itself twice, after being ready.
+    ready(&mut pool, &[2]);
+    pool.handle(Event::Worker(2, WorkerEvent::Lost));
+    pool.handle(Event::Worker(2, WorkerEvent::Gone));
+    assert_eq!(launched(&resume(&mut pool)), [3]);
+    // Worker 3 becomes ready, arming the calm timer, and is lost before it
+    // fires; worker 1 is ready all along.
+    ready(&mut pool, &[3]);
+    pool.handle(Event::Worker(3, WorkerEvent::Lost));
+    pool.handle(Event::TimerFired(Timer::Calm));
+    let out = pool.handle(Event::Worker(3, WorkerEvent::Gone));
+    assert_eq!(
+        pause_asked(&out),
+        Some(Duration::from_secs(2)),
+        "not calm: the second end in a row"
+    );
+}

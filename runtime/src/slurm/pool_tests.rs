@@ -19,7 +19,7 @@ use std::time::Duration;
 /// in `queue`, `squeue -s` the file `steps`, `squeue` alone the queue;
 /// `scancel` appends its arguments to `scancel.log`; `srun` appends its
 /// arguments to `srun.log`, then runs as a step does while `srun.block`
-/// is there, or waits a second (then fails with `srun.fail`'s text, when
+/// is there (a minute at most), then waits a second (then fails with `srun.fail`'s text, when
 /// there is one).
 const FAKES: [(&str, &str); 4] = [
     (
@@ -75,7 +75,8 @@ fi
         r#"#!/bin/bash
 d=${0%/*}
 echo "$*" >>"$d/srun.log"
-while [ -f "$d/srun.block" ]; do
+for _ in $(seq 1200); do
+    [ -f "$d/srun.block" ] || break
     sleep 0.05
 done
 sleep 1

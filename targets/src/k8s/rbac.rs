@@ -39,7 +39,11 @@ impl Permission {
 ///   `pods/log` streamed into the state directory; `pods/exec` (pools
 ///   only) starts a job in a worker's pod and reads its state and log;
 /// - ConfigMaps: the group's scripts, applied; Secrets: the values of
-///   `secrets` given at run time, applied.
+///   `secrets` given at run time, applied; both owned by the JobSet (an
+///   `ownerReference`, which an API server that enforces owner-reference
+///   permissions lets only a user who may delete the object set), and an
+///   earlier run's left to the garbage collector deleted before this
+///   run's is applied.
 pub const PERMISSIONS: &[Permission] = &[
     Permission {
         group: "jobset.x-k8s.io",
@@ -81,14 +85,14 @@ pub const PERMISSIONS: &[Permission] = &[
     Permission {
         group: "",
         resource: "configmaps",
-        verbs: &["get", "create", "patch"],
+        verbs: &["get", "create", "patch", "delete"],
         secrets_only: false,
         pools_only: false,
     },
     Permission {
         group: "",
         resource: "secrets",
-        verbs: &["get", "create", "patch"],
+        verbs: &["get", "create", "patch", "delete"],
         secrets_only: true,
         pools_only: false,
     },

@@ -137,7 +137,7 @@ impl World {
                         .to_owned();
                     self.delete_pod(&n);
                 }
-                if jobs.is_empty() && pods.is_empty() {
+                if jobs.is_empty() && pods.is_empty() && !super::fake::has_foreign_finalizer(&js) {
                     self.remove("jobsets", &name);
                 }
                 continue;

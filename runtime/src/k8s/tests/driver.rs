@@ -65,6 +65,7 @@ pub(super) fn tuning() -> Tuning {
         logs: false,
         force_after: Duration::from_millis(100),
         job_poll: Duration::from_millis(20),
+        settle_limit: Duration::from_secs(120),
     }
 }
 

@@ -336,6 +336,13 @@ fn kind(resource: &str) -> &'static str {
     }
 }
 
+/// A finalizer other than the garbage collector's own.
+pub(super) fn has_foreign_finalizer(obj: &Value) -> bool {
+    obj["metadata"]["finalizers"]
+        .as_array()
+        .is_some_and(|f| f.iter().any(|f| f != "foregroundDeletion"))
+}
+
 /// Whether `obj` matches a label selector `k=v[,k=v]` or a field
 /// selector `metadata.name=x`.
 fn selects(obj: &Value, selector: &str) -> bool {
@@ -708,6 +715,15 @@ impl World {
                     );
                 }
                 let foreground = opts["propagationPolicy"] == "Foreground";
+                // Someone else's finalizer keeps the object, marked, until
+                // its owner removes it.
+                if has_foreign_finalizer(&obj) {
+                    if obj["metadata"]["deletionTimestamp"].is_null() {
+                        obj["metadata"]["deletionTimestamp"] = json!(self.now());
+                    }
+                    let obj = self.put(&resource, obj);
+                    return response(200, &obj);
+                }
                 if resource == "pods" {
                     // Grace 0 removes the object at once (a forced
                     // deletion), whatever its node says.

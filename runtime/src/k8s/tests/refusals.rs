@@ -68,7 +68,7 @@ fn an_incomplete_rules_list_is_confirmed_per_permission() {
     });
     let m = refused(&d);
     assert!(
-        m.contains("may not delete jobsets.jobset.x-k8s.io, delete pods in"),
+        m.contains("may not delete jobsets.jobset.x-k8s.io, delete pods, delete configmaps in"),
         "{m}"
     );
     let reviews = d
@@ -76,7 +76,7 @@ fn an_incomplete_rules_list_is_confirmed_per_permission() {
         .iter()
         .filter(|w| w.contains("selfsubjectaccessreviews"))
         .count();
-    assert_eq!(reviews, 2);
+    assert_eq!(reviews, 3);
 }
 
 #[test]
@@ -115,6 +115,7 @@ fn a_jobset_skyc_did_not_create_is_refused() {
 #[test]
 fn the_finished_jobset_of_an_earlier_run_is_replaced() {
     let old_uid = std::cell::RefCell::new(String::new());
+    let old_cm = std::cell::RefCell::new(String::new());
     let mut d = start(|w| {
         let js = w.put(
             "jobsets",
@@ -124,6 +125,15 @@ fn the_finished_jobset_of_an_earlier_run_is_replaced() {
                    "status": {"terminalState": "Completed"}}),
         );
         *old_uid.borrow_mut() = js["metadata"]["uid"].as_str().unwrap().to_owned();
+        // Its ConfigMap, which the garbage collector has not taken yet.
+        let cm = w.put(
+            "configmaps",
+            json!({"metadata": {"name": "g-skyc", "labels": {"skyc.io/group": "g"},
+                   "ownerReferences": [{"apiVersion": "jobset.x-k8s.io/v1alpha2",
+                                        "kind": "JobSet", "name": "g", "uid": js["metadata"]["uid"]}]},
+                   "data": {"entrypoint.sh": "old"}}),
+        );
+        *old_cm.borrow_mut() = cm["metadata"]["uid"].as_str().unwrap().to_owned();
     });
     // Applied once the old JobSet is seen gone.
     std::thread::sleep(std::time::Duration::from_millis(700));
@@ -136,15 +146,68 @@ fn the_finished_jobset_of_an_earlier_run_is_replaced() {
             old_uid.borrow()
         ),
         RULES.to_owned(),
+        // The old ConfigMap is deleted before the new one is applied: the
+        // collector, about to delete it, can never take the new one.
+        format!(
+            "DELETE {}/g-skyc Background uid={}",
+            super::CM,
+            old_cm.borrow()
+        ),
     ];
     want.extend(super::applied().into_iter().skip(1));
     want.extend(launched(&d, 0, "trainer", 1, 0));
     want.extend(launched(&d, 1, "buffer", 1, 0));
     assert_eq!(d.writes(), want);
+    let w = d.fake.world();
+    let js = w.get("jobsets", "g").unwrap();
+    assert_eq!(js["metadata"]["annotations"]["skyc.io/run"], "run-1");
+    let cm = w.get("configmaps", "g-skyc").unwrap();
+    assert_ne!(cm["metadata"]["uid"], old_cm.borrow().as_str());
     assert_eq!(
-        d.fake.world().get("jobsets", "g").unwrap()["metadata"]["annotations"]["skyc.io/run"],
-        "run-1"
+        cm["metadata"]["ownerReferences"][0]["uid"],
+        js["metadata"]["uid"]
     );
+}
+
+#[test]
+fn a_configmap_refused_for_good_takes_its_jobset_away() {
+    let d = start(|w| w.fail("PATCH", "/configmaps/", Some(422), 1));
+    let m = refused(&d);
+    assert!(m.contains("ConfigMap `g-skyc`"), "{m}");
+    assert!(
+        d.fake.world().everything().is_empty(),
+        "nothing of the refused group is left: {:?}",
+        d.fake.world().everything()
+    );
+}
+
+#[test]
+fn a_supervisor_that_died_between_the_jobset_and_its_configmap_applies_the_configmap() {
+    let plan = driver::plan(DELAYED);
+    let fake = Fake::default();
+    // This run's JobSet, applied; its ConfigMap never was.
+    let jobset = crate::k8s::apply::prepare(&plan)
+        .into_iter()
+        .find(|o| o["kind"] == "JobSet")
+        .unwrap();
+    let uid = fake.world().put("jobsets", jobset)["metadata"]["uid"].clone();
+    let mut d = Driver::start_with(fake, plan, tuning());
+    let writes = d.writes();
+    assert_eq!(
+        writes[..2],
+        [
+            RULES.to_owned(),
+            format!(
+                "PATCH {}/g-skyc apply ConfigMap g-skyc manager=skyc",
+                super::CM
+            )
+        ],
+        "{writes:#?}"
+    );
+    let w = d.fake.world();
+    let cm = w.get("configmaps", "g-skyc").expect("applied");
+    assert_eq!(cm["metadata"]["ownerReferences"][0]["uid"], uid);
+    assert_eq!(w.names("pods").len(), 2, "then the pods");
 }
 
 #[test]
