@@ -889,6 +889,7 @@ mod shapes {
                     accelerator: acc.map(|(n, c)| Accelerator {
                         name: n.to_owned(),
                         count: c,
+                        span: Span::default(),
                     }),
                     cpus: cpus.map(|(value, at_least)| Quantity { value, at_least }),
                     memory_gb: mem.map(|(value, at_least)| Quantity { value, at_least }),

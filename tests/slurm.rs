@@ -810,3 +810,87 @@ fn pipelines_build_to_a_directory() {
         assert!(stdout.contains(&script), "{name} is embedded as written");
     }
 }
+
+/// GPUs asked by type: as written without a cluster (`skyc build`); as
+/// the cluster names them when its GPU nodes are known (`skyc run`), by
+/// SkyPilot's matching; a type, or a count per node, the cluster does not
+/// have is an error at the accelerator, naming what it has.
+#[test]
+fn gpus_are_asked_by_the_type_the_cluster_names() {
+    use skyc_targets::slurm::gres::GpuNodes;
+    let text = "name: g\nexecution: parallel\n---\nname: big\nresources:\n  accelerators: H100:8\nrun: echo\n---\nname: small\nresources:\n  accelerators: {A100-80GB: 2}\nrun: echo\n";
+    let c = compile("g.yaml", text.as_bytes(), &Options::default());
+    let group = c.group.clone().unwrap();
+    let gres = |script: &str| -> Vec<String> {
+        script
+            .lines()
+            .filter(|l| l.starts_with("#SBATCH --gres"))
+            .map(str::to_owned)
+            .collect()
+    };
+    let built = slurm::build(&group, &slurm::Options::default());
+    assert!(built.diagnostics.is_empty(), "{:?}", built.diagnostics);
+    assert_eq!(
+        gres(built.script.as_deref().unwrap()),
+        [
+            "#SBATCH --gres=gpu:H100:8",
+            "#SBATCH --gres=gpu:A100-80GB:2"
+        ]
+    );
+    let node = |ty: &str, per_node, nodes| GpuNodes {
+        gpu_type: Some(ty.to_owned()),
+        per_node,
+        nodes,
+    };
+    let cluster = vec![
+        node("nvidia_h100_80gb_hbm3", 8, 16),
+        node("a100-sxm4-80gb", 4, 8),
+        node("l40", 4, 2),
+    ];
+    let options = slurm::Options {
+        gpus: Some(cluster.clone()),
+        ..Default::default()
+    };
+    let built = slurm::build(&group, &options);
+    assert!(built.diagnostics.is_empty(), "{:?}", built.diagnostics);
+    assert_eq!(
+        gres(built.script.as_deref().unwrap()),
+        [
+            "#SBATCH --gres=gpu:nvidia_h100_80gb_hbm3:8",
+            "#SBATCH --gres=gpu:a100-sxm4-80gb:2"
+        ]
+    );
+    // L4 is not L40; and no A100 node has 8.
+    let wrong = text
+        .replace("H100:8", "L4:1")
+        .replace("A100-80GB: 2", "A100-80GB: 8");
+    let mut c = compile("g.yaml", wrong.as_bytes(), &Options::default());
+    let built = slurm::build(c.group.as_ref().unwrap(), &options);
+    assert!(built.script.is_none());
+    c.diagnostics.extend(built.diagnostics);
+    snapshots("slurm").bind(|| {
+        insta::assert_snapshot!("gpu-types-the-cluster-lacks", render_human(&c));
+    });
+    // A cluster whose GPUs have no type: any GPU, said.
+    let untyped = slurm::Options {
+        gpus: Some(vec![GpuNodes {
+            gpu_type: None,
+            per_node: 8,
+            nodes: 4,
+        }]),
+        ..Default::default()
+    };
+    let built = slurm::build(&group, &untyped);
+    assert_eq!(
+        gres(built.script.as_deref().unwrap()),
+        ["#SBATCH --gres=gpu:8", "#SBATCH --gres=gpu:2"]
+    );
+    assert!(
+        built
+            .diagnostics
+            .iter()
+            .all(|d| d.message.contains("is not requested")),
+        "{:?}",
+        built.diagnostics
+    );
+}

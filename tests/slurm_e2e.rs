@@ -158,7 +158,7 @@ primary_tasks: [client]
 ---
 name: server
 num_nodes: 2
-resources: {cpus: 1, accelerators: "gpu:1"}
+resources: {cpus: 1, accelerators: "a100:1"}
 run: |
   f="$SKYC_OUT/seen-server-$SKYPILOT_NODE_RANK"
   { hostname; echo "$SKYPILOT_NODE_RANK $SKYPILOT_NUM_NODES $SKYPILOT_NUM_GPUS_PER_NODE ${CUDA_VISIBLE_DEVICES:-none}"

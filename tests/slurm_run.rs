@@ -495,3 +495,67 @@ fn a_job_submitted_before_a_crash_is_found_not_submitted_twice() {
         "once\n"
     );
 }
+
+/// GPUs by type on the cluster, which names its models `a100` (the first
+/// half of its nodes) and `H100` (the rest): `H100` lands on the H100
+/// nodes, `A100` on the a100 ones, as the cluster names them; a model it
+/// lacks is an error at the accelerator naming what it has, and nothing
+/// is submitted.
+#[test]
+fn gpus_are_asked_by_the_type_the_cluster_names_on_slurm() {
+    let Some(_cluster) = cluster() else { return };
+    let s = scratch("gpu-types");
+    s.write(
+        "g.yaml",
+        r#"name: gpus
+execution: parallel
+---
+name: big
+resources: {cpus: 1, accelerators: "H100:2"}
+run: echo "$SLURMD_NODENAME $SKYPILOT_NUM_GPUS_PER_NODE" > "$SKYC_OUT/big"
+---
+name: small
+resources: {cpus: 1, accelerators: {A100: 1}}
+run: echo "$SLURMD_NODENAME $SKYPILOT_NUM_GPUS_PER_NODE" > "$SKYC_OUT/small"
+"#,
+    );
+    let out_dir = s.dir.join("out");
+    let out_arg = out_dir.to_string_lossy().into_owned();
+    let mut args = SLURM.to_vec();
+    args.extend_from_slice(&["--out-dir", &out_arg]);
+    let out = s.run("g.yaml", &args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let script = std::fs::read_to_string(out_dir.join("job.sh")).expect("the job's script");
+    assert!(script.contains("#SBATCH --gres=gpu:H100:2\n"), "{script}");
+    assert!(script.contains("#SBATCH --gres=gpu:a100:1\n"), "{script}");
+    let node = |file: &str| -> (u32, String) {
+        let seen = std::fs::read_to_string(out_dir.join(file)).expect("a node's record");
+        let (name, gpus) = seen.trim().split_once(' ').expect("node and gpus");
+        (
+            name.trim_start_matches('n').parse().expect("nN"),
+            gpus.to_owned(),
+        )
+    };
+    let (big, big_gpus) = node("big");
+    let (small, small_gpus) = node("small");
+    assert!((5..=8).contains(&big), "H100 on an H100 node: n{big}");
+    assert!((1..=4).contains(&small), "A100 on an a100 node: n{small}");
+    assert_eq!((big_gpus.as_str(), small_gpus.as_str()), ("2", "1"));
+
+    s.write(
+        "v100.yaml",
+        "name: old\nresources:\n  cpus: 1\n  accelerators: V100:1\nrun: echo never\n",
+    );
+    let out = s.run("v100.yaml", SLURM);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    crate::support::snapshots("slurm").bind(|| {
+        insta::assert_snapshot!("run-gpu-type-the-cluster-lacks", text(&out.stderr));
+    });
+    let status = s.skyc(&["status", "--json"]).output().expect("status");
+    let groups: Value = serde_json::from_slice(&status.stdout).expect("JSON");
+    assert_eq!(
+        groups.as_array().map(Vec::len),
+        Some(1),
+        "only the first group was recorded: {groups:#}"
+    );
+}

@@ -153,6 +153,9 @@ pub struct Accelerator {
     pub name: String,
     /// Per node; may be fractional.
     pub count: f64,
+    /// Where it is written, for a target that cannot give it.
+    #[serde(skip)]
+    pub span: Span,
 }
 
 /// A minimum (`4+`) or an exact amount (`4`).

@@ -112,6 +112,7 @@ rules! {
     SlurmSbatchOption = "slurm-sbatch-option", Error, "An sbatch option or value that cannot be written on an #SBATCH line.";
     SlurmUnrepresentable = "slurm-unrepresentable", Error, "A value the Slurm batch script cannot carry.";
     SlurmIgnored = "slurm-ignored", Warning, "A task setting the Slurm target does not apply.";
+    SlurmGpuType = "slurm-gpu-type", Error, "A GPU type, or a count per node, the Slurm cluster does not offer.";
     // Lowering to cloud instance specs (`skyc build --target aws|gcp`).
     CloudNoInstance = "cloud-no-instance", Error, "No instance in the catalog satisfies a task's resources.";
     CloudNoCommonRegion = "cloud-no-common-region", Error, "The tasks of a group have no region in common on the cloud.";

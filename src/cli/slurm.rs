@@ -2,7 +2,7 @@
 
 use super::run::RunInput;
 use skyc_compiler::Diagnostic;
-use skyc_compiler::ir::Pool;
+use skyc_compiler::ir::{Group, Pool};
 use skyc_runtime::backend::run_token;
 use skyc_runtime::pool::JobSpec;
 use skyc_runtime::slurm::{JobPlan, Plan};
@@ -35,6 +35,7 @@ impl SlurmArgs {
             time: self.time.clone(),
             sbatch_options: self.sbatch_options.clone(),
             grace_secs,
+            gpus: None,
         }
     }
 }
@@ -65,6 +66,28 @@ pub(crate) struct SlurmRunArgs {
 }
 
 impl SlurmRunArgs {
+    /// The options of a run: the command line's, and the cluster's GPU
+    /// nodes when a task asks for GPUs (its type is requested as the
+    /// cluster names it).
+    fn run_options(&self, group: &Group, grace_secs: u64) -> Result<slurm::Options, String> {
+        let mut options = self.slurm.options(grace_secs);
+        let asks = group.tasks.iter().any(|t| {
+            t.resources
+                .candidates
+                .first()
+                .is_some_and(|c| c.accelerator.is_some())
+        });
+        if asks {
+            let partition = self.slurm.partition.as_deref();
+            options.gpus = Some(
+                skyc_runtime::slurm::Slurm::from_env()
+                    .gpus(partition)
+                    .map_err(|e| format!("asking the Slurm cluster for its GPUs: {e}"))?,
+            );
+        }
+        Ok(options)
+    }
+
     /// The run's plan (see [`Plan::new`]).
     pub(crate) fn plan(
         &self,
@@ -74,7 +97,7 @@ impl SlurmRunArgs {
         let grace_secs = run.grace.ceil() as u64;
         Plan::new(
             run.group,
-            &self.slurm.options(grace_secs),
+            &self.run_options(run.group, grace_secs)?,
             self.out_dir.as_deref(),
             Duration::from_secs(grace_secs),
             run.secrets,
@@ -102,7 +125,7 @@ impl SlurmRunArgs {
         let (plan, diagnostics) = skyc_runtime::slurm::plan_pool(
             run.group,
             pool,
-            &self.slurm.options(grace_secs),
+            &self.run_options(run.group, grace_secs)?,
             Duration::from_secs(grace_secs),
             run.secrets,
             run_token(run.submitted_ms),

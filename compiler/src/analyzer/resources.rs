@@ -77,8 +77,8 @@ pub(super) fn analyze(node: Option<&Node>, out: &mut Diagnostics) -> (Resources,
                 if let Some(choices) =
                     accelerator_choices(option, out).or_else(|| accelerators.clone())
                 {
-                    for (name, count) in choices.names {
-                        c.accelerator = Some(Accelerator { name, count });
+                    for (name, count, span) in choices.names {
+                        c.accelerator = Some(Accelerator { name, count, span });
                         candidates.push(c.clone());
                     }
                 } else {
@@ -93,8 +93,8 @@ pub(super) fn analyze(node: Option<&Node>, out: &mut Diagnostics) -> (Resources,
                 choices
                     .names
                     .into_iter()
-                    .map(|(name, count)| Candidate {
-                        accelerator: Some(Accelerator { name, count }),
+                    .map(|(name, count, span)| Candidate {
+                        accelerator: Some(Accelerator { name, count, span }),
                         ..base.clone()
                     })
                     .collect(),
@@ -612,7 +612,8 @@ fn ports(node: &Node, out: &mut Diagnostics) -> Vec<PortRange> {
 struct Choices {
     span: Span,
     ordered: bool,
-    names: Vec<(String, f64)>,
+    /// Each with where it is written.
+    names: Vec<(String, f64, Span)>,
 }
 
 /// `accelerators` (or `gpus`): one, several unordered (a mapping), or a
@@ -627,9 +628,9 @@ fn accelerator_choices(node: &Node, out: &mut Diagnostics) -> Option<Choices> {
             Ok((name, count)) => {
                 if !names
                     .iter()
-                    .any(|(n, c): &(String, f64)| *n == name && *c == count)
+                    .any(|(n, c, _): &(String, f64, Span)| *n == name && *c == count)
                 {
-                    names.push((name, count));
+                    names.push((name, count, span));
                 }
             }
             Err(why) => out.push(

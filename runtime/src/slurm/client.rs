@@ -2,6 +2,7 @@
 
 use super::JobState;
 use rustix::process::{Pid, Signal, kill_process};
+use skyc_targets::slurm::gres;
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::fmt;
@@ -139,6 +140,15 @@ impl Slurm {
             }));
         }
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// The GPU nodes of `partition` (else of the default partition, where
+    /// a job without `--partition` goes), as sinfo names their GRES: what
+    /// a task's GPU type is matched against
+    /// (`skyc_targets::slurm::gres`).
+    pub fn gpus(&self, partition: Option<&str>) -> Result<gres::ClusterGpus, SlurmError> {
+        let out = self.run("sinfo", &["-h", "-N", "-o", "%N|%P|%G"], &[], None)?;
+        Ok(gpus_of(&out, partition))
     }
 
     /// Submits `script` (as `skyc build --target slurm` wrote it) from its
@@ -336,6 +346,68 @@ impl Slurm {
 
 /// A job id as Slurm prints it: digits only. Anything else never reaches
 /// a Slurm command, where a leading `-` would be an option.
+/// The GPU nodes of sinfo's `%N|%P|%G` lines (one per node and
+/// partition; the default partition's name ends in `*`), in `partition`
+/// or the default one, each node once.
+fn gpus_of(sinfo: &str, partition: Option<&str>) -> gres::ClusterGpus {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut out: gres::ClusterGpus = Vec::new();
+    for line in sinfo.lines() {
+        let mut f = line.trim().splitn(3, '|');
+        let (Some(node), Some(part), Some(g)) = (f.next(), f.next(), f.next()) else {
+            continue;
+        };
+        let wanted = match partition {
+            Some(p) => part.trim_end_matches('*') == p,
+            None => part.ends_with('*'),
+        };
+        if !wanted || !seen.insert(node.to_owned()) {
+            continue;
+        }
+        let Some((gpu_type, per_node)) = gres::parse_node_gres(g) else {
+            continue;
+        };
+        match out
+            .iter_mut()
+            .find(|n| n.gpu_type == gpu_type && n.per_node == per_node)
+        {
+            Some(n) => n.nodes += 1,
+            None => out.push(gres::GpuNodes {
+                gpu_type,
+                per_node,
+                nodes: 1,
+            }),
+        }
+    }
+    out
+}
+
 pub fn is_job_id(s: &str) -> bool {
     !s.is_empty() && s.len() <= 20 && s.bytes().all(|b| b.is_ascii_digit())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpu_nodes_are_read_from_the_partition_each_node_once() {
+        let sinfo = "n1|main*|gpu:a100:2(S:0)\nn1|urgent|gpu:a100:2(S:0)\n\
+                     n2|main*|gpu:a100:2\nn5|main*|gpu:H100:2\nn5|urgent|gpu:H100:2\n\
+                     n9|cpu|(null)\nn7|urgent|gpu:4\n";
+        let g = |ty: Option<&str>, per_node, nodes| gres::GpuNodes {
+            gpu_type: ty.map(str::to_owned),
+            per_node,
+            nodes,
+        };
+        assert_eq!(
+            gpus_of(sinfo, None),
+            [g(Some("a100"), 2, 2), g(Some("H100"), 2, 1)]
+        );
+        assert_eq!(
+            gpus_of(sinfo, Some("urgent")),
+            [g(Some("a100"), 2, 1), g(Some("H100"), 2, 1), g(None, 4, 1)]
+        );
+        assert_eq!(gpus_of(sinfo, Some("cpu")), []);
+    }
 }

@@ -1,8 +1,8 @@
 //! The Slurm target: a Job Group as one heterogeneous batch job, a
 //! pipeline as one batch job per step.
 //!
-//! A group: one hetjob component per task (nodes, cpus, memory, `gpu:N`
-//! gres from the IR), and a batch script that runs the whole lifecycle
+//! A group: one hetjob component per task (nodes, cpus, memory, typed
+//! `gpu:<type>:N` gres from the IR: [`gres`]), and a batch script that runs the whole lifecycle
 //! inside the allocation: one `srun --het-group` step per task, group
 //! hostnames through a private `/etc/hosts` per step, SIGTERM/SIGKILL of
 //! auxiliaries after the primaries, restarts within the budget
@@ -19,6 +19,7 @@
 //!
 //! Pure: the same IR and options give the same bytes.
 //!
+//! - [`gres`]: a task's GPUs as the cluster names them;
 //! - `sbatch`: validated `#SBATCH` options (sbatch reads them without a
 //!   shell, so values are checked, never escaped);
 //! - [`crate::shell`]: quoting for every user value in the script body;
@@ -29,6 +30,7 @@
 //! - `worker`: a pool's worker, a batch job holding its allocation, and
 //!   the launcher of the pool's jobs as its steps.
 
+pub mod gres;
 mod lifecycle;
 mod pipeline;
 mod sbatch;

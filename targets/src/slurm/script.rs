@@ -4,7 +4,7 @@
 use super::lifecycle::fixed_part;
 use super::sbatch::{SbatchError, SbatchOption};
 use crate::shell::{has_nul, quote};
-use skyc_compiler::ir::{Execution, Group, InterConnection, Role, Task, Workdir};
+use skyc_compiler::ir::{Accelerator, Execution, Group, InterConnection, Role, Task, Workdir};
 use skyc_compiler::{Diagnostic, Rule, Span};
 use std::fmt::Write;
 
@@ -19,6 +19,10 @@ pub struct Options {
     pub sbatch_options: Vec<SbatchOption>,
     /// Seconds between SIGTERM and SIGKILL when an auxiliary is terminated.
     pub grace_secs: u64,
+    /// The cluster's GPU nodes, when it was asked (`skyc run`): a task's
+    /// GPU type is requested as the cluster names it ([`super::gres`]).
+    /// `None` (`skyc build`): as the task names it.
+    pub gpus: Option<super::gres::ClusterGpus>,
 }
 
 /// The script, or why there is none; warnings either way.
@@ -171,7 +175,7 @@ pub(crate) fn batch_script(
             }
             lines.extend(common.time.as_ref().map(SbatchOption::line));
         }
-        lines.extend(resources(task, out));
+        lines.extend(resources(task, common.options.gpus.as_deref(), out));
         lines.extend(common.partition.as_ref().map(SbatchOption::line));
         lines.extend(common.account.as_ref().map(SbatchOption::line));
         let mut options = task_options(task, out);
@@ -269,7 +273,11 @@ fn sbatch_error(e: SbatchError, span: Span, label: &str) -> Diagnostic {
 }
 
 /// nodes, cpus, memory and GPUs of the task's (first) candidate.
-fn resources(task: &Task, out: &mut Vec<Diagnostic>) -> Vec<String> {
+fn resources(
+    task: &Task,
+    cluster: Option<&[super::gres::GpuNodes]>,
+    out: &mut Vec<Diagnostic>,
+) -> Vec<String> {
     let mut lines = vec![
         format!("#SBATCH --nodes={}", task.num_nodes),
         "#SBATCH --ntasks-per-node=1".to_owned(),
@@ -302,14 +310,7 @@ fn resources(task: &Task, out: &mut Vec<Diagnostic>) -> Vec<String> {
         lines.push(format!("#SBATCH --mem={}M", ceil(mem.value * 1024.0)));
     }
     if let Some(acc) = &c.accelerator {
-        lines.push(format!("#SBATCH --gres=gpu:{}", ceil(acc.count).max(1)));
-        // GPU type names are the cluster's own (gres.conf `Type=`).
-        out.push(ignored_because(
-            task,
-            &format!("the accelerator type `{}` is not requested", acc.name),
-            "`--gres=gpu:N` takes any GPU; pick a model by node feature with \
-             `config.slurm.sbatch_options: {constraint: ...}`",
-        ));
+        lines.extend(gpus(task, acc, cluster, out));
     }
     let cluster = "the job runs on the cluster's nodes as they are";
     if c.infra.as_ref().is_some_and(|i| i.cloud.is_some()) {
@@ -329,6 +330,81 @@ fn resources(task: &Task, out: &mut Vec<Diagnostic>) -> Vec<String> {
         ));
     }
     lines
+}
+
+/// `--gres=gpu:<type>:<count>`, the type as the cluster names it.
+fn gpus(
+    task: &Task,
+    acc: &Accelerator,
+    cluster: Option<&[super::gres::GpuNodes]>,
+    out: &mut Vec<Diagnostic>,
+) -> Option<String> {
+    let count = ceil(acc.count).max(1);
+    let per_node = u32::try_from(count).unwrap_or(u32::MAX);
+    let gpu_type = match cluster {
+        None => acc.name.clone(),
+        // A cluster whose GPUs have no type (no gres.conf `Type=`): any.
+        Some(nodes) if !nodes.is_empty() && super::gres::types(nodes).is_empty() => {
+            out.push(ignored_because(
+                task,
+                &format!("the GPU type `{}` is not requested", acc.name),
+                "the cluster's GPUs have no type (gres.conf `Type=`), so `--gres=gpu:N` takes any",
+            ));
+            return Some(format!("#SBATCH --gres=gpu:{count}"));
+        }
+        Some(nodes) => match super::gres::resolve(&acc.name, per_node, nodes) {
+            Ok(t) => t,
+            Err(missing) => {
+                let asks = format!(
+                    "task `{}` asks for `{}` GPUs, {count} per node",
+                    task.name, acc.name
+                );
+                let list = missing
+                    .offered
+                    .iter()
+                    .map(|t| format!("`{t}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                let (message, help) = match (&missing.too_few, missing.offered.first()) {
+                    (Some((ty, most)), _) => (
+                        format!("{asks}; the Slurm cluster's `{ty}` nodes have at most {most}"),
+                        format!(
+                            "ask for at most {most} per node (`accelerators: {ty}:{most}`), or use more nodes"
+                        ),
+                    ),
+                    (None, Some(first)) => (
+                        format!("{asks}; the Slurm cluster offers {list}"),
+                        format!(
+                            "name one of the cluster's GPU types, as in `accelerators: {first}:{count}`"
+                        ),
+                    ),
+                    (None, None) => (
+                        format!("{asks}; the Slurm cluster has no GPU nodes of a type"),
+                        "run it on a cluster with GPUs, or leave out `accelerators`".to_owned(),
+                    ),
+                };
+                out.push(
+                    Diagnostic::new(Rule::SlurmGpuType, acc.span, message)
+                        .label("not on this cluster")
+                        .help(help),
+                );
+                return None;
+            }
+        },
+    };
+    if !super::sbatch::is_safe_value(&gpu_type) || gpu_type.contains(':') {
+        out.push(
+            Diagnostic::new(
+                Rule::SlurmUnrepresentable,
+                acc.span,
+                format!("the GPU type `{gpu_type}` cannot be written in `--gres`"),
+            )
+            .label("not a GRES type")
+            .help("name the GPU with letters, digits, `-`, `_` and `.`"),
+        );
+        return None;
+    }
+    Some(format!("#SBATCH --gres=gpu:{gpu_type}:{count}"))
 }
 
 /// A non-negative quantity rounded up to a whole number.
