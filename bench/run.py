@@ -8,8 +8,15 @@
   memory    20 and 100 five-task groups of `sleep` (100 and 500 nodes): the
             proportional memory (PSS) of every skyc process (the supervisor
             and the node agents) per node, and the supervisor's RSS.
+  submit    `skyc run -d` of five-task `sleep` groups while the earlier ones
+            run, up to the largest of --groups (default 2,000: 10,000
+            nodes): the mean time of a submission in each tenth of the
+            sweep, so the curve shows whether a submission costs more the
+            more groups run (target: <= 50 ms each, and the last tenth
+            within 1.25x of the first).
 
 Usage: bench/run.py [--runs N] [--network auto|loopback] [--groups N[,N...]]
+                    [--only start|sigterm|memory|submit]
 Environment: SKYC_BENCH_BIN (a skyc binary, with its skyc-agent beside it;
 default: cargo build --release).
 Targets: start <= 100 ms, sigterm <= 50 ms, supervisor <= 50 MB,
@@ -197,6 +204,43 @@ def bench_memory(skyc, tmp, groups, network):
     }
 
 
+def bench_submit(skyc, tmp, groups, network):
+    tasks = "".join(f"---\nname: t{i}\nrun: sleep 3600\n" for i in range(5))
+    group = tmp / "sweep.yaml"
+    group.write_text("name: sweep\nexecution: parallel\n" + tasks)
+    state = tmp / "state-submit"
+    # The machine is described as large enough that every group runs.
+    env = dict(os.environ, SKYC_LOCAL_CPUS="1000000", SKYC_LOCAL_MEMORY_GB="1000000")
+    step = max(groups // 10, 1)
+    curve = []
+    times = []
+    for i in range(groups):
+        t0 = time.perf_counter()
+        subprocess.run(
+            [skyc, "run", "-d", str(group), "--state-dir", str(state), "--network", network],
+            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+        )
+        times.append((time.perf_counter() - t0) * 1000)
+        if (i + 1) % step == 0:
+            curve.append((i + 1 - step, statistics.mean(times)))
+            times = []
+    subprocess.run([skyc, "cancel", "--all", "--state-dir", str(state)],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_idle(state)
+    return curve
+
+
+def report_submit(curve):
+    print("submit   live groups before -> mean ms per `skyc run -d`")
+    for live, ms in curve:
+        print(f"         {live:6} -> {ms:6.1f}")
+    first, last = curve[0][1], curve[-1][1]
+    flat = "met" if last <= 1.25 * first else "MISSED"
+    fast = "met" if max(ms for _, ms in curve) <= 50 else "MISSED"
+    print(f"         last/first {last / first:.2f} (target <= 1.25: {flat}); "
+          f"slowest tenth {max(ms for _, ms in curve):.1f} ms (target <= 50 ms: {fast})")
+
+
 def summary(name, samples, target):
     samples = sorted(samples)
     med = statistics.median(samples)
@@ -227,10 +271,11 @@ def report_memory(m):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=20)
-    ap.add_argument("--groups", default="20,100",
-                    help="groups of 5 nodes for the memory benchmark, comma-separated")
+    ap.add_argument("--groups", default=None,
+                    help="groups of 5 nodes, comma-separated: each a memory benchmark "
+                         "(default 20,100); the largest, the submit sweep (default 2000)")
     ap.add_argument("--network", default="auto")
-    ap.add_argument("--only", choices=["start", "sigterm", "memory"])
+    ap.add_argument("--only", choices=["start", "sigterm", "memory", "submit"])
     args = ap.parse_args()
     skyc = skyc_binary()
     tmp = Path(tempfile.mkdtemp(prefix="skyc-bench-"))
@@ -241,8 +286,11 @@ def main():
         if args.only in (None, "sigterm"):
             summary("sigterm", bench_sigterm(skyc, tmp, args.runs, args.network), 50)
         if args.only in (None, "memory"):
-            for groups in (int(g) for g in args.groups.split(",")):
+            for groups in (int(g) for g in (args.groups or "20,100").split(",")):
                 report_memory(bench_memory(skyc, tmp, groups, args.network))
+        if args.only in (None, "submit"):
+            largest = max(int(g) for g in (args.groups or "2000").split(","))
+            report_submit(bench_submit(skyc, tmp, largest, args.network))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

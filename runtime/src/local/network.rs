@@ -240,8 +240,18 @@ pub fn setup(plan: &Plan, mode: Mode, group_dir: &Path) -> Result<GroupNetwork, 
     };
     {
         let _lock = lock(&lease_dir).map_err(|e| format!("{}: {e}", lease_dir.display()))?;
-        release_unrecorded(&lease_dir, &net.owner);
-        let mut offsets = range.offsets();
+        // Only a group that leased before (its supervisor killed before it
+        // recorded the network) can hold leases to give back: looking
+        // for them reads every lease of the machine.
+        let leasing = group_dir.join(LEASING);
+        if leasing.exists() {
+            release_unrecorded(&lease_dir, &net.owner);
+        } else {
+            fs::write(&leasing, "").map_err(|e| format!("{}: {e}", leasing.display()))?;
+        }
+        let hint = lease_dir.join(format!(".next-{}", describe_range(&range).replace('/', "-")));
+        let mut offsets = next_fit(&range, &hint);
+        let mut last = None;
         for (task, rank) in plan.nodes() {
             let offset = offsets
                 .find(|&o| take_lease(&lease_dir.join(range.addr(o).to_string()), &net.owner))
@@ -253,11 +263,15 @@ pub fn setup(plan: &Plan, mode: Mode, group_dir: &Path) -> Result<GroupNetwork, 
                     return Err(e);
                 }
             };
+            last = Some(offset);
             net.nodes.push(NodeNet {
                 task,
                 rank,
                 ip: range.addr(offset),
             });
+        }
+        if let Some(last) = last {
+            let _ = fs::write(&hint, (last + 1).to_string());
         }
         if mode == Mode::Netns
             && let Err(e) = ensure_bridge(&range)
@@ -281,6 +295,24 @@ pub fn setup(plan: &Plan, mode: Mode, group_dir: &Path) -> Result<GroupNetwork, 
         return Err(e);
     }
     Ok(net)
+}
+
+/// Written in a group's directory before its first lease: a group that
+/// sets up its network again (its supervisor killed before it recorded
+/// the network) looks for leases of its own to give back.
+const LEASING: &str = ".leasing";
+
+/// The range's offsets from where the last lease ended (`hint`), around
+/// to where it began: a search from the range's start would step over
+/// every address held, so a lease would cost more the more nodes run.
+fn next_fit(range: &Range, hint: &Path) -> impl Iterator<Item = u32> + use<> {
+    let all = range.offsets();
+    let start = fs::read_to_string(hint)
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok())
+        .filter(|o| all.contains(o))
+        .unwrap_or(all.start);
+    (start..all.end).chain(all.start..start)
 }
 
 /// Takes the lease at `path` for `owner` if it is free or stale: its group

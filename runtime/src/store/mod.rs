@@ -389,6 +389,16 @@ impl Store {
     }
 
     /// Ids of groups (pools and workers too) that are not finished.
+    /// Live groups whose cancel a client requested and no supervisor has
+    /// seen yet.
+    pub fn cancels_pending(&self) -> Result<Vec<i64>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT id FROM groups WHERE finished_at_ms IS NULL \
+             AND cancel_requested = 1 AND cancel_seen = 0 ORDER BY id",
+        )?;
+        stmt.query_map([], |r| r.get(0))?.collect()
+    }
+
     pub fn live_groups(&self) -> Result<Vec<i64>> {
         let mut stmt = self
             .conn

@@ -93,6 +93,11 @@ ALTER TABLE groups ADD COLUMN request TEXT;
 CREATE INDEX groups_by_pool ON groups (pool, kind);
 CREATE INDEX groups_by_kind ON groups (kind, finished_at_ms);
 ",
+    r"
+-- the live groups, which the supervisor reads at every wake-up: found
+-- without reading the finished ones, however many a sweep left
+CREATE INDEX groups_live ON groups (id) WHERE finished_at_ms IS NULL;
+",
 ];
 
 /// The schema version this skyc writes and reads.

@@ -386,10 +386,18 @@ impl Supervisor {
         self.settle_all()
     }
 
-    /// Takes charge of new groups and passes on cancel requests.
+    /// Takes charge of new groups and passes on cancel requests. What it
+    /// reads of the store does not grow with the groups it already has:
+    /// their ids, and the cancels not yet seen.
     fn take_on(&mut self) -> io::Result<()> {
         let live = self.store.live_groups().map_err(db)?;
-        self.unadopted.retain(|gid, _| live.contains(gid));
+        let cancels: std::collections::BTreeSet<i64> = self
+            .store
+            .cancels_pending()
+            .map_err(db)?
+            .into_iter()
+            .collect();
+        self.unadopted.retain(|gid, _| live.binary_search(gid).is_ok());
         let mut adopted = false;
         for gid in live {
             if !self.groups.contains_key(&gid) && !self.pools.contains_key(&gid) {
@@ -411,7 +419,7 @@ impl Supervisor {
             }
             if self.pools.contains_key(&gid) {
                 self.pool_requests(gid)?;
-            } else {
+            } else if cancels.contains(&gid) {
                 self.pass_cancel(gid)?;
             }
         }
