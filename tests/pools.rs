@@ -650,3 +650,103 @@ fn num_jobs_without_a_pool_runs_ranked_jobs_each_on_its_own() {
         assert!(stdout.contains(&line), "{stdout}");
     }
 }
+
+/// Tables whose ages, durations and addresses change from run to run,
+/// for a snapshot: those masked, and columns one space apart (their
+/// widths follow what was masked).
+fn steady(tables: &str) -> String {
+    let mask = |w: &str| -> String {
+        let digits = |t: &str| !t.is_empty() && t.chars().all(|c| c.is_ascii_digit());
+        let timed = w.len() > 1 && w.ends_with(['s', 'm', 'h', 'd']) && digits(&w[..w.len() - 1]);
+        let address = w.split('.').count() == 4 && w.split('.').all(digits);
+        if timed {
+            "T".into()
+        } else if address {
+            "IP".into()
+        } else if digits(w) {
+            "N".into()
+        } else if w == "sec" {
+            "secs".into()
+        } else {
+            w.to_owned()
+        }
+    };
+    tables
+        .lines()
+        .map(|l| l.split_whitespace().map(mask).collect::<Vec<_>>().join(" "))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn what_waits_for_the_machine_says_for_what_and_who_holds_it() {
+    let s = Scratch::new("pool-waiting");
+    s.write(
+        "pb.yaml",
+        "name: pb\npool:\n  workers: 4\nresources:\n  cpus: 1\nsetup: echo ready\n",
+    );
+    s.write("g.yaml", "name: g\nresources:\n  cpus: 1\nrun: echo ran\n");
+    // A machine of 2 cpus: two workers fit, two wait, and so does a group.
+    let two = |args: &[&str]| {
+        let out = s
+            .cmd(args)
+            .env("SKYC_LOCAL_CPUS", "2")
+            .output()
+            .expect("skyc");
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    two(&[
+        "pool",
+        "apply",
+        "-p",
+        "pb",
+        "pb.yaml",
+        "--network",
+        "loopback",
+    ]);
+    let pool = s.wait_pool("pb", "two ready, two waiting", |p| {
+        ready_workers(p) == 2
+            && workers(p)
+                .iter()
+                .filter(|w| w["waiting"].is_object())
+                .count()
+                == 2
+    });
+    let why = "waiting for 1 cpu: this machine has 2, held by pool workers pb-1, pb-2";
+    for w in workers(&pool).iter().filter(|w| w["status"] == "PENDING") {
+        assert_eq!(w["waiting"]["why"], why, "{pool:#}");
+        assert!(w["waiting"]["since_ms"].is_i64(), "{pool:#}");
+    }
+    let id: i64 = two(&["run", "-d", "g.yaml", "--network", "loopback"])
+        .trim()
+        .parse()
+        .expect("an id");
+    let start = Instant::now();
+    let group = loop {
+        let g = s.try_status(id);
+        if g["tasks"][0]["waiting"].is_object() {
+            break g;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "{g:#}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(group["tasks"][0]["waiting"]["why"], why, "{group:#}");
+    let tables = format!(
+        "$ skyc pool status pb\n{}\n$ skyc status {id}\n{}",
+        two(&["pool", "status", "pb"]),
+        two(&["status", &id.to_string()])
+            .lines()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    crate::support::snapshots("cli").bind(|| {
+        insta::assert_snapshot!("waiting-for-the-machine", steady(&tables));
+    });
+    // The pool goes: the group runs, and no longer says it waits.
+    s.ok(&["pool", "down", "pb"]);
+    let g = s.wait_finished(id);
+    assert_eq!(g["status"], "SUCCEEDED", "{g:#}");
+    assert!(g["tasks"][0]["waiting"].is_null(), "{g:#}");
+}

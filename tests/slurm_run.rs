@@ -559,3 +559,53 @@ run: echo "$SLURMD_NODENAME $SKYPILOT_NUM_GPUS_PER_NODE" > "$SKYC_OUT/small"
         "only the first group was recorded: {groups:#}"
     );
 }
+
+/// A job the cluster cannot place yet says why, in Slurm's words: a group
+/// waits behind one that holds every node, and no longer says so once it
+/// runs.
+#[test]
+fn a_pending_group_says_why_in_slurms_words() {
+    let Some(_cluster) = cluster() else { return };
+    let s = scratch("pending-reason");
+    s.write(
+        "all.yaml",
+        "name: all\nnum_nodes: 8\nresources:\n  cpus: 4\nrun: sleep 60\n",
+    );
+    s.write(
+        "one.yaml",
+        "name: one\nresources:\n  cpus: 4\nrun: echo ran\n",
+    );
+    let all = detach(&s, "all.yaml", &[]);
+    s.wait_for(all, Duration::from_secs(60), |st| st["status"] == "RUNNING");
+    let one = detach(&s, "one.yaml", &[]);
+    let status = s.wait_for(one, Duration::from_secs(60), |st| {
+        task(st, "one")["waiting"].is_object()
+    });
+    let why = task(&status, "one")["waiting"]["why"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        why.starts_with("Slurm: Resources") || why.starts_with("Slurm: Priority"),
+        "{status:#}"
+    );
+    assert_eq!(task(&status, "one")["status"], "PENDING", "{status:#}");
+    let out = s
+        .skyc(&["status", &one.to_string()])
+        .output()
+        .expect("status");
+    assert!(
+        text(&out.stdout).contains("waiting"),
+        "{}",
+        text(&out.stdout)
+    );
+    // Once the nodes are free it runs, and waits no more.
+    let cancelled = s
+        .skyc(&["cancel", &all.to_string()])
+        .output()
+        .expect("cancel");
+    assert!(cancelled.status.success());
+    let done = s.wait_for(one, Duration::from_secs(120), finished);
+    assert_eq!(done["status"], "SUCCEEDED", "{done:#}");
+    assert!(task(&done, "one")["waiting"].is_null(), "{done:#}");
+}

@@ -78,6 +78,11 @@ pub enum Report {
     /// The group ended before anything of it ran (cancelled before its
     /// submission): it and every task end with this status.
     Unstarted(Status),
+    /// Why the task's nodes wait to start, in the backend's or the
+    /// cluster's own words (the machine's capacity, Slurm's pending
+    /// reason, the scheduler's message); `None` once they no longer wait.
+    /// Said when it changes.
+    Waiting { task: usize, why: Option<String> },
     /// Every node of the task's attempt is past its setup. For a pool's
     /// worker: it is ready for jobs.
     Ready { task: usize, attempt: u32 },

@@ -374,6 +374,8 @@ pub(crate) struct Shown {
     workers: Vec<GroupRow>,
     /// Worker number to its address.
     addresses: BTreeMap<i64, String>,
+    /// Worker group to why it waits, and since when.
+    waiting: BTreeMap<i64, (String, i64)>,
     jobs: Vec<GroupRow>,
 }
 
@@ -433,7 +435,15 @@ pub(crate) fn read(store: &Store, row: GroupRow) -> Result<Shown, String> {
         .members(row.id, Kind::Worker, !live)
         .map_err(|e| e.to_string())?;
     let mut addresses = BTreeMap::new();
+    let mut waiting = BTreeMap::new();
     for w in &workers {
+        let task = store.tasks(w.id).map_err(|e| e.to_string())?;
+        if let Some(t) = task.into_iter().next()
+            && let (Some(why), Some(since)) = (t.waiting, t.waiting_since_ms)
+            && w.finished_at_ms.is_none()
+        {
+            waiting.insert(w.id, (why, since));
+        }
         let ips: Vec<String> = store
             .nodes(w.id)
             .map_err(|e| e.to_string())?
@@ -451,6 +461,7 @@ pub(crate) fn read(store: &Store, row: GroupRow) -> Result<Shown, String> {
         engine,
         workers,
         addresses,
+        waiting,
         jobs,
     })
 }
@@ -501,7 +512,16 @@ fn pools_table(shown: &[Shown], now: i64) -> Table {
 }
 
 fn workers_table(s: &Shown) -> Table {
-    let mut t = Table::new(&["WORKER", "NAME", "STATUS", "ADDRESS", "RESOURCES", "JOBS"]);
+    let mut t = Table::new(&[
+        "WORKER",
+        "NAME",
+        "STATUS",
+        "ADDRESS",
+        "RESOURCES",
+        "JOBS",
+        "DETAILS",
+    ]);
+    let now = skyc_runtime::store::now_ms();
     let offer = s
         .engine
         .as_ref()
@@ -528,6 +548,10 @@ fn workers_table(s: &Shown) -> Table {
             })
             .filter(|j| !j.is_empty())
             .unwrap_or_else(|| "-".into()),
+            s.waiting
+                .get(&w.id)
+                .map(|(why, since)| super::table::waiting(now, why, *since))
+                .unwrap_or_default(),
         ]);
     }
     t
@@ -577,6 +601,10 @@ pub(crate) fn pool_json(s: &Shown) -> serde_json::Value {
                 "name": w.name,
                 "status": worker_status(w, view),
                 "address": s.addresses.get(&w.id),
+                "waiting": s.waiting.get(&w.id).map(|(why, since)| json!({
+                    "why": why,
+                    "since_ms": since,
+                })),
                 "jobs": view.map(|v| v.jobs.iter().copied().collect::<Vec<_>>())
                     .unwrap_or_default(),
             })

@@ -225,7 +225,7 @@ fn groups_table(shown: &[Shown], now: i64) -> Table {
                 "-".into(),
                 task.restarts.to_string(),
                 task.status.clone(),
-                task_details(task, &s.nodes),
+                task_details(task, &s.nodes, now),
             ];
             t.row(with_pool(row, "-".into()));
         }
@@ -233,9 +233,12 @@ fn groups_table(shown: &[Shown], now: i64) -> Table {
     t
 }
 
-/// A task's role, its restarts on errors, and how it failed.
-fn task_details(task: &TaskRow, nodes: &[NodeRow]) -> String {
+/// A task's role, why it waits, its restarts on errors, and how it failed.
+fn task_details(task: &TaskRow, nodes: &[NodeRow], now: i64) -> String {
     let mut parts = vec![task.role.clone()];
+    if let (Some(why), Some(since)) = (&task.waiting, task.waiting_since_ms) {
+        parts.push(table::waiting(now, why, since));
+    }
     if task.restarts > 0 {
         let on_errors = task.restarts_on_errors;
         parts.push(format!(
@@ -338,6 +341,10 @@ pub(crate) fn group_json(s: &Shown, supervisor: Option<i64>) -> serde_json::Valu
             "restarts": t.restarts,
             "restarts_on_errors": t.restarts_on_errors,
             "num_nodes": t.num_nodes,
+            "waiting": t.waiting.as_ref().filter(|_| live).map(|why| json!({
+                "why": why,
+                "since_ms": t.waiting_since_ms,
+            })),
             "nodes": s.nodes.iter().filter(|n| n.task == t.index).map(|n| json!({
                 "rank": n.rank,
                 "hostname": n.hostname,

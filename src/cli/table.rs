@@ -81,6 +81,18 @@ pub(crate) fn ago(now_ms: i64, then_ms: i64) -> String {
     format!("{n} {unit}{} ago", if n == 1 { "" } else { "s" })
 }
 
+/// Why something waits and for how long, for a DETAILS column:
+/// `waiting 1m 5s: waiting for 1 cpu: ...` reads badly, so a reason that
+/// says `waiting` itself is given its duration first.
+pub(crate) fn waiting(now_ms: i64, why: &str, since_ms: i64) -> String {
+    let why = truncate(&one_line(why), 100);
+    let how_long = duration(now_ms - since_ms);
+    match why.strip_prefix("waiting ") {
+        Some(rest) => format!("waiting {how_long} {rest}"),
+        None => format!("waiting {how_long}: {why}"),
+    }
+}
+
 /// A duration as `45s`, `1m 5s`, `2h 3m`, `1d 4h`.
 pub(crate) fn duration(ms: i64) -> String {
     let secs = ms.max(0) / 1000;

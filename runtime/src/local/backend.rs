@@ -12,10 +12,10 @@
 //! recorded while nobody watched.
 
 use super::agent::{self, KILL_REQUEST, Launch};
-use super::capacity::{Allocator, Capacity, Grant};
+use super::capacity::{Allocator, Capacity, Grant, Holder};
 use super::env::{job_env, node_env};
 use super::network::{self, GroupNetwork};
-use super::plan::Plan;
+use super::plan::{Plan, TaskPlan};
 use super::{NODE_MARKER_VAR, logindex};
 use crate::backend::{Adoption, Backend, NodeInfo, Report};
 use crate::paths;
@@ -47,6 +47,8 @@ pub struct Local {
 
 struct GroupRun {
     dir: PathBuf,
+    /// As `skyc status` shows it (a pool's worker: `{pool}-{n}`).
+    name: String,
     plan: Plan,
     net: GroupNetwork,
     /// Per task, per rank.
@@ -62,6 +64,8 @@ struct GroupRun {
     worker: Option<i64>,
     /// A pool job whose worker was lost: its nodes' ends are losses.
     worker_lost: bool,
+    /// Per task, why it waits for the machine, as last reported.
+    waiting: Vec<Option<String>>,
 }
 
 struct NodeRun {
@@ -311,6 +315,10 @@ impl Local {
                 Some(grant) => {
                     let _ = write_grant(&g.dir, task, attempt, &grant);
                     g.grants[task] = Some(grant);
+                    if g.waiting[task].take().is_some() {
+                        self.reports
+                            .push((gid, Report::Waiting { task, why: None }));
+                    }
                     let phase = first_phase(&g.plan, task);
                     for rank in 0..g.plan.tasks[task].num_nodes {
                         self.spawn_node(gid, &mut g, task, rank, phase);
@@ -324,6 +332,17 @@ impl Local {
                     if !reported {
                         self.event(gid, Event::TaskQueued { task, attempt });
                     }
+                    let why = self.why_waiting(&g.plan.tasks[task]);
+                    if g.waiting[task].as_ref() != Some(&why) {
+                        g.waiting[task] = Some(why.clone());
+                        self.reports.push((
+                            gid,
+                            Report::Waiting {
+                                task,
+                                why: Some(why),
+                            },
+                        ));
+                    }
                     still.push_back((gid, task, attempt, true));
                 }
             }
@@ -332,6 +351,31 @@ impl Local {
         // Entries queued while this ran come after the ones still waiting.
         still.extend(std::mem::take(&mut self.queue));
         self.queue = still;
+    }
+
+    /// Why a task waits for the machine, naming what holds it (the
+    /// groups and pool workers of this supervisor; its own group is taken
+    /// out of `groups` while it is looked at).
+    fn why_waiting(&self, t: &TaskPlan) -> String {
+        let holders: Vec<Holder> = self
+            .groups
+            .iter()
+            .flat_map(|(gid, h)| {
+                // A worker by its name in `pool status`; a group by its
+                // name and id, as `skyc status` lists it.
+                let name = if h.plan.hold {
+                    h.name.clone()
+                } else {
+                    format!("{} ({gid})", h.name)
+                };
+                h.grants.iter().flatten().map(move |grant| Holder {
+                    name: name.clone(),
+                    worker: h.plan.hold,
+                    grant: grant.clone(),
+                })
+            })
+            .collect();
+        self.allocator.why_waiting(&t.demand, t.num_nodes, &holders)
     }
 
     fn spawn_node(&mut self, gid: i64, g: &mut GroupRun, task: TaskId, rank: u32, phase: Phase) {
@@ -667,9 +711,16 @@ impl Backend for Local {
                     .collect()
             })
             .collect();
+        let name = adoption
+            .store
+            .group(gid)
+            .ok()
+            .flatten()
+            .map_or_else(|| plan.group.clone(), |row| row.name);
         let mut g = GroupRun {
             grants: vec![None; tasks],
             dir,
+            name,
             plan,
             net,
             nodes,
@@ -681,6 +732,7 @@ impl Backend for Local {
             settled: false,
             worker: None,
             worker_lost: false,
+            waiting: vec![None; tasks],
         };
         if !adoption.fresh {
             for task in 0..tasks {

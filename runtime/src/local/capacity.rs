@@ -252,6 +252,93 @@ fn take_gpus(free: &mut [f64], want: f64) -> Option<Vec<usize>> {
     Some(slots)
 }
 
+/// Something of the machine's that a task waits for: a group or a pool's
+/// worker, by the name `skyc status` and `skyc pool status` show, and what
+/// it holds.
+#[derive(Clone, Debug)]
+pub struct Holder {
+    pub name: String,
+    /// A pool's worker (else a group).
+    pub worker: bool,
+    pub grant: Grant,
+}
+
+impl Allocator {
+    /// Why `nodes` nodes of `demand` wait, in a sentence: the first of
+    /// cpus, memory and GPUs that is short, what the machine has, and who
+    /// holds it (`waiting for 1 cpu: this machine has 2, held by pool
+    /// workers pb-1, pb-2`).
+    pub fn why_waiting(&self, demand: &Demand, nodes: u32, holders: &[Holder]) -> String {
+        let n = f64::from(nodes);
+        let cap = &self.capacity;
+        type Held = fn(&Grant) -> f64;
+        let (need, has, unit, held): (f64, f64, (&str, &str), Held) =
+            if self.cpus + demand.cpus * n > cap.cpus + EPS {
+                (demand.cpus * n, cap.cpus, ("cpu", "cpus"), |g| {
+                    g.demand.cpus * g.gpus.len() as f64
+                })
+            } else if self.memory_gb + demand.memory_gb * n > cap.memory_gb + EPS {
+                (
+                    demand.memory_gb * n,
+                    cap.memory_gb.floor(),
+                    ("GB of memory", "GB of memory"),
+                    |g| g.demand.memory_gb * g.gpus.len() as f64,
+                )
+            } else {
+                (
+                    demand.gpus * n,
+                    cap.gpus.len() as f64,
+                    ("GPU", "GPUs"),
+                    |g| g.demand.gpus * g.gpus.len() as f64,
+                )
+            };
+        let unit = if (need - 1.0).abs() < EPS {
+            unit.0
+        } else {
+            unit.1
+        };
+        let names = |worker: bool| -> Vec<&str> {
+            let mut v: Vec<&str> = holders
+                .iter()
+                .filter(|h| h.worker == worker && held(&h.grant) > EPS)
+                .map(|h| h.name.as_str())
+                .collect();
+            v.sort_unstable();
+            v
+        };
+        let list = |kind: (&str, &str), names: Vec<&str>| -> Option<String> {
+            const SHOWN: usize = 4;
+            let kind = if names.len() == 1 { kind.0 } else { kind.1 };
+            let more = names.len().saturating_sub(SHOWN);
+            let mut shown = names.into_iter().take(SHOWN).collect::<Vec<_>>().join(", ");
+            if shown.is_empty() {
+                return None;
+            }
+            if more > 0 {
+                shown.push_str(&format!(" and {more} more"));
+            }
+            Some(format!("{kind} {shown}"))
+        };
+        let by: Vec<String> = [
+            list(("pool worker", "pool workers"), names(true)),
+            list(("group", "groups"), names(false)),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let held_by = if by.is_empty() {
+            String::new()
+        } else {
+            format!(", held by {}", by.join(" and "))
+        };
+        format!(
+            "waiting for {} {unit}: this machine has {}{held_by}",
+            fmt(need),
+            fmt(has)
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -330,5 +417,61 @@ mod tests {
             gpus: 3.0,
             ..Demand::default()
         }));
+    }
+
+    fn cpus(n: f64) -> Demand {
+        Demand {
+            cpus: n,
+            ..Demand::default()
+        }
+    }
+
+    #[test]
+    fn a_wait_names_what_is_short_and_who_holds_it() {
+        let mut a = Allocator::new(Capacity {
+            cpus: 2.0,
+            memory_gb: 8.0,
+            gpus: vec![(0, "L4".into())],
+        });
+        let held = |name: &str, worker, grant: Grant| Holder {
+            name: name.into(),
+            worker,
+            grant,
+        };
+        let w1 = a.allocate(cpus(1.0), 1).unwrap();
+        let w2 = a.allocate(cpus(1.0), 1).unwrap();
+        let holders = vec![held("pb-1", true, w1), held("pb-2", true, w2)];
+        assert_eq!(
+            a.why_waiting(&cpus(1.0), 1, &holders),
+            "waiting for 1 cpu: this machine has 2, held by pool workers pb-1, pb-2"
+        );
+        let mut b = Allocator::new(a.capacity().clone());
+        let g = b
+            .allocate(
+                Demand {
+                    memory_gb: 6.0,
+                    gpus: 1.0,
+                    ..Demand::default()
+                },
+                1,
+            )
+            .unwrap();
+        let holders = vec![held("train (3)", false, g)];
+        let memory = Demand {
+            memory_gb: 4.0,
+            ..Demand::default()
+        };
+        assert_eq!(
+            b.why_waiting(&memory, 1, &holders),
+            "waiting for 4 GB of memory: this machine has 8, held by group train (3)"
+        );
+        let gpu = Demand {
+            gpus: 1.0,
+            ..Demand::default()
+        };
+        assert_eq!(
+            b.why_waiting(&gpu, 1, &holders),
+            "waiting for 1 GPU: this machine has 1, held by group train (3)"
+        );
     }
 }

@@ -249,7 +249,10 @@ pub fn setup(plan: &Plan, mode: Mode, group_dir: &Path) -> Result<GroupNetwork, 
         } else {
             fs::write(&leasing, "").map_err(|e| format!("{}: {e}", leasing.display()))?;
         }
-        let hint = lease_dir.join(format!(".next-{}", describe_range(&range).replace('/', "-")));
+        let hint = lease_dir.join(format!(
+            ".next-{}",
+            describe_range(&range).replace('/', "-")
+        ));
         let mut offsets = next_fit(&range, &hint);
         let mut last = None;
         for (task, rank) in plan.nodes() {

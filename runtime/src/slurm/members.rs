@@ -54,6 +54,8 @@ pub(super) struct Members {
 }
 
 struct WorkerRun {
+    /// Why its job is pending, as last reported.
+    waiting: Option<String>,
     plan: WorkerPlan,
     dir: PathBuf,
     attempt: Attempt,
@@ -247,6 +249,7 @@ impl Members {
         }
         let live = live && !retired;
         let mut w = WorkerRun {
+            waiting: None,
             plan,
             dir,
             attempt,
@@ -692,7 +695,8 @@ impl Members {
     /// The state of every worker's job, one squeue per cluster (the
     /// workers of one pool share their client's environment): `None` for
     /// a job squeue does not list; a job whose squeue failed is absent.
-    fn worker_states(&self) -> BTreeMap<String, Option<super::JobState>> {
+    /// Each worker job's state, and squeue's reason while it is pending.
+    fn worker_states(&self) -> BTreeMap<String, Option<(super::JobState, String)>> {
         let mut by_pool: BTreeMap<&str, (Slurm, Vec<&str>)> = BTreeMap::new();
         for w in self.workers.values() {
             if let Some(job) = w.job.as_deref().filter(|_| !w.gone) {
@@ -711,7 +715,7 @@ impl Members {
                         let state = components
                             .iter()
                             .find(|c| c.job_id == job)
-                            .map(|c| c.state.clone());
+                            .map(|c| (c.state.clone(), c.reason.clone()));
                         states.insert(job.to_owned(), state);
                     }
                 }
@@ -724,7 +728,7 @@ impl Members {
     fn poll_worker(
         &mut self,
         gid: i64,
-        states: &BTreeMap<String, Option<super::JobState>>,
+        states: &BTreeMap<String, Option<(super::JobState, String)>>,
         now: i64,
     ) {
         let Some(mut w) = self.workers.remove(&gid) else {
@@ -736,7 +740,23 @@ impl Members {
         if let Some(job) = w.job.clone().filter(|_| !w.gone)
             && let Some(state) = states.get(&job)
         {
-            self.watch_worker(gid, &mut w, &job, state.clone());
+            let waiting = state
+                .as_ref()
+                .filter(|(s, r)| {
+                    *s == super::JobState::Pending && !matches!(r.as_str(), "" | "None")
+                })
+                .map(|(_, r)| super::watch::pending_reason(r));
+            if waiting != w.waiting {
+                w.waiting.clone_from(&waiting);
+                self.reports.push((
+                    gid,
+                    Report::Waiting {
+                        task: 0,
+                        why: waiting,
+                    },
+                ));
+            }
+            self.watch_worker(gid, &mut w, &job, state.as_ref().map(|s| s.0.clone()));
         }
         if w.finished && !w.settled && (w.job.is_none() || w.gone) && !w.submit {
             w.settled = true;

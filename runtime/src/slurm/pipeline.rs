@@ -191,6 +191,9 @@ impl PipelineWatch {
                             node.task = i;
                             reports.push(Report::Node(node));
                         }
+                        Report::Waiting { why, .. } => {
+                            reports.push(Report::Waiting { task: i, why });
+                        }
                         Report::Error(e) => {
                             reports.push(Report::Error(format!("step {name}: {e}")))
                         }

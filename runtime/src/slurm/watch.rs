@@ -117,6 +117,8 @@ pub struct Watch {
     states: Vec<JobState>,
     /// What was last written to the store.
     written: Option<Snapshot>,
+    /// Why the job is pending, as last reported.
+    waiting: Option<String>,
 }
 
 /// Everything a poll writes, to write only changes.
@@ -194,6 +196,7 @@ impl Watch {
             recorded: 0,
             states: Vec::new(),
             written: None,
+            waiting: None,
         }
     }
 
@@ -240,10 +243,12 @@ impl Watch {
             };
         }
         let mut finished = false;
+        let mut waiting = self.waiting.clone();
         let states = if query {
             self.next_squeue_ms = now_ms + POLL.as_millis() as i64;
             match self.query() {
-                Ok(states) => {
+                Ok((states, pending)) => {
+                    waiting = pending;
                     self.failing_since_ms = None;
                     self.tracker.observe(&states);
                     finished = self.ended(&states, now_ms);
@@ -296,6 +301,17 @@ impl Watch {
             self.states = states;
             self.written = Some(snapshot);
         }
+        if waiting != self.waiting {
+            // Every task of the job waits with it (a group's hetjob is
+            // allocated whole).
+            for task in 0..self.followed.spec.tasks.len() {
+                reports.push(Report::Waiting {
+                    task,
+                    why: waiting.clone(),
+                });
+            }
+            self.waiting = waiting;
+        }
         Polled {
             reports,
             finished,
@@ -303,8 +319,17 @@ impl Watch {
         }
     }
 
-    fn query(&self) -> Result<Vec<JobState>, SlurmError> {
-        job_states(&self.slurm, &self.job)
+    /// The components' states, and why the job is pending when it is.
+    fn query(&self) -> Result<(Vec<JobState>, Option<String>), SlurmError> {
+        let components = self.slurm.components(&self.job)?;
+        if components.is_empty() {
+            return Ok((job_states(&self.slurm, &self.job)?, None));
+        }
+        let pending = components
+            .iter()
+            .find(|c| c.state == JobState::Pending && !matches!(c.reason.as_str(), "" | "None"))
+            .map(|c| pending_reason(&c.reason));
+        Ok((components.into_iter().map(|c| c.state).collect(), pending))
     }
 
     /// Whether the job has ended for good, given its states now.
@@ -477,6 +502,31 @@ pub(super) fn job_states(slurm: &Slurm, job: &str) -> Result<Vec<JobState>, Slur
         .collect())
 }
 
+/// Slurm's pending reason (squeue's `%r`), as Slurm says it, with what it
+/// means for the common ones.
+pub(super) fn pending_reason(reason: &str) -> String {
+    let meaning = match reason {
+        "Resources" => Some("the nodes it asks for are busy"),
+        "Priority" => Some("jobs of higher priority are ahead of it"),
+        "Dependency" => Some("it waits for the job before it"),
+        "BeginTime" => Some("its start time has not come"),
+        "JobHeldUser" | "JobHeldAdmin" => Some("it is held"),
+        "PartitionDown" | "PartitionInactive" => Some("its partition is not up"),
+        "Reservation" => Some("it waits for its reservation"),
+        r if r.starts_with("ReqNodeNotAvail") => {
+            Some("nodes it needs are down, drained or reserved")
+        }
+        r if r.starts_with("QOS") || r.starts_with("Assoc") => {
+            Some("a limit of its QOS or account holds it")
+        }
+        _ => None,
+    };
+    match meaning {
+        Some(m) => format!("Slurm: {reason} ({m})"),
+        None => format!("Slurm: {reason}"),
+    }
+}
+
 /// `{task}-{rank}.{group}` back to its task and rank.
 fn node_of(followed: &Followed, hostname: &str) -> Option<(usize, u32)> {
     let node = hostname.strip_suffix(&format!(".{}", followed.group))?;
@@ -559,5 +609,22 @@ mod tests {
         // The step's hosts file names its nodes after the pipeline.
         assert_eq!(node_of(&step, "eval-0.g.x"), Some((0, 0)));
         assert_eq!(node_of(&step, "train-0.g.x"), None, "another step's");
+    }
+
+    #[test]
+    fn a_pending_reason_is_slurms_word_with_its_meaning() {
+        assert_eq!(
+            pending_reason("Resources"),
+            "Slurm: Resources (the nodes it asks for are busy)"
+        );
+        assert_eq!(
+            pending_reason("ReqNodeNotAvail, UnavailableNodes:n3"),
+            "Slurm: ReqNodeNotAvail, UnavailableNodes:n3 (nodes it needs are down, drained or reserved)"
+        );
+        assert_eq!(
+            pending_reason("QOSMaxGpuPerUser"),
+            "Slurm: QOSMaxGpuPerUser (a limit of its QOS or account holds it)"
+        );
+        assert_eq!(pending_reason("Licenses"), "Slurm: Licenses");
     }
 }

@@ -132,6 +132,12 @@ pub struct TaskRow {
     pub restarts: i64,
     pub restarts_on_errors: i64,
     pub num_nodes: i64,
+    /// Why its nodes wait, in the backend's words (the machine's
+    /// capacity, Slurm's pending reason, the scheduler's message), while
+    /// they do.
+    pub waiting: Option<String>,
+    /// Since when they wait for that reason.
+    pub waiting_since_ms: Option<i64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -409,7 +415,8 @@ impl Store {
     pub fn tasks(&self, id: i64) -> Result<Vec<TaskRow>> {
         // Cached: listings ask for the tasks and nodes of every group.
         let mut stmt = self.conn.prepare_cached(
-            "SELECT idx, name, role, status, attempt, restarts, restarts_on_errors, num_nodes \
+            "SELECT idx, name, role, status, attempt, restarts, restarts_on_errors, num_nodes, \
+             waiting, waiting_since_ms \
              FROM tasks WHERE group_id = ?1 ORDER BY idx",
         )?;
         stmt.query_map(params![id], |r| task_row(r, 0))?.collect()
@@ -420,7 +427,8 @@ impl Store {
     pub fn tasks_from(&self, first: i64) -> Result<BTreeMap<i64, Vec<TaskRow>>> {
         let mut stmt = self.conn.prepare_cached(
             "SELECT group_id, idx, name, role, status, attempt, restarts, restarts_on_errors, \
-             num_nodes FROM tasks WHERE group_id >= ?1 ORDER BY group_id, idx",
+             num_nodes, waiting, waiting_since_ms FROM tasks WHERE group_id >= ?1 \
+             ORDER BY group_id, idx",
         )?;
         let mut by_group: BTreeMap<i64, Vec<TaskRow>> = BTreeMap::new();
         let rows = stmt.query_map(params![first], |r| {
@@ -789,6 +797,18 @@ impl Tx<'_> {
         self.finish_group(id, at_ms)
     }
 
+    /// Why a task's nodes wait (`None`: they no longer do), keeping since
+    /// when while the reason stays the same. Whether it changed.
+    pub fn set_waiting(&self, id: i64, task: usize, why: Option<&str>, now: i64) -> Result<bool> {
+        let n = self.0.execute(
+            "UPDATE tasks SET waiting = ?3, \
+             waiting_since_ms = CASE WHEN ?3 IS NULL THEN NULL ELSE ?4 END \
+             WHERE group_id = ?1 AND idx = ?2 AND waiting IS NOT ?3",
+            params![id, task as i64, why, now],
+        )?;
+        Ok(n > 0)
+    }
+
     pub fn set_task(
         &self,
         id: i64,
@@ -798,7 +818,13 @@ impl Tx<'_> {
         restarts: (u32, u32),
     ) -> Result<()> {
         self.0.execute(
-            "UPDATE tasks SET status = ?3, attempt = ?4, restarts = ?5, restarts_on_errors = ?6 \
+            // A task waits only while it has not started (or restarts):
+            // why it waited is forgotten once it runs or ends.
+            "UPDATE tasks SET status = ?3, attempt = ?4, restarts = ?5, restarts_on_errors = ?6, \
+             waiting = CASE WHEN ?3 IN ('PENDING', 'STARTING', 'RECOVERING') \
+                       THEN waiting END, \
+             waiting_since_ms = CASE WHEN ?3 IN ('PENDING', 'STARTING', 'RECOVERING') \
+                                THEN waiting_since_ms END \
              WHERE group_id = ?1 AND idx = ?2",
             params![id, task as i64, status, attempt, restarts.0, restarts.1],
         )?;
@@ -869,6 +895,8 @@ fn task_row(r: &rusqlite::Row<'_>, at: usize) -> Result<TaskRow> {
         restarts: r.get(at + 5)?,
         restarts_on_errors: r.get(at + 6)?,
         num_nodes: r.get(at + 7)?,
+        waiting: r.get(at + 8)?,
+        waiting_since_ms: r.get(at + 9)?,
     })
 }
 

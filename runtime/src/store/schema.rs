@@ -97,6 +97,10 @@ CREATE INDEX groups_by_kind ON groups (kind, finished_at_ms);
 -- the live groups, which the supervisor reads at every wake-up: found
 -- without reading the finished ones, however many a sweep left
 CREATE INDEX groups_live ON groups (id) WHERE finished_at_ms IS NULL;
+-- why a task's nodes wait (PENDING or STARTING), in the backend's words,
+-- and since when
+ALTER TABLE tasks ADD COLUMN waiting TEXT;
+ALTER TABLE tasks ADD COLUMN waiting_since_ms INTEGER;
 ",
 ];
 

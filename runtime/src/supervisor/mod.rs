@@ -397,7 +397,8 @@ impl Supervisor {
             .map_err(db)?
             .into_iter()
             .collect();
-        self.unadopted.retain(|gid, _| live.binary_search(gid).is_ok());
+        self.unadopted
+            .retain(|gid, _| live.binary_search(gid).is_ok());
         let mut adopted = false;
         for gid in live {
             if !self.groups.contains_key(&gid) && !self.pools.contains_key(&gid) {
@@ -617,6 +618,15 @@ impl Supervisor {
                         }
                         Report::Outage(outage) => tx.set_outage(gid, outage.as_deref())?,
                         Report::Error(e) => tx.set_error(gid, e)?,
+                        Report::Waiting { task, why } => {
+                            if tx.set_waiting(gid, *task, why.as_deref(), now)? {
+                                // In the group's history, as it changes.
+                                let entry = serde_json::json!({
+                                    "waiting": {"task": task, "why": why},
+                                });
+                                tx.append_event(gid, now, &entry.to_string())?;
+                            }
+                        }
                         Report::Refused(e) => refused.push((gid, e.clone())),
                         Report::Unstarted(status) => {
                             tx.end_unstarted(gid, status.as_str(), now)?;
