@@ -442,6 +442,8 @@ struct Group {
     sent_nodes: BTreeMap<(usize, u32), NodeInfo>,
     /// A worker's attempts reported ready.
     sent_ready: BTreeSet<(usize, u32)>,
+    /// Why each task waits, as last said.
+    sent_waiting: BTreeMap<usize, Option<String>>,
     outage: Option<String>,
     /// The last refusal shown for a group this run has applied.
     refusal: Option<String>,
@@ -482,6 +484,7 @@ impl Group {
             sent_events: BTreeSet::new(),
             sent_nodes: BTreeMap::new(),
             sent_ready: BTreeSet::new(),
+            sent_waiting: BTreeMap::new(),
             outage: None,
             refusal: None,
             held: BTreeMap::new(),
@@ -797,6 +800,14 @@ impl Group {
                 Report::Ready { task, attempt } => {
                     if self.sent_ready.insert((task, attempt)) {
                         self.out.send(Report::Ready { task, attempt });
+                    }
+                }
+                // Said when it changes; no word yet is not waiting.
+                Report::Waiting { task, why } => {
+                    let said = self.sent_waiting.get(&task).cloned().flatten();
+                    if said != why {
+                        self.sent_waiting.insert(task, why.clone());
+                        self.out.send(Report::Waiting { task, why });
                     }
                 }
                 other => self.out.send(other),

@@ -108,6 +108,22 @@ pub fn disruption(pod: &Pod) -> Option<&str> {
     pod_condition(pod, "DisruptionTarget")
 }
 
+/// Why the scheduler found no node for the pod, in its words (`0/12
+/// nodes are available: 12 Insufficient nvidia.com/gpu.`).
+pub fn unschedulable_message(pod: &Pod) -> Option<&str> {
+    pod.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| {
+            c.type_ == "PodScheduled"
+                && c.status == "False"
+                && c.reason.as_deref() == Some("Unschedulable")
+        })
+        .map(|c| c.message.as_deref().unwrap_or("no node fits it"))
+}
+
 /// The scheduler found no node for the pod.
 pub fn unschedulable(pod: &Pod) -> bool {
     pod.status

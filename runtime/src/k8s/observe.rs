@@ -20,7 +20,8 @@
 //! | the attempt not launched yet | nothing: waiting |
 //!
 //! A task is started when every node's pod has started, queued when a pod
-//! is unschedulable or the JobSet is suspended. A pool worker's task is
+//! is unschedulable or the JobSet is suspended; while it waits, why
+//! (`Report::Waiting`): the scheduler's message, or the suspended JobSet. A pool worker's task is
 //! ready (`Report::Ready`) when every node's pod is `Ready`: its probe
 //! found the marker the node writes after setup. Events come in a fixed
 //! order, exits before losses.
@@ -56,6 +57,7 @@ pub fn observe(plan: &Plan, objs: &Objects, goal: &Goal) -> Vec<Report> {
     let mut losses = Vec::new();
     let mut ready = Vec::new();
     let mut nodes = Vec::new();
+    let mut waiting = Vec::new();
     let jobset_ended = objs
         .jobset
         .as_ref()
@@ -127,6 +129,23 @@ pub fn observe(plan: &Plan, objs: &Objects, goal: &Goal) -> Vec<Report> {
         if plan.hold && tg.want == Want::Run && all_ready {
             ready.push(Report::Ready { task, attempt });
         }
+        let why = if tg.want != Want::Run || !any_live || all_started {
+            None
+        } else if suspended {
+            Some(
+                "Kubernetes: the JobSet is suspended (by Kueue, or by hand); its pods start once \
+                 it is resumed"
+                    .to_owned(),
+            )
+        } else {
+            (0u32..)
+                .zip(&tg.live)
+                .filter(|(_, live)| **live)
+                .filter_map(|(rank, _)| objs.pods.get(&plan.pod_of(task, rank, attempt)))
+                .find_map(objects::unschedulable_message)
+                .map(|m| format!("Kubernetes: {}", m.trim()))
+        };
+        waiting.push(Report::Waiting { task, why });
         if tg.want == Want::Run && any_live {
             if all_started {
                 started.push(Report::Event {
@@ -147,6 +166,7 @@ pub fn observe(plan: &Plan, objs: &Objects, goal: &Goal) -> Vec<Report> {
     out.extend(exits);
     out.extend(losses);
     out.extend(ready);
+    out.extend(waiting);
     out
 }
 

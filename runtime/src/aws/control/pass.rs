@@ -90,10 +90,15 @@ pub fn refused(plan: &Plan, op: &Op, e: &Error) -> Vec<Report> {
                 },
                 at_ms: None,
             },
-            Report::Error(format!(
-                "{}-{rank} waits for EC2: {e}",
-                plan.spec.tasks.get(*task).map_or("?", |t| t.name.as_str())
-            )),
+            // Why the task waits, until it runs; not an error of the
+            // group's that would outlive the wait.
+            Report::Waiting {
+                task: *task,
+                why: Some(format!(
+                    "{}-{rank} waits for EC2: {e}; asked again",
+                    plan.spec.tasks.get(*task).map_or("?", |t| t.name.as_str())
+                )),
+            },
         ],
         _ => vec![Report::Error(e.to_string())],
     }

@@ -623,11 +623,14 @@ fn a_launch_without_capacity_leaves_its_task_pending() {
     let reports = refused(&p, &launch, &no_room);
     assert_eq!(
         reports[1],
-        Report::Error(
-            "buffer-0 waits for EC2: EC2 refused RunInstances: InsufficientInstanceCapacity: \
-             We currently do not have sufficient m6i.2xlarge capacity (HTTP 500)"
-                .into()
-        )
+        Report::Waiting {
+            task: BUFFER,
+            why: Some(
+                "buffer-0 waits for EC2: EC2 refused RunInstances: InsufficientInstanceCapacity: \
+                 We currently do not have sufficient m6i.2xlarge capacity (HTTP 500); asked again"
+                    .into()
+            )
+        }
     );
     feed(&mut d, &reports);
     assert_eq!(d.engine.task_status(BUFFER), Status::Pending);

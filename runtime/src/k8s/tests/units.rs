@@ -105,6 +105,15 @@ fn unschedulable_pods_and_a_suspended_jobset_queue_their_tasks() {
             attempt: 0
         }]
     );
+    // Why, in the scheduler's words; the other task's pod is not
+    // scheduled yet, with no word of why: no reason.
+    assert_eq!(
+        waiting(&plan, &w),
+        [
+            Some("Kubernetes: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu.".into()),
+            None
+        ]
+    );
     // Kueue holds the whole JobSet.
     w.update("jobsets", "g", |js| js["spec"]["suspend"] = json!(true));
     assert_eq!(
@@ -120,6 +129,32 @@ fn unschedulable_pods_and_a_suspended_jobset_queue_their_tasks() {
             }
         ]
     );
+    let suspended = waiting(&plan, &w);
+    assert!(
+        suspended.iter().all(|w| w
+            .as_deref()
+            .is_some_and(|w| w.contains("the JobSet is suspended"))),
+        "{suspended:?}"
+    );
+    // Running: no reason.
+    w.update("jobsets", "g", |js| js["spec"]["suspend"] = json!(false));
+    for pod in w.names("pods") {
+        w.run(&pod);
+    }
+    assert_eq!(waiting(&plan, &w), [None, None]);
+}
+
+/// Each task's waiting reason, as observed.
+fn waiting(plan: &Plan, w: &World) -> Vec<Option<String>> {
+    let mut engine = Engine::new(plan.spec.clone());
+    engine.start();
+    observe(plan, &objects(w), &Goal::from_engine(&engine))
+        .into_iter()
+        .filter_map(|r| match r {
+            Report::Waiting { why, .. } => Some(why),
+            _ => None,
+        })
+        .collect()
 }
 
 /// A pod missing once its attempt is launched was taken away: lost. An

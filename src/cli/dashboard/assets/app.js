@@ -233,7 +233,7 @@
       const workers = p.workers.map((w) => el('tr', {},
         el('td', { className: 'num' }, dash(w.worker)),
         el('td', {}, el('a', { href: '#/group/' + w.group }, w.name)),
-        el('td', {}, badge(w.status)),
+        el('td', {}, badge(w.status), w.waiting ? el('div', { className: 'muted waiting' }, w.waiting.why) : null),
         el('td', { className: 'mono' }, dash(w.address)),
         el('td', {}, resources(p.resources)),
         el('td', {}, ...joinWith(w.jobs.map(jobLink), ', '), w.jobs.length ? null : '-')));
@@ -359,8 +359,9 @@
     g.tasks.forEach((t) => {
       let restarts = '';
       if (t.restarts > 0) restarts = ' · ' + t.restarts + ' restart' + (t.restarts === 1 ? '' : 's') + ' (' + t.restarts_on_errors + ' on errors)';
+      const waiting = t.waiting ? el('div', { className: 'muted waiting' }, 'waiting ' + duration(Date.now() - t.waiting.since_ms) + ': ' + t.waiting.why) : null;
       body.append(el('tr', { className: 'task-row' },
-        el('td', { colSpan: 8 }, el('strong', {}, t.name), ' ', badge(t.status), el('span', { className: 'muted' }, ' ' + t.role + ' · ' + t.num_nodes + ' node' + (t.num_nodes === 1 ? '' : 's') + restarts))));
+        el('td', { colSpan: 8 }, el('strong', {}, t.name), ' ', badge(t.status), el('span', { className: 'muted' }, ' ' + t.role + ' · ' + t.num_nodes + ' node' + (t.num_nodes === 1 ? '' : 's') + restarts), waiting)));
       for (const n of t.nodes) {
         const where = g.backend === 'k8s' ? n.pod : g.backend === 'aws' ? n.instance : n.pid;
         const open = el('button', { type: 'button', className: 'small' }, 'logs');
