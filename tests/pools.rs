@@ -685,7 +685,7 @@ fn what_waits_for_the_machine_says_for_what_and_who_holds_it() {
         "pb.yaml",
         "name: pb\npool:\n  workers: 4\nresources:\n  cpus: 1\nsetup: echo ready\n",
     );
-    s.write("g.yaml", "name: g\nresources:\n  cpus: 1\nrun: echo ran\n");
+    s.write("g.yaml", "name: g\nresources:\n  cpus: 1\nrun: sleep 2\n");
     // A machine of 2 cpus: two workers fit, two wait, and so does a group.
     let two = |args: &[&str]| {
         let out = s
@@ -746,7 +746,10 @@ fn what_waits_for_the_machine_says_for_what_and_who_holds_it() {
     });
     // The pool goes: the group runs, and no longer says it waits.
     s.ok(&["pool", "down", "pb"]);
+    let running = s.wait_for(id, Duration::from_secs(30), |g| {
+        g["tasks"][0]["status"] == "RUNNING"
+    });
+    assert!(running["tasks"][0]["waiting"].is_null(), "{running:#}");
     let g = s.wait_finished(id);
     assert_eq!(g["status"], "SUCCEEDED", "{g:#}");
-    assert!(g["tasks"][0]["waiting"].is_null(), "{g:#}");
 }

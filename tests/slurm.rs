@@ -838,6 +838,8 @@ fn gpus_are_asked_by_the_type_the_cluster_names() {
         ]
     );
     let node = |ty: &str, per_node, nodes| GpuNodes {
+        partition: "main".into(),
+        default: true,
         gpu_type: Some(ty.to_owned()),
         per_node,
         nodes,
@@ -874,6 +876,8 @@ fn gpus_are_asked_by_the_type_the_cluster_names() {
     // A cluster whose GPUs have no type: any GPU, said.
     let untyped = slurm::Options {
         gpus: Some(vec![GpuNodes {
+            partition: "main".into(),
+            default: true,
             gpu_type: None,
             per_node: 8,
             nodes: 4,
@@ -885,6 +889,7 @@ fn gpus_are_asked_by_the_type_the_cluster_names() {
         gres(built.script.as_deref().unwrap()),
         ["#SBATCH --gres=gpu:8", "#SBATCH --gres=gpu:2"]
     );
+    assert_eq!(built.diagnostics.len(), 2, "{:?}", built.diagnostics);
     assert!(
         built
             .diagnostics
@@ -892,5 +897,35 @@ fn gpus_are_asked_by_the_type_the_cluster_names() {
             .all(|d| d.message.contains("is not requested")),
         "{:?}",
         built.diagnostics
+    );
+    // A task whose own sbatch options send it to another partition is
+    // matched against that partition's nodes.
+    let mut cluster = cluster;
+    cluster.push(GpuNodes {
+        partition: "big".into(),
+        default: false,
+        gpu_type: Some("H100".into()),
+        per_node: 8,
+        nodes: 2,
+    });
+    let elsewhere = text.replace(
+        "name: big\nresources:",
+        "name: big\nconfig:\n  slurm:\n    sbatch_options:\n      partition: big\nresources:",
+    );
+    let c = compile("g.yaml", elsewhere.as_bytes(), &Options::default());
+    let built = slurm::build(
+        c.group.as_ref().unwrap(),
+        &slurm::Options {
+            gpus: Some(cluster),
+            ..Default::default()
+        },
+    );
+    assert!(built.diagnostics.is_empty(), "{:?}", built.diagnostics);
+    assert_eq!(
+        gres(built.script.as_deref().unwrap()),
+        [
+            "#SBATCH --gres=gpu:H100:8",
+            "#SBATCH --gres=gpu:a100-sxm4-80gb:2"
+        ]
     );
 }

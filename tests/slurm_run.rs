@@ -573,7 +573,7 @@ fn a_pending_group_says_why_in_slurms_words() {
     );
     s.write(
         "one.yaml",
-        "name: one\nresources:\n  cpus: 4\nrun: echo ran\n",
+        "name: one\nresources:\n  cpus: 4\nrun: sleep 3\n",
     );
     let all = detach(&s, "all.yaml", &[]);
     s.wait_for(all, Duration::from_secs(60), |st| st["status"] == "RUNNING");
@@ -605,7 +605,10 @@ fn a_pending_group_says_why_in_slurms_words() {
         .output()
         .expect("cancel");
     assert!(cancelled.status.success());
+    let running = s.wait_for(one, Duration::from_secs(120), |st| {
+        task(st, "one")["status"] == "RUNNING"
+    });
+    assert!(task(&running, "one")["waiting"].is_null(), "{running:#}");
     let done = s.wait_for(one, Duration::from_secs(120), finished);
     assert_eq!(done["status"], "SUCCEEDED", "{done:#}");
-    assert!(task(&done, "one")["waiting"].is_null(), "{done:#}");
 }

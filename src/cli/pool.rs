@@ -440,7 +440,6 @@ pub(crate) fn read(store: &Store, row: GroupRow) -> Result<Shown, String> {
         let task = store.tasks(w.id).map_err(|e| e.to_string())?;
         if let Some(t) = task.into_iter().next()
             && let (Some(why), Some(since)) = (t.waiting, t.waiting_since_ms)
-            && w.finished_at_ms.is_none()
         {
             waiting.insert(w.id, (why, since));
         }

@@ -78,12 +78,16 @@ impl SlurmRunArgs {
                 .is_some_and(|c| c.accelerator.is_some())
         });
         if asks {
-            let partition = self.slurm.partition.as_deref();
-            options.gpus = Some(
-                skyc_runtime::slurm::Slurm::from_env()
-                    .gpus(partition)
-                    .map_err(|e| format!("asking the Slurm cluster for its GPUs: {e}"))?,
-            );
+            // sbatch's own default, when the client names one.
+            let default = std::env::var("SBATCH_PARTITION").ok();
+            match skyc_runtime::slurm::Slurm::from_env().gpus(default.as_deref()) {
+                Ok(gpus) => options.gpus = Some(gpus),
+                // As SkyPilot does: the type as the task names it.
+                Err(e) => super::out::errln!(
+                    "warning: asking the Slurm cluster for its GPUs: {e}; GPU types are asked as \
+                     the tasks name them"
+                ),
+            }
         }
         Ok(options)
     }

@@ -341,7 +341,7 @@ pub(crate) fn group_json(s: &Shown, supervisor: Option<i64>) -> serde_json::Valu
             "restarts": t.restarts,
             "restarts_on_errors": t.restarts_on_errors,
             "num_nodes": t.num_nodes,
-            "waiting": t.waiting.as_ref().filter(|_| live).map(|why| json!({
+            "waiting": t.waiting.as_ref().map(|why| json!({
                 "why": why,
                 "since_ms": t.waiting_since_ms,
             })),

@@ -15,7 +15,7 @@ use super::agent::{self, KILL_REQUEST, Launch};
 use super::capacity::{Allocator, Capacity, Grant, Holder};
 use super::env::{job_env, node_env};
 use super::network::{self, GroupNetwork};
-use super::plan::{Plan, TaskPlan};
+use super::plan::Plan;
 use super::{NODE_MARKER_VAR, logindex};
 use crate::backend::{Adoption, Backend, NodeInfo, Report};
 use crate::paths;
@@ -302,6 +302,8 @@ impl Local {
     fn try_queue(&mut self) {
         let mut waiting = std::mem::take(&mut self.queue);
         let mut still = VecDeque::new();
+        // Who holds what, once a pass (only if something waits on).
+        let mut holders: Option<Vec<Holder>> = None;
         while let Some((gid, task, attempt, reported)) = waiting.pop_front() {
             let Some(mut g) = self.groups.remove(&gid) else {
                 continue;
@@ -332,7 +334,16 @@ impl Local {
                     if !reported {
                         self.event(gid, Event::TaskQueued { task, attempt });
                     }
-                    let why = self.why_waiting(&g.plan.tasks[task]);
+                    if holders.is_none() {
+                        self.groups.insert(gid, g);
+                        holders = Some(self.holders());
+                        g = self.groups.remove(&gid).expect("just put back");
+                    }
+                    let why = self.allocator.why_waiting(
+                        &g.plan.tasks[task].demand,
+                        g.plan.tasks[task].num_nodes,
+                        holders.as_deref().unwrap_or_default(),
+                    );
                     if g.waiting[task].as_ref() != Some(&why) {
                         g.waiting[task] = Some(why.clone());
                         self.reports.push((
@@ -353,12 +364,10 @@ impl Local {
         self.queue = still;
     }
 
-    /// Why a task waits for the machine, naming what holds it (the
-    /// groups and pool workers of this supervisor; its own group is taken
-    /// out of `groups` while it is looked at).
-    fn why_waiting(&self, t: &TaskPlan) -> String {
-        let holders: Vec<Holder> = self
-            .groups
+    /// What holds the machine: the groups and pool workers of this
+    /// supervisor, each with what it was granted.
+    fn holders(&self) -> Vec<Holder> {
+        self.groups
             .iter()
             .flat_map(|(gid, h)| {
                 // A worker by its name in `pool status`; a group by its
@@ -374,8 +383,7 @@ impl Local {
                     grant: grant.clone(),
                 })
             })
-            .collect();
-        self.allocator.why_waiting(&t.demand, t.num_nodes, &holders)
+            .collect()
     }
 
     fn spawn_node(&mut self, gid: i64, g: &mut GroupRun, task: TaskId, rank: u32, phase: Phase) {
@@ -685,7 +693,7 @@ impl Backend for Local {
                 GroupNetwork::borrowed(&dir)
             }
             None => {
-                let net = prepare(&plan, &dir).inspect_err(|reason| {
+                let net = prepare(&plan, &dir, !adoption.fresh).inspect_err(|reason| {
                     for (task, rank) in plan.nodes() {
                         let log = paths::log(&dir, &plan.tasks[task].name, rank);
                         let line = format!("skyc: the group cannot start: {reason}\n");
@@ -951,11 +959,13 @@ fn spawn_job_agent(
 }
 
 /// A new group's directory, scripts and network.
-fn prepare(plan: &Plan, dir: &Path) -> Result<GroupNetwork, String> {
+/// `again`: the group was adopted before (its supervisor died before it
+/// recorded the network), so it may hold leases to give back.
+fn prepare(plan: &Plan, dir: &Path, again: bool) -> Result<GroupNetwork, String> {
     fs::create_dir_all(dir.join("logs")).map_err(|e| format!("{}: {e}", dir.display()))?;
     write_scripts(dir, plan).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mode = network::resolve(plan.network)?;
-    network::setup(plan, mode, dir)
+    network::setup(plan, mode, dir, again)
 }
 
 fn first_phase(plan: &Plan, task: TaskId) -> Phase {

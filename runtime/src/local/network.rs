@@ -224,7 +224,12 @@ fn lock(dir: &Path) -> std::io::Result<DirLock> {
 
 /// Leases addresses and builds the group's network. `group_dir` (which
 /// exists) names the group in its leases.
-pub fn setup(plan: &Plan, mode: Mode, group_dir: &Path) -> Result<GroupNetwork, String> {
+pub fn setup(
+    plan: &Plan,
+    mode: Mode,
+    group_dir: &Path,
+    again: bool,
+) -> Result<GroupNetwork, String> {
     let range = range_for(mode)?;
     let lease_dir = lease_dir();
     let owner = fs::canonicalize(group_dir)
@@ -242,11 +247,13 @@ pub fn setup(plan: &Plan, mode: Mode, group_dir: &Path) -> Result<GroupNetwork, 
         let _lock = lock(&lease_dir).map_err(|e| format!("{}: {e}", lease_dir.display()))?;
         // Only a group that leased before (its supervisor killed before it
         // recorded the network) can hold leases to give back: looking
-        // for them reads every lease of the machine.
+        // for them reads every lease of the machine. Its marker says so;
+        // a group an older skyc adopted has none, but is adopted again.
         let leasing = group_dir.join(LEASING);
-        if leasing.exists() {
+        if leasing.exists() || again {
             release_unrecorded(&lease_dir, &net.owner);
-        } else {
+        }
+        if !leasing.exists() {
             fs::write(&leasing, "").map_err(|e| format!("{}: {e}", leasing.display()))?;
         }
         let hint = lease_dir.join(format!(

@@ -142,13 +142,13 @@ impl Slurm {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
-    /// The GPU nodes of `partition` (else of the default partition, where
-    /// a job without `--partition` goes), as sinfo names their GRES: what
-    /// a task's GPU type is matched against
-    /// (`skyc_targets::slurm::gres`).
-    pub fn gpus(&self, partition: Option<&str>) -> Result<gres::ClusterGpus, SlurmError> {
+    /// The cluster's GPU nodes by partition, as sinfo names their GRES:
+    /// what a task's GPU type is matched against, in the partition its
+    /// job goes to (`skyc_targets::slurm::gres`). `default`: the
+    /// client's `SBATCH_PARTITION`, which stands for sinfo's default.
+    pub fn gpus(&self, default: Option<&str>) -> Result<gres::ClusterGpus, SlurmError> {
         let out = self.run("sinfo", &["-h", "-N", "-o", "%N|%P|%G"], &[], None)?;
-        Ok(gpus_of(&out, partition))
+        Ok(gpus_of(&out, default))
     }
 
     /// Submits `script` (as `skyc build --target slurm` wrote it) from its
@@ -344,12 +344,11 @@ impl Slurm {
     }
 }
 
-/// A job id as Slurm prints it: digits only. Anything else never reaches
-/// a Slurm command, where a leading `-` would be an option.
 /// The GPU nodes of sinfo's `%N|%P|%G` lines (one per node and
-/// partition; the default partition's name ends in `*`), in `partition`
-/// or the default one, each node once.
-fn gpus_of(sinfo: &str, partition: Option<&str>) -> gres::ClusterGpus {
+/// partition; the default partition's name ends in `*`), by partition.
+/// `default` (the client's `SBATCH_PARTITION`, one or a comma list)
+/// stands for sinfo's default when set.
+fn gpus_of(sinfo: &str, default: Option<&str>) -> gres::ClusterGpus {
     let mut seen = std::collections::BTreeSet::new();
     let mut out: gres::ClusterGpus = Vec::new();
     for line in sinfo.lines() {
@@ -357,11 +356,12 @@ fn gpus_of(sinfo: &str, partition: Option<&str>) -> gres::ClusterGpus {
         let (Some(node), Some(part), Some(g)) = (f.next(), f.next(), f.next()) else {
             continue;
         };
-        let wanted = match partition {
-            Some(p) => part.trim_end_matches('*') == p,
+        let partition = part.trim_end_matches('*');
+        let is_default = match default {
+            Some(list) => list.split(',').any(|p| p == partition),
             None => part.ends_with('*'),
         };
-        if !wanted || !seen.insert(node.to_owned()) {
+        if !seen.insert((node.to_owned(), partition.to_owned())) {
             continue;
         }
         let Some((gpu_type, per_node)) = gres::parse_node_gres(g) else {
@@ -369,10 +369,12 @@ fn gpus_of(sinfo: &str, partition: Option<&str>) -> gres::ClusterGpus {
         };
         match out
             .iter_mut()
-            .find(|n| n.gpu_type == gpu_type && n.per_node == per_node)
+            .find(|n| n.partition == partition && n.gpu_type == gpu_type && n.per_node == per_node)
         {
             Some(n) => n.nodes += 1,
             None => out.push(gres::GpuNodes {
+                partition: partition.to_owned(),
+                default: is_default,
                 gpu_type,
                 per_node,
                 nodes: 1,
@@ -382,6 +384,8 @@ fn gpus_of(sinfo: &str, partition: Option<&str>) -> gres::ClusterGpus {
     out
 }
 
+/// A job id as Slurm prints it: digits only. Anything else never reaches
+/// a Slurm command, where a leading `-` would be an option.
 pub fn is_job_id(s: &str) -> bool {
     !s.is_empty() && s.len() <= 20 && s.bytes().all(|b| b.is_ascii_digit())
 }
@@ -391,23 +395,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn gpu_nodes_are_read_from_the_partition_each_node_once() {
-        let sinfo = "n1|main*|gpu:a100:2(S:0)\nn1|urgent|gpu:a100:2(S:0)\n\
-                     n2|main*|gpu:a100:2\nn5|main*|gpu:H100:2\nn5|urgent|gpu:H100:2\n\
-                     n9|cpu|(null)\nn7|urgent|gpu:4\n";
-        let g = |ty: Option<&str>, per_node, nodes| gres::GpuNodes {
+    fn gpu_nodes_are_read_by_partition_each_node_once() {
+        let sinfo = "n1|main*|gpu:a100:2(S:0)\nn1|main*|gpu:a100:2(S:0)\nn1|urgent|gpu:a100:2\n\
+                     n2|main*|gpu:a100:2\nn5|main*|gpu:H100:2\nn9|cpu|(null)\nn7|urgent|gpu:4\n";
+        let g = |partition: &str, default, ty: Option<&str>, per_node, nodes| gres::GpuNodes {
+            partition: partition.to_owned(),
+            default,
             gpu_type: ty.map(str::to_owned),
             per_node,
             nodes,
         };
         assert_eq!(
             gpus_of(sinfo, None),
-            [g(Some("a100"), 2, 2), g(Some("H100"), 2, 1)]
+            [
+                g("main", true, Some("a100"), 2, 2),
+                g("urgent", false, Some("a100"), 2, 1),
+                g("main", true, Some("H100"), 2, 1),
+                g("urgent", false, None, 4, 1),
+            ]
         );
-        assert_eq!(
-            gpus_of(sinfo, Some("urgent")),
-            [g(Some("a100"), 2, 1), g(Some("H100"), 2, 1), g(None, 4, 1)]
+        // The client's SBATCH_PARTITION is its default.
+        let urgent = gpus_of(sinfo, Some("urgent"));
+        assert!(
+            urgent
+                .iter()
+                .all(|n| n.default == (n.partition == "urgent"))
         );
-        assert_eq!(gpus_of(sinfo, Some("cpu")), []);
     }
 }

@@ -394,7 +394,6 @@ impl Store {
         stmt.query_map([], |r| r.get(0))?.collect()
     }
 
-    /// Ids of groups (pools and workers too) that are not finished.
     /// Live groups whose cancel a client requested and no supervisor has
     /// seen yet.
     pub fn cancels_pending(&self) -> Result<Vec<i64>> {
@@ -405,6 +404,7 @@ impl Store {
         stmt.query_map([], |r| r.get(0))?.collect()
     }
 
+    /// Ids of groups (pools and workers too) that are not finished.
     pub fn live_groups(&self) -> Result<Vec<i64>> {
         let mut stmt = self
             .conn
@@ -780,6 +780,11 @@ impl Tx<'_> {
             "UPDATE groups SET finished_at_ms = ?2, pending = NULL WHERE id = ?1",
             params![id, at_ms],
         )?;
+        // Nothing of an ended group waits.
+        self.0.execute(
+            "UPDATE tasks SET waiting = NULL, waiting_since_ms = NULL WHERE group_id = ?1",
+            params![id],
+        )?;
         self.0
             .execute("DELETE FROM timers WHERE group_id = ?1", params![id])?;
         Ok(())
@@ -797,13 +802,19 @@ impl Tx<'_> {
         self.finish_group(id, at_ms)
     }
 
-    /// Why a task's nodes wait (`None`: they no longer do), keeping since
-    /// when while the reason stays the same. Whether it changed.
+    /// Why a task's nodes wait (`None`: they no longer do), for a task
+    /// that has not started (or restarts): PENDING, STARTING or
+    /// RECOVERING; [`set_task`](Self::set_task) forgets it once the task
+    /// is anything else, and [`finish_group`](Self::finish_group) when the
+    /// group ends. Since when is kept while the task goes on waiting, in
+    /// whatever words. Whether it changed.
     pub fn set_waiting(&self, id: i64, task: usize, why: Option<&str>, now: i64) -> Result<bool> {
         let n = self.0.execute(
             "UPDATE tasks SET waiting = ?3, \
-             waiting_since_ms = CASE WHEN ?3 IS NULL THEN NULL ELSE ?4 END \
-             WHERE group_id = ?1 AND idx = ?2 AND waiting IS NOT ?3",
+             waiting_since_ms = CASE WHEN ?3 IS NULL THEN NULL \
+                                ELSE coalesce(waiting_since_ms, ?4) END \
+             WHERE group_id = ?1 AND idx = ?2 AND waiting IS NOT ?3 \
+             AND (?3 IS NULL OR status IN ('PENDING', 'STARTING', 'RECOVERING'))",
             params![id, task as i64, why, now],
         )?;
         Ok(n > 0)

@@ -14,9 +14,13 @@
 //!   on most nodes, then the first by name.
 //! - No match is an error naming the types the cluster offers.
 
-/// The GPUs of one kind of node, as sinfo reports them.
+/// The GPUs of one kind of node in one partition, as sinfo reports them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GpuNodes {
+    pub partition: String,
+    /// The partition a job without `--partition` goes to (sinfo's `*`, or
+    /// the client's `SBATCH_PARTITION`).
+    pub default: bool,
     /// `None`: untyped (`gpu:8`).
     pub gpu_type: Option<String>,
     /// GPUs per node.
@@ -25,8 +29,21 @@ pub struct GpuNodes {
     pub nodes: u32,
 }
 
-/// The GPU nodes of a cluster (or of the partition a job goes to).
+/// The GPU nodes of a cluster, by partition.
 pub type ClusterGpus = Vec<GpuNodes>;
+
+/// The GPU nodes a job of `partition` (sbatch's `--partition`: one, or a
+/// comma list) can get; without one, the default partition's.
+pub fn in_partition(cluster: &[GpuNodes], partition: Option<&str>) -> ClusterGpus {
+    cluster
+        .iter()
+        .filter(|g| match partition {
+            Some(list) => list.split(',').any(|p| p == g.partition),
+            None => g.default,
+        })
+        .cloned()
+        .collect()
+}
 
 /// Parses one node's GRES as sinfo's `%G` prints it: comma-separated
 /// `name[:type]:count[(extra)]` entries, `(null)` for none. The `gpu`
@@ -146,6 +163,8 @@ mod tests {
 
     fn nodes(ty: Option<&str>, per_node: u32, nodes: u32) -> GpuNodes {
         GpuNodes {
+            partition: "main".into(),
+            default: true,
             gpu_type: ty.map(str::to_owned),
             per_node,
             nodes,
@@ -225,5 +244,18 @@ mod tests {
                 too_few: None
             })
         );
+    }
+
+    #[test]
+    fn a_job_sees_the_nodes_of_its_partitions_or_the_default_one() {
+        let mut gpu = nodes(Some("a100"), 2, 4);
+        gpu.default = false;
+        gpu.partition = "gpu".into();
+        let cpu = nodes(None, 0, 8);
+        let cluster = vec![gpu.clone(), cpu.clone()];
+        assert_eq!(in_partition(&cluster, None), vec![cpu.clone()]);
+        assert_eq!(in_partition(&cluster, Some("gpu")), vec![gpu.clone()]);
+        assert_eq!(in_partition(&cluster, Some("main,gpu")), vec![gpu, cpu]);
+        assert_eq!(in_partition(&cluster, Some("other")), []);
     }
 }

@@ -144,6 +144,10 @@ impl SbatchOption {
         &self.name
     }
 
+    pub fn value(&self) -> Option<&str> {
+        self.value.as_deref()
+    }
+
     /// The `#SBATCH` line.
     pub fn line(&self) -> String {
         match &self.value {

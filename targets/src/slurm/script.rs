@@ -175,10 +175,26 @@ pub(crate) fn batch_script(
             }
             lines.extend(common.time.as_ref().map(SbatchOption::line));
         }
-        lines.extend(resources(task, common.options.gpus.as_deref(), out));
+        let mut options = task_options(task, out);
+        // The partition the component goes to, as sbatch reads its lines:
+        // the last `--partition` wins.
+        let partition = common
+            .options
+            .sbatch_options
+            .iter()
+            .rev()
+            .chain(options.iter().rev())
+            .chain(common.partition.as_ref())
+            .find(|o| o.name() == "partition")
+            .and_then(SbatchOption::value);
+        let cluster = common
+            .options
+            .gpus
+            .as_deref()
+            .map(|nodes| super::gres::in_partition(nodes, partition));
+        lines.extend(resources(task, cluster.as_deref(), out));
         lines.extend(common.partition.as_ref().map(SbatchOption::line));
         lines.extend(common.account.as_ref().map(SbatchOption::line));
-        let mut options = task_options(task, out);
         if let Job::Step(_) = job {
             options.retain(|o| {
                 let chained = super::pipeline::is_chain_option(o.name());
@@ -392,7 +408,12 @@ fn gpus(
             }
         },
     };
-    if !super::sbatch::is_safe_value(&gpu_type) || gpu_type.contains(':') {
+    let gres_type = |t: &str| {
+        !t.is_empty()
+            && t.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+    };
+    if !gres_type(&gpu_type) {
         out.push(
             Diagnostic::new(
                 Rule::SlurmUnrepresentable,

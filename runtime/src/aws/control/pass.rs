@@ -61,12 +61,18 @@ pub async fn pass(ec2: &Ec2, plan: &Plan, goal: &Goal, outcomes: &Outcomes) -> P
     out.reports.extend(observe(plan, &world, goal, outcomes));
     let ops = reconcile(plan, &world, goal);
     for op in &ops {
-        if let Err(e) = ops::apply(ec2, plan, &world, op).await {
-            if is_outage(&e) {
-                out.outage = Some(e.to_string());
-            } else {
-                out.reports.extend(refused(plan, op, &e));
+        match ops::apply(ec2, plan, &world, op).await {
+            // Launched: whatever EC2 refused before, the task waits no more.
+            Ok(()) => {
+                if let Op::Launch { task, .. } = op {
+                    out.reports.push(Report::Waiting {
+                        task: *task,
+                        why: None,
+                    });
+                }
             }
+            Err(e) if is_outage(&e) => out.outage = Some(e.to_string()),
+            Err(e) => out.reports.extend(refused(plan, op, &e)),
         }
     }
     if ops.is_empty() && settled(&world, goal) {
