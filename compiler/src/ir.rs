@@ -147,15 +147,22 @@ pub struct Infra {
     pub zone: Option<String>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, Serialize)]
 pub struct Accelerator {
     /// As written (SkyPilot canonicalises names against its catalog).
     pub name: String,
     /// Per node; may be fractional.
     pub count: f64,
-    /// Where it is written, for a target that cannot give it.
+    /// Where it is written, for a target that cannot give it. Not part
+    /// of what it is: two candidates asking for the same are equal.
     #[serde(skip)]
     pub span: Span,
+}
+
+impl PartialEq for Accelerator {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name && self.count == other.count
+    }
 }
 
 /// A minimum (`4+`) or an exact amount (`4`).
