@@ -90,6 +90,16 @@ impl Drop for Scene {
     }
 }
 
+/// With nothing left to run, the supervisor exits, well.
+fn exits(supervisor: std::thread::JoinHandle<std::io::Result<()>>) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !supervisor.is_finished() {
+        assert!(Instant::now() < deadline, "the supervisor did not exit");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(supervisor.join().unwrap().is_ok());
+}
+
 /// The pool recorded in a new state directory and a supervisor serving
 /// it on the fake cluster, until both workers' pods are made.
 #[allow(clippy::type_complexity)]
@@ -277,13 +287,7 @@ fn a_pool_runs_ranked_jobs_and_goes_down_through_the_supervisor() {
             .unwrap()
             .is_some_and(|g| g.finished_at_ms.is_some())
     });
-    // With nothing left, the supervisor exits.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !supervisor.is_finished() {
-        assert!(Instant::now() < deadline, "the supervisor did not exit");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert!(supervisor.join().unwrap().is_ok());
+    exits(supervisor);
 }
 
 #[test]
@@ -380,12 +384,7 @@ fn a_lost_worker_is_made_again_and_its_job_runs_again_through_the_supervisor() {
         Vec::<String>::new(),
         "nothing of the pool is left, the lost worker's first pods included"
     );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !supervisor.is_finished() {
-        assert!(Instant::now() < deadline, "the supervisor did not exit");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert!(supervisor.join().unwrap().is_ok());
+    exits(supervisor);
 }
 
 #[test]
@@ -456,12 +455,7 @@ fn a_worker_that_keeps_ending_is_replaced_after_growing_pauses_then_fails_the_po
             .is_some_and(|g| g.finished_at_ms.is_some())
     });
     assert!(fake.world().everything().is_empty());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !supervisor.is_finished() {
-        assert!(Instant::now() < deadline, "the supervisor did not exit");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert!(supervisor.join().unwrap().is_ok());
+    exits(supervisor);
 }
 
 #[test]
@@ -512,10 +506,5 @@ fn a_worker_whose_jobset_is_kept_by_a_finalizer_still_ends_and_is_replaced() {
             .is_some_and(|g| g.finished_at_ms.is_some())
     });
     s.until("nothing left", |f, _| f.world().everything().is_empty());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !supervisor.is_finished() {
-        assert!(Instant::now() < deadline, "the supervisor did not exit");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert!(supervisor.join().unwrap().is_ok());
+    exits(supervisor);
 }
