@@ -862,10 +862,17 @@ impl Group {
             // `skyc logs` has all of a finished group's output.
             self.cluster_settled_at.get_or_insert_with(Instant::now);
         }
-        let settled = reconcile::settled(&self.plan, &objs, &self.goal);
-        if self.settled {
-            // Said once.
-        } else if settled && self.logs_read() {
+        if !self.settled {
+            self.settle(&objs);
+        }
+        wrote
+    }
+
+    /// Says the group settled once nothing more will happen on the
+    /// cluster and its logs are read, or once the limit has passed.
+    fn settle(&mut self, objs: &objects::Objects) {
+        let settled = reconcile::settled(&self.plan, objs, &self.goal);
+        if settled && self.logs_read() {
             self.settled = true;
             self.out.send(Report::Settled);
         } else if !settled
@@ -890,7 +897,6 @@ impl Group {
             )));
             self.out.send(Report::Settled);
         }
-        wrote
     }
 
     /// The last lines of the ended pods are read (or have had their time).

@@ -334,15 +334,12 @@ impl Local {
                     if !reported {
                         self.event(gid, Event::TaskQueued { task, attempt });
                     }
-                    if holders.is_none() {
-                        self.groups.insert(gid, g);
-                        holders = Some(self.holders());
-                        g = self.groups.remove(&gid).expect("just put back");
-                    }
+                    let holders = holders
+                        .get_or_insert_with(|| holders_of(self.groups.iter().chain([(&gid, &g)])));
                     let why = self.allocator.why_waiting(
                         &g.plan.tasks[task].demand,
                         g.plan.tasks[task].num_nodes,
-                        holders.as_deref().unwrap_or_default(),
+                        holders,
                     );
                     if g.waiting[task].as_ref() != Some(&why) {
                         g.waiting[task] = Some(why.clone());
@@ -362,28 +359,6 @@ impl Local {
         // Entries queued while this ran come after the ones still waiting.
         still.extend(std::mem::take(&mut self.queue));
         self.queue = still;
-    }
-
-    /// What holds the machine: the groups and pool workers of this
-    /// supervisor, each with what it was granted.
-    fn holders(&self) -> Vec<Holder> {
-        self.groups
-            .iter()
-            .flat_map(|(gid, h)| {
-                // A worker by its name in `pool status`; a group by its
-                // name and id, as `skyc status` lists it.
-                let name = if h.plan.hold {
-                    h.name.clone()
-                } else {
-                    format!("{} ({gid})", h.name)
-                };
-                h.grants.iter().flatten().map(move |grant| Holder {
-                    name: name.clone(),
-                    worker: h.plan.hold,
-                    grant: grant.clone(),
-                })
-            })
-            .collect()
     }
 
     fn spawn_node(&mut self, gid: i64, g: &mut GroupRun, task: TaskId, rank: u32, phase: Phase) {
@@ -959,6 +934,27 @@ fn spawn_job_agent(
 }
 
 /// A new group's directory, scripts and network.
+/// What holds the machine: these groups and pool workers, each with what
+/// it was granted.
+fn holders_of<'a>(groups: impl Iterator<Item = (&'a i64, &'a GroupRun)>) -> Vec<Holder> {
+    groups
+        .flat_map(|(gid, h)| {
+            // A worker by its name in `pool status`; a group by its
+            // name and id, as `skyc status` lists it.
+            let name = if h.plan.hold {
+                h.name.clone()
+            } else {
+                format!("{} ({gid})", h.name)
+            };
+            h.grants.iter().flatten().map(move |grant| Holder {
+                name: name.clone(),
+                worker: h.plan.hold,
+                grant: grant.clone(),
+            })
+        })
+        .collect()
+}
+
 /// `again`: the group was adopted before (its supervisor died before it
 /// recorded the network), so it may hold leases to give back.
 fn prepare(plan: &Plan, dir: &Path, again: bool) -> Result<GroupNetwork, String> {

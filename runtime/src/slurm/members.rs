@@ -742,10 +742,7 @@ impl Members {
         {
             let waiting = state
                 .as_ref()
-                .filter(|(s, r)| {
-                    *s == super::JobState::Pending && !matches!(r.as_str(), "" | "None")
-                })
-                .map(|(_, r)| super::watch::pending_reason(r));
+                .and_then(|(s, r)| super::watch::waiting_reason(s, r));
             if waiting != w.waiting {
                 w.waiting.clone_from(&waiting);
                 self.reports.push((

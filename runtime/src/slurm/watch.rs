@@ -323,12 +323,11 @@ impl Watch {
     fn query(&self) -> Result<(Vec<JobState>, Option<String>), SlurmError> {
         let components = self.slurm.components(&self.job)?;
         if components.is_empty() {
-            return Ok((job_states(&self.slurm, &self.job)?, None));
+            return Ok((accounted_states(&self.slurm, &self.job)?, None));
         }
         let pending = components
             .iter()
-            .find(|c| c.state == JobState::Pending && !matches!(c.reason.as_str(), "" | "None"))
-            .map(|c| pending_reason(&c.reason));
+            .find_map(|c| waiting_reason(&c.state, &c.reason));
         Ok((components.into_iter().map(|c| c.state).collect(), pending))
     }
 
@@ -493,6 +492,11 @@ pub(super) fn job_states(slurm: &Slurm, job: &str) -> Result<Vec<JobState>, Slur
     if !states.is_empty() {
         return Ok(states);
     }
+    accounted_states(slurm, job)
+}
+
+/// The components' states of a job slurmctld has forgotten, from sacct.
+fn accounted_states(slurm: &Slurm, job: &str) -> Result<Vec<JobState>, SlurmError> {
     Ok(slurm
         .accounting(job)?
         .unwrap_or_default()
@@ -502,9 +506,15 @@ pub(super) fn job_states(slurm: &Slurm, job: &str) -> Result<Vec<JobState>, Slur
         .collect())
 }
 
+/// Why a component waits: its squeue reason while it is PENDING, when
+/// Slurm gives one.
+pub(super) fn waiting_reason(state: &JobState, reason: &str) -> Option<String> {
+    (*state == JobState::Pending && !matches!(reason, "" | "None")).then(|| pending_reason(reason))
+}
+
 /// Slurm's pending reason (squeue's `%r`), as Slurm says it, with what it
 /// means for the common ones.
-pub(super) fn pending_reason(reason: &str) -> String {
+fn pending_reason(reason: &str) -> String {
     let meaning = match reason {
         "Resources" => Some("the nodes it asks for are busy"),
         "Priority" => Some("jobs of higher priority are ahead of it"),

@@ -84,6 +84,22 @@ impl Scene {
     }
 }
 
+impl Scene {
+    /// `skyc pool down`, until the pool is down.
+    fn pool_down(&self, pool: i64) {
+        Store::open(&self.dir)
+            .unwrap()
+            .request_cancel(pool)
+            .unwrap();
+        crate::supervisor::wake(&self.dir).unwrap();
+        self.until("the pool down", |_, st| {
+            st.group(pool)
+                .unwrap()
+                .is_some_and(|g| g.finished_at_ms.is_some())
+        });
+    }
+}
+
 impl Drop for Scene {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
@@ -446,14 +462,7 @@ fn a_worker_that_keeps_ending_is_replaced_after_growing_pauses_then_fails_the_po
     assert!(first + slop >= Duration::from_secs(1), "{first:?}");
     assert!(second + slop >= Duration::from_secs(2), "{second:?}");
     drop(store);
-    let mut store = Store::open(&s.dir).unwrap();
-    store.request_cancel(pool).unwrap();
-    crate::supervisor::wake(&s.dir).unwrap();
-    s.until("the pool down", |_, st| {
-        st.group(pool)
-            .unwrap()
-            .is_some_and(|g| g.finished_at_ms.is_some())
-    });
+    s.pool_down(pool);
     assert!(fake.world().everything().is_empty());
     exits(supervisor);
 }
@@ -497,14 +506,7 @@ fn a_worker_whose_jobset_is_kept_by_a_finalizer_still_ends_and_is_replaced() {
         j["metadata"]["finalizers"] = serde_json::json!([]);
     });
     drop(store);
-    let mut store = Store::open(&s.dir).unwrap();
-    store.request_cancel(pool).unwrap();
-    crate::supervisor::wake(&s.dir).unwrap();
-    s.until("the pool down", |_, st| {
-        st.group(pool)
-            .unwrap()
-            .is_some_and(|g| g.finished_at_ms.is_some())
-    });
+    s.pool_down(pool);
     s.until("nothing left", |f, _| f.world().everything().is_empty());
     exits(supervisor);
 }
