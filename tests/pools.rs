@@ -685,7 +685,10 @@ fn what_waits_for_the_machine_says_for_what_and_who_holds_it() {
         "pb.yaml",
         "name: pb\npool:\n  workers: 4\nresources:\n  cpus: 1\nsetup: echo ready\n",
     );
-    s.write("g.yaml", "name: g\nresources:\n  cpus: 1\nrun: sleep 2\n");
+    s.write(
+        "g.yaml",
+        "name: g\nresources:\n  cpus: 1\nrun: echo started; sleep 2\n",
+    );
     // A machine of 2 cpus: two workers fit, two wait, and so does a group.
     let two = |args: &[&str]| {
         let out = s
@@ -752,4 +755,18 @@ fn what_waits_for_the_machine_says_for_what_and_who_holds_it() {
     assert!(running["tasks"][0]["waiting"].is_null(), "{running:#}");
     let g = s.wait_finished(id);
     assert_eq!(g["status"], "SUCCEEDED", "{g:#}");
+    // `skyc logs` says why it waited, once, before what the task wrote.
+    let logs = two(&["logs", &id.to_string(), "--no-follow"]);
+    let lines: Vec<&str> = logs.lines().collect();
+    assert_eq!(
+        lines.first().copied(),
+        Some(&*format!("(skyc) g: {why}")),
+        "{logs}"
+    );
+    assert_eq!(
+        lines.iter().filter(|l| l.contains("waiting for")).count(),
+        1,
+        "{logs}"
+    );
+    assert!(lines.contains(&"(g-0) started"), "{logs}");
 }

@@ -6,7 +6,10 @@
 //! when it was read). A line takes the time of the chunk its first byte
 //! arrived in. A log without an index (a Slurm job's, written by srun)
 //! keeps its own order and joins the others as its lines are read.
+//! skyc's own lines ([`History`]) join them at the time they were
+//! recorded.
 
+use super::history::History;
 use skyc_runtime::local::logindex;
 use skyc_runtime::paths;
 use skyc_runtime::slurm::Plan as SlurmPlan;
@@ -22,6 +25,9 @@ const MAX_LINE: usize = 64 << 10;
 
 pub(crate) struct Follower {
     logs: Vec<Log>,
+    /// Each followed group's history; its lines are numbered after the
+    /// logs' (`Line::log` of `logs.len() + i`).
+    histories: Vec<History>,
 }
 
 struct Log {
@@ -132,17 +138,25 @@ impl Follower {
                 names.join(", ")
             ));
         }
-        Ok(Self { logs })
+        let names = tasks.iter().map(|t| t.name.clone()).collect();
+        Ok(Self {
+            logs,
+            histories: vec![History::new(gid, names, only)],
+        })
     }
 
     /// Follows nothing yet ([`extend`](Self::extend) adds).
     pub(crate) fn empty() -> Self {
-        Self { logs: Vec::new() }
+        Self {
+            logs: Vec::new(),
+            histories: Vec::new(),
+        }
     }
 
     /// Follows `other`'s logs too, in one stream with these.
     pub(crate) fn extend(&mut self, other: Self) {
         self.logs.extend(other.logs);
+        self.histories.extend(other.histories);
     }
 
     /// Prefixes every line with `label`: `(label) ` for a one-node job,
@@ -161,6 +175,9 @@ impl Follower {
                 format!("({label}, {inner}) ")
             };
         }
+        for history in &mut self.histories {
+            history.prefix = format!("({label}, skyc) ");
+        }
         self
     }
 
@@ -169,14 +186,23 @@ impl Follower {
     /// Reads in rounds of at most `READ_LIMIT` per log, each written out
     /// before the next is read, so a huge log costs no more memory than a
     /// small one.
-    pub(crate) fn poll(&mut self, out: &mut impl Write) -> io::Result<()> {
+    pub(crate) fn poll(&mut self, store: &Store, out: &mut impl Write) -> io::Result<()> {
         loop {
             let mut lines = Vec::new();
             let mut more = false;
+            for (i, history) in self.histories.iter_mut().enumerate() {
+                let (notes, left) = history.read(store).map_err(io::Error::other)?;
+                more |= left;
+                lines.extend(notes.into_iter().map(|(time, text)| Line {
+                    time: Some(time),
+                    log: self.logs.len() + i,
+                    text: text.into_bytes(),
+                }));
+            }
             for (i, log) in self.logs.iter_mut().enumerate() {
                 more |= log.read(i, &mut lines)?;
             }
-            write_ordered(lines, &self.logs, out)?;
+            write_ordered(lines, &self.prefixes(), out)?;
             if !more {
                 return Ok(());
             }
@@ -184,22 +210,31 @@ impl Follower {
     }
 
     /// Writes what is left, unfinished lines included.
-    pub(crate) fn finish(&mut self, out: &mut impl Write) -> io::Result<()> {
-        self.poll(out)?;
+    pub(crate) fn finish(&mut self, store: &Store, out: &mut impl Write) -> io::Result<()> {
+        self.poll(store, out)?;
         let mut lines = Vec::new();
         for (i, log) in self.logs.iter_mut().enumerate() {
             lines.extend(log.end_partial(i));
         }
-        write_ordered(lines, &self.logs, out)
+        write_ordered(lines, &self.prefixes(), out)
+    }
+
+    /// Each source's prefix: the logs', then the histories'.
+    fn prefixes(&self) -> Vec<&str> {
+        self.logs
+            .iter()
+            .map(|l| l.prefix.as_str())
+            .chain(self.histories.iter().map(|h| h.prefix.as_str()))
+            .collect()
     }
 }
 
 /// Lines of several logs by time; a log's own lines keep their order, and
 /// lines of unknown time follow the timed ones of the same read.
-fn write_ordered(mut lines: Vec<Line>, logs: &[Log], out: &mut impl Write) -> io::Result<()> {
+fn write_ordered(mut lines: Vec<Line>, prefixes: &[&str], out: &mut impl Write) -> io::Result<()> {
     lines.sort_by_key(|l| (l.time.unwrap_or(u64::MAX), l.log));
     for line in &lines {
-        out.write_all(logs[line.log].prefix.as_bytes())?;
+        out.write_all(prefixes[line.log].as_bytes())?;
         out.write_all(&line.text)?;
     }
     out.flush()
@@ -361,15 +396,17 @@ mod tests {
         let b = write("b.log", "b1\nb2\n", &[(3, 20), (6, 40)]);
         let mut f = Follower {
             logs: vec![Log::new("(a) ".into(), a), Log::new("(b) ".into(), b)],
+            histories: Vec::new(),
         };
+        let store = Store::open(&dir).unwrap();
         let mut out = Vec::new();
-        f.poll(&mut out).unwrap();
+        f.poll(&store, &mut out).unwrap();
         assert_eq!(
             String::from_utf8(out.clone()).unwrap(),
             "(a) a1\n(b) b1\n(a) a2\n(b) b2\n"
         );
         out.clear();
-        f.finish(&mut out).unwrap();
+        f.finish(&store, &mut out).unwrap();
         assert_eq!(String::from_utf8(out).unwrap(), "(a) a3\n");
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -385,9 +422,11 @@ mod tests {
         std::fs::write(&path, &text).unwrap();
         let mut f = Follower {
             logs: vec![Log::new(String::new(), path)],
+            histories: Vec::new(),
         };
+        let store = Store::open(&dir).unwrap();
         let mut out = Vec::new();
-        f.finish(&mut out).unwrap();
+        f.finish(&store, &mut out).unwrap();
         let lines: Vec<&[u8]> = out.split(|&b| b == b'\n').collect();
         assert_eq!(lines.iter().filter(|l| *l == b"x").count(), 3 << 19);
         let pieces: Vec<usize> = lines

@@ -355,7 +355,7 @@ fn watch(
     let mut interrupts = 0;
     let mut stdout = out::stdout();
     loop {
-        logs.poll(&mut stdout).map_err(|e| e.to_string())?;
+        logs.poll(&store, &mut stdout).map_err(|e| e.to_string())?;
         let now = rows(&store, ids)?;
         for (i, row) in now.iter().enumerate() {
             if shown[i] != row.status {
@@ -369,7 +369,8 @@ fn watch(
             }
         }
         if now.iter().all(|r| r.finished_at_ms.is_some()) {
-            logs.finish(&mut stdout).map_err(|e| e.to_string())?;
+            logs.finish(&store, &mut stdout)
+                .map_err(|e| e.to_string())?;
             return Ok(worst(&now));
         }
         if interrupted.swap(false, Ordering::Relaxed) {

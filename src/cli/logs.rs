@@ -89,14 +89,14 @@ fn print(args: &Args) -> Result<u8, String> {
                 .group(group.id)
                 .map_err(|e| e.to_string())?
                 .ok_or("the group vanished from the store")?;
-            logs.poll(&mut out).map_err(|e| e.to_string())?;
+            logs.poll(&store, &mut out).map_err(|e| e.to_string())?;
             if now.finished_at_ms.is_some() {
                 break now;
             }
             std::thread::sleep(Duration::from_millis(100));
         }
     };
-    logs.finish(&mut out).map_err(|e| e.to_string())?;
+    logs.finish(&store, &mut out).map_err(|e| e.to_string())?;
     Ok(exit::of_group(
         &group.status,
         group.finished_at_ms.is_some(),

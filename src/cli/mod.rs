@@ -11,6 +11,7 @@ mod completions;
 mod dashboard;
 mod exit;
 mod follow;
+mod history;
 mod input;
 mod jobs;
 mod k8s;

@@ -408,7 +408,7 @@ fn watch(args: &Args, dir: &Path, gid: i64, interrupted: &AtomicBool) -> Result<
         .unwrap_or_default();
     errln!("skyc: group {gid} submitted{on} (Ctrl-C cancels it)");
     loop {
-        logs.poll(&mut stdout).map_err(|e| e.to_string())?;
+        logs.poll(&store, &mut stdout).map_err(|e| e.to_string())?;
         let group = store
             .group(gid)
             .map_err(|e| e.to_string())?
@@ -426,7 +426,8 @@ fn watch(args: &Args, dir: &Path, gid: i64, interrupted: &AtomicBool) -> Result<
             }
         }
         if group.finished_at_ms.is_some() {
-            logs.finish(&mut stdout).map_err(|e| e.to_string())?;
+            logs.finish(&store, &mut stdout)
+                .map_err(|e| e.to_string())?;
             if let Some(error) = &group.error {
                 errln!("skyc: error: {error}");
             }

@@ -86,10 +86,16 @@ pub(crate) fn ago(now_ms: i64, then_ms: i64) -> String {
 /// says `waiting` itself is given its duration first.
 pub(crate) fn waiting(now_ms: i64, why: &str, since_ms: i64) -> String {
     let why = truncate(&one_line(why), 100);
-    let how_long = duration(now_ms - since_ms);
+    waiting_phrase(&why, Some(&duration(now_ms - since_ms)))
+}
+
+/// `waiting[ how_long]: why`, or, for a reason that says `waiting`
+/// itself, the reason with `how_long` after its first word.
+pub(crate) fn waiting_phrase(why: &str, how_long: Option<&str>) -> String {
+    let how_long = how_long.map(|d| format!(" {d}")).unwrap_or_default();
     match why.strip_prefix("waiting ") {
-        Some(rest) => format!("waiting {how_long} {rest}"),
-        None => format!("waiting {how_long}: {why}"),
+        Some(rest) => format!("waiting{how_long} {rest}"),
+        None => format!("waiting{how_long}: {why}"),
     }
 }
 

@@ -539,6 +539,25 @@ impl Store {
             .collect()
     }
 
+    /// At most `limit` of a group's events after the one numbered `after`,
+    /// oldest first: (number, time, JSON). A reader following a group's
+    /// history asks again from the last number it was given.
+    pub fn events_after(
+        &self,
+        id: i64,
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<(i64, i64, String)>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT seq, at_ms, event FROM events WHERE group_id = ?1 AND seq > ?2 \
+             ORDER BY seq LIMIT ?3",
+        )?;
+        stmt.query_map(params![id, after, limit as i64], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })?
+        .collect()
+    }
+
     /// The `limit` newest groups `skyc run` ran, newest first, and how
     /// many there are in all.
     pub fn newest_groups(&self, limit: usize) -> Result<(Vec<GroupRow>, usize)> {
