@@ -438,6 +438,7 @@ mod tests {
             verbs: &["get"],
             secrets_only: false,
             pools_only: false,
+            optional: false,
         }
     }
 

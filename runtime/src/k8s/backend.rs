@@ -15,8 +15,9 @@
 use super::apply::{self, Found, Refusal};
 use super::client::{self, Cluster};
 use super::jobset::JobSet;
+use super::kueue::Workload;
 use super::logs::{self, NodeLog};
-use super::objects;
+use super::objects::{self, Kind};
 use super::observe::observe;
 use super::plan::Plan;
 use super::pool_job::{Placed, PoolJob};
@@ -677,7 +678,7 @@ impl Group {
             backoff,
         };
         let by_name = format!("metadata.name={}", self.plan.group);
-        let tasks = vec![
+        let mut tasks = vec![
             tokio::task::spawn_local(watch::run::<JobSet>(
                 apis.jobsets.clone(),
                 by_name,
@@ -694,9 +695,10 @@ impl Group {
                 apis.pods.clone(),
                 self.plan.selector(),
                 false,
-                sink,
+                sink.clone(),
             )),
         ];
+        let mut workloads_watched = false;
         loop {
             let next_hold = self
                 .held
@@ -745,6 +747,24 @@ impl Group {
                 // Something was written: look again at once.
                 notify.notify_one();
             }
+            // A suspended JobSet waits for Kueue (a namespace whose Kueue
+            // queues every JobSet): its Workload says why. Which one is
+            // this group's is known only by its owner, so the namespace's
+            // are watched, from the first sight of the suspension on.
+            let suspended = lock(&shared)
+                .objs
+                .jobset
+                .as_ref()
+                .is_some_and(JobSet::is_suspended);
+            if suspended && !workloads_watched {
+                workloads_watched = true;
+                tasks.push(tokio::task::spawn_local(watch::run::<Workload>(
+                    apis.workloads.clone(),
+                    String::new(),
+                    false,
+                    sink.clone(),
+                )));
+            }
         }
         for t in tasks.into_iter().chain(std::mem::take(&mut self.followers)) {
             t.abort();
@@ -756,14 +776,18 @@ impl Group {
     async fn pass(&mut self, apis: &Apis, shared: &SharedRef) -> bool {
         let (mut objs, outage, listed) = {
             let s = lock(shared);
-            (s.objs.clone(), s.outage.clone(), s.listed.len())
+            let listed = [Kind::JobSet, Kind::Job, Kind::Pod]
+                .iter()
+                .all(|k| s.listed.contains(k));
+            (s.objs.clone(), s.outage.clone(), listed)
         };
         // Only this run's pods: an earlier run's of the same names may
         // still be going away.
         objs.pods
             .retain(|_, p| objects::run_of(&p.metadata) == Some(self.plan.token.as_str()));
         self.set_outage(outage);
-        if listed < 3 {
+        // Workloads are not waited for: they only say why.
+        if !listed {
             return false;
         }
         // The JobSet gone, or failed, while the group runs: nothing will

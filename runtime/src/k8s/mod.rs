@@ -31,6 +31,7 @@ pub mod client;
 pub mod exec;
 pub mod job_scripts;
 pub mod jobset;
+pub mod kueue;
 pub mod logs;
 pub mod objects;
 pub mod observe;

@@ -1,9 +1,10 @@
 //! What the runtime knows of one group's objects: the JobSet, its gate's
-//! Job and the nodes' pods, as the watches last saw them (and as the runtime's
+//! Job, the nodes' pods and Kueue's Workload, as the watches last saw them (and as the runtime's
 //! own writes returned them), with the few readings of each that the
 //! observer and the reconciler need.
 
 use super::jobset::JobSet;
+use super::kueue::Workload;
 use super::plan::{LAUNCHED_ANNOTATION, RUN_ANNOTATION};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ContainerStateTerminated, Pod};
@@ -18,6 +19,9 @@ pub struct Objects {
     pub jobset: Option<JobSet>,
     pub jobs: BTreeMap<String, Job>,
     pub pods: BTreeMap<String, Pod>,
+    /// Kueue's Workloads in the namespace that queue a JobSet, by name
+    /// (watched only for a group in a Kueue queue).
+    pub workloads: BTreeMap<String, Workload>,
 }
 
 /// An object kind the runtime watches.
@@ -26,12 +30,21 @@ pub enum Kind {
     JobSet,
     Job,
     Pod,
+    Workload,
 }
 
 impl Objects {
     /// The JobSet is gone, or being deleted.
     pub fn jobset_gone(&self) -> bool {
         self.jobset.as_ref().is_none_or(|j| deleting(&j.metadata))
+    }
+
+    /// The Workload by which Kueue queues this JobSet.
+    pub fn workload(&self) -> Option<&Workload> {
+        let uid = self.jobset.as_ref()?.metadata.uid.as_deref()?;
+        self.workloads
+            .values()
+            .find(|w| w.jobset_uid() == Some(uid))
     }
 }
 

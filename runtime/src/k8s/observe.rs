@@ -21,8 +21,9 @@
 //!
 //! A task is started when every node's pod has started, queued when a pod
 //! is unschedulable or the JobSet is suspended; while it waits, why
-//! (`Report::Waiting`): the scheduler's message, or the suspended JobSet. A pool worker's task is
-//! ready (`Report::Ready`) when every node's pod is `Ready`: its probe
+//! (`Report::Waiting`): the scheduler's message, or for a suspended JobSet
+//! Kueue's (its Workload's quota or admission checks), else that it is
+//! suspended. A pool worker's task is ready (`Report::Ready`) when every node's pod is `Ready`: its probe
 //! found the marker the node writes after setup. Events come in a fixed
 //! order, exits before losses.
 
@@ -132,11 +133,15 @@ pub fn observe(plan: &Plan, objs: &Objects, goal: &Goal) -> Vec<Report> {
         let why = if tg.want != Want::Run || !any_live || all_started {
             None
         } else if suspended {
-            Some(
-                "Kubernetes: the JobSet is suspended (by Kueue, or by hand); its pods start once \
-                 it is resumed"
-                    .to_owned(),
-            )
+            // Admitted by Kueue: resumed in a moment.
+            match objs.workload() {
+                Some(w) => w.waiting_reason(),
+                None => Some(
+                    "Kubernetes: the JobSet is suspended (by Kueue, or by hand); its pods start \
+                     once it is resumed"
+                        .to_owned(),
+                ),
+            }
         } else {
             (0u32..)
                 .zip(&tg.live)

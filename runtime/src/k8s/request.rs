@@ -42,6 +42,7 @@ pub struct Apis {
     pub jobsets: Api<JobSet>,
     pub jobs: Api<Job>,
     pub pods: Api<Pod>,
+    pub workloads: Api<super::kueue::Workload>,
     pub group: String,
 }
 
@@ -51,6 +52,7 @@ impl Apis {
             jobsets: Api::namespaced(client.clone(), namespace),
             jobs: Api::namespaced(client.clone(), namespace),
             pods: Api::namespaced(client.clone(), namespace),
+            workloads: Api::namespaced(client.clone(), namespace),
             group: group.to_owned(),
         }
     }

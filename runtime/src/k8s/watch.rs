@@ -11,6 +11,7 @@
 //! dead connection.
 
 use super::jobset::JobSet;
+use super::kueue::Workload;
 use super::objects::{self, Kind, Objects};
 use super::retry;
 use crate::backoff::Backoff;
@@ -124,6 +125,30 @@ impl Watched for Pod {
     }
     fn clear(objs: &mut Objects, listed: Option<u64>) {
         objs.pods.retain(|_, p| after(&p.metadata, listed));
+    }
+}
+
+impl Watched for Workload {
+    const KIND: Kind = Kind::Workload;
+    /// Only a Workload that queues a JobSet is kept: the one of this
+    /// group is found among them by its JobSet's uid.
+    fn put(objs: &mut Objects, obj: Self) {
+        if obj.jobset_uid().is_none() {
+            return;
+        }
+        let name = obj.name_any();
+        if newer(
+            objs.workloads.get(&name).map(|w| &w.metadata),
+            &obj.metadata,
+        ) {
+            objs.workloads.insert(name, obj);
+        }
+    }
+    fn remove(objs: &mut Objects, name: &str) {
+        objs.workloads.remove(name);
+    }
+    fn clear(objs: &mut Objects, listed: Option<u64>) {
+        objs.workloads.retain(|_, w| after(&w.metadata, listed));
     }
 }
 

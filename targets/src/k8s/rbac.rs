@@ -16,6 +16,8 @@ pub struct Permission {
     pub secrets_only: bool,
     /// Needed only by pools (their workers and jobs).
     pub pools_only: bool,
+    /// Used when granted, not needed: without it the runtime says less.
+    pub optional: bool,
 }
 
 impl Permission {
@@ -43,7 +45,11 @@ impl Permission {
 ///   `ownerReference`, which an API server that enforces owner-reference
 ///   permissions lets only a user who may delete the object set), and an
 ///   earlier run's left to the garbage collector deleted before this
-///   run's is applied.
+///   run's is applied;
+/// - Kueue's Workloads (optional): read while the JobSet is suspended,
+///   for why Kueue has not admitted it yet (a namespace whose Kueue
+///   queues every JobSet); without them the group waits all the same,
+///   saying only that the JobSet is suspended.
 pub const PERMISSIONS: &[Permission] = &[
     Permission {
         group: "jobset.x-k8s.io",
@@ -51,6 +57,7 @@ pub const PERMISSIONS: &[Permission] = &[
         verbs: &["get", "list", "watch", "create", "patch", "delete"],
         secrets_only: false,
         pools_only: false,
+        optional: false,
     },
     Permission {
         group: "batch",
@@ -58,6 +65,7 @@ pub const PERMISSIONS: &[Permission] = &[
         verbs: &["get", "list", "watch", "patch"],
         secrets_only: false,
         pools_only: false,
+        optional: false,
     },
     Permission {
         group: "",
@@ -65,6 +73,7 @@ pub const PERMISSIONS: &[Permission] = &[
         verbs: &["get", "list", "watch", "create", "delete"],
         secrets_only: false,
         pools_only: false,
+        optional: false,
     },
     Permission {
         group: "",
@@ -72,6 +81,7 @@ pub const PERMISSIONS: &[Permission] = &[
         verbs: &["get"],
         secrets_only: false,
         pools_only: false,
+        optional: false,
     },
     Permission {
         group: "",
@@ -81,6 +91,7 @@ pub const PERMISSIONS: &[Permission] = &[
         verbs: &["get", "create"],
         secrets_only: false,
         pools_only: true,
+        optional: false,
     },
     Permission {
         group: "",
@@ -88,6 +99,7 @@ pub const PERMISSIONS: &[Permission] = &[
         verbs: &["get", "create", "patch", "delete"],
         secrets_only: false,
         pools_only: false,
+        optional: false,
     },
     Permission {
         group: "",
@@ -95,14 +107,24 @@ pub const PERMISSIONS: &[Permission] = &[
         verbs: &["get", "create", "patch", "delete"],
         secrets_only: true,
         pools_only: false,
+        optional: false,
+    },
+    Permission {
+        group: "kueue.x-k8s.io",
+        resource: "workloads",
+        verbs: &["get", "list", "watch"],
+        secrets_only: false,
+        pools_only: false,
+        optional: true,
     },
 ];
 
-/// The permissions a group needs (`pool`: a pool's worker or job).
+/// The permissions a group needs (`pool`: a pool's worker or job); the
+/// optional ones are not among them.
 pub fn needed(secrets: bool, pool: bool) -> impl Iterator<Item = &'static Permission> {
     PERMISSIONS
         .iter()
-        .filter(move |p| (secrets || !p.secrets_only) && (pool || !p.pools_only))
+        .filter(move |p| !p.optional && (secrets || !p.secrets_only) && (pool || !p.pools_only))
 }
 
 /// The Role granting [`PERMISSIONS`] in `namespace` (kubectl's when
@@ -176,5 +198,19 @@ mod tests {
         let rules = role(None)["rules"].as_array().unwrap().clone();
         let rule = rules.iter().find(|r| r["resources"][0] == "pods/exec");
         assert_eq!(rule.unwrap()["verbs"], json!(["get", "create"]));
+    }
+
+    #[test]
+    fn kueue_workloads_are_in_the_role_but_not_needed() {
+        let workloads = |p: &&Permission| p.display_resource() == "workloads.kueue.x-k8s.io";
+        assert!(!needed(true, true).any(|p| workloads(&p)));
+        assert_eq!(
+            PERMISSIONS.iter().find(workloads).map(|p| p.verbs),
+            Some(&["get", "list", "watch"][..])
+        );
+        let rules = role(None)["rules"].as_array().unwrap().clone();
+        assert!(rules.iter().any(|r| r["apiGroups"][0] == "kueue.x-k8s.io"
+            && r["resources"][0] == "workloads"
+            && r["verbs"] == json!(["get", "list", "watch"])));
     }
 }

@@ -5,8 +5,10 @@
 //! recreation of a deleted Job), the Job controller (pods from the
 //! template, replacement only after the old pod is terminal, scale-down,
 //! `Complete` and `DeadlineExceeded`), and the kubelet (running, exits,
-//! termination of deleted pods), and the garbage collector (an object
-//! whose owners are all gone goes too).
+//! termination of deleted pods), the scheduler when no node fits, the
+//! garbage collector (an object whose owners are all gone goes too), and
+//! Kueue (a Workload per JobSet, owned by it, saying why it is not
+//! admitted; the JobSet resumed once it is).
 
 use super::fake::World;
 use serde_json::{Value, json};
@@ -509,6 +511,7 @@ impl World {
             self.job_controller();
             self.kubelet();
             self.garbage_collector();
+            self.kueue_controller();
             if self.version() == before {
                 return;
             }
@@ -569,14 +572,106 @@ impl World {
         });
     }
 
-    /// Starts every pod that waits.
+    /// Starts every pod that waits; with no node that fits, the
+    /// scheduler says so on each instead.
     pub(super) fn run_pending(&mut self) {
         for name in self.names("pods") {
-            if self
-                .get("pods", &name)
-                .is_some_and(|p| p["status"]["phase"] == "Pending" && !deleting(p))
-            {
-                self.run(&name);
+            let Some(pod) = self.get("pods", &name) else {
+                continue;
+            };
+            if pod["status"]["phase"] != "Pending" || deleting(pod) {
+                continue;
+            }
+            match self.no_node.clone() {
+                None => self.run(&name),
+                Some(message) if !condition(pod, "PodScheduled") => {
+                    let said = pod["status"]["conditions"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .any(|c| c["type"] == "PodScheduled" && c["message"] == message.as_str());
+                    if !said {
+                        let now = self.now();
+                        self.update("pods", &name, |p| {
+                            p["status"]["conditions"] = json!([{
+                                "type": "PodScheduled", "status": "False",
+                                "reason": "Unschedulable", "message": message,
+                                "lastTransitionTime": now,
+                            }]);
+                        });
+                    }
+                }
+                Some(_) => {}
+            }
+        }
+    }
+
+    /// Kueue: each JobSet gets its Workload, which says why it is not
+    /// admitted; once it is, the JobSet is resumed.
+    pub(super) fn kueue_controller(&mut self) {
+        let Some(kueue) = self.kueue.clone() else {
+            return;
+        };
+        for name in self.names("jobsets") {
+            let Some(js) = self.get("jobsets", &name).cloned() else {
+                continue;
+            };
+            if deleting(&js) {
+                continue;
+            }
+            let uid = js["metadata"]["uid"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            let workload = format!("jobset-{name}-{}", &uid[uid.len().saturating_sub(5)..]);
+            let reserved = json!({"type": "QuotaReserved", "status": "True",
+                "reason": "QuotaReserved", "message": "Quota reserved in ClusterQueue team",
+                "lastTransitionTime": "2026-11-28T00:00:00Z"});
+            let (conditions, checks, admitted) = match (&kueue.no_quota, &kueue.check) {
+                (Some(why), _) => (
+                    json!([{"type": "QuotaReserved", "status": "False", "reason": "Pending",
+                            "message": why, "lastTransitionTime": "2026-11-28T00:00:00Z"}]),
+                    json!([]),
+                    false,
+                ),
+                (None, Some((check, message))) => (
+                    json!([reserved, {"type": "Admitted", "status": "False",
+                        "reason": "NoChecks", "message": "The workload has not all checks ready",
+                        "lastTransitionTime": "2026-11-28T00:00:00Z"}]),
+                    json!([{"name": check, "state": "Pending", "message": message,
+                            "lastTransitionTime": "2026-11-28T00:00:00Z"}]),
+                    false,
+                ),
+                (None, None) => (
+                    json!([reserved, {"type": "Admitted", "status": "True",
+                        "reason": "Admitted", "message": "The workload is admitted",
+                        "lastTransitionTime": "2026-11-28T00:00:00Z"}]),
+                    json!([]),
+                    true,
+                ),
+            };
+            let status = json!({"conditions": conditions, "admissionChecks": checks});
+            match self.get("workloads", &workload) {
+                None => {
+                    self.put(
+                        "workloads",
+                        json!({
+                            "metadata": {"name": workload, "ownerReferences": [{
+                                "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+                                "name": name, "uid": uid, "controller": true,
+                                "blockOwnerDeletion": true}]},
+                            "spec": {"queueName": "team", "podSets": []},
+                            "status": status,
+                        }),
+                    );
+                }
+                Some(w) if w["status"] != status => {
+                    self.update("workloads", &workload, |w| w["status"] = status);
+                }
+                Some(_) => {}
+            }
+            if admitted && js["spec"]["suspend"] == true {
+                self.update("jobsets", &name, |js| js["spec"]["suspend"] = json!(false));
             }
         }
     }

@@ -188,6 +188,22 @@ pub(super) struct World {
     pub(super) unreachable: std::collections::BTreeSet<String>,
     /// What runs in pods' containers, started through `pods/exec`.
     pub(super) kubelet_exec: Processes,
+    /// Kueue, queueing every JobSet of the namespace.
+    pub(super) kueue: Option<Kueue>,
+    /// No node fits a pod: the scheduler leaves every pending pod
+    /// unschedulable, with this message.
+    pub(super) no_node: Option<String>,
+}
+
+/// What Kueue would answer a JobSet's Workload now, as a namespace
+/// whose Kueue manages every JobSet (`manageJobsWithoutQueueName`).
+#[derive(Clone, Debug, Default)]
+pub(super) struct Kueue {
+    /// Why no quota is reserved (the flavor assigner's message); `None`:
+    /// reserved.
+    pub(super) no_quota: Option<String>,
+    /// An admission check not ready yet: its name and message.
+    pub(super) check: Option<(String, String)>,
 }
 
 impl Default for World {
@@ -211,6 +227,8 @@ impl Default for World {
             created: Vec::new(),
             unreachable: std::collections::BTreeSet::new(),
             kubelet_exec: Processes::default(),
+            kueue: None,
+            no_node: None,
         }
     }
 }
@@ -320,6 +338,7 @@ fn api_version(resource: &str) -> &'static str {
     match resource {
         "jobsets" => "jobset.x-k8s.io/v1alpha2",
         "jobs" => "batch/v1",
+        "workloads" => "kueue.x-k8s.io/v1beta1",
         _ => "v1",
     }
 }
@@ -332,6 +351,7 @@ fn kind(resource: &str) -> &'static str {
         "configmaps" => "ConfigMap",
         "secrets" => "Secret",
         "services" => "Service",
+        "workloads" => "Workload",
         _ => "Unknown",
     }
 }
@@ -463,6 +483,10 @@ impl World {
         }
         if obj["metadata"]["creationTimestamp"].is_null() {
             obj["metadata"]["creationTimestamp"] = json!(self.now());
+        }
+        // Kueue's webhook: a JobSet it manages is created suspended.
+        if resource == "jobsets" && !existed && self.kueue.is_some() {
+            obj["spec"]["suspend"] = json!(true);
         }
         self.objects.insert((resource.into(), name), obj.clone());
         self.event(

@@ -319,3 +319,100 @@ run: eval
         "Completed"
     );
 }
+
+fn waiting(store: &Store) -> Vec<Option<String>> {
+    store
+        .tasks(GID)
+        .unwrap()
+        .into_iter()
+        .map(|t| t.waiting)
+        .collect()
+}
+
+/// The reasons the group's history recorded, in order.
+fn reasons(store: &Store) -> Vec<(u64, Option<String>)> {
+    store
+        .events(GID)
+        .unwrap()
+        .into_iter()
+        .filter_map(|(_, e)| {
+            let e: serde_json::Value = serde_json::from_str(&e).ok()?;
+            let w = e.get("waiting")?;
+            Some((w["task"].as_u64()?, w["why"].as_str().map(str::to_owned)))
+        })
+        .collect()
+}
+
+#[test]
+fn kueue_says_why_it_holds_the_group_until_it_admits_it() {
+    let no_quota = "couldn't assign flavors to pod set trainer: insufficient unused quota for \
+                    cpu in flavor default, 2 more needed";
+    let s = Scene::with("kueue", |w| {
+        w.kueue = Some(super::fake::Kueue {
+            no_quota: Some(no_quota.into()),
+            check: None,
+        });
+    });
+    let quota = format!("Kueue: waiting for quota: {no_quota}");
+    s.until("Kueue's reason", |st| {
+        waiting(st) == [Some(quota.clone()), Some(quota.clone())]
+    });
+    assert_eq!(Scene::statuses(&s.store()), ["PENDING", "PENDING"]);
+    assert!(s.fake.world().created_pods().is_empty(), "held by Kueue");
+    // Quota reserved; a provisioning check still pending.
+    s.fake.world().kueue = Some(super::fake::Kueue {
+        no_quota: None,
+        check: Some(("dws".into(), "Waiting for capacity".into())),
+    });
+    let check = "Kueue: quota reserved, waiting for admission check dws Pending: Waiting for \
+                 capacity";
+    s.until("the admission check's reason", |st| {
+        waiting(st) == [Some(check.into()), Some(check.into())]
+    });
+    // Admitted: the JobSet resumes, the pods run, nothing waits.
+    s.fake.world().kueue = Some(super::fake::Kueue::default());
+    s.until("every task running", |st| {
+        Scene::statuses(st) == ["RUNNING", "RUNNING"]
+    });
+    assert_eq!(waiting(&s.store()), [None, None]);
+    // The history holds each reason once, in order, per task: the
+    // suspension seen before Kueue's Workloads were read, then Kueue's
+    // words.
+    let trainer: Vec<Option<String>> = reasons(&s.store())
+        .into_iter()
+        .filter(|(task, _)| *task == 0)
+        .map(|(_, why)| why)
+        .filter(|why| !why.as_deref().is_some_and(|w| w.contains("is suspended")))
+        .collect();
+    assert_eq!(
+        trainer,
+        [Some(quota.clone()), Some(check.to_owned()), None],
+        "{trainer:?}"
+    );
+}
+
+#[test]
+fn unschedulable_pods_say_the_schedulers_words_through_the_supervisor() {
+    let full = "0/3 nodes are available: 3 Insufficient cpu. preemption: 0/3 nodes are \
+                available: 3 No preemption victims found for incoming pod.";
+    let s = Scene::with("unschedulable", |w| w.no_node = Some(full.into()));
+    let why = format!("Kubernetes: {full}");
+    s.until("the scheduler's reason", |st| {
+        waiting(st) == [Some(why.clone()), Some(why.clone())]
+    });
+    assert_eq!(Scene::statuses(&s.store()), ["PENDING", "PENDING"]);
+    let since = s.store().tasks(GID).unwrap()[0].waiting_since_ms;
+    assert!(since.is_some());
+    // A node frees: the pods run, and the reason goes.
+    s.fake.world().no_node = None;
+    s.until("every task running", |st| {
+        Scene::statuses(st) == ["RUNNING", "RUNNING"]
+    });
+    let tasks = s.store().tasks(GID).unwrap();
+    assert!(
+        tasks
+            .iter()
+            .all(|t| t.waiting.is_none() && t.waiting_since_ms.is_none()),
+        "{tasks:?}"
+    );
+}
