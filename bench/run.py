@@ -12,8 +12,8 @@
             run, up to the largest of --groups (default 2,000: 10,000
             nodes): the mean time of a submission in each tenth of the
             sweep, so the curve shows whether a submission costs more the
-            more groups run (target: <= 50 ms each, and the last tenth
-            within 1.25x of the first).
+            more groups run (target: <= 50 ms each, and a line fitted
+            through the tenths ends within 1.25x of where it starts).
 
 Usage: bench/run.py [--runs N] [--network auto|loopback] [--groups N[,N...]]
                     [--only start|sigterm|memory|submit]
@@ -235,10 +235,20 @@ def report_submit(curve):
     for live, ms in curve:
         print(f"         {live:6} -> {ms:6.1f}")
     first, last = curve[0][1], curve[-1][1]
-    flat = "met" if last <= 1.25 * first else "MISSED"
-    fast = "met" if max(ms for _, ms in curve) <= 50 else "MISSED"
-    print(f"         last/first {last / first:.2f} (target <= 1.25: {flat}); "
-          f"slowest tenth {max(ms for _, ms in curve):.1f} ms (target <= 50 ms: {fast})")
+    # Flatness is judged on a least-squares line through every tenth, not
+    # on two tenths alone: on a shared 2-cpu machine one tenth can be off
+    # by a quarter either way.
+    xs = [live for live, _ in curve]
+    ys = [ms for _, ms in curve]
+    mx, my = statistics.mean(xs), statistics.mean(ys)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    start = my - slope * mx
+    end = start + slope * xs[-1]
+    flat = "met" if end <= 1.25 * start else "MISSED"
+    fast = "met" if max(ys) <= 50 else "MISSED"
+    print(f"         last/first {last / first:.2f}; fitted line {start:.1f} -> {end:.1f} ms, "
+          f"{end / start:.2f}x (target <= 1.25x: {flat}); "
+          f"slowest tenth {max(ys):.1f} ms (target <= 50 ms: {fast})")
 
 
 def summary(name, samples, target):

@@ -583,3 +583,105 @@ fn ctrl_c_cancels_a_foreground_run() {
     assert!(text(&out.stderr).contains("CANCELLED"));
     assert_eq!(s.status(1)["status"], "CANCELLED");
 }
+
+/// A process's parent and state letter, from `/proc/PID/stat`.
+fn parent_and_state(pid: i64) -> Option<(i64, char)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) S ppid ...`; comm may hold spaces and parentheses.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let mut fields = rest.split(' ');
+    let state = fields.next()?.chars().next()?;
+    Some((fields.next()?.parse().ok()?, state))
+}
+
+/// The children of `parent` whose command line is `skyc __spawn`.
+fn spawn_helpers(parent: i64) -> Vec<i64> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let pid: i64 = e.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+            let helper = cmdline.split(|&b| b == 0).nth(1) == Some(b"__spawn".as_slice());
+            (helper && parent_and_state(pid)?.0 == parent).then_some(pid)
+        })
+        .collect()
+}
+
+fn node_pids(status: &serde_json::Value) -> Vec<i64> {
+    status["tasks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|t| t["nodes"].as_array().into_iter().flatten())
+        .filter_map(|n| n["pid"].as_i64())
+        .collect()
+}
+
+#[test]
+fn node_agents_come_from_the_spawn_helper_which_is_replaced_when_gone() {
+    let s = Scratch::new("spawner");
+    s.write("g.yaml", "name: g\nnum_nodes: 2\nrun: sleep 60\n");
+    let first = s.detach("g.yaml");
+    let running = |id| {
+        s.wait_for(id, Duration::from_secs(20), |g| {
+            g["status"] == "RUNNING" && node_pids(g).len() == 2
+        })
+    };
+    let status = running(first);
+    let supervisor = status["supervisor_pid"].as_i64().expect("a supervisor");
+    // The supervisor's one helper started every agent: they are its
+    // children, not the supervisor's.
+    let helpers = spawn_helpers(supervisor);
+    assert_eq!(helpers.len(), 1, "{helpers:?}");
+    for pid in node_pids(&status) {
+        assert_eq!(parent_and_state(pid).map(|p| p.0), Some(helpers[0]));
+    }
+    // The helper killed: the nodes it started run on, and the next group's
+    // are started by a new helper.
+    assert!(
+        Command::new("kill")
+            .args(["-KILL", &helpers[0].to_string()])
+            .status()
+            .is_ok_and(|s| s.success())
+    );
+    let second = s.detach("g.yaml");
+    let status = running(second);
+    let again = spawn_helpers(supervisor);
+    assert_eq!(again.len(), 1, "{again:?}");
+    assert_ne!(again[0], helpers[0]);
+    for pid in node_pids(&status) {
+        assert_eq!(parent_and_state(pid).map(|p| p.0), Some(again[0]));
+    }
+    assert_eq!(s.status(first)["status"], "RUNNING");
+    // Cancelled, the agents end and the helper reaps them: no zombie is
+    // left under it.
+    assert!(
+        s.skyc(&["cancel", "--all"])
+            .status()
+            .expect("cancel")
+            .success()
+    );
+    s.wait_finished(second);
+    s.wait_finished(first);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let zombies: Vec<i64> = std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse().ok())
+            .filter(|&pid| parent_and_state(pid) == Some((again[0], 'Z')))
+            .collect();
+        if zombies.is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "unreaped: {zombies:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(node_processes(&s.state()).is_empty());
+}

@@ -76,6 +76,16 @@ pub(crate) fn main() -> ExitCode {
     if args.get(1).and_then(|a| a.to_str()) == Some("__supervise") {
         return internal_supervise(&args[2..]);
     }
+    // The supervisor's helper that starts node agents.
+    if args.get(1).and_then(|a| a.to_str()) == Some(skyc_runtime::local::spawner::ARG) {
+        return match skyc_runtime::local::spawner::serve() {
+            Ok(()) => ExitCode::from(OK),
+            Err(e) => {
+                errln!("skyc spawn helper: {e}");
+                ExitCode::from(INVALID)
+            }
+        };
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

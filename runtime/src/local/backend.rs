@@ -16,6 +16,7 @@ use super::capacity::{Allocator, Capacity, Grant, Holder};
 use super::env::{job_env, node_env};
 use super::network::{self, GroupNetwork};
 use super::plan::Plan;
+use super::spawner::Spawner;
 use super::{NODE_MARKER_VAR, logindex};
 use crate::backend::{Adoption, Backend, NodeInfo, Report};
 use crate::paths;
@@ -31,8 +32,9 @@ use std::path::{Path, PathBuf};
 
 pub struct Local {
     state_dir: PathBuf,
-    /// Where skyc's executable is (the node agent is beside it).
-    exe: PathBuf,
+    /// Starts the node agents (skyc's executable, with the agent beside
+    /// it).
+    spawner: Spawner,
     allocator: Allocator,
     groups: BTreeMap<i64, GroupRun>,
     /// Task attempts waiting for capacity, oldest first, and whether the
@@ -123,7 +125,7 @@ impl Local {
     pub fn new(state_dir: &Path) -> io::Result<Self> {
         Ok(Self {
             state_dir: state_dir.to_owned(),
-            exe: std::env::current_exe()?,
+            spawner: Spawner::new(std::env::current_exe()?),
             allocator: Allocator::new(Capacity::detect()),
             groups: BTreeMap::new(),
             queue: VecDeque::new(),
@@ -392,7 +394,7 @@ impl Local {
     }
 
     fn spawn_agent(
-        &self,
+        &mut self,
         gid: i64,
         g: &GroupRun,
         task: TaskId,
@@ -427,7 +429,7 @@ impl Local {
             env,
             cwd: &cwd,
         };
-        agent::spawn(&agent::executable(&self.exe)?, launch)
+        self.spawner.spawn(launch)
     }
 
     fn on_agent_exit(&mut self, slot: u64, gid: i64, task: TaskId, rank: u32) {
@@ -577,7 +579,7 @@ impl Local {
                 .get(rank as usize)
                 .cloned()
                 .unwrap_or_default();
-            let started = spawn_job_agent(&self.exe, gid, g, worker, rank, &gpus)
+            let started = spawn_job_agent(&mut self.spawner, gid, g, worker, rank, &gpus)
                 .map_err(|e| format!("cannot start the node: {e}"));
             spawned.push(started);
         }
@@ -887,7 +889,7 @@ impl Backend for Local {
 /// worker's node directory and network, with the worker's environment
 /// and the job's own on top.
 fn spawn_job_agent(
-    exe: &Path,
+    spawner: &mut Spawner,
     gid: i64,
     job: &GroupRun,
     worker: &GroupRun,
@@ -921,16 +923,13 @@ fn spawn_job_agent(
     );
     env.push((NODE_MARKER_VAR.into(), adir.display().to_string()));
     let log = paths::log(&job.dir, &job.plan.tasks[task].name, rank);
-    agent::spawn(
-        &agent::executable(exe)?,
-        Launch {
-            dir: &adir,
-            log: &log,
-            argv,
-            env,
-            cwd: &cwd,
-        },
-    )
+    spawner.spawn(Launch {
+        dir: &adir,
+        log: &log,
+        argv,
+        env,
+        cwd: &cwd,
+    })
 }
 
 /// A new group's directory, scripts and network.

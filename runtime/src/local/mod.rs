@@ -18,6 +18,7 @@ pub mod env;
 pub mod logindex;
 pub mod network;
 pub mod plan;
+pub mod spawner;
 
 /// Set in every node process to its attempt directory: how the processes
 /// of a lost node are found.

@@ -204,7 +204,7 @@ fn raise_fd_limit() {
     }
 }
 
-fn log(message: impl std::fmt::Display) {
+pub(crate) fn log(message: impl std::fmt::Display) {
     eprintln!("[{}] {message}", now_ms());
 }
 
