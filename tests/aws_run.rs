@@ -12,6 +12,7 @@
 //! says what differs from a VM. Skipped, loudly, without them (failed
 //! under scripts/test, which provides them).
 
+use crate::support::ec2_refusal::Ec2Refusal;
 use crate::support::root;
 use crate::support::scratch::{Scratch, task, text};
 use base64::Engine as _;
@@ -268,7 +269,19 @@ impl Run {
     }
 
     fn start_with(name: &str, file: &Path, extra: &[&str]) -> Option<Run> {
-        let endpoint = ready()?;
+        Self::start_at(name, file, extra, None)
+    }
+
+    /// A run whose skyc talks to EC2 through the endpoint `through` makes
+    /// of the stand-in's (the test's own client still asks the stand-in).
+    fn start_at(
+        name: &str,
+        file: &Path,
+        extra: &[&str],
+        through: Option<&dyn Fn(&str) -> String>,
+    ) -> Option<Run> {
+        let moto = ready()?;
+        let endpoint = through.map_or_else(|| moto.clone(), |f| f(&moto));
         let serial = std::fs::File::create("/tmp/skyc-standin.lock").expect("lock file");
         rustix::fs::flock(&serial, rustix::fs::FlockOperation::LockExclusive).expect("flock");
         let s = Scratch::new(name);
@@ -300,7 +313,7 @@ impl Run {
         .expect("plan JSON");
         let run = plan["run"].as_str().expect("a run").to_owned();
         let region = plan["region"].as_str().expect("a region").to_owned();
-        let ec2 = stand_in_client(&endpoint, &region);
+        let ec2 = stand_in_client(&moto, &region);
         let machines = s.dir.join("m");
         Some(Run {
             s,
@@ -533,6 +546,63 @@ fn a_failed_primary_stops_the_auxiliary_at_once_on_aws() {
     assert_eq!(task(&status, "main")["nodes"][0]["exit_code"], 7);
     assert_eq!(task(&status, "helper")["status"], "CANCELLED");
     assert!(r.logs("main-0").contains("failing"));
+    r.assert_nothing_left();
+}
+
+#[test]
+fn ec2_out_of_capacity_holds_the_task_saying_why_until_a_launch_succeeds() {
+    let s = Scratch::new("aws-capacity-file");
+    let file = s.write("one.yaml", "name: cap\nrun: echo launched\n");
+    let refusal = std::cell::OnceCell::new();
+    let through = |moto: &str| {
+        refusal
+            .get_or_init(|| Ec2Refusal::start(moto))
+            .endpoint
+            .clone()
+    };
+    let Some(mut r) = Run::start_at("aws-capacity", &file, &[], Some(&through)) else {
+        return;
+    };
+    let refusal = refusal.get().expect("started");
+    let status = r.until("waiting for EC2", |s| {
+        task(s, "cap")["waiting"]["why"]
+            .as_str()
+            .is_some_and(|w| w.contains("InsufficientInstanceCapacity"))
+    });
+    assert_eq!(task(&status, "cap")["status"], "PENDING", "{status:#}");
+    let why = task(&status, "cap")["waiting"]["why"].as_str().unwrap();
+    assert!(
+        why.starts_with("cap-0 waits for EC2: ") && why.ends_with("; asked again"),
+        "{why}"
+    );
+    assert!(task(&status, "cap")["waiting"]["since_ms"].is_i64());
+    assert!(r.instances().is_empty(), "nothing launched while refused");
+    // EC2 has room again: the launch asked again succeeds, and the task
+    // runs to its end, waiting no more.
+    assert!(refusal.refused() >= 1);
+    refusal.stop_refusing();
+    let status = r.until("finished", finished);
+    assert_eq!(status["status"], "SUCCEEDED", "{status:#}");
+    assert!(task(&status, "cap")["waiting"].is_null(), "{status:#}");
+    assert!(r.logs("cap-0").contains("launched"));
+    // `skyc logs` tells when it waited, and why, before the node's output.
+    let out = aws_skyc(
+        &r.s,
+        &refusal.endpoint,
+        &["logs", &r.gid.to_string(), "--no-follow"],
+    )
+    .output()
+    .expect("skyc logs");
+    let logs = text(&out.stdout);
+    let said = logs
+        .lines()
+        .position(|l| l.starts_with("(skyc) cap: waiting: cap-0 waits for EC2: "))
+        .unwrap_or_else(|| panic!("{logs}"));
+    let ran = logs
+        .lines()
+        .position(|l| l == "(cap-0) launched")
+        .unwrap_or_else(|| panic!("{logs}"));
+    assert!(said < ran, "{logs}");
     r.assert_nothing_left();
 }
 

@@ -1,5 +1,6 @@
 //! Shared helpers for the integration tests.
 
+pub(crate) mod ec2_refusal;
 pub(crate) mod leftovers;
 pub(crate) mod scratch;
 
