@@ -241,13 +241,14 @@ def report_submit(curve):
     xs = [live for live, _ in curve]
     ys = [ms for _, ms in curve]
     mx, my = statistics.mean(xs), statistics.mean(ys)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    spread = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / spread if spread else 0.0
     start = my - slope * mx
     end = start + slope * xs[-1]
     flat = "met" if end <= 1.25 * start else "MISSED"
     fast = "met" if max(ys) <= 50 else "MISSED"
     print(f"         last/first {last / first:.2f}; fitted line {start:.1f} -> {end:.1f} ms, "
-          f"{end / start:.2f}x (target <= 1.25x: {flat}); "
+          f"{end / start if start > 0 else float('inf'):.2f}x (target <= 1.25x: {flat}); "
           f"slowest tenth {max(ys):.1f} ms (target <= 50 ms: {fast})")
 
 

@@ -655,16 +655,16 @@ fn node_agents_come_from_the_spawn_helper_which_is_replaced_when_gone() {
         assert_eq!(parent_and_state(pid).map(|p| p.0), Some(again[0]));
     }
     assert_eq!(s.status(first)["status"], "RUNNING");
-    // Cancelled, the agents end and the helper reaps them: no zombie is
-    // left under it.
+    // The second group cancelled while the first runs on (so the
+    // supervisor and its helper stay): its agents end and the helper reaps
+    // them, leaving no zombie under it.
     assert!(
-        s.skyc(&["cancel", "--all"])
+        s.skyc(&["cancel", &second.to_string()])
             .status()
             .expect("cancel")
             .success()
     );
     s.wait_finished(second);
-    s.wait_finished(first);
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     loop {
         let zombies: Vec<i64> = std::fs::read_dir("/proc")
@@ -683,5 +683,13 @@ fn node_agents_come_from_the_spawn_helper_which_is_replaced_when_gone() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+    assert_eq!(spawn_helpers(supervisor), again, "the helper still serves");
+    assert!(
+        s.skyc(&["cancel", "--all"])
+            .status()
+            .expect("cancel")
+            .success()
+    );
+    s.wait_finished(first);
     assert!(node_processes(&s.state()).is_empty());
 }

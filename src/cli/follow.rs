@@ -28,6 +28,9 @@ pub(crate) struct Follower {
     /// Each followed group's history; its lines are numbered after the
     /// logs' (`Line::log` of `logs.len() + i`).
     histories: Vec<History>,
+    /// History lines read but not written: a log read in rounds may still
+    /// hold earlier lines.
+    held: Vec<Line>,
 }
 
 struct Log {
@@ -142,6 +145,7 @@ impl Follower {
         Ok(Self {
             logs,
             histories: vec![History::new(gid, names, only)],
+            held: Vec::new(),
         })
     }
 
@@ -150,6 +154,7 @@ impl Follower {
         Self {
             logs: Vec::new(),
             histories: Vec::new(),
+            held: Vec::new(),
         }
     }
 
@@ -190,18 +195,33 @@ impl Follower {
         loop {
             let mut lines = Vec::new();
             let mut more = false;
+            let mut history_left = false;
             for (i, history) in self.histories.iter_mut().enumerate() {
                 let (notes, left) = history.read(store).map_err(io::Error::other)?;
-                more |= left;
-                lines.extend(notes.into_iter().map(|(time, text)| Line {
+                history_left |= left;
+                self.held.extend(notes.into_iter().map(|(time, text)| Line {
                     time: Some(time),
                     log: self.logs.len() + i,
                     text: text.into_bytes(),
                 }));
             }
+            // A log with more to read may still hold lines written before
+            // a history line: such a line waits until they are read.
+            let mut until = Some(u64::MAX);
             for (i, log) in self.logs.iter_mut().enumerate() {
-                more |= log.read(i, &mut lines)?;
+                let from = lines.len();
+                if log.read(i, &mut lines)? {
+                    more = true;
+                    let last = lines[from..].iter().filter_map(|l| l.time).max();
+                    until = until.zip(last).map(|(u, l)| u.min(l));
+                }
             }
+            let (due, held): (Vec<Line>, Vec<Line>) = std::mem::take(&mut self.held)
+                .into_iter()
+                .partition(|l| until.is_some_and(|u| l.time.is_some_and(|t| t <= u)));
+            self.held = held;
+            lines.extend(due);
+            more |= history_left;
             write_ordered(lines, &self.prefixes(), out)?;
             if !more {
                 return Ok(());
@@ -397,6 +417,7 @@ mod tests {
         let mut f = Follower {
             logs: vec![Log::new("(a) ".into(), a), Log::new("(b) ".into(), b)],
             histories: Vec::new(),
+            held: Vec::new(),
         };
         let store = Store::open(&dir).unwrap();
         let mut out = Vec::new();
@@ -412,6 +433,63 @@ mod tests {
     }
 
     #[test]
+    fn a_history_line_waits_for_the_earlier_lines_of_a_log_read_in_rounds() {
+        let dir = std::env::temp_dir().join(format!("skyc-follow-held-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut store = Store::open(&dir).unwrap();
+        let gid = store
+            .insert_group(&skyc_runtime::store::NewGroup {
+                name: "g",
+                source: "g.yaml",
+                submitted_at_ms: 0,
+                plan: "{}",
+                backend: Backend::Local,
+                tasks: vec![skyc_runtime::store::NewTask {
+                    name: "a",
+                    primary: true,
+                    num_nodes: 1,
+                }],
+            })
+            .unwrap();
+        // Waiting recorded at 2 s; the log's first 2 MiB written at 1 s,
+        // its last 2 MiB at 3 s: more than one round of reading each.
+        store
+            .transaction(|tx| {
+                tx.append_event(
+                    gid,
+                    2_000,
+                    r#"{"waiting":{"task":0,"why":"Slurm: Priority"}}"#,
+                )
+            })
+            .unwrap();
+        let half = 1u64 << 21;
+        let path = dir.join("a-0.log");
+        std::fs::write(&path, "x\n".repeat(half as usize)).unwrap();
+        let idx: Vec<u8> = [(half, 1_000_000u64), (2 * half, 3_000_000)]
+            .iter()
+            .flat_map(|(e, t)| e.to_le_bytes().into_iter().chain(t.to_le_bytes()))
+            .collect();
+        std::fs::write(logindex::index_path(&path), idx).unwrap();
+        let mut f = Follower {
+            logs: vec![Log::new("(a-0) ".into(), path)],
+            histories: vec![History::new(gid, vec!["a".into()], None)],
+            held: Vec::new(),
+        };
+        let mut out = Vec::new();
+        f.finish(&store, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let at = text
+            .lines()
+            .position(|l| l == "(skyc) a: waiting: Slurm: Priority")
+            .expect("the history line");
+        // Every line written at 1 s comes first (a line of 2 bytes).
+        assert_eq!(at as u64, half / 2);
+        assert_eq!(text.lines().count() as u64, half + 1);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn a_huge_log_is_read_in_bounded_rounds_and_long_lines_in_pieces() {
         let dir = std::env::temp_dir().join(format!("skyc-follow-big-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -423,6 +501,7 @@ mod tests {
         let mut f = Follower {
             logs: vec![Log::new(String::new(), path)],
             histories: Vec::new(),
+            held: Vec::new(),
         };
         let store = Store::open(&dir).unwrap();
         let mut out = Vec::new();

@@ -678,7 +678,7 @@ impl Group {
             backoff,
         };
         let by_name = format!("metadata.name={}", self.plan.group);
-        let mut tasks = vec![
+        let tasks = vec![
             tokio::task::spawn_local(watch::run::<JobSet>(
                 apis.jobsets.clone(),
                 by_name,
@@ -698,7 +698,9 @@ impl Group {
                 sink.clone(),
             )),
         ];
-        let mut workloads_watched = false;
+        // The Workloads of the JobSet (by its uid) once it is seen
+        // suspended.
+        let mut workloads: Option<(String, tokio::task::JoinHandle<()>)> = None;
         loop {
             let next_hold = self
                 .held
@@ -748,25 +750,37 @@ impl Group {
                 notify.notify_one();
             }
             // A suspended JobSet waits for Kueue (a namespace whose Kueue
-            // queues every JobSet): its Workload says why. Which one is
-            // this group's is known only by its owner, so the namespace's
-            // are watched, from the first sight of the suspension on.
+            // queues every JobSet): its Workload, labelled with the
+            // JobSet's uid, says why.
             let suspended = lock(&shared)
                 .objs
                 .jobset
                 .as_ref()
-                .is_some_and(JobSet::is_suspended);
-            if suspended && !workloads_watched {
-                workloads_watched = true;
-                tasks.push(tokio::task::spawn_local(watch::run::<Workload>(
+                .filter(|j| j.is_suspended())
+                .and_then(|j| j.metadata.uid.clone());
+            if let Some(uid) = suspended
+                && workloads
+                    .as_ref()
+                    .is_none_or(|(watched, _)| *watched != uid)
+            {
+                if let Some((_, old)) = workloads.take() {
+                    old.abort();
+                }
+                let task = tokio::task::spawn_local(watch::run::<Workload>(
                     apis.workloads.clone(),
-                    String::new(),
+                    format!("{}={uid}", super::kueue::JOB_UID_LABEL),
                     false,
                     sink.clone(),
-                )));
+                ));
+                workloads = Some((uid, task));
             }
         }
-        for t in tasks.into_iter().chain(std::mem::take(&mut self.followers)) {
+        let workloads = workloads.map(|(_, t)| t);
+        for t in tasks
+            .into_iter()
+            .chain(workloads)
+            .chain(std::mem::take(&mut self.followers))
+        {
             t.abort();
         }
     }

@@ -1,18 +1,20 @@
 //! Kueue's Workload (`kueue.x-k8s.io/v1beta1`), read for one thing: why
 //! a queued JobSet is not admitted yet, in Kueue's words.
 //!
-//! Kueue makes one Workload per queued JobSet (owned by it; its name
-//! carries a hash skyc cannot know before the JobSet exists), keeps the
-//! JobSet suspended, and says on the Workload why: its `QuotaReserved`
+//! Kueue makes one Workload per queued JobSet (owned by it, labelled with
+//! its uid), keeps the JobSet suspended, and says on the Workload why: its
+//! `QuotaReserved`
 //! condition (`couldn't assign flavors to pod set trainer: insufficient
 //! unused quota for nvidia.com/gpu in flavor h100, 8 more needed`), then
 //! the state of each admission check (a provisioning request, MultiKueue).
 //! Only those fields are typed: a Workload's pod sets (whole pod
-//! templates) are skipped as it is read, so watching a busy namespace's
-//! Workloads costs little.
+//! templates) are skipped as it is read.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
 use serde::{Deserialize, Serialize};
+
+/// The label by which Kueue ties a Workload to the job it queues.
+pub const JOB_UID_LABEL: &str = "kueue.x-k8s.io/job-uid";
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -53,6 +53,9 @@ pub trait Watched:
     Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static
 {
     const KIND: Kind;
+    /// Read only when the server lets it be: refused (403) or not served
+    /// (404), the watch ends instead of asking again.
+    const OPTIONAL: bool = false;
     fn put(objs: &mut Objects, obj: Self);
     fn remove(objs: &mut Objects, name: &str);
     /// Forgets every object no newer than the list of version `listed`:
@@ -130,8 +133,9 @@ impl Watched for Pod {
 
 impl Watched for Workload {
     const KIND: Kind = Kind::Workload;
-    /// Only a Workload that queues a JobSet is kept: the one of this
-    /// group is found among them by its JobSet's uid.
+    const OPTIONAL: bool = true;
+    /// Only a Workload that queues a JobSet is kept (the watch selects
+    /// the group's by its JobSet's uid).
     fn put(objs: &mut Objects, obj: Self) {
         if obj.jobset_uid().is_none() {
             return;
@@ -215,6 +219,14 @@ pub async fn run<K: Watched>(api: Api<K>, selector: String, by_field: bool, sink
                 drop(s);
                 notify.notify_one();
                 list.metadata.resource_version.unwrap_or_default()
+            }
+            Err(e) if K::OPTIONAL && matches!(retry::code(&e), Some(403 | 404)) => {
+                crate::supervisor::log(format_args!(
+                    "not watching {}: {}",
+                    K::plural(&()),
+                    retry::describe(&e)
+                ));
+                return;
             }
             Err(e) => {
                 failed(&shared, &server, &e);

@@ -149,6 +149,33 @@ pub fn adopt(dir: &Path) -> Option<(Pid, OwnedFd)> {
     ours.then_some((pid, pidfd))
 }
 
+/// Kills every process whose environment holds `entry` (`NAME=value`):
+/// what a node started carries its marker.
+pub fn kill_carrying(entry: &str) {
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return;
+    };
+    for e in entries.flatten() {
+        let Some(pid) = e
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+            .and_then(Pid::from_raw)
+        else {
+            continue;
+        };
+        let Ok(environ) = fs::read(e.path().join("environ")) else {
+            continue;
+        };
+        if environ
+            .split(|&b| b == 0)
+            .any(|var| var == entry.as_bytes())
+        {
+            let _ = rustix::process::kill_process(pid, Signal::KILL);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

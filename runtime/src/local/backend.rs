@@ -81,8 +81,10 @@ enum NodeState {
     Running {
         phase: Phase,
         pid: Pid,
-        /// In the epoll set while held; dropping it takes it out.
-        _pidfd: OwnedFd,
+        /// In the epoll set while held; dropping it takes it out. Signals
+        /// go through it: the pid alone may be reused once the agent has
+        /// ended and its parent (the spawn helper) has reaped it.
+        pidfd: OwnedFd,
         slot: u64,
     },
     /// Setup ended well; waiting for the task's other nodes to finish
@@ -114,8 +116,8 @@ impl GroupRun {
         }
         self.worker_lost = true;
         for node in self.nodes.iter().flatten() {
-            if let NodeState::Running { pid, .. } = node.state {
-                let _ = rustix::process::kill_process(pid, KILL_REQUEST);
+            if let NodeState::Running { pidfd, .. } = &node.state {
+                let _ = rustix::process::pidfd_send_signal(pidfd, KILL_REQUEST);
             }
         }
     }
@@ -182,7 +184,7 @@ impl Local {
                         g.nodes[task][rank as usize].state = NodeState::Running {
                             phase,
                             pid,
-                            _pidfd: pidfd,
+                            pidfd,
                             slot,
                         }
                     }
@@ -266,8 +268,8 @@ impl Local {
             }
             let node_id = rank as u32;
             match &node.state {
-                NodeState::Running { pid, .. } => {
-                    let _ = rustix::process::kill_process(*pid, signal);
+                NodeState::Running { pidfd, .. } => {
+                    let _ = rustix::process::pidfd_send_signal(pidfd, signal);
                 }
                 NodeState::SetupDone => {
                     node.state = NodeState::Done;
@@ -376,7 +378,7 @@ impl Local {
                 g.nodes[task][rank as usize].state = NodeState::Running {
                     phase,
                     pid,
-                    _pidfd: pidfd,
+                    pidfd,
                     slot,
                 };
                 let info = node_info(g, task, rank, Some(pid), None);
@@ -452,7 +454,7 @@ impl Local {
             self.groups.insert(gid, g);
             return;
         };
-        // Our own child until a supervisor restart; reap it.
+        // Our own child when the supervisor started it itself; reap it.
         let _ = rustix::process::waitpid(Some(pid), WaitOptions::NOHANG);
         let attempt = node.attempt;
         let adir = paths::attempt_dir(&paths::node_dir(&g.dir, task, rank), attempt, phase);
@@ -594,7 +596,7 @@ impl Local {
                     g.nodes[task][rank as usize].state = NodeState::Running {
                         phase: Phase::Run,
                         pid,
-                        _pidfd: pidfd,
+                        pidfd,
                         slot,
                     };
                     let mut info = node_info(g, task, rank, Some(pid), None);
@@ -1053,29 +1055,7 @@ fn read_grant(dir: &Path, task: TaskId, attempt: Attempt) -> Option<Grant> {
 /// Kills what a lost node left running: every process that carries the
 /// node's marker in its environment.
 fn kill_orphans(adir: &Path) {
-    let marker = format!("{NODE_MARKER_VAR}={}", adir.display());
-    let Ok(entries) = fs::read_dir("/proc") else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-            .and_then(Pid::from_raw)
-        else {
-            continue;
-        };
-        let Ok(environ) = fs::read(entry.path().join("environ")) else {
-            continue;
-        };
-        if environ
-            .split(|&b| b == 0)
-            .any(|var| var == marker.as_bytes())
-        {
-            let _ = rustix::process::kill_process(pid, Signal::KILL);
-        }
-    }
+    agent::kill_carrying(&format!("{NODE_MARKER_VAR}={}", adir.display()));
 }
 
 /// How a node's phase script runs: bash without the user's start-up files.

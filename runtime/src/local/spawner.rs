@@ -13,9 +13,12 @@
 //! the agents it started (they are its children; the supervisor learns of
 //! an exit from the pidfd and the agent's status file, as for an agent
 //! adopted after a restart), and exits when the supervisor's end of the
-//! socket closes. A helper that does not answer is replaced; one that
-//! cannot be started (an executable that is not skyc) leaves the agents to
-//! be started directly, as before.
+//! socket closes. A helper that died before it was asked is replaced. One
+//! that took a request and gave no answer is killed, and so is whatever
+//! it may have started for that node (what carries the node's marker):
+//! no agent runs unwatched, and none twice. When a helper cannot be had
+//! (not started, or not answering), the supervisor starts agents itself
+//! for a minute, then tries a helper again.
 //!
 //! Protocol, on a stream socket: the helper first sends `{"ready":1}`;
 //! then each request (a [`Request`], JSON) gets one reply (`{"pid":N}`
@@ -44,8 +47,11 @@ const MAX_MESSAGE: usize = 16 << 20;
 /// How long an answer may take before the helper is taken for hung.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long agents are started directly once a helper could not be had.
+const DIRECT_FOR: Duration = Duration::from_secs(60);
+
 /// How often the helper reaps the agents that ended.
-const REAP_EVERY: Duration = Duration::from_millis(999);
+const REAP_EVERY: Duration = Duration::from_secs(1);
 
 /// The argument that makes skyc the helper.
 pub const ARG: &str = "__spawn";
@@ -75,8 +81,8 @@ pub struct Spawner {
     /// skyc's executable: the helper, and the agent beside it.
     exe: PathBuf,
     helper: Option<Helper>,
-    /// The helper could not be started: agents are started directly.
-    direct: bool,
+    /// Until then agents are started directly: no helper could be had.
+    direct_until: Option<Instant>,
 }
 
 struct Helper {
@@ -100,7 +106,7 @@ impl Spawner {
         Self {
             exe,
             helper: None,
-            direct: false,
+            direct_until: None,
         }
     }
 
@@ -108,7 +114,10 @@ impl Spawner {
     /// readable when it exits.
     pub fn spawn(&mut self, launch: Launch<'_>) -> io::Result<(Pid, OwnedFd)> {
         let agent = agent::executable(&self.exe)?;
-        if self.direct {
+        if self
+            .direct_until
+            .is_some_and(|until| Instant::now() < until)
+        {
             return agent::spawn(&agent, launch);
         }
         let request = Request {
@@ -120,17 +129,14 @@ impl Spawner {
             cwd: launch.cwd.to_owned(),
         };
         let body = serde_json::to_vec(&request).map_err(io::Error::other)?;
-        // A helper that died or hung is replaced once.
+        // A helper that died before it was asked is replaced once.
         for _ in 0..2 {
             if self.helper.is_none() {
                 match Helper::start(&self.exe) {
                     Ok(helper) => self.helper = Some(helper),
                     Err(e) => {
-                        crate::supervisor::log(format_args!(
-                            "starting nodes directly: no spawn helper ({e})"
-                        ));
-                        self.direct = true;
-                        return agent::spawn(&agent, launch);
+                        crate::supervisor::log(format_args!("no spawn helper: {e}"));
+                        break;
                     }
                 }
             }
@@ -138,14 +144,40 @@ impl Spawner {
             match helper.ask(&body) {
                 Ok(Answer::Started(pid, pidfd)) => return Ok((pid, pidfd)),
                 Ok(Answer::Failed(e)) => return Err(e),
-                Err(e) => {
-                    crate::supervisor::log(format_args!("spawn helper: {e}; starting another"));
+                Err(Asked::NotSent(e)) => {
+                    crate::supervisor::log(format_args!("spawn helper gone: {e}"));
                     self.helper = None;
+                }
+                Err(Asked::NoAnswer(e)) => {
+                    crate::supervisor::log(format_args!("spawn helper gave no answer: {e}"));
+                    // Killed and waited for as it drops: nothing more of
+                    // its can start, and what it started for this node is
+                    // killed before the node is started again.
+                    self.helper = None;
+                    if let Some(marker) =
+                        launch.env.iter().find(|(k, _)| k == super::NODE_MARKER_VAR)
+                    {
+                        agent::kill_carrying(&format!("{}={}", marker.0, marker.1));
+                    }
+                    break;
                 }
             }
         }
+        crate::supervisor::log(format_args!(
+            "starting nodes without a spawn helper for {}s",
+            DIRECT_FOR.as_secs()
+        ));
+        self.direct_until = Some(Instant::now() + DIRECT_FOR);
         agent::spawn(&agent, launch)
     }
+}
+
+/// Why a request got no answer.
+enum Asked {
+    /// The helper was gone before it was asked: it started nothing.
+    NotSent(io::Error),
+    /// It was asked, and may have started the agent.
+    NoAnswer(io::Error),
 }
 
 enum Answer {
@@ -173,9 +205,20 @@ impl Helper {
 
     /// One request and its reply. An error is the helper's fault (gone,
     /// hung, garbled); a refused start is an [`Answer::Failed`].
-    fn ask(&mut self, body: &[u8]) -> io::Result<Answer> {
-        write_message(&mut self.sock, body)?;
-        let (reply, fd) = receive(&self.sock)?;
+    fn ask(&mut self, body: &[u8]) -> Result<Answer, Asked> {
+        // The helper reads a whole request before it starts anything: a
+        // request it did not get whole started nothing.
+        write_message(&mut self.sock, body).map_err(Asked::NotSent)?;
+        self.answer().map_err(Asked::NoAnswer)
+    }
+
+    fn answer(&mut self) -> io::Result<Answer> {
+        let (reply, fd) = loop {
+            match receive(&self.sock) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                other => break other?,
+            }
+        };
         match (reply, fd) {
             (Reply::Started { pid }, Some(fd)) => {
                 let pid = Pid::from_raw(pid).ok_or_else(|| io::Error::other("pid 0"))?;
@@ -262,7 +305,7 @@ pub fn serve() -> io::Result<()> {
             rustix::event::PollFlags::IN,
         )];
         let timeout = rustix::event::Timespec {
-            tv_sec: 0,
+            tv_sec: i64::try_from(left.as_secs()).unwrap_or(1),
             tv_nsec: i64::from(left.subsec_nanos()),
         };
         match rustix::event::poll(&mut fds, Some(&timeout)) {
@@ -355,7 +398,7 @@ mod tests {
     }
 
     #[test]
-    fn a_helper_that_is_not_skyc_leaves_agents_started_directly() {
+    fn a_helper_that_is_not_skyc_is_refused_at_its_greeting() {
         // `true` sends no greeting: the spawner is told so and falls back.
         let err = Helper::start(Path::new("/bin/true"))
             .err()

@@ -656,7 +656,9 @@ impl World {
                     self.put(
                         "workloads",
                         json!({
-                            "metadata": {"name": workload, "ownerReferences": [{
+                            "metadata": {"name": workload,
+                                "labels": {"kueue.x-k8s.io/job-uid": uid},
+                                "ownerReferences": [{
                                 "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
                                 "name": name, "uid": uid, "controller": true,
                                 "blockOwnerDeletion": true}]},

@@ -416,3 +416,32 @@ fn unschedulable_pods_say_the_schedulers_words_through_the_supervisor() {
         "{tasks:?}"
     );
 }
+
+#[test]
+fn workloads_refused_end_their_watch_and_the_suspension_is_said() {
+    let s = Scene::with("kueue-refused", |w| {
+        w.kueue = Some(super::fake::Kueue {
+            no_quota: Some("no quota".into()),
+            check: None,
+        });
+        w.fail("GET", "/workloads", Some(403), 1000);
+    });
+    let suspended = |st: &Store| {
+        waiting(st).iter().all(|w| {
+            w.as_deref()
+                .is_some_and(|w| w.contains("the JobSet is suspended"))
+        })
+    };
+    s.until("the suspension said", suspended);
+    // Asked once, refused: not asked again, however long the group waits.
+    std::thread::sleep(Duration::from_millis(1500));
+    let asked = s
+        .fake
+        .world()
+        .requests
+        .iter()
+        .filter(|r| r.path.contains("/workloads"))
+        .count();
+    assert_eq!(asked, 1);
+    assert!(suspended(&s.store()));
+}
