@@ -110,12 +110,20 @@ fn steps(s: &Scratch) -> Vec<(String, String, f64, String)> {
         .collect()
 }
 
+/// `skyc logs`: its exit code and the nodes' lines. skyc's own lines
+/// (`(skyc) step: waiting: Slurm: Dependency ...`) are left out: whether a
+/// step was seen waiting depends on when squeue was read.
 fn logs(s: &Scratch, id: i64, what: &[&str]) -> (Option<i32>, String) {
     let mut args = vec!["logs".to_owned(), id.to_string()];
     args.extend(what.iter().map(|w| (*w).to_owned()));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let out = s.skyc(&args).output().expect("skyc logs");
-    (out.status.code(), text(&out.stdout))
+    let nodes: String = text(&out.stdout)
+        .lines()
+        .filter(|l| !l.starts_with("(skyc) "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    (out.status.code(), nodes)
 }
 
 fn kill_supervisor(status: &Value) -> i64 {

@@ -143,12 +143,18 @@ run: |
     });
     assert_eq!(status["status"], "RUNNING", "{status:#}");
     let job = status["job"].as_str().unwrap().to_owned();
+    // The nodes' lines; skyc's own (why a task waited) depend on when
+    // squeue was read.
     let logs = |what: &str| {
         let out = s
             .skyc(&["logs", "--no-follow", &id.to_string(), what])
             .output()
             .expect("skyc logs");
         text(&out.stdout)
+            .lines()
+            .filter(|l| !l.starts_with("(skyc) "))
+            .map(|l| format!("{l}\n"))
+            .collect::<String>()
     };
     // RUNNING is the script's word when it launched the steps; the nodes
     // start a moment later, in any order.
