@@ -14,12 +14,15 @@ use skyc_runtime::local::logindex;
 use skyc_runtime::paths;
 use skyc_runtime::slurm::Plan as SlurmPlan;
 use skyc_runtime::store::{Backend, GroupRow, Store, TaskRow};
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::PathBuf;
 
 /// The most read of one log (or index) at a time.
 const READ_LIMIT: u64 = 1 << 20;
+/// The most history events read at a time.
+const HISTORY_READ_LIMIT: usize = 1000;
 /// A line longer than this is shown in pieces.
 const MAX_LINE: usize = 64 << 10;
 
@@ -28,6 +31,9 @@ pub(crate) struct Follower {
     /// Each followed group's history; its lines are numbered after the
     /// logs' (`Line::log` of `logs.len() + i`).
     histories: Vec<History>,
+    /// The number of the last history event read (numbers are shared by
+    /// every group).
+    history_read: i64,
     /// History lines read but not written: a log read in rounds may still
     /// hold earlier lines.
     held: Vec<Line>,
@@ -145,6 +151,7 @@ impl Follower {
         Ok(Self {
             logs,
             histories: vec![History::new(gid, names, only)],
+            history_read: 0,
             held: Vec::new(),
         })
     }
@@ -154,11 +161,13 @@ impl Follower {
         Self {
             logs: Vec::new(),
             histories: Vec::new(),
+            history_read: 0,
             held: Vec::new(),
         }
     }
 
-    /// Follows `other`'s logs too, in one stream with these.
+    /// Follows `other`'s logs too, in one stream with these (before the
+    /// first poll: the histories are read from one point on).
     pub(crate) fn extend(&mut self, other: Self) {
         self.logs.extend(other.logs);
         self.histories.extend(other.histories);
@@ -195,16 +204,7 @@ impl Follower {
         loop {
             let mut lines = Vec::new();
             let mut more = false;
-            let mut history_left = false;
-            for (i, history) in self.histories.iter_mut().enumerate() {
-                let (notes, left) = history.read(store).map_err(io::Error::other)?;
-                history_left |= left;
-                self.held.extend(notes.into_iter().map(|(time, text)| Line {
-                    time: Some(time),
-                    log: self.logs.len() + i,
-                    text: text.into_bytes(),
-                }));
-            }
+            let history_left = self.read_histories(store)?;
             // A log with more to read may still hold lines written before
             // a history line: such a line waits until they are read.
             let mut until = Some(u64::MAX);
@@ -237,6 +237,37 @@ impl Follower {
             lines.extend(log.end_partial(i));
         }
         write_ordered(lines, &self.prefixes(), out)
+    }
+
+    /// Holds the lines of the history events recorded since the last read,
+    /// of every followed group in one query; whether there are more.
+    fn read_histories(&mut self, store: &Store) -> io::Result<bool> {
+        if self.histories.is_empty() {
+            return Ok(false);
+        }
+        let of: BTreeMap<i64, usize> = (0..)
+            .zip(&self.histories)
+            .map(|(i, h)| (h.gid, i))
+            .collect();
+        let gids: Vec<i64> = of.keys().copied().collect();
+        let events = store
+            .events_after(&gids, self.history_read, HISTORY_READ_LIMIT)
+            .map_err(io::Error::other)?;
+        let more = events.len() == HISTORY_READ_LIMIT;
+        for (seq, gid, at_ms, event) in events {
+            self.history_read = seq;
+            let Some(&i) = of.get(&gid) else {
+                continue;
+            };
+            if let Some(text) = self.histories[i].line(&event) {
+                self.held.push(Line {
+                    time: Some(u64::try_from(at_ms).unwrap_or(0).saturating_mul(1000)),
+                    log: self.logs.len() + i,
+                    text: text.into_bytes(),
+                });
+            }
+        }
+        Ok(more)
     }
 
     /// Each source's prefix: the logs', then the histories'.
@@ -417,6 +448,7 @@ mod tests {
         let mut f = Follower {
             logs: vec![Log::new("(a) ".into(), a), Log::new("(b) ".into(), b)],
             histories: Vec::new(),
+            history_read: 0,
             held: Vec::new(),
         };
         let store = Store::open(&dir).unwrap();
@@ -474,6 +506,7 @@ mod tests {
         let mut f = Follower {
             logs: vec![Log::new("(a-0) ".into(), path)],
             histories: vec![History::new(gid, vec!["a".into()], None)],
+            history_read: 0,
             held: Vec::new(),
         };
         let mut out = Vec::new();
@@ -501,6 +534,7 @@ mod tests {
         let mut f = Follower {
             logs: vec![Log::new(String::new(), path)],
             histories: Vec::new(),
+            history_read: 0,
             held: Vec::new(),
         };
         let store = Store::open(&dir).unwrap();

@@ -5,15 +5,10 @@
 //! no longer waits without having started.
 
 use super::table;
-use skyc_runtime::store::Store;
 
-/// The most events read in one poll; the next poll reads on.
-const READ_LIMIT: usize = 1000;
-
+/// One followed group's history: which of its lines are shown, and how.
 pub(crate) struct History {
-    gid: i64,
-    /// The number of the last event read.
-    after: i64,
+    pub(crate) gid: i64,
     /// Task names, by index.
     tasks: Vec<String>,
     /// Only this task's lines (a name, or `task-rank` for one node).
@@ -25,33 +20,14 @@ impl History {
     pub(crate) fn new(gid: i64, tasks: Vec<String>, only: Option<&str>) -> Self {
         Self {
             gid,
-            after: 0,
             tasks,
             only: only.map(str::to_owned),
             prefix: "(skyc) ".to_owned(),
         }
     }
 
-    /// The lines of the events recorded since the last read: (µs since
-    /// the epoch, line with its newline). Whether there are more to read.
-    pub(crate) fn read(&mut self, store: &Store) -> Result<(Vec<(u64, String)>, bool), String> {
-        let events = store
-            .events_after(self.gid, self.after, READ_LIMIT)
-            .map_err(|e| e.to_string())?;
-        let more = events.len() == READ_LIMIT;
-        let mut lines = Vec::new();
-        for (seq, at_ms, event) in events {
-            self.after = seq;
-            if let Some(line) = self.line(&event) {
-                let at_us = u64::try_from(at_ms).unwrap_or(0).saturating_mul(1000);
-                lines.push((at_us, line));
-            }
-        }
-        Ok((lines, more))
-    }
-
-    /// The line an event of the history makes, if it makes one.
-    fn line(&self, event: &str) -> Option<String> {
+    /// The line an event of the group's history makes, if it makes one.
+    pub(crate) fn line(&self, event: &str) -> Option<String> {
         let entry: serde_json::Value = serde_json::from_str(event).ok()?;
         let waiting = entry.get("waiting")?;
         let task = self

@@ -120,10 +120,12 @@ impl Spawner {
         {
             return agent::spawn(&agent, launch);
         }
+        // Paths as given: the helper runs where the supervisor does, and
+        // `agent::spawn` makes them absolute there.
         let request = Request {
             agent: agent.clone(),
-            dir: std::path::absolute(launch.dir)?,
-            log: std::path::absolute(launch.log)?,
+            dir: launch.dir.to_owned(),
+            log: launch.log.to_owned(),
             argv: launch.argv.clone(),
             env: launch.env.clone(),
             cwd: launch.cwd.to_owned(),

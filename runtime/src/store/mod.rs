@@ -539,21 +539,25 @@ impl Store {
             .collect()
     }
 
-    /// At most `limit` of a group's events after the one numbered `after`,
-    /// oldest first: (number, time, JSON). A reader following a group's
-    /// history asks again from the last number it was given.
+    /// At most `limit` of the events of groups `ids` after the one
+    /// numbered `after` (numbers are shared by every group), oldest first:
+    /// (number, group, time, JSON). A reader following groups' histories
+    /// asks again from the last number it was given, in one query however
+    /// many groups it follows.
     pub fn events_after(
         &self,
-        id: i64,
+        ids: &[i64],
         after: i64,
         limit: usize,
-    ) -> Result<Vec<(i64, i64, String)>> {
+    ) -> Result<Vec<(i64, i64, i64, String)>> {
+        let ids = serde_json::to_string(ids).unwrap_or_else(|_| "[]".into());
         let mut stmt = self.conn.prepare_cached(
-            "SELECT seq, at_ms, event FROM events WHERE group_id = ?1 AND seq > ?2 \
+            "SELECT seq, group_id, at_ms, event FROM events \
+             WHERE group_id IN (SELECT value FROM json_each(?1)) AND seq > ?2 \
              ORDER BY seq LIMIT ?3",
         )?;
-        stmt.query_map(params![id, after, limit as i64], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        stmt.query_map(params![ids, after, limit as i64], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
         })?
         .collect()
     }
