@@ -1,7 +1,7 @@
 //! What the runtime knows of one group's objects: the JobSet, its gate's
-//! Job, the nodes' pods and Kueue's Workload, as the watches last saw them (and as the runtime's
-//! own writes returned them), with the few readings of each that the
-//! observer and the reconciler need.
+//! Job, the nodes' pods and Kueue's Workload, as the watches last saw them
+//! (and as the runtime's own writes returned them), with the few readings
+//! of each that the observer and the reconciler need.
 
 use super::jobset::JobSet;
 use super::kueue::Workload;
@@ -19,8 +19,8 @@ pub struct Objects {
     pub jobset: Option<JobSet>,
     pub jobs: BTreeMap<String, Job>,
     pub pods: BTreeMap<String, Pod>,
-    /// Kueue's Workloads in the namespace that queue a JobSet, by name
-    /// (watched only for a group in a Kueue queue).
+    /// Kueue's Workloads of the JobSet, by name (watched by its uid once
+    /// it is seen suspended).
     pub workloads: BTreeMap<String, Workload>,
 }
 

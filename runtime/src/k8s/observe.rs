@@ -23,8 +23,9 @@
 //! is unschedulable or the JobSet is suspended; while it waits, why
 //! (`Report::Waiting`): the scheduler's message, or for a suspended JobSet
 //! Kueue's (its Workload's quota or admission checks), else that it is
-//! suspended. A pool worker's task is ready (`Report::Ready`) when every node's pod is `Ready`: its probe
-//! found the marker the node writes after setup. Events come in a fixed
+//! suspended. A pool worker's task is ready (`Report::Ready`) when every
+//! node's pod is `Ready`: its probe found the marker the node writes after
+//! setup. Events come in a fixed
 //! order, exits before losses.
 
 use super::objects::{self, Objects};
