@@ -15,8 +15,7 @@
 
 Usage: bench/dashboard.py [--runs N] [--groups N] [--state DIR]
   --state DIR  use (and keep) this state directory; seeded when empty.
-Environment: SKYC_BENCH_BIN (a skyc binary, with its skyc-agent beside it;
-default: cargo build --release), CHROMIUM (default: chromium).
+Environment: SKYC_BENCH_BIN (a skyc binary; default: cargo build --release), CHROMIUM (default: chromium).
 Target: the list of 1,000 groups drawn in under 200 ms.
 """
 

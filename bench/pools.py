@@ -12,8 +12,7 @@
             worker, beyond the supervisor with no pool.
 
 Usage: bench/pools.py [--runs N] [--jobs N] [--workers N] [--only CASE]
-Environment: SKYC_BENCH_BIN (a skyc binary, with its skyc-agent beside it;
-default: cargo build --release).
+Environment: SKYC_BENCH_BIN (a skyc binary; default: cargo build --release).
 Targets: submit <= 1 s for 1,000 jobs, warm <= 100 ms.
 """
 
@@ -29,7 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
-from run import kib, read_ns, skyc_binary, skyc_processes, wait_idle  # noqa: E402
+from run import kib, read_ns, skyc_binaries, skyc_binary, skyc_processes, wait_idle  # noqa: E402
 
 # Workers and jobs are placed by what they ask for; the machine is
 # described so that the pools fit whatever the benchmark runs on.
@@ -114,10 +113,9 @@ def bench_warm(skyc, tmp, runs):
 
 
 def bench_memory(skyc, tmp, workers):
-    binaries = {os.path.realpath(skyc), os.path.realpath(Path(skyc).with_name("skyc-agent"))}
     pool = Pool(skyc, tmp, "mem", workers, 1)
     time.sleep(1)
-    pids = skyc_processes(binaries)
+    pids = skyc_processes(skyc_binaries(skyc, pool.state))
     pss = {p: kib(f"/proc/{p}/smaps_rollup", "Pss") for p in pids}
     supervisor = int((pool.state / "supervisor.pid").read_text())
     sup_pss = pss.pop(supervisor, 0)

@@ -17,8 +17,7 @@
 
 Usage: bench/run.py [--runs N] [--network auto|loopback] [--groups N[,N...]]
                     [--only start|sigterm|memory|submit]
-Environment: SKYC_BENCH_BIN (a skyc binary, with its skyc-agent beside it;
-default: cargo build --release).
+Environment: SKYC_BENCH_BIN (a skyc binary; default: cargo build --release).
 Targets: start <= 100 ms, sigterm <= 50 ms, supervisor <= 50 MB,
 skyc's memory <= 100 KiB per node.
 """
@@ -144,6 +143,12 @@ def kib(path, key):
     return 0
 
 
+def skyc_binaries(skyc, state):
+    """Real paths of skyc and of the node agent it installed in `state`."""
+    agents = (state / "bin").glob("skyc-agent-*")
+    return {os.path.realpath(skyc), *(os.path.realpath(a) for a in agents)}
+
+
 def skyc_processes(binaries):
     """Pids of the processes running one of `binaries` (real paths)."""
     pids = []
@@ -190,8 +195,7 @@ def bench_memory(skyc, tmp, groups, network):
     sup_hwm = kib(f"/proc/{supervisor}/status", "VmHWM")
     # Every process of skyc's own (no `skyc status` runs now): the
     # supervisor and the agents, whatever their number.
-    binaries = {os.path.realpath(skyc), os.path.realpath(Path(skyc).with_name("skyc-agent"))}
-    pids = skyc_processes(binaries)
+    pids = skyc_processes(skyc_binaries(skyc, state))
     pss = {p: kib(f"/proc/{p}/smaps_rollup", "Pss") for p in pids}
     sup_pss = pss.pop(supervisor, 0)
     subprocess.run([skyc, "cancel", "--all", "--state-dir", str(state)],

@@ -6,6 +6,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+/// The agent's executable, installed as a supervisor installs it, in a
+/// state directory of these tests' own.
+fn agent() -> PathBuf {
+    let state = Path::new(env!("CARGO_TARGET_TMPDIR")).join("agent-tests");
+    skyc_runtime::local::agent::install(&state).expect("the agent installed")
+}
+
 /// The agent of one node: its directory and log in a scratch directory,
 /// removed on drop.
 struct Node {
@@ -30,7 +37,7 @@ impl Node {
     }
 
     fn spawn(&self, program: &str, argv: &[&str]) -> Child {
-        Command::new(env!("CARGO_BIN_EXE_skyc-agent"))
+        Command::new(agent())
             .arg(self.dir())
             .arg(self.log())
             .arg(logindex::index_path(&self.log()))
@@ -231,19 +238,12 @@ fn a_command_that_cannot_start_exits_127_and_says_why() {
 
 #[test]
 fn bad_arguments_are_a_usage_error() {
-    let out = Command::new(env!("CARGO_BIN_EXE_skyc-agent"))
+    let out = Command::new(agent())
         .args(["dir", "log"])
         .output()
         .expect("skyc-agent");
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).starts_with("usage: skyc-agent"));
-}
-
-#[test]
-fn the_agent_is_found_next_to_skyc() {
-    let skyc = Path::new(env!("CARGO_BIN_EXE_skyc"));
-    let agent = skyc_runtime::local::agent::executable(skyc).expect("built with skyc");
-    assert_eq!(agent, Path::new(env!("CARGO_BIN_EXE_skyc-agent")));
 }
 
 /// An agent that can no longer follow its node (here: it cannot record

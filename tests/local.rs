@@ -635,8 +635,17 @@ fn node_agents_come_from_the_spawn_helper_which_is_replaced_when_gone() {
     // children, not the supervisor's.
     let helpers = spawn_helpers(supervisor);
     assert_eq!(helpers.len(), 1, "{helpers:?}");
+    // Each agent runs the executable skyc carries, installed once in the
+    // state directory.
+    let installed: Vec<_> = std::fs::read_dir(s.state().join("bin"))
+        .expect("the agent installed")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    assert_eq!(installed.len(), 1, "{installed:?}");
     for pid in node_pids(&status) {
         assert_eq!(parent_and_state(pid).map(|p| p.0), Some(helpers[0]));
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).expect("its executable");
+        assert_eq!(exe, installed[0]);
     }
     // The helper killed: the nodes it started run on, and the next group's
     // are started by a new helper.

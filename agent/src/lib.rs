@@ -6,9 +6,10 @@
 //! entry point in `start`), linked static and not position-independent, so
 //! that nothing in it is relocated at load time and its code and read-only
 //! data stay shared among all agents. Each agent then owns little more than
-//! its stack. Building it `no_std` on stable Rust needs `panic = "abort"`
-//! (the workspace's profiles set it); the skyc package's build script links
-//! it (`-nostartfiles -nostdlib -static -no-pie`).
+//! its stack. Building it `no_std` on stable Rust needs `panic = "abort"`,
+//! so the runtime's build script builds it with rustc, links it
+//! (`-nostartfiles -nostdlib -static -no-pie`) and carries the executable,
+//! which the local backend installs in the state directory.
 #![cfg_attr(not(test), no_std)]
 
 pub mod agent;

@@ -8,6 +8,7 @@ mod cancel;
 mod catalog;
 mod check;
 mod completions;
+mod crash;
 mod dashboard;
 mod exit;
 mod follow;
@@ -70,6 +71,7 @@ enum Command {
 }
 
 pub(crate) fn main() -> ExitCode {
+    crash::abort_on_panic();
     // The supervisor, started by skyc itself: dispatched before argument
     // parsing.
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
@@ -104,7 +106,10 @@ pub(crate) fn main() -> ExitCode {
         Command::Pool(args) => pool::run(&args),
         Command::Schema(args) => schema::run(&args),
         Command::Completions(args) => completions::run(&args),
-        Command::Lsp(args) => lsp::run(&args),
+        Command::Lsp(args) => {
+            crash::unwind_on_panic();
+            lsp::run(&args)
+        }
     };
     ExitCode::from(code)
 }

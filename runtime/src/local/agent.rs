@@ -18,14 +18,23 @@
 use rustix::process::{Pid, PidfdFlags, Signal};
 use std::fs;
 use std::io;
+use std::io::Write;
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 
-/// The agent's executable, installed next to skyc's.
+/// The agent's executable's name (its `argv[0]`).
 pub const EXECUTABLE: &str = "skyc-agent";
+
+/// The agent's executable, built with the runtime (runtime/build.rs).
+const IMAGE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/skyc-agent"));
+
+/// Names this build of the agent, so that skyc builds sharing a state
+/// directory each run their own.
+const DIGEST: &str = env!("SKYC_AGENT_DIGEST");
 
 /// SIGTERM is passed on; SIGUSR1 asks for SIGKILL (a SIGKILL sent to the
 /// agent itself would lose the exit status).
@@ -34,23 +43,41 @@ pub const KILL_REQUEST: Signal = Signal::USR1;
 const PID_FILE: &str = "agent.pid";
 const EXIT_FILE: &str = "exit";
 
-/// Where the agent is for the skyc executable `skyc` (the running one, for
-/// the supervisor): beside it. A missing agent is an incomplete
-/// installation, said as such; nothing else stands in for it.
-pub fn executable(skyc: &Path) -> io::Result<PathBuf> {
-    let agent = skyc.with_file_name(EXECUTABLE);
-    if agent.is_file() {
-        Ok(agent)
-    } else {
-        Err(io::Error::new(
-            io::ErrorKind::NotFound,
-            format!(
-                "skyc's node agent {} is missing: install `{EXECUTABLE}` next to `{}`",
-                agent.display(),
-                skyc.display()
-            ),
-        ))
+/// Where this skyc's agents run from: `bin/skyc-agent-DIGEST` in the state
+/// directory, written there when missing or not this build's, atomically
+/// (a new file renamed into place), so agents already running keep theirs.
+pub fn install(state_dir: &Path) -> io::Result<PathBuf> {
+    static TEMPORARY: AtomicU64 = AtomicU64::new(0);
+    let dir = std::path::absolute(state_dir.join("bin"))?;
+    let path = dir.join(format!("{EXECUTABLE}-{DIGEST}"));
+    if fs::read(&path).is_ok_and(|bytes| bytes == IMAGE) {
+        return Ok(path);
     }
+    let n = TEMPORARY.fetch_add(1, Ordering::Relaxed);
+    let temporary = dir.join(format!(".{EXECUTABLE}-{DIGEST}.{}.{n}", std::process::id()));
+    let written = (|| {
+        fs::create_dir_all(&dir)?;
+        let mut file = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o755)
+            .open(&temporary)?;
+        file.write_all(IMAGE)?;
+        file.sync_all()?;
+        drop(file);
+        fs::rename(&temporary, &path)
+    })();
+    if let Err(e) = written {
+        let _ = fs::remove_file(&temporary);
+        return Err(io::Error::new(
+            e.kind(),
+            format!(
+                "cannot install skyc's node agent as {}: {e}",
+                path.display()
+            ),
+        ));
+    }
+    Ok(path)
 }
 
 /// What one node and phase runs, and where its files go.
@@ -200,12 +227,60 @@ mod tests {
     }
 
     #[test]
-    fn a_missing_agent_is_an_error_that_names_it() {
-        let err = executable(Path::new("/nonexistent/bin/skyc")).expect_err("missing");
+    fn the_agent_is_installed_once_and_a_damaged_one_replaced() {
+        let state = Scratch::new("installed");
+        let path = install(state.path()).expect("installed");
+        assert_eq!(path, state.path().join(format!("bin/skyc-agent-{DIGEST}")));
+        assert_eq!(fs::read(&path).unwrap(), IMAGE);
+        assert_ne!(fs::metadata(&path).unwrap().permissions().mode() & 0o111, 0);
+        let inode = |p: &Path| std::os::unix::fs::MetadataExt::ino(&fs::metadata(p).unwrap());
+        let first = inode(&path);
+        assert_eq!(install(state.path()).unwrap(), path);
+        assert_eq!(inode(&path), first, "an intact agent is left as it is");
+
+        fs::write(&path, &IMAGE[..IMAGE.len() / 2]).unwrap();
+        assert_eq!(install(state.path()).unwrap(), path);
+        assert_eq!(fs::read(&path).unwrap(), IMAGE);
+        let left: Vec<_> = fs::read_dir(state.path().join("bin")).unwrap().collect();
+        assert_eq!(left.len(), 1, "no temporary file is left: {left:?}");
+    }
+
+    #[test]
+    fn an_agent_that_cannot_be_installed_is_an_error_that_names_it() {
+        let state = Scratch::new("not-installed");
+        // `bin` cannot be a directory: a file stands in its place.
+        fs::write(state.path().join("bin"), "").unwrap();
+        let err = install(state.path()).expect_err("no directory");
+        let bin = state.path().join("bin");
         assert!(
-            err.to_string()
-                .contains("/nonexistent/bin/skyc-agent is missing"),
+            err.to_string().starts_with(&format!(
+                "cannot install skyc's node agent as {}/skyc-agent-",
+                bin.display()
+            )),
             "{err}"
         );
+    }
+
+    /// A directory of a test's own, removed after it.
+    struct Scratch(PathBuf);
+
+    impl Scratch {
+        fn new(name: &str) -> Self {
+            let dir =
+                std::env::temp_dir().join(format!("skyc-agent-{name}-{}", std::process::id()));
+            let _ = fs::remove_dir_all(&dir);
+            fs::create_dir_all(&dir).unwrap();
+            Self(dir)
+        }
+
+        fn path(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
     }
 }

@@ -127,7 +127,7 @@ impl Local {
     pub fn new(state_dir: &Path) -> io::Result<Self> {
         Ok(Self {
             state_dir: state_dir.to_owned(),
-            spawner: Spawner::new(std::env::current_exe()?),
+            spawner: Spawner::new(std::env::current_exe()?, state_dir.to_owned()),
             allocator: Allocator::new(Capacity::detect()),
             groups: BTreeMap::new(),
             queue: VecDeque::new(),

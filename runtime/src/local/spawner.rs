@@ -78,8 +78,11 @@ enum Reply {
 /// The supervisor's side: starts agents through the helper, or directly
 /// when there is none.
 pub struct Spawner {
-    /// skyc's executable: the helper, and the agent beside it.
+    /// skyc's executable: the helper.
     exe: PathBuf,
+    /// Where the agent is installed (`agent::install`), once asked.
+    state_dir: PathBuf,
+    agent: Option<PathBuf>,
     helper: Option<Helper>,
     /// Until then agents are started directly: no helper could be had.
     direct_until: Option<Instant>,
@@ -102,9 +105,11 @@ impl Drop for Helper {
 }
 
 impl Spawner {
-    pub fn new(exe: PathBuf) -> Self {
+    pub fn new(exe: PathBuf, state_dir: PathBuf) -> Self {
         Self {
             exe,
+            state_dir,
+            agent: None,
             helper: None,
             direct_until: None,
         }
@@ -113,7 +118,10 @@ impl Spawner {
     /// Starts the agent of `launch`: its pid, and a pidfd that becomes
     /// readable when it exits.
     pub fn spawn(&mut self, launch: Launch<'_>) -> io::Result<(Pid, OwnedFd)> {
-        let agent = agent::executable(&self.exe)?;
+        let agent = match &self.agent {
+            Some(agent) => agent.clone(),
+            None => self.agent.insert(agent::install(&self.state_dir)?).clone(),
+        };
         if self
             .direct_until
             .is_some_and(|until| Instant::now() < until)

@@ -66,7 +66,7 @@ async fn answer(
     let response = tokio::task::spawn_blocking(move || route(&shared, &parts))
         .await
         // Reached when the blocking pool is shut down; a panic aborts
-        // (`panic = "abort"`), so views must not panic on any store.
+        // (cli/crash.rs), so views must not panic on any store.
         .unwrap_or_else(|_| plain(StatusCode::INTERNAL_SERVER_ERROR, "internal error"));
     Ok(response)
 }
