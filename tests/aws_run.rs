@@ -30,7 +30,7 @@ const STANDIN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/standin");
 
 /// How long the test profile's credentials last: less than the
 /// runtime's margin, so a supervisor asks for new ones on every pass.
-const CREDENTIALS_LAST_S: u64 = 20;
+const CREDENTIALS_LAST_S: u64 = 8;
 
 /// `skyc` with the stand-in's endpoint and the test profile `skyc-test`
 /// in the scratch directory's `~/.aws/config`: a `credential_process`
@@ -783,8 +783,11 @@ fn credentials_are_renewed_while_a_run_lasts_and_never_stored_on_aws() {
     let s = Scratch::new("aws-cred-file");
     let file = s.write(
         "long.yaml",
-        "name: cr\nexecution: parallel\n---\nname: main\nrun: |\n  echo started\n  \
-         sleep 40\n  echo done\n",
+        &format!(
+            "name: cr\nexecution: parallel\n---\nname: main\nrun: |\n  echo started\n  \
+             until [ -e {release} ]; do sleep 0.1; done\n  echo done\n",
+            release = s.dir.join("release").display()
+        ),
     );
     let Some(mut r) = Run::start("aws-cred", &file) else {
         return;
@@ -820,6 +823,8 @@ fn credentials_are_renewed_while_a_run_lasts_and_never_stored_on_aws() {
     );
     // Renewed: the run goes on to its end.
     std::fs::remove_file(r.s.dir.join("cred-broken")).expect("mend");
+    r.until("no longer unreachable", |s| s["unreachable"].is_null());
+    std::fs::write(s.dir.join("release"), "").expect("release");
     let status = r.until("finished", finished);
     assert_eq!(status["status"], "SUCCEEDED", "{status:#}");
     assert!(r.logs("main-0").contains("done"));
@@ -850,9 +855,12 @@ fn a_supervisor_killed_mid_run_is_replaced_and_launches_nothing_twice() {
     let s = Scratch::new("aws-kill-file");
     let file = s.write(
         "long.yaml",
-        "name: lg\nexecution: parallel\nprimary_tasks: [trainer]\n---\nname: trainer\n\
-         num_nodes: 2\nrun: |\n  echo started\n  sleep 15\n  echo done\n---\nname: helper\n\
-         run: sleep 600\n",
+        &format!(
+            "name: lg\nexecution: parallel\nprimary_tasks: [trainer]\n---\nname: trainer\n\
+             num_nodes: 2\nrun: |\n  echo started\n  until [ -e {release} ]; do sleep 0.1; done\n  \
+             echo done\n---\nname: helper\nrun: sleep 600\n",
+            release = s.dir.join("release").display()
+        ),
     );
     let Some(mut r) = Run::start("aws-kill", &file) else {
         return;
@@ -866,7 +874,15 @@ fn a_supervisor_killed_mid_run_is_replaced_and_launches_nothing_twice() {
     let pid = rustix::process::Pid::from_raw(pid).expect("a pid");
     rustix::process::kill_process(pid, rustix::process::Signal::KILL).expect("SIGKILL");
     // `status` starts a new supervisor for the live group (Run::until
-    // asks it every pass), from an environment without AWS settings.
+    // asks it every pass), from an environment without AWS settings; the
+    // trainer ends once it has.
+    let killed = pid.as_raw_nonzero().get().to_string();
+    let state = r.s.state();
+    r.until("a new supervisor", |_| {
+        std::fs::read_to_string(state.join("supervisor.pid"))
+            .is_ok_and(|p| !p.trim().is_empty() && p.trim() != killed)
+    });
+    std::fs::write(s.dir.join("release"), "").expect("release");
     let status = r.until("finished", finished);
     assert_eq!(status["status"], "SUCCEEDED", "{status:#}");
     assert_eq!(task(&status, "trainer")["restarts"], 0);
@@ -923,9 +939,16 @@ fn a_lost_instance_is_replaced_and_the_other_task_untouched_on_aws() {
     let s = Scratch::new("aws-lost-file");
     let file = s.write(
         "long.yaml",
-        "name: lg\nexecution: parallel\nprimary_tasks: [trainer]\n---\nname: trainer\n\
-         num_nodes: 2\nrun: |\n  echo \"rank ${SKYPILOT_NODE_RANK}\"\n  sleep 15\n  echo done\n\
-         ---\nname: helper\nrun: sleep 600\n",
+        // Each rank's first run outlasts the test (it ends only if it is
+        // stopped), the next is short: the stand-in machines see this
+        // host's files, so a first run leaves a mark.
+        &format!(
+            "name: lg\nexecution: parallel\nprimary_tasks: [trainer]\n---\nname: trainer\n\
+             num_nodes: 2\nrun: |\n  echo \"rank ${{SKYPILOT_NODE_RANK}}\"\n  \
+             if mkdir {marks}/rank-$SKYPILOT_NODE_RANK; then sleep 600; fi\n  echo done\n\
+             ---\nname: helper\nrun: sleep 600\n",
+            marks = s.dir.display()
+        ),
     );
     let Some(mut r) = Run::start("aws-lost", &file) else {
         return;
@@ -1359,13 +1382,16 @@ fn a_pool_runs_ranked_jobs_on_aws_workers_and_replaces_a_lost_one() {
     }
 
     // A long job marks its start and its end on the machine, by batch
-    // size and rank.
+    // size and rank; it ends once its batch is released (a file).
     let long = dir.write(
         "long.yaml",
         &format!(
-            "name: job\nenvs:\n  MARKS: {marks}\nrun: |\n  at=\"$MARKS/$SKYPILOT_NUM_JOBS-$SKYPILOT_JOB_RANK\"\n  echo start >> \"$at.start\"\n  echo attempt start\n  sleep 15\n  echo done >> \"$at.done\"\n  echo attempt done\n"
+            "name: job\nenvs:\n  MARKS: {marks}\nrun: |\n  at=\"$MARKS/$SKYPILOT_NUM_JOBS-$SKYPILOT_JOB_RANK\"\n  echo start >> \"$at.start\"\n  echo attempt start\n  until [ -e \"$MARKS/release-$SKYPILOT_NUM_JOBS\" ]; do sleep 0.1; done\n  echo done >> \"$at.done\"\n  echo attempt done\n"
         ),
     );
+    let release = |batch: usize| {
+        std::fs::write(Path::new(&marks).join(format!("release-{batch}")), "").expect("release");
+    };
     // Three long jobs on two workers (each takes a whole one): one waits.
     // Cancelled, the waiting one ends at once and never runs; a running
     // one is stopped on its worker, which goes on.
@@ -1377,7 +1403,6 @@ fn a_pool_runs_ranked_jobs_on_aws_workers_and_replaces_a_lost_one() {
             .count()
     };
     p.until("two long jobs running", started, |n| *n == 2);
-    let two_running = Instant::now();
     let waiting = *three
         .iter()
         .find(|&&id| !p.job_log(id).contains("attempt start"))
@@ -1401,10 +1426,11 @@ fn a_pool_runs_ranked_jobs_on_aws_workers_and_replaces_a_lost_one() {
         );
         assert_eq!(status["status"], "CANCELLED", "{status:#}");
     }
-    // Past the jobs' sleep: a cancelled job never finished, and the
-    // waiting one never started, as the machines saw it.
-    let past = two_running + Duration::from_secs(18);
-    std::thread::sleep(past.saturating_duration_since(Instant::now()));
+    // Released, a job still running would finish within a tenth of a
+    // second: a cancelled job never finished, and the waiting one never
+    // started, as the machines saw it.
+    release(3);
+    std::thread::sleep(Duration::from_secs(2));
     p.follow();
     let rank_of = |id: i64| three.iter().position(|&j| j == id).expect("one of three");
     for &id in &running {
@@ -1455,6 +1481,12 @@ fn a_pool_runs_ranked_jobs_on_aws_workers_and_replaces_a_lost_one() {
     assert_eq!(ids.len(), 1, "{ids:?}");
     p.rt.block_on(ops::terminate(&p.ec2, &ids))
         .expect("terminate");
+    p.until(
+        "the long job started again",
+        |_| lines("1-0.start").len(),
+        |n| *n == 2,
+    );
+    release(1);
     let status = p.until(
         "the long job finished",
         |p| p.s.try_status(id),

@@ -41,7 +41,10 @@ impl Scratch {
             .arg("--state-dir")
             .arg(self.state())
             .current_dir(&self.dir)
-            .env("SCRATCH", &self.dir);
+            .env("SCRATCH", &self.dir)
+            // EC2 here is moto on loopback: a supervisor may ask it far
+            // more often than a real account allows.
+            .env("SKYC_AWS_POLL_MS", "300");
         cmd
     }
 

@@ -1,7 +1,8 @@
 //! The AWS backend: the supervisor's [`Backend`] for groups run on EC2.
 //!
-//! Each group is one thread: every [`POLL`] (or at once when the engine
-//! decides something) it reads the run's world, runs the data plane over
+//! Each group is one thread: every [`poll_interval`] (sooner after a pass
+//! EC2 accepted an operation of, at once when the engine decides
+//! something) it reads the run's world, runs the data plane over
 //! the running nodes ([`DataPlane::step`]: hosts, exits, logs over SSH,
 //! blocking), then one control-plane [`pass`] from the engine's latest
 //! state, and sends what they found to the supervisor through a channel
@@ -42,6 +43,19 @@ use std::time::Duration;
 /// Between two passes over a group, when nothing happens.
 pub const POLL: Duration = Duration::from_secs(3);
 
+/// Between a pass EC2 accepted an operation of and the next.
+const SOON: Duration = Duration::from_millis(500);
+
+/// [`POLL`], or `SKYC_AWS_POLL_MS` milliseconds (at least 100): each pass
+/// reads the run's instances from EC2, which limits how often an account
+/// may be asked.
+pub fn poll_interval() -> Duration {
+    std::env::var("SKYC_AWS_POLL_MS")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map_or(POLL, |ms| Duration::from_millis(ms.max(100)))
+}
+
 /// How long one command on a node may take.
 const SSH_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -81,6 +95,8 @@ pub struct Aws {
     outbox: Outbox,
     /// The tuning of every group's client (tests make it short).
     tuning: Tuning,
+    /// [`poll_interval`], read once.
+    poll: Duration,
 }
 
 impl Aws {
@@ -93,6 +109,7 @@ impl Aws {
             reports: Vec::new(),
             outbox: Outbox::new()?,
             tuning: Tuning::default(),
+            poll: poll_interval(),
         })
     }
 
@@ -310,6 +327,7 @@ impl Backend for Aws {
             sent_errors: BTreeSet::new(),
             outage: None,
             settled: false,
+            poll: self.poll,
         };
         std::thread::Builder::new()
             .name(format!("skyc-aws-{gid}"))
@@ -443,6 +461,7 @@ struct Group {
     sent_errors: BTreeSet<String>,
     outage: Option<String>,
     settled: bool,
+    poll: Duration,
 }
 
 impl Group {
@@ -459,10 +478,10 @@ impl Group {
             }
         };
         loop {
-            self.step(&rt);
-            // Wait for the next decision, or the poll interval; take
-            // every decision queued meanwhile, the latest goal winning.
-            match rx.recv_timeout(POLL) {
+            let next = self.step(&rt);
+            // Wait for the next decision, or the next pass; take every
+            // decision queued meanwhile, the latest goal winning.
+            match rx.recv_timeout(next) {
                 Ok(msg) => {
                     if !self.hear(msg) {
                         return;
@@ -540,7 +559,8 @@ impl Group {
 
     /// One pass: the data plane over the world as it is, then the
     /// control plane.
-    fn step(&mut self, rt: &tokio::runtime::Runtime) {
+    /// One pass; how long until the next one.
+    fn step(&mut self, rt: &tokio::runtime::Runtime) -> Duration {
         match rt.block_on(self.keeper.step(std::time::SystemTime::now())) {
             Step::Keep => {}
             Step::Use(credentials) => self.ec2 = self.ec2.with_credentials(credentials),
@@ -551,14 +571,14 @@ impl Group {
             }
             Step::Outage(why) => {
                 self.set_outage(Some(why));
-                return;
+                return self.poll;
             }
         }
         let world = match rt.block_on(ops::world(&self.ec2, &self.plan)) {
             Ok(w) => w,
             Err(e) if crate::aws::control::pass::is_outage(&e) => {
                 self.set_outage(Some(e.to_string()));
-                return;
+                return self.poll;
             }
             Err(e) if e.code().is_some_and(retry::is_expired_credentials) => {
                 // The run's source is asked again on the next pass; the
@@ -568,11 +588,11 @@ impl Group {
                 if self.sent_errors.insert(e.clone()) {
                     self.out.send(Report::Error(e));
                 }
-                return;
+                return self.poll;
             }
             Err(e) => {
                 self.out.send(Report::Error(e.to_string()));
-                return;
+                return self.poll;
             }
         };
         let (outcomes, mut errors) = self.data.step(&self.plan, &world, &self.goal);
@@ -586,6 +606,11 @@ impl Group {
             }
         }
         self.set_outage(passed.outage);
+        let next = if passed.acted {
+            SOON.min(self.poll)
+        } else {
+            self.poll
+        };
         let mut settled = false;
         for report in passed.reports {
             match report {
@@ -612,6 +637,7 @@ impl Group {
             self.out.send(Report::Settled);
         }
         self.settled = settled;
+        next
     }
 
     /// A worker's part of a pass: ready once every node holds (its setup
