@@ -1,7 +1,7 @@
 //! The AWS backend: the supervisor's [`Backend`] for groups run on EC2.
 //!
 //! Each group is one thread: every [`poll_interval`] (sooner after a pass
-//! EC2 accepted an operation of, at once when the engine decides
+//! EC2 took an operation of, at once when the engine decides
 //! something) it reads the run's world, runs the data plane over
 //! the running nodes ([`DataPlane::step`]: hosts, exits, logs over SSH,
 //! blocking), then one control-plane [`pass`] from the engine's latest
@@ -43,7 +43,7 @@ use std::time::Duration;
 /// Between two passes over a group, when nothing happens.
 pub const POLL: Duration = Duration::from_secs(3);
 
-/// Between a pass EC2 accepted an operation of and the next.
+/// Between a pass EC2 took an operation of and the next.
 const SOON: Duration = Duration::from_millis(500);
 
 /// [`POLL`], or `SKYC_AWS_POLL_MS` milliseconds (at least 100): each pass
@@ -558,8 +558,7 @@ impl Group {
     }
 
     /// One pass: the data plane over the world as it is, then the
-    /// control plane.
-    /// One pass; how long until the next one.
+    /// control plane; how long until the next one.
     fn step(&mut self, rt: &tokio::runtime::Runtime) -> Duration {
         match rt.block_on(self.keeper.step(std::time::SystemTime::now())) {
             Step::Keep => {}

@@ -251,26 +251,28 @@ pub async fn delete_network(ec2: &Ec2, plan: &Plan, sg: &str) -> Result<bool, Er
     }
 }
 
-/// Carries out one reconciler operation on `world` (as read before it).
-pub async fn apply(ec2: &Ec2, plan: &Plan, world: &World, op: &Op) -> Result<(), Error> {
+/// Carries out one reconciler operation on `world` (as read before it):
+/// whether EC2 took it, so that the world changes (a security group still
+/// in use is not deleted, a launch waits for its network).
+pub async fn apply(ec2: &Ec2, plan: &Plan, world: &World, op: &Op) -> Result<bool, Error> {
     match op {
-        Op::Terminate { ids } => terminate(ec2, ids).await,
-        Op::EnsureNetwork => ensure_network(ec2, plan).await.map(drop),
+        Op::Terminate { ids } => terminate(ec2, ids).await.map(|()| true),
+        Op::EnsureNetwork => ensure_network(ec2, plan).await.map(|_| true),
         Op::Launch {
             task,
             rank,
             attempt,
         } => {
             let Some(Network { id, ready: true }) = &world.network else {
-                return Ok(());
+                return Ok(false);
             };
             launch(ec2, plan, *task, *rank, *attempt, id)
                 .await
-                .map(drop)
+                .map(|_| true)
         }
         Op::DeleteNetwork => match &world.network {
-            Some(n) => delete_network(ec2, plan, &n.id).await.map(drop),
-            None => Ok(()),
+            Some(n) => delete_network(ec2, plan, &n.id).await,
+            None => Ok(false),
         },
     }
 }

@@ -42,9 +42,9 @@ pub struct Passed {
     /// EC2 is out of reach (why), or `None`: the backend reports a change
     /// as [`Report::Outage`].
     pub outage: Option<String>,
-    /// EC2 accepted an operation: the world is changing, and the next
-    /// pass comes soon to see how (a network made is followed by its
-    /// launches).
+    /// EC2 took an operation ([`ops::apply`]): the world is changing,
+    /// and the next pass comes soon to see how (a network made is
+    /// followed by its launches).
     pub acted: bool,
 }
 
@@ -66,9 +66,10 @@ pub async fn pass(ec2: &Ec2, plan: &Plan, goal: &Goal, outcomes: &Outcomes) -> P
     let ops = reconcile(plan, &world, goal);
     for op in &ops {
         match ops::apply(ec2, plan, &world, op).await {
-            // Launched: whatever EC2 refused before, the task waits no more.
-            Ok(()) => {
-                out.acted = true;
+            Ok(took) => {
+                out.acted |= took;
+                // Launched: whatever EC2 refused before, the task waits no
+                // more.
                 if let Op::Launch { task, .. } = op {
                     out.reports.push(Report::Waiting {
                         task: *task,

@@ -139,3 +139,95 @@ fn an_unreachable_endpoint_fails_in_bounded_time() {
         "{e}"
     );
 }
+
+/// A security group still in use is not deleted: EC2 answers
+/// `DependencyViolation` (moto never does, so a scripted endpoint on
+/// loopback answers every request, that one refused), and the deletion
+/// counts as nothing taken, so the group is not passed over again at once.
+#[test]
+fn a_network_still_in_use_is_not_taken_as_deleted() {
+    use crate::aws::control::reconcile::Op;
+    use crate::aws::world::{Network, World};
+    use std::io::{BufRead, BufReader, Read, Write};
+
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let log = asked.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut stream = stream;
+            // Requests on one connection, one after another.
+            'requests: loop {
+                let mut length = 0;
+                let mut line = String::new();
+                loop {
+                    line.clear();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        break 'requests;
+                    }
+                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                        length = v.trim().parse().unwrap();
+                    }
+                    if line == "\r\n" {
+                        break;
+                    }
+                }
+                let mut body = vec![0; length];
+                reader.read_exact(&mut body).unwrap();
+                let body = String::from_utf8_lossy(&body).into_owned();
+                let action = body
+                    .split('&')
+                    .find_map(|kv| kv.strip_prefix("Action="))
+                    .unwrap_or_default()
+                    .to_owned();
+                let (status, answer) = if action == "DeleteSecurityGroup" {
+                    (
+                        "400 Bad Request",
+                        "<Response><Errors><Error><Code>DependencyViolation</Code>\
+                         <Message>resource sg-1 has a dependent object</Message>\
+                         </Error></Errors><RequestID>r</RequestID></Response>",
+                    )
+                } else {
+                    (
+                        "200 OK",
+                        "<Response><requestId>r</requestId><return>true</return></Response>",
+                    )
+                };
+                log.lock().unwrap().push(action);
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 {status}\r\nContent-Type: text/xml\r\nContent-Length: {}\r\n\r\n{answer}",
+                    answer.len()
+                );
+            }
+        }
+    });
+    let p = super::plan(GROUP, "in-use");
+    let ec2 = Ec2::new(
+        &settings(&format!("http://127.0.0.1:{port}")),
+        Some(&p.region),
+        Tuning::default(),
+    )
+    .unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let world = World {
+        instances: Vec::new(),
+        network: Some(Network {
+            id: "sg-1".into(),
+            ready: true,
+        }),
+    };
+    let took = rt
+        .block_on(ops::apply(&ec2, &p, &world, &Op::DeleteNetwork))
+        .expect("a refusal the reconciler waits out");
+    assert!(!took, "a security group in use counted as deleted");
+    assert_eq!(
+        asked.lock().unwrap().last().map(String::as_str),
+        Some("DeleteSecurityGroup")
+    );
+}
