@@ -451,15 +451,7 @@ fn a_worker_is_not_submitted_while_a_dead_supervisors_sbatch_runs() {
     fs::create_dir_all(f.group(9)).unwrap();
     fs::write(f.group(9).join("submitting.0"), "").unwrap();
     // The dead supervisor's sbatch, still waiting for slurmctld.
-    let mut sbatch = std::process::Command::new("bash")
-        .args([
-            "-c",
-            "sleep 30; true",
-            "sbatch",
-            "--comment=sbatchrun-w9-a0",
-        ])
-        .spawn()
-        .unwrap();
+    let sbatch = Lingering::start("--comment=sbatchrun-w9-a0");
     let mut engine = Engine::new(spec("w"));
     engine.start();
     let worker = f.worker();
@@ -467,11 +459,46 @@ fn a_worker_is_not_submitted_while_a_dead_supervisors_sbatch_runs() {
     drain_for(&mut f, 1_500);
     // Read while it still runs: once it is killed, a poll may submit.
     assert_eq!(f.bin("sbatch.log"), "", "no second sbatch beside it");
-    let _ = sbatch.kill();
-    let _ = sbatch.wait();
+    drop(sbatch);
     // Gone, and its job never made: submitted at the next try.
     f.drain_until(|r| matches!(event(r), Some((9, Event::TaskQueued { .. }))));
     assert_eq!(f.bin("sbatch.log").lines().count(), 1);
+}
+
+/// A process named `sbatch` carrying `comment`, as a dead supervisor's
+/// child would be; killed when dropped, also when the test fails, so that
+/// it cannot stand in for the next run's.
+struct Lingering(std::process::Child);
+
+impl Lingering {
+    fn start(comment: &str) -> Self {
+        let child = std::process::Command::new("bash")
+            .args(["-c", "sleep 30; true", "sbatch", comment])
+            .spawn()
+            .unwrap();
+        // spawn returns once the exec has begun, before the kernel has
+        // laid out the new argv: until then /proc shows an empty cmdline.
+        let cmdline = format!("/proc/{}/cmdline", child.id());
+        let mut seen = false;
+        for _ in 0..200 {
+            seen = fs::read(&cmdline)
+                .is_ok_and(|c| c.split(|&b| b == 0).any(|a| a == comment.as_bytes()));
+            if seen {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let lingering = Self(child);
+        assert!(seen, "{cmdline} never showed {comment}");
+        lingering
+    }
+}
+
+impl Drop for Lingering {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// Job 2 adopted, started and placed on worker 1.
