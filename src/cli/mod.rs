@@ -142,3 +142,36 @@ fn internal_supervise(args: &[std::ffi::OsString]) -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    /// Every command's `--help`, as users read it: what a change to the
+    /// argument types must leave as it is (or show in review).
+    #[test]
+    fn every_commands_help() {
+        fn walk(cmd: &mut clap::Command, path: &str, out: &mut String) {
+            let help = cmd.render_long_help().to_string();
+            out.push_str(&format!("===== {path} --help\n{help}\n"));
+            let names: Vec<String> = cmd
+                .get_subcommands()
+                .filter(|c| !c.is_hide_set() && c.get_name() != "help")
+                .map(|c| c.get_name().to_owned())
+                .collect();
+            for name in names {
+                let sub = cmd.find_subcommand_mut(&name).expect("listed");
+                walk(sub, &format!("{path} {name}"), out);
+            }
+        }
+        let mut cmd = Cli::command();
+        cmd.build();
+        let mut out = String::new();
+        walk(&mut cmd, "skyc", &mut out);
+        let mut settings = insta::Settings::clone_current();
+        settings.set_snapshot_path(concat!(env!("CARGO_MANIFEST_DIR"), "/snapshots/cli"));
+        settings.set_prepend_module_to_snapshot(false);
+        settings.bind(|| insta::assert_snapshot!("help", out));
+    }
+}
