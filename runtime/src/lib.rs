@@ -34,6 +34,7 @@ pub mod outbox;
 pub mod paths;
 pub mod policy;
 pub mod pool;
+pub mod registry;
 pub mod secrets;
 pub mod slurm;
 pub mod store;

@@ -2,12 +2,13 @@
 
 use super::catalog;
 use super::out::errln;
-use super::run::RunInput;
+use super::target::{
+    Jobs, ON_THIS_MACHINE, Planned, PlannedPool, Plans, RunInput, each_rank, planned_pool, to_json,
+};
 use clap::ValueEnum;
-use skyc_compiler::Diagnostic;
 use skyc_runtime::aws::{JobPlan, PoolPlan, RunOptions, RunPlan};
 use skyc_runtime::local::plan::run_timestamp;
-use skyc_runtime::pool::JobSpec;
+use skyc_runtime::store::Backend;
 use skyc_targets::cloud::Cloud;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -48,40 +49,6 @@ enum SshVia {
 }
 
 impl AwsArgs {
-    /// Whether an option only the aws target reads was given.
-    pub(crate) fn given(&self) -> bool {
-        self.catalog.is_some() || self.ssh_from.is_some()
-    }
-
-    /// The run's plan (see [`RunPlan::for_run`]), and a note when the
-    /// credentials are ones nothing renews.
-    pub(crate) fn plan(
-        &self,
-        run: &RunInput<'_>,
-        state_dir: &Path,
-    ) -> Result<(Option<RunPlan>, Vec<Diagnostic>), String> {
-        let catalog = catalog::load(Cloud::Aws, self.catalog.as_deref())?;
-        let (plan, diagnostics) =
-            RunPlan::for_run(run.group, &catalog, &self.options(run, state_dir))?;
-        note_credentials(plan.as_ref());
-        Ok((plan, diagnostics))
-    }
-
-    /// A pool's plan (see [`PoolPlan::for_pool`]).
-    pub(crate) fn plan_pool(
-        &self,
-        run: &RunInput<'_>,
-        pool: &skyc_compiler::ir::Pool,
-        name: &str,
-        state_dir: &Path,
-    ) -> Result<(Option<PoolPlan>, Vec<Diagnostic>), String> {
-        let catalog = catalog::load(Cloud::Aws, self.catalog.as_deref())?;
-        let options = self.options(run, state_dir);
-        let (plan, diagnostics) = PoolPlan::for_pool(run.group, pool, name, &catalog, &options)?;
-        note_credentials(plan.as_ref().map(|p| &p.worker));
-        Ok((plan, diagnostics))
-    }
-
     fn options<'a>(&self, run: &RunInput<'a>, state_dir: &'a Path) -> RunOptions<'a> {
         RunOptions {
             grace: Duration::from_secs_f64(run.grace),
@@ -124,27 +91,64 @@ fn login_name(user: &str) -> Result<String, String> {
     }
 }
 
-/// The plans of a pool's jobs on AWS, in rank order (`job` gives each its
-/// rank); none when planning found an error. The findings are the same
-/// for every rank, so they are given once.
-pub(crate) fn plan_pool_jobs(
-    run: RunInput<'_>,
-    job: impl Fn(u32) -> JobSpec,
-) -> Result<(Option<Vec<String>>, Vec<Diagnostic>), String> {
-    let grace = Duration::from_secs_f64(run.grace);
-    let submitted = run_timestamp(run.submitted_ms);
-    let mut found = Vec::new();
-    let mut plans = Vec::new();
-    for rank in 0..job(0).num_jobs {
-        let (plan, diagnostics) =
-            JobPlan::new(run.group, job(rank), run.secrets, grace, submitted.clone());
-        if rank == 0 {
-            found = diagnostics;
-        }
-        match plan {
-            Some(plan) => plans.push(serde_json::to_string(&plan).map_err(|e| e.to_string())?),
-            None => return Ok((None, found)),
-        }
+impl Plans for AwsArgs {
+    fn backend(&self) -> Backend {
+        Backend::Aws
     }
-    Ok((Some(plans), found))
+
+    /// The options without a default (`--ssh-user` and `--ssh-via` have
+    /// one, so they cannot tell).
+    fn given(&self) -> Vec<&'static str> {
+        let mut given = Vec::new();
+        if self.catalog.is_some() {
+            given.push("--catalog");
+        }
+        if self.ssh_from.is_some() {
+            given.push("--ssh-from");
+        }
+        given
+    }
+
+    /// An instance per node (see [`RunPlan::for_run`]), and a note when
+    /// the credentials are ones nothing renews.
+    fn group(&self, run: &RunInput<'_>) -> Result<Planned, String> {
+        let catalog = catalog::load(Cloud::Aws, self.catalog.as_deref())?;
+        let (plan, diagnostics) =
+            RunPlan::for_run(run.group, &catalog, &self.options(run, run.state_dir))?;
+        note_credentials(plan.as_ref());
+        Planned::of(plan, diagnostics)
+    }
+
+    /// See [`PoolPlan::for_pool`].
+    fn pool(
+        &self,
+        run: &RunInput<'_>,
+        name: &str,
+        pool: &skyc_compiler::ir::Pool,
+    ) -> Result<PlannedPool, String> {
+        let catalog = catalog::load(Cloud::Aws, self.catalog.as_deref())?;
+        let options = self.options(run, run.state_dir);
+        let (plan, diagnostics) = PoolPlan::for_pool(run.group, pool, name, &catalog, &options)?;
+        note_credentials(plan.as_ref().map(|p| &p.worker));
+        planned_pool(plan, diagnostics)
+    }
+
+    /// Run on the pool's workers' instances.
+    fn jobs(&self, run: &RunInput<'_>, jobs: &Jobs<'_>) -> Result<Planned<Vec<String>>, String> {
+        if jobs.pool.is_none() {
+            return Err(ON_THIS_MACHINE.into());
+        }
+        let grace = Duration::from_secs_f64(run.grace);
+        let submitted = run_timestamp(run.submitted_ms);
+        each_rank(jobs.num_jobs, |rank| {
+            let (plan, diagnostics) = JobPlan::new(
+                run.group,
+                (jobs.spec)(rank),
+                run.secrets,
+                grace,
+                submitted.clone(),
+            );
+            Ok((plan.map(|p| to_json(&p)).transpose()?, diagnostics))
+        })
+    }
 }

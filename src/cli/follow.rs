@@ -12,8 +12,8 @@
 use super::history::History;
 use skyc_runtime::local::logindex;
 use skyc_runtime::paths;
-use skyc_runtime::slurm::Plan as SlurmPlan;
-use skyc_runtime::store::{Backend, GroupRow, Store, TaskRow};
+use skyc_runtime::registry::{LogPlaces, LogQuery};
+use skyc_runtime::store::{GroupRow, Store, TaskRow};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom, Write};
@@ -65,28 +65,20 @@ struct Line {
     text: Vec<u8>,
 }
 
-/// Where each task's `logs/` is: the group's directory, or on Slurm the
-/// job's (a pipeline's: its step's). In task order.
-pub(crate) fn log_dirs(
+/// Where a group's logs are (its backend says: see
+/// [`skyc_runtime::registry::Descriptor::logs`]).
+pub(crate) fn log_places(
     store: &Store,
     state: &std::path::Path,
     group: &GroupRow,
     tasks: &[TaskRow],
-) -> Result<Vec<PathBuf>, String> {
-    let gid = group.id;
-    Ok(match group.backend {
-        Backend::Local | Backend::Kubernetes | Backend::Aws => {
-            vec![paths::group_dir(state, gid); tasks.len()]
-        }
-        Backend::Slurm => {
-            let plan: SlurmPlan =
-                serde_json::from_str(&store.plan(gid).map_err(|e| e.to_string())?)
-                    .map_err(|e| e.to_string())?;
-            tasks
-                .iter()
-                .map(|t| plan.task_dir(state, gid, &t.name))
-                .collect()
-        }
+) -> Result<LogPlaces, String> {
+    let names: Vec<String> = tasks.iter().map(|t| t.name.clone()).collect();
+    (group.backend.descriptor().logs)(&LogQuery {
+        store,
+        state,
+        group,
+        tasks: &names,
     })
 }
 
@@ -111,17 +103,15 @@ impl Follower {
         });
         let only = only.as_deref();
         let mut logs = Vec::new();
-        // The Slurm batch scripts' own output: where they say why they
-        // could not run the group.
-        if let (Backend::Slurm, None, Some(jobs)) = (group.backend, only, &group.job) {
-            let plan: SlurmPlan =
-                serde_json::from_str(&store.plan(gid).map_err(|e| e.to_string())?)
-                    .map_err(|e| e.to_string())?;
-            for (name, path) in plan.batch_outputs(state, gid, jobs) {
+        let places = log_places(store, state, &group, &tasks)?;
+        // The backend's own logs (Slurm's batch output: why a script could
+        // not run the group) go with the whole group's.
+        if only.is_none() {
+            for (name, path) in places.extra {
                 logs.push(Log::new(format!("({name}) "), path));
             }
         }
-        let dirs = log_dirs(store, state, &group, &tasks)?;
+        let dirs = places.task_dirs;
         for (task, dir) in tasks.iter().zip(&dirs) {
             let nodes = u32::try_from(task.num_nodes).unwrap_or(1);
             for rank in 0..nodes {
@@ -476,7 +466,7 @@ mod tests {
                 source: "g.yaml",
                 submitted_at_ms: 0,
                 plan: "{}",
-                backend: Backend::Local,
+                backend: skyc_runtime::store::Backend::Local,
                 tasks: vec![skyc_runtime::store::NewTask {
                     name: "a",
                     primary: true,

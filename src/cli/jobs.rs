@@ -3,14 +3,13 @@
 
 use super::exit::{self, NOT_FINISHED, USAGE};
 use super::follow::Follower;
-use super::local::{LocalSetting, NetworkArg};
 use super::out::{self, errln};
 use super::run::Submitted;
 use super::state::StateArgs;
+use super::target::{Jobs, ON_THIS_MACHINE, Planners, RunInput};
 use skyc_compiler::ir::{Group, Task};
 use skyc_compiler::{Compilation, Diagnostic, Rule};
 use skyc_runtime::local::capacity::Demand;
-use skyc_runtime::local::plan::Plan;
 use skyc_runtime::pool::{JobSpec, PoolPlan, PoolSpec, Room};
 use skyc_runtime::store::{Backend, GroupRow, Member, NewGroup, NewTask, Store};
 use skyc_runtime::supervisor;
@@ -21,17 +20,11 @@ use std::time::Duration;
 
 /// What `run` was given for jobs.
 pub(super) struct Submission<'a> {
-    pub(super) file: &'a str,
-    pub(super) name: &'a str,
     pub(super) run_name: Option<&'a str>,
     pub(super) pool: Option<&'a str>,
     pub(super) num_jobs: u32,
-    /// `--target local` (the default).
-    pub(super) local: bool,
-    pub(super) network: Option<NetworkArg>,
-    pub(super) grace: f64,
-    pub(super) secrets: &'a [(String, String)],
-    pub(super) submitted_ms: i64,
+    pub(super) target: Backend,
+    pub(super) planners: &'a Planners<'a>,
     pub(super) state: &'a StateArgs,
 }
 
@@ -40,13 +33,14 @@ impl Submission<'_> {
     pub(super) fn submit(
         &self,
         mut compilation: Compilation,
-        group: &Group,
+        run: &RunInput<'_>,
         show: &dyn Fn(&Compilation),
     ) -> Result<Submitted, String> {
-        if !self.local {
+        let group = run.group;
+        if self.target != Backend::Local {
             return Err(match self.pool {
                 Some(_) => "a pool's jobs run where the pool is: drop `--target`".into(),
-                None => "`--num-jobs` runs on this machine only for now (`--target local`)".into(),
+                None => ON_THIS_MACHINE.into(),
             });
         }
         let (dir, mut store) = self.state.open()?;
@@ -79,41 +73,21 @@ impl Submission<'_> {
             room = fit;
             compilation.diagnostics.extend(found);
         }
+        // On the pool's backend, else on this machine.
         let backend = pool.as_ref().map_or(Backend::Local, |(row, _)| row.backend);
-        let job = |rank| JobSpec {
+        let spec = |rank| JobSpec {
             room,
             rank,
             num_jobs: self.num_jobs,
         };
-        let planned = match backend {
-            Backend::Local => self.plan_local(group, &mut compilation, pool.is_some(), job)?,
-            Backend::Aws if pool.is_some() => {
-                let (plans, found) = super::aws::plan_pool_jobs(self.job_input(group), job)?;
-                compilation.diagnostics.extend(found);
-                plans
-            }
-            Backend::Slurm => {
-                let (plans, found) = super::slurm::plan_pool_jobs(self.job_input(group), job)?;
-                compilation.diagnostics.extend(found);
-                plans
-            }
-            Backend::Kubernetes if let Some((_, pool)) = &pool => {
-                let (plans, found) = super::k8s::plan_pool_jobs(
-                    &self.job_input(group),
-                    &pool.worker,
-                    self.num_jobs,
-                    job,
-                )?;
-                compilation.diagnostics.extend(found);
-                plans
-            }
-            other => {
-                return Err(format!(
-                    "pools on the {} target take no jobs yet",
-                    other.as_str()
-                ));
-            }
+        let jobs = Jobs {
+            pool: pool.as_ref().map(|(_, plan)| plan),
+            num_jobs: self.num_jobs,
+            spec: &spec,
         };
+        let planned = self.planners.of(backend)?.jobs(run, &jobs)?;
+        compilation.diagnostics.extend(planned.diagnostics);
+        let planned = planned.plan;
         compilation
             .diagnostics
             .sort_by_key(|d| (d.primary.span.start, d.rule));
@@ -128,8 +102,8 @@ impl Submission<'_> {
             .map(|(plan, rank)| {
                 let new = NewGroup {
                     name,
-                    source: self.name,
-                    submitted_at_ms: self.submitted_ms,
+                    source: run.source,
+                    submitted_at_ms: run.submitted_ms,
                     plan,
                     backend,
                     tasks: NewTask::of(group),
@@ -147,60 +121,6 @@ impl Submission<'_> {
             .map_err(|e| format!("{}: {e}", dir.display()))?;
         supervisor::wake(&dir).map_err(|e| format!("supervisor: {e}"))?;
         Ok(Submitted::Jobs(dir, ids))
-    }
-}
-
-impl Submission<'_> {
-    /// What every target plans a job from.
-    fn job_input<'g>(&self, group: &'g Group) -> super::run::RunInput<'g>
-    where
-        Self: 'g,
-    {
-        super::run::RunInput {
-            group,
-            grace: self.grace,
-            secrets: self.secrets,
-            submitted_ms: self.submitted_ms,
-        }
-    }
-
-    /// The jobs' plans on this machine, in rank order: on a pool's
-    /// workers (`job` gives each its rank), or each on its own. `None`
-    /// when planning found errors (added to `compilation`).
-    fn plan_local(
-        &self,
-        group: &Group,
-        compilation: &mut Compilation,
-        pooled: bool,
-        job: impl Fn(u32) -> JobSpec,
-    ) -> Result<Option<Vec<String>>, String> {
-        let setting = LocalSetting::new(self.network, self.file, self.name)?;
-        let (plan, diagnostics) = Plan::new(
-            group,
-            &setting.options(self.grace, self.secrets, self.submitted_ms),
-        );
-        compilation.diagnostics.extend(diagnostics);
-        let Some(mut plan) = plan.filter(|_| !compilation.has_errors()) else {
-            return Ok(None);
-        };
-        if pooled {
-            // Jobs run on the pool's workers, which ran the pool's setup.
-            plan.tasks.iter_mut().for_each(|t| t.setup = None);
-        } else {
-            setting.check_network(&plan)?;
-        }
-        (0..self.num_jobs)
-            .map(|rank| {
-                let mut plan = plan.clone();
-                if pooled {
-                    plan.pool_job = Some(job(rank));
-                } else {
-                    plan.job_rank = Some((rank, self.num_jobs));
-                }
-                serde_json::to_string(&plan).map_err(|e| e.to_string())
-            })
-            .collect::<Result<Vec<_>, String>>()
-            .map(Some)
     }
 }
 

@@ -1,11 +1,13 @@
 //! The Kubernetes options `build` and `run` share.
 
-use super::run::RunInput;
+use super::target::{
+    Jobs, ON_THIS_MACHINE, Planned, PlannedPool, Plans, RunInput, planned_pool, to_json,
+};
 use skyc_compiler::Diagnostic;
 use skyc_compiler::ir::{self, Group};
 use skyc_runtime::backend::run_token;
 use skyc_runtime::k8s::{Plan, PoolInput, PoolPlan};
-use skyc_runtime::pool::JobSpec;
+use skyc_runtime::store::Backend;
 use skyc_targets::k8s;
 use std::time::Duration;
 
@@ -58,14 +60,19 @@ pub(crate) struct K8sRunArgs {
     pub(crate) context: Option<String>,
 }
 
-impl K8sRunArgs {
-    /// The run's plan (see [`Plan::for_run`]), with the kubeconfig
+impl Plans for K8sRunArgs {
+    fn backend(&self) -> Backend {
+        Backend::Kubernetes
+    }
+
+    fn given(&self) -> Vec<&'static str> {
+        self.context.iter().map(|_| "--context").collect()
+    }
+
+    /// A JobSet (see [`Plan::for_run`]), with the kubeconfig
     /// `KUBECONFIG` names.
-    pub(crate) fn plan(
-        &self,
-        run: &RunInput<'_>,
-    ) -> Result<(Option<Plan>, Vec<Diagnostic>), String> {
-        Plan::for_run(
+    fn group(&self, run: &RunInput<'_>) -> Result<Planned, String> {
+        let (plan, diagnostics) = Plan::for_run(
             run.group,
             &self.k8s.options()?,
             std::env::var("KUBECONFIG").ok().as_deref(),
@@ -73,17 +80,12 @@ impl K8sRunArgs {
             Duration::from_secs_f64(run.grace),
             run.secrets,
             run_token(run.submitted_ms),
-        )
+        )?;
+        Planned::of(plan, diagnostics)
     }
 
-    /// The plan of the pool `pool` named `name` (`skyc pool apply
-    /// --target k8s`), as JSON, its size, and what planning found.
-    pub(crate) fn plan_pool(
-        &self,
-        run: &RunInput<'_>,
-        name: &str,
-        pool: &ir::Pool,
-    ) -> Result<(Option<String>, String, Vec<Diagnostic>), String> {
+    /// Workers named after the pool (see [`PoolPlan::for_apply`]).
+    fn pool(&self, run: &RunInput<'_>, name: &str, pool: &ir::Pool) -> Result<PlannedPool, String> {
         let (plan, diagnostics) = PoolPlan::for_apply(&PoolInput {
             group: run.group,
             pool,
@@ -95,41 +97,34 @@ impl K8sRunArgs {
             secrets: run.secrets,
             token: run_token(run.submitted_ms),
         })?;
-        let size = plan
-            .as_ref()
-            .map(|p| p.pool.scaling.describe())
-            .unwrap_or_default();
-        let json = plan
-            .map(|p| serde_json::to_string(&p).map_err(|e| e.to_string()))
-            .transpose()?;
-        Ok((json, size, diagnostics))
+        planned_pool(plan, diagnostics)
     }
-}
 
-/// The plans of the jobs of `run` on a Kubernetes pool whose workers are
-/// made from `worker` (`skyc run --pool`), as JSON, in rank order
-/// ([`Plan::pool_jobs`]); `None` when planning found errors.
-pub(crate) fn plan_pool_jobs(
-    run: &RunInput<'_>,
-    worker: &serde_json::Value,
-    num_jobs: u32,
-    job: impl Fn(u32) -> JobSpec,
-) -> Result<(Option<Vec<String>>, Vec<Diagnostic>), String> {
-    let worker: Plan = serde_json::from_value(worker.clone())
-        .map_err(|e| format!("the pool's Kubernetes plan: {e}"))?;
-    let grace = Duration::from_secs_f64(run.grace);
-    let token = run_token(run.submitted_ms);
-    let (plans, diagnostics) =
-        worker.pool_jobs(run.group, grace, run.secrets, token, num_jobs, job);
-    let json = plans
-        .map(|plans| {
-            plans
-                .iter()
-                .map(|p| serde_json::to_string(p).map_err(|e| e.to_string()))
-                .collect::<Result<Vec<_>, String>>()
+    /// Started in the pods of the workers made from the pool's plan
+    /// ([`Plan::pool_jobs`]).
+    fn jobs(&self, run: &RunInput<'_>, jobs: &Jobs<'_>) -> Result<Planned<Vec<String>>, String> {
+        let Some(pool) = jobs.pool else {
+            return Err(ON_THIS_MACHINE.into());
+        };
+        let worker: Plan = serde_json::from_value(pool.worker.clone())
+            .map_err(|e| format!("the pool's Kubernetes plan: {e}"))?;
+        let grace = Duration::from_secs_f64(run.grace);
+        let token = run_token(run.submitted_ms);
+        let (plans, diagnostics) = worker.pool_jobs(
+            run.group,
+            grace,
+            run.secrets,
+            token,
+            jobs.num_jobs,
+            jobs.spec,
+        );
+        Ok(Planned {
+            plan: plans
+                .map(|plans| plans.iter().map(to_json).collect::<Result<Vec<_>, _>>())
+                .transpose()?,
+            diagnostics,
         })
-        .transpose()?;
-    Ok((json, diagnostics))
+    }
 }
 
 /// What `skyc pool apply --target k8s` would start for the pool file

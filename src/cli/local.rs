@@ -1,10 +1,14 @@
 //! The local target's options `run`, `run --pool` and `pool apply` share.
 
 use super::out::errln;
+use super::target::{Jobs, Planned, PlannedPool, Plans, RunInput, planned_pool, to_json};
 use clap::ValueEnum;
+use skyc_compiler::Diagnostic;
+use skyc_compiler::ir::Pool;
 use skyc_runtime::local::capacity::Capacity;
 use skyc_runtime::local::network::{self, Mode};
-use skyc_runtime::local::plan::{NetworkRequest, Plan, PlanOptions, run_timestamp};
+use skyc_runtime::local::plan::{NetworkRequest, Plan, PlanOptions, PoolPlan, run_timestamp};
+use skyc_runtime::store::Backend;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -81,5 +85,79 @@ impl LocalSetting {
             errln!("note: nodes get {}", self.mode.describe());
         }
         Ok(())
+    }
+}
+
+/// The local target's options: `--network`, which `run` and `pool apply`
+/// each describe in their own words.
+pub(crate) struct LocalOptions {
+    pub(crate) network: Option<NetworkArg>,
+}
+
+impl Plans for LocalOptions {
+    fn backend(&self) -> Backend {
+        Backend::Local
+    }
+
+    fn given(&self) -> Vec<&'static str> {
+        self.network.iter().map(|_| "--network").collect()
+    }
+
+    fn group(&self, run: &RunInput<'_>) -> Result<Planned, String> {
+        let setting = LocalSetting::new(self.network, run.file, run.source)?;
+        let options = setting.options(run.grace, run.secrets, run.submitted_ms);
+        let (plan, diagnostics) = Plan::new(run.group, &options);
+        if let Some(plan) = &plan {
+            setting.check_network(plan)?;
+        }
+        Planned::of(plan, diagnostics)
+    }
+
+    fn pool(&self, run: &RunInput<'_>, _name: &str, pool: &Pool) -> Result<PlannedPool, String> {
+        let setting = LocalSetting::new(self.network, run.file, run.source)?;
+        let options = setting.options(run.grace, run.secrets, run.submitted_ms);
+        let (plan, diagnostics) = PoolPlan::new(run.group, pool, &options);
+        if let Some(plan) = &plan {
+            setting.check_network(&plan.worker)?;
+        }
+        planned_pool(plan, diagnostics)
+    }
+
+    /// On a pool's workers, or each on its own.
+    fn jobs(&self, run: &RunInput<'_>, jobs: &Jobs<'_>) -> Result<Planned<Vec<String>>, String> {
+        let setting = LocalSetting::new(self.network, run.file, run.source)?;
+        let (plan, diagnostics) = Plan::new(
+            run.group,
+            &setting.options(run.grace, run.secrets, run.submitted_ms),
+        );
+        let has_errors = diagnostics.iter().any(Diagnostic::is_error);
+        let Some(mut plan) = plan.filter(|_| !has_errors) else {
+            return Ok(Planned {
+                plan: None,
+                diagnostics,
+            });
+        };
+        let pooled = jobs.pool.is_some();
+        if pooled {
+            // Jobs run on the pool's workers, which ran the pool's setup.
+            plan.tasks.iter_mut().for_each(|t| t.setup = None);
+        } else {
+            setting.check_network(&plan)?;
+        }
+        let plans = (0..jobs.num_jobs)
+            .map(|rank| {
+                let mut plan = plan.clone();
+                if pooled {
+                    plan.pool_job = Some((jobs.spec)(rank));
+                } else {
+                    plan.job_rank = Some((rank, jobs.num_jobs));
+                }
+                to_json(&plan)
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        Ok(Planned {
+            plan: Some(plans),
+            diagnostics,
+        })
     }
 }

@@ -29,6 +29,7 @@ mod slurm;
 mod state;
 mod status;
 mod table;
+mod target;
 
 use clap::{Parser, Subcommand};
 use out::errln;

@@ -1,20 +1,17 @@
 //! `skyc pool apply|status|down`: pools of warm workers, as `sky jobs pool`
 //! has them. Jobs are submitted to a pool with `skyc run --pool NAME`.
 
-use super::aws::AwsArgs;
 use super::check::Color;
 use super::exit::{INVALID, NOT_FOUND, OK, USAGE};
-use super::k8s::K8sRunArgs;
-use super::local::{LocalSetting, NetworkArg};
+use super::local::NetworkArg;
 use super::out::{self, errln, out, outln};
-use super::run::{RunInput, secret_values};
-use super::slurm::SlurmRunArgs;
+use super::run::secret_values;
 use super::state::StateArgs;
 use super::table::{self, Table};
+use super::target::{self, BackendArgs, PlannedPool, Planners, RunInput};
 use super::{input, parse_env, report};
 use serde_json::json;
 use skyc_compiler::{Diagnostic, Rule};
-use skyc_runtime::local::plan::PoolPlan;
 use skyc_runtime::pool::{Pool, WorkerState};
 use skyc_runtime::store::{Backend, GroupRow, Kind, NewGroup, Store, now_ms};
 use skyc_runtime::supervisor::{self, PoolRequest};
@@ -49,8 +46,8 @@ struct ApplyArgs {
     #[arg(long, value_name = "N", conflicts_with = "file")]
     workers: Option<u32>,
     /// Where its workers run.
-    #[arg(long, value_enum, default_value_t = Target::Local)]
-    target: Target,
+    #[arg(long, value_parser = target::parser(|d| d.runs_pool), default_value = "local")]
+    target: Backend,
     /// Give an environment variable of the workers a value.
     #[arg(long = "env", value_name = "KEY=VALUE", value_parser = parse_env)]
     env: Vec<(String, String)>,
@@ -66,46 +63,7 @@ struct ApplyArgs {
     #[arg(long, value_enum, default_value_t = Color::Auto)]
     color: Color,
     #[command(flatten)]
-    slurm: SlurmRunArgs,
-    #[command(flatten)]
-    k8s: K8sRunArgs,
-    #[command(flatten)]
-    aws: AwsArgs,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum Target {
-    /// This machine: each worker a node environment of its own.
-    Local,
-    /// A Slurm cluster: each worker a batch job holding its allocation,
-    /// each job a step in it.
-    Slurm,
-    /// A Kubernetes cluster: each worker a pod per node, each job started
-    /// in it.
-    K8s,
-    /// AWS EC2: each worker an instance per node.
-    Aws,
-}
-
-impl Target {
-    fn backend(self) -> Backend {
-        match self {
-            Self::Local => Backend::Local,
-            Self::Slurm => Backend::Slurm,
-            Self::K8s => Backend::Kubernetes,
-            Self::Aws => Backend::Aws,
-        }
-    }
-}
-
-/// A target's plan of a pool (the pool engine's spec and the plan each
-/// worker is made from, as JSON: see [`skyc_runtime::pool::Plan`]), and
-/// what planning found.
-struct PlannedPool {
-    plan: Option<String>,
-    /// `2 workers`, `1 to 4 workers`.
-    size: String,
-    diagnostics: Vec<Diagnostic>,
+    backends: BackendArgs,
 }
 
 /// Show pools: their workers and the jobs on them.
@@ -169,22 +127,12 @@ fn pool_name(s: &str) -> Result<String, String> {
 }
 
 fn apply(args: &ApplyArgs) -> Result<u8, String> {
-    if args.target != Target::Local && args.network.is_some() {
-        return Err("--network is for the local target; cluster nodes have their own".into());
-    }
-    if args.target != Target::Slurm && args.slurm.out_dir.is_some() {
-        return Err("--out-dir is for the Slurm target".into());
-    }
-    if args.target != Target::K8s && args.k8s.context.is_some() {
-        return Err("--context is for the k8s target".into());
-    }
-    if args.target != Target::Aws && args.aws.given() {
-        return Err("--catalog and --ssh-from are for the aws target".into());
-    }
+    let planners = Planners::new(args.network, &args.backends);
+    let planner = planners.of(args.target)?;
     let (dir, mut store) = args.state.open()?;
     let live = store.live_pool(&args.pool).map_err(|e| e.to_string())?;
     // Resizing (no file) is the pool's own target's, whatever `--target`.
-    let moved = |p: &&GroupRow| args.file.is_some() && p.backend != args.target.backend();
+    let moved = |p: &&GroupRow| args.file.is_some() && p.backend != args.target;
     if let Some(pool) = live.as_ref().filter(moved) {
         return Err(format!(
             "pool `{}` runs on the {} target; take it down first to run it elsewhere",
@@ -250,47 +198,17 @@ fn apply(args: &ApplyArgs) -> Result<u8, String> {
         return Ok(INVALID);
     };
     let secrets = secret_values(&args.secrets, &group);
-    let submitted_ms = now_ms();
+    let state_dir = args.state.dir();
     let run = RunInput {
         group: &group,
         grace: 10.0,
         secrets: &secrets,
-        submitted_ms,
+        submitted_ms: now_ms(),
+        file,
+        source: &name,
+        state_dir: &state_dir,
     };
-    let planned = match args.target {
-        Target::Local => plan_local(args, file, &name, &run, &pool)?,
-        Target::Aws => {
-            let (plan, diagnostics) =
-                args.aws
-                    .plan_pool(&run, &pool, &args.pool, &args.state.dir())?;
-            PlannedPool {
-                size: plan
-                    .as_ref()
-                    .map(|p| p.pool.scaling.describe())
-                    .unwrap_or_default(),
-                plan: plan
-                    .map(|p| serde_json::to_string(&p).map_err(|e| e.to_string()))
-                    .transpose()?,
-                diagnostics,
-            }
-        }
-        Target::Slurm => {
-            let (plan, size, diagnostics) = args.slurm.plan_pool(&run, &pool)?;
-            PlannedPool {
-                plan,
-                size,
-                diagnostics,
-            }
-        }
-        Target::K8s => {
-            let (plan, size, diagnostics) = args.k8s.plan_pool(&run, &args.pool, &pool)?;
-            PlannedPool {
-                plan,
-                size,
-                diagnostics,
-            }
-        }
-    };
+    let PlannedPool { planned, size } = planner.pool(&run, &args.pool, &pool)?;
     compilation.diagnostics.extend(planned.diagnostics);
     compilation
         .diagnostics
@@ -299,7 +217,6 @@ fn apply(args: &ApplyArgs) -> Result<u8, String> {
     let Some(json) = planned.plan else {
         return Ok(INVALID);
     };
-    let size = planned.size;
     match live {
         Some(existing) => {
             let request = serde_json::to_string(&PoolRequest::Apply(
@@ -320,9 +237,9 @@ fn apply(args: &ApplyArgs) -> Result<u8, String> {
                 .insert_pool(&NewGroup {
                     name: &args.pool,
                     source: &name,
-                    submitted_at_ms: submitted_ms,
+                    submitted_at_ms: run.submitted_ms,
                     plan: &json,
-                    backend: args.target.backend(),
+                    backend: args.target,
                     tasks: Vec::new(),
                 })
                 .map_err(|e| format!("{}: {e}", dir.display()))?
@@ -342,31 +259,6 @@ fn apply(args: &ApplyArgs) -> Result<u8, String> {
 
 /// The local target's pool: each worker a node environment on this
 /// machine.
-fn plan_local(
-    args: &ApplyArgs,
-    file: &str,
-    name: &str,
-    run: &RunInput<'_>,
-    pool: &skyc_compiler::ir::Pool,
-) -> Result<PlannedPool, String> {
-    let setting = LocalSetting::new(args.network, file, name)?;
-    let options = setting.options(run.grace, run.secrets, run.submitted_ms);
-    let (plan, diagnostics) = PoolPlan::new(run.group, pool, &options);
-    if let Some(plan) = &plan {
-        setting.check_network(&plan.worker)?;
-    }
-    Ok(PlannedPool {
-        size: plan
-            .as_ref()
-            .map(|p| p.pool.scaling.describe())
-            .unwrap_or_default(),
-        plan: plan
-            .map(|p| serde_json::to_string(&p).map_err(|e| e.to_string()))
-            .transpose()?,
-        diagnostics,
-    })
-}
-
 /// A pool and what `status` shows of it.
 pub(crate) struct Shown {
     row: GroupRow,

@@ -1,19 +1,15 @@
 //! `skyc run FILE`: run a group and supervise it.
 
-use super::aws::AwsArgs;
 use super::check::Color;
 use super::exit::{self, FAILED, INVALID, NOT_FINISHED, OK, USAGE};
 use super::follow::Follower;
-use super::k8s::K8sRunArgs;
-use super::local::{LocalSetting, NetworkArg};
+use super::local::NetworkArg;
 use super::out::{self, errln, outln};
-use super::slurm::SlurmRunArgs;
 use super::state::StateArgs;
+use super::target::{self, BackendArgs, Planners, RunInput};
 use super::{input, parse_env, report};
-use clap::ValueEnum;
 use skyc_compiler::ir::Group;
 use skyc_compiler::{Diagnostic, Rule};
-use skyc_runtime::local::plan::Plan;
 use skyc_runtime::store::{Backend, NewGroup, NewTask, Store, now_ms};
 use skyc_runtime::supervisor;
 use std::path::Path;
@@ -31,8 +27,8 @@ pub(crate) struct Args {
     #[arg(value_name = "FILE")]
     file: String,
     /// Where to run.
-    #[arg(long, value_enum, default_value_t = Target::Local)]
-    target: Target,
+    #[arg(long, value_parser = target::parser(|d| d.runs_group), default_value = "local")]
+    target: Backend,
     /// Print the group id and return; the supervisor runs on.
     #[arg(short, long)]
     detach: bool,
@@ -75,27 +71,7 @@ pub(crate) struct Args {
     #[arg(long, value_enum, default_value_t = Color::Auto)]
     color: Color,
     #[command(flatten)]
-    slurm: SlurmRunArgs,
-    #[command(flatten)]
-    k8s: K8sRunArgs,
-    #[command(flatten)]
-    aws: AwsArgs,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum Target {
-    /// This machine.
-    Local,
-    /// A Slurm cluster, the one `SLURM_CONF` names (else Slurm's default):
-    /// the group runs as one heterogeneous job, a pipeline as one job per
-    /// step.
-    Slurm,
-    /// A Kubernetes cluster, as kubectl finds it (`KUBECONFIG`,
-    /// ~/.kube/config, in-cluster): the group runs as a JobSet.
-    K8s,
-    /// AWS, as the AWS CLI finds it (credentials, `AWS_ENDPOINT_URL`):
-    /// one EC2 instance per node, reached over SSH.
-    Aws,
+    backends: BackendArgs,
 }
 
 pub(crate) fn run(args: &Args) -> u8 {
@@ -118,9 +94,7 @@ pub(crate) fn run(args: &Args) -> u8 {
             }
         }
         Ok(Submitted::Group(dir, gid)) => {
-            if args.detach && args.target == Target::K8s {
-                // The cluster's checks (JobSet installed, RBAC, the name
-                // free) answer after the supervisor took the group on.
+            if args.detach && args.target.descriptor().detach_waits {
                 wait_applied(&dir, gid);
             }
             // The supervisor answered once it took the group on: a group
@@ -177,18 +151,8 @@ fn submit(args: &Args) -> Result<Submitted, String> {
     if !(args.grace.is_finite() && (0.0..=86_400.0).contains(&args.grace)) {
         return Err("--grace must be a number of seconds from 0 to 86400".into());
     }
-    if args.target != Target::Local && args.network.is_some() {
-        return Err("--network is for the local target; cluster nodes have their own".into());
-    }
-    if args.target != Target::Slurm && args.slurm.out_dir.is_some() {
-        return Err("--out-dir is for the Slurm target".into());
-    }
-    if args.target != Target::K8s && args.k8s.context.is_some() {
-        return Err("--context is for the k8s target".into());
-    }
-    if args.target != Target::Aws && args.aws.given() {
-        return Err("--catalog and --ssh-from are for the aws target".into());
-    }
+    let planners = Planners::new(args.network, &args.backends);
+    let planner = planners.of(args.target)?;
     let (name, mut compilation) = input::compile(&args.file, &args.env)?;
     let color = args.color.enabled();
     let show =
@@ -218,44 +182,28 @@ fn submit(args: &Args) -> Result<Submitted, String> {
         return Ok(Submitted::Invalid);
     }
     let secrets = secret_values(&args.secrets, &group);
-    let submitted_ms = now_ms();
-    if args.pool.is_some() || args.num_jobs > 1 {
-        let jobs = super::jobs::Submission {
-            file: &args.file,
-            name: &name,
-            run_name: args.name.as_deref(),
-            pool: args.pool.as_deref(),
-            num_jobs: args.num_jobs,
-            local: args.target == Target::Local,
-            network: args.network,
-            grace: args.grace,
-            secrets: &secrets,
-            submitted_ms,
-            state: &args.state,
-        };
-        return jobs.submit(compilation, &group, &show);
-    }
+    let state_dir = args.state.dir();
     let run = RunInput {
         group: &group,
         grace: args.grace,
         secrets: &secrets,
-        submitted_ms,
+        submitted_ms: now_ms(),
+        file: &args.file,
+        source: &name,
+        state_dir: &state_dir,
     };
-    let planned = match args.target {
-        Target::Local => plan_local(args, &run, &name)?,
-        Target::Slurm => {
-            let (plan, diagnostics) = args.slurm.plan(&run)?;
-            Planned::new(Backend::Slurm, plan, diagnostics)?
-        }
-        Target::K8s => {
-            let (plan, diagnostics) = args.k8s.plan(&run)?;
-            Planned::new(Backend::Kubernetes, plan, diagnostics)?
-        }
-        Target::Aws => {
-            let (plan, diagnostics) = args.aws.plan(&run, &args.state.dir())?;
-            Planned::new(Backend::Aws, plan, diagnostics)?
-        }
-    };
+    if args.pool.is_some() || args.num_jobs > 1 {
+        let jobs = super::jobs::Submission {
+            run_name: args.name.as_deref(),
+            pool: args.pool.as_deref(),
+            num_jobs: args.num_jobs,
+            target: args.target,
+            planners: &planners,
+            state: &args.state,
+        };
+        return jobs.submit(compilation, &run, &show);
+    }
+    let planned = planner.group(&run)?;
     compilation.diagnostics.extend(planned.diagnostics);
     compilation
         .diagnostics
@@ -270,9 +218,9 @@ fn submit(args: &Args) -> Result<Submitted, String> {
         .insert_group(&NewGroup {
             name: args.name.as_deref().unwrap_or(&group.name),
             source: &name,
-            submitted_at_ms: submitted_ms,
+            submitted_at_ms: run.submitted_ms,
             plan: &plan,
-            backend: planned.backend,
+            backend: args.target,
             tasks,
         })
         .map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -292,49 +240,6 @@ pub(super) fn secret_values(given: &[(String, String)], group: &Group) -> Vec<(S
                 .filter_map(|s| Some((s.clone(), std::env::var(s).ok()?)))
         }))
         .collect()
-}
-
-/// What planning a run takes beside the target's options.
-pub(super) struct RunInput<'a> {
-    pub(super) group: &'a Group,
-    /// Between SIGTERM and SIGKILL, in seconds.
-    pub(super) grace: f64,
-    pub(super) secrets: &'a [(String, String)],
-    pub(super) submitted_ms: i64,
-}
-
-/// A backend's plan of the group, as JSON, and what planning found.
-struct Planned {
-    backend: Backend,
-    plan: Option<String>,
-    diagnostics: Vec<Diagnostic>,
-}
-
-impl Planned {
-    /// `plan` as the JSON the store keeps; none when planning failed.
-    fn new(
-        backend: Backend,
-        plan: Option<impl serde::Serialize>,
-        diagnostics: Vec<Diagnostic>,
-    ) -> Result<Self, String> {
-        Ok(Self {
-            backend,
-            plan: plan
-                .map(|p| serde_json::to_string(&p).map_err(|e| e.to_string()))
-                .transpose()?,
-            diagnostics,
-        })
-    }
-}
-
-fn plan_local(args: &Args, run: &RunInput<'_>, name: &str) -> Result<Planned, String> {
-    let setting = LocalSetting::new(args.network, &args.file, name)?;
-    let options = setting.options(run.grace, run.secrets, run.submitted_ms);
-    let (plan, diagnostics) = Plan::new(run.group, &options);
-    if let Some(plan) = &plan {
-        setting.check_network(plan)?;
-    }
-    Planned::new(Backend::Local, plan, diagnostics)
 }
 
 /// Follows a running group: its statuses on stderr, its logs on stdout.

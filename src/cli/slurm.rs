@@ -1,11 +1,12 @@
 //! The Slurm options `build` and `run` share.
 
-use super::run::RunInput;
-use skyc_compiler::Diagnostic;
+use super::target::{
+    Jobs, ON_THIS_MACHINE, Planned, PlannedPool, Plans, RunInput, each_rank, planned_pool, to_json,
+};
 use skyc_compiler::ir::{Group, Pool};
 use skyc_runtime::backend::run_token;
-use skyc_runtime::pool::JobSpec;
 use skyc_runtime::slurm::{JobPlan, Plan};
+use skyc_runtime::store::Backend;
 use skyc_targets::slurm::{self, SbatchOption};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -91,33 +92,35 @@ impl SlurmRunArgs {
         }
         Ok(options)
     }
+}
 
-    /// The run's plan (see [`Plan::new`]).
-    pub(crate) fn plan(
-        &self,
-        run: &RunInput<'_>,
-    ) -> Result<(Option<Plan>, Vec<Diagnostic>), String> {
+impl Plans for SlurmRunArgs {
+    fn backend(&self) -> Backend {
+        Backend::Slurm
+    }
+
+    fn given(&self) -> Vec<&'static str> {
+        self.out_dir.iter().map(|_| "--out-dir").collect()
+    }
+
+    /// One heterogeneous job (a pipeline: a job per step; see
+    /// [`Plan::new`]).
+    fn group(&self, run: &RunInput<'_>) -> Result<Planned, String> {
         // The script's own grace is whole seconds; never shorter than asked.
         let grace_secs = run.grace.ceil() as u64;
-        Plan::new(
+        let (plan, diagnostics) = Plan::new(
             run.group,
             &self.run_options(run.group, grace_secs)?,
             self.out_dir.as_deref(),
             Duration::from_secs(grace_secs),
             run.secrets,
             run_token(run.submitted_ms),
-        )
+        )?;
+        Planned::of(plan, diagnostics)
     }
-}
 
-impl SlurmRunArgs {
-    /// A pool's plan on Slurm (see [`skyc_runtime::slurm::plan_pool`]), as
-    /// JSON, with its size as `pool apply` says it.
-    pub(crate) fn plan_pool(
-        &self,
-        run: &RunInput<'_>,
-        pool: &Pool,
-    ) -> Result<(Option<String>, String, Vec<Diagnostic>), String> {
+    /// See [`skyc_runtime::slurm::plan_pool`].
+    fn pool(&self, run: &RunInput<'_>, _name: &str, pool: &Pool) -> Result<PlannedPool, String> {
         if self.out_dir.is_some() {
             return Err(
                 "--out-dir is not taken by pools: each worker's directory is in the \
@@ -134,37 +137,20 @@ impl SlurmRunArgs {
             run.secrets,
             run_token(run.submitted_ms),
         );
-        let size = plan
-            .as_ref()
-            .map(|p| p.pool.scaling.describe())
-            .unwrap_or_default();
-        let json = plan
-            .map(|p| serde_json::to_string(&p).map_err(|e| e.to_string()))
-            .transpose()?;
-        Ok((json, size, diagnostics))
+        planned_pool(plan, diagnostics)
     }
-}
 
-/// The plans of a Slurm pool's jobs, in rank order (`job` gives each its
-/// rank), as JSON; `None` when planning found errors.
-pub(crate) fn plan_pool_jobs(
-    run: RunInput<'_>,
-    job: impl Fn(u32) -> JobSpec,
-) -> Result<(Option<Vec<String>>, Vec<Diagnostic>), String> {
-    let num_jobs = job(0).num_jobs;
-    let grace = Duration::from_secs(run.grace.ceil() as u64);
-    let mut found = Vec::new();
-    let mut plans = Vec::new();
-    for rank in 0..num_jobs {
-        let token = format!("{}-{rank}", run_token(run.submitted_ms));
-        let (plan, diagnostics) = JobPlan::new(run.group, grace, run.secrets, token, job(rank));
-        if rank == 0 {
-            found = diagnostics;
+    /// Steps of the pool's workers' allocations.
+    fn jobs(&self, run: &RunInput<'_>, jobs: &Jobs<'_>) -> Result<Planned<Vec<String>>, String> {
+        if jobs.pool.is_none() {
+            return Err(ON_THIS_MACHINE.into());
         }
-        match plan {
-            Some(plan) => plans.push(serde_json::to_string(&plan).map_err(|e| e.to_string())?),
-            None => return Ok((None, found)),
-        }
+        let grace = Duration::from_secs(run.grace.ceil() as u64);
+        each_rank(jobs.num_jobs, |rank| {
+            let token = format!("{}-{rank}", run_token(run.submitted_ms));
+            let (plan, diagnostics) =
+                JobPlan::new(run.group, grace, run.secrets, token, (jobs.spec)(rank));
+            Ok((plan.map(|p| to_json(&p)).transpose()?, diagnostics))
+        })
     }
-    Ok((Some(plans), found))
 }

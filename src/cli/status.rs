@@ -8,6 +8,7 @@ use super::select::{self, ByName};
 use super::state::{StateArgs, supervisor_pid};
 use super::table::{self, Table};
 use serde_json::json;
+use skyc_runtime::registry::BACKENDS;
 use skyc_runtime::store::{Backend, GroupRow, NodeRow, Store, TaskRow, now_ms};
 
 /// How many finished groups are listed when `--all` is not given.
@@ -271,11 +272,13 @@ fn live(s: &Shown) -> bool {
 /// and machine on Kubernetes, its instance and machine type and zone on
 /// AWS), its attempt and how it ended.
 fn nodes_table(s: &Shown) -> Table {
-    let handle = match s.group.backend {
-        Backend::Kubernetes => Some("POD"),
-        Backend::Aws => Some("INSTANCE"),
-        Backend::Local | Backend::Slurm => None,
-    };
+    let handle = s
+        .group
+        .backend
+        .descriptor()
+        .handle
+        .as_ref()
+        .map(|h| h.column);
     let pods = handle.is_some();
     let mut t = Table::new(&match handle {
         Some(handle) => vec![
@@ -345,20 +348,35 @@ pub(crate) fn group_json(s: &Shown, supervisor: Option<i64>) -> serde_json::Valu
                 "why": why,
                 "since_ms": t.waiting_since_ms,
             })),
-            "nodes": s.nodes.iter().filter(|n| n.task == t.index).map(|n| json!({
-                "rank": n.rank,
-                "hostname": n.hostname,
-                "ip": n.ip,
-                "pid": if live { n.pid } else { None },
-                "pod": (g.backend == Backend::Kubernetes && !n.handle.is_empty())
-                    .then_some(&n.handle),
-                "instance": (g.backend == Backend::Aws && !n.handle.is_empty())
-                    .then_some(&n.handle),
-                "machine": (!n.machine.is_empty()).then_some(&n.machine),
-                "attempt": n.attempt,
-                "phase": n.phase,
-                "exit_code": n.exit_code,
-            })).collect::<Vec<_>>(),
+            "nodes": s.nodes.iter()
+                .filter(|n| n.task == t.index)
+                .map(|n| node_json(g.backend, n, live))
+                .collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
     })
+}
+
+/// A node in `--json`. Its handle is under its backend's key (`pod`,
+/// `instance`); every backend's key is there, null but on its own.
+fn node_json(backend: Backend, n: &NodeRow, live: bool) -> serde_json::Value {
+    let mut node = serde_json::Map::new();
+    let mut put = |key: &str, value: serde_json::Value| node.insert(key.to_owned(), value);
+    put("rank", json!(n.rank));
+    put("hostname", json!(n.hostname));
+    put("ip", json!(n.ip));
+    put("pid", json!(if live { n.pid } else { None }));
+    for d in &BACKENDS {
+        if let Some(h) = &d.handle {
+            let own = d.kind == backend && !n.handle.is_empty();
+            put(h.key, json!(own.then_some(&n.handle)));
+        }
+    }
+    put(
+        "machine",
+        json!((!n.machine.is_empty()).then_some(&n.machine)),
+    );
+    put("attempt", json!(n.attempt));
+    put("phase", json!(n.phase));
+    put("exit_code", json!(n.exit_code));
+    serde_json::Value::Object(node)
 }

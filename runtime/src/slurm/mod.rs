@@ -40,7 +40,7 @@ mod watch;
 pub use backend::SlurmBackend;
 pub use client::{Component, Slurm, SlurmError, Step, is_job_id};
 pub use pipeline::PipelineWatch;
-pub use plan::{Plan, PlannedStep, Submission};
+pub use plan::{Plan, PlannedStep, Submission, log_places};
 pub use pool::{JobPlan, PoolPlan, TaskRun, WorkerPlan, plan_pool};
 pub use state::JobState;
 pub use status::{StatusFile, StatusLine, What, read_status};

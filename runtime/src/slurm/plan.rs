@@ -4,6 +4,7 @@
 
 use super::Slurm;
 use crate::policy::{Execution, GroupSpec};
+use crate::registry::{LogPlaces, LogQuery};
 use serde::{Deserialize, Serialize};
 use skyc_compiler::Diagnostic;
 use skyc_compiler::ir::Group;
@@ -212,4 +213,26 @@ impl Plan {
             .map(|(step, job)| (format!("{} batch", step.name), output(&step.name, job)))
             .collect()
     }
+}
+
+/// Where a Slurm group's logs are: each task's in the job's directory (a
+/// pipeline's: its step's), and the batch scripts' own output once the
+/// group has its job ids.
+pub fn log_places(q: &LogQuery<'_>) -> Result<LogPlaces, String> {
+    let plan: Plan = serde_json::from_str(&q.store.plan(q.group.id).map_err(|e| e.to_string())?)
+        .map_err(|e| e.to_string())?;
+    let gid = q.group.id;
+    Ok(LogPlaces {
+        task_dirs: q
+            .tasks
+            .iter()
+            .map(|t| plan.task_dir(q.state, gid, t))
+            .collect(),
+        extra: q
+            .group
+            .job
+            .as_deref()
+            .map(|jobs| plan.batch_outputs(q.state, gid, jobs))
+            .unwrap_or_default(),
+    })
 }

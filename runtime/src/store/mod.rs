@@ -86,7 +86,8 @@ pub struct Member {
     pub num_jobs: u32,
 }
 
-/// Where a group runs.
+/// Where a group runs: one of [`crate::registry::BACKENDS`], at its place
+/// there.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Backend {
@@ -103,22 +104,9 @@ pub enum Backend {
 }
 
 impl Backend {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Local => "local",
-            Self::Slurm => "slurm",
-            Self::Kubernetes => "k8s",
-            Self::Aws => "aws",
-        }
-    }
-
+    /// The store's column; a name no backend has reads as `local`.
     fn parse(s: &str) -> Self {
-        match s {
-            "slurm" => Self::Slurm,
-            "k8s" => Self::Kubernetes,
-            "aws" => Self::Aws,
-            _ => Self::Local,
-        }
+        Self::named(s).unwrap_or(Self::Local)
     }
 }
 

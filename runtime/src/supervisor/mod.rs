@@ -1,7 +1,7 @@
 //! The supervisor: one process per state directory. It runs the
-//! directory's groups on their backends ([`Local`] for this machine,
-//! [`SlurmBackend`], [`Kubernetes`], [`Aws`]); clients (`skyc run`, `status`,
-//! `cancel`) only write to the store and wake it.
+//! directory's groups on their backends (each listed once in
+//! [`registry::BACKENDS`]); clients (`skyc run`, `status`, `cancel`) only
+//! write to the store and wake it.
 //!
 //! It owns the store, one policy [`Engine`] per group and the engines'
 //! timers, and talks to every backend through the one [`Backend`]
@@ -23,13 +23,11 @@
 
 mod pools;
 
-use crate::aws::Aws;
 use crate::backend::{Adoption, Backend, NodeInfo, Policy, Report};
-use crate::k8s::{Connect, Kubernetes, Tuning, kubeconfig};
-use crate::local::backend::Local;
+use crate::k8s::{Connect, Tuning, kubeconfig};
 use crate::paths;
 use crate::policy::{Action, Engine, Event, GroupSpec, Status, Timer};
-use crate::slurm::SlurmBackend;
+use crate::registry::{self, Setup};
 use crate::store::{self, Kind, NodeRow, Store, now_ms};
 pub use pools::Request as PoolRequest;
 use pools::{Membership, PoolRun};
@@ -64,57 +62,42 @@ pub struct Supervisor {
     unadopted: BTreeMap<i64, i64>,
 }
 
-/// One of each backend; the cluster ones started with their first group.
+/// The backends of [`registry::BACKENDS`], each started with its first
+/// group.
 struct Backends {
     dir: PathBuf,
-    local: Local,
-    slurm: SlurmBackend,
-    /// Started with `k8s_setup`.
-    k8s: Option<Kubernetes>,
-    k8s_setup: (Connect, Tuning),
-    aws: Option<Aws>,
-}
-
-/// Why a backend did not start, naming it.
-fn started(what: &str, e: io::Error) -> io::Error {
-    io::Error::other(format!("the {what} backend: {e}"))
+    setup: Setup,
+    /// At each backend's place in the registry.
+    started: Vec<Option<Box<dyn Backend>>>,
 }
 
 impl Backends {
+    fn new(dir: &Path, setup: Setup) -> Self {
+        Self {
+            dir: dir.to_owned(),
+            setup,
+            started: registry::BACKENDS.iter().map(|_| None).collect(),
+        }
+    }
+
     /// The backend of a kind, started if it is the first of its groups.
     fn get(&mut self, kind: store::Backend) -> io::Result<&mut dyn Backend> {
-        Ok(match kind {
-            store::Backend::Local => &mut self.local,
-            store::Backend::Slurm => &mut self.slurm,
-            store::Backend::Kubernetes => {
-                if self.k8s.is_none() {
-                    let (connect, tuning) = self.k8s_setup.clone();
-                    self.k8s = Some(
-                        Kubernetes::start(self.dir.clone(), connect, tuning)
-                            .map_err(|e| started("Kubernetes", e))?,
-                    );
-                }
-                self.k8s.as_mut().expect("started above")
-            }
-            store::Backend::Aws => {
-                if self.aws.is_none() {
-                    self.aws = Some(Aws::start(self.dir.clone()).map_err(|e| started("AWS", e))?);
-                }
-                self.aws.as_mut().expect("started above")
-            }
-        })
+        let slot = &mut self.started[kind.index()];
+        if slot.is_none() {
+            let d = kind.descriptor();
+            let backend = (d.start)(&self.dir, &self.setup)
+                .map_err(|e| io::Error::other(format!("the {} backend: {e}", d.title)))?;
+            *slot = Some(backend);
+        }
+        Ok(slot.as_deref_mut().expect("started above"))
     }
 
     /// Every backend started so far.
     fn all(&mut self) -> Vec<&mut dyn Backend> {
-        let mut all: Vec<&mut dyn Backend> = vec![&mut self.local, &mut self.slurm];
-        if let Some(k8s) = &mut self.k8s {
-            all.push(k8s);
-        }
-        if let Some(aws) = &mut self.aws {
-            all.push(aws);
-        }
-        all
+        self.started
+            .iter_mut()
+            .filter_map(|b| Some(b.as_deref_mut()? as &mut dyn Backend))
+            .collect()
     }
 }
 
@@ -174,14 +157,7 @@ pub fn serve(dir: &Path, k8s: (Connect, Tuning)) -> io::Result<()> {
     let mut supervisor = Supervisor {
         store: Store::open(dir).map_err(io::Error::other)?,
         listener,
-        backends: Backends {
-            dir: dir.to_owned(),
-            local: Local::new(dir)?,
-            slurm: SlurmBackend::new(dir),
-            k8s: None,
-            k8s_setup: k8s,
-            aws: None,
-        },
+        backends: Backends::new(dir, Setup { k8s }),
         groups: BTreeMap::new(),
         pools: BTreeMap::new(),
         unadopted: BTreeMap::new(),

@@ -2,7 +2,7 @@
 //! from the store as `skyc status` and `skyc pool status` read it. Only
 //! the cancel button writes, through `skyc cancel`'s own path.
 
-use super::super::follow::log_dirs;
+use super::super::follow::log_places;
 use super::super::state::supervisor_pid;
 use super::super::{cancel, pool, status};
 use super::server::{query, random_hex};
@@ -301,7 +301,7 @@ pub(crate) fn log(dir: &Path, id: i64, parts: &Parts) -> Answer {
         if rank >= u64::try_from(t.num_nodes).unwrap_or(0) {
             return Ok(None);
         }
-        let dirs = log_dirs(&store, dir, &group, &tasks)?;
+        let dirs = log_places(&store, dir, &group, &tasks)?.task_dirs;
         let rank = u32::try_from(rank).unwrap_or(u32::MAX);
         Ok(usize::try_from(task)
             .ok()
