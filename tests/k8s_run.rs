@@ -88,7 +88,7 @@ fn flags_of_other_targets_are_refused() {
         ),
         (
             vec!["--target", "k8s", "--out-dir", "x"],
-            "--out-dir is for the slurm target",
+            "--out-dir is for the Slurm target",
         ),
         (vec!["--context", "prod"], "--context is for the k8s target"),
     ] {

@@ -703,7 +703,7 @@ fn run_flags_of_the_other_target_are_usage_errors() {
         ),
         (
             &["--out-dir", "/tmp/x"][..],
-            "--out-dir is for the slurm target",
+            "--out-dir is for the Slurm target",
         ),
     ] {
         let out = skyc().arg("run").arg(&file).args(args).output().unwrap();

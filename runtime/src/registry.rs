@@ -45,10 +45,14 @@ pub struct Handle {
     pub key: &'static str,
 }
 
-/// What the supervisor was started with that a backend may need: how the
-/// Kubernetes backend reaches its cluster (the kubeconfig's, or a test's).
+/// What the supervisor was started with that a backend may need.
 #[derive(Clone)]
 pub struct Setup {
+    /// skyc's executable, read when the supervisor starts (a later read
+    /// could find it replaced): the local backend's spawn helper.
+    pub exe: PathBuf,
+    /// How the Kubernetes backend reaches its cluster (the kubeconfig's,
+    /// or a test's).
     pub k8s: (Connect, Tuning),
 }
 
@@ -82,7 +86,12 @@ pub static BACKENDS: [Descriptor; 4] = [
         handle: None,
         detach_waits: false,
         logs: in_group_dir,
-        start: |dir, _| Ok(Box::new(local::backend::Local::new(dir)?)),
+        start: |dir, setup| {
+            Ok(Box::new(local::backend::Local::new(
+                dir,
+                setup.exe.clone(),
+            )?))
+        },
     },
     Descriptor {
         kind: Backend::Slurm,
@@ -139,14 +148,15 @@ pub static BACKENDS: [Descriptor; 4] = [
 impl Backend {
     /// Its entry in [`BACKENDS`].
     pub fn descriptor(self) -> &'static Descriptor {
-        let d = &BACKENDS[self.index()];
-        debug_assert!(d.kind == self);
-        d
+        &BACKENDS[self.index()]
     }
 
     /// Its place in [`BACKENDS`].
     pub fn index(self) -> usize {
-        self as usize
+        BACKENDS
+            .iter()
+            .position(|d| d.kind == self)
+            .expect("every backend is in the registry")
     }
 
     pub fn as_str(self) -> &'static str {

@@ -98,15 +98,9 @@ impl Plans for AwsArgs {
 
     /// The options without a default (`--ssh-user` and `--ssh-via` have
     /// one, so they cannot tell).
-    fn given(&self) -> Vec<&'static str> {
-        let mut given = Vec::new();
-        if self.catalog.is_some() {
-            given.push("--catalog");
-        }
-        if self.ssh_from.is_some() {
-            given.push("--ssh-from");
-        }
-        given
+    fn elsewhere(&self) -> Option<&'static str> {
+        (self.catalog.is_some() || self.ssh_from.is_some())
+            .then_some("--catalog and --ssh-from are for the aws target")
     }
 
     /// An instance per node (see [`RunPlan::for_run`]), and a note when

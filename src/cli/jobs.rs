@@ -85,7 +85,7 @@ impl Submission<'_> {
             num_jobs: self.num_jobs,
             spec: &spec,
         };
-        let planned = self.planners.of(backend)?.jobs(run, &jobs)?;
+        let planned = self.planners.get(backend).jobs(run, &jobs)?;
         compilation.diagnostics.extend(planned.diagnostics);
         let planned = planned.plan;
         compilation

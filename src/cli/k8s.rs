@@ -65,8 +65,10 @@ impl Plans for K8sRunArgs {
         Backend::Kubernetes
     }
 
-    fn given(&self) -> Vec<&'static str> {
-        self.context.iter().map(|_| "--context").collect()
+    fn elsewhere(&self) -> Option<&'static str> {
+        self.context
+            .as_ref()
+            .map(|_| "--context is for the k8s target")
     }
 
     /// A JobSet (see [`Plan::for_run`]), with the kubeconfig

@@ -99,8 +99,9 @@ impl Plans for LocalOptions {
         Backend::Local
     }
 
-    fn given(&self) -> Vec<&'static str> {
-        self.network.iter().map(|_| "--network").collect()
+    fn elsewhere(&self) -> Option<&'static str> {
+        self.network
+            .map(|_| "--network is for the local target; cluster nodes have their own")
     }
 
     fn group(&self, run: &RunInput<'_>) -> Result<Planned, String> {

@@ -257,8 +257,6 @@ fn apply(args: &ApplyArgs) -> Result<u8, String> {
     Ok(OK)
 }
 
-/// The local target's pool: each worker a node environment on this
-/// machine.
 /// A pool and what `status` shows of it.
 pub(crate) struct Shown {
     row: GroupRow,

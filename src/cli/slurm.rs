@@ -99,8 +99,10 @@ impl Plans for SlurmRunArgs {
         Backend::Slurm
     }
 
-    fn given(&self) -> Vec<&'static str> {
-        self.out_dir.iter().map(|_| "--out-dir").collect()
+    fn elsewhere(&self) -> Option<&'static str> {
+        self.out_dir
+            .as_ref()
+            .map(|_| "--out-dir is for the Slurm target")
     }
 
     /// One heterogeneous job (a pipeline: a job per step; see

@@ -136,8 +136,9 @@ pub(crate) trait Plans {
     /// Its place in the registry.
     fn backend(&self) -> Backend;
 
-    /// The flags of its own that were given.
-    fn given(&self) -> Vec<&'static str>;
+    /// When options only it takes were given: the refusal of them on any
+    /// other target.
+    fn elsewhere(&self) -> Option<&'static str>;
 
     /// A group (`skyc run`).
     fn group(&self, run: &RunInput<'_>) -> Result<Planned, String>;
@@ -176,8 +177,8 @@ impl<'a> Planners<'a> {
         }
     }
 
-    /// Each backend's, at its place in the registry.
-    fn all(&self) -> [&dyn Plans; 4] {
+    /// Each backend's, in the registry's order.
+    fn all(&self) -> [&dyn Plans; BACKENDS.len()] {
         [
             &self.local,
             &self.args.slurm,
@@ -187,21 +188,28 @@ impl<'a> Planners<'a> {
     }
 
     /// The planning of `target`, once no other backend's options were
-    /// given.
+    /// given (in the registry's order: the first refusal is said).
     pub(crate) fn of(&self, target: Backend) -> Result<&dyn Plans, String> {
-        let all = self.all();
-        for other in all.iter().filter(|p| p.backend() != target) {
-            let given = other.given();
-            if !given.is_empty() {
-                return Err(format!(
-                    "{} {} for the {} target",
-                    given.join(" and "),
-                    if given.len() == 1 { "is" } else { "are" },
-                    other.backend().as_str()
-                ));
-            }
+        if let Some(refusal) = self
+            .all()
+            .iter()
+            .filter(|p| p.backend() != target)
+            .find_map(|p| p.elsewhere())
+        {
+            return Err(refusal.to_owned());
         }
-        Ok(all[target.index()])
+        Ok(self.get(target))
+    }
+
+    /// The planning of `backend`, whatever options were given: a pool's
+    /// jobs are planned on the pool's backend, which the command line did
+    /// not choose.
+    pub(crate) fn get(&self, backend: Backend) -> &dyn Plans {
+        *self
+            .all()
+            .iter()
+            .find(|p| p.backend() == backend)
+            .expect("every backend has its planning")
     }
 }
 
@@ -232,18 +240,26 @@ mod tests {
         let planners = Planners::new(cli.network, &cli.args);
         assert_eq!(
             planners.of(Backend::Slurm).err().unwrap(),
-            "--network is for the local target"
+            "--network is for the local target; cluster nodes have their own"
         );
         assert_eq!(
             planners.of(Backend::Local).err().unwrap(),
-            "--out-dir is for the slurm target"
+            "--out-dir is for the Slurm target"
         );
-        let cli = Cli::parse_from(["skyc", "--catalog", "/c", "--ssh-from", "10.0.0.1/32"]);
-        let planners = Planners::new(cli.network, &cli.args);
-        assert_eq!(
-            planners.of(Backend::Kubernetes).err().unwrap(),
-            "--catalog and --ssh-from are for the aws target"
-        );
-        assert!(planners.of(Backend::Aws).is_ok());
+        // A pool's jobs go where the pool is, whatever was given.
+        assert_eq!(planners.get(Backend::Local).backend(), Backend::Local);
+        for flags in [
+            &["--catalog", "/c"][..],
+            &["--ssh-from", "10.0.0.1/32"],
+            &["--catalog", "/c", "--ssh-from", "10.0.0.1/32"],
+        ] {
+            let cli = Cli::parse_from([&["skyc"][..], flags].concat());
+            let planners = Planners::new(cli.network, &cli.args);
+            assert_eq!(
+                planners.of(Backend::Kubernetes).err().unwrap(),
+                "--catalog and --ssh-from are for the aws target"
+            );
+            assert!(planners.of(Backend::Aws).is_ok());
+        }
     }
 }

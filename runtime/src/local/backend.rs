@@ -124,10 +124,12 @@ impl GroupRun {
 }
 
 impl Local {
-    pub fn new(state_dir: &Path) -> io::Result<Self> {
+    /// The backend of `state_dir`; `exe` is skyc's executable (the spawn
+    /// helper).
+    pub fn new(state_dir: &Path, exe: PathBuf) -> io::Result<Self> {
         Ok(Self {
             state_dir: state_dir.to_owned(),
-            spawner: Spawner::new(std::env::current_exe()?, state_dir.to_owned()),
+            spawner: Spawner::new(exe, state_dir.to_owned()),
             allocator: Allocator::new(Capacity::detect()),
             groups: BTreeMap::new(),
             queue: VecDeque::new(),

@@ -157,7 +157,13 @@ pub fn serve(dir: &Path, k8s: (Connect, Tuning)) -> io::Result<()> {
     let mut supervisor = Supervisor {
         store: Store::open(dir).map_err(io::Error::other)?,
         listener,
-        backends: Backends::new(dir, Setup { k8s }),
+        backends: Backends::new(
+            dir,
+            Setup {
+                exe: std::env::current_exe()?,
+                k8s,
+            },
+        ),
         groups: BTreeMap::new(),
         pools: BTreeMap::new(),
         unadopted: BTreeMap::new(),
@@ -833,10 +839,11 @@ impl Supervisor {
                 .ok()
                 .flatten()
                 .map_or(store::Backend::Local, |g| g.backend);
+            // A backend that cannot start sweeps at the next supervisor's.
             if let Ok(backend) = self.backend(kind) {
                 backend.sweep(gid, &kept);
+                let _ = self.store.transaction(|tx| tx.clear_network(gid));
             }
-            let _ = self.store.transaction(|tx| tx.clear_network(gid));
         }
     }
 }
