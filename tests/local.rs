@@ -702,3 +702,35 @@ fn node_agents_come_from_the_spawn_helper_which_is_replaced_when_gone() {
     s.wait_finished(first);
     assert!(node_processes(&s.state()).is_empty());
 }
+
+/// A state directory whose filesystem is mounted `noexec` (a common
+/// `/tmp`) can start no agent: the node's start says why and what to do,
+/// where it would otherwise fail with a bare EACCES. Root only: the
+/// filesystem is a tmpfs mounted in a mount namespace of the test's own,
+/// so nothing of it outlives the test.
+#[test]
+fn a_state_directory_mounted_noexec_is_refused_with_the_way_out() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped: mounting a noexec filesystem needs root");
+        return;
+    }
+    let s = Scratch::new("noexec");
+    let file = s.write("hello.yaml", "name: hello\nrun: echo hi\n");
+    let mount = s.dir.join("noexec");
+    std::fs::create_dir_all(&mount).unwrap();
+    let out = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg(r#"mount -t tmpfs -o noexec tmpfs "$1" && exec "$2" run --state-dir "$1/state" "$3""#)
+        .arg("sh")
+        .arg(&mount)
+        .arg(env!("CARGO_BIN_EXE_skyc"))
+        .arg(&file)
+        .output()
+        .expect("unshare");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(100), "{stderr}");
+    assert!(
+        stderr.contains("its filesystem is mounted noexec; use a state directory on another"),
+        "{stderr}"
+    );
+}

@@ -40,28 +40,37 @@ const DIGEST: &str = env!("SKYC_AGENT_DIGEST");
 /// agent itself would lose the exit status).
 pub const KILL_REQUEST: Signal = Signal::USR1;
 
+/// ETXTBSY.
+const TEXT_BUSY: i32 = rustix::io::Errno::TXTBSY.raw_os_error();
+
 const PID_FILE: &str = "agent.pid";
 const EXIT_FILE: &str = "exit";
 
 /// Where this skyc's agents run from: `bin/skyc-agent-DIGEST` in the state
-/// directory, written there when missing or not this build's, atomically
-/// (a new file renamed into place), so agents already running keep theirs.
+/// directory, written there when missing, not this build's or not
+/// executable, atomically (a new file renamed into place), so agents
+/// already running keep theirs.
 pub fn install(state_dir: &Path) -> io::Result<PathBuf> {
     static TEMPORARY: AtomicU64 = AtomicU64::new(0);
     let dir = std::path::absolute(state_dir.join("bin"))?;
     let path = dir.join(format!("{EXECUTABLE}-{DIGEST}"));
-    if fs::read(&path).is_ok_and(|bytes| bytes == IMAGE) {
+    let installed = fs::metadata(&path).is_ok_and(|m| m.permissions().mode() & 0o555 == 0o555)
+        && fs::read(&path).is_ok_and(|bytes| bytes == IMAGE);
+    if installed {
         return Ok(path);
     }
     let n = TEMPORARY.fetch_add(1, Ordering::Relaxed);
     let temporary = dir.join(format!(".{EXECUTABLE}-{DIGEST}.{}.{n}", std::process::id()));
     let written = (|| {
         fs::create_dir_all(&dir)?;
+        refuse_noexec(&dir)?;
         let mut file = fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o755)
             .open(&temporary)?;
+        // Whatever the umask took away.
+        file.set_permissions(fs::Permissions::from_mode(0o755))?;
         file.write_all(IMAGE)?;
         file.sync_all()?;
         drop(file);
@@ -78,6 +87,20 @@ pub fn install(state_dir: &Path) -> io::Result<PathBuf> {
         ));
     }
     Ok(path)
+}
+
+/// A filesystem mounted `noexec` runs no agent: said at once, with the
+/// way out, rather than as every node's start failing with EACCES.
+fn refuse_noexec(dir: &Path) -> io::Result<()> {
+    let flags = rustix::fs::statvfs(dir)?.f_flag;
+    if flags.contains(rustix::fs::StatVfsMountFlags::NOEXEC) {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            "its filesystem is mounted noexec; use a state directory on another \
+             (--state-dir, or SKYC_STATE_DIR)",
+        ));
+    }
+    Ok(())
 }
 
 /// What one node and phase runs, and where its files go.
@@ -103,7 +126,8 @@ pub fn spawn(agent: &Path, launch: Launch<'_>) -> io::Result<(Pid, OwnedFd)> {
     // absolute.
     let dir = std::path::absolute(launch.dir)?;
     let log = std::path::absolute(launch.log)?;
-    let child = Command::new(agent)
+    let mut command = Command::new(agent);
+    command
         .arg0(EXECUTABLE)
         .arg(&dir)
         .arg(&log)
@@ -118,8 +142,20 @@ pub fn spawn(agent: &Path, launch: Launch<'_>) -> io::Result<(Pid, OwnedFd)> {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         // The agent's own errors go where the supervisor's do.
-        .stderr(Stdio::inherit())
-        .spawn()?;
+        .stderr(Stdio::inherit());
+    let mut busy = 0;
+    let child = loop {
+        match command.spawn() {
+            // A child forked while the agent's file was still open for
+            // writing (its install) holds it so until that child execs:
+            // a moment.
+            Err(e) if e.raw_os_error() == Some(TEXT_BUSY) && busy < 50 => {
+                busy += 1;
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            other => break other?,
+        }
+    };
     let pid = Pid::from_child(&child);
     let pidfd = rustix::process::pidfd_open(pid, PidfdFlags::empty())?;
     Ok((pid, pidfd))
@@ -241,6 +277,13 @@ mod tests {
         fs::write(&path, &IMAGE[..IMAGE.len() / 2]).unwrap();
         assert_eq!(install(state.path()).unwrap(), path);
         assert_eq!(fs::read(&path).unwrap(), IMAGE);
+        // One that can no longer be run is replaced too.
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+        assert_eq!(install(state.path()).unwrap(), path);
+        assert_eq!(
+            fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o755
+        );
         let left: Vec<_> = fs::read_dir(state.path().join("bin")).unwrap().collect();
         assert_eq!(left.len(), 1, "no temporary file is left: {left:?}");
     }

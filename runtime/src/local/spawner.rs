@@ -118,7 +118,9 @@ impl Spawner {
     /// Starts the agent of `launch`: its pid, and a pidfd that becomes
     /// readable when it exits.
     pub fn spawn(&mut self, launch: Launch<'_>) -> io::Result<(Pid, OwnedFd)> {
-        let agent = match &self.agent {
+        // Installed once; again if it went (the state directory's `bin/`
+        // cleaned while the supervisor runs).
+        let agent = match self.agent.as_ref().filter(|a| a.exists()) {
             Some(agent) => agent.clone(),
             None => self.agent.insert(agent::install(&self.state_dir)?).clone(),
         };
@@ -414,6 +416,40 @@ mod tests {
             .err()
             .expect("no helper");
         assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof, "{err}");
+    }
+
+    #[test]
+    fn an_agent_removed_under_a_running_supervisor_is_installed_again() {
+        let dir = std::env::temp_dir().join(format!("skyc-spawner-again-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        // `true` is no helper: agents are started directly.
+        let mut spawner = Spawner::new("/bin/true".into(), dir.clone());
+        let run = |spawner: &mut Spawner, n: u32| {
+            let node = dir.join(format!("node-{n}"));
+            std::fs::create_dir_all(&node).unwrap();
+            let (_, pidfd) = spawner
+                .spawn(Launch {
+                    dir: &node,
+                    log: &node.join("log"),
+                    argv: vec!["sh".into(), "-c".into(), format!("echo ran {n}")],
+                    env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+                    cwd: &node,
+                })
+                .expect("started");
+            let mut fds = [rustix::event::PollFd::new(
+                &pidfd,
+                rustix::event::PollFlags::IN,
+            )];
+            rustix::event::poll(&mut fds, None).unwrap();
+            let exit = super::super::agent::read_exit(&node);
+            let log = std::fs::read_to_string(node.join("log")).unwrap_or_default();
+            (exit, log)
+        };
+        assert_eq!(run(&mut spawner, 1), (Some(0), "ran 1\n".into()));
+        std::fs::remove_dir_all(dir.join("bin")).unwrap();
+        assert_eq!(run(&mut spawner, 2), (Some(0), "ran 2\n".into()));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
