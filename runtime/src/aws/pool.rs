@@ -11,7 +11,7 @@
 
 use super::plan::{RunOptions, RunPlan};
 use crate::policy::GroupSpec;
-use crate::pool::{JobSpec, PoolSpec, Room, Scaling, worker_key};
+use crate::pool::{JobSpec, PoolSpec, Room};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use skyc_compiler::Diagnostic;
@@ -73,14 +73,8 @@ impl PoolPlan {
         let made_of = serde_json::json!({
             "nodes": worker.plan.nodes,
             "secrets": worker.secrets,
-        })
-        .to_string();
-        let spec = PoolSpec {
-            scaling: Scaling::from_ir(&pool.workers),
-            nodes: task.num_nodes,
-            offer,
-            worker_key: worker_key(&made_of),
-        };
+        });
+        let spec = PoolSpec::new(pool, task.num_nodes, offer, &made_of);
         Ok((Some(PoolPlan { pool: spec, worker }), diagnostics))
     }
 }

@@ -11,7 +11,7 @@
 //! ([`Plan::named`]).
 
 use super::plan::{Plan, WithKubeconfig};
-use crate::pool::{PoolSpec, Room, Scaling, worker_key};
+use crate::pool::{PoolSpec, Room};
 use serde_json::Value;
 use skyc_compiler::ir::{self, Group};
 use skyc_compiler::{Diagnostic, Rule, Severity};
@@ -99,21 +99,14 @@ impl PoolPlan {
                 .and_then(|c| c.accelerator.as_ref())
                 .map_or(0.0, |a| a.count),
         };
-        let mut made_of = serde_json::to_value(&plan.templates).unwrap_or_default();
-        rename(&mut made_of, &placeholder, "");
-        let spec = PoolSpec {
-            scaling: Scaling::from_ir(&pool.workers),
-            nodes: task.num_nodes,
-            offer,
-            worker_key: worker_key(
-                &serde_json::json!({
-                    "setup": task.setup,
-                    "templates": made_of,
-                    "objects": plan.objects.iter().filter(|o| o["kind"] != "JobSet").collect::<Vec<_>>(),
-                })
-                .to_string(),
-            ),
-        };
+        let mut templates = serde_json::to_value(&plan.templates).unwrap_or_default();
+        rename(&mut templates, &placeholder, "");
+        let made_of = serde_json::json!({
+            "setup": task.setup,
+            "templates": templates,
+            "objects": plan.objects.iter().filter(|o| o["kind"] != "JobSet").collect::<Vec<_>>(),
+        });
+        let spec = PoolSpec::new(pool, task.num_nodes, offer, &made_of);
         Ok(Self {
             pool: spec,
             worker: plan,

@@ -3,7 +3,7 @@
 
 use super::capacity::{Capacity, Demand};
 use crate::policy::GroupSpec;
-use crate::pool::{JobSpec, PoolSpec, Room, Scaling, worker_key};
+use crate::pool::{JobSpec, PoolSpec, Room};
 use serde::{Deserialize, Serialize};
 use skyc_compiler::ir::{self, Group, InterConnection, Task, Workdir};
 use skyc_compiler::{Diagnostic, Rule};
@@ -85,14 +85,8 @@ impl PoolPlan {
             "workdir": task.workdir,
             "demand": task.demand,
             "num_nodes": task.num_nodes,
-        })
-        .to_string();
-        let spec = PoolSpec {
-            scaling: Scaling::from_ir(&pool.workers),
-            nodes: task.num_nodes,
-            offer,
-            worker_key: worker_key(&made_of),
-        };
+        });
+        let spec = PoolSpec::new(pool, task.num_nodes, offer, &made_of);
         (Some(Self { pool: spec, worker }), diagnostics)
     }
 }

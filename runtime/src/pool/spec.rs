@@ -3,7 +3,7 @@
 
 use super::room::Room;
 use serde::{Deserialize, Serialize};
-use skyc_compiler::ir::PoolWorkers;
+use skyc_compiler::ir::{Pool, PoolWorkers};
 use std::time::Duration;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -18,6 +18,20 @@ pub struct PoolSpec {
     /// envs, nodes): workers made from another key are of an older
     /// generation and are retired as they become idle.
     pub worker_key: String,
+}
+
+impl PoolSpec {
+    /// The spec of `pool`, whose workers have `nodes` nodes each offering
+    /// `offer` and are made of `made_of`: what of the target's worker plan
+    /// makes a new generation of workers when it changes.
+    pub fn new(pool: &Pool, nodes: u32, offer: Room, made_of: &serde_json::Value) -> Self {
+        Self {
+            scaling: Scaling::from_ir(&pool.workers),
+            nodes,
+            offer,
+            worker_key: worker_key(&made_of.to_string()),
+        }
+    }
 }
 
 /// A pool as every target stores it (the pool's row's plan): the pool

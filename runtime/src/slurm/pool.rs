@@ -7,7 +7,7 @@
 
 use super::Plan;
 use crate::policy::GroupSpec;
-use crate::pool::{JobSpec, PoolSpec, Room, Scaling, worker_key};
+use crate::pool::{JobSpec, PoolSpec, Room};
 use serde::{Deserialize, Serialize};
 use skyc_compiler::Diagnostic;
 use skyc_compiler::ir::{self, Group, Task, Workdir};
@@ -141,14 +141,8 @@ pub fn plan_pool(
         "script": plan.script,
         "envs": task.envs,
         "workdir": task.workdir,
-    })
-    .to_string();
-    let spec = PoolSpec {
-        scaling: Scaling::from_ir(&pool.workers),
-        nodes: group.tasks[0].num_nodes,
-        offer,
-        worker_key: worker_key(&made_of),
-    };
+    });
+    let spec = PoolSpec::new(pool, group.tasks[0].num_nodes, offer, &made_of);
     let worker = WorkerPlan {
         plan,
         hold: true,
