@@ -727,10 +727,13 @@ fn a_state_directory_mounted_noexec_is_refused_with_the_way_out() {
         .arg(&file)
         .output()
         .expect("unshare");
-    let stderr = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(100), "{stderr}");
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(100), "{stdout}{stderr}");
+    // The node's log, which `run` follows.
     assert!(
-        stderr.contains("its filesystem is mounted noexec; use a state directory on another"),
-        "{stderr}"
+        stdout.contains(
+            "(hello-0) skyc: cannot start the node: cannot install skyc's node agent as "
+        ) && stdout.contains("its filesystem is mounted noexec; use a state directory on another"),
+        "{stdout}{stderr}"
     );
 }

@@ -295,6 +295,21 @@ impl Pool {
         }
     }
 
+    /// Pumps until `done` holds (10 s at most): for what a loaded
+    /// machine may bring after [`Pool::settle`] found the backend quiet.
+    fn until(&mut self, what: &str, done: impl Fn(&Self) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !done(self) {
+            assert!(
+                Instant::now() < deadline,
+                "never {what}: {:?}",
+                self.reports
+            );
+            std::thread::sleep(Duration::from_millis(15));
+            self.pump();
+        }
+    }
+
     /// `skyc cancel` of a job: the backend told, then the engine.
     fn cancel(&mut self, gid: i64) {
         self.backend().cancel(gid);
@@ -517,6 +532,15 @@ fn a_lost_worker_loses_its_job_which_runs_again_on_another_worker() {
     assert_eq!(p.attempt(10), 1);
     p.ready_worker(3, 2);
     p.place(10, 3);
+    let started_on = |p: &Pool, prefix: &str| {
+        p.processes()
+            .iter()
+            .filter(|x| x.pod.starts_with(prefix))
+            .count()
+    };
+    p.until("started on the new worker", |p| {
+        started_on(p, "pool-2-") >= 2
+    });
     let procs = p.processes();
     let on = |prefix: &str| procs.iter().filter(|x| x.pod.starts_with(prefix)).count();
     assert_eq!(on("pool-2-"), 2, "attempt 1 started once per node");
@@ -803,7 +827,7 @@ fn a_job_whose_start_answer_was_lost_is_stopped_when_cancelled() {
     p.place(10, 1);
     assert_eq!(p.processes().len(), 2, "started, unanswered");
     p.cancel(10);
-    assert_eq!(p.status(10), Status::Cancelled);
+    p.until("cancelled", |p| p.status(10) == Status::Cancelled);
     let procs = p.processes();
     assert!(procs.iter().all(|x| x.exit == Some(143)), "{procs:#?}");
 }
