@@ -9,7 +9,7 @@ use crate::slurm_e2e::{cluster, cluster_dir, cluster_script, wait_idle_nodes};
 use crate::support::scratch::{Scratch, task, text};
 use serde_json::Value;
 use skyc_compiler::{Options, compile};
-use skyc_runtime::backend::{Adoption, Backend as _, Report};
+use skyc_runtime::backend::{Adoption, Backend as _, Report, Role};
 use skyc_runtime::policy::{Engine, GroupSpec, Status};
 use skyc_runtime::slurm::{Plan, PlannedStep, SUBMITTING, SlurmBackend, read_status};
 use skyc_runtime::store::{Backend, NewGroup, NewTask, Store, now_ms};
@@ -566,6 +566,8 @@ fn steps_submitted_before_a_crash_are_found_not_submitted_twice() {
             gid,
             &Adoption {
                 plan: &plan_json,
+                role: Role::Group,
+                name: "g",
                 engine: &engine,
                 fresh: false,
                 job: Some(&first),

@@ -8,7 +8,7 @@ use crate::support::root;
 use crate::support::scratch::{Scratch, task, text};
 use serde_json::Value;
 use skyc_compiler::{Options, compile};
-use skyc_runtime::backend::{Adoption, Backend as _, Report};
+use skyc_runtime::backend::{Adoption, Backend as _, Report, Role};
 use skyc_runtime::policy::GroupSpec;
 use skyc_runtime::policy::{Engine, Status};
 use skyc_runtime::slurm::{Plan, SUBMITTING, SlurmBackend, read_status};
@@ -468,6 +468,8 @@ fn a_job_submitted_before_a_crash_is_found_not_submitted_twice() {
             gid,
             &Adoption {
                 plan: &plan_json,
+                role: Role::Group,
+                name: "g",
                 engine: &engine,
                 fresh: true,
                 job: None,

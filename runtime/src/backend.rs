@@ -137,6 +137,10 @@ pub enum Policy {
 pub struct Adoption<'a> {
     /// The plan the submitting client stored, as JSON.
     pub plan: &'a str,
+    /// What the group is to the pools, as the store records it.
+    pub role: Role,
+    /// Its name in the store (a pool's worker: `{pool}-{n}`).
+    pub name: &'a str,
     /// The engine as last committed; not started when the group is new.
     pub engine: &'a Engine,
     /// Whether the group is new (nothing of it exists yet).
@@ -152,6 +156,31 @@ pub struct Adoption<'a> {
     /// The store, to read what earlier supervisors recorded; only the
     /// supervisor writes it.
     pub store: &'a Store,
+}
+
+/// What a group is to the pools. The store's row says it (its kind and
+/// pool), once, for the supervisor and every backend; a plan is never
+/// probed for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// A group of its own (a pipeline, a `--num-jobs` job without a pool).
+    Group,
+    /// A pool's worker: its nodes are held after setup, for jobs.
+    Worker,
+    /// A job submitted to a pool: it runs on a worker the pool places it
+    /// on.
+    Job,
+}
+
+impl Role {
+    /// The role of a store row.
+    pub fn of(row: &crate::store::GroupRow) -> Self {
+        match (row.kind, row.pool) {
+            (crate::store::Kind::Worker, _) => Self::Worker,
+            (crate::store::Kind::Group, Some(_)) => Self::Job,
+            _ => Self::Group,
+        }
+    }
 }
 
 /// A place where groups run.
@@ -209,5 +238,57 @@ pub trait Backend {
     /// backend that only wakes it through [`Backend::wake_fd`].
     fn next_wake_ms(&self) -> Option<i64> {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Role;
+    use crate::store::{Backend, Member, NewGroup, Store};
+
+    #[test]
+    fn a_groups_role_is_its_rows() {
+        let dir = std::env::temp_dir().join(format!("skyc-role-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut store = Store::open(&dir).unwrap();
+        let new = |name| NewGroup {
+            name,
+            source: "f.yaml",
+            submitted_at_ms: 0,
+            // The plan says nothing of the role.
+            plan: "{}",
+            backend: Backend::Local,
+            tasks: Vec::new(),
+        };
+        let group = store.insert_group(&new("g")).unwrap();
+        let pool = store.insert_pool(&new("p")).unwrap().unwrap();
+        let member = |rank, num_jobs| Member {
+            pool: Some(pool),
+            rank,
+            num_jobs,
+        };
+        let worker = store
+            .transaction(|tx| tx.insert_worker(&new("p-1"), member(1, 0)))
+            .unwrap();
+        let jobs = store
+            .insert_jobs(&[
+                (new("j"), Some(member(0, 2))),
+                (
+                    new("k"),
+                    Some(Member {
+                        pool: None,
+                        rank: 1,
+                        num_jobs: 2,
+                    }),
+                ),
+            ])
+            .unwrap();
+        let role = |gid| Role::of(&store.group(gid).unwrap().unwrap());
+        assert_eq!(role(group), Role::Group);
+        assert_eq!(role(worker), Role::Worker);
+        assert_eq!(role(jobs[0]), Role::Job);
+        assert_eq!(role(jobs[1]), Role::Group, "--num-jobs without a pool");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -28,7 +28,7 @@ use crate::aws::data::remote::Ssh;
 use crate::aws::ec2::client::{Ec2, Tuning};
 use crate::aws::ec2::retry;
 use crate::aws::ec2::sigv4::Credentials;
-use crate::backend::{Adoption, Backend, NodeInfo, Report};
+use crate::backend::{Adoption, Backend, NodeInfo, Report, Role};
 use crate::goal::{Goal, Want};
 use crate::outbox::{Out, Outbox};
 use crate::policy::{Action, Attempt, Engine, Event};
@@ -160,13 +160,6 @@ fn ssh_dir(group_dir: &Path) -> io::Result<PathBuf> {
     Ok(dir)
 }
 
-/// What tells a pool job's plan from a group's.
-#[derive(serde::Deserialize)]
-struct Probe {
-    #[serde(default)]
-    pool_job: Option<serde::de::IgnoredAny>,
-}
-
 impl Aws {
     /// A pool job's engine decided: it waits for a place (`TaskQueued`,
     /// as every backend says it), or its attempt stops: on its worker, or
@@ -249,9 +242,7 @@ impl Aws {
 
 impl Backend for Aws {
     fn adopt(&mut self, gid: i64, adoption: &Adoption<'_>) -> Result<(), String> {
-        let probe: Probe = serde_json::from_str(adoption.plan)
-            .map_err(|e| format!("the group's AWS plan: {e}"))?;
-        if probe.pool_job.is_some() {
+        if adoption.role == Role::Job {
             let plan: JobPlan = serde_json::from_str(adoption.plan)
                 .map_err(|e| format!("the job's AWS plan: {e}"))?;
             if plan.spec.tasks.len() != 1 {

@@ -148,10 +148,7 @@ impl JobPlan {
             .envs
             .iter()
             .map(|e| (e.name.as_str(), e.value.as_str()));
-        let ranks = [
-            ("SKYPILOT_JOB_RANK", job.rank.to_string()),
-            ("SKYPILOT_NUM_JOBS", job.num_jobs.to_string()),
-        ];
+        let ranks = job.env();
         let ranks = ranks.iter().map(|(k, v)| (*k, v.as_str()));
         let found_env = found.iter().map(|(k, v)| (k.as_str(), v.as_str()));
         for (name, value) in envs.chain(found_env).chain(ranks) {

@@ -25,7 +25,7 @@ use super::reconcile::{self, Op};
 use super::request::{self, Apis, Outcome};
 use super::retry;
 use super::watch::{self, Shared, SharedRef, lock};
-use crate::backend::{Adoption, Backend, NodeInfo, Report};
+use crate::backend::{Adoption, Backend, NodeInfo, Report, Role};
 use crate::backoff::Backoff;
 use crate::goal::Goal;
 use crate::outbox::{Out, Outbox, Post};
@@ -214,15 +214,10 @@ impl Backend for Kubernetes {
     fn adopt(&mut self, gid: i64, adoption: &Adoption<'_>) -> Result<(), String> {
         let mut plan: Plan = serde_json::from_str(adoption.plan)
             .map_err(|e| format!("the group's Kubernetes plan: {e}"))?;
-        if plan.hold {
+        if adoption.role == Role::Worker {
             // Every worker of a pool is made from the pool's one plan: on
             // the cluster, each is named after its row.
-            let row = adoption
-                .store
-                .group(gid)
-                .map_err(|e| e.to_string())?
-                .ok_or_else(|| format!("worker {gid} is not in the store"))?;
-            plan = plan.named(&row.name);
+            plan = plan.named(adoption.name);
         }
         self.adopt_plan(gid, plan, adoption.engine, adoption.job.map(str::to_owned));
         Ok(())

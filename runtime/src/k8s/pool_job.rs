@@ -271,8 +271,7 @@ impl PoolJob {
             }
         }
         if let Some(job) = &self.plan.pool_job {
-            env.push(("SKYPILOT_JOB_RANK".into(), job.rank.to_string()));
-            env.push(("SKYPILOT_NUM_JOBS".into(), job.num_jobs.to_string()));
+            env.extend(job.env().map(|(k, v)| (k.to_owned(), v)));
         }
         // The job's own task id, not its worker's (its group id makes it
         // unique, as on the local target).

@@ -18,7 +18,7 @@ use super::network::{self, GroupNetwork};
 use super::plan::Plan;
 use super::spawner::Spawner;
 use super::{NODE_MARKER_VAR, logindex};
-use crate::backend::{Adoption, Backend, NodeInfo, Report};
+use crate::backend::{Adoption, Backend, NodeInfo, Report, Role};
 use crate::paths;
 use crate::policy::{Action, Attempt, Engine, Event, Phase, TaskId};
 use crate::pool::Placement;
@@ -667,7 +667,7 @@ impl Backend for Local {
         let net = match adoption.kept.map(serde_json::from_str) {
             Some(Ok(net)) => net,
             Some(Err(e)) => return Err(e.to_string()),
-            None if plan.pool_job.is_some() => {
+            None if adoption.role == Role::Job => {
                 fs::create_dir_all(dir.join("logs"))
                     .and_then(|()| write_scripts(&dir, &plan))
                     .map_err(|e| format!("{}: {e}", dir.display()))?;

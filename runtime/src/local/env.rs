@@ -48,8 +48,9 @@ pub fn node_env(
         .map(|j| (j.rank, j.num_jobs))
         .or(plan.job_rank);
     let (job_rank, num_jobs) = ranks.unwrap_or((0, 1));
-    set("SKYPILOT_JOB_RANK", job_rank.to_string());
-    set("SKYPILOT_NUM_JOBS", num_jobs.to_string());
+    for (k, v) in crate::pool::rank_env(job_rank, num_jobs) {
+        set(k, v);
+    }
     set("SKYPILOT_TASK_ID", task_id(task));
     set(
         "SKYPILOT_TASK_IDS",

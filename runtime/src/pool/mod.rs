@@ -43,7 +43,7 @@ pub use engine::{
     Action, Event, JobWant, Pool, PoolStatus, Timer, Worker, WorkerEvent, WorkerState,
 };
 pub use room::{Placement, Room};
-pub use spec::{JobSpec, PoolPlan, PoolSpec, Scaling, worker_key};
+pub use spec::{JobSpec, PoolPlan, PoolSpec, Scaling, rank_env, worker_key};
 
 /// A worker's number in its pool: 1, 2, ... never reused.
 pub type WorkerId = u32;

@@ -58,6 +58,22 @@ pub struct JobSpec {
     pub num_jobs: u32,
 }
 
+impl JobSpec {
+    /// What the job's nodes see of its rank, on every target.
+    pub fn env(&self) -> [(&'static str, String); 2] {
+        rank_env(self.rank, self.num_jobs)
+    }
+}
+
+/// `SKYPILOT_JOB_RANK` and `SKYPILOT_NUM_JOBS`: a job's rank among the
+/// `--num-jobs` submitted with it, on a pool or not.
+pub fn rank_env(rank: u32, num_jobs: u32) -> [(&'static str, String); 2] {
+    [
+        ("SKYPILOT_JOB_RANK", rank.to_string()),
+        ("SKYPILOT_NUM_JOBS", num_jobs.to_string()),
+    ]
+}
+
 /// A worker's identity for [`PoolSpec::worker_key`]: FNV-1a (64 bits) of
 /// what the worker is made of, so the key is stable across skyc versions
 /// and holds no value of it (envs may carry secrets).

@@ -17,10 +17,10 @@
 //! that job up (its `--comment`) before it would submit it again, then
 //! submits only the jobs left.
 
-use super::members::{self, Members};
+use super::members::Members;
 use super::submit::{self, AdoptError, Before, SUBMITTING};
 use super::{Followed, PipelineWatch, Plan, Polled, Watch};
-use crate::backend::{Adoption, Backend, Policy, Report};
+use crate::backend::{Adoption, Backend, Policy, Report, Role};
 use crate::policy::{Action, Attempt, Engine, Status};
 use crate::pool::Placement;
 use crate::store::now_ms;
@@ -325,12 +325,10 @@ impl Backend for SlurmBackend {
 
     fn adopt(&mut self, gid: i64, adoption: &Adoption<'_>) -> Result<(), String> {
         let (engine, fresh) = (adoption.engine, adoption.fresh);
-        match members::kind(adoption.plan) {
-            members::Kind::Worker => {
-                return self.members.adopt_worker(gid, adoption.plan, engine, fresh);
-            }
-            members::Kind::Job => return self.members.adopt_job(gid, adoption.plan, engine, fresh),
-            members::Kind::Other => {}
+        match adoption.role {
+            Role::Worker => return self.members.adopt_worker(gid, adoption.plan, engine, fresh),
+            Role::Job => return self.members.adopt_job(gid, adoption.plan, engine, fresh),
+            Role::Group => {}
         }
         let plan: Plan = serde_json::from_str(adoption.plan)
             .map_err(|e| format!("the group's Slurm plan: {e}"))?;
@@ -523,6 +521,8 @@ mod tests {
         let mut backend = SlurmBackend::new(&dir);
         let adoption = Adoption {
             plan: &json,
+            role: Role::Group,
+            name: "g",
             engine: &engine,
             fresh: true,
             job: None,

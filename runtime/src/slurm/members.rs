@@ -178,26 +178,6 @@ fn append_log(dir: &Path, task: &str, rank: u32, line: &str) {
     }
 }
 
-/// Which member a plan is, by the fields only members' plans have.
-pub(super) enum Kind {
-    Worker,
-    Job,
-    Other,
-}
-
-pub(super) fn kind(plan: &str) -> Kind {
-    let Ok(value) = serde_json::from_str::<serde_json::Value>(plan) else {
-        return Kind::Other;
-    };
-    if value.get("hold").and_then(|h| h.as_bool()) == Some(true) {
-        Kind::Worker
-    } else if value.get("pool_job").is_some_and(|j| !j.is_null()) {
-        Kind::Job
-    } else {
-        Kind::Other
-    }
-}
-
 impl Members {
     pub(super) fn new(state_dir: &Path) -> Self {
         Self {
@@ -591,11 +571,10 @@ impl Members {
                 "SKYPILOT_TASK_ID".into(),
                 format!("skyc-slurm-{gid}_{}_{task}-0", j.plan.plan.group),
             ),
-            ("SKYPILOT_JOB_RANK".into(), spec.rank.to_string()),
-            ("SKYPILOT_NUM_JOBS".into(), spec.num_jobs.to_string()),
             ("SKYC_TASK".into(), task.clone()),
             ("SKYC_ATTEMPT".into(), j.attempt.to_string()),
         ]);
+        env.extend(spec.env().map(|(k, v)| (k.to_owned(), v)));
         let log = j
             .dir
             .join("logs")
@@ -1322,14 +1301,6 @@ mod tests {
                 ("X".to_owned(), "j".to_owned())
             ]
         );
-    }
-
-    #[test]
-    fn plans_are_told_apart_by_their_member_fields() {
-        assert!(matches!(kind(r#"{"hold":true}"#), Kind::Worker));
-        assert!(matches!(kind(r#"{"pool_job":{"rank":0}}"#), Kind::Job));
-        assert!(matches!(kind(r#"{"pool_job":null}"#), Kind::Other));
-        assert!(matches!(kind("{}"), Kind::Other));
     }
 
     #[test]

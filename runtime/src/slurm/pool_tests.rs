@@ -5,7 +5,7 @@
 
 use super::pool::{JobPlan, TaskRun, WorkerPlan};
 use super::{Plan, SlurmBackend};
-use crate::backend::{Adoption, Backend as _, Report};
+use crate::backend::{Adoption, Backend as _, Report, Role};
 use crate::policy::{Engine, Event, Execution, GroupSpec, TaskSpec};
 use crate::pool::{JobSpec, Placement};
 use crate::store::{Store, now_ms};
@@ -153,7 +153,7 @@ impl Fake {
         }
     }
 
-    fn worker(&self) -> String {
+    fn worker(&self) -> Member {
         let plan = WorkerPlan {
             plan: self.plan("w"),
             hold: true,
@@ -163,10 +163,13 @@ impl Fake {
                 ..TaskRun::default()
             },
         };
-        serde_json::to_string(&plan).unwrap()
+        Member {
+            role: Role::Worker,
+            plan: serde_json::to_string(&plan).unwrap(),
+        }
     }
 
-    fn job(&self) -> String {
+    fn job(&self) -> Member {
         let mut plan = self.plan("j");
         plan.script = String::new();
         let plan = JobPlan {
@@ -182,15 +185,20 @@ impl Fake {
                 ..TaskRun::default()
             },
         };
-        serde_json::to_string(&plan).unwrap()
+        Member {
+            role: Role::Job,
+            plan: serde_json::to_string(&plan).unwrap(),
+        }
     }
 
-    fn adopt(&mut self, gid: i64, plan: &str, engine: &Engine, fresh: bool) {
+    fn adopt(&mut self, gid: i64, member: &Member, engine: &Engine, fresh: bool) {
         self.backend
             .adopt(
                 gid,
                 &Adoption {
-                    plan,
+                    plan: &member.plan,
+                    role: member.role,
+                    name: "member",
                     engine,
                     fresh,
                     job: None,
@@ -226,6 +234,12 @@ impl Fake {
     fn group(&self, gid: i64) -> PathBuf {
         crate::paths::group_dir(&self.state, gid)
     }
+}
+
+/// A pool member's plan, with its role as the store would say it.
+struct Member {
+    role: Role,
+    plan: String,
 }
 
 impl Drop for Fake {

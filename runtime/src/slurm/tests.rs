@@ -4,7 +4,7 @@
 //! writes. What a real cluster does with the jobs is `tests/slurm_run.rs`'s.
 
 use super::{Plan, PlannedStep, SUBMITTING, SlurmBackend};
-use crate::backend::{Adoption, Backend as _, Report, Statuses};
+use crate::backend::{Adoption, Backend as _, Report, Role, Statuses};
 use crate::policy::{Engine, Execution, GroupSpec, Status, TaskSpec};
 use crate::store::{Store, now_ms};
 use std::fs;
@@ -141,6 +141,8 @@ impl Fake {
                 1,
                 &Adoption {
                     plan: &plan,
+                    role: Role::Group,
+                    name: "g",
                     engine: &engine,
                     fresh: job.is_none() && marker.is_none(),
                     job,

@@ -23,7 +23,7 @@
 
 mod pools;
 
-use crate::backend::{Adoption, Backend, NodeInfo, Policy, Report};
+use crate::backend::{Adoption, Backend, NodeInfo, Policy, Report, Role};
 use crate::k8s::{Connect, Tuning, kubeconfig};
 use crate::paths;
 use crate::policy::{Action, Engine, Event, GroupSpec, Status, Timer};
@@ -456,13 +456,18 @@ impl Supervisor {
         let state = self.store.runtime_state(gid).map_err(|e| e.to_string())?;
         let PlanSpec { spec, pool_job } = serde_json::from_str::<PlanSpec>(&plan)
             .map_err(|e| format!("the group's plan: {e}"))?;
-        let member = match (row.kind, row.pool, pool_job) {
-            (Kind::Worker, Some(pool), _) => Some(Membership::Worker {
+        let role = Role::of(&row);
+        let member = match (role, row.pool) {
+            (Role::Worker, Some(pool)) => Some(Membership::Worker {
                 pool,
                 id: row.rank.and_then(|r| u32::try_from(r).ok()).unwrap_or(0),
                 told: None,
             }),
-            (Kind::Group, Some(pool), Some(spec)) => Some(Membership::Job { pool, spec }),
+            (Role::Job, Some(pool)) => Some(Membership::Job {
+                pool,
+                // What it takes of a worker is its plan's.
+                spec: pool_job.ok_or("a pool job's plan without what it takes of a worker")?,
+            }),
             _ => None,
         };
         let fresh = state.engine.is_none();
@@ -492,6 +497,8 @@ impl Supervisor {
             gid,
             &Adoption {
                 plan: &plan,
+                role,
+                name: &row.name,
                 engine: &engine,
                 fresh,
                 job: row.job.as_deref(),
