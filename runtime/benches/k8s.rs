@@ -26,7 +26,7 @@ mod fake;
 
 use fake::{Fake, NS, World};
 use rustix::event::{PollFd, PollFlags, Timespec, poll};
-use skyc_runtime::backend::{Backend, Report};
+use skyc_runtime::backend::{Backend, Report, Role};
 use skyc_runtime::backoff::Backoff;
 use skyc_runtime::k8s::client::Cluster;
 use skyc_runtime::k8s::{Connect, Kubernetes, LAUNCHED_ANNOTATION, Plan, Tuning};
@@ -112,7 +112,8 @@ impl Supervisor {
     fn start(&mut self, gid: i64, plan: &Plan) {
         let mut engine = Engine::new(plan.spec.clone());
         let actions = engine.start();
-        self.backend.adopt_plan(gid, plan.clone(), &engine, None);
+        self.backend
+            .adopt_plan(gid, Role::Group, plan.clone(), &engine, None);
         self.backend.execute(gid, &engine, &actions);
         self.engines.insert(gid, engine);
     }

@@ -118,6 +118,7 @@ impl Default for Tuning {
 enum Command {
     Adopt {
         gid: i64,
+        role: Role,
         plan: Box<Plan>,
         goal: Goal,
         job: Option<String>,
@@ -200,9 +201,17 @@ impl Drop for Kubernetes {
 
 impl Kubernetes {
     /// Takes charge of a group of `plan` ([`Backend::adopt`], parsed).
-    pub fn adopt_plan(&mut self, gid: i64, plan: Plan, engine: &Engine, job: Option<String>) {
+    pub fn adopt_plan(
+        &mut self,
+        gid: i64,
+        role: Role,
+        plan: Plan,
+        engine: &Engine,
+        job: Option<String>,
+    ) {
         let _ = self.tx.send(Command::Adopt {
             gid,
+            role,
             plan: Box::new(plan),
             goal: Goal::from_engine(engine),
             job,
@@ -219,7 +228,13 @@ impl Backend for Kubernetes {
             // the cluster, each is named after its row.
             plan = plan.named(adoption.name);
         }
-        self.adopt_plan(gid, plan, adoption.engine, adoption.job.map(str::to_owned));
+        self.adopt_plan(
+            gid,
+            adoption.role,
+            plan,
+            adoption.engine,
+            adoption.job.map(str::to_owned),
+        );
         Ok(())
     }
 
@@ -285,6 +300,7 @@ async fn main_loop(mut rx: mpsc::UnboundedReceiver<Command>, ctx: Ctx) {
         match command {
             Command::Adopt {
                 gid,
+                role,
                 plan,
                 goal,
                 job,
@@ -295,11 +311,11 @@ async fn main_loop(mut rx: mpsc::UnboundedReceiver<Command>, ctx: Ctx) {
                 let (tx, rx) = mpsc::unbounded_channel();
                 groups.insert(gid, tx);
                 let out = ctx.post.out(gid);
-                if plan.hold {
+                if role == Role::Worker {
                     let attempt = goal.tasks.first().map_or(0, |t| t.attempt);
                     workers.insert(gid, ((*plan).clone(), attempt));
                 }
-                if plan.pool_job.is_some() {
+                if role == Role::Job {
                     let job = PoolJob::new(
                         (*plan).clone(),
                         goal,

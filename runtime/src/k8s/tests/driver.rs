@@ -3,7 +3,7 @@
 //! exactly as the supervisor does through [`Backend`].
 
 use super::fake::{Fake, NS, World};
-use crate::backend::{Backend, Report};
+use crate::backend::{Backend, Report, Role};
 use crate::backoff::Backoff;
 use crate::k8s::client::Cluster;
 use crate::k8s::{Connect, Kubernetes, Plan, Tuning};
@@ -137,7 +137,13 @@ impl Driver {
     fn adopt(&mut self) {
         let mut backend = Kubernetes::start(self.dir.clone(), connect(&self.fake), self.tuning)
             .expect("the backend starts");
-        backend.adopt_plan(GID, self.plan.clone(), &self.engine, self.job.clone());
+        backend.adopt_plan(
+            GID,
+            Role::Group,
+            self.plan.clone(),
+            &self.engine,
+            self.job.clone(),
+        );
         self.backend = Some(backend);
     }
 
