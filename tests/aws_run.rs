@@ -1426,11 +1426,25 @@ fn a_pool_runs_ranked_jobs_on_aws_workers_and_replaces_a_lost_one() {
         );
         assert_eq!(status["status"], "CANCELLED", "{status:#}");
     }
+    // Both workers free (no job on either, as the pool engine has it):
+    // a pool that placed the cancelled waiting job would have by then.
+    p.until(
+        "both workers free",
+        |p| p.pool(),
+        |pool| {
+            pool["workers"].as_array().is_some_and(|ws| {
+                ws.len() == 2
+                    && ws.iter().all(|w| {
+                        w["status"] == "READY" && w["jobs"].as_array().is_some_and(Vec::is_empty)
+                    })
+            })
+        },
+    );
     // Released, a job still running would finish within a tenth of a
     // second: a cancelled job never finished, and the waiting one never
-    // started, as the machines saw it.
+    // started, as the machines saw it, over a few passes.
     release(3);
-    std::thread::sleep(Duration::from_secs(2));
+    std::thread::sleep(Duration::from_secs(5));
     p.follow();
     let rank_of = |id: i64| three.iter().position(|&j| j == id).expect("one of three");
     for &id in &running {

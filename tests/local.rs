@@ -705,35 +705,61 @@ fn node_agents_come_from_the_spawn_helper_which_is_replaced_when_gone() {
 
 /// A state directory whose filesystem is mounted `noexec` (a common
 /// `/tmp`) can start no agent: the node's start says why and what to do,
-/// where it would otherwise fail with a bare EACCES. Root only: the
-/// filesystem is a tmpfs mounted in a mount namespace of the test's own,
-/// so nothing of it outlives the test.
+/// where it would otherwise fail with a bare EACCES; so does one remounted
+/// `noexec` after the agent was installed. Root only: the filesystem is a
+/// tmpfs mounted in a mount namespace of the test's own, and goes with
+/// its last process (the supervisor, which exits when idle).
 #[test]
 fn a_state_directory_mounted_noexec_is_refused_with_the_way_out() {
-    if !rustix::process::geteuid().is_root() {
-        eprintln!("skipped: mounting a noexec filesystem needs root");
+    let may_mount = rustix::process::geteuid().is_root()
+        && Command::new("unshare")
+            .args(["--mount", "true"])
+            .status()
+            .is_ok_and(|s| s.success());
+    if !may_mount {
+        eprintln!("skipped: mounting a noexec filesystem needs root and mount namespaces");
         return;
     }
     let s = Scratch::new("noexec");
     let file = s.write("hello.yaml", "name: hello\nrun: echo hi\n");
     let mount = s.dir.join("noexec");
     std::fs::create_dir_all(&mount).unwrap();
-    let out = Command::new("unshare")
-        .args(["--mount", "--propagation", "private", "sh", "-c"])
-        .arg(r#"mount -t tmpfs -o noexec tmpfs "$1" && exec "$2" run --state-dir "$1/state" "$3""#)
-        .arg("sh")
-        .arg(&mount)
-        .arg(env!("CARGO_BIN_EXE_skyc"))
-        .arg(&file)
-        .output()
-        .expect("unshare");
-    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
-    assert_eq!(out.status.code(), Some(100), "{stdout}{stderr}");
+    // `$1`: the mount point; `$2`: skyc; `$3`: the file; `$4`: what to do
+    // before the run that is checked.
+    let run = |before: &str| {
+        let out = Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "sh", "-c"])
+            .arg(r#"eval "$4" && exec "$2" run --state-dir "$1/state" "$3""#)
+            .arg("sh")
+            .arg(&mount)
+            .arg(env!("CARGO_BIN_EXE_skyc"))
+            .arg(&file)
+            .arg(before)
+            .output()
+            .expect("unshare");
+        (out.status.code(), text(&out.stdout), text(&out.stderr))
+    };
+    // Mounted noexec from the start: the install is refused.
+    let (code, stdout, stderr) = run(r#"mount -t tmpfs -o noexec tmpfs "$1""#);
+    assert_eq!(code, Some(100), "{stdout}{stderr}");
     // The node's log, which `run` follows.
     assert!(
         stdout.contains(
             "(hello-0) skyc: cannot start the node: cannot install skyc's node agent as "
         ) && stdout.contains("its filesystem is mounted noexec; use a state directory on another"),
+        "{stdout}{stderr}"
+    );
+    // Installed, then remounted noexec: the start is refused in the same
+    // words.
+    let (code, stdout, stderr) = run(
+        r#"mount -t tmpfs tmpfs "$1" && "$2" run --state-dir "$1/state" "$3" >/dev/null &&
+           mount -o remount,noexec "$1""#,
+    );
+    assert_eq!(code, Some(100), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("(hello-0) skyc: cannot start the node: cannot run skyc's node agent ")
+            && stdout
+                .contains("its filesystem is mounted noexec; use a state directory on another"),
         "{stdout}{stderr}"
     );
 }

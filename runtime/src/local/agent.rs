@@ -54,7 +54,7 @@ pub fn install(state_dir: &Path) -> io::Result<PathBuf> {
     static TEMPORARY: AtomicU64 = AtomicU64::new(0);
     let dir = std::path::absolute(state_dir.join("bin"))?;
     let path = dir.join(format!("{EXECUTABLE}-{DIGEST}"));
-    let installed = fs::metadata(&path).is_ok_and(|m| m.permissions().mode() & 0o555 == 0o555)
+    let installed = fs::metadata(&path).is_ok_and(|m| m.permissions().mode() & 0o100 != 0)
         && fs::read(&path).is_ok_and(|bytes| bytes == IMAGE);
     if installed {
         return Ok(path);
@@ -152,6 +152,16 @@ pub fn spawn(agent: &Path, launch: Launch<'_>) -> io::Result<(Pid, OwnedFd)> {
             Err(e) if e.raw_os_error() == Some(TEXT_BUSY) && busy < 50 => {
                 busy += 1;
                 std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            // A filesystem remounted noexec since the install: said so.
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                if let Some(Err(noexec)) = agent.parent().map(refuse_noexec) {
+                    return Err(io::Error::new(
+                        noexec.kind(),
+                        format!("cannot run skyc's node agent {}: {noexec}", agent.display()),
+                    ));
+                }
+                return Err(e);
             }
             other => break other?,
         }

@@ -559,6 +559,8 @@ fn a_lost_worker_loses_its_job_which_runs_again_on_another_worker() {
     p.until("started on the new worker", |p| {
         started_on(p, "pool-2-") >= 2
     });
+    // Settled, so that a second start would be counted below.
+    p.settle();
     let procs = p.processes();
     let on = |prefix: &str| procs.iter().filter(|x| x.pod.starts_with(prefix)).count();
     assert_eq!(on("pool-2-"), 2, "attempt 1 started once per node");
