@@ -1,14 +1,13 @@
 //! `skyc pool apply|status|down`: pools of warm workers, as `sky jobs pool`
 //! has them. Jobs are submitted to a pool with `skyc run --pool NAME`.
 
-use super::check::Color;
 use super::exit::{INVALID, NOT_FOUND, OK, USAGE};
 use super::local::NetworkArg;
 use super::out::{self, errln, out, outln};
 use super::run::secret_values;
 use super::state::StateArgs;
 use super::table::{self, Table};
-use super::target::{self, BackendArgs, PlannedPool, Planners, RunInput};
+use super::target::{self, PlannedPool, Planners, RunInput, SubmitArgs};
 use super::{input, parse_env, report};
 use serde_json::json;
 use skyc_compiler::{Diagnostic, Rule};
@@ -58,12 +57,7 @@ struct ApplyArgs {
     #[arg(long, value_enum)]
     network: Option<NetworkArg>,
     #[command(flatten)]
-    state: StateArgs,
-    /// When to colour diagnostics.
-    #[arg(long, value_enum, default_value_t = Color::Auto)]
-    color: Color,
-    #[command(flatten)]
-    backends: BackendArgs,
+    submit: SubmitArgs,
 }
 
 /// Show pools: their workers and the jobs on them.
@@ -127,9 +121,9 @@ fn pool_name(s: &str) -> Result<String, String> {
 }
 
 fn apply(args: &ApplyArgs) -> Result<u8, String> {
-    let planners = Planners::new(args.network, &args.backends);
+    let planners = Planners::new(args.network, &args.submit.backends);
     let planner = planners.of(args.target)?;
-    let (dir, mut store) = args.state.open()?;
+    let (dir, mut store) = args.submit.state.open()?;
     let live = store.live_pool(&args.pool).map_err(|e| e.to_string())?;
     // Resizing (no file) is the pool's own target's, whatever `--target`.
     let moved = |p: &&GroupRow| args.file.is_some() && p.backend != args.target;
@@ -168,7 +162,7 @@ fn apply(args: &ApplyArgs) -> Result<u8, String> {
         return Ok(OK);
     };
     let (name, mut compilation) = input::compile(file, &args.env)?;
-    let color = args.color.enabled();
+    let color = args.submit.color.enabled();
     let show =
         |c: &skyc_compiler::Compilation| report::human(std::slice::from_ref(c), color, false);
     let Some(group) = compilation.group.take() else {
@@ -198,7 +192,7 @@ fn apply(args: &ApplyArgs) -> Result<u8, String> {
         return Ok(INVALID);
     };
     let secrets = secret_values(&args.secrets, &group);
-    let state_dir = args.state.dir();
+    let state_dir = args.submit.state.dir();
     let run = RunInput {
         group: &group,
         grace: 10.0,

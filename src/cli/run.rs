@@ -1,12 +1,11 @@
 //! `skyc run FILE`: run a group and supervise it.
 
-use super::check::Color;
 use super::exit::{self, FAILED, INVALID, NOT_FINISHED, OK, USAGE};
 use super::follow::Follower;
 use super::local::NetworkArg;
 use super::out::{self, errln, outln};
 use super::state::StateArgs;
-use super::target::{self, BackendArgs, Planners, RunInput};
+use super::target::{self, Planners, RunInput, SubmitArgs};
 use super::{input, parse_env, report};
 use skyc_compiler::ir::Group;
 use skyc_compiler::{Diagnostic, Rule};
@@ -66,12 +65,7 @@ pub(crate) struct Args {
     #[arg(long, value_enum)]
     network: Option<NetworkArg>,
     #[command(flatten)]
-    state: StateArgs,
-    /// When to colour diagnostics.
-    #[arg(long, value_enum, default_value_t = Color::Auto)]
-    color: Color,
-    #[command(flatten)]
-    backends: BackendArgs,
+    submit: SubmitArgs,
 }
 
 pub(crate) fn run(args: &Args) -> u8 {
@@ -151,10 +145,10 @@ fn submit(args: &Args) -> Result<Submitted, String> {
     if !(args.grace.is_finite() && (0.0..=86_400.0).contains(&args.grace)) {
         return Err("--grace must be a number of seconds from 0 to 86400".into());
     }
-    let planners = Planners::new(args.network, &args.backends);
+    let planners = Planners::new(args.network, &args.submit.backends);
     let planner = planners.of(args.target)?;
     let (name, mut compilation) = input::compile(&args.file, &args.env)?;
-    let color = args.color.enabled();
+    let color = args.submit.color.enabled();
     let show =
         |c: &skyc_compiler::Compilation| report::human(std::slice::from_ref(c), color, false);
     let Some(group) = compilation.group.take() else {
@@ -182,7 +176,7 @@ fn submit(args: &Args) -> Result<Submitted, String> {
         return Ok(Submitted::Invalid);
     }
     let secrets = secret_values(&args.secrets, &group);
-    let state_dir = args.state.dir();
+    let state_dir = args.submit.state.dir();
     let run = RunInput {
         group: &group,
         grace: args.grace,
@@ -199,7 +193,7 @@ fn submit(args: &Args) -> Result<Submitted, String> {
             num_jobs: args.num_jobs,
             target: args.target,
             planners: &planners,
-            state: &args.state,
+            state: &args.submit.state,
         };
         return jobs.submit(compilation, &run, &show);
     }
@@ -212,7 +206,7 @@ fn submit(args: &Args) -> Result<Submitted, String> {
     let Some(plan) = planned.plan else {
         return Ok(Submitted::Invalid);
     };
-    let (dir, mut store) = args.state.open()?;
+    let (dir, mut store) = args.submit.state.open()?;
     let tasks = NewTask::of(&group);
     let gid = store
         .insert_group(&NewGroup {
@@ -293,7 +287,7 @@ pub(super) fn state_dir_flag_of(state: &StateArgs) -> String {
 }
 
 fn state_dir_flag(args: &Args) -> String {
-    state_dir_flag_of(&args.state)
+    state_dir_flag_of(&args.submit.state)
 }
 
 fn watch(args: &Args, dir: &Path, gid: i64, interrupted: &AtomicBool) -> Result<u8, String> {

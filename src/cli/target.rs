@@ -4,9 +4,11 @@
 //! `pool apply` plan through it and name no backend.
 
 use super::aws::AwsArgs;
+use super::check::Color;
 use super::k8s::K8sRunArgs;
 use super::local::{LocalOptions, NetworkArg};
 use super::slurm::SlurmRunArgs;
+use super::state::StateArgs;
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use skyc_compiler::Diagnostic;
 use skyc_compiler::ir::{Group, Pool};
@@ -149,6 +151,19 @@ pub(crate) trait Plans {
     /// The jobs of `run`, in rank order, each a plan as the store keeps
     /// it.
     fn jobs(&self, run: &RunInput<'_>, jobs: &Jobs<'_>) -> Result<Planned<Vec<String>>, String>;
+}
+
+/// What `run` and `pool apply` take last: the state directory, colour,
+/// and every backend's options.
+#[derive(clap::Args)]
+pub(crate) struct SubmitArgs {
+    #[command(flatten)]
+    pub(crate) state: StateArgs,
+    /// When to colour diagnostics.
+    #[arg(long, value_enum, default_value_t = Color::Auto)]
+    pub(crate) color: Color,
+    #[command(flatten)]
+    pub(crate) backends: BackendArgs,
 }
 
 /// The options of every backend but this machine's, which `run` and
