@@ -1307,12 +1307,14 @@ setup: pip install -r requirements.txt
             &group,
             &pool,
             "gpus",
-            &options,
-            "team",
-            None,
-            Duration::from_secs(10),
-            &[],
-            String::new(),
+            &skyc_runtime::k8s::Lowering {
+                options: &options,
+                namespace: "team",
+                context: None,
+                grace: Duration::from_secs(10),
+                secrets: &[],
+                token: String::new(),
+            },
         )
         .unwrap_or_else(|d| panic!("{d:?}"));
         assert_eq!(plan.pool.nodes, 2);

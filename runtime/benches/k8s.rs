@@ -29,7 +29,7 @@ use rustix::event::{PollFd, PollFlags, Timespec, poll};
 use skyc_runtime::backend::{Backend, Report, Role};
 use skyc_runtime::backoff::Backoff;
 use skyc_runtime::k8s::client::Cluster;
-use skyc_runtime::k8s::{Connect, Kubernetes, LAUNCHED_ANNOTATION, Plan, Tuning};
+use skyc_runtime::k8s::{Connect, Kubernetes, LAUNCHED_ANNOTATION, Lowering, Plan, Tuning};
 use skyc_runtime::policy::{Engine, Status};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -54,12 +54,14 @@ fn plan(name: &str, nodes: u32) -> Plan {
     };
     Plan::new(
         &group,
-        &options,
-        NS,
-        None,
-        Duration::from_secs(5),
-        &[],
-        format!("run-{name}"),
+        &Lowering {
+            options: &options,
+            namespace: NS,
+            context: None,
+            grace: Duration::from_secs(5),
+            secrets: &[],
+            token: format!("run-{name}"),
+        },
     )
     .expect("lowers")
 }

@@ -6,7 +6,7 @@ use super::target::{
 use skyc_compiler::Diagnostic;
 use skyc_compiler::ir::{self, Group};
 use skyc_runtime::backend::run_token;
-use skyc_runtime::k8s::{Plan, PoolInput, PoolPlan};
+use skyc_runtime::k8s::{Lowering, Plan, PoolInput, PoolPlan};
 use skyc_runtime::store::Backend;
 use skyc_targets::k8s;
 use std::time::Duration;
@@ -146,12 +146,14 @@ pub(crate) fn pool_manifests(
         group,
         pool,
         &group.name,
-        options,
-        namespace,
-        None,
-        Duration::from_secs(10),
-        &[],
-        String::new(),
+        &Lowering {
+            options,
+            namespace,
+            context: None,
+            grace: Duration::from_secs(10),
+            secrets: &[],
+            token: String::new(),
+        },
     )
     .map(|plan| plan.manifests(&group.name)))
 }

@@ -45,7 +45,7 @@ pub mod watch;
 
 pub use backend::{Connect, Kubernetes, Tuning, kubeconfig};
 pub use jobset::JobSet;
-pub use plan::{FIELD_MANAGER, GROUP_LABEL, LAUNCHED_ANNOTATION, Plan, RUN_ANNOTATION};
+pub use plan::{FIELD_MANAGER, GROUP_LABEL, LAUNCHED_ANNOTATION, Lowering, Plan, RUN_ANNOTATION};
 pub use pool::{PoolInput, PoolPlan};
 
 #[cfg(test)]

@@ -58,6 +58,21 @@ pub const LAUNCHED_ANNOTATION: &str = "skyc.io/launched-";
 /// The label every object and pod of a group carries.
 pub const GROUP_LABEL: &str = "skyc.io/group";
 
+/// How a group is lowered for the runtime, beside the group itself.
+pub struct Lowering<'a> {
+    pub options: &'a k8s::Options,
+    /// The namespace, unless the options name one.
+    pub namespace: &'a str,
+    /// The kubeconfig context the run reaches its cluster through.
+    pub context: Option<String>,
+    /// Between SIGTERM and SIGKILL.
+    pub grace: Duration,
+    /// The values of the tasks' secrets.
+    pub secrets: &'a [(String, String)],
+    /// The run's token.
+    pub token: String,
+}
+
 /// The field manager of every write.
 pub const FIELD_MANAGER: &str = "skyc";
 
@@ -89,7 +104,6 @@ impl Plan {
 
     /// The plan `make` makes once the cluster answers, with the values of
     /// `group`'s secrets: what [`Plan::for_run`] and a pool's apply share.
-    #[allow(clippy::type_complexity)]
     pub(super) fn reached<T>(
         group: &Group,
         options: &k8s::Options,
@@ -97,15 +111,7 @@ impl Plan {
         grace: Duration,
         secrets: &[(String, String)],
         token: String,
-        make: impl FnOnce(
-            &Group,
-            &k8s::Options,
-            &str,
-            Option<String>,
-            Duration,
-            &[(String, String)],
-            String,
-        ) -> Result<T, Vec<Diagnostic>>,
+        make: impl FnOnce(&Group, &Lowering<'_>) -> Result<T, Vec<Diagnostic>>,
     ) -> Result<(Option<T>, Vec<Diagnostic>), String>
     where
         T: WithKubeconfig,
@@ -119,12 +125,14 @@ impl Plan {
         let mut diagnostics = crate::secrets::merge(&mut values, group, secrets);
         let plan = make(
             group,
-            options,
-            &reached.namespace,
-            context,
-            grace,
-            &values,
-            token,
+            &Lowering {
+                options,
+                namespace: &reached.namespace,
+                context,
+                grace,
+                secrets: &values,
+                token,
+            },
         );
         let plan = match plan {
             Ok(mut plan) if !diagnostics.iter().any(Diagnostic::is_error) => {
@@ -140,42 +148,27 @@ impl Plan {
         Ok((plan, diagnostics))
     }
 
-    /// The plan of `group` as `skyc build --target k8s` lowers it with
-    /// `options` (whose namespace, if any, wins over `namespace`), plus
-    /// the Secret of `secrets` values when there are any.
-    pub fn new(
-        group: &Group,
-        options: &k8s::Options,
-        namespace: &str,
-        context: Option<String>,
-        grace: Duration,
-        secrets: &[(String, String)],
-        token: String,
-    ) -> Result<Self, Vec<Diagnostic>> {
-        Self::of(
-            group,
-            k8s::pods::lower(group, options),
-            options,
-            namespace,
-            context,
-            grace,
-            secrets,
-            token,
-        )
+    /// The plan of `group` as `skyc build --target k8s` lowers it (see
+    /// [`Lowering`]), plus the Secret of the secrets' values when there
+    /// are any.
+    pub fn new(group: &Group, lowering: &Lowering<'_>) -> Result<Self, Vec<Diagnostic>> {
+        Self::of(group, k8s::pods::lower(group, lowering.options), lowering)
     }
 
     /// The plan of `group` lowered to `manifests`.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn of(
         group: &Group,
         manifests: pods::Supervised,
-        options: &k8s::Options,
-        namespace: &str,
-        context: Option<String>,
-        grace: Duration,
-        secrets: &[(String, String)],
-        token: String,
+        lowering: &Lowering<'_>,
     ) -> Result<Self, Vec<Diagnostic>> {
+        let Lowering {
+            options,
+            namespace,
+            ref context,
+            grace,
+            secrets,
+            ref token,
+        } = *lowering;
         if manifests.has_errors() {
             return Err(manifests.diagnostics);
         }
@@ -191,12 +184,12 @@ impl Plan {
                 .namespace
                 .clone()
                 .unwrap_or_else(|| namespace.to_owned()),
-            context,
+            context: context.clone(),
             kubeconfig: std::env::var("KUBECONFIG").ok().filter(|k| !k.is_empty()),
             spec: GroupSpec::from_ir(group, grace),
             objects,
             templates: manifests.templates,
-            token,
+            token: token.clone(),
             hold: false,
             pool_job: None,
         })

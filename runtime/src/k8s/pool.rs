@@ -10,7 +10,7 @@
 //! each worker's plan after its row (`{pool}-{n}`) when it adopts it
 //! ([`Plan::named`]).
 
-use super::plan::{Plan, WithKubeconfig};
+use super::plan::{Lowering, Plan, WithKubeconfig};
 use crate::pool::{PoolSpec, Room};
 use serde_json::Value;
 use skyc_compiler::ir::{self, Group};
@@ -53,36 +53,23 @@ impl PoolPlan {
             input.grace,
             input.secrets,
             input.token.clone(),
-            |group, options, namespace, context, grace, secrets, token| {
-                Self::new(
-                    group, input.pool, input.name, options, namespace, context, grace, secrets,
-                    token,
-                )
-            },
+            |group, lowering| Self::new(group, input.pool, input.name, lowering),
         )
     }
 
     /// The pool `pool` of the pool file `group`, named `name`, as
     /// `skyc build POOLFILE --target k8s` lowers its workers.
-    #[allow(clippy::too_many_arguments)]
     pub fn new(
         group: &Group,
         pool: &ir::Pool,
         name: &str,
-        options: &k8s::Options,
-        namespace: &str,
-        context: Option<String>,
-        grace: Duration,
-        secrets: &[(String, String)],
-        token: String,
+        lowering: &Lowering<'_>,
     ) -> Result<Self, Vec<Diagnostic>> {
         let placeholder = worker::placeholder(name);
         let mut named = group.clone();
         named.name.clone_from(&placeholder);
-        let manifests = worker::lower(group, &placeholder, options);
-        let mut plan = Plan::of(
-            &named, manifests, options, namespace, context, grace, secrets, token,
-        )?;
+        let manifests = worker::lower(group, &placeholder, lowering.options);
+        let mut plan = Plan::of(&named, manifests, lowering)?;
         plan.hold = true;
         // A worker whose setup fails is replaced by the pool, not
         // restarted.
@@ -195,12 +182,14 @@ impl Plan {
         let plan = Plan::of(
             &group,
             manifests,
-            &options,
-            &self.namespace,
-            self.context.clone(),
-            grace,
-            &values,
-            token,
+            &Lowering {
+                options: &options,
+                namespace: &self.namespace,
+                context: self.context.clone(),
+                grace,
+                secrets: &values,
+                token,
+            },
         );
         let plan = match plan {
             Ok(plan) if !diagnostics.iter().any(Diagnostic::is_error) => plan,

@@ -6,7 +6,7 @@ use super::fake::{Fake, NS, World};
 use crate::backend::{Backend, Report, Role};
 use crate::backoff::Backoff;
 use crate::k8s::client::Cluster;
-use crate::k8s::{Connect, Kubernetes, Plan, Tuning};
+use crate::k8s::{Connect, Kubernetes, Lowering, Plan, Tuning};
 use crate::policy::{Action, Engine, Event, Status, Timer};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -30,12 +30,14 @@ pub(super) fn plan(yaml: &str) -> Plan {
     };
     Plan::new(
         &group,
-        &options,
-        NS,
-        None,
-        Duration::from_secs(5),
-        &[],
-        "run-1".into(),
+        &Lowering {
+            options: &options,
+            namespace: NS,
+            context: None,
+            grace: Duration::from_secs(5),
+            secrets: &[],
+            token: "run-1".into(),
+        },
     )
     .unwrap_or_else(|d| panic!("lowering failed: {d:?}"))
 }

@@ -6,7 +6,7 @@ use super::driver::{Driver, tuning};
 use super::fake::{Fake, NS};
 use super::{CM, JS, P, RULES};
 use crate::backend::Report;
-use crate::k8s::{Plan, PoolPlan};
+use crate::k8s::{Lowering, Plan, PoolPlan};
 use crate::policy::{Event, Status};
 use serde_json::json;
 use std::time::Duration;
@@ -38,12 +38,14 @@ pub(super) fn pool_plan(yaml: &str) -> PoolPlan {
         &group,
         &pool,
         "pool",
-        &options,
-        NS,
-        None,
-        Duration::from_secs(5),
-        &[],
-        "run-1".into(),
+        &Lowering {
+            options: &options,
+            namespace: NS,
+            context: None,
+            grace: Duration::from_secs(5),
+            secrets: &[],
+            token: "run-1".into(),
+        },
     )
     .unwrap_or_else(|d| panic!("lowering failed: {d:?}"))
 }
