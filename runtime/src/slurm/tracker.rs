@@ -34,6 +34,11 @@ pub struct Tracker {
     concluded: bool,
     /// The engine was told of the cancel.
     cancel_seen: bool,
+    /// When the user's cancel was asked (seconds since the epoch, as the
+    /// status file's times): what a node recorded from then on is part of
+    /// the cancel (a task that exits 0 on scancel's SIGTERM is cancelled,
+    /// not done).
+    cancel_asked: Option<f64>,
     /// Lines applied so far (a poller passes the whole file each time).
     seen: usize,
 }
@@ -51,6 +56,7 @@ impl Tracker {
             job_end: None,
             concluded: false,
             cancel_seen: false,
+            cancel_asked: None,
             seen: 0,
         }
     }
@@ -121,6 +127,13 @@ impl Tracker {
         self.spec.tasks.iter().position(|t| t.name == name)
     }
 
+    /// The user asked to cancel the job at `at_ms` (the earliest ask is
+    /// kept).
+    pub fn cancel_asked(&mut self, at_ms: i64) {
+        let at = at_ms as f64 / 1000.0;
+        self.cancel_asked = Some(self.cancel_asked.map_or(at, |t| t.min(at)));
+    }
+
     /// One status line.
     pub fn apply(&mut self, line: &StatusLine) -> Vec<Action> {
         if line.restart > self.restart
@@ -138,6 +151,13 @@ impl Tracker {
         if line.restart < self.restart {
             return Vec::new();
         }
+        let mut actions = Vec::new();
+        if self.cancel_asked.is_some_and(|at| line.time >= at) && !self.cancel_seen {
+            // Recorded after the cancel was asked: the engine hears the
+            // cancel first.
+            self.cancel_seen = true;
+            actions.extend(self.engine.handle(Event::CancelRequested));
+        }
         let event = match &line.what {
             What::Task {
                 name,
@@ -146,7 +166,7 @@ impl Tracker {
                 ..
             } => {
                 let Some(task) = self.task(name) else {
-                    return Vec::new();
+                    return actions;
                 };
                 match status.as_str() {
                     "RUNNING" => Event::TaskStarted {
@@ -171,7 +191,7 @@ impl Tracker {
                 code,
             } => {
                 let Some(task) = self.task(name) else {
-                    return Vec::new();
+                    return actions;
                 };
                 match phase.as_str() {
                     "setup" | "run" => Event::NodeExited {
@@ -194,11 +214,12 @@ impl Tracker {
             }
             What::Group(status) => {
                 self.script_end = parse_status(status);
-                return Vec::new();
+                return actions;
             }
-            What::JobStart { .. } | What::JobSigterm | What::Error(_) => return Vec::new(),
+            What::JobStart { .. } | What::JobSigterm | What::Error(_) => return actions,
         };
-        self.engine.handle(event)
+        actions.extend(self.engine.handle(event));
+        actions
     }
 
     /// The watcher's decision that the job has ended, for good: what the
@@ -350,6 +371,34 @@ mod tests {
         t.conclude();
         assert_eq!(t.group_status(), Status::Failed);
         assert_eq!(t.task_status(0), Status::Failed);
+    }
+
+    #[test]
+    fn a_task_ending_after_the_cancel_was_asked_is_cancelled_not_done() {
+        // scancel's SIGTERM reaches `side`, which exits 0 on it, before the
+        // batch script hears it: cancelled, as every task of the job.
+        let mut t = Tracker::new(spec());
+        t.update(&lines(STARTED));
+        t.cancel_asked(2_000);
+        t.update(&lines(&format!(
+            "{STARTED}3 r0 node side 0 0 run 0\n3 r0 task side 0 SUCCEEDED\n3 r0 job SIGTERM\n"
+        )));
+        t.observe(&[JobState::Cancelled, JobState::Cancelled]);
+        t.conclude();
+        assert_eq!(t.group_status(), Status::Cancelled);
+        assert_eq!(t.task_status(0), Status::Cancelled);
+        assert_eq!(t.task_status(1), Status::Cancelled);
+        // Ended before the cancel was asked, though read after it: done.
+        let mut t = Tracker::new(spec());
+        t.update(&lines(STARTED));
+        t.cancel_asked(2_000);
+        t.update(&lines(&format!(
+            "{STARTED}1.5 r0 node side 0 0 run 0\n1.5 r0 task side 0 SUCCEEDED\n3 r0 job SIGTERM\n"
+        )));
+        t.observe(&[JobState::Cancelled, JobState::Cancelled]);
+        t.conclude();
+        assert_eq!(t.task_status(1), Status::Succeeded);
+        assert_eq!(t.task_status(0), Status::Cancelled);
     }
 
     #[test]

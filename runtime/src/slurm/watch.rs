@@ -211,6 +211,7 @@ impl Watch {
     /// Asks for the job's cancel: scancel now, and again until the job
     /// has ended; the end arrives through the polls.
     pub fn cancel(&mut self, now_ms: i64) {
+        self.tracker.cancel_asked(now_ms);
         self.cancel_at_ms = Some(now_ms);
         self.next_poll_ms = now_ms;
         self.next_squeue_ms = now_ms;
