@@ -50,6 +50,7 @@ fn store_with(s: &Scratch, groups: &[(&str, &str, Option<&str>)]) {
                 submitted_at_ms: 1_000 * i as i64,
                 plan: "{}",
                 backend: Backend::Local,
+                snapshots: &[],
                 tasks: vec![NewTask {
                     name: "a",
                     primary: true,

@@ -971,12 +971,16 @@ mod shapes {
                     secrets: vec!["TOKEN".into()],
                     setup,
                     run,
-                    workdir: mounts.then(|| Workdir::Local { path: ".".into() }),
+                    workdir: mounts.then(|| Workdir::Local {
+                        path: ".".into(),
+                        at: Default::default(),
+                    }),
                     file_mounts: if mounts {
                         vec![FileMount {
                             destination: "/d".into(),
                             source: None,
                             storage: Some(json!({"name": "b"})),
+                            at: Default::default(),
                         }]
                     } else {
                         Vec::new()

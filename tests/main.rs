@@ -14,6 +14,7 @@ mod jobs_cli;
 mod k8s;
 mod k8s_run;
 mod local;
+mod local_files;
 mod local_leftovers;
 mod local_network;
 mod lsp;

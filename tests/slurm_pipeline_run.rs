@@ -523,6 +523,7 @@ fn steps_submitted_before_a_crash_are_found_not_submitted_twice() {
             submitted_at_ms: now_ms(),
             plan: &serde_json::to_string(&plan).unwrap(),
             backend: Backend::Slurm,
+            snapshots: &[],
             tasks: ["a", "b", "c"]
                 .iter()
                 .map(|name| NewTask {

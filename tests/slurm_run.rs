@@ -442,6 +442,7 @@ fn a_job_submitted_before_a_crash_is_found_not_submitted_twice() {
             submitted_at_ms: now_ms(),
             plan: &serde_json::to_string(&plan).unwrap(),
             backend: Backend::Slurm,
+            snapshots: &[],
             tasks: vec![NewTask {
                 name: "a",
                 primary: true,

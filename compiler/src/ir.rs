@@ -209,8 +209,15 @@ impl Default for Recovery {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Workdir {
-    Local { path: String },
-    Git { url: String, r#ref: Option<String> },
+    Local {
+        path: String,
+        #[serde(skip)]
+        at: At,
+    },
+    Git {
+        url: String,
+        r#ref: Option<String>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -220,7 +227,24 @@ pub struct FileMount {
     pub source: Option<String>,
     /// The storage spec's bucket name, mode, store, as written.
     pub storage: Option<serde_json::Value>,
+    /// The mount's value (its source), for what reading it finds.
+    #[serde(skip)]
+    pub at: At,
 }
+
+/// Where a value is written: carried for the diagnostics of later stages
+/// (reading a `workdir`, say), never part of what the value is, so two
+/// equal values written in different places stay equal.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct At(pub Span);
+
+impl PartialEq for At {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for At {}
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct VolumeMount {

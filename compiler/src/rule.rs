@@ -102,6 +102,13 @@ rules! {
     MissingSecretValue = "missing-secret-value", Error, "A task's secret has no value.";
     NotAppliedLocally = "not-applied-locally", Warning, "A setting the local target does not apply.";
     UnsupportedLocally = "unsupported-locally", Error, "A setting the local target cannot run.";
+    // Code and data: a task's `workdir` and local `file_mounts`, read when submitted or built.
+    MissingFileSource = "missing-file-source", Error, "A `workdir` or file mount source that does not exist.";
+    WorkdirNotDirectory = "workdir-not-directory", Error, "A local `workdir` that is not a directory.";
+    UnreadableFileSource = "unreadable-file-source", Error, "A file or directory under a source that cannot be read.";
+    SpecialFileInSource = "special-file-in-source", Error, "A socket, device or pipe under a source: it cannot be copied.";
+    SymlinkLeavesSource = "symlink-leaves-source", Error, "A symbolic link under a source that points outside it.";
+    FilesTooLarge = "files-too-large", Error, "A submission's files, together, above the size limit.";
     // Lowering to Kubernetes (`skyc build --target k8s`).
     K8sInvalidName = "k8s-invalid-name", Error, "A name Kubernetes cannot use for the objects or hostnames built from it.";
     K8sIgnoredSetting = "k8s-ignored-setting", Warning, "A setting with no Kubernetes meaning, or one the manifests cannot carry; it is not applied.";

@@ -259,6 +259,7 @@ mod tests {
             // The plan says nothing of the role.
             plan: "{}",
             backend: Backend::Local,
+            snapshots: &[],
             tasks: Vec::new(),
         };
         let group = store.insert_group(&new("g")).unwrap();

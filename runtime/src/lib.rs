@@ -27,6 +27,7 @@
 pub mod aws;
 pub mod backend;
 pub mod backoff;
+pub mod files;
 pub mod goal;
 pub mod k8s;
 pub mod local;

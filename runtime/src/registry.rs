@@ -33,6 +33,9 @@ pub struct Descriptor {
     /// controller installed, RBAC, the name free) answer only once the
     /// supervisor has applied it.
     pub detach_waits: bool,
+    /// Gives nodes their task's local `workdir` and `file_mounts`: a
+    /// submission takes their snapshots ([`crate::files`]) for it.
+    pub delivers_files: bool,
     /// Where a group's logs are.
     pub logs: fn(&LogQuery<'_>) -> Result<LogPlaces, String>,
     /// Starts the supervisor's side of it, with its first group.
@@ -85,6 +88,7 @@ pub static BACKENDS: [Descriptor; 4] = [
         runs_pool: "This machine: each worker a node environment of its own",
         handle: None,
         detach_waits: false,
+        delivers_files: true,
         logs: in_group_dir,
         start: |dir, setup| {
             Ok(Box::new(local::backend::Local::new(
@@ -103,6 +107,7 @@ pub static BACKENDS: [Descriptor; 4] = [
                     a step in it",
         handle: None,
         detach_waits: false,
+        delivers_files: false,
         logs: slurm::log_places,
         start: |dir, _| Ok(Box::new(slurm::SlurmBackend::new(dir))),
     },
@@ -118,6 +123,7 @@ pub static BACKENDS: [Descriptor; 4] = [
             key: "pod",
         }),
         detach_waits: true,
+        delivers_files: false,
         logs: in_group_dir,
         start: |dir, setup| {
             let (connect, tuning) = setup.k8s.clone();
@@ -140,6 +146,7 @@ pub static BACKENDS: [Descriptor; 4] = [
             key: "instance",
         }),
         detach_waits: false,
+        delivers_files: false,
         logs: in_group_dir,
         start: |dir, _| Ok(Box::new(aws::Aws::start(dir.to_owned())?)),
     },

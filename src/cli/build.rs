@@ -29,7 +29,8 @@ pub(crate) struct Args {
     /// When to colour diagnostics.
     #[arg(long, value_enum, default_value_t = Color::Auto)]
     color: Color,
-    /// Output format of the manifests (k8s) or instance spec (aws, gcp).
+    /// Output format of the manifests (k8s), the instance spec (aws, gcp)
+    /// or the files' review (files).
     #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Yaml)]
     output: Output,
     /// Write the output there instead of standard output: a directory with
@@ -77,6 +78,10 @@ enum Target {
     /// GCP instance specs: instances chosen from SkyPilot's catalog, and
     /// the Compute Engine requests that launch them.
     Gcp,
+    /// The tasks' code and data as `skyc run` sends them: each `workdir`
+    /// and local file mount (source, destination, files, bytes, digest),
+    /// read as a run reads them, and the volumes each task needs.
+    Files,
 }
 
 impl Target {
@@ -143,7 +148,18 @@ pub(crate) fn run(args: &Args) -> u8 {
     let mut script = None;
     let mut pipeline = None;
     let mut spec = None;
+    let mut files = None;
     match (&compilation.group, args.target) {
+        (Some(group), Target::Files) => match super::files::review(group) {
+            Ok((review, diagnostics)) => {
+                add_diagnostics(&mut compilation, diagnostics);
+                files = Some(review);
+            }
+            Err(message) => {
+                errln!("error: {message}");
+                return USAGE;
+            }
+        },
         // A pool file: what `skyc pool apply --target k8s` would start.
         (Some(group), Target::K8s) if group.pool.is_some() => {
             match super::k8s::pool_manifests(group, &k8s_options) {
@@ -256,6 +272,19 @@ pub(crate) fn run(args: &Args) -> u8 {
                 },
                 None => write_stdout(&script),
             }
+        }
+        Target::Files => {
+            let Some(review) = files else {
+                return INVALID;
+            };
+            write_stdout(&match args.output {
+                Output::Yaml => k8s::yaml::stream(std::slice::from_ref(&review)),
+                Output::Json => {
+                    let mut t = serde_json::to_string_pretty(&review).unwrap_or_default();
+                    t.push('\n');
+                    t
+                }
+            })
         }
         Target::Aws | Target::Gcp => {
             let Some(spec) = spec else {

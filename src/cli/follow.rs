@@ -467,6 +467,7 @@ mod tests {
                 submitted_at_ms: 0,
                 plan: "{}",
                 backend: skyc_runtime::store::Backend::Local,
+                snapshots: &[],
                 tasks: vec![skyc_runtime::store::NewTask {
                     name: "a",
                     primary: true,

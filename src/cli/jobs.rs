@@ -96,6 +96,7 @@ impl Submission<'_> {
             return Ok(Submitted::Invalid);
         };
         let name = self.run_name.unwrap_or(&group.name);
+        let snapshots = run.files.digests();
         let jobs: Vec<(NewGroup<'_>, Option<Member>)> = plans
             .iter()
             .zip(0..)
@@ -106,6 +107,7 @@ impl Submission<'_> {
                     submitted_at_ms: run.submitted_ms,
                     plan,
                     backend,
+                    snapshots: &snapshots,
                     tasks: NewTask::of(group),
                 };
                 let member = Member {

@@ -9,7 +9,6 @@ use skyc_runtime::local::capacity::Capacity;
 use skyc_runtime::local::network::{self, Mode};
 use skyc_runtime::local::plan::{NetworkRequest, Plan, PlanOptions, PoolPlan, run_timestamp};
 use skyc_runtime::store::Backend;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// How nodes get their own address.
@@ -21,52 +20,36 @@ pub(crate) enum NetworkArg {
 }
 
 /// What planning for this machine needs beside the group: how nodes get
-/// their addresses, where relative `workdir`s start, what the machine has.
+/// their addresses, what the machine has.
 pub(crate) struct LocalSetting {
     pub(crate) request: NetworkRequest,
     pub(crate) mode: Mode,
-    pub(crate) base_dir: PathBuf,
     pub(crate) capacity: Capacity,
 }
 
 impl LocalSetting {
-    /// For the file `name` (given on the command line as `file`).
-    pub(crate) fn new(network: Option<NetworkArg>, file: &str, name: &str) -> Result<Self, String> {
+    pub(crate) fn new(network: Option<NetworkArg>) -> Result<Self, String> {
         let request = match network.unwrap_or(NetworkArg::Auto) {
             NetworkArg::Auto => NetworkRequest::Auto,
             NetworkArg::Netns => NetworkRequest::Netns,
             NetworkArg::Loopback => NetworkRequest::Loopback,
         };
         let mode = network::resolve(request)?;
-        let base_dir = Path::new(name)
-            .parent()
-            .filter(|_| file != "-")
-            .map(Path::to_path_buf)
-            .unwrap_or_default();
-        let base_dir = std::env::current_dir()
-            .map(|cwd| cwd.join(&base_dir))
-            .unwrap_or(base_dir);
         Ok(Self {
             request,
             mode,
-            base_dir,
             capacity: Capacity::detect(),
         })
     }
 
-    pub(crate) fn options<'a>(
-        &'a self,
-        grace: f64,
-        secrets: &'a [(String, String)],
-        submitted_ms: i64,
-    ) -> PlanOptions<'a> {
+    pub(crate) fn options<'a>(&'a self, run: &'a RunInput<'_>) -> PlanOptions<'a> {
         PlanOptions {
-            grace: Duration::from_secs_f64(grace),
+            grace: Duration::from_secs_f64(run.grace),
             network: self.request,
             base_env: std::env::vars().collect(),
-            secrets,
-            base_dir: &self.base_dir,
-            submitted: run_timestamp(submitted_ms),
+            secrets: run.secrets,
+            files: run.files,
+            submitted: run_timestamp(run.submitted_ms),
             capacity: &self.capacity,
         }
     }
@@ -74,6 +57,14 @@ impl LocalSetting {
     /// Refuses hostnames this machine cannot give, and says how nodes get
     /// their addresses when it is not a namespace each.
     pub(crate) fn check_network(&self, plan: &Plan) -> Result<(), String> {
+        if self.mode == Mode::LoopbackNoHosts && plan.tasks.iter().any(|t| !t.files.is_empty()) {
+            return Err(
+                "the tasks' `workdir` and `file_mounts` are given to each node in a mount \
+                 namespace of its own, and this machine allows none (run as root, or enable \
+                 unprivileged user namespaces)"
+                    .into(),
+            );
+        }
         if self.mode == Mode::LoopbackNoHosts && plan.hostnames_required {
             return Err(
                 "`inter_connection: true` needs group hostnames, and this machine allows no \
@@ -105,8 +96,8 @@ impl Plans for LocalOptions {
     }
 
     fn group(&self, run: &RunInput<'_>) -> Result<Planned, String> {
-        let setting = LocalSetting::new(self.network, run.file, run.source)?;
-        let options = setting.options(run.grace, run.secrets, run.submitted_ms);
+        let setting = LocalSetting::new(self.network)?;
+        let options = setting.options(run);
         let (plan, diagnostics) = Plan::new(run.group, &options);
         if let Some(plan) = &plan {
             setting.check_network(plan)?;
@@ -115,8 +106,8 @@ impl Plans for LocalOptions {
     }
 
     fn pool(&self, run: &RunInput<'_>, _name: &str, pool: &Pool) -> Result<PlannedPool, String> {
-        let setting = LocalSetting::new(self.network, run.file, run.source)?;
-        let options = setting.options(run.grace, run.secrets, run.submitted_ms);
+        let setting = LocalSetting::new(self.network)?;
+        let options = setting.options(run);
         let (plan, diagnostics) = PoolPlan::new(run.group, pool, &options);
         if let Some(plan) = &plan {
             setting.check_network(&plan.worker)?;
@@ -126,11 +117,8 @@ impl Plans for LocalOptions {
 
     /// On a pool's workers, or each on its own.
     fn jobs(&self, run: &RunInput<'_>, jobs: &Jobs<'_>) -> Result<Planned<Vec<String>>, String> {
-        let setting = LocalSetting::new(self.network, run.file, run.source)?;
-        let (plan, diagnostics) = Plan::new(
-            run.group,
-            &setting.options(run.grace, run.secrets, run.submitted_ms),
-        );
+        let setting = LocalSetting::new(self.network)?;
+        let (plan, diagnostics) = Plan::new(run.group, &setting.options(run));
         let has_errors = diagnostics.iter().any(Diagnostic::is_error);
         let Some(mut plan) = plan.filter(|_| !has_errors) else {
             return Ok(Planned {

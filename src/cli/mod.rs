@@ -11,6 +11,7 @@ mod completions;
 mod crash;
 mod dashboard;
 mod exit;
+mod files;
 mod follow;
 mod history;
 mod input;
@@ -78,6 +79,12 @@ pub(crate) fn main() -> ExitCode {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if args.get(1).and_then(|a| a.to_str()) == Some("__supervise") {
         return internal_supervise(&args[2..]);
+    }
+    // A local node's files, set in place before its command starts.
+    if args.get(1).and_then(|a| a.to_str()) == Some(skyc_runtime::files::node::ARG) {
+        let error = skyc_runtime::files::node::main(&args[2..]);
+        errln!("skyc: {error}");
+        return ExitCode::from(INVALID);
     }
     // The supervisor's helper that starts node agents.
     if args.get(1).and_then(|a| a.to_str()) == Some(skyc_runtime::local::spawner::ARG) {

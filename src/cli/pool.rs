@@ -193,14 +193,20 @@ fn apply(args: &ApplyArgs) -> Result<u8, String> {
     };
     let secrets = secret_values(&args.secrets, &group);
     let state_dir = args.submit.state.dir();
+    let taken = super::files::take(&group, args.target, &state_dir, true)?;
+    if taken.diagnostics.iter().any(Diagnostic::is_error) {
+        compilation.diagnostics.extend(taken.diagnostics);
+        show(&compilation);
+        return Ok(INVALID);
+    }
     let run = RunInput {
         group: &group,
         grace: 10.0,
         secrets: &secrets,
         submitted_ms: now_ms(),
-        file,
         source: &name,
         state_dir: &state_dir,
+        files: &taken.files,
     };
     let PlannedPool { planned, size } = planner.pool(&run, &args.pool, &pool)?;
     compilation.diagnostics.extend(planned.diagnostics);
@@ -217,6 +223,11 @@ fn apply(args: &ApplyArgs) -> Result<u8, String> {
                 serde_json::from_str(&json).map_err(|e| e.to_string())?,
             ))
             .map_err(|e| e.to_string())?;
+            // The new files are kept from now on: the pool's new workers
+            // are given them.
+            store
+                .add_snapshots(existing.id, &taken.files.digests())
+                .map_err(|e| format!("{}: {e}", dir.display()))?;
             if !store
                 .request(existing.id, &request)
                 .map_err(|e| e.to_string())?
@@ -234,6 +245,7 @@ fn apply(args: &ApplyArgs) -> Result<u8, String> {
                     submitted_at_ms: run.submitted_ms,
                     plan: &json,
                     backend: args.target,
+                    snapshots: &taken.files.digests(),
                     tasks: Vec::new(),
                 })
                 .map_err(|e| format!("{}: {e}", dir.display()))?

@@ -177,14 +177,24 @@ fn submit(args: &Args) -> Result<Submitted, String> {
     }
     let secrets = secret_values(&args.secrets, &group);
     let state_dir = args.submit.state.dir();
+    // A pool's jobs are given the pool's files.
+    let taken = super::files::take(&group, args.target, &state_dir, args.pool.is_none())?;
+    if taken.diagnostics.iter().any(Diagnostic::is_error) {
+        compilation.diagnostics.extend(taken.diagnostics);
+        compilation
+            .diagnostics
+            .sort_by_key(|d| (d.primary.span.start, d.rule));
+        show(&compilation);
+        return Ok(Submitted::Invalid);
+    }
     let run = RunInput {
         group: &group,
         grace: args.grace,
         secrets: &secrets,
         submitted_ms: now_ms(),
-        file: &args.file,
         source: &name,
         state_dir: &state_dir,
+        files: &taken.files,
     };
     if args.pool.is_some() || args.num_jobs > 1 {
         let jobs = super::jobs::Submission {
@@ -215,6 +225,7 @@ fn submit(args: &Args) -> Result<Submitted, String> {
             submitted_at_ms: run.submitted_ms,
             plan: &plan,
             backend: args.target,
+            snapshots: &taken.files.digests(),
             tasks,
         })
         .map_err(|e| format!("{}: {e}", dir.display()))?;

@@ -37,11 +37,11 @@ pub(crate) struct RunInput<'a> {
     pub(crate) grace: f64,
     pub(crate) secrets: &'a [(String, String)],
     pub(crate) submitted_ms: i64,
-    /// The file as given (`-`: standard input) and as the store names
-    /// it; relative paths in it are the file's directory's.
-    pub(crate) file: &'a str,
+    /// The file as the store names it.
     pub(crate) source: &'a str,
     pub(crate) state_dir: &'a Path,
+    /// The tasks' code and data, taken for a target that delivers them.
+    pub(crate) files: &'a skyc_runtime::files::Files,
 }
 
 /// A plan as the store keeps it (JSON; none when planning failed), and

@@ -2,7 +2,7 @@
 
 use super::Options;
 use super::{pool, resources, service};
-use crate::ir::{EnvVar, FileMount, Role, Task, VolumeMount, Workdir};
+use crate::ir::{At, EnvVar, FileMount, Role, Task, VolumeMount, Workdir};
 use crate::schema::{self, DocumentKind};
 use crate::yaml::{Node, Value};
 use crate::{Diagnostic, Diagnostics, Rule, Span};
@@ -313,7 +313,10 @@ fn check_file_mounts(root: &Node, out: &mut Diagnostics) {
 fn workdir(root: &Node) -> Option<Workdir> {
     let n = root.get_present("workdir")?;
     match &n.value {
-        Value::String(path) => Some(Workdir::Local { path: path.clone() }),
+        Value::String(path) => Some(Workdir::Local {
+            path: path.clone(),
+            at: At(n.span),
+        }),
         Value::Map(_) => Some(Workdir::Git {
             url: n.get("url")?.as_str()?.to_owned(),
             r#ref: n
@@ -338,6 +341,7 @@ fn file_mounts(root: &Node) -> Vec<FileMount> {
                     destination,
                     source: Some(s.clone()),
                     storage: None,
+                    at: At(e.value.span),
                 },
                 _ => FileMount {
                     destination,
@@ -347,6 +351,7 @@ fn file_mounts(root: &Node) -> Vec<FileMount> {
                         .and_then(Node::as_str)
                         .map(str::to_owned),
                     storage: Some(to_plain_json(&e.value)),
+                    at: At(e.value.span),
                 },
             })
         })

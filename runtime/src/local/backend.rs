@@ -14,6 +14,7 @@
 use super::agent::{self, KILL_REQUEST, Launch};
 use super::capacity::{Allocator, Capacity, Grant, Holder};
 use super::env::{job_env, node_env};
+use super::files::NodeFiles;
 use super::network::{self, GroupNetwork};
 use super::plan::Plan;
 use super::spawner::Spawner;
@@ -35,6 +36,8 @@ pub struct Local {
     /// Starts the node agents (skyc's executable, with the agent beside
     /// it).
     spawner: Spawner,
+    /// Gives nodes their task's files.
+    files: NodeFiles,
     allocator: Allocator,
     groups: BTreeMap<i64, GroupRun>,
     /// Task attempts waiting for capacity, oldest first, and whether the
@@ -129,6 +132,7 @@ impl Local {
     pub fn new(state_dir: &Path, exe: PathBuf) -> io::Result<Self> {
         Ok(Self {
             state_dir: state_dir.to_owned(),
+            files: NodeFiles::new(state_dir, exe.clone()),
             spawner: Spawner::new(exe, state_dir.to_owned()),
             allocator: Allocator::new(Capacity::detect()),
             groups: BTreeMap::new(),
@@ -409,7 +413,10 @@ impl Local {
         let node_dir = paths::node_dir(&g.dir, task, rank);
         let adir = paths::attempt_dir(&node_dir, attempt, phase);
         fs::create_dir_all(&adir)?;
+        let mounts = &g.plan.tasks[task].files;
         let cwd = match &g.plan.tasks[task].workdir {
+            // The files helper enters the workdir once it is in place.
+            _ if !mounts.is_empty() => adir.clone(),
             Some(dir) => dir.clone(),
             None => {
                 let work = node_dir.join("work");
@@ -421,10 +428,12 @@ impl Local {
             .net
             .node(task, rank)
             .ok_or_else(|| io::Error::other("node has no address"))?;
-        let argv = g.net.wrap(net, bash(&paths::script(&g.dir, task, phase)));
         let grant = g.grants[task].clone().unwrap_or_default();
         let mut env = node_env(&g.plan, gid, &g.net, &grant, task, rank, phase);
         env.push((NODE_MARKER_VAR.into(), adir.display().to_string()));
+        let command = bash(&paths::script(&g.dir, task, phase));
+        let command = self.files.wrap(mounts, &env, &adir.join("files"), command);
+        let argv = g.net.wrap(net, command);
         let log = paths::log(&g.dir, &g.plan.tasks[task].name, rank);
         let launch = Launch {
             dir: &adir,
@@ -583,8 +592,9 @@ impl Local {
                 .get(rank as usize)
                 .cloned()
                 .unwrap_or_default();
-            let started = spawn_job_agent(&mut self.spawner, gid, g, worker, rank, &gpus)
-                .map_err(|e| format!("cannot start the node: {e}"));
+            let started =
+                spawn_job_agent(&mut self.spawner, &self.files, gid, g, worker, rank, &gpus)
+                    .map_err(|e| format!("cannot start the node: {e}"));
             spawned.push(started);
         }
         for (rank, started) in (0..).zip(spawned) {
@@ -791,6 +801,7 @@ impl Backend for Local {
             self.allocator.release(grant);
         }
         network::teardown(&g.net);
+        super::files::discard_layers(&g.dir, &g.plan);
         self.try_queue();
     }
 
@@ -894,6 +905,7 @@ impl Backend for Local {
 /// and the job's own on top.
 fn spawn_job_agent(
     spawner: &mut Spawner,
+    files: &NodeFiles,
     gid: i64,
     job: &GroupRun,
     worker: &GroupRun,
@@ -904,7 +916,11 @@ fn spawn_job_agent(
     let attempt = job.attempts[task];
     let adir = paths::attempt_dir(&paths::node_dir(&job.dir, task, rank), attempt, Phase::Run);
     fs::create_dir_all(&adir)?;
+    // The pool's files, as submitted, under a writable layer of the job's
+    // own.
+    let mounts = &worker.plan.tasks[0].files;
     let cwd = match &worker.plan.tasks[0].workdir {
+        _ if !mounts.is_empty() => adir.clone(),
         Some(dir) => dir.clone(),
         None => paths::node_dir(&worker.dir, 0, rank).join("work"),
     };
@@ -912,9 +928,6 @@ fn spawn_job_agent(
         .net
         .node(0, rank)
         .ok_or_else(|| io::Error::other("the worker's node has no address"))?;
-    let argv = worker
-        .net
-        .wrap(net, bash(&paths::script(&job.dir, task, Phase::Run)));
     let worker_grant = worker.grants[0].clone().unwrap_or_default();
     let mut env = job_env(
         &job.plan,
@@ -926,6 +939,10 @@ fn spawn_job_agent(
         gpus,
     );
     env.push((NODE_MARKER_VAR.into(), adir.display().to_string()));
+    let command = bash(&paths::script(&job.dir, task, Phase::Run));
+    let argv = worker
+        .net
+        .wrap(net, files.wrap(mounts, &env, &adir.join("files"), command));
     let log = paths::log(&job.dir, &job.plan.tasks[task].name, rank);
     spawner.spawn(Launch {
         dir: &adir,

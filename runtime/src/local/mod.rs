@@ -15,6 +15,7 @@ pub mod agent;
 pub mod backend;
 pub mod capacity;
 pub mod env;
+pub mod files;
 pub mod logindex;
 pub mod network;
 pub mod plan;

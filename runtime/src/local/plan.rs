@@ -2,12 +2,14 @@
 //! made from the IR by the submitting client and stored with the group.
 
 use super::capacity::{Capacity, Demand};
+use crate::files::take::is_local;
+use crate::files::{Files, Mount};
 use crate::policy::GroupSpec;
 use crate::pool::{JobSpec, PoolSpec, Room};
 use serde::{Deserialize, Serialize};
 use skyc_compiler::ir::{self, Group, InterConnection, Task, Workdir};
 use skyc_compiler::{Diagnostic, Rule};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -83,6 +85,8 @@ impl PoolPlan {
             "setup": task.setup,
             "envs": task.envs,
             "workdir": task.workdir,
+            // New files make new workers.
+            "files": task.files,
             "demand": task.demand,
             "num_nodes": task.num_nodes,
         });
@@ -99,9 +103,14 @@ pub struct TaskPlan {
     pub run: Option<String>,
     /// The task's `envs`, `--env` overrides applied, then its secrets.
     pub envs: Vec<(String, String)>,
-    /// Where the task's commands run; a per-node directory when `None`.
+    /// Where the task's commands run, for plans stored before `files`; a
+    /// per-node directory when `None`.
     pub workdir: Option<PathBuf>,
     pub demand: Demand,
+    /// Its `workdir` and local file mounts, as snapshots of the state
+    /// directory: each node sees them at their destinations.
+    #[serde(default)]
+    pub files: Vec<Mount>,
 }
 
 /// How nodes get their network identity.
@@ -122,8 +131,8 @@ pub struct PlanOptions<'a> {
     pub base_env: Vec<(String, String)>,
     /// Values for the tasks' `secrets`, by name.
     pub secrets: &'a [(String, String)],
-    /// The directory of the group file, for relative `workdir`s.
-    pub base_dir: &'a Path,
+    /// The tasks' code and data, taken from their sources.
+    pub files: &'a Files,
     pub submitted: String,
     pub capacity: &'a Capacity,
 }
@@ -136,7 +145,7 @@ impl Plan {
         let mut diagnostics = Vec::new();
         let mut tasks = Vec::new();
         let mut unresolved = Vec::new();
-        for task in &group.tasks {
+        for (index, task) in group.tasks.iter().enumerate() {
             let at = task.name_span;
             let mut report = |rule: Rule, message: String| {
                 diagnostics.push(Diagnostic::new(rule, at, message).label("this task"));
@@ -166,21 +175,16 @@ impl Plan {
             let (secrets, missing) = crate::secrets::resolve(task, options.secrets);
             envs.extend(secrets);
             unresolved.extend(missing);
-            let workdir = match &task.workdir {
-                Some(Workdir::Local { path }) => Some(options.base_dir.join(expand_home(path))),
-                Some(Workdir::Git { url, .. }) => {
-                    report(
-                        Rule::UnsupportedLocally,
-                        format!(
-                            "task `{}` has a git workdir ({url}); the local target runs tasks \
+            if let Some(Workdir::Git { url, .. }) = &task.workdir {
+                report(
+                    Rule::UnsupportedLocally,
+                    format!(
+                        "task `{}` has a git workdir ({url}); the local target runs tasks \
                              in a local directory only",
-                            task.name
-                        ),
-                    );
-                    None
-                }
-                None => None,
-            };
+                        task.name
+                    ),
+                );
+            }
             for ignored in not_applied(task) {
                 report(
                     Rule::NotAppliedLocally,
@@ -193,8 +197,9 @@ impl Plan {
                 setup: task.setup.clone(),
                 run: task.run.clone(),
                 envs,
-                workdir,
+                workdir: None,
                 demand: demand.unwrap_or_default(),
+                files: options.files.tasks.get(index).cloned().unwrap_or_default(),
             });
         }
         diagnostics.extend(unresolved);
@@ -261,20 +266,20 @@ fn not_applied(task: &Task) -> Vec<String> {
                 .to_owned(),
         );
     }
-    if !task.file_mounts.is_empty() || !task.volumes.is_empty() {
+    if task
+        .file_mounts
+        .iter()
+        .any(|m| m.storage.is_some() || m.source.as_deref().is_none_or(|s| !is_local(s)))
+    {
         out.push(
-            "`file_mounts` and `volumes` are not applied: nodes see this machine's files"
+            "file mounts from buckets and SkyPilot Storage are not applied on this machine"
                 .to_owned(),
         );
     }
-    out
-}
-
-fn expand_home(path: &str) -> PathBuf {
-    match (path.strip_prefix("~/"), std::env::var_os("HOME")) {
-        (Some(rest), Some(home)) => PathBuf::from(home).join(rest),
-        _ => PathBuf::from(path),
+    if !task.volumes.is_empty() {
+        out.push("`volumes` are not applied on this machine yet".to_owned());
     }
+    out
 }
 
 /// SkyPilot's run timestamp: `2026-11-21-09-30-00-123456`, in UTC.

@@ -64,7 +64,7 @@ impl TaskRun {
                 .map(|e| (e.name.clone(), e.value.clone()))
                 .collect(),
             workdir: match &task.workdir {
-                Some(Workdir::Local { path }) => Some(path.clone()),
+                Some(Workdir::Local { path, .. }) => Some(path.clone()),
                 _ => None,
             },
             gpus: c

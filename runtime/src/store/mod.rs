@@ -240,6 +240,30 @@ impl Store {
         Ok(out)
     }
 
+    /// The snapshots live groups, pools and workers are given: what the
+    /// state directory's `files` must keep.
+    pub fn live_snapshots(&self) -> Result<std::collections::HashSet<String>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT DISTINCT s.digest FROM snapshots s JOIN groups g ON g.id = s.group_id \
+             WHERE g.finished_at_ms IS NULL",
+        )?;
+        let rows = stmt.query_map([], |r| r.get(0))?;
+        rows.collect()
+    }
+
+    /// Keeps `digests` for the live group (a pool) `gid` too.
+    pub fn add_snapshots(&mut self, gid: i64, digests: &[String]) -> Result<()> {
+        self.transaction(|tx| {
+            for digest in digests {
+                tx.0.execute(
+                    "INSERT OR IGNORE INTO snapshots (group_id, digest) VALUES (?1, ?2)",
+                    params![gid, digest],
+                )?;
+            }
+            Ok(())
+        })
+    }
+
     /// Records a new group and its tasks; returns its id.
     pub fn insert_group(&mut self, new: &NewGroup<'_>) -> Result<i64> {
         self.transaction(|tx| tx.insert(new, Kind::Group, None))
@@ -586,6 +610,9 @@ pub struct NewGroup<'a> {
     pub plan: &'a str,
     pub backend: Backend,
     pub tasks: Vec<NewTask<'a>>,
+    /// The digests of the snapshots its nodes are given (`files`): kept
+    /// while it is live.
+    pub snapshots: &'a [String],
 }
 
 pub struct NewTask<'a> {
@@ -640,6 +667,12 @@ impl Tx<'_> {
             ],
         )?;
         let id = self.0.last_insert_rowid();
+        for digest in new.snapshots {
+            self.0.execute(
+                "INSERT OR IGNORE INTO snapshots (group_id, digest) VALUES (?1, ?2)",
+                params![id, digest],
+            )?;
+        }
         for (index, task) in new.tasks.iter().enumerate() {
             self.0.execute(
                 "INSERT INTO tasks (group_id, idx, name, role, status, num_nodes) \

@@ -102,6 +102,15 @@ CREATE INDEX groups_live ON groups (id) WHERE finished_at_ms IS NULL;
 ALTER TABLE tasks ADD COLUMN waiting TEXT;
 ALTER TABLE tasks ADD COLUMN waiting_since_ms INTEGER;
 ",
+    r"
+-- the snapshots of code and data (the state directory's files/DIGEST) a
+-- group's nodes are given: kept while a group naming them is live
+CREATE TABLE snapshots (
+    group_id INTEGER NOT NULL REFERENCES groups(id),
+    digest TEXT NOT NULL,
+    PRIMARY KEY (group_id, digest)
+);
+",
 ];
 
 /// The schema version this skyc writes and reads.

@@ -53,6 +53,8 @@ const ROUNDS: usize = 1_000;
 
 pub struct Supervisor {
     store: Store,
+    /// The state directory's snapshots of code and data.
+    snapshots: crate::files::Snapshots,
     listener: UnixListener,
     backends: Backends,
     groups: BTreeMap<i64, GroupRun>,
@@ -156,6 +158,7 @@ pub fn serve(dir: &Path, k8s: (Connect, Tuning)) -> io::Result<()> {
     listener.set_nonblocking(true)?;
     let mut supervisor = Supervisor {
         store: Store::open(dir).map_err(io::Error::other)?,
+        snapshots: crate::files::Snapshots::of(dir),
         listener,
         backends: Backends::new(
             dir,
@@ -786,7 +789,22 @@ impl Supervisor {
         self.backend(g.kind)?.release(gid);
         self.store
             .transaction(|tx| tx.clear_network(gid))
-            .map_err(db)
+            .map_err(db)?;
+        self.collect_files();
+        Ok(())
+    }
+
+    /// Removes the snapshots no live group is given any more (also those
+    /// of groups that ended while no supervisor ran).
+    fn collect_files(&self) {
+        match self.store.live_snapshots() {
+            Ok(live) => {
+                if let Err(e) = self.snapshots.collect(&live) {
+                    log(format_args!("cannot remove unused snapshots: {e}"));
+                }
+            }
+            Err(e) => log(format_args!("cannot list live snapshots: {e}")),
+        }
     }
 
     /// A group this supervisor could not take charge of. One that never
@@ -852,6 +870,7 @@ impl Supervisor {
                 let _ = self.store.transaction(|tx| tx.clear_network(gid));
             }
         }
+        self.collect_files();
     }
 }
 

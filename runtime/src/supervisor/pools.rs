@@ -477,6 +477,7 @@ impl Supervisor {
                         submitted_at_ms: now,
                         plan: &p.worker_plan,
                         backend: p.kind,
+                        snapshots: &crate::files::take::digests_in(&p.worker_plan),
                         tasks,
                     };
                     let member = Member {

@@ -589,7 +589,7 @@ impl Lowerer<'_> {
                 "the instances have their boot disk only",
             );
         }
-        if let Some(Workdir::Local { path }) = &task.workdir {
+        if let Some(Workdir::Local { path, .. }) = &task.workdir {
             self.warn(
                 task,
                 format!("the local `workdir` `{path}` is not uploaded"),

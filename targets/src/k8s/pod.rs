@@ -112,7 +112,7 @@ impl Lowerer<'_> {
         let (mounts, volumes) = self.volumes(task);
         if let Some(w) = &task.workdir {
             let what = match w {
-                skyc_compiler::ir::Workdir::Local { path } => format!("`workdir: {path}`"),
+                skyc_compiler::ir::Workdir::Local { path, .. } => format!("`workdir: {path}`"),
                 skyc_compiler::ir::Workdir::Git { url, .. } => format!("the git workdir `{url}`"),
             };
             self.warn(

@@ -586,7 +586,7 @@ fn prelude(task: &Task, out: &mut Vec<Diagnostic>) -> String {
         let _ = writeln!(p, "export {}={}", env.name, quote(&env.value));
     }
     match &task.workdir {
-        Some(Workdir::Local { path }) => {
+        Some(Workdir::Local { path, .. }) => {
             if has_nul(path) {
                 out.push(nul_error(task, "workdir"));
             }

@@ -58,6 +58,7 @@ impl Scene {
                 submitted_at_ms: crate::store::now_ms(),
                 plan: &serde_json::to_string(&plan).unwrap(),
                 backend: Backend::Kubernetes,
+                snapshots: &[],
                 tasks: plan
                     .spec
                     .tasks

@@ -160,6 +160,7 @@ fn started_with(
             submitted_at_ms: crate::store::now_ms(),
             plan: &serde_json::to_string(&plan).unwrap(),
             backend: Backend::Kubernetes,
+            snapshots: &[],
             tasks: Vec::new(),
         })
         .unwrap()
@@ -213,6 +214,7 @@ fn a_pool_runs_ranked_jobs_and_goes_down_through_the_supervisor() {
                     submitted_at_ms: crate::store::now_ms(),
                     plan,
                     backend: Backend::Kubernetes,
+                    snapshots: &[],
                     tasks: crate::store::NewTask::of(&group),
                 },
                 Some(Member {
@@ -320,6 +322,7 @@ fn a_lost_worker_is_made_again_and_its_job_runs_again_through_the_supervisor() {
                 submitted_at_ms: crate::store::now_ms(),
                 plan: &text,
                 backend: Backend::Kubernetes,
+                snapshots: &[],
                 tasks: crate::store::NewTask::of(&group),
             },
             Some(Member {

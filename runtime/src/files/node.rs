@@ -1,0 +1,321 @@
+//! A node's view of its files, made on this machine in the node's own
+//! mount namespace (the one its network identity already gives it) just
+//! before its command starts: `skyc __node-files VIEW -- COMMAND...`.
+//!
+//! - A directory snapshot is an overlay: the snapshot, shared read-only by
+//!   every node, under a writable layer of the node's own, so a node's
+//!   writes change neither the snapshot nor another node's view, and no
+//!   byte is copied per node. A single file is copied for the node.
+//! - A destination that does not exist is made without writing to the
+//!   machine: its deepest existing directory is shadowed by an empty
+//!   in-memory filesystem holding a bind of each of its entries (the
+//!   machine's `/` included, entered with `pivot_root`), and the missing
+//!   directories are made there.
+//! - Nothing is mounted in the supervisor's own namespace: the view names
+//!   it, and a node still in it is refused.
+
+use rustix::fs::{CWD, Mode};
+use rustix::mount::{
+    MountFlags, MountPropagationFlags, MoveMountFlags, OpenTreeFlags, UnmountFlags, mount,
+    mount_bind, mount_change, move_mount, open_tree, unmount,
+};
+use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
+use std::fs;
+use std::io;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+
+/// The argument that makes skyc's executable this helper.
+pub const ARG: &str = "__node-files";
+
+/// What one node sees.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct View {
+    /// `/proc/self/ns/mnt` of the supervisor.
+    pub host_ns: String,
+    /// The node's home, which `~/` names.
+    pub home: PathBuf,
+    pub places: Vec<Place>,
+    /// Where the command starts (a destination), if not where it was
+    /// started.
+    pub cwd: Option<String>,
+    /// The node's own directory for its writable layers (made fresh for
+    /// each attempt).
+    pub scratch: PathBuf,
+}
+
+/// One snapshot at its destination.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Place {
+    pub destination: String,
+    pub snapshot: PathBuf,
+    pub dir: bool,
+}
+
+/// The mount namespace this process is in, as the kernel names it.
+pub fn namespace() -> String {
+    fs::read_link("/proc/self/ns/mnt")
+        .map(|p| p.display().to_string())
+        .unwrap_or_default()
+}
+
+/// The helper: makes the view, then becomes `argv`. Returns only on
+/// failure, with the message for the node's log.
+pub fn main(args: &[std::ffi::OsString]) -> String {
+    let (Some(view), Some(sep)) = (args.first(), args.get(1)) else {
+        return "usage: skyc __node-files VIEW -- COMMAND...".into();
+    };
+    if sep != "--" || args.len() < 3 {
+        return "usage: skyc __node-files VIEW -- COMMAND...".into();
+    }
+    let view: View = match serde_json::from_str(&view.to_string_lossy()) {
+        Ok(v) => v,
+        Err(e) => return format!("unreadable view: {e}"),
+    };
+    if let Err(e) = make(&view) {
+        return format!("cannot give this node its files: {e}");
+    }
+    let error = std::process::Command::new(&args[2]).args(&args[3..]).exec();
+    format!("cannot run {}: {error}", args[2].to_string_lossy())
+}
+
+fn err(what: impl std::fmt::Display, e: impl std::fmt::Display) -> io::Error {
+    io::Error::other(format!("{what}: {e}"))
+}
+
+/// Mounts every place of `view`, then enters its `cwd`.
+pub fn make(view: &View) -> io::Result<()> {
+    if namespace() == view.host_ns {
+        return Err(io::Error::other(
+            "the node shares the supervisor's mount namespace; refusing to mount in it",
+        ));
+    }
+    mount_change(
+        "/",
+        MountPropagationFlags::PRIVATE | MountPropagationFlags::REC,
+    )
+    .map_err(|e| err("making mounts private", e))?;
+    fs::create_dir_all(&view.scratch).map_err(|e| err(view.scratch.display(), e))?;
+    let mut places: Vec<(PathBuf, &Place)> = view
+        .places
+        .iter()
+        .map(|p| (expand(&p.destination, &view.home), p))
+        .collect();
+    // Outer destinations first: an inner one is made inside the outer.
+    places.sort_by_key(|(d, _)| d.components().count());
+    let mut ours = Ours::default();
+    for (i, (dest, place)) in places.iter().enumerate() {
+        let layer = view.scratch.join(i.to_string());
+        fs::create_dir_all(&layer).map_err(|e| err(layer.display(), e))?;
+        ours.room(dest, place.dir, &view.scratch)
+            .map_err(|e| err(format!("making {}", dest.display()), e))?;
+        if place.dir {
+            overlay(&place.snapshot, &layer, dest)
+                .map_err(|e| err(format!("mounting {}", dest.display()), e))?;
+            ours.overlays.push(dest.clone());
+        } else {
+            let copy = layer.join("file");
+            fs::copy(&place.snapshot, &copy).map_err(|e| err(copy.display(), e))?;
+            mount_bind(&copy, dest).map_err(|e| err(format!("mounting {}", dest.display()), e))?;
+        }
+    }
+    if let Some(cwd) = &view.cwd {
+        let cwd = expand(cwd, &view.home);
+        std::env::set_current_dir(&cwd).map_err(|e| err(cwd.display(), e))?;
+    }
+    Ok(())
+}
+
+/// `~/x` is the node's home's `x`.
+fn expand(destination: &str, home: &Path) -> PathBuf {
+    match destination.strip_prefix("~") {
+        Some("") => home.to_owned(),
+        Some(rest) if rest.starts_with('/') => home.join(rest.trim_start_matches('/')),
+        _ => PathBuf::from(destination),
+    }
+}
+
+/// The snapshot under a writable layer of the node's own.
+fn overlay(lower: &Path, layer: &Path, at: &Path) -> io::Result<()> {
+    let upper = layer.join("upper");
+    let work = layer.join("work");
+    fs::create_dir_all(&upper)?;
+    fs::create_dir_all(&work)?;
+    let mut options = String::new();
+    for (key, path) in [
+        ("lowerdir", lower),
+        ("upperdir", &upper),
+        ("workdir", &work),
+    ] {
+        let path = path.display().to_string();
+        // The option string separates with `,` and layers with `:`.
+        if path.contains([',', ':', '\\']) {
+            return Err(io::Error::other(format!(
+                "{path} holds `,`, `:` or `\\`, which an overlay cannot name; use a state \
+                 directory without them"
+            )));
+        }
+        if !options.is_empty() {
+            options.push(',');
+        }
+        options.push_str(&format!("{key}={path}"));
+    }
+    let options = std::ffi::CString::new(options).map_err(io::Error::other)?;
+    mount(
+        "overlay",
+        at,
+        "overlay",
+        MountFlags::empty(),
+        options.as_c_str(),
+    )
+    .map_err(Into::into)
+}
+
+/// The directories this helper made or shadowed: writing in them writes
+/// nowhere on the machine.
+#[derive(Default)]
+struct Ours {
+    dirs: HashSet<PathBuf>,
+    overlays: Vec<PathBuf>,
+}
+
+impl Ours {
+    fn writable(&self, dir: &Path) -> bool {
+        self.dirs.contains(dir) || self.overlays.iter().any(|o| dir.starts_with(o))
+    }
+
+    /// Makes `dest` exist (a directory, or a file), changing nothing of
+    /// the machine's.
+    fn room(&mut self, dest: &Path, dir: bool, scratch: &Path) -> io::Result<()> {
+        if let Ok(meta) = fs::metadata(dest) {
+            return match (dir, meta.is_dir()) {
+                (true, true) | (false, false) => Ok(()),
+                (true, false) => Err(io::Error::other("it exists, and is not a directory")),
+                (false, true) => Err(io::Error::other("it exists, and is a directory")),
+            };
+        }
+        let mut missing = Vec::new();
+        let mut at = dest.to_owned();
+        while fs::metadata(&at).is_err() {
+            let name = at
+                .file_name()
+                .ok_or_else(|| io::Error::other("no parent"))?;
+            missing.push(name.to_owned());
+            if !at.pop() {
+                return Err(io::Error::other("no existing parent"));
+            }
+        }
+        let mut at = fs::canonicalize(&at)?;
+        if !fs::metadata(&at)?.is_dir() {
+            return Err(io::Error::other(format!(
+                "{} is not a directory",
+                at.display()
+            )));
+        }
+        if !self.writable(&at) {
+            shadow(&at, scratch)?;
+            self.dirs.insert(at.clone());
+        }
+        while let Some(name) = missing.pop() {
+            at.push(name);
+            if missing.is_empty() && !dir {
+                fs::File::create(&at)?;
+            } else {
+                fs::create_dir(&at)?;
+                self.dirs.insert(at.clone());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One entry of a shadowed directory.
+enum Entry {
+    Mount(std::ffi::OsString, std::os::fd::OwnedFd, bool),
+    Link(std::ffi::OsString, PathBuf),
+}
+
+/// Covers `dir` with an empty in-memory filesystem holding a bind of each
+/// of its entries (links as links), so directories can be made in it.
+fn shadow(dir: &Path, scratch: &Path) -> io::Result<()> {
+    // Cloned before the cover goes on: a clone taken after would see it.
+    let mut entries = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let path = entry.path();
+        let kind = entry.file_type()?;
+        if kind.is_symlink() {
+            entries.push(Entry::Link(name, fs::read_link(&path)?));
+        } else {
+            let tree = open_tree(
+                CWD,
+                &path,
+                OpenTreeFlags::OPEN_TREE_CLONE
+                    | OpenTreeFlags::OPEN_TREE_CLOEXEC
+                    | OpenTreeFlags::AT_RECURSIVE,
+            )
+            .map_err(|e| err(format!("binding {}", path.display()), e))?;
+            entries.push(Entry::Mount(name, tree, kind.is_dir()));
+        }
+    }
+    let mode = fs::metadata(dir)?.permissions().mode() & 0o7777;
+    let root = dir == Path::new("/");
+    // `/` cannot be covered in place: the new root is built aside, then
+    // entered.
+    let base = if root {
+        let stage = scratch.join("root");
+        fs::create_dir_all(&stage)?;
+        stage
+    } else {
+        dir.to_owned()
+    };
+    let options = std::ffi::CString::new(format!("mode={mode:o}")).map_err(io::Error::other)?;
+    mount(
+        "tmpfs",
+        &base,
+        "tmpfs",
+        MountFlags::empty(),
+        options.as_c_str(),
+    )
+    .map_err(|e| err(format!("covering {}", dir.display()), e))?;
+    for entry in entries {
+        match entry {
+            Entry::Link(name, target) => std::os::unix::fs::symlink(target, base.join(name))?,
+            Entry::Mount(name, tree, is_dir) => {
+                let at = base.join(&name);
+                if is_dir {
+                    rustix::fs::mkdir(&at, Mode::from_raw_mode(0o755))?;
+                } else {
+                    fs::File::create(&at)?;
+                }
+                move_mount(&tree, "", CWD, &at, MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH)
+                    .map_err(|e| err(format!("binding {}", at.display()), e))?;
+            }
+        }
+    }
+    if root {
+        enter_root(&base)?;
+    }
+    Ok(())
+}
+
+/// Makes `new` the root: `pivot_root`, which keeps nested user
+/// namespaces possible for the node (`chroot` would not), else `chroot`.
+fn enter_root(new: &Path) -> io::Result<()> {
+    let old = new.join(".skyc-old-root");
+    fs::create_dir(&old)?;
+    std::env::set_current_dir(new)?;
+    if rustix::process::pivot_root(".", ".skyc-old-root").is_ok() {
+        std::env::set_current_dir("/")?;
+        let _ = unmount("/.skyc-old-root", UnmountFlags::DETACH);
+        let _ = fs::remove_dir("/.skyc-old-root");
+    } else {
+        let _ = fs::remove_dir(&old);
+        rustix::process::chroot(".").map_err(|e| err("entering the node's root", e))?;
+        std::env::set_current_dir("/")?;
+    }
+    Ok(())
+}

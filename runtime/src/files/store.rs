@@ -1,0 +1,142 @@
+//! The state directory's snapshots: `files/DIGEST`, a tree (or one file)
+//! as a source held it when submitted, named by its digest so that equal
+//! sources are kept once. A snapshot lives while a live group refers to it
+//! (the store's `snapshots` table); [`Snapshots::collect`] removes the
+//! others.
+//!
+//! A submission writes its snapshots, then records its group: between the
+//! two, its snapshots are referred to by nothing. It holds the directory's
+//! lock shared meanwhile, and collection takes it exclusively, so a
+//! snapshot is never collected before its group is recorded.
+
+use super::source::{self, Budget, SourceError, Taken};
+use rustix::fs::{FlockOperation, flock};
+use std::collections::HashSet;
+use std::fs::{self, File};
+use std::io;
+use std::path::{Path, PathBuf};
+
+pub struct Snapshots {
+    dir: PathBuf,
+}
+
+/// Held while a submission writes snapshots its group is not yet
+/// recorded with.
+pub struct Writing {
+    _lock: File,
+}
+
+impl Snapshots {
+    /// The snapshots of the state directory `state_dir`.
+    pub fn of(state_dir: &Path) -> Self {
+        Self {
+            dir: state_dir.join("files"),
+        }
+    }
+
+    /// Where the snapshot `digest` is.
+    pub fn path(&self, digest: &str) -> PathBuf {
+        self.dir.join(digest)
+    }
+
+    fn lock(&self) -> io::Result<File> {
+        fs::create_dir_all(&self.dir)?;
+        File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(self.dir.join(".lock"))
+    }
+
+    /// Starts writing: collection waits until the returned guard is gone.
+    pub fn writing(&self) -> io::Result<Writing> {
+        let lock = self.lock()?;
+        flock(&lock, FlockOperation::LockShared)?;
+        Ok(Writing { _lock: lock })
+    }
+
+    /// Reads `root` into the snapshot its bytes make, unless it is kept
+    /// already. The caller holds [`Writing`].
+    pub fn take(
+        &self,
+        _writing: &Writing,
+        root: &Path,
+        want_dir: bool,
+        budget: &mut Budget<'_>,
+    ) -> Result<Taken, SourceError> {
+        let tmp = self
+            .dir
+            .join(format!(".new-{}-{}", std::process::id(), unique()));
+        let taken = source::read(root, want_dir, Some(&tmp), budget);
+        let taken = match taken {
+            Ok(t) => t,
+            Err(e) => {
+                remove(&tmp);
+                return Err(e);
+            }
+        };
+        let kept = self.path(&taken.digest);
+        if kept.symlink_metadata().is_ok() {
+            remove(&tmp);
+        } else if let Err(error) = fs::rename(&tmp, &kept) {
+            remove(&tmp);
+            // Another submission kept the same bytes meanwhile.
+            if kept.symlink_metadata().is_err() {
+                return Err(SourceError::Unreadable { path: kept, error });
+            }
+        }
+        Ok(taken)
+    }
+
+    /// Removes every snapshot not in `live`, and what interrupted
+    /// submissions left. Skipped (returns `None`) while a submission is
+    /// writing; the next collection does it.
+    pub fn collect(&self, live: &HashSet<String>) -> io::Result<Option<usize>> {
+        if !self.dir.exists() {
+            return Ok(Some(0));
+        }
+        let lock = self.lock()?;
+        if flock(&lock, FlockOperation::NonBlockingLockExclusive).is_err() {
+            return Ok(None);
+        }
+        let mut removed = 0;
+        for entry in fs::read_dir(&self.dir)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name == ".lock" || live.contains(name.as_ref()) {
+                continue;
+            }
+            remove(&entry.path());
+            removed += 1;
+        }
+        Ok(Some(removed))
+    }
+}
+
+/// Removes a file or a tree, whatever its modes (a snapshot keeps the
+/// source's, read-only directories included).
+pub fn remove(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(meta) = path.symlink_metadata() else {
+        return;
+    };
+    if meta.is_dir() {
+        let _ = fs::set_permissions(path, fs::Permissions::from_mode(0o700));
+        if let Ok(entries) = fs::read_dir(path) {
+            for entry in entries.flatten() {
+                remove(&entry.path());
+            }
+        }
+        let _ = fs::remove_dir(path);
+    } else {
+        let _ = fs::remove_file(path);
+    }
+}
+
+fn unique() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default()
+}

@@ -1,0 +1,328 @@
+//! A group's code and data, taken when it is submitted (or built): each
+//! task's local `workdir` and local `file_mounts` sources, resolved as
+//! SkyPilot resolves them (`~` expanded, relative paths against the
+//! directory skyc runs in), read once however many tasks name them, and
+//! checked, every problem a diagnostic at the value that names the source.
+
+use super::source::{self, Budget, SourceError, Taken};
+use super::store::{Snapshots, Writing};
+use serde::{Deserialize, Serialize};
+use skyc_compiler::ir::{Group, Task, Workdir};
+use skyc_compiler::{Diagnostic, Rule, Span};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// Where a task's `workdir` lands on its nodes, and where they start.
+pub const WORKDIR: &str = "~/sky_workdir";
+
+/// The variable that raises [`DEFAULT_LIMIT_MB`].
+pub const LIMIT_VAR: &str = "SKYC_FILES_LIMIT_MB";
+
+/// What one submission may read, all sources together: code, not data
+/// (data belongs in volumes and buckets).
+pub const DEFAULT_LIMIT_MB: u64 = 2048;
+
+/// One source, delivered to a destination on every node of its task.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mount {
+    /// Absolute, or `~/...` (the node's home).
+    pub destination: String,
+    /// The source as resolved on the submitting machine.
+    pub source: String,
+    /// The task's `workdir` (its nodes start in it).
+    pub workdir: bool,
+    #[serde(flatten)]
+    pub taken: Taken,
+}
+
+/// Every task's mounts, by task index.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Files {
+    pub tasks: Vec<Vec<Mount>>,
+}
+
+impl Files {
+    /// Every snapshot's digest, once each.
+    pub fn digests(&self) -> Vec<String> {
+        let mut all: Vec<String> = self
+            .tasks
+            .iter()
+            .flatten()
+            .map(|m| m.taken.digest.clone())
+            .collect();
+        all.sort();
+        all.dedup();
+        all
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tasks.iter().all(Vec::is_empty)
+    }
+}
+
+/// Where a source is read from and what a submission knows to read it.
+pub struct Taking<'a> {
+    /// The directory relative sources start at.
+    pub cwd: &'a Path,
+    /// The home `~` means.
+    pub home: Option<&'a Path>,
+    /// Where snapshots are kept (`None`: only digested, for `build`).
+    pub into: Option<(&'a Snapshots, &'a Writing)>,
+    pub limit_bytes: u64,
+    /// Called after each file read with the files and bytes so far.
+    pub progress: &'a mut dyn FnMut(u64, u64),
+}
+
+/// The size limit from the environment, in bytes.
+pub fn limit_from_env() -> u64 {
+    std::env::var(LIMIT_VAR)
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(DEFAULT_LIMIT_MB)
+        .saturating_mul(1024 * 1024)
+}
+
+/// The snapshots a stored plan gives its nodes, whatever its backend:
+/// the `digest` of every entry of a `files` list in it.
+pub fn digests_in(plan: &str) -> Vec<String> {
+    fn walk(v: &serde_json::Value, out: &mut Vec<String>) {
+        match v {
+            serde_json::Value::Object(map) => {
+                for (k, v) in map {
+                    if k == "files"
+                        && let Some(list) = v.as_array()
+                    {
+                        out.extend(
+                            list.iter()
+                                .filter_map(|m| m.get("digest")?.as_str())
+                                .map(str::to_owned),
+                        );
+                    } else {
+                        walk(v, out);
+                    }
+                }
+            }
+            serde_json::Value::Array(items) => items.iter().for_each(|v| walk(v, out)),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    if let Ok(v) = serde_json::from_str(plan) {
+        walk(&v, &mut out);
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// A local source a task names.
+struct Wanted<'t> {
+    destination: String,
+    written: &'t str,
+    span: Span,
+    workdir: bool,
+}
+
+fn wanted(task: &Task) -> Vec<Wanted<'_>> {
+    let mut out = Vec::new();
+    if let Some(Workdir::Local { path, at }) = &task.workdir {
+        out.push(Wanted {
+            destination: WORKDIR.to_owned(),
+            written: path,
+            span: at.0,
+            workdir: true,
+        });
+    }
+    for m in &task.file_mounts {
+        if let (Some(source), None) = (&m.source, &m.storage)
+            && is_local(source)
+        {
+            out.push(Wanted {
+                destination: m.destination.clone(),
+                written: source,
+                span: m.at.0,
+                workdir: false,
+            });
+        }
+    }
+    out
+}
+
+/// A source on the submitting machine (not a bucket URL).
+pub fn is_local(source: &str) -> bool {
+    !source.contains("://") && !source.starts_with("skypilot:")
+}
+
+/// Takes every task's sources; the files, or the diagnostics that stop
+/// the submission.
+pub fn take(group: &Group, taking: &mut Taking<'_>) -> (Files, Vec<Diagnostic>) {
+    let mut files = Files::default();
+    let mut diagnostics = Vec::new();
+    let mut seen: HashMap<(PathBuf, bool), Result<Taken, ()>> = HashMap::new();
+    let mut budget = Budget {
+        limit: taking.limit_bytes,
+        files: 0,
+        bytes: 0,
+        progress: taking.progress,
+    };
+    for task in &group.tasks {
+        let mut mounts = Vec::new();
+        for w in wanted(task) {
+            let root = resolve(w.written, taking.cwd, taking.home);
+            let key = (root.clone(), w.workdir);
+            let taken = match seen.get(&key) {
+                Some(t) => t.clone(),
+                None => {
+                    let read = match taking.into {
+                        Some((store, writing)) => {
+                            store.take(writing, &root, w.workdir, &mut budget)
+                        }
+                        None => source::read(&root, w.workdir, None, &mut budget),
+                    };
+                    let t = read.map_err(|e| {
+                        diagnostics.push(diagnostic(&w, &root, e));
+                    });
+                    seen.insert(key, t.clone());
+                    t
+                }
+            };
+            if let Ok(taken) = taken {
+                mounts.push(Mount {
+                    destination: w.destination,
+                    source: root.display().to_string(),
+                    workdir: w.workdir,
+                    taken,
+                });
+            }
+            // Past the limit, reading on only repeats the error.
+            if diagnostics.iter().any(|d| d.rule == Rule::FilesTooLarge) {
+                return (files, diagnostics);
+            }
+        }
+        files.tasks.push(mounts);
+    }
+    (files, diagnostics)
+}
+
+/// `~` is the home; a relative path starts where skyc runs, as SkyPilot's
+/// `os.path.abspath(os.path.expanduser(...))`.
+fn resolve(written: &str, cwd: &Path, home: Option<&Path>) -> PathBuf {
+    let expanded = match (written, home) {
+        ("~", Some(home)) => home.to_owned(),
+        (w, Some(home)) if w.starts_with("~/") => home.join(&w[2..]),
+        (w, _) => PathBuf::from(w),
+    };
+    let joined = cwd.join(expanded);
+    // Lexically, as abspath does: `a/../b` is `b` even if `a` is a link.
+    let mut out = PathBuf::new();
+    for part in joined.components() {
+        match part {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+fn diagnostic(w: &Wanted<'_>, root: &Path, error: SourceError) -> Diagnostic {
+    let what = if w.workdir {
+        "workdir"
+    } else {
+        "file mount source"
+    };
+    let written = w.written;
+    let root_shown = root.display();
+    let skyignore = "leave it out with a line in the source's `.skyignore` (or `.gitignore` when \
+                     there is no `.skyignore`)";
+    match error {
+        SourceError::Missing => Diagnostic::new(
+            Rule::MissingFileSource,
+            w.span,
+            format!("{what} `{written}` does not exist (looked for {root_shown})"),
+        )
+        .label("not found")
+        .help(
+            "relative paths start in the directory skyc runs in, as SkyPilot reads them: run \
+             from there, or give the path from `~` or `/`",
+        ),
+        SourceError::NotADirectory => Diagnostic::new(
+            Rule::WorkdirNotDirectory,
+            w.span,
+            format!("workdir `{written}` is not a directory ({root_shown})"),
+        )
+        .label("not a directory")
+        .help("a workdir is a directory; to copy one file, use `file_mounts`"),
+        SourceError::Unreadable { path, error } => Diagnostic::new(
+            Rule::UnreadableFileSource,
+            w.span,
+            format!(
+                "cannot read {} under {what} `{written}`: {error}",
+                path.display()
+            ),
+        )
+        .label("cannot be read")
+        .help(format!("make it readable, or {skyignore}")),
+        SourceError::Special { path, kind } => Diagnostic::new(
+            Rule::SpecialFileInSource,
+            w.span,
+            format!(
+                "{} under {what} `{written}` is {kind}, which cannot be copied to the nodes",
+                path.display()
+            ),
+        )
+        .label("holds it")
+        .help(skyignore.to_owned()),
+        SourceError::LinkLeaves { path, target } => Diagnostic::new(
+            Rule::SymlinkLeavesSource,
+            w.span,
+            format!(
+                "{} under {what} `{written}` links to {}, outside it: links are copied as links \
+                 (as SkyPilot's rsync copies them), and this one would point at nothing on the \
+                 nodes",
+                path.display(),
+                target.display()
+            ),
+        )
+        .label("holds it")
+        .help(format!(
+            "make the link relative and inside the source, mount its target as a file mount of \
+             its own, or {skyignore}"
+        )),
+        SourceError::TooLarge { limit, .. } => Diagnostic::new(
+            Rule::FilesTooLarge,
+            w.span,
+            format!(
+                "the submission's files are larger than the limit of {} MiB: reading stopped in \
+                 {what} `{written}`",
+                limit / (1024 * 1024),
+            ),
+        )
+        .label("passes the limit")
+        .help(format!(
+            "leave large files out with `.skyignore`, put data in a volume, or raise the limit: \
+             {LIMIT_VAR}={}",
+            (limit / (1024 * 1024)).saturating_mul(2)
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sources_resolve_as_abspath_expanduser() {
+        let cwd = Path::new("/work/repo");
+        let home = Some(Path::new("/home/u"));
+        let r = |w: &str| resolve(w, cwd, home).display().to_string();
+        assert_eq!(r("code"), "/work/repo/code");
+        assert_eq!(r("./a/../code"), "/work/repo/code");
+        assert_eq!(r("~/src"), "/home/u/src");
+        assert_eq!(r("~"), "/home/u");
+        assert_eq!(r("/abs/x"), "/abs/x");
+        assert_eq!(r("../x"), "/work/x");
+    }
+}

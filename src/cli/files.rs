@@ -1,0 +1,161 @@
+//! A submission's code and data: each task's local `workdir` and
+//! `file_mounts`, taken into the state directory's snapshots when the
+//! target delivers them, with progress on a terminal when it takes a
+//! while.
+
+use skyc_compiler::Diagnostic;
+use skyc_compiler::ir::Group;
+use skyc_runtime::files::store::Writing;
+use skyc_runtime::files::take::{self, Taking};
+use skyc_runtime::files::{Files, Snapshots};
+use skyc_runtime::store::Backend;
+use std::io::{IsTerminal, Write};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// The files taken, and the guard that keeps them until the group that
+/// is given them is recorded.
+pub(crate) struct Taken {
+    pub(crate) files: Files,
+    pub(crate) diagnostics: Vec<Diagnostic>,
+    pub(crate) _writing: Option<Writing>,
+}
+
+/// Takes `group`'s files for `target` into `state_dir` (nothing when the
+/// target does not deliver files, or `wanted` is false).
+pub(crate) fn take(
+    group: &Group,
+    target: Backend,
+    state_dir: &Path,
+    wanted: bool,
+) -> Result<Taken, String> {
+    if !wanted || !target.descriptor().delivers_files {
+        return Ok(Taken {
+            files: Files::default(),
+            diagnostics: Vec::new(),
+            _writing: None,
+        });
+    }
+    let cwd = std::env::current_dir().map_err(|e| format!("the current directory: {e}"))?;
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+    let snapshots = Snapshots::of(state_dir);
+    let writing = snapshots
+        .writing()
+        .map_err(|e| format!("{}: {e}", state_dir.join("files").display()))?;
+    let mut progress = Progress::new();
+    let mut report = |files, bytes| progress.show(files, bytes);
+    let (files, diagnostics) = take::take(
+        group,
+        &mut Taking {
+            cwd: &cwd,
+            home: home.as_deref(),
+            into: Some((&snapshots, &writing)),
+            limit_bytes: take::limit_from_env(),
+            progress: &mut report,
+        },
+    );
+    progress.done();
+    Ok(Taken {
+        files,
+        diagnostics,
+        _writing: Some(writing),
+    })
+}
+
+/// `files, bytes` on one terminal line, once reading has taken a second.
+struct Progress {
+    start: Instant,
+    last: Option<Instant>,
+    terminal: bool,
+}
+
+impl Progress {
+    fn new() -> Self {
+        Self {
+            start: Instant::now(),
+            last: None,
+            terminal: std::io::stderr().is_terminal(),
+        }
+    }
+
+    fn show(&mut self, files: u64, bytes: u64) {
+        let now = Instant::now();
+        if !self.terminal
+            || now - self.start < Duration::from_secs(1)
+            || self
+                .last
+                .is_some_and(|l| now - l < Duration::from_millis(100))
+        {
+            return;
+        }
+        self.last = Some(now);
+        let mut err = std::io::stderr();
+        let _ = write!(
+            err,
+            "\rskyc: reading the tasks' files: {files} files, {:.1} MiB",
+            bytes as f64 / (1024.0 * 1024.0)
+        );
+        let _ = err.flush();
+    }
+
+    fn done(&self) {
+        if self.last.is_some() {
+            let _ = writeln!(std::io::stderr());
+        }
+    }
+}
+
+/// What `build --target files` shows: per task, each mount as a run would
+/// send it (read and digested, not kept), the volumes it needs, and the
+/// mounts this target does not send (buckets).
+pub(crate) fn review(group: &Group) -> Result<(serde_json::Value, Vec<Diagnostic>), String> {
+    let cwd = std::env::current_dir().map_err(|e| format!("the current directory: {e}"))?;
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+    let mut progress = Progress::new();
+    let mut report = |files, bytes| progress.show(files, bytes);
+    let (files, diagnostics) = take::take(
+        group,
+        &mut Taking {
+            cwd: &cwd,
+            home: home.as_deref(),
+            into: None,
+            limit_bytes: take::limit_from_env(),
+            progress: &mut report,
+        },
+    );
+    progress.done();
+    let tasks: Vec<serde_json::Value> = group
+        .tasks
+        .iter()
+        .zip(files.tasks.iter().chain(std::iter::repeat(&Vec::new())))
+        .map(|(task, mounts)| {
+            let elsewhere: Vec<serde_json::Value> = task
+                .file_mounts
+                .iter()
+                .filter(|m| {
+                    m.storage.is_some() || m.source.as_deref().is_none_or(|s| !take::is_local(s))
+                })
+                .map(|m| {
+                    serde_json::json!({
+                        "destination": m.destination,
+                        "source": m.source,
+                        "storage": m.storage,
+                    })
+                })
+                .collect();
+            serde_json::json!({
+                "task": task.name,
+                "mounts": mounts,
+                "volumes": task.volumes.iter().map(|v| serde_json::json!({
+                    "path": v.path,
+                    "volume": v.volume,
+                })).collect::<Vec<_>>(),
+                "buckets": elsewhere,
+            })
+        })
+        .collect();
+    Ok((
+        serde_json::json!({ "group": group.name, "tasks": tasks }),
+        diagnostics,
+    ))
+}
