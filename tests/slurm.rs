@@ -929,3 +929,93 @@ fn gpus_are_asked_by_the_type_the_cluster_names() {
         ]
     );
 }
+
+/// A run's files: each task's view is written out byte for byte, the
+/// files helper's path reaches the lifecycle exactly, and no value written
+/// to be quoted runs; the script passes shellcheck.
+#[test]
+fn files_reach_the_nodes_views_exactly_and_nothing_runs() {
+    use skyc_targets::files::{Delivery, Mount, Taken, View};
+    let c = compile(
+        "hostile.yaml",
+        hostile_yaml().as_bytes(),
+        &Options::default(),
+    );
+    let group = c.group.unwrap_or_else(|| panic!("{:?}", c.diagnostics));
+    let values = hostile_values();
+    let dir = tmp_dir("files-hostile");
+    let canary = dir.join("CANARY");
+    let delivery = Delivery {
+        tasks: group
+            .tasks
+            .iter()
+            .map(|_| {
+                values
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| Mount {
+                        destination: format!("/{v}"),
+                        source: v.clone(),
+                        workdir: i == 0,
+                        taken: Taken {
+                            digest: format!("{i}{v}"),
+                            dir: i % 2 == 0,
+                            files: 1,
+                            bytes: 1,
+                        },
+                    })
+                    .collect()
+            })
+            .collect(),
+        snapshots: dir.join(&values[1]),
+        helper: dir.join(&values[3]),
+    };
+    let options = slurm::Options {
+        grace_secs: 30,
+        files: Some(delivery.clone()),
+        ..Default::default()
+    };
+    let built = slurm::build(&group, &options);
+    let script = built
+        .script
+        .unwrap_or_else(|| panic!("{:?}", built.diagnostics));
+    let files = dir.join("files");
+    std::fs::create_dir_all(&files).unwrap();
+    let data_start = script.find("# ---- the group").unwrap();
+    let data = &script[data_start..script.find(SUPERVISOR_MARKER).unwrap()];
+    std::fs::write(dir.join("data.sh"), data).unwrap();
+    let status = Command::new("bash")
+        .arg("-c")
+        .arg(r#". "$1/data.sh" && skyc_write_task_files "$1/files" && printf '%s' "$skyc_files_helper" >"$1/helper""#)
+        .arg("bash")
+        .arg(&dir)
+        .env("SKYC_CANARY", &canary)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert!(!canary.exists(), "a value ran");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("helper")).unwrap(),
+        delivery.helper.display().to_string()
+    );
+    for g in 0..group.tasks.len() {
+        let written = std::fs::read_to_string(files.join(format!("{g}.files"))).unwrap();
+        let view: View = serde_json::from_str(&written).unwrap();
+        let want = View::of(
+            delivery.of(g),
+            &delivery.snapshots,
+            skyc_targets::files::Layers::Memory(None),
+        );
+        assert_eq!(written, want.to_json());
+        assert_eq!(view.places.len(), values.len());
+        assert_eq!(view.cwd.as_deref(), Some("~/sky_workdir"));
+        // The workdir is delivered: the task does not `cd` in place.
+        let run = std::fs::read_to_string(files.join(format!("{g}.run"))).unwrap();
+        assert!(!run.contains("\ncd -- "), "{run}");
+    }
+    if have("shellcheck") {
+        let path = dir.join("files.sh");
+        std::fs::write(&path, &script).unwrap();
+        shellcheck(&path);
+    }
+}

@@ -107,7 +107,7 @@ pub static BACKENDS: [Descriptor; 4] = [
                     a step in it",
         handle: None,
         detach_waits: false,
-        delivers_files: false,
+        delivers_files: true,
         logs: slurm::log_places,
         start: |dir, _| Ok(Box::new(slurm::SlurmBackend::new(dir))),
     },

@@ -29,7 +29,7 @@ pub(crate) fn take(
     state_dir: &Path,
     wanted: bool,
 ) -> Result<Taken, String> {
-    if !wanted || !target.descriptor().delivers_files {
+    if !wanted || !target.descriptor().delivers_files || !take::names_files(group) {
         return Ok(Taken {
             files: Files::default(),
             diagnostics: Vec::new(),

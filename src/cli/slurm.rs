@@ -3,10 +3,11 @@
 use super::target::{
     Jobs, ON_THIS_MACHINE, Planned, PlannedPool, Plans, RunInput, each_rank, planned_pool, to_json,
 };
-use skyc_compiler::ir::{Group, Pool};
+use skyc_compiler::ir::Pool;
 use skyc_runtime::backend::run_token;
 use skyc_runtime::slurm::{JobPlan, Plan};
 use skyc_runtime::store::Backend;
+use skyc_targets::files::Delivery;
 use skyc_targets::slurm::{self, SbatchOption};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -37,6 +38,7 @@ impl SlurmArgs {
             sbatch_options: self.sbatch_options.clone(),
             grace_secs,
             gpus: None,
+            files: None,
         }
     }
 }
@@ -70,8 +72,33 @@ impl SlurmRunArgs {
     /// The options of a run: the command line's, and the cluster's GPU
     /// nodes when a task asks for GPUs (its type is requested as the
     /// cluster names it).
-    fn run_options(&self, group: &Group, grace_secs: u64) -> Result<slurm::Options, String> {
+    /// `deliver`: the tasks' files are given to the nodes (a group's; a
+    /// pool's workers and jobs run their workdir in place).
+    fn run_options(
+        &self,
+        run: &RunInput<'_>,
+        grace_secs: u64,
+        deliver: bool,
+    ) -> Result<slurm::Options, String> {
+        let group = run.group;
         let mut options = self.slurm.options(grace_secs);
+        if deliver && !run.files.is_empty() {
+            // Compute nodes read the snapshots, and run skyc's files
+            // helper, from the state directory.
+            let helper = skyc_runtime::files::helper::install(run.state_dir).map_err(|e| {
+                format!(
+                    "installing skyc in {}: {e}",
+                    run.state_dir.join("bin").display()
+                )
+            })?;
+            options.files = Some(Delivery {
+                tasks: run.files.tasks.clone(),
+                snapshots: skyc_runtime::files::Snapshots::of(run.state_dir)
+                    .dir()
+                    .to_owned(),
+                helper,
+            });
+        }
         let asks = group.tasks.iter().any(|t| {
             t.resources
                 .candidates
@@ -112,7 +139,7 @@ impl Plans for SlurmRunArgs {
         let grace_secs = run.grace.ceil() as u64;
         let (plan, diagnostics) = Plan::new(
             run.group,
-            &self.run_options(run.group, grace_secs)?,
+            &self.run_options(run, grace_secs, true)?,
             self.out_dir.as_deref(),
             Duration::from_secs(grace_secs),
             run.secrets,
@@ -134,7 +161,7 @@ impl Plans for SlurmRunArgs {
         let (plan, diagnostics) = skyc_runtime::slurm::plan_pool(
             run.group,
             pool,
-            &self.run_options(run.group, grace_secs)?,
+            &self.run_options(run, grace_secs, false)?,
             Duration::from_secs(grace_secs),
             run.secrets,
             run_token(run.submitted_ms),

@@ -3,6 +3,7 @@
 //! I/O, no clock, so the same group always builds the same bytes.
 
 pub mod cloud;
+pub mod files;
 pub mod k8s;
 pub mod shell;
 pub mod slurm;

@@ -11,6 +11,7 @@
 //! - [`store`]: the snapshots, kept while a live group refers to them;
 //! - [`node`]: a node's view of them on this machine.
 
+pub mod helper;
 pub mod node;
 pub mod source;
 pub mod store;

@@ -19,7 +19,7 @@ use rustix::mount::{
     MountFlags, MountPropagationFlags, MoveMountFlags, OpenTreeFlags, UnmountFlags, mount,
     mount_bind, mount_change, move_mount, open_tree, unmount,
 };
-use serde::{Deserialize, Serialize};
+use skyc_targets::files::{Layers, Place, View};
 use std::collections::HashSet;
 use std::fs;
 use std::io;
@@ -29,30 +29,6 @@ use std::path::{Path, PathBuf};
 
 /// The argument that makes skyc's executable this helper.
 pub const ARG: &str = "__node-files";
-
-/// What one node sees.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct View {
-    /// `/proc/self/ns/mnt` of the supervisor.
-    pub host_ns: String,
-    /// The node's home, which `~/` names.
-    pub home: PathBuf,
-    pub places: Vec<Place>,
-    /// Where the command starts (a destination), if not where it was
-    /// started.
-    pub cwd: Option<String>,
-    /// The node's own directory for its writable layers (made fresh for
-    /// each attempt).
-    pub scratch: PathBuf,
-}
-
-/// One snapshot at its destination.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Place {
-    pub destination: String,
-    pub snapshot: PathBuf,
-    pub dir: bool,
-}
 
 /// The mount namespace this process is in, as the kernel names it.
 pub fn namespace() -> String {
@@ -87,33 +63,70 @@ fn err(what: impl std::fmt::Display, e: impl std::fmt::Display) -> io::Error {
 
 /// Mounts every place of `view`, then enters its `cwd`.
 pub fn make(view: &View) -> io::Result<()> {
-    if namespace() == view.host_ns {
+    let host_ns = view
+        .host_ns
+        .clone()
+        .or_else(|| std::env::var("SKYC_HOST_NS").ok())
+        .unwrap_or_default();
+    if host_ns.is_empty() || namespace() == host_ns {
         return Err(io::Error::other(
-            "the node shares the supervisor's mount namespace; refusing to mount in it",
+            "the node is not in a mount namespace of its own; refusing to mount",
         ));
     }
+    let home = view
+        .home
+        .clone()
+        .or_else(|| std::env::var_os("HOME").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("/"));
     mount_change(
         "/",
         MountPropagationFlags::PRIVATE | MountPropagationFlags::REC,
     )
     .map_err(|e| err("making mounts private", e))?;
-    fs::create_dir_all(&view.scratch).map_err(|e| err(view.scratch.display(), e))?;
+    let scratch = match &view.layers {
+        Layers::Disk(dir) => {
+            // Fresh for the attempt.
+            crate::files::store::remove(dir);
+            fs::create_dir_all(dir).map_err(|e| err(dir.display(), e))?;
+            dir.clone()
+        }
+        Layers::Memory(over) => {
+            let over = over
+                .clone()
+                .or_else(|| std::env::var_os("SKYC_FILES_LAYERS").map(PathBuf::from))
+                .ok_or_else(|| io::Error::other("no place for the node's layers"))?;
+            mount("tmpfs", &over, "tmpfs", MountFlags::empty(), c"mode=700")
+                .map_err(|e| err(format!("a memory filesystem over {}", over.display()), e))?;
+            over
+        }
+    };
     let mut places: Vec<(PathBuf, &Place)> = view
         .places
         .iter()
-        .map(|p| (expand(&p.destination, &view.home), p))
+        .map(|p| (expand(&p.destination, &home), p))
         .collect();
     // Outer destinations first: an inner one is made inside the outer.
     places.sort_by_key(|(d, _)| d.components().count());
     let mut ours = Ours::default();
     for (i, (dest, place)) in places.iter().enumerate() {
-        let layer = view.scratch.join(i.to_string());
+        let layer = scratch.join(i.to_string());
         fs::create_dir_all(&layer).map_err(|e| err(layer.display(), e))?;
-        ours.room(dest, place.dir, &view.scratch)
+        ours.room(dest, place.dir, &scratch)
             .map_err(|e| err(format!("making {}", dest.display()), e))?;
         if place.dir {
-            overlay(&place.snapshot, &layer, dest)
-                .map_err(|e| err(format!("mounting {}", dest.display()), e))?;
+            if let Err(e) = overlay(&place.snapshot, &layer, dest) {
+                // A filesystem that cannot hold an overlay's upper layer
+                // (some network filesystems): the node's own copy.
+                let copy = layer.join("copy");
+                copy_tree(&place.snapshot, &copy).map_err(|c| {
+                    err(
+                        format!("mounting {}", dest.display()),
+                        format!("{e}; copying instead: {c}"),
+                    )
+                })?;
+                mount_bind(&copy, dest)
+                    .map_err(|e| err(format!("mounting {}", dest.display()), e))?;
+            }
             ours.overlays.push(dest.clone());
         } else {
             let copy = layer.join("file");
@@ -122,10 +135,27 @@ pub fn make(view: &View) -> io::Result<()> {
         }
     }
     if let Some(cwd) = &view.cwd {
-        let cwd = expand(cwd, &view.home);
+        let cwd = expand(cwd, &home);
         std::env::set_current_dir(&cwd).map_err(|e| err(cwd.display(), e))?;
     }
     Ok(())
+}
+
+/// A snapshot tree copied as it is: modes, links.
+fn copy_tree(from: &Path, to: &Path) -> io::Result<()> {
+    let meta = fs::symlink_metadata(from)?;
+    if meta.is_dir() {
+        fs::create_dir(to)?;
+        for entry in fs::read_dir(from)? {
+            let entry = entry?;
+            copy_tree(&entry.path(), &to.join(entry.file_name()))?;
+        }
+        fs::set_permissions(to, meta.permissions())
+    } else if meta.file_type().is_symlink() {
+        std::os::unix::fs::symlink(fs::read_link(from)?, to)
+    } else {
+        fs::copy(from, to).map(|_| ())
+    }
 }
 
 /// `~/x` is the node's home's `x`.

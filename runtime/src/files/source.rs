@@ -6,23 +6,11 @@
 //! the digest of the bytes kept, whatever the source does meanwhile.
 
 use ring::digest::{Context, SHA256};
+pub use skyc_targets::files::Taken;
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
-
-/// What a source held when it was read.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Taken {
-    /// SHA-256 of the tree (paths, kinds, modes, bytes, link targets), hex.
-    pub digest: String,
-    /// A directory (else one regular file).
-    pub dir: bool,
-    /// Regular files.
-    pub files: u64,
-    /// Their bytes.
-    pub bytes: u64,
-}
 
 /// Why a source could not be read. `path` is the file at fault.
 #[derive(Debug)]

@@ -34,6 +34,11 @@ impl Snapshots {
         }
     }
 
+    /// Where the snapshots are.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// Where the snapshot `digest` is.
     pub fn path(&self, digest: &str) -> PathBuf {
         self.dir.join(digest)

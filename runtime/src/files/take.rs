@@ -6,14 +6,11 @@
 
 use super::source::{self, Budget, SourceError, Taken};
 use super::store::{Snapshots, Writing};
-use serde::{Deserialize, Serialize};
 use skyc_compiler::ir::{Group, Task, Workdir};
 use skyc_compiler::{Diagnostic, Rule, Span};
+pub use skyc_targets::files::{Mount, WORKDIR};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-
-/// Where a task's `workdir` lands on its nodes, and where they start.
-pub const WORKDIR: &str = "~/sky_workdir";
 
 /// The variable that raises [`DEFAULT_LIMIT_MB`].
 pub const LIMIT_VAR: &str = "SKYC_FILES_LIMIT_MB";
@@ -21,19 +18,6 @@ pub const LIMIT_VAR: &str = "SKYC_FILES_LIMIT_MB";
 /// What one submission may read, all sources together: code, not data
 /// (data belongs in volumes and buckets).
 pub const DEFAULT_LIMIT_MB: u64 = 2048;
-
-/// One source, delivered to a destination on every node of its task.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Mount {
-    /// Absolute, or `~/...` (the node's home).
-    pub destination: String,
-    /// The source as resolved on the submitting machine.
-    pub source: String,
-    /// The task's `workdir` (its nodes start in it).
-    pub workdir: bool,
-    #[serde(flatten)]
-    pub taken: Taken,
-}
 
 /// Every task's mounts, by task index.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -146,6 +130,11 @@ fn wanted(task: &Task) -> Vec<Wanted<'_>> {
         }
     }
     out
+}
+
+/// Whether any task names a local source.
+pub fn names_files(group: &Group) -> bool {
+    group.tasks.iter().any(|t| !wanted(t).is_empty())
 }
 
 /// A source on the submitting machine (not a bucket URL).

@@ -2,9 +2,9 @@
 //! through skyc's node-files helper ([`crate::files::node`]), inside the
 //! namespace its network identity gives it.
 
-use crate::files::node::{self, Place, View};
-use crate::files::take::WORKDIR;
+use crate::files::node;
 use crate::files::{Mount, Snapshots};
+use skyc_targets::files::{Layers, View};
 use std::path::{Path, PathBuf};
 
 pub struct NodeFiles {
@@ -42,21 +42,14 @@ impl NodeFiles {
             .rev()
             .find(|(k, _)| k == "HOME")
             .map_or_else(|| PathBuf::from("/"), |(_, v)| PathBuf::from(v));
-        let view = View {
-            host_ns: self.host_ns.clone(),
-            home,
-            places: mounts
-                .iter()
-                .map(|m| Place {
-                    destination: m.destination.clone(),
-                    snapshot: self.snapshots.path(&m.taken.digest),
-                    dir: m.taken.dir,
-                })
-                .collect(),
-            cwd: mounts.iter().any(|m| m.workdir).then(|| WORKDIR.to_owned()),
-            scratch: scratch.to_owned(),
-        };
-        let view = serde_json::to_string(&view).unwrap_or_default();
+        let mut view = View::of(
+            mounts,
+            self.snapshots.dir(),
+            Layers::Disk(scratch.to_owned()),
+        );
+        view.host_ns = Some(self.host_ns.clone());
+        view.home = Some(home);
+        let view = view.to_json();
         [
             self.exe.display().to_string(),
             node::ARG.to_owned(),

@@ -29,8 +29,11 @@ skyc_restart=${SLURM_RESTART_COUNT:-0}
 # One directory per (re)start of the job: scripts, hosts, node records.
 export SKYC_RUN_DIR=$SKYC_OUT/.skyc/r$skyc_restart
 export SKYC_HOSTNAMES=$skyc_hostnames
+# skyc's files helper, which gives a node its task's files (step.sh).
+export SKYC_FILES_HELPER=$skyc_files_helper
 rm -rf "$SKYC_RUN_DIR"
-mkdir -p "$SKYC_RUN_DIR" "$SKYC_OUT/logs" || exit 1
+# layers: what each node's private memory filesystem covers (step.sh).
+mkdir -p "$SKYC_RUN_DIR/layers" "$SKYC_OUT/logs" || exit 1
 
 skyc_status() {
     echo "$EPOCHREALTIME r$skyc_restart $*" >>"$SKYC_OUT/status"

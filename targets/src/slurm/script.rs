@@ -23,6 +23,11 @@ pub struct Options {
     /// GPU type is requested as the cluster names it ([`super::gres`]).
     /// `None` (`skyc build`): as the task names it.
     pub gpus: Option<super::gres::ClusterGpus>,
+    /// The tasks' files, taken by `skyc run`: each node sees them through
+    /// skyc's files helper. `None` (`skyc build`): a `workdir` runs in
+    /// place (the submit directory is shared) and file mounts are not
+    /// applied.
+    pub files: Option<crate::files::Delivery>,
 }
 
 /// The script, or why there is none; warnings either way.
@@ -497,6 +502,27 @@ fn data(
         let _ = writeln!(s, "skyc_step={i}");
     }
     let _ = writeln!(s, "skyc_hostnames={hostnames}");
+    // The files helper, when a task has files.
+    let index = |g: usize| match job {
+        Job::Group => g,
+        Job::Step(i) => i,
+        Job::Worker => 0,
+    };
+    let delivered = |g: usize| options.files.as_ref().map_or(&[][..], |f| f.of(index(g)));
+    let helper = match &options.files {
+        Some(f) if (0..tasks.len()).any(|g| !delivered(g).is_empty()) => {
+            let helper = f.helper.display().to_string();
+            if has_nul(&helper) {
+                out.push(nul_error(&tasks[0], "the files helper's path"));
+            }
+            quote(&helper)
+        }
+        _ => "''".to_owned(),
+    };
+    if helper.contains(['$', '`']) {
+        s.push_str("# shellcheck disable=SC2016 # a path, not an expression\n");
+    }
+    let _ = writeln!(s, "skyc_files_helper={helper}");
     let _ = writeln!(s, "skyc_grace={}", options.grace_secs);
     let _ = writeln!(s, "skyc_tasks={}", array(&|t| quote(&t.name)));
     let _ = writeln!(
@@ -557,7 +583,25 @@ fn data(
          skyc_write_task_files() {\n",
     );
     for (g, task) in tasks.iter().enumerate() {
-        let prelude = prelude(task, out);
+        let mounts = delivered(g);
+        if !mounts.is_empty()
+            && let Some(files) = &options.files
+        {
+            // Where the node's writes over its files go: memory of its
+            // own, over `$SKYC_RUN_DIR/layers` (a cluster's disks are not
+            // skyc's to tend).
+            let view = crate::files::View::of(
+                mounts,
+                &files.snapshots,
+                crate::files::Layers::Memory(None),
+            );
+            let _ = writeln!(
+                s,
+                "    printf '%s' {} >\"$1/{g}.files\"",
+                quote(&view.to_json())
+            );
+        }
+        let prelude = prelude(task, mounts, out);
         for (phase, text) in [("setup", &task.setup), ("run", &task.run)] {
             if let Some(text) = text {
                 if has_nul(text) {
@@ -575,8 +619,9 @@ fn data(
     s
 }
 
-/// `export` lines for the task's envs and the `cd` into its workdir.
-fn prelude(task: &Task, out: &mut Vec<Diagnostic>) -> String {
+/// `export` lines for the task's envs and the `cd` into its workdir
+/// (unless its files are delivered: the files helper starts it there).
+fn prelude(task: &Task, mounts: &[crate::files::Mount], out: &mut Vec<Diagnostic>) -> String {
     let mut p = String::new();
     for env in &task.envs {
         check_env_name(&env.name, task, out);
@@ -585,7 +630,9 @@ fn prelude(task: &Task, out: &mut Vec<Diagnostic>) -> String {
         }
         let _ = writeln!(p, "export {}={}", env.name, quote(&env.value));
     }
+    let delivered = |workdir: bool| mounts.iter().any(|m| m.workdir == workdir);
     match &task.workdir {
+        Some(Workdir::Local { .. }) if delivered(true) => {}
         Some(Workdir::Local { path, .. }) => {
             if has_nul(path) {
                 out.push(nul_error(task, "workdir"));
@@ -596,8 +643,17 @@ fn prelude(task: &Task, out: &mut Vec<Diagnostic>) -> String {
         Some(Workdir::Git { .. }) => out.push(ignored(task, "a git `workdir` is not cloned")),
         None => {}
     }
-    if !task.file_mounts.is_empty() {
-        out.push(ignored(task, "`file_mounts` are not applied"));
+    // Those not delivered: buckets, storage, or all of them for `build`.
+    let local = mounts.iter().filter(|m| !m.workdir).count();
+    if task.file_mounts.len() > local {
+        out.push(ignored(
+            task,
+            if local > 0 || mounts.iter().any(|m| m.workdir) {
+                "file mounts from buckets and SkyPilot Storage are not applied"
+            } else {
+                "`file_mounts` are not applied"
+            },
+        ));
     }
     if !task.volumes.is_empty() {
         out.push(ignored(task, "`volumes` are not mounted"));

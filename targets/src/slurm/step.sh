@@ -21,13 +21,23 @@ if [ -z "${SKYC_IN_NS:-}" ]; then
     if [ "$SKYC_HOSTNAMES" != off ]; then
         h=$(mktemp) && cat /etc/hosts "$d/hosts" >"$h" || exit 1
     fi
+    # The task's files: skyc's files helper mounts them in the namespace
+    # (never in this one, which it is told), then runs this script again.
+    view="" files=""
+    if [ -e "$d/$g.files" ]; then
+        view=$(cat "$d/$g.files") || exit 1
+        SKYC_HOST_NS=$(readlink /proc/self/ns/mnt) || exit 1
+        export SKYC_HOST_NS SKYC_FILES_LAYERS=$d/layers
+        # shellcheck disable=SC2016 # expanded by the inner sh, on purpose
+        files='"$7" __node-files "$8" -- '
+    fi
     # shellcheck disable=SC2016 # expanded by the inner sh, on purpose
     if [ "$(id -u)" = 0 ]; then
         ns=(--mount --propagation private)
-        inner='exec bash "$4" "$5" "$6"'
+        inner="exec $files"'bash "$4" "$5" "$6"'
     else
         ns=(--user --map-root-user --mount)
-        inner='exec unshare --user --map-user="$2" --map-group="$3" bash "$4" "$5" "$6"'
+        inner="exec $files"'unshare --user --map-user="$2" --map-group="$3" bash "$4" "$5" "$6"'
     fi
     # shellcheck disable=SC2016 # expanded by the inner sh, on purpose
     hosts='if [ -n "$1" ]; then mount --bind "$1" /etc/hosts && rm -f "$1" || exit 1; fi; '
@@ -37,9 +47,14 @@ if [ -z "${SKYC_IN_NS:-}" ]; then
         if unshare "${ns[@]}" $pid true 2>/dev/null; then
             # shellcheck disable=SC2086 # the same list
             exec unshare "${ns[@]}" $pid sh -c "$hosts$inner" \
-                sh "$h" "$(id -u)" "$(id -g)" "$0" "$g" "$a"
+                sh "$h" "$(id -u)" "$(id -g)" "$0" "$g" "$a" "$SKYC_FILES_HELPER" "$view"
         fi
     done
+    if [ -n "$view" ]; then
+        echo "skyc: the task's workdir and file mounts cannot be given to $(hostname): a mount namespace needs root or unprivileged user namespaces, and neither is available here" >&2
+        echo "setup 1" >"$d/exit.$g.$a.$rank"
+        exit 1
+    fi
     if [ -n "$h" ]; then
         rm -f "$h"
         echo "skyc: group hostnames ({task}-{i}.{group}) cannot resolve on $(hostname): a private /etc/hosts needs root or unprivileged user namespaces, and neither is available here" >&2

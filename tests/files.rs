@@ -1,8 +1,11 @@
-//! Code and data on this machine: `workdir` and local `file_mounts`
-//! reach every node as they were when the group was submitted, each node
-//! in a view of its own; the user's files and the machine's own paths are
-//! never written.
+//! Code and data: `workdir` and local `file_mounts` reach every node as
+//! they were when the group was submitted, each node in a view of its
+//! own; the user's files and the machine's own paths are never written.
+//! On this machine and on the real Slurm cluster scripts/test starts
+//! (whose nodes are namespaces of this machine, so "the machine" is
+//! checked there too).
 
+use crate::slurm_e2e::cluster;
 use crate::support;
 use crate::support::scratch::{Scratch, kill_supervisor, task, text};
 use std::fs;
@@ -45,6 +48,46 @@ fn listing(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     out
 }
 
+/// Where a test runs its groups: this machine, or the Slurm cluster
+/// (whose compute nodes see the cargo target directory, where its
+/// scratch directories are).
+#[derive(Clone, Copy, PartialEq)]
+enum Target {
+    Local,
+    Slurm,
+}
+
+impl Target {
+    fn scratch(self, name: &str) -> Scratch {
+        match self {
+            Target::Local => Scratch::new(name),
+            Target::Slurm => Scratch::under(
+                Path::new(env!("CARGO_TARGET_TMPDIR")),
+                &format!("slurm-{name}"),
+            ),
+        }
+    }
+
+    fn args(self) -> &'static [&'static str] {
+        match self {
+            Target::Local => &[],
+            Target::Slurm => &["--target", "slurm"],
+        }
+    }
+
+    fn run(self, s: &Scratch, file: &str) -> std::process::Command {
+        let mut cmd = s.skyc(&["run", file]);
+        cmd.args(self.args());
+        cmd
+    }
+
+    fn detach(self, s: &Scratch, file: &str) -> i64 {
+        let out = self.run(s, file).arg("-d").output().expect("run -d");
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout).trim().parse().expect("group id")
+    }
+}
+
 /// The state directory's snapshots.
 fn snapshots(s: &Scratch) -> Vec<String> {
     let mut names: Vec<String> = fs::read_dir(s.state().join("files"))
@@ -66,7 +109,17 @@ fn snapshots(s: &Scratch) -> Vec<String> {
 /// servers use Python's standard library), `python3`, shorter sleeps.
 #[test]
 fn the_rlhf_example_runs_with_its_code() {
-    let s = Scratch::new("files-rlhf");
+    rlhf(Target::Local);
+}
+
+#[test]
+fn the_rlhf_example_runs_with_its_code_on_slurm() {
+    let Some(_cluster) = cluster() else { return };
+    rlhf(Target::Slurm);
+}
+
+fn rlhf(target: Target) {
+    let s = target.scratch("files-rlhf");
     copy_tree(&support::root().join("tests/fixtures/files/rlhf"), &s.dir);
     let example = fs::read_to_string(support::root().join(
         "tests/fixtures/skypilot-examples/rl-post-training-jobgroup__rlhf-math-jobgroup-cpu.yaml",
@@ -92,8 +145,8 @@ fn the_rlhf_example_runs_with_its_code() {
         yaml.push('\n');
     }
     s.write("rlhf-math-jobgroup-cpu.yaml", &yaml);
-    let out = s
-        .skyc(&["run", "rlhf-math-jobgroup-cpu.yaml"])
+    let out = target
+        .run(&s, "rlhf-math-jobgroup-cpu.yaml")
         .env("SKYC_LOCAL_CPUS", "16")
         .env("SKYC_LOCAL_MEMORY_GB", "64")
         .output()
@@ -147,7 +200,17 @@ run: |
 
 #[test]
 fn every_node_sees_its_files_and_the_machine_is_untouched() {
-    let s = Scratch::new("files-views");
+    views(Target::Local);
+}
+
+#[test]
+fn every_node_sees_its_files_and_the_machine_is_untouched_on_slurm() {
+    let Some(_cluster) = cluster() else { return };
+    views(Target::Slurm);
+}
+
+fn views(target: Target) {
+    let s = target.scratch("files-views");
     let src = s.dir.join("src");
     fs::create_dir_all(src.join("conf")).expect("mkdir");
     fs::create_dir_all(src.join("build")).expect("mkdir");
@@ -162,8 +225,8 @@ fn every_node_sees_its_files_and_the_machine_is_untouched() {
     fs::write(home.join("mine.txt"), "the user's").expect("write");
     s.write("g.yaml", VIEWS);
     let before = (listing(&src), listing(&home));
-    let out = s
-        .skyc(&["run", "g.yaml"])
+    let out = target
+        .run(&s, "g.yaml")
         .env("HOME", &home)
         .output()
         .expect("run");
@@ -206,7 +269,17 @@ fn every_node_sees_its_files_and_the_machine_is_untouched() {
 /// does not see what its previous attempt wrote.
 #[test]
 fn a_recovery_runs_the_submitted_bytes() {
-    let s = Scratch::new("files-recovery");
+    recovery(Target::Local);
+}
+
+#[test]
+fn a_recovery_runs_the_submitted_bytes_on_slurm() {
+    let Some(_cluster) = cluster() else { return };
+    recovery(Target::Slurm);
+}
+
+fn recovery(target: Target) {
+    let s = target.scratch("files-recovery");
     let src = s.dir.join("src");
     fs::create_dir_all(&src).expect("mkdir");
     fs::write(src.join("data.txt"), "submitted\n").expect("write");
@@ -228,8 +301,8 @@ run: |
   fi
 "#,
     );
-    let id = s.detach("g.yaml");
-    let status = s.wait_for(id, Duration::from_secs(30), |_| {
+    let id = target.detach(&s, "g.yaml");
+    let status = s.wait_for(id, Duration::from_secs(60), |_| {
         s.dir.join("failed-once").exists()
     });
     // The supervisor dies; the user edits the source; the attempt fails.

@@ -1,0 +1,118 @@
+//! A task's code and data as the targets are given them: what a
+//! submission took of each `workdir` and local file mount (read by
+//! `skyc_runtime::files`, which does the I/O), and the view a node is
+//! given of them (what `skyc __node-files` mounts before the node's
+//! commands start).
+
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// Where a task's `workdir` lands on its nodes, and where they start.
+pub const WORKDIR: &str = "~/sky_workdir";
+
+/// What a source held when it was read.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Taken {
+    /// SHA-256 of the tree (paths, kinds, modes, bytes, link targets), hex:
+    /// the snapshot's name.
+    pub digest: String,
+    /// A directory (else one regular file).
+    pub dir: bool,
+    /// Regular files.
+    pub files: u64,
+    /// Their bytes.
+    pub bytes: u64,
+}
+
+/// One source, delivered to a destination on every node of its task.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mount {
+    /// Absolute, or `~/...` (the node's home).
+    pub destination: String,
+    /// The source as resolved on the submitting machine.
+    pub source: String,
+    /// The task's `workdir` (its nodes start in it).
+    pub workdir: bool,
+    #[serde(flatten)]
+    pub taken: Taken,
+}
+
+/// What one node sees: the files helper's input. What only the node
+/// knows is left `None` and read from its environment.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct View {
+    /// The mount namespace nothing may be mounted in (the supervisor's,
+    /// or the step's outside its namespaces); else `$SKYC_HOST_NS`.
+    pub host_ns: Option<String>,
+    /// The home `~/` names; else `$HOME`.
+    pub home: Option<PathBuf>,
+    pub places: Vec<Place>,
+    /// Where the command starts (a destination), if not where it was
+    /// started.
+    pub cwd: Option<String>,
+    /// Where the node's writable layers are.
+    pub layers: Layers,
+}
+
+/// One snapshot at its destination.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Place {
+    pub destination: String,
+    pub snapshot: PathBuf,
+    pub dir: bool,
+}
+
+/// Where what a node writes over its files is kept.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Layers {
+    /// In this directory on disk, made fresh for the attempt; removed
+    /// with the group.
+    Disk(PathBuf),
+    /// In memory: a filesystem of the node's own mounted over this
+    /// (existing) directory (else `$SKYC_FILES_LAYERS`), gone with the
+    /// node's namespace. For nodes whose disks skyc does not tend (a
+    /// cluster's).
+    Memory(Option<PathBuf>),
+}
+
+/// A run's files, as a cluster target is given them: each task's mounts
+/// (by index in the group), and where the compute nodes find the
+/// snapshots and skyc's files helper.
+#[derive(Clone, Debug, Default)]
+pub struct Delivery {
+    pub tasks: Vec<Vec<Mount>>,
+    pub snapshots: PathBuf,
+    pub helper: PathBuf,
+}
+
+impl Delivery {
+    /// Task `index`'s mounts.
+    pub fn of(&self, index: usize) -> &[Mount] {
+        self.tasks.get(index).map_or(&[], Vec::as_slice)
+    }
+}
+
+impl View {
+    /// The view of `mounts`, whose snapshots are in `snapshots`.
+    pub fn of(mounts: &[Mount], snapshots: &Path, layers: Layers) -> Self {
+        Self {
+            host_ns: None,
+            home: None,
+            places: mounts
+                .iter()
+                .map(|m| Place {
+                    destination: m.destination.clone(),
+                    snapshot: snapshots.join(&m.taken.digest),
+                    dir: m.taken.dir,
+                })
+                .collect(),
+            cwd: mounts.iter().any(|m| m.workdir).then(|| WORKDIR.to_owned()),
+            layers,
+        }
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
