@@ -435,6 +435,18 @@ fn sources_that_cannot_be_sent_are_located_errors() {
         let stderr = text(&out.stderr).replace(&s.dir.display().to_string(), "[scratch]");
         support::snapshots("local/files").bind(|| insta::assert_snapshot!(*name, stderr));
     }
+    // Files read well, then the plan refused: what was read is removed.
+    s.write(
+        "g.yaml",
+        "name: t\nworkdir: src\nresources:\n  cpus: 100000\nrun: echo\n",
+    );
+    let out = s.skyc(&["run", "g.yaml"]).output().expect("run");
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("exceeds-local-capacity"),
+        "{}",
+        text(&out.stderr)
+    );
     // Nothing was started, and nothing half-taken is left.
     assert!(
         !s.state().join("groups").exists()

@@ -14,11 +14,36 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// The files taken, and the guard that keeps them until the group that
-/// is given them is recorded.
+/// is given them is recorded. Dropped unrecorded (the file had errors,
+/// the plan was refused, the store could not be written), it removes what
+/// it wrote: a refused submission leaves nothing behind.
 pub(crate) struct Taken {
     pub(crate) files: Files,
     pub(crate) diagnostics: Vec<Diagnostic>,
-    pub(crate) _writing: Option<Writing>,
+    writing: Option<(Writing, std::path::PathBuf)>,
+}
+
+impl Taken {
+    /// The group given these files is recorded: they are its now.
+    pub(crate) fn recorded(&mut self) {
+        self.writing = None;
+    }
+}
+
+impl Drop for Taken {
+    fn drop(&mut self) {
+        let Some((writing, state_dir)) = self.writing.take() else {
+            return;
+        };
+        // Collection takes the lock this submission holds.
+        drop(writing);
+        let Ok(store) = skyc_runtime::store::Store::open(&state_dir) else {
+            return;
+        };
+        if let Ok(live) = store.live_snapshots() {
+            let _ = Snapshots::of(&state_dir).collect(&live);
+        }
+    }
 }
 
 /// Takes `group`'s files for `target` into `state_dir` (nothing when the
@@ -33,7 +58,7 @@ pub(crate) fn take(
         return Ok(Taken {
             files: Files::default(),
             diagnostics: Vec::new(),
-            _writing: None,
+            writing: None,
         });
     }
     let cwd = std::env::current_dir().map_err(|e| format!("the current directory: {e}"))?;
@@ -58,7 +83,7 @@ pub(crate) fn take(
     Ok(Taken {
         files,
         diagnostics,
-        _writing: Some(writing),
+        writing: Some((writing, state_dir.to_owned())),
     })
 }
 

@@ -193,9 +193,11 @@ fn apply(args: &ApplyArgs) -> Result<u8, String> {
     };
     let secrets = secret_values(&args.secrets, &group);
     let state_dir = args.submit.state.dir();
-    let taken = super::files::take(&group, args.target, &state_dir, true)?;
+    let mut taken = super::files::take(&group, args.target, &state_dir, true)?;
     if taken.diagnostics.iter().any(Diagnostic::is_error) {
-        compilation.diagnostics.extend(taken.diagnostics);
+        compilation
+            .diagnostics
+            .extend(std::mem::take(&mut taken.diagnostics));
         show(&compilation);
         return Ok(INVALID);
     }
@@ -234,6 +236,7 @@ fn apply(args: &ApplyArgs) -> Result<u8, String> {
             {
                 return Err(format!("pool `{}` went down meanwhile", args.pool));
             }
+            taken.recorded();
             supervisor::wake(&dir).map_err(|e| format!("supervisor: {e}"))?;
             errln!("skyc: pool `{}` updated ({size})", args.pool);
         }
@@ -250,6 +253,7 @@ fn apply(args: &ApplyArgs) -> Result<u8, String> {
                 })
                 .map_err(|e| format!("{}: {e}", dir.display()))?
                 .ok_or_else(|| format!("a pool named `{}` was created meanwhile", args.pool))?;
+            taken.recorded();
             supervisor::wake(&dir).map_err(|e| format!("supervisor: {e}"))?;
             errln!("skyc: pool `{}` created ({size}; pool {id})", args.pool);
         }

@@ -178,9 +178,11 @@ fn submit(args: &Args) -> Result<Submitted, String> {
     let secrets = secret_values(&args.secrets, &group);
     let state_dir = args.submit.state.dir();
     // A pool's jobs are given the pool's files.
-    let taken = super::files::take(&group, args.target, &state_dir, args.pool.is_none())?;
+    let mut taken = super::files::take(&group, args.target, &state_dir, args.pool.is_none())?;
     if taken.diagnostics.iter().any(Diagnostic::is_error) {
-        compilation.diagnostics.extend(taken.diagnostics);
+        compilation
+            .diagnostics
+            .extend(std::mem::take(&mut taken.diagnostics));
         compilation
             .diagnostics
             .sort_by_key(|d| (d.primary.span.start, d.rule));
@@ -205,7 +207,11 @@ fn submit(args: &Args) -> Result<Submitted, String> {
             planners: &planners,
             state: &args.submit.state,
         };
-        return jobs.submit(compilation, &run, &show);
+        let submitted = jobs.submit(compilation, &run, &show);
+        if matches!(submitted, Ok(Submitted::Jobs(..))) {
+            taken.recorded();
+        }
+        return submitted;
     }
     let planned = planner.group(&run)?;
     compilation.diagnostics.extend(planned.diagnostics);
@@ -229,6 +235,7 @@ fn submit(args: &Args) -> Result<Submitted, String> {
             tasks,
         })
         .map_err(|e| format!("{}: {e}", dir.display()))?;
+    taken.recorded();
     supervisor::wake(&dir).map_err(|e| format!("supervisor: {e}"))?;
     Ok(Submitted::Group(dir, gid))
 }

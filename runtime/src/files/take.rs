@@ -302,6 +302,32 @@ fn diagnostic(w: &Wanted<'_>, root: &Path, error: SourceError) -> Diagnostic {
 mod tests {
     use super::*;
 
+    /// Root reads every file, so the end-to-end tests (run as root)
+    /// cannot meet this one: its diagnostic, built directly.
+    #[test]
+    fn an_unreadable_file_is_named_at_its_source() {
+        let w = Wanted {
+            destination: "/code".into(),
+            written: "code",
+            span: Span::new(10, 14),
+            workdir: false,
+        };
+        let d = diagnostic(
+            &w,
+            Path::new("/work/code"),
+            SourceError::Unreadable {
+                path: PathBuf::from("/work/code/secret.key"),
+                error: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+            },
+        );
+        assert_eq!(d.rule, Rule::UnreadableFileSource);
+        assert_eq!(d.primary.span, Span::new(10, 14));
+        assert_eq!(
+            d.message,
+            "cannot read /work/code/secret.key under file mount source `code`: permission denied"
+        );
+    }
+
     #[test]
     fn sources_resolve_as_abspath_expanduser() {
         let cwd = Path::new("/work/repo");
