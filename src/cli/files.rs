@@ -61,30 +61,40 @@ pub(crate) fn take(
             writing: None,
         });
     }
-    let cwd = std::env::current_dir().map_err(|e| format!("the current directory: {e}"))?;
-    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
     let snapshots = Snapshots::of(state_dir);
     let writing = snapshots
         .writing()
         .map_err(|e| format!("{}: {e}", state_dir.join("files").display()))?;
-    let mut progress = Progress::new();
-    let mut report = |files, bytes| progress.show(files, bytes);
-    let (files, diagnostics) = take::take(
-        group,
-        &mut Taking {
-            cwd: &cwd,
-            home: home.as_deref(),
-            into: Some((&snapshots, &writing)),
-            limit_bytes: take::limit_from_env(),
-            progress: &mut report,
-        },
-    );
-    progress.done();
+    let (files, diagnostics) = read(group, Some((&snapshots, &writing)))?;
     Ok(Taken {
         files,
         diagnostics,
         writing: Some((writing, state_dir.to_owned())),
     })
+}
+
+/// Reads the group's sources as the submitting user's shell sees them
+/// (its directory, its home), into `into` when given.
+fn read(
+    group: &Group,
+    into: Option<(&Snapshots, &Writing)>,
+) -> Result<(Files, Vec<Diagnostic>), String> {
+    let cwd = std::env::current_dir().map_err(|e| format!("the current directory: {e}"))?;
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+    let mut progress = Progress::new();
+    let mut report = |files, bytes| progress.show(files, bytes);
+    let read = take::take(
+        group,
+        &mut Taking {
+            cwd: &cwd,
+            home: home.as_deref(),
+            into,
+            limit_bytes: take::limit_from_env(),
+            progress: &mut report,
+        },
+    );
+    progress.done();
+    Ok(read)
 }
 
 /// `files, bytes` on one terminal line, once reading has taken a second.
@@ -134,21 +144,7 @@ impl Progress {
 /// send it (read and digested, not kept), the volumes it needs, and the
 /// mounts this target does not send (buckets).
 pub(crate) fn review(group: &Group) -> Result<(serde_json::Value, Vec<Diagnostic>), String> {
-    let cwd = std::env::current_dir().map_err(|e| format!("the current directory: {e}"))?;
-    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
-    let mut progress = Progress::new();
-    let mut report = |files, bytes| progress.show(files, bytes);
-    let (files, diagnostics) = take::take(
-        group,
-        &mut Taking {
-            cwd: &cwd,
-            home: home.as_deref(),
-            into: None,
-            limit_bytes: take::limit_from_env(),
-            progress: &mut report,
-        },
-    );
-    progress.done();
+    let (files, diagnostics) = read(group, None)?;
     let tasks: Vec<serde_json::Value> = group
         .tasks
         .iter()
