@@ -352,7 +352,17 @@ fn a_snapshot_goes_when_its_last_group_goes() {
 /// run on them start in it.
 #[test]
 fn a_pools_files_reach_its_workers_and_their_jobs() {
-    let s = Scratch::new("files-pool");
+    pool(Target::Local);
+}
+
+#[test]
+fn a_pools_files_reach_its_workers_and_their_jobs_on_slurm() {
+    let Some(_cluster) = cluster() else { return };
+    pool(Target::Slurm);
+}
+
+fn pool(target: Target) {
+    let s = target.scratch("files-pool");
     fs::create_dir_all(s.dir.join("src")).expect("mkdir");
     fs::write(s.dir.join("src/model.txt"), "weights-v1\n").expect("write");
     s.write(
@@ -365,6 +375,7 @@ fn a_pools_files_reach_its_workers_and_their_jobs() {
     );
     let out = s
         .skyc(&["pool", "apply", "-p", "fp", "pool.yaml"])
+        .args(target.args())
         .output()
         .expect("apply");
     assert!(out.status.success(), "{}", text(&out.stderr));

@@ -72,17 +72,10 @@ impl SlurmRunArgs {
     /// The options of a run: the command line's, and the cluster's GPU
     /// nodes when a task asks for GPUs (its type is requested as the
     /// cluster names it).
-    /// `deliver`: the tasks' files are given to the nodes (a group's; a
-    /// pool's workers and jobs run their workdir in place).
-    fn run_options(
-        &self,
-        run: &RunInput<'_>,
-        grace_secs: u64,
-        deliver: bool,
-    ) -> Result<slurm::Options, String> {
+    fn run_options(&self, run: &RunInput<'_>, grace_secs: u64) -> Result<slurm::Options, String> {
         let group = run.group;
         let mut options = self.slurm.options(grace_secs);
-        if deliver && !run.files.is_empty() {
+        if !run.files.is_empty() {
             // Compute nodes read the snapshots, and run skyc's files
             // helper, from the state directory.
             let helper = skyc_runtime::files::helper::install(run.state_dir).map_err(|e| {
@@ -139,7 +132,7 @@ impl Plans for SlurmRunArgs {
         let grace_secs = run.grace.ceil() as u64;
         let (plan, diagnostics) = Plan::new(
             run.group,
-            &self.run_options(run, grace_secs, true)?,
+            &self.run_options(run, grace_secs)?,
             self.out_dir.as_deref(),
             Duration::from_secs(grace_secs),
             run.secrets,
@@ -161,7 +154,7 @@ impl Plans for SlurmRunArgs {
         let (plan, diagnostics) = skyc_runtime::slurm::plan_pool(
             run.group,
             pool,
-            &self.run_options(run, grace_secs, false)?,
+            &self.run_options(run, grace_secs)?,
             Duration::from_secs(grace_secs),
             run.secrets,
             run_token(run.submitted_ms),

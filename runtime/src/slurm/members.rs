@@ -27,6 +27,7 @@ use crate::paths;
 use crate::policy::{Action, Attempt, Engine, Event, Phase};
 use crate::pool::Placement;
 use rustix::fs::{FlockOperation, flock};
+use skyc_targets::files::{Layers, View};
 use skyc_targets::shell::{is_variable_name, quote};
 use skyc_targets::slurm::{LAUNCH, STEP};
 use std::collections::BTreeMap;
@@ -522,6 +523,16 @@ impl Members {
         let wjob = w.job.clone().unwrap_or_default();
         let script = run_script(&w.plan.task, &j.plan.task, &placement.gpus);
         fs::write(adir.join("0.run"), script).map_err(io)?;
+        // The pool's files, seen by the job as by its worker (step.sh).
+        let helper = match &w.plan.files_at {
+            Some((snapshots, helper)) if !w.plan.files.is_empty() => {
+                let view = View::of(&w.plan.files, snapshots, Layers::Memory(None));
+                fs::write(adir.join("0.files"), view.to_json()).map_err(io)?;
+                fs::create_dir_all(adir.join("layers")).map_err(io)?;
+                helper.display().to_string()
+            }
+            _ => String::new(),
+        };
         fs::write(adir.join("step.sh"), STEP).map_err(io)?;
         fs::write(adir.join("launch.sh"), LAUNCH).map_err(io)?;
         fs::write(adir.join("worker"), format!("{wjob}\n")).map_err(io)?;
@@ -573,6 +584,7 @@ impl Members {
             ),
             ("SKYC_TASK".into(), task.clone()),
             ("SKYC_ATTEMPT".into(), j.attempt.to_string()),
+            ("SKYC_FILES_HELPER".into(), helper),
         ]);
         env.extend(spec.env().map(|(k, v)| (k.to_owned(), v)));
         let log = j

@@ -11,7 +11,9 @@ use crate::pool::{JobSpec, PoolSpec, Room};
 use serde::{Deserialize, Serialize};
 use skyc_compiler::Diagnostic;
 use skyc_compiler::ir::{self, Group, Task, Workdir};
+use skyc_targets::files::Mount;
 use skyc_targets::slurm;
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// A worker: the pool task's batch script (`plan.script`), whose `run`
@@ -25,6 +27,13 @@ pub struct WorkerPlan {
     /// What the pool's jobs run with: the task's envs (after `--env`)
     /// and its workdir.
     pub task: TaskRun,
+    /// The pool's files, which its jobs see as its workers do: the
+    /// task's mounts, where the compute nodes find their snapshots, and
+    /// skyc's files helper.
+    #[serde(default)]
+    pub files: Vec<Mount>,
+    #[serde(default)]
+    pub files_at: Option<(PathBuf, PathBuf)>,
 }
 
 /// A pool job: its one task's `run` as a step of its worker's allocation.
@@ -131,7 +140,18 @@ pub fn plan_pool(
         t.max_restarts_on_errors = 0;
         t.recover_on_exit_codes.clear();
     }
-    let task = TaskRun::of(&group.tasks[0]);
+    let mut task = TaskRun::of(&group.tasks[0]);
+    let (files, files_at) = match &options.files {
+        Some(delivery) if !delivery.of(0).is_empty() => (
+            delivery.of(0).to_vec(),
+            Some((delivery.snapshots.clone(), delivery.helper.clone())),
+        ),
+        _ => (Vec::new(), None),
+    };
+    if files.iter().any(|m| m.workdir) {
+        // The files helper starts jobs in the delivered workdir.
+        task.workdir = None;
+    }
     let offer = Room {
         cpus: if task.cpus > 0.0 { task.cpus } else { 1.0 },
         memory_gb: task.memory_gb,
@@ -147,6 +167,8 @@ pub fn plan_pool(
         plan,
         hold: true,
         task,
+        files,
+        files_at,
     };
     (Some(PoolPlan { pool: spec, worker }), diagnostics)
 }

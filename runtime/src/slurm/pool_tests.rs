@@ -162,6 +162,8 @@ impl Fake {
                 envs: vec![("FROM_POOL".into(), "1".into())],
                 ..TaskRun::default()
             },
+            files: Vec::new(),
+            files_at: None,
         };
         Member {
             role: Role::Worker,

@@ -47,7 +47,7 @@ if [ -z "${SKYC_IN_NS:-}" ]; then
         if unshare "${ns[@]}" $pid true 2>/dev/null; then
             # shellcheck disable=SC2086 # the same list
             exec unshare "${ns[@]}" $pid sh -c "$hosts$inner" \
-                sh "$h" "$(id -u)" "$(id -g)" "$0" "$g" "$a" "$SKYC_FILES_HELPER" "$view"
+                sh "$h" "$(id -u)" "$(id -g)" "$0" "$g" "$a" "${SKYC_FILES_HELPER:-}" "$view"
         fi
     done
     if [ -n "$view" ]; then
