@@ -507,3 +507,173 @@ fn build_lists_each_tasks_files() {
     assert_eq!(trainer["destination"], "/code");
     assert_eq!(trainer["files"], 5);
 }
+
+/// SkyPilot's train–eval example: a trainer and an evaluator sharing a
+/// volume made beforehand with `skyc volume apply` from the example's own
+/// volume file, both running their code from `/code`. Changed for these
+/// machines: no `pip install`, `python3`, no GPU or memory asked.
+#[test]
+fn the_train_eval_example_shares_its_volume() {
+    train_eval(Target::Local);
+}
+
+#[test]
+fn the_train_eval_example_shares_its_volume_on_slurm() {
+    let Some(_cluster) = cluster() else { return };
+    train_eval(Target::Slurm);
+}
+
+fn train_eval(target: Target) {
+    let s = target.scratch("files-train-eval");
+    copy_tree(
+        &support::root().join("tests/fixtures/files/train-eval"),
+        &s.dir,
+    );
+    let examples = support::root().join("tests/fixtures/skypilot-examples");
+    fs::copy(
+        examples.join("train-eval-jobgroup__train-eval-ckpts-volume.yaml"),
+        s.dir.join("train-eval-ckpts-volume.yaml"),
+    )
+    .expect("volume file");
+    let example =
+        fs::read_to_string(examples.join("train-eval-jobgroup__train-eval-jobgroup.yaml"))
+            .expect("example");
+    let mut yaml = String::new();
+    let mut in_setup = false;
+    for line in example.lines() {
+        if line.starts_with("setup:") {
+            in_setup = true;
+            continue;
+        }
+        if in_setup && line.starts_with("  ") {
+            continue;
+        }
+        in_setup = false;
+        if line.contains("accelerators:") || line.contains("memory:") {
+            continue;
+        }
+        yaml.push_str(&line.replace("python ", "python3 "));
+        yaml.push('\n');
+    }
+    s.write("train-eval-jobgroup.yaml", &yaml);
+    // Before the volume exists: a located error, nothing started.
+    let out = target
+        .run(&s, "train-eval-jobgroup.yaml")
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr).replace(&s.dir.display().to_string(), "[scratch]");
+    if target == Target::Local {
+        support::snapshots("local/files")
+            .bind(|| insta::assert_snapshot!("unknown_volume", stderr));
+    }
+    let mut apply = s.skyc(&["volume", "apply", "train-eval-ckpts-volume.yaml"]);
+    apply.args(target.args());
+    let out = apply.output().expect("volume apply");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = target
+        .run(&s, "train-eval-jobgroup.yaml")
+        .output()
+        .expect("run");
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    for epoch in [2, 4, 6, 8, 10] {
+        let line =
+            format!("evaluated checkpoint_epoch_{epoch}.json: model resnet18-cifar10 accuracy");
+        assert!(stdout.contains(&line), "missing {line:?} in\n{stdout}");
+    }
+    assert!(
+        stdout.contains("(evaluator-0) evaluation complete: 5 checkpoints"),
+        "{stdout}"
+    );
+    // What the trainer wrote outlives the group, in the volume.
+    let kept = s.state().join("volumes/train-eval-ckpts");
+    assert!(kept.join("checkpoint_epoch_10.json").is_file());
+    assert!(kept.join("training_complete").is_file());
+    assert!(
+        !Path::new("/checkpoints").exists(),
+        "/checkpoints was made on the machine"
+    );
+}
+
+/// `skyc volume apply`, `ls` and `delete`: refused while a live group
+/// mounts the volume, and what a volume file gets wrong is located.
+#[test]
+fn volumes_are_made_listed_and_deleted() {
+    let s = Scratch::new("files-volumes");
+    let ls = |s: &Scratch| -> serde_json::Value {
+        let out = s.skyc(&["volume", "ls", "--json"]).output().expect("ls");
+        serde_json::from_slice(&out.stdout).expect("json")
+    };
+    assert_eq!(ls(&s), serde_json::json!([]));
+    let out = s
+        .skyc(&["volume", "apply", "--name", "data", "--size", "500Mi"])
+        .output()
+        .expect("apply");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let listed = ls(&s);
+    assert_eq!(listed[0]["name"], "data");
+    assert_eq!(listed[0]["target"], "local");
+    assert_eq!(listed[0]["size_gb"], 1);
+    // Applied again: kept, whatever it holds.
+    fs::write(s.state().join("volumes/data/kept"), "x").expect("write");
+    let out = s
+        .skyc(&["volume", "apply", "--name", "data", "--size", "1Gi"])
+        .output()
+        .expect("apply");
+    assert!(out.status.success());
+    assert!(
+        text(&out.stderr).contains("exists on local"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(s.state().join("volumes/data/kept").is_file());
+    // In use: refused.
+    s.write(
+        "g.yaml",
+        "name: user\nvolumes:\n  /data: data\nrun: |\n  cat /data/kept\n  while [ ! -e \"$SCRATCH/go\" ]; do sleep 0.05; done\n",
+    );
+    let id = s.detach("g.yaml");
+    let out = s
+        .skyc(&["volume", "delete", "data"])
+        .output()
+        .expect("delete");
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains(&format!("mounted by live groups: {id} (user)")),
+        "{}",
+        text(&out.stderr)
+    );
+    fs::write(s.dir.join("go"), "").expect("go");
+    assert_eq!(s.wait_finished(id)["status"], "SUCCEEDED");
+    let out = s
+        .skyc(&["volume", "delete", "data"])
+        .output()
+        .expect("delete");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(!s.state().join("volumes/data").exists());
+    assert_eq!(ls(&s), serde_json::json!([]));
+    let out = s
+        .skyc(&["volume", "delete", "data"])
+        .output()
+        .expect("delete");
+    assert_eq!(out.status.code(), Some(102));
+    // A volume file's mistakes, at their place.
+    s.write("bad.yaml", "name: ckpts\ntyp: k8s-pvc\nsize: 10Gx\n");
+    let out = s
+        .skyc(&["volume", "apply", "bad.yaml", "--color", "never"])
+        .output()
+        .expect("apply");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    support::snapshots("local/files").bind(|| insta::assert_snapshot!("bad_volume_file", stderr));
+    s.write("nosize.yaml", "name: ckpts\ntype: k8s-pvc\n");
+    let out = s
+        .skyc(&["volume", "apply", "nosize.yaml", "--color", "never"])
+        .output()
+        .expect("apply");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    support::snapshots("local/files")
+        .bind(|| insta::assert_snapshot!("volume_without_size", stderr));
+}

@@ -991,6 +991,7 @@ mod shapes {
                         .map(|(i, volume)| VolumeMount {
                             path: format!("/v{i}"),
                             volume,
+                            at: Default::default(),
                         })
                         .collect(),
                     config: mounts.then(|| json!({"kubernetes": {}})),

@@ -967,6 +967,17 @@ fn files_reach_the_nodes_views_exactly_and_nothing_runs() {
                     .collect()
             })
             .collect(),
+        volumes: group
+            .tasks
+            .iter()
+            .map(|_| {
+                vec![skyc_targets::files::Volume {
+                    destination: format!("/{}", values[5]),
+                    name: values[6].clone(),
+                    dir: dir.join(&values[2]),
+                }]
+            })
+            .collect(),
         snapshots: dir.join(&values[1]),
         helper: dir.join(&values[3]),
     };
@@ -1001,13 +1012,13 @@ fn files_reach_the_nodes_views_exactly_and_nothing_runs() {
     for g in 0..group.tasks.len() {
         let written = std::fs::read_to_string(files.join(format!("{g}.files"))).unwrap();
         let view: View = serde_json::from_str(&written).unwrap();
-        let want = View::of(
-            delivery.of(g),
-            &delivery.snapshots,
-            skyc_targets::files::Layers::Memory(None),
-        );
+        let want = delivery.view(g, skyc_targets::files::Layers::Memory(None));
         assert_eq!(written, want.to_json());
-        assert_eq!(view.places.len(), values.len());
+        assert_eq!(view.places.len(), values.len() + 1);
+        assert!(
+            view.places[values.len()].shared,
+            "the volume, bound as it is"
+        );
         assert_eq!(view.cwd.as_deref(), Some("~/sky_workdir"));
         // The workdir is delivered: the task does not `cd` in place.
         let run = std::fs::read_to_string(files.join(format!("{g}.run"))).unwrap();

@@ -1,8 +1,8 @@
 //! The whole front end, bytes in: read, classify, validate, analyze.
 
 use crate::analyzer::{Analyzer, Options};
-use crate::ir::Group;
-use crate::yaml::{Budget, Reader};
+use crate::ir::{Group, Volume};
+use crate::yaml::{Budget, Document, Reader};
 use crate::{Diagnostic, Diagnostics, Rule, Source, Span};
 
 /// The largest file skyc reads. Real group files are a few KB; the cap
@@ -25,9 +25,54 @@ impl Compilation {
     }
 }
 
+/// A volume file compiled (`skyc volume apply`).
+#[derive(Debug)]
+pub struct VolumeCompilation {
+    pub source: Source,
+    pub diagnostics: Vec<Diagnostic>,
+    /// Present when there is no error.
+    pub volume: Option<Volume>,
+}
+
+/// Compiles the volume file `name` with contents `bytes`.
+pub fn compile_volume(name: &str, bytes: &[u8]) -> VolumeCompilation {
+    let mut diagnostics = Diagnostics::default();
+    let (source, volume) = match read(name, bytes, &mut diagnostics) {
+        Ok((source, documents)) => {
+            let volume = crate::analyzer::volume::analyze(&documents, &mut diagnostics);
+            (source, volume)
+        }
+        Err(source) => (source, None),
+    };
+    let diagnostics = diagnostics.into_sorted();
+    let has_errors = diagnostics.iter().any(Diagnostic::is_error);
+    VolumeCompilation {
+        source,
+        diagnostics,
+        volume: if has_errors { None } else { volume },
+    }
+}
+
 /// Compiles the file `name` with contents `bytes`.
 pub fn compile(name: &str, bytes: &[u8], options: &Options) -> Compilation {
     let mut diagnostics = Diagnostics::default();
+    match read(name, bytes, &mut diagnostics) {
+        Ok((source, documents)) => {
+            let group = Analyzer::analyze(&source, &documents, options, &mut diagnostics);
+            done(source, diagnostics, group)
+        }
+        Err(source) => done(source, diagnostics, None),
+    }
+}
+
+/// Reads `bytes` into YAML documents: bounded, UTF-8, within the reader's
+/// budgets. `Err`: it could not (the diagnostics say why), with the source
+/// they point into.
+fn read(
+    name: &str,
+    bytes: &[u8],
+    diagnostics: &mut Diagnostics,
+) -> Result<(Source, Vec<Document>), Source> {
     if bytes.len() > MAX_FILE_BYTES {
         diagnostics.push(
             Diagnostic::new(
@@ -42,7 +87,7 @@ pub fn compile(name: &str, bytes: &[u8], options: &Options) -> Compilation {
             )
             .label("file too large"),
         );
-        return done(Source::new(name, ""), diagnostics, None);
+        return Err(Source::new(name, ""));
     }
     let text = match std::str::from_utf8(bytes) {
         Ok(text) => text,
@@ -59,16 +104,15 @@ pub fn compile(name: &str, bytes: &[u8], options: &Options) -> Compilation {
                 )
                 .label("not UTF-8"),
             );
-            return done(source, diagnostics, None);
+            return Err(source);
         }
     };
     let source = Source::new(name, text);
-    let documents = Reader::read(source.text(), Budget::default(), &mut diagnostics);
+    let documents = Reader::read(source.text(), Budget::default(), diagnostics);
     if diagnostics.has_errors() {
-        return done(source, diagnostics, None);
+        return Err(source);
     }
-    let group = Analyzer::analyze(&source, &documents, options, &mut diagnostics);
-    done(source, diagnostics, group)
+    Ok((source, documents))
 }
 
 fn done(source: Source, diagnostics: Diagnostics, group: Option<Group>) -> Compilation {

@@ -251,4 +251,24 @@ pub struct VolumeMount {
     pub path: String,
     /// A volume name, or the inline spec as written.
     pub volume: serde_json::Value,
+    /// The volume's value, for what finding it finds.
+    #[serde(skip)]
+    pub at: At,
+}
+
+/// A volume file (`skyc volume apply`), as SkyPilot's loader reads it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Volume {
+    pub name: String,
+    /// SkyPilot's type (`k8s-pvc`, `k8s-hostpath`, ...).
+    pub r#type: String,
+    pub infra: Option<String>,
+    /// Whole GiB, rounded up; `None` when not given.
+    pub size_gb: Option<u64>,
+    pub use_existing: bool,
+    /// Type-specific settings, as written.
+    pub config: Option<serde_json::Value>,
+    /// Its name, for what applying it finds.
+    #[serde(skip)]
+    pub at: At,
 }

@@ -109,6 +109,9 @@ rules! {
     SpecialFileInSource = "special-file-in-source", Error, "A socket, device or pipe under a source: it cannot be copied.";
     SymlinkLeavesSource = "symlink-leaves-source", Error, "A symbolic link under a source that points outside it.";
     FilesTooLarge = "files-too-large", Error, "A submission's files, together, above the size limit.";
+    // Volumes: a volume file, and the volumes tasks mount.
+    InvalidVolumeFile = "invalid-volume-file", Error, "A volume file SkyPilot's loader refuses beyond its schema.";
+    UnknownVolume = "unknown-volume", Error, "A task mounts a volume the target does not have.";
     // Lowering to Kubernetes (`skyc build --target k8s`).
     K8sInvalidName = "k8s-invalid-name", Error, "A name Kubernetes cannot use for the objects or hostnames built from it.";
     K8sIgnoredSetting = "k8s-ignored-setting", Warning, "A setting with no Kubernetes meaning, or one the manifests cannot carry; it is not applied.";

@@ -18,7 +18,7 @@ mod patterns;
 
 const BASE: &str = "https://skyc.dev/schemas/";
 /// The schemas; `skyc.json`, the editor's entry point, comes last.
-const SOURCES: [(&str, &str); 7] = [
+const SOURCES: [(&str, &str); 8] = [
     ("header.json", include_str!("../../schemas/header.json")),
     ("task.json", include_str!("../../schemas/task.json")),
     (
@@ -28,6 +28,7 @@ const SOURCES: [(&str, &str); 7] = [
     ("storage.json", include_str!("../../schemas/storage.json")),
     ("service.json", include_str!("../../schemas/service.json")),
     ("pool.json", include_str!("../../schemas/pool.json")),
+    ("volume.json", include_str!("../../schemas/volume.json")),
     ("skyc.json", include_str!("../../schemas/skyc.json")),
 ];
 
@@ -48,6 +49,7 @@ macro_rules! validator {
                 "skyc-cloud" => crate::schema::patterns::cloud,
                 "skyc-infra" => crate::schema::patterns::infra,
                 "skyc-size" => crate::schema::patterns::size,
+                "skyc-volume-infra" => crate::schema::patterns::volume_infra,
                 "skyc-minutes" => crate::schema::patterns::minutes,
                 "skyc-autostop-mode" => crate::schema::patterns::autostop_mode,
                 "skyc-spot-placer" => crate::schema::patterns::spot_placer,
@@ -84,9 +86,15 @@ validator! {
     }
 }
 
+validator! {
+    /// The volume schema (`skyc volume apply`).
+    VolumeSchema { path = "validator-schemas/volume.json", }
+}
+
 /// Parsed schema documents, for field-name suggestions (error paths only).
 struct Schemas {
     task_json: Json,
+    volume_json: Json,
     resources_json: Json,
     service_json: Json,
     pool_json: Json,
@@ -102,6 +110,7 @@ fn parse(name: &str) -> Json {
 
 static SCHEMAS: LazyLock<Schemas> = LazyLock::new(|| Schemas {
     task_json: parse("task.json"),
+    volume_json: parse("volume.json"),
     resources_json: parse("resources.json"),
     service_json: parse("service.json"),
     pool_json: parse("pool.json"),
@@ -112,6 +121,7 @@ static SCHEMAS: LazyLock<Schemas> = LazyLock::new(|| Schemas {
 pub(crate) enum DocumentKind {
     Header,
     Task,
+    Volume,
 }
 
 /// Validates `root` and reports every structural error.
@@ -120,6 +130,7 @@ pub(crate) fn validate(kind: DocumentKind, root: &Node, diagnostics: &mut Diagno
     let errors = match kind {
         DocumentKind::Header => HeaderSchema::iter_errors(&instance),
         DocumentKind::Task => TaskSchema::iter_errors(&instance),
+        DocumentKind::Volume => VolumeSchema::iter_errors(&instance),
     };
     for error in errors {
         if diagnostics.is_full() {
@@ -316,6 +327,7 @@ fn report(error: &ValidationError<'_>, kind: DocumentKind, root: &Node, out: &mu
         match kind {
             DocumentKind::Header => "the Job Group header".to_owned(),
             DocumentKind::Task => "the task".to_owned(),
+            DocumentKind::Volume => "the volume".to_owned(),
         }
     } else {
         format!("`{}`", target.field)
@@ -515,7 +527,10 @@ fn unknown_field(root: &Node, target: &Target<'_>, name: &str, kind: DocumentKin
         .and_then(|entries| entries.iter().find(|e| key_is(&e.key, name)))
         .map_or(root.span, |e| e.key.span);
     let context = if target.field.is_empty() {
-        "task".to_owned()
+        match kind {
+            DocumentKind::Volume => "the volume".to_owned(),
+            _ => "task".to_owned(),
+        }
     } else {
         format!("`{}`", target.field)
     };
@@ -577,7 +592,11 @@ fn fields_at(kind: DocumentKind, field: &str) -> Vec<String> {
     if kind == DocumentKind::Header {
         return Vec::new();
     }
-    let mut schema = &schemas.task_json;
+    let mut schema = if kind == DocumentKind::Volume {
+        &schemas.volume_json
+    } else {
+        &schemas.task_json
+    };
     let mut in_resources = false;
     for part in field.split('.').filter(|p| !p.is_empty()) {
         let (name, indexed) = match part.split_once('[') {
@@ -845,6 +864,10 @@ mod tests {
             (
                 "service.json",
                 include_str!("../validator-schemas/service.json"),
+            ),
+            (
+                "volume.json",
+                include_str!("../validator-schemas/volume.json"),
             ),
         ];
         for (name, source) in SOURCES {

@@ -40,3 +40,4 @@ pub mod secrets;
 pub mod slurm;
 pub mod store;
 pub mod supervisor;
+pub mod volumes;

@@ -9,6 +9,7 @@ use skyc_runtime::files::store::Writing;
 use skyc_runtime::files::take::{self, Taking};
 use skyc_runtime::files::{Files, Snapshots};
 use skyc_runtime::store::Backend;
+use skyc_runtime::volumes;
 use std::io::{IsTerminal, Write};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -54,23 +55,30 @@ pub(crate) fn take(
     state_dir: &Path,
     wanted: bool,
 ) -> Result<Taken, String> {
-    if !wanted || !target.descriptor().delivers_files || !take::names_files(group) {
-        return Ok(Taken {
-            files: Files::default(),
-            diagnostics: Vec::new(),
-            writing: None,
-        });
+    let mut taken = Taken {
+        files: Files::default(),
+        diagnostics: Vec::new(),
+        writing: None,
+    };
+    if !wanted || !target.descriptor().delivers_files {
+        return Ok(taken);
     }
-    let snapshots = Snapshots::of(state_dir);
-    let writing = snapshots
-        .writing()
-        .map_err(|e| format!("{}: {e}", state_dir.join("files").display()))?;
-    let (files, diagnostics) = read(group, Some((&snapshots, &writing)))?;
-    Ok(Taken {
-        files,
-        diagnostics,
-        writing: Some((writing, state_dir.to_owned())),
-    })
+    if take::names_files(group) {
+        let snapshots = Snapshots::of(state_dir);
+        let writing = snapshots
+            .writing()
+            .map_err(|e| format!("{}: {e}", state_dir.join("files").display()))?;
+        let read = read(group, Some((&snapshots, &writing)));
+        taken.writing = Some((writing, state_dir.to_owned()));
+        (taken.files, taken.diagnostics) = read?;
+    }
+    if group.tasks.iter().any(|t| !t.volumes.is_empty()) {
+        let store = skyc_runtime::store::Store::open_read_only(state_dir)?;
+        let (volumes, diagnostics) = volumes::resolve(group, store.as_ref(), target);
+        taken.files.volumes = volumes;
+        taken.diagnostics.extend(diagnostics);
+    }
+    Ok(taken)
 }
 
 /// Reads the group's sources as the submitting user's shell sees them

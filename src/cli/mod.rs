@@ -31,6 +31,7 @@ mod state;
 mod status;
 mod table;
 mod target;
+mod volume;
 
 use clap::{Parser, Subcommand};
 use out::errln;
@@ -67,6 +68,8 @@ enum Command {
     Dashboard(dashboard::Args),
     /// Pools of warm workers that jobs are submitted to.
     Pool(pool::Args),
+    /// Volumes that tasks mount, made beforehand.
+    Volume(volume::Args),
     Schema(schema::Args),
     Completions(completions::Args),
     Lsp(lsp::Args),
@@ -112,6 +115,7 @@ pub(crate) fn main() -> ExitCode {
         Command::Cancel(args) => cancel::run(&args),
         Command::Dashboard(args) => dashboard::run(&args),
         Command::Pool(args) => pool::run(&args),
+        Command::Volume(args) => volume::run(&args),
         Command::Schema(args) => schema::run(&args),
         Command::Completions(args) => completions::run(&args),
         Command::Lsp(args) => {

@@ -86,6 +86,7 @@ impl SlurmRunArgs {
             })?;
             options.files = Some(Delivery {
                 tasks: run.files.tasks.clone(),
+                volumes: run.files.volumes.clone(),
                 snapshots: skyc_runtime::files::Snapshots::of(run.state_dir)
                     .dir()
                     .to_owned(),

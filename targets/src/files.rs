@@ -37,6 +37,17 @@ pub struct Mount {
     pub taken: Taken,
 }
 
+/// A volume a task mounts, as the target keeps it: a directory, bound
+/// read-write and shared by every node that mounts it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Volume {
+    /// Absolute, or `~/...`.
+    pub destination: String,
+    pub name: String,
+    /// Where the target keeps it.
+    pub dir: PathBuf,
+}
+
 /// What one node sees: the files helper's input. What only the node
 /// knows is left `None` and read from its environment.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -54,12 +65,15 @@ pub struct View {
     pub layers: Layers,
 }
 
-/// One snapshot at its destination.
+/// One snapshot, or a volume, at its destination.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Place {
     pub destination: String,
     pub snapshot: PathBuf,
     pub dir: bool,
+    /// A volume: `snapshot` bound as it is, read-write, shared.
+    #[serde(default)]
+    pub shared: bool,
 }
 
 /// Where what a node writes over its files is kept.
@@ -82,6 +96,8 @@ pub enum Layers {
 #[derive(Clone, Debug, Default)]
 pub struct Delivery {
     pub tasks: Vec<Vec<Mount>>,
+    /// Each task's volumes.
+    pub volumes: Vec<Vec<Volume>>,
     pub snapshots: PathBuf,
     pub helper: PathBuf,
 }
@@ -91,11 +107,32 @@ impl Delivery {
     pub fn of(&self, index: usize) -> &[Mount] {
         self.tasks.get(index).map_or(&[], Vec::as_slice)
     }
+
+    /// Task `index`'s volumes.
+    pub fn volumes_of(&self, index: usize) -> &[Volume] {
+        self.volumes.get(index).map_or(&[], Vec::as_slice)
+    }
+
+    /// Whether task `index`'s nodes need the files helper.
+    pub fn gives(&self, index: usize) -> bool {
+        !self.of(index).is_empty() || !self.volumes_of(index).is_empty()
+    }
+
+    /// Task `index`'s view.
+    pub fn view(&self, index: usize, layers: Layers) -> View {
+        View::of(
+            self.of(index),
+            self.volumes_of(index),
+            &self.snapshots,
+            layers,
+        )
+    }
 }
 
 impl View {
-    /// The view of `mounts`, whose snapshots are in `snapshots`.
-    pub fn of(mounts: &[Mount], snapshots: &Path, layers: Layers) -> Self {
+    /// The view of `mounts`, whose snapshots are in `snapshots`, and of
+    /// `volumes`.
+    pub fn of(mounts: &[Mount], volumes: &[Volume], snapshots: &Path, layers: Layers) -> Self {
         Self {
             host_ns: None,
             home: None,
@@ -105,7 +142,14 @@ impl View {
                     destination: m.destination.clone(),
                     snapshot: snapshots.join(&m.taken.digest),
                     dir: m.taken.dir,
+                    shared: false,
                 })
+                .chain(volumes.iter().map(|v| Place {
+                    destination: v.destination.clone(),
+                    snapshot: v.dir.clone(),
+                    dir: true,
+                    shared: true,
+                }))
                 .collect(),
             cwd: mounts.iter().any(|m| m.workdir).then(|| WORKDIR.to_owned()),
             layers,

@@ -10,6 +10,7 @@ mod pool;
 pub(crate) mod resources;
 mod service;
 mod task;
+pub(crate) mod volume;
 
 use crate::ir::{Execution, Group, InterConnection, Role};
 use crate::schema;

@@ -367,13 +367,14 @@ fn volumes(root: &Node) -> Vec<VolumeMount> {
             Some(VolumeMount {
                 path: e.key.python_str()?,
                 volume: to_plain_json(&e.value),
+                at: At(e.value.span),
             })
         })
         .collect()
 }
 
 /// A YAML value as plain JSON, for fields the IR carries through as written.
-fn to_plain_json(node: &Node) -> serde_json::Value {
+pub(super) fn to_plain_json(node: &Node) -> serde_json::Value {
     use serde_json::Value as Json;
     match &node.value {
         Value::Null => Json::Null,

@@ -32,6 +32,11 @@ pub(super) const PATTERNS: &[(&str, &str, Matcher)] = &[
         "skyc-size",
         size,
     ),
+    (
+        r"^(?:(?i:(aws|azure|gcp|ibm|lambda|scp|oci|runpod|vast|vsphere|cudo|fluidstack|paperspace|primeintellect|do|nebius|ssh|slurm|hyperbolic|seeweb|shadeform|yotta|mithril|verda))(?:/[^/]+(?:/[^/]+)?)?|(?i:kubernetes|k8s)(?:/.+)?)$",
+        "skyc-volume-infra",
+        volume_infra,
+    ),
     ("^[0-9]+(m|h|d|w|M|H|D|W)?$", "skyc-minutes", minutes),
     (
         "^(?i:jobs_and_ssh|jobs|none)$",
@@ -167,6 +172,11 @@ pub(super) fn infra(s: &str) -> bool {
         };
     }
     false
+}
+
+/// A volume's `infra`: a task's, without the `*` wildcard.
+pub(super) fn volume_infra(s: &str) -> bool {
+    !s.starts_with('*') && infra(s)
 }
 
 pub(super) fn size(s: &str) -> bool {

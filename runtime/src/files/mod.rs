@@ -19,4 +19,4 @@ pub mod take;
 
 pub use source::Taken;
 pub use store::Snapshots;
-pub use take::{Files, Mount};
+pub use take::{Files, Mount, Volume};

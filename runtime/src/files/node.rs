@@ -113,7 +113,11 @@ pub fn make(view: &View) -> io::Result<()> {
         fs::create_dir_all(&layer).map_err(|e| err(layer.display(), e))?;
         ours.room(dest, place.dir, &scratch)
             .map_err(|e| err(format!("making {}", dest.display()), e))?;
-        if place.dir {
+        if place.shared {
+            // A volume: every node's writes are every node's.
+            mount_bind(&place.snapshot, dest)
+                .map_err(|e| err(format!("mounting {}", dest.display()), e))?;
+        } else if place.dir {
             if let Err(e) = overlay(&place.snapshot, &layer, dest) {
                 // A filesystem that cannot hold an overlay's upper layer
                 // (some network filesystems): the node's own copy.

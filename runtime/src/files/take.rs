@@ -8,7 +8,7 @@ use super::source::{self, Budget, SourceError, Taken};
 use super::store::{Snapshots, Writing};
 use skyc_compiler::ir::{Group, Task, Workdir};
 use skyc_compiler::{Diagnostic, Rule, Span};
-pub use skyc_targets::files::{Mount, WORKDIR};
+pub use skyc_targets::files::{Mount, Volume, WORKDIR};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -23,6 +23,8 @@ pub const DEFAULT_LIMIT_MB: u64 = 2048;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Files {
     pub tasks: Vec<Vec<Mount>>,
+    /// Every task's volumes, by task index.
+    pub volumes: Vec<Vec<Volume>>,
 }
 
 impl Files {
@@ -40,7 +42,7 @@ impl Files {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.tasks.iter().all(Vec::is_empty)
+        self.tasks.iter().all(Vec::is_empty) && self.volumes.iter().all(Vec::is_empty)
     }
 }
 

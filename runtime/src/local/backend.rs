@@ -414,9 +414,10 @@ impl Local {
         let adir = paths::attempt_dir(&node_dir, attempt, phase);
         fs::create_dir_all(&adir)?;
         let mounts = &g.plan.tasks[task].files;
+        let volumes = &g.plan.tasks[task].volumes;
         let cwd = match &g.plan.tasks[task].workdir {
             // The files helper enters the workdir once it is in place.
-            _ if !mounts.is_empty() => adir.clone(),
+            _ if !mounts.is_empty() || !volumes.is_empty() => adir.clone(),
             Some(dir) => dir.clone(),
             None => {
                 let work = node_dir.join("work");
@@ -432,7 +433,9 @@ impl Local {
         let mut env = node_env(&g.plan, gid, &g.net, &grant, task, rank, phase);
         env.push((NODE_MARKER_VAR.into(), adir.display().to_string()));
         let command = bash(&paths::script(&g.dir, task, phase));
-        let command = self.files.wrap(mounts, &env, &adir.join("files"), command);
+        let command = self
+            .files
+            .wrap(mounts, volumes, &env, &adir.join("files"), command);
         let argv = g.net.wrap(net, command);
         let log = paths::log(&g.dir, &g.plan.tasks[task].name, rank);
         let launch = Launch {
@@ -919,8 +922,9 @@ fn spawn_job_agent(
     // The pool's files, as submitted, under a writable layer of the job's
     // own.
     let mounts = &worker.plan.tasks[0].files;
+    let volumes = &worker.plan.tasks[0].volumes;
     let cwd = match &worker.plan.tasks[0].workdir {
-        _ if !mounts.is_empty() => adir.clone(),
+        _ if !mounts.is_empty() || !volumes.is_empty() => adir.clone(),
         Some(dir) => dir.clone(),
         None => paths::node_dir(&worker.dir, 0, rank).join("work"),
     };
@@ -940,9 +944,10 @@ fn spawn_job_agent(
     );
     env.push((NODE_MARKER_VAR.into(), adir.display().to_string()));
     let command = bash(&paths::script(&job.dir, task, Phase::Run));
-    let argv = worker
-        .net
-        .wrap(net, files.wrap(mounts, &env, &adir.join("files"), command));
+    let argv = worker.net.wrap(
+        net,
+        files.wrap(mounts, volumes, &env, &adir.join("files"), command),
+    );
     let log = paths::log(&job.dir, &job.plan.tasks[task].name, rank);
     spawner.spawn(Launch {
         dir: &adir,

@@ -4,7 +4,7 @@
 
 use crate::files::node;
 use crate::files::{Mount, Snapshots};
-use skyc_targets::files::{Layers, View};
+use skyc_targets::files::{Layers, View, Volume};
 use std::path::{Path, PathBuf};
 
 pub struct NodeFiles {
@@ -30,11 +30,12 @@ impl NodeFiles {
     pub fn wrap(
         &self,
         mounts: &[Mount],
+        volumes: &[Volume],
         env: &[(String, String)],
         scratch: &Path,
         argv: Vec<String>,
     ) -> Vec<String> {
-        if mounts.is_empty() {
+        if mounts.is_empty() && volumes.is_empty() {
             return argv;
         }
         let home = env
@@ -44,6 +45,7 @@ impl NodeFiles {
             .map_or_else(|| PathBuf::from("/"), |(_, v)| PathBuf::from(v));
         let mut view = View::of(
             mounts,
+            volumes,
             self.snapshots.dir(),
             Layers::Disk(scratch.to_owned()),
         );
@@ -67,7 +69,7 @@ impl NodeFiles {
 /// live group is given them.
 pub fn discard_layers(group_dir: &Path, plan: &super::plan::Plan) {
     for (task, t) in plan.tasks.iter().enumerate() {
-        if t.files.is_empty() {
+        if t.files.is_empty() && t.volumes.is_empty() {
             continue;
         }
         for rank in 0..t.num_nodes {

@@ -3,7 +3,7 @@
 
 use super::capacity::{Capacity, Demand};
 use crate::files::take::is_local;
-use crate::files::{Files, Mount};
+use crate::files::{Files, Mount, Volume};
 use crate::policy::GroupSpec;
 use crate::pool::{JobSpec, PoolSpec, Room};
 use serde::{Deserialize, Serialize};
@@ -111,6 +111,9 @@ pub struct TaskPlan {
     /// directory: each node sees them at their destinations.
     #[serde(default)]
     pub files: Vec<Mount>,
+    /// The volumes it mounts: directories of the state directory, shared.
+    #[serde(default)]
+    pub volumes: Vec<Volume>,
 }
 
 /// How nodes get their network identity.
@@ -200,6 +203,12 @@ impl Plan {
                 workdir: None,
                 demand: demand.unwrap_or_default(),
                 files: options.files.tasks.get(index).cloned().unwrap_or_default(),
+                volumes: options
+                    .files
+                    .volumes
+                    .get(index)
+                    .cloned()
+                    .unwrap_or_default(),
             });
         }
         diagnostics.extend(unresolved);
@@ -275,9 +284,6 @@ fn not_applied(task: &Task) -> Vec<String> {
             "file mounts from buckets and SkyPilot Storage are not applied on this machine"
                 .to_owned(),
         );
-    }
-    if !task.volumes.is_empty() {
-        out.push("`volumes` are not applied on this machine yet".to_owned());
     }
     out
 }

@@ -11,7 +11,7 @@ use crate::pool::{JobSpec, PoolSpec, Room};
 use serde::{Deserialize, Serialize};
 use skyc_compiler::Diagnostic;
 use skyc_compiler::ir::{self, Group, Task, Workdir};
-use skyc_targets::files::Mount;
+use skyc_targets::files::{Mount, Volume};
 use skyc_targets::slurm;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -32,6 +32,8 @@ pub struct WorkerPlan {
     /// skyc's files helper.
     #[serde(default)]
     pub files: Vec<Mount>,
+    #[serde(default)]
+    pub volumes: Vec<Volume>,
     #[serde(default)]
     pub files_at: Option<(PathBuf, PathBuf)>,
 }
@@ -141,12 +143,13 @@ pub fn plan_pool(
         t.recover_on_exit_codes.clear();
     }
     let mut task = TaskRun::of(&group.tasks[0]);
-    let (files, files_at) = match &options.files {
-        Some(delivery) if !delivery.of(0).is_empty() => (
+    let (files, volumes, files_at) = match &options.files {
+        Some(delivery) if delivery.gives(0) => (
             delivery.of(0).to_vec(),
+            delivery.volumes_of(0).to_vec(),
             Some((delivery.snapshots.clone(), delivery.helper.clone())),
         ),
-        _ => (Vec::new(), None),
+        _ => (Vec::new(), Vec::new(), None),
     };
     if files.iter().any(|m| m.workdir) {
         // The files helper starts jobs in the delivered workdir.
@@ -168,6 +171,7 @@ pub fn plan_pool(
         hold: true,
         task,
         files,
+        volumes,
         files_at,
     };
     (Some(PoolPlan { pool: spec, worker }), diagnostics)

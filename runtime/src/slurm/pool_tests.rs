@@ -163,6 +163,7 @@ impl Fake {
                 ..TaskRun::default()
             },
             files: Vec::new(),
+            volumes: Vec::new(),
             files_at: None,
         };
         Member {

@@ -251,6 +251,57 @@ impl Store {
         rows.collect()
     }
 
+    /// Records a volume, unless one of that name exists: false then.
+    pub fn insert_volume(&mut self, row: &VolumeRow) -> Result<bool> {
+        let n = self.conn.execute(
+            "INSERT OR IGNORE INTO volumes (name, backend, spec, path, size_gb, created_at_ms) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![
+                row.name,
+                row.backend.as_str(),
+                row.spec,
+                row.path,
+                row.size_gb,
+                row.created_at_ms
+            ],
+        )?;
+        Ok(n > 0)
+    }
+
+    /// The volumes, by name.
+    pub fn volumes(&self) -> Result<Vec<VolumeRow>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT name, backend, spec, path, size_gb, created_at_ms FROM volumes ORDER BY name",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            Ok(VolumeRow {
+                name: r.get(0)?,
+                backend: Backend::named(&r.get::<_, String>(1)?).unwrap_or(Backend::Local),
+                spec: r.get(2)?,
+                path: r.get(3)?,
+                size_gb: r.get(4)?,
+                created_at_ms: r.get(5)?,
+            })
+        })?;
+        rows.collect()
+    }
+
+    pub fn delete_volume(&mut self, name: &str) -> Result<()> {
+        self.conn
+            .execute("DELETE FROM volumes WHERE name = ?1", params![name])?;
+        Ok(())
+    }
+
+    /// The live groups whose plan names `text` (a volume's directory).
+    pub fn live_groups_naming(&self, text: &str) -> Result<Vec<(i64, String)>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT id, name FROM groups WHERE finished_at_ms IS NULL AND instr(plan, ?1) > 0 \
+             ORDER BY id",
+        )?;
+        let rows = stmt.query_map(params![text], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        rows.collect()
+    }
+
     /// Keeps `digests` for the live group (a pool) `gid` too.
     pub fn add_snapshots(&mut self, gid: i64, digests: &[String]) -> Result<()> {
         self.transaction(|tx| {
@@ -613,6 +664,18 @@ pub struct NewGroup<'a> {
     /// The digests of the snapshots its nodes are given (`files`): kept
     /// while it is live.
     pub snapshots: &'a [String],
+}
+
+/// A volume `skyc volume apply` made.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VolumeRow {
+    pub name: String,
+    pub backend: Backend,
+    /// The volume file as applied (JSON).
+    pub spec: String,
+    pub path: String,
+    pub size_gb: Option<i64>,
+    pub created_at_ms: i64,
 }
 
 pub struct NewTask<'a> {

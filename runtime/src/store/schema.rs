@@ -111,6 +111,20 @@ CREATE TABLE snapshots (
     PRIMARY KEY (group_id, digest)
 );
 ",
+    r"
+-- volumes made by `skyc volume apply`: on this machine and on Slurm, a
+-- directory of the state directory (path)
+CREATE TABLE volumes (
+    name TEXT PRIMARY KEY,
+    -- the target that has it ('local', 'slurm')
+    backend TEXT NOT NULL,
+    -- the volume file as applied (JSON)
+    spec TEXT NOT NULL,
+    path TEXT NOT NULL,
+    size_gb INTEGER,
+    created_at_ms INTEGER NOT NULL
+);
+",
 ];
 
 /// The schema version this skyc writes and reads.

@@ -509,8 +509,14 @@ fn data(
         Job::Worker => 0,
     };
     let delivered = |g: usize| options.files.as_ref().map_or(&[][..], |f| f.of(index(g)));
+    let volumes = |g: usize| {
+        options
+            .files
+            .as_ref()
+            .map_or(&[][..], |f| f.volumes_of(index(g)))
+    };
     let helper = match &options.files {
-        Some(f) if (0..tasks.len()).any(|g| !delivered(g).is_empty()) => {
+        Some(f) if (0..tasks.len()).any(|g| f.gives(index(g))) => {
             let helper = f.helper.display().to_string();
             if has_nul(&helper) {
                 out.push(nul_error(&tasks[0], "the files helper's path"));
@@ -584,24 +590,20 @@ fn data(
     );
     for (g, task) in tasks.iter().enumerate() {
         let mounts = delivered(g);
-        if !mounts.is_empty()
-            && let Some(files) = &options.files
+        if let Some(files) = &options.files
+            && files.gives(index(g))
         {
             // Where the node's writes over its files go: memory of its
             // own, over `$SKYC_RUN_DIR/layers` (a cluster's disks are not
             // skyc's to tend).
-            let view = crate::files::View::of(
-                mounts,
-                &files.snapshots,
-                crate::files::Layers::Memory(None),
-            );
+            let view = files.view(index(g), crate::files::Layers::Memory(None));
             let _ = writeln!(
                 s,
                 "    printf '%s' {} >\"$1/{g}.files\"",
                 quote(&view.to_json())
             );
         }
-        let prelude = prelude(task, mounts, out);
+        let prelude = prelude(task, mounts, !volumes(g).is_empty(), out);
         for (phase, text) in [("setup", &task.setup), ("run", &task.run)] {
             if let Some(text) = text {
                 if has_nul(text) {
@@ -621,7 +623,12 @@ fn data(
 
 /// `export` lines for the task's envs and the `cd` into its workdir
 /// (unless its files are delivered: the files helper starts it there).
-fn prelude(task: &Task, mounts: &[crate::files::Mount], out: &mut Vec<Diagnostic>) -> String {
+fn prelude(
+    task: &Task,
+    mounts: &[crate::files::Mount],
+    volumes: bool,
+    out: &mut Vec<Diagnostic>,
+) -> String {
     let mut p = String::new();
     for env in &task.envs {
         check_env_name(&env.name, task, out);
@@ -655,7 +662,7 @@ fn prelude(task: &Task, mounts: &[crate::files::Mount], out: &mut Vec<Diagnostic
             },
         ));
     }
-    if !task.volumes.is_empty() {
+    if !task.volumes.is_empty() && !volumes {
         out.push(ignored(task, "`volumes` are not mounted"));
     }
     p
