@@ -182,8 +182,15 @@ workdir: src
 file_mounts:
   /opt/skyc-test/code: src
   ~/settings.txt: src/conf/settings.txt
+setup: |
+  set -e
+  echo "made by setup" > made-by-setup.txt
+  mkdir -p ~/.venv-test /opt/skyc-test/code/.cache
+  echo "venv of $SKYPILOT_SETUP_NODE_RANK" > ~/.venv-test/ok
 run: |
   set -e
+  echo "setup left $(cat made-by-setup.txt) and $(cat ~/.venv-test/ok)"
+  ls -d /opt/skyc-test/code/.cache
   echo "cwd $(pwd)"
   echo "workdir $(cat main.txt)"
   echo "mounted $(cat /opt/skyc-test/code/main.txt)"
@@ -235,6 +242,8 @@ fn views(target: Target) {
     for rank in 0..2 {
         for line in [
             format!("(a-{rank}) cwd {}/sky_workdir", home.display()),
+            // What setup made in the workdir and the home is there for run.
+            format!("(a-{rank}) setup left made by setup and venv of {rank}"),
             format!("(a-{rank}) workdir v1"),
             format!("(a-{rank}) mounted v1"),
             format!("(a-{rank}) file debug=1"),

@@ -1020,10 +1020,45 @@ fn files_reach_the_nodes_views_exactly_and_nothing_runs() {
             "the volume, bound as it is"
         );
         assert_eq!(view.cwd.as_deref(), Some("~/sky_workdir"));
-        // The workdir is delivered: the task does not `cd` in place.
-        let run = std::fs::read_to_string(files.join(format!("{g}.run"))).unwrap();
-        assert!(!run.contains("\ncd -- "), "{run}");
     }
+    // A delivered workdir is where the files helper starts the task: its
+    // script does not `cd` in place, as it does when nothing is delivered.
+    let c = compile(
+        "w.yaml",
+        b"name: w\nexecution: parallel\n---\nname: t\nworkdir: src\nrun: pwd\n",
+        &Options::default(),
+    );
+    let group = c.group.unwrap_or_else(|| panic!("{:?}", c.diagnostics));
+    let workdir = Mount {
+        destination: "~/sky_workdir".into(),
+        source: "/repo/src".into(),
+        workdir: true,
+        taken: Taken {
+            digest: "d".into(),
+            dir: true,
+            files: 1,
+            bytes: 1,
+        },
+    };
+    let with = |files: Option<Delivery>| {
+        let built = slurm::build(
+            &group,
+            &slurm::Options {
+                files,
+                ..Default::default()
+            },
+        );
+        built
+            .script
+            .unwrap_or_else(|| panic!("{:?}", built.diagnostics))
+    };
+    assert!(with(None).contains("cd -- src"));
+    let delivered = with(Some(Delivery {
+        tasks: vec![vec![workdir]],
+        ..Default::default()
+    }));
+    assert!(!delivered.contains("cd -- src"), "{delivered}");
+    assert!(delivered.contains("0.files"), "{delivered}");
     if have("shellcheck") {
         let path = dir.join("files.sh");
         std::fs::write(&path, &script).unwrap();

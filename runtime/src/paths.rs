@@ -32,6 +32,13 @@ pub fn attempt_dir(node: &Path, attempt: Attempt, phase: Phase) -> PathBuf {
     node.join(format!("a{attempt}-{}", phase_name(phase)))
 }
 
+/// What a node's attempt writes over its files (the local target): one
+/// directory for the attempt's phases, so what setup wrote is there for
+/// run.
+pub fn layers(node: &Path, attempt: Attempt) -> PathBuf {
+    node.join(format!("a{attempt}-files"))
+}
+
 pub fn script(group: &Path, task: TaskId, phase: Phase) -> PathBuf {
     group
         .join("scripts")

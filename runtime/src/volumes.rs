@@ -44,12 +44,14 @@ pub fn apply(
         .bytes()
         .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
     if !plain || name == "." || name == ".." || name.len() > 253 {
-        return Err(Box::new(refuse(format!(
-            "`{name}` cannot name a volume here: on {} a volume is a directory, named with \
+        return Err(Box::new(
+            refuse(format!(
+                "`{name}` cannot name a volume here: on {} a volume is a directory, named with \
              letters, digits, `-`, `_` and `.`",
-            backend.descriptor().title
-        ))
-        .label("this name")));
+                backend.descriptor().title
+            ))
+            .label("this name"),
+        ));
     }
     let existing = store
         .volumes()
@@ -58,21 +60,25 @@ pub fn apply(
         .find(|v| &v.name == name);
     if let Some(v) = existing {
         if v.backend != backend {
-            return Err(Box::new(refuse(format!(
-                "a volume named `{name}` exists on {} already",
-                v.backend.descriptor().title
-            ))
-            .label("this name")
-            .help("delete it first (`skyc volume delete`), or give this one another name")));
+            return Err(Box::new(
+                refuse(format!(
+                    "a volume named `{name}` exists on {} already",
+                    v.backend.descriptor().title
+                ))
+                .label("this name")
+                .help("delete it first (`skyc volume delete`), or give this one another name"),
+            ));
         }
         return Ok(Applied::Kept(PathBuf::from(v.path)));
     }
     if volume.use_existing {
-        return Err(Box::new(refuse(format!(
-            "`use_existing: true`, and there is no volume `{name}` to adopt"
-        ))
-        .label("no such volume")
-        .help("remove `use_existing` to make it")));
+        return Err(Box::new(
+            refuse(format!(
+                "`use_existing: true`, and there is no volume `{name}` to adopt"
+            ))
+            .label("no such volume")
+            .help("remove `use_existing` to make it"),
+        ));
     }
     let path = dir(state_dir, name);
     std::fs::create_dir_all(&path)

@@ -41,9 +41,8 @@ impl Drop for Taken {
         let Ok(store) = skyc_runtime::store::Store::open(&state_dir) else {
             return;
         };
-        if let Ok(live) = store.live_snapshots() {
-            let _ = Snapshots::of(&state_dir).collect(&live);
-        }
+        let live = || store.live_snapshots().map_err(|e| e.to_string());
+        let _ = Snapshots::of(&state_dir).collect(live);
     }
 }
 
@@ -161,9 +160,7 @@ pub(crate) fn review(group: &Group) -> Result<(serde_json::Value, Vec<Diagnostic
             let elsewhere: Vec<serde_json::Value> = task
                 .file_mounts
                 .iter()
-                .filter(|m| {
-                    m.storage.is_some() || m.source.as_deref().is_none_or(|s| !take::is_local(s))
-                })
+                .filter(|m| !take::delivered(m))
                 .map(|m| {
                     serde_json::json!({
                         "destination": m.destination,

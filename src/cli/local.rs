@@ -57,10 +57,14 @@ impl LocalSetting {
     /// Refuses hostnames this machine cannot give, and says how nodes get
     /// their addresses when it is not a namespace each.
     pub(crate) fn check_network(&self, plan: &Plan) -> Result<(), String> {
-        if self.mode == Mode::LoopbackNoHosts && plan.tasks.iter().any(|t| !t.files.is_empty()) {
+        let views = plan
+            .tasks
+            .iter()
+            .any(|t| !t.files.is_empty() || !t.volumes.is_empty());
+        if self.mode == Mode::LoopbackNoHosts && views {
             return Err(
-                "the tasks' `workdir` and `file_mounts` are given to each node in a mount \
-                 namespace of its own, and this machine allows none (run as root, or enable \
+                "the tasks' `workdir`, `file_mounts` and `volumes` are given to each node in a \
+                 mount namespace of its own, and this machine allows none (run as root, or enable \
                  unprivileged user namespaces)"
                     .into(),
             );

@@ -225,10 +225,10 @@ fn apply(args: &ApplyArgs) -> Result<u8, String> {
                 serde_json::from_str(&json).map_err(|e| e.to_string())?,
             ))
             .map_err(|e| e.to_string())?;
-            // The new files are kept from now on: the pool's new workers
-            // are given them.
+            // The new files are the pool's from now on: its new workers
+            // are given them (its old ones keep theirs until retired).
             store
-                .add_snapshots(existing.id, &taken.files.digests())
+                .set_snapshots(existing.id, &taken.files.digests())
                 .map_err(|e| format!("{}: {e}", dir.display()))?;
             if !store
                 .request(existing.id, &request)

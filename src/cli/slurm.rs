@@ -78,16 +78,19 @@ impl SlurmRunArgs {
         if !run.files.is_empty() {
             // Compute nodes read the snapshots, and run skyc's files
             // helper, from the state directory.
-            let helper = skyc_runtime::files::helper::install(run.state_dir).map_err(|e| {
+            // Absolute: the batch script runs elsewhere.
+            let state_dir = std::path::absolute(run.state_dir)
+                .map_err(|e| format!("{}: {e}", run.state_dir.display()))?;
+            let helper = skyc_runtime::files::helper::install(&state_dir).map_err(|e| {
                 format!(
                     "installing skyc in {}: {e}",
-                    run.state_dir.join("bin").display()
+                    state_dir.join("bin").display()
                 )
             })?;
             options.files = Some(Delivery {
                 tasks: run.files.tasks.clone(),
                 volumes: run.files.volumes.clone(),
-                snapshots: skyc_runtime::files::Snapshots::of(run.state_dir)
+                snapshots: skyc_runtime::files::Snapshots::of(&state_dir)
                     .dir()
                     .to_owned(),
                 helper,

@@ -10,6 +10,16 @@ use std::path::{Path, PathBuf};
 /// Where a task's `workdir` lands on its nodes, and where they start.
 pub const WORKDIR: &str = "~/sky_workdir";
 
+/// Whether a file mount is a local source, which a run delivers (else a
+/// bucket or SkyPilot Storage, which it does not yet).
+pub fn delivered(mount: &skyc_compiler::ir::FileMount) -> bool {
+    mount.storage.is_none()
+        && mount
+            .source
+            .as_deref()
+            .is_some_and(|s| !s.contains("://") && !s.starts_with("skypilot:"))
+}
+
 /// What a source held when it was read.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Taken {

@@ -51,6 +51,11 @@ pub fn main(args: &[std::ffi::OsString]) -> String {
         Err(e) => return format!("unreadable view: {e}"),
     };
     if let Err(e) = make(&view) {
+        // Where a cluster's step records how the node ended: its setup
+        // failed (not a lost node).
+        if let Some(record) = std::env::var_os("SKYC_FILES_EXIT") {
+            let _ = fs::write(record, "setup 1\n");
+        }
         return format!("cannot give this node its files: {e}");
     }
     let error = std::process::Command::new(&args[2]).args(&args[3..]).exec();
@@ -85,8 +90,8 @@ pub fn make(view: &View) -> io::Result<()> {
     .map_err(|e| err("making mounts private", e))?;
     let scratch = match &view.layers {
         Layers::Disk(dir) => {
-            // Fresh for the attempt.
-            crate::files::store::remove(dir);
+            // One per attempt, shared by its phases: what setup wrote is
+            // there for run.
             fs::create_dir_all(dir).map_err(|e| err(dir.display(), e))?;
             dir.clone()
         }
@@ -120,9 +125,21 @@ pub fn make(view: &View) -> io::Result<()> {
         } else if place.dir {
             if let Err(e) = overlay(&place.snapshot, &layer, dest) {
                 // A filesystem that cannot hold an overlay's upper layer
-                // (some network filesystems): the node's own copy.
+                // (some network filesystems): the node's own copy, said
+                // in its log.
+                eprintln!(
+                    "skyc: no overlay at {} ({e}): the node gets a copy of its own",
+                    dest.display()
+                );
                 let copy = layer.join("copy");
-                copy_tree(&place.snapshot, &copy).map_err(|c| {
+                // Made by an earlier phase of the attempt: kept, as written.
+                let made = copy.exists();
+                (if made {
+                    Ok(())
+                } else {
+                    copy_tree(&place.snapshot, &copy)
+                })
+                .map_err(|c| {
                     err(
                         format!("mounting {}", dest.display()),
                         format!("{e}; copying instead: {c}"),
@@ -146,6 +163,16 @@ pub fn make(view: &View) -> io::Result<()> {
 }
 
 /// A snapshot tree copied as it is: modes, links.
+/// A path as one file name: its bytes in hex.
+fn hex(path: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    path.as_os_str()
+        .as_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 fn copy_tree(from: &Path, to: &Path) -> io::Result<()> {
     let meta = fs::symlink_metadata(from)?;
     if meta.is_dir() {
@@ -183,18 +210,19 @@ fn overlay(lower: &Path, layer: &Path, at: &Path) -> io::Result<()> {
         ("upperdir", &upper),
         ("workdir", &work),
     ] {
-        let path = path.display().to_string();
-        // The option string separates with `,` and layers with `:`.
-        if path.contains([',', ':', '\\']) {
-            return Err(io::Error::other(format!(
-                "{path} holds `,`, `:` or `\\`, which an overlay cannot name; use a state \
-                 directory without them"
-            )));
-        }
         if !options.is_empty() {
             options.push(',');
         }
-        options.push_str(&format!("{key}={path}"));
+        options.push_str(key);
+        options.push('=');
+        // The options separate with `,` and layers with `:`; overlayfs
+        // reads both, and a backslash, escaped.
+        for c in path.display().to_string().chars() {
+            if matches!(c, ',' | ':' | '\\') {
+                options.push('\\');
+            }
+            options.push(c);
+        }
     }
     let options = std::ffi::CString::new(options).map_err(io::Error::other)?;
     mount(
@@ -252,12 +280,16 @@ impl Ours {
             shadow(&at, scratch)?;
             self.dirs.insert(at.clone());
         }
+        // What an earlier phase of the attempt made in a cover is there.
         while let Some(name) = missing.pop() {
             at.push(name);
             if missing.is_empty() && !dir {
                 fs::File::create(&at)?;
             } else {
-                fs::create_dir(&at)?;
+                match fs::create_dir(&at) {
+                    Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
+                    _ => {}
+                }
                 self.dirs.insert(at.clone());
             }
         }
@@ -271,8 +303,9 @@ enum Entry {
     Link(std::ffi::OsString, PathBuf),
 }
 
-/// Covers `dir` with an empty in-memory filesystem holding a bind of each
-/// of its entries (links as links), so directories can be made in it.
+/// Covers `dir` with a directory of the node's own holding a bind of each
+/// of its entries (links as links), so directories can be made in it
+/// without making them on the machine.
 fn shadow(dir: &Path, scratch: &Path) -> io::Result<()> {
     // Cloned before the cover goes on: a clone taken after would see it.
     let mut entries = Vec::new();
@@ -297,33 +330,36 @@ fn shadow(dir: &Path, scratch: &Path) -> io::Result<()> {
     }
     let mode = fs::metadata(dir)?.permissions().mode() & 0o7777;
     let root = dir == Path::new("/");
-    // `/` cannot be covered in place: the new root is built aside, then
+    // The cover is a directory of the node's layer, so what a phase makes
+    // in it (setup's `~/.venv`) is there for the next (run). `/` cannot be
+    // covered in place: its cover is made a mount of its own, then
     // entered.
-    let base = if root {
-        let stage = scratch.join("root");
-        fs::create_dir_all(&stage)?;
-        stage
-    } else {
-        dir.to_owned()
+    let cover = scratch.join("covers").join(hex(dir));
+    fs::create_dir_all(&cover)?;
+    fs::set_permissions(&cover, fs::Permissions::from_mode(mode))?;
+    let base = if root { cover.clone() } else { dir.to_owned() };
+    mount_bind(&cover, &base).map_err(|e| err(format!("covering {}", dir.display()), e))?;
+    let exists = |r: io::Result<()>| match r {
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        other => other,
     };
-    let options = std::ffi::CString::new(format!("mode={mode:o}")).map_err(io::Error::other)?;
-    mount(
-        "tmpfs",
-        &base,
-        "tmpfs",
-        MountFlags::empty(),
-        options.as_c_str(),
-    )
-    .map_err(|e| err(format!("covering {}", dir.display()), e))?;
     for entry in entries {
         match entry {
-            Entry::Link(name, target) => std::os::unix::fs::symlink(target, base.join(name))?,
+            Entry::Link(name, target) => {
+                exists(std::os::unix::fs::symlink(target, base.join(name)))?;
+            }
             Entry::Mount(name, tree, is_dir) => {
                 let at = base.join(&name);
                 if is_dir {
-                    rustix::fs::mkdir(&at, Mode::from_raw_mode(0o755))?;
+                    exists(rustix::fs::mkdir(&at, Mode::from_raw_mode(0o755)).map_err(Into::into))?;
                 } else {
-                    fs::File::create(&at)?;
+                    exists(
+                        fs::OpenOptions::new()
+                            .write(true)
+                            .create_new(true)
+                            .open(&at)
+                            .map(drop),
+                    )?;
                 }
                 move_mount(&tree, "", CWD, &at, MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH)
                     .map_err(|e| err(format!("binding {}", at.display()), e))?;
@@ -340,7 +376,7 @@ fn shadow(dir: &Path, scratch: &Path) -> io::Result<()> {
 /// namespaces possible for the node (`chroot` would not), else `chroot`.
 fn enter_root(new: &Path) -> io::Result<()> {
     let old = new.join(".skyc-old-root");
-    fs::create_dir(&old)?;
+    fs::create_dir_all(&old)?;
     std::env::set_current_dir(new)?;
     if rustix::process::pivot_root(".", ".skyc-old-root").is_ok() {
         std::env::set_current_dir("/")?;

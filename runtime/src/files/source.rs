@@ -107,7 +107,17 @@ pub fn read(
         walk.add_custom_ignore_filename(".gitignore");
         let exclude = root.join(".git/info/exclude");
         if exclude.is_file() {
-            walk.add_ignore(exclude);
+            // Its patterns are anchored at the root, as rsync's
+            // `--exclude-from` reads them.
+            walk.current_dir(&root);
+            if let Some(error) = walk.add_ignore(&exclude) {
+                return Err(SourceError::Unreadable {
+                    path: exclude,
+                    error: error
+                        .into_io_error()
+                        .unwrap_or_else(|| io::Error::other("unreadable")),
+                });
+            }
         }
     }
     if let Some(into) = into {
@@ -378,8 +388,12 @@ mod tests {
         d.file("sub/.gitignore", "secret.txt\n");
         d.file("sub/secret.txt", "no");
         d.file("secret.txt", "yes: the rule is sub's");
-        d.file(".git/info/exclude", "local.env\n");
+        d.file(".git/info/exclude", "local.env\n/anchored.txt\n");
         d.file("local.env", "no");
+        d.file(
+            "anchored.txt",
+            "no: anchored at the root, wherever skyc runs",
+        );
         let (taken, names) = d.taken();
         assert_eq!(
             names,

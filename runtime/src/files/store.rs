@@ -111,10 +111,15 @@ impl Snapshots {
         Ok(taken)
     }
 
-    /// Removes every snapshot not in `live`, and what interrupted
-    /// submissions left. Skipped (returns `None`) while a submission is
-    /// writing; the next collection does it.
-    pub fn collect(&self, live: &HashSet<String>) -> io::Result<Option<usize>> {
+    /// Removes every snapshot not in `live()`, and what interrupted
+    /// submissions left. `live` is asked once the lock is held: a
+    /// submission that recorded its group before is seen, and none can
+    /// record one meanwhile. Skipped (returns `None`) while a submission
+    /// is writing; the next collection does it.
+    pub fn collect(
+        &self,
+        live: impl FnOnce() -> Result<HashSet<String>, String>,
+    ) -> io::Result<Option<usize>> {
         if !self.dir.exists() {
             return Ok(Some(0));
         }
@@ -122,6 +127,7 @@ impl Snapshots {
         if flock(&lock, FlockOperation::NonBlockingLockExclusive).is_err() {
             return Ok(None);
         }
+        let live = live().map_err(io::Error::other)?;
         let mut removed = 0;
         for entry in fs::read_dir(&self.dir)? {
             let entry = entry?;

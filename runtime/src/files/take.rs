@@ -8,7 +8,7 @@ use super::source::{self, Budget, SourceError, Taken};
 use super::store::{Snapshots, Writing};
 use skyc_compiler::ir::{Group, Task, Workdir};
 use skyc_compiler::{Diagnostic, Rule, Span};
-pub use skyc_targets::files::{Mount, Volume, WORKDIR};
+pub use skyc_targets::files::{Mount, Volume, WORKDIR, delivered};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -119,10 +119,8 @@ fn wanted(task: &Task) -> Vec<Wanted<'_>> {
             workdir: true,
         });
     }
-    for m in &task.file_mounts {
-        if let (Some(source), None) = (&m.source, &m.storage)
-            && is_local(source)
-        {
+    for m in task.file_mounts.iter().filter(|m| delivered(m)) {
+        if let Some(source) = &m.source {
             out.push(Wanted {
                 destination: m.destination.clone(),
                 written: source,
@@ -137,11 +135,6 @@ fn wanted(task: &Task) -> Vec<Wanted<'_>> {
 /// Whether any task names a local source.
 pub fn names_files(group: &Group) -> bool {
     group.tasks.iter().any(|t| !wanted(t).is_empty())
-}
-
-/// A source on the submitting machine (not a bucket URL).
-pub fn is_local(source: &str) -> bool {
-    !source.contains("://") && !source.starts_with("skypilot:")
 }
 
 /// Takes every task's sources; the files, or the diagnostics that stop

@@ -433,9 +433,13 @@ impl Local {
         let mut env = node_env(&g.plan, gid, &g.net, &grant, task, rank, phase);
         env.push((NODE_MARKER_VAR.into(), adir.display().to_string()));
         let command = bash(&paths::script(&g.dir, task, phase));
-        let command = self
-            .files
-            .wrap(mounts, volumes, &env, &adir.join("files"), command);
+        let command = self.files.wrap(
+            mounts,
+            volumes,
+            &env,
+            &paths::layers(&node_dir, attempt),
+            command,
+        );
         let argv = g.net.wrap(net, command);
         let log = paths::log(&g.dir, &g.plan.tasks[task].name, rank);
         let launch = Launch {

@@ -74,8 +74,10 @@ pub fn discard_layers(group_dir: &Path, plan: &super::plan::Plan) {
         }
         for rank in 0..t.num_nodes {
             let node = crate::paths::node_dir(group_dir, task, rank);
-            for attempt in std::fs::read_dir(&node).into_iter().flatten().flatten() {
-                crate::files::store::remove(&attempt.path().join("files"));
+            for entry in std::fs::read_dir(&node).into_iter().flatten().flatten() {
+                if entry.file_name().to_string_lossy().ends_with("-files") {
+                    crate::files::store::remove(&entry.path());
+                }
             }
         }
     }

@@ -2,7 +2,7 @@
 //! made from the IR by the submitting client and stored with the group.
 
 use super::capacity::{Capacity, Demand};
-use crate::files::take::is_local;
+use crate::files::take::delivered;
 use crate::files::{Files, Mount, Volume};
 use crate::policy::GroupSpec;
 use crate::pool::{JobSpec, PoolSpec, Room};
@@ -275,11 +275,7 @@ fn not_applied(task: &Task) -> Vec<String> {
                 .to_owned(),
         );
     }
-    if task
-        .file_mounts
-        .iter()
-        .any(|m| m.storage.is_some() || m.source.as_deref().is_none_or(|s| !is_local(s)))
-    {
+    if task.file_mounts.iter().any(|m| !delivered(m)) {
         out.push(
             "file mounts from buckets and SkyPilot Storage are not applied on this machine"
                 .to_owned(),

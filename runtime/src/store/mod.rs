@@ -302,9 +302,11 @@ impl Store {
         rows.collect()
     }
 
-    /// Keeps `digests` for the live group (a pool) `gid` too.
-    pub fn add_snapshots(&mut self, gid: i64, digests: &[String]) -> Result<()> {
+    /// Makes `digests` the snapshots of the live group (a pool) `gid`:
+    /// its workers keep those they were made with.
+    pub fn set_snapshots(&mut self, gid: i64, digests: &[String]) -> Result<()> {
         self.transaction(|tx| {
+            tx.0.execute("DELETE FROM snapshots WHERE group_id = ?1", params![gid])?;
             for digest in digests {
                 tx.0.execute(
                     "INSERT OR IGNORE INTO snapshots (group_id, digest) VALUES (?1, ?2)",

@@ -797,13 +797,9 @@ impl Supervisor {
     /// Removes the snapshots no live group is given any more (also those
     /// of groups that ended while no supervisor ran).
     fn collect_files(&self) {
-        match self.store.live_snapshots() {
-            Ok(live) => {
-                if let Err(e) = self.snapshots.collect(&live) {
-                    log(format_args!("cannot remove unused snapshots: {e}"));
-                }
-            }
-            Err(e) => log(format_args!("cannot list live snapshots: {e}")),
+        let live = || self.store.live_snapshots().map_err(|e| e.to_string());
+        if let Err(e) = self.snapshots.collect(live) {
+            log(format_args!("cannot remove unused snapshots: {e}"));
         }
     }
 

@@ -650,16 +650,14 @@ fn prelude(
         Some(Workdir::Git { .. }) => out.push(ignored(task, "a git `workdir` is not cloned")),
         None => {}
     }
-    // Those not delivered: buckets, storage, or all of them for `build`.
-    let local = mounts.iter().filter(|m| !m.workdir).count();
-    if task.file_mounts.len() > local {
+    // Those not delivered: buckets and storage, or all of them for
+    // `build` (which reads no files).
+    if mounts.is_empty() && !task.file_mounts.is_empty() {
+        out.push(ignored(task, "`file_mounts` are not applied"));
+    } else if task.file_mounts.iter().any(|m| !crate::files::delivered(m)) {
         out.push(ignored(
             task,
-            if local > 0 || mounts.iter().any(|m| m.workdir) {
-                "file mounts from buckets and SkyPilot Storage are not applied"
-            } else {
-                "`file_mounts` are not applied"
-            },
+            "file mounts from buckets and SkyPilot Storage are not applied",
         ));
     }
     if !task.volumes.is_empty() && !volumes {

@@ -27,7 +27,8 @@ if [ -z "${SKYC_IN_NS:-}" ]; then
     if [ -e "$d/$g.files" ]; then
         view=$(cat "$d/$g.files") || exit 1
         SKYC_HOST_NS=$(readlink /proc/self/ns/mnt) || exit 1
-        export SKYC_HOST_NS SKYC_FILES_LAYERS=$d/layers
+        # Where the helper records a failure: the node's setup failed.
+        export SKYC_HOST_NS SKYC_FILES_LAYERS=$d/layers SKYC_FILES_EXIT=$d/exit.$g.$a.$rank
         # shellcheck disable=SC2016 # expanded by the inner sh, on purpose
         files='"$7" __node-files "$8" -- '
     fi
