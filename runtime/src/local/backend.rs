@@ -197,6 +197,11 @@ impl Local {
                     Err(_) => self.settle(gid, g, task, rank, phase, None, &adir),
                 }
             } else {
+                // The agent writes `exit` before it ends: one that ended
+                // between the read above and `adopt` left it, and is read
+                // again now that it is gone, lest a node that ended be
+                // taken for lost and run again.
+                let code = code.or_else(|| agent::read_exit(&adir));
                 self.settle(gid, g, task, rank, phase, code, &adir);
             }
         }
