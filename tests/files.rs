@@ -271,6 +271,13 @@ fn views(target: Target) {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(snapshots(&s), Vec::<String>::new());
+    // And the nodes' writable layers with it.
+    let layers: Vec<PathBuf> = listing(&s.state().join("groups"))
+        .into_iter()
+        .map(|(p, _)| p)
+        .filter(|p| p.to_string_lossy().contains("-files/"))
+        .collect();
+    assert_eq!(layers, Vec::<PathBuf>::new());
 }
 
 /// A recovery, after a supervisor that was killed and the source edited

@@ -100,8 +100,12 @@ pub fn apply(
 }
 
 /// Deletes the volume `name` and what it holds, unless a live group
-/// mounts it.
-pub fn delete(store: &mut Store, name: &str) -> Result<(), String> {
+/// mounts it. Submissions, which hold the state directory's files lock
+/// from naming a volume until their group is recorded, wait meanwhile.
+pub fn delete(store: &mut Store, state_dir: &Path, name: &str) -> Result<(), String> {
+    let _excluding = crate::files::Snapshots::of(state_dir)
+        .excluding()
+        .map_err(|e| format!("{}: {e}", state_dir.join("files").display()))?;
     let volumes = store.volumes().map_err(|e| e.to_string())?;
     let Some(v) = volumes.into_iter().find(|v| v.name == name) else {
         return Err(format!("no volume named `{name}`"));

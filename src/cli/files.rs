@@ -38,10 +38,14 @@ impl Drop for Taken {
         };
         // Collection takes the lock this submission holds.
         drop(writing);
-        let Ok(store) = skyc_runtime::store::Store::open(&state_dir) else {
+        // No store yet: no group is given anything.
+        let Ok(store) = skyc_runtime::store::Store::open_read_only(&state_dir) else {
             return;
         };
-        let live = || store.live_snapshots().map_err(|e| e.to_string());
+        let live = || match &store {
+            Some(store) => store.live_snapshots().map_err(|e| e.to_string()),
+            None => Ok(Default::default()),
+        };
         let _ = Snapshots::of(&state_dir).collect(live);
     }
 }
@@ -62,16 +66,20 @@ pub(crate) fn take(
     if !wanted || !target.descriptor().delivers_files {
         return Ok(taken);
     }
-    if take::names_files(group) {
-        let snapshots = Snapshots::of(state_dir);
-        let writing = snapshots
-            .writing()
-            .map_err(|e| format!("{}: {e}", state_dir.join("files").display()))?;
-        let read = read(group, Some((&snapshots, &writing)));
-        taken.writing = Some((writing, state_dir.to_owned()));
-        (taken.files, taken.diagnostics) = read?;
+    let volumes_named = group.tasks.iter().any(|t| !t.volumes.is_empty());
+    if !take::names_files(group) && !volumes_named {
+        return Ok(taken);
     }
-    if group.tasks.iter().any(|t| !t.volumes.is_empty()) {
+    // Held until the group is recorded: its snapshots are not collected,
+    // nor its volumes deleted, before it is.
+    let snapshots = Snapshots::of(state_dir);
+    let writing = snapshots
+        .writing()
+        .map_err(|e| format!("{}: {e}", state_dir.join("files").display()))?;
+    let read = read(group, Some((&snapshots, &writing)));
+    taken.writing = Some((writing, state_dir.to_owned()));
+    (taken.files, taken.diagnostics) = read?;
+    if volumes_named {
         let store = skyc_runtime::store::Store::open_read_only(state_dir)?;
         let (volumes, diagnostics) = volumes::resolve(group, store.as_ref(), target);
         taken.files.volumes = volumes;

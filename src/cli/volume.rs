@@ -241,10 +241,10 @@ fn delete(args: &DeleteArgs) -> Outcome {
     {
         return Err((NOT_FOUND, format!("no volume named `{}`", args.names[0])));
     }
-    let (_, mut store) = args.state.open().map_err(|e| (USAGE, e))?;
+    let (dir, mut store) = args.state.open().map_err(|e| (USAGE, e))?;
     let mut code = OK;
     for name in &args.names {
-        match volumes::delete(&mut store, name) {
+        match volumes::delete(&mut store, &dir, name) {
             Ok(()) => errln!("skyc: volume `{name}` deleted"),
             Err(message) => {
                 errln!("error: {message}");

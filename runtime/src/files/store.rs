@@ -60,6 +60,14 @@ impl Snapshots {
         Ok(Writing { _lock: lock })
     }
 
+    /// Waits until no submission is writing, and holds them off: what a
+    /// live group is given cannot change meanwhile (a volume deleted).
+    pub fn excluding(&self) -> io::Result<Writing> {
+        let lock = self.lock()?;
+        flock(&lock, FlockOperation::LockExclusive)?;
+        Ok(Writing { _lock: lock })
+    }
+
     /// Reads `root` into the snapshot its bytes make, unless it is kept
     /// already. The caller holds [`Writing`].
     pub fn take(

@@ -813,14 +813,15 @@ impl Backend for Local {
             self.allocator.release(grant);
         }
         network::teardown(&g.net);
-        super::files::discard_layers(&g.dir, &g.plan);
+        super::files::discard_layers(&g.dir);
         self.try_queue();
     }
 
-    fn sweep(&mut self, _gid: i64, kept: &str) {
+    fn sweep(&mut self, gid: i64, kept: &str) {
         if let Ok(net) = serde_json::from_str::<GroupNetwork>(kept) {
             network::teardown(&net);
         }
+        super::files::discard_layers(&paths::group_dir(&self.state_dir, gid));
     }
 
     fn drain(&mut self, _now_ms: i64) -> Vec<(i64, Report)> {

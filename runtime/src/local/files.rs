@@ -65,18 +65,24 @@ impl NodeFiles {
 }
 
 /// Removes what a group's nodes wrote over their files (their writable
-/// layers), once the group has ended: the snapshots themselves go when no
-/// live group is given them.
-pub fn discard_layers(group_dir: &Path, plan: &super::plan::Plan) {
-    for (task, t) in plan.tasks.iter().enumerate() {
-        if t.files.is_empty() && t.volumes.is_empty() {
-            continue;
-        }
-        for rank in 0..t.num_nodes {
-            let node = crate::paths::node_dir(group_dir, task, rank);
-            for entry in std::fs::read_dir(&node).into_iter().flatten().flatten() {
-                if entry.file_name().to_string_lossy().ends_with("-files") {
-                    crate::files::store::remove(&entry.path());
+/// layers, `nodes/<task>/<rank>/a<attempt>-files`), once the group has
+/// ended: the snapshots themselves go when no live group is given them.
+/// Found by name, so a supervisor sweeping a group that ended while none
+/// ran needs no plan.
+pub fn discard_layers(group_dir: &Path) {
+    let dirs = |dir: &Path| {
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .collect::<Vec<_>>()
+    };
+    for task in dirs(&group_dir.join("nodes")) {
+        for node in dirs(&task) {
+            for entry in dirs(&node) {
+                if entry.to_string_lossy().ends_with("-files") {
+                    crate::files::store::remove(&entry);
                 }
             }
         }
