@@ -775,7 +775,9 @@ fn a_kill_after_the_grace_survives_supervisor_restarts() {
     // dies before one answers: the next one reads the processes gone.
     p.fake.world().kubelet_exec.failing_polls = true;
     p.fire(10, kill);
-    assert!(p.processes().iter().all(|x| x.vanished), "SIGKILL sent");
+    // Sent from the backend's thread: waited for, then what else it does.
+    p.until("SIGKILL sent", |p| p.processes().iter().all(|x| x.vanished));
+    p.settle();
     assert_eq!(p.status(10), Status::Cancelling);
     p.fake.world().kubelet_exec.failing_polls = false;
     p.restart();
