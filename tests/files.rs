@@ -88,6 +88,50 @@ impl Target {
     }
 }
 
+/// Waits (10 s at most) until the ended groups' snapshots are removed.
+fn no_snapshots_left(s: &Scratch) {
+    let start = std::time::Instant::now();
+    while !snapshots(s).is_empty() && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(snapshots(s), Vec::<String>::new());
+}
+
+/// One of SkyPilot's examples (`tests/fixtures/skypilot-examples/FILE`)
+/// for a machine without network access or GPUs: no `setup` (its `pip
+/// install`s), `python3`, the lines holding any of `drop` left out, and
+/// `replace` applied.
+fn offline(file: &str, drop: &[&str], replace: &[(&str, &str)]) -> String {
+    let example = fs::read_to_string(
+        support::root()
+            .join("tests/fixtures/skypilot-examples")
+            .join(file),
+    )
+    .expect("example");
+    let mut yaml = String::new();
+    let mut in_setup = false;
+    for line in example.lines() {
+        if line.starts_with("setup:") {
+            in_setup = true;
+            continue;
+        }
+        if in_setup && line.starts_with("  ") {
+            continue;
+        }
+        in_setup = false;
+        if drop.iter().any(|d| line.contains(d)) {
+            continue;
+        }
+        let mut line = line.replace("python ", "python3 ");
+        for (from, to) in replace {
+            line = line.replace(from, to);
+        }
+        yaml.push_str(&line);
+        yaml.push('\n');
+    }
+    yaml
+}
+
 /// The state directory's snapshots.
 fn snapshots(s: &Scratch) -> Vec<String> {
     let mut names: Vec<String> = fs::read_dir(s.state().join("files"))
@@ -121,29 +165,15 @@ fn the_rlhf_example_runs_with_its_code_on_slurm() {
 fn rlhf(target: Target) {
     let s = target.scratch("files-rlhf");
     copy_tree(&support::root().join("tests/fixtures/files/rlhf"), &s.dir);
-    let example = fs::read_to_string(support::root().join(
-        "tests/fixtures/skypilot-examples/rl-post-training-jobgroup__rlhf-math-jobgroup-cpu.yaml",
-    ))
-    .expect("example");
-    let mut yaml = String::new();
-    let mut in_setup = false;
-    for line in example.lines() {
-        if line.starts_with("setup:") {
-            in_setup = true;
-            continue;
-        }
-        if in_setup && line.starts_with("  ") {
-            continue;
-        }
-        in_setup = false;
-        let line = line
-            .replace("python ", "python3 ")
-            .replace("sleep 300", "true")
-            .replace("sleep 30", "sleep 1")
-            .replace("sleep 5", "sleep 1");
-        yaml.push_str(&line);
-        yaml.push('\n');
-    }
+    let yaml = offline(
+        "rl-post-training-jobgroup__rlhf-math-jobgroup-cpu.yaml",
+        &[],
+        &[
+            ("sleep 300", "true"),
+            ("sleep 30", "sleep 1"),
+            ("sleep 5", "sleep 1"),
+        ],
+    );
     s.write("rlhf-math-jobgroup-cpu.yaml", &yaml);
     let out = target
         .run(&s, "rlhf-math-jobgroup-cpu.yaml")
@@ -265,12 +295,7 @@ fn views(target: Target) {
     );
     assert!(!Path::new("/opt/skyc-test").exists(), "/opt was written");
     // The group has ended: what it alone was given is gone.
-    let s2 = &s;
-    let start = std::time::Instant::now();
-    while !snapshots(s2).is_empty() && start.elapsed() < Duration::from_secs(10) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert_eq!(snapshots(&s), Vec::<String>::new());
+    no_snapshots_left(&s);
     // And the nodes' writable layers with it.
     let layers: Vec<PathBuf> = listing(&s.state().join("groups"))
         .into_iter()
@@ -357,11 +382,7 @@ fn a_snapshot_goes_when_its_last_group_goes() {
     assert_eq!(snapshots(&s).len(), 1, "kept for the live group");
     fs::write(s.dir.join("two.go"), "").expect("go");
     s.wait_finished(two);
-    let start = std::time::Instant::now();
-    while !snapshots(&s).is_empty() && start.elapsed() < Duration::from_secs(10) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert_eq!(snapshots(&s), Vec::<String>::new());
+    no_snapshots_left(&s);
 }
 
 /// A pool's workdir reaches its workers before their setup, and the jobs
@@ -551,26 +572,11 @@ fn train_eval(target: Target) {
         s.dir.join("train-eval-ckpts-volume.yaml"),
     )
     .expect("volume file");
-    let example =
-        fs::read_to_string(examples.join("train-eval-jobgroup__train-eval-jobgroup.yaml"))
-            .expect("example");
-    let mut yaml = String::new();
-    let mut in_setup = false;
-    for line in example.lines() {
-        if line.starts_with("setup:") {
-            in_setup = true;
-            continue;
-        }
-        if in_setup && line.starts_with("  ") {
-            continue;
-        }
-        in_setup = false;
-        if line.contains("accelerators:") || line.contains("memory:") {
-            continue;
-        }
-        yaml.push_str(&line.replace("python ", "python3 "));
-        yaml.push('\n');
-    }
+    let yaml = offline(
+        "train-eval-jobgroup__train-eval-jobgroup.yaml",
+        &["accelerators:", "memory:"],
+        &[],
+    );
     s.write("train-eval-jobgroup.yaml", &yaml);
     // Before the volume exists: a located error, nothing started.
     let out = target

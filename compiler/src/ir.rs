@@ -272,3 +272,11 @@ pub struct Volume {
     #[serde(skip)]
     pub at: At,
 }
+
+impl Volume {
+    /// A new volume needs a size, as SkyPilot's loader says (a
+    /// `k8s-hostpath` one has none).
+    pub fn lacks_size(&self) -> bool {
+        self.size_gb.is_none() && !self.use_existing && self.r#type != "k8s-hostpath"
+    }
+}

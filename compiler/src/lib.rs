@@ -24,9 +24,9 @@ pub mod yaml;
 
 pub use analyzer::Options;
 pub use analyzer::names::is_dns_label;
-pub use analyzer::volume::size_gb as volume_size_gb;
 pub use compilation::{Compilation, MAX_FILE_BYTES, VolumeCompilation, compile, compile_volume};
 pub use diagnostic::{Diagnostic, Diagnostics, Fix, Label, MAX_DIAGNOSTICS, Severity};
 pub use rule::Rule;
 pub use schema::editor_schema;
 pub use source::{Position, Source, Span};
+pub use units::parse_volume_size;

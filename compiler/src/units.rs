@@ -129,9 +129,9 @@ fn check_positive(value: f64, text: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// `disk_size`: whole GB, from an integer or `^[0-9]+(unit)?$` (the schema
-/// has checked the form).
-pub(crate) fn parse_disk_size(text: &str) -> Result<u64, String> {
+/// A size in SkyPilot's `^[0-9]+(unit)?$` form, in bytes: a bare number is
+/// GB, and GB means GiB (`kb`/`ki` ... `pb`/`pi`, any case).
+fn size_bytes(text: &str) -> Result<u128, String> {
     let lower = text.to_ascii_lowercase();
     let split = lower
         .find(|c: char| !c.is_ascii_digit())
@@ -148,7 +148,23 @@ pub(crate) fn parse_disk_size(text: &str) -> Result<u64, String> {
         "pb" | "pi" => 1 << 50,
         _ => return Err(format!("`{text}` has an unknown unit")),
     };
-    let bytes = u128::from(number) * bytes_per_unit;
+    Ok(u128::from(number) * bytes_per_unit)
+}
+
+/// A volume's `size`: whole GiB, rounded up, at least 1 (`500Mi` is 1),
+/// as SkyPilot's volume loader rounds it.
+pub fn parse_volume_size(text: &str) -> Result<u64, String> {
+    let gb = size_bytes(text)?.div_ceil(1 << 30);
+    if gb == 0 {
+        return Err("a volume's size must be no less than 1Gi".to_owned());
+    }
+    u64::try_from(gb).map_err(|_| format!("`{text}` is too large"))
+}
+
+/// `disk_size`: whole GB, from an integer or `^[0-9]+(unit)?$` (the schema
+/// has checked the form).
+pub(crate) fn parse_disk_size(text: &str) -> Result<u64, String> {
+    let bytes = size_bytes(text)?;
     if !bytes.is_multiple_of(1 << 30) {
         return Err(format!("`{text}` is not a whole number of GB"));
     }

@@ -140,13 +140,14 @@ fn apply(args: &ApplyArgs) -> Outcome {
         volume.name.clone_from(name);
     }
     if let Some(size) = &args.size {
-        let gb = skyc_compiler::volume_size_gb(size).map_err(|e| usage(format!("--size: {e}")))?;
+        let gb =
+            skyc_compiler::parse_volume_size(size).map_err(|e| usage(format!("--size: {e}")))?;
         volume.size_gb = Some(gb);
     }
     if volume.name.is_empty() {
         return Err(usage("a volume needs a name (`--name`)".into()));
     }
-    if volume.size_gb.is_none() && !volume.use_existing && source.is_none() {
+    if volume.lacks_size() {
         return Err(usage(
             "a new volume needs a size (`--size 10Gi`), as SkyPilot asks".into(),
         ));

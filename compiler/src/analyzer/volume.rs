@@ -4,6 +4,7 @@
 
 use crate::ir::{At, Volume};
 use crate::schema::{self, DocumentKind};
+use crate::units::parse_volume_size;
 use crate::yaml::{Document, Node, Value};
 use crate::{Diagnostic, Diagnostics, Rule, Span};
 
@@ -51,7 +52,7 @@ pub(crate) fn analyze(documents: &[Document], out: &mut Diagnostics) -> Option<V
         );
     }
     let size_gb = match root.get_present("size") {
-        Some(size) => match size_gb(size.as_str().unwrap_or_default()) {
+        Some(size) => match parse_volume_size(size.as_str().unwrap_or_default()) {
             Ok(gb) => Some(gb),
             Err(message) => {
                 out.push(
@@ -63,11 +64,18 @@ pub(crate) fn analyze(documents: &[Document], out: &mut Diagnostics) -> Option<V
         None => None,
     };
     let kind = text("type").unwrap_or_default();
-    if size_gb.is_none()
-        && root.get_present("size").is_none()
-        && !use_existing
-        && kind != "k8s-hostpath"
-    {
+    let config = root.get_present("config");
+    let volume = Volume {
+        name: name.as_str()?.to_owned(),
+        r#type: kind.to_owned(),
+        infra: text("infra").map(str::to_owned),
+        size_gb,
+        use_existing,
+        config: config.map(super::task::to_plain_json),
+        at: At(name.span),
+    };
+    // A size given but invalid is reported above.
+    if volume.lacks_size() && root.get_present("size").is_none() {
         out.push(
             Diagnostic::new(
                 Rule::InvalidVolumeFile,
@@ -78,7 +86,6 @@ pub(crate) fn analyze(documents: &[Document], out: &mut Diagnostics) -> Option<V
             .help("add `size: 10Gi` (or `--size`), or `use_existing: true` to adopt one"),
         );
     }
-    let config = root.get_present("config");
     if kind == "k8s-hostpath" {
         let host_path = config.and_then(|c| c.get_present("host_path"));
         let valid = host_path
@@ -99,49 +106,12 @@ pub(crate) fn analyze(documents: &[Document], out: &mut Diagnostics) -> Option<V
             );
         }
     }
-    if out.has_errors() {
-        return None;
-    }
-    Some(Volume {
-        name: name.as_str()?.to_owned(),
-        r#type: kind.to_owned(),
-        infra: text("infra").map(str::to_owned),
-        size_gb,
-        use_existing,
-        config: config.map(super::task::to_plain_json),
-        at: At(name.span),
-    })
-}
-
-/// SkyPilot's volume size: whole GiB, rounded up, at least 1 (`10Gi`,
-/// `500Mi` is 1, a bare number is GiB).
-pub fn size_gb(text: &str) -> Result<u64, String> {
-    let lower = text.to_ascii_lowercase();
-    let split = lower
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(lower.len());
-    let (digits, unit) = lower.split_at(split);
-    let number: u128 = digits
-        .parse()
-        .map_err(|_| format!("`{text}` is not a size"))?;
-    let per_unit: u128 = match unit {
-        "" | "gb" | "gi" => 1 << 30,
-        "kb" | "ki" => 1 << 10,
-        "mb" | "mi" => 1 << 20,
-        "tb" | "ti" => 1 << 40,
-        "pb" | "pi" => 1 << 50,
-        _ => return Err(format!("`{text}` has an unknown unit")),
-    };
-    let gb = (number * per_unit).div_ceil(1 << 30);
-    if gb == 0 {
-        return Err("a volume's size must be no less than 1Gi".to_owned());
-    }
-    u64::try_from(gb).map_err(|_| format!("`{text}` is too large"))
+    (!out.has_errors()).then_some(volume)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::units::parse_volume_size as size_gb;
 
     #[test]
     fn sizes_are_whole_gib_rounded_up() {
