@@ -1429,3 +1429,189 @@ setup: pip install -r requirements.txt
         let _ = root();
     }
 }
+
+/// A group's files in the manifests: the init container that puts each
+/// snapshot in place, the main container's mounts and the placing under
+/// the home, in both layouts; the manifests' ConfigMap of streams, and the
+/// located error when they do not fit in one. Valid against the schemas,
+/// the scripts valid sh and bash and shellcheck-clean.
+mod files {
+    use super::{lower_text, schema};
+    use crate::support::{render_human, snapshots};
+    use serde_json::Value;
+    use skyc_compiler::{Options, Rule, compile};
+    use skyc_targets::files::{Mount, Taken};
+    use skyc_targets::k8s::{self, emit, files};
+
+    const GROUP: &str = "\
+name: g
+execution: parallel
+---
+name: trainer
+num_nodes: 2
+workdir: ./work
+file_mounts:
+  /code: ./code
+  ~/conf/settings.yaml: ./settings.yaml
+  /data: s3://bucket/data
+run: python train.py
+---
+name: evaluator
+run: python eval.py
+";
+
+    fn mount(destination: &str, digest: char, dir: bool, workdir: bool) -> Mount {
+        Mount {
+            destination: destination.into(),
+            source: format!("/home/u/{destination}"),
+            workdir,
+            taken: Taken {
+                digest: digest.to_string().repeat(64),
+                dir,
+                files: 1,
+                bytes: 10,
+            },
+        }
+    }
+
+    fn options(bytes: usize) -> k8s::Options {
+        let tasks = vec![
+            vec![
+                mount("~/sky_workdir", 'a', true, true),
+                mount("/code", 'b', true, false),
+                mount("~/conf/settings.yaml", 'c', false, false),
+            ],
+            Vec::new(),
+        ];
+        let packs = ['a', 'b', 'c']
+            .into_iter()
+            .map(|d| {
+                (
+                    d.to_string().repeat(64),
+                    files::Pack {
+                        sha256: format!("{d}{}", "0".repeat(63)),
+                        bytes: bytes as u64,
+                        data: Some(vec![b'x'; bytes]),
+                    },
+                )
+            })
+            .collect();
+        k8s::Options {
+            namespace: Some("team".into()),
+            files: Some(files::Files { tasks, packs }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_manifests_carry_the_files_and_are_valid() {
+        let (c, m) = lower_text(GROUP, &options(48));
+        assert!(!m.has_errors(), "{:?}", m.diagnostics);
+        // Only the bucket is said not to be delivered.
+        let said: Vec<&str> = m.diagnostics.iter().map(|d| d.message.as_str()).collect();
+        assert_eq!(said.len(), 1, "{said:?}");
+        assert!(
+            said[0].contains("`/data` (from `s3://bucket/data`)"),
+            "{said:?}"
+        );
+        assert_eq!(schema::validate(&m.objects), Vec::<String>::new());
+        let kinds: Vec<&str> = m
+            .objects
+            .iter()
+            .filter_map(|o| o["kind"].as_str())
+            .collect();
+        assert_eq!(kinds, ["ConfigMap", "ConfigMap", "JobSet"]);
+        assert_eq!(
+            m.objects[1]["binaryData"]
+                .as_object()
+                .map(|d| d.keys().cloned().collect::<Vec<_>>()),
+            Some(vec![
+                format!("{}.tar", "a".repeat(64)),
+                format!("{}.tar", "b".repeat(64)),
+                format!("{}.tar", "c".repeat(64)),
+            ])
+        );
+        let pods = k8s::pods::lower(c.group.as_ref().unwrap(), &options(48));
+        assert!(!pods.has_errors(), "{:?}", pods.diagnostics);
+        let all = pods.manifests("g");
+        assert_eq!(schema::validate(&all), Vec::<String>::new());
+        snapshots("k8s/files").bind(|| {
+            insta::assert_snapshot!(
+                "jobset_layout",
+                emit::render(&m.objects, emit::Format::Yaml)
+            );
+            insta::assert_snapshot!("pods_layout", emit::render(&all, emit::Format::Yaml));
+        });
+    }
+
+    #[test]
+    fn the_files_scripts_are_valid_and_shellcheck_clean() {
+        let (c, m) = lower_text(GROUP, &options(16));
+        let pods = k8s::pods::lower(c.group.as_ref().unwrap(), &options(16));
+        let dir = std::env::temp_dir().join(format!("skyc-k8s-files-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let jobset_pod = &m.objects[2]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"];
+        let init = |pod: &Value| pod["spec"]["initContainers"][0]["command"][2].clone();
+        let scripts = [
+            ("init-jobset.sh", "sh", init(jobset_pod)),
+            ("init-pods.sh", "sh", init(&pods.templates[0])),
+            (
+                "entrypoint.sh",
+                "bash",
+                m.objects[0]["data"]["entrypoint.sh"].clone(),
+            ),
+            (
+                "files.sh",
+                "bash",
+                m.objects[0]["data"]["trainer.files.sh"].clone(),
+            ),
+            ("fill-part.sh", "sh", files::FILL_PART.into()),
+            ("fill-done.sh", "sh", files::FILL_DONE.into()),
+        ];
+        for (name, shell, text) in scripts {
+            let text = text.as_str().unwrap_or_else(|| panic!("{name} is missing"));
+            let path = dir.join(name);
+            std::fs::write(&path, format!("#!/bin/{shell}\n{text}")).unwrap();
+            let status = std::process::Command::new(shell)
+                .arg("-n")
+                .arg(&path)
+                .status();
+            assert!(
+                status.is_ok_and(|s| s.success()),
+                "{shell} -n rejects {name}"
+            );
+            match std::process::Command::new("shellcheck").arg(&path).output() {
+                Ok(out) => assert!(
+                    out.status.success(),
+                    "shellcheck, {name}:\n{}",
+                    String::from_utf8_lossy(&out.stdout)
+                ),
+                Err(_) => eprintln!("!!! SKIPPED: shellcheck is not installed"),
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn files_too_large_for_a_configmap_are_an_error_at_the_largest() {
+        let name = "group.yaml";
+        let c = compile(name, GROUP.as_bytes(), &Options::default());
+        let mut options = options(300 << 10);
+        // The workdir's stream is the largest.
+        if let Some(f) = options.files.as_mut() {
+            let a = "a".repeat(64);
+            f.packs.get_mut(&a).unwrap().bytes = 500 << 10;
+            f.packs.get_mut(&a).unwrap().data = Some(vec![0; 500 << 10]);
+        }
+        let m = k8s::lower(c.group.as_ref().unwrap(), &options);
+        assert!(m.objects.is_empty());
+        let errors: Vec<_> = m.diagnostics.iter().filter(|d| d.is_error()).collect();
+        assert_eq!(errors.len(), 1);
+        assert_eq!(errors[0].rule, Rule::K8sTooLarge);
+        let mut c = c;
+        c.diagnostics = m.diagnostics.clone();
+        snapshots("k8s/files").bind(|| {
+            insta::assert_snapshot!("too_large", render_human(&c));
+        });
+    }
+}

@@ -655,3 +655,47 @@ fn e2e_a_pool_runs_ranked_jobs_in_its_workers_and_goes_down() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     wait_gone(&format!("{pool}-"), "pool down");
 }
+
+/// The RLHF example's code folder, and a workdir, reach every pod: each
+/// node prints the digest of what it read at the destinations, and
+/// nothing of the group (its files pod included) is left once its JobSet
+/// is deleted.
+#[test]
+fn e2e_files_reach_every_pod() {
+    let Some(()) = cluster() else { return };
+    let s = Scratch::new("k8s-e2e-files");
+    std::fs::create_dir_all(s.dir.join("code/lib")).expect("code");
+    s.write("code/lib/model.py", "WEIGHTS = 3\n");
+    s.write("work/run.sh", "echo from the workdir\n");
+    let name = unique("files");
+    s.write(
+        "g.yaml",
+        &format!(
+            "name: {name}\nexecution: parallel\n---\nname: trainer\nnum_nodes: 2\nworkdir: \
+             ./work\nfile_mounts:\n  /code: ./code\nrun: |\n  sha256sum /code/lib/model.py\n  \
+             bash run.sh\n---\nname: evaluator\nfile_mounts:\n  /code: ./code\nrun: cat \
+             /code/lib/model.py\n"
+        ),
+    );
+    let out = run_k8s(&s, "g.yaml", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let status = s.status(1);
+    assert_eq!(status["status"], "SUCCEEDED", "{status:#}");
+    let logs = logs(&s, 1);
+    let digest = skyc_runtime::files::tar::sha256(b"WEIGHTS = 3\n");
+    assert_eq!(
+        logs.matches(&format!("{digest}  /code/lib/model.py"))
+            .count(),
+        2,
+        "{logs}"
+    );
+    assert_eq!(logs.matches("from the workdir").count(), 2, "{logs}");
+    assert!(logs.contains("WEIGHTS = 3"), "{logs}");
+    let namespace = std::env::var("SKYC_K8S_E2E_NAMESPACE").unwrap_or_else(|_| "default".into());
+    let deleted = Command::new("kubectl")
+        .args(["delete", "jobset", &name, "-n", &namespace, "--wait=false"])
+        .status()
+        .is_ok_and(|st| st.success());
+    assert!(deleted, "kubectl delete jobset {name}");
+    wait_gone(&name, "the group's end and its JobSet's deletion");
+}

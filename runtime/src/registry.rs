@@ -123,7 +123,7 @@ pub static BACKENDS: [Descriptor; 4] = [
             key: "pod",
         }),
         detach_waits: true,
-        delivers_files: false,
+        delivers_files: true,
         logs: in_group_dir,
         start: |dir, setup| {
             let (connect, tuning) = setup.k8s.clone();

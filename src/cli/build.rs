@@ -115,7 +115,7 @@ pub(crate) fn run(args: &Args) -> u8 {
         errln!("error: --layout is for the k8s target");
         return USAGE;
     }
-    let k8s_options = match args.k8s.options() {
+    let mut k8s_options = match args.k8s.options() {
         Ok(options) => options,
         Err(message) if matches!(args.target, Target::K8s) => {
             errln!("error: {message}");
@@ -144,12 +144,30 @@ pub(crate) fn run(args: &Args) -> u8 {
         env: args.env.clone(),
     };
     let mut compilation = compile(&name, &bytes, &options);
+    // The k8s target's manifests carry the tasks' files; a source that
+    // cannot be read is an error, and nothing is lowered.
+    let mut files_failed = false;
+    if let (Some(group), Target::K8s) = (&compilation.group, args.target) {
+        let with_data = args.layout == Layout::Jobset && group.pool.is_none();
+        match super::files::for_k8s(group, with_data) {
+            Ok((files, diagnostics)) => {
+                files_failed = diagnostics.iter().any(Diagnostic::is_error);
+                add_diagnostics(&mut compilation, diagnostics);
+                k8s_options.files = Some(files);
+            }
+            Err(message) => {
+                errln!("error: {message}");
+                return USAGE;
+            }
+        }
+    }
     let mut objects = Vec::new();
     let mut script = None;
     let mut pipeline = None;
     let mut spec = None;
     let mut files = None;
     match (&compilation.group, args.target) {
+        _ if files_failed => {}
         (Some(group), Target::Files) => match super::files::review(group) {
             Ok((review, diagnostics)) => {
                 add_diagnostics(&mut compilation, diagnostics);

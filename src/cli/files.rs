@@ -79,7 +79,7 @@ pub(crate) fn take(
     let read = read(group, Some((&snapshots, &writing)));
     taken.writing = Some((writing, state_dir.to_owned()));
     (taken.files, taken.diagnostics) = read?;
-    if volumes_named {
+    if volumes_named && volumes::kept_as_directories(target) {
         let store = skyc_runtime::store::Store::open_read_only(state_dir)?;
         let (volumes, diagnostics) = volumes::resolve(group, store.as_ref(), target);
         taken.files.volumes = volumes;
@@ -153,6 +153,42 @@ impl Progress {
             let _ = writeln!(std::io::stderr());
         }
     }
+}
+
+/// The group's files as `skyc build --target k8s` puts them in the
+/// manifests: read into a snapshot directory of the build's own (removed
+/// after), each snapshot's stream digested, and kept whole when `with_data`
+/// (the ConfigMap of the manifests for kubectl).
+pub(crate) fn for_k8s(
+    group: &Group,
+    with_data: bool,
+) -> Result<(skyc_targets::k8s::files::Files, Vec<Diagnostic>), String> {
+    if !take::names_files(group) {
+        return Ok((Default::default(), Vec::new()));
+    }
+    let dir = std::env::temp_dir().join(format!(
+        "skyc-build-files-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default()
+    ));
+    let snapshots = Snapshots::of(&dir);
+    let result = (|| {
+        let writing = snapshots
+            .writing()
+            .map_err(|e| format!("{}: {e}", snapshots.dir().display()))?;
+        let (files, diagnostics) = read(group, Some((&snapshots, &writing)))?;
+        if diagnostics.iter().any(Diagnostic::is_error) {
+            return Ok((Default::default(), diagnostics));
+        }
+        let packs = skyc_runtime::k8s::files::packs(&files.tasks, &snapshots, with_data)
+            .map_err(|e| format!("{}: {e}", snapshots.dir().display()))?;
+        Ok((packs, diagnostics))
+    })();
+    skyc_runtime::files::store::remove(&dir);
+    result
 }
 
 /// What `build --target files` shows: per task, each mount as a run would

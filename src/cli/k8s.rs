@@ -33,6 +33,10 @@ pub(crate) struct K8sArgs {
     /// The Secret that `secrets` are read from; default `{group}-secrets`.
     #[arg(long, value_name = "NAME")]
     secret_name: Option<String>,
+    /// Image of the pod that serves the tasks' files and of each node's
+    /// init container that fetches them (sh, wget, tar, sha256sum, httpd).
+    #[arg(long, value_name = "IMAGE", default_value = k8s::files::DEFAULT_FILES_IMAGE)]
+    files_image: String,
 }
 
 impl K8sArgs {
@@ -44,6 +48,8 @@ impl K8sArgs {
             image: self.image.clone(),
             gpu_label_key: self.gpu_label_key.clone(),
             secret_name: self.secret_name.clone(),
+            files_image: self.files_image.clone(),
+            files: None,
         };
         options.validate()?;
         Ok(options)
@@ -58,6 +64,20 @@ pub(crate) struct K8sRunArgs {
     /// The kubeconfig context [default: the current one].
     #[arg(long, value_name = "NAME", help_heading = "Kubernetes")]
     pub(crate) context: Option<String>,
+}
+
+impl K8sRunArgs {
+    /// The options of a run: the command line's, and the files the
+    /// submission took, as streams of its snapshots.
+    fn options(&self, run: &RunInput<'_>) -> Result<k8s::Options, String> {
+        let mut options = self.k8s.options()?;
+        let snapshots = skyc_runtime::files::Snapshots::of(run.state_dir);
+        options.files = Some(
+            skyc_runtime::k8s::files::packs(&run.files.tasks, &snapshots, false)
+                .map_err(|e| format!("{}: {e}", snapshots.dir().display()))?,
+        );
+        Ok(options)
+    }
 }
 
 impl Plans for K8sRunArgs {
@@ -76,7 +96,7 @@ impl Plans for K8sRunArgs {
     fn group(&self, run: &RunInput<'_>) -> Result<Planned, String> {
         let (plan, diagnostics) = Plan::for_run(
             run.group,
-            &self.k8s.options()?,
+            &self.options(run)?,
             std::env::var("KUBECONFIG").ok().as_deref(),
             self.context.as_deref(),
             Duration::from_secs_f64(run.grace),
@@ -92,7 +112,7 @@ impl Plans for K8sRunArgs {
             group: run.group,
             pool,
             name,
-            options: &self.k8s.options()?,
+            options: &self.options(run)?,
             kubeconfig: std::env::var("KUBECONFIG").ok().as_deref(),
             context: self.context.as_deref(),
             grace: Duration::from_secs_f64(run.grace),

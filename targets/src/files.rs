@@ -10,6 +10,10 @@ use std::path::{Path, PathBuf};
 /// Where a task's `workdir` lands on its nodes, and where they start.
 pub const WORKDIR: &str = "~/sky_workdir";
 
+/// The one entry of a file snapshot's tar stream (a directory snapshot's
+/// entries are its tree's).
+pub const TAR_FILE_ENTRY: &str = "file";
+
 /// Whether a file mount is a local source, which a run delivers (else a
 /// bucket or SkyPilot Storage, which it does not yet).
 pub fn delivered(mount: &skyc_compiler::ir::FileMount) -> bool {

@@ -16,6 +16,7 @@ pub mod node;
 pub mod source;
 pub mod store;
 pub mod take;
+pub mod tar;
 
 pub use source::Taken;
 pub use store::Snapshots;

@@ -139,7 +139,8 @@ async fn check_permissions(client: &Client, plan: &Plan) -> Result<(), Refusal> 
     let status = answer.status.unwrap_or_default();
     let secrets = plan.object("Secret").is_some();
     let mut missing = Vec::new();
-    for p in rbac::needed(secrets, plan.hold || plan.pool_job.is_some()) {
+    let execs = plan.hold || plan.pool_job.is_some() || plan.files_pod.is_some();
+    for p in rbac::needed(secrets, execs) {
         for verb in p.verbs {
             if !status.resource_rules.iter().any(|r| grants(r, p, verb)) {
                 missing.push((p, *verb));
@@ -437,7 +438,7 @@ mod tests {
             resource,
             verbs: &["get"],
             secrets_only: false,
-            pools_only: false,
+            exec_only: false,
             optional: false,
         }
     }

@@ -459,6 +459,8 @@ struct Group {
     outage: Option<String>,
     /// The last refusal shown for a group this run has applied.
     refusal: Option<String>,
+    /// The last request shown as failing for a while.
+    retrying: Option<String>,
     /// Ops not to send again before the instant: done (their effect may
     /// not be visible yet) or failing (backing off).
     held: BTreeMap<Op, Instant>,
@@ -499,6 +501,7 @@ impl Group {
             sent_waiting: BTreeMap::new(),
             outage: None,
             refusal: None,
+            retrying: None,
             held: BTreeMap::new(),
             settled: false,
             finished_at: None,
@@ -680,7 +683,13 @@ impl Group {
     async fn supervise(mut self, cluster: &Cluster, mut rx: mpsc::UnboundedReceiver<Msg>) {
         let shared: SharedRef = Arc::new(Mutex::new(Shared::default()));
         let notify = Arc::new(Notify::new());
-        let apis = Apis::new(&cluster.client, &self.plan.namespace, &self.plan.group);
+        let mut apis = Apis::new(&cluster.client, &self.plan.namespace, &self.plan.group);
+        apis.files = Some((
+            cluster.exec.clone(),
+            crate::files::Snapshots::of(&self.ctx.state_dir)
+                .dir()
+                .to_owned(),
+        ));
         let backoff = self.backoff();
         let sink = watch::Sink {
             shared: shared.clone(),
@@ -967,8 +976,26 @@ impl Group {
                 if let Op::Launch { task, attempt, .. } = op {
                     self.unlaunchable(shared, task, attempt);
                 }
+                // No node of the group can get its files: each task's
+                // attempt fails its setup, as a refused launch does.
+                if let Op::FillFiles { .. } = op {
+                    let running: Vec<(usize, u32)> = (self.goal.tasks.iter().enumerate())
+                        .filter(|(_, t)| t.want == crate::goal::Want::Run)
+                        .map(|(task, t)| (task, t.attempt))
+                        .collect();
+                    for (task, attempt) in running {
+                        self.unlaunchable(shared, task, attempt);
+                    }
+                }
             }
             Outcome::Failing(e) => watch::failed(shared, &self.server, &e),
+            Outcome::Retry(why) => {
+                let said = format!("{}: {why}", request::describe(&op));
+                if self.retrying.as_ref() != Some(&said) {
+                    self.out.send(Report::Error(said.clone()));
+                    self.retrying = Some(said);
+                }
+            }
         }
         self.held.insert(op, Instant::now() + backoff.max);
     }

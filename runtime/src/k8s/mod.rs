@@ -29,6 +29,7 @@ pub mod apply;
 mod backend;
 pub mod client;
 pub mod exec;
+pub mod files;
 pub mod job_scripts;
 pub mod jobset;
 pub mod kueue;

@@ -181,6 +181,27 @@ pub fn ready(pod: &Pod) -> bool {
             .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
+/// An init container that ended in failure (the files could not be put
+/// in place): the main container never ran.
+pub fn init_failed(pod: &Pod) -> Option<&ContainerStateTerminated> {
+    pod.status
+        .as_ref()?
+        .init_container_statuses
+        .as_ref()?
+        .iter()
+        .filter_map(|c| c.state.as_ref()?.terminated.as_ref())
+        .find(|t| t.exit_code != 0)
+}
+
+/// What a files pod says it holds ([`super::files::FILLED_ANNOTATION`]).
+pub fn filled(pod: &Pod) -> Option<&str> {
+    pod.metadata
+        .annotations
+        .as_ref()?
+        .get(super::files::FILLED_ANNOTATION)
+        .map(String::as_str)
+}
+
 /// The node of a pod: its task (`skyc.io/task`) and rank
 /// (`skyc.io/node-index`).
 pub fn node_of(meta: &ObjectMeta) -> Option<(&str, u32)> {

@@ -190,13 +190,19 @@ fn node(pod: &Pod, want: Want, jobset_ended: bool) -> Seen {
             };
         }
         "Failed" => {
-            return match objects::terminated(pod) {
-                Some(t) => Seen::Exited {
+            return match (objects::terminated(pod), objects::init_failed(pod)) {
+                (Some(t), _) => Seen::Exited {
                     phase: phase_of(t.message.as_deref()),
                     code: t.exit_code,
                     at_ms: finished_ms(t),
                 },
-                None => Seen::Lost,
+                // Its files could not be put in place: its setup failed.
+                (None, Some(t)) => Seen::Exited {
+                    phase: Phase::Setup,
+                    code: t.exit_code,
+                    at_ms: finished_ms(t),
+                },
+                (None, None) => Seen::Lost,
             };
         }
         _ => {}

@@ -1,6 +1,7 @@
 //! The plan of a group run on Kubernetes: what the submitting client
 //! decided, stored with the group for the supervisor.
 
+use super::files::{Packed, packed};
 use super::jobset::JobSet;
 use crate::policy::GroupSpec;
 use crate::pool::JobSpec;
@@ -44,6 +45,15 @@ pub struct Plan {
     /// pool gives it ([`super::exec`]); it applies nothing of its own.
     #[serde(default)]
     pub pool_job: Option<JobSpec>,
+    /// The streams of the snapshots the nodes are given
+    /// ([`super::files`]), served by [`Plan::files_pod`].
+    #[serde(default)]
+    pub files: Vec<Packed>,
+    /// The pod that serves them, when a task has files: created by the
+    /// runtime, owned by the JobSet, filled over `pods/exec` before any
+    /// node's pod is made.
+    #[serde(default)]
+    pub files_pod: Option<Value>,
 }
 
 /// The annotation that ties an object to one `skyc run`.
@@ -178,6 +188,14 @@ impl Plan {
             let at = objects.len().saturating_sub(1);
             objects.insert(at, k8s::secret(group, options, secrets));
         }
+        let files = options.files.as_ref().map(packed).unwrap_or_default();
+        if manifests.files_pod.is_some() {
+            let at = objects.len().saturating_sub(1);
+            objects.insert(
+                at,
+                k8s::files::key_secret(&group.name, options, &files_key()),
+            );
+        }
         Ok(Self {
             group: group.name.clone(),
             namespace: options
@@ -192,7 +210,24 @@ impl Plan {
             token: token.clone(),
             hold: false,
             pool_job: None,
+            files,
+            files_pod: manifests.files_pod,
         })
+    }
+
+    /// The files pod to create, owned by the JobSet `anchor` and marked
+    /// with the run's token.
+    pub fn files_pod(&self, anchor: &JobSet) -> Option<Value> {
+        let mut pod = self.files_pod.clone()?;
+        pod["metadata"]["namespace"] = json!(self.namespace);
+        pod["metadata"]["annotations"][RUN_ANNOTATION] = json!(self.token);
+        pod["metadata"]["ownerReferences"] = json!([super::apply::owner_reference(anchor)]);
+        Some(pod)
+    }
+
+    /// The files pod's name.
+    pub fn files_pod_name(&self) -> Option<String> {
+        self.files_pod.as_ref().map(|_| names::files(&self.group))
     }
 
     /// The pod of `attempt` of node `rank` of `task`.
@@ -246,6 +281,15 @@ impl Plan {
     pub fn object(&self, kind: &str) -> Option<&Value> {
         self.objects.iter().find(|o| o["kind"] == kind)
     }
+}
+
+/// The key a run's files are served under: 128 random bits, hex.
+fn files_key() -> String {
+    use ring::rand::SecureRandom as _;
+    let mut bytes = [0u8; 16];
+    // getrandom(2), which does not fail on Linux once booted.
+    let _ = ring::rand::SystemRandom::new().fill(&mut bytes);
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// A plan whose kubeconfig is the submitting client's.

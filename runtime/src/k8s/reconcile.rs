@@ -31,6 +31,11 @@
 //!   the JobSet in the foreground ([`Op::DeleteJobSet`]), and the pods
 //!   with it.
 //!
+//! - **Files** (a group whose tasks have files): while the group runs, its
+//!   files pod is there ([`Op::MakeFilesPod`], again if it is lost) and
+//!   filled ([`Op::FillFiles`]); no node's pod is made before it is
+//!   filled, and it is deleted once the group ends.
+//!
 //! A pipeline is the same: the engine launches each step only after the
 //! one before it succeeded.
 
@@ -63,6 +68,59 @@ pub enum Op {
     DeleteJobSet { uid: String },
     /// Delete pods now (grace 0): the engine's SIGKILL after the grace.
     KillPod { pod: String, uid: String },
+    /// Create the files pod, owned by the JobSet (uid `anchor`).
+    MakeFilesPod { anchor: String },
+    /// Send the streams to the files pod, then mark it filled.
+    FillFiles { pod: String, uid: String },
+}
+
+/// Where the group's files pod is.
+enum Files<'a> {
+    /// The group has no files.
+    None,
+    /// Not there, or going away.
+    Absent,
+    /// There, running, not yet filled.
+    Unfilled(&'a Pod),
+    /// There and filled: nodes may fetch from it.
+    Filled(&'a Pod),
+    /// There, not ready to be filled (starting), or ended.
+    Other(&'a Pod),
+}
+
+fn files_pod<'a>(plan: &Plan, objs: &'a Objects) -> Files<'a> {
+    let Some(name) = plan.files_pod_name() else {
+        return Files::None;
+    };
+    let Some(pod) = objs.pods.get(&name) else {
+        return Files::Absent;
+    };
+    if objects::deleting(&pod.metadata) {
+        Files::Absent
+    } else if objects::pod_terminal(pod) || !objects::ready(pod) {
+        Files::Other(pod)
+    } else if objects::filled(pod) == Some(super::files::fill_id(&plan.files).as_str()) {
+        Files::Filled(pod)
+    } else {
+        Files::Unfilled(pod)
+    }
+}
+
+impl<'a> Files<'a> {
+    /// The pod, unless it is absent or going away.
+    fn pod(&self) -> Option<&'a Pod> {
+        match *self {
+            Files::Unfilled(p) | Files::Filled(p) | Files::Other(p) => Some(p),
+            Files::None | Files::Absent => None,
+        }
+    }
+}
+
+fn delete(pod: &Pod) -> Op {
+    Op::DeletePod {
+        pod: pod.metadata.name.clone().unwrap_or_default(),
+        uid: uid(&pod.metadata),
+    }
 }
 
 fn uid(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
@@ -104,6 +162,27 @@ pub fn reconcile(plan: &Plan, objs: &Objects, goal: &Goal) -> Vec<Op> {
     }
     let ended = jobset.terminal_state().is_some();
     let open = !ended && !jobset.is_suspended() && !objects::deleting(&jobset.metadata);
+    let files = files_pod(plan, objs);
+    if goal.end.is_some() {
+        // No node will fetch from it again.
+        if let Some(pod) = files.pod() {
+            ops.push(delete(pod));
+        }
+    } else if open {
+        match files {
+            Files::Absent => ops.push(Op::MakeFilesPod {
+                anchor: uid(&jobset.metadata),
+            }),
+            Files::Unfilled(pod) => ops.push(Op::FillFiles {
+                pod: pod.metadata.name.clone().unwrap_or_default(),
+                uid: uid(&pod.metadata),
+            }),
+            // Lost (its node gone, evicted): deleted, then made again.
+            Files::Other(pod) if objects::pod_terminal(pod) => ops.push(delete(pod)),
+            _ => {}
+        }
+    }
+    let files_ready = matches!(files, Files::None | Files::Filled(_));
     let by_task = pods_by_task(plan, objs);
     for (task, tg) in goal.tasks.iter().enumerate() {
         let mut older_left = false;
@@ -131,6 +210,7 @@ pub fn reconcile(plan: &Plan, objs: &Objects, goal: &Goal) -> Vec<Op> {
         }
         let launched = objects::launched(jobset, task);
         if open
+            && files_ready
             && tg.want == Want::Run
             && tg.live.iter().any(|&l| l)
             && launched.is_none_or(|a| a < tg.attempt)

@@ -8,6 +8,8 @@
 //! name, however late it arrives or often it is retried. Pods are created,
 //! never patched: each attempt has its own.
 
+use super::exec::{ExecError, PodExec};
+use super::files::FillError;
 use super::jobset::JobSet;
 use super::plan::{FIELD_MANAGER, LAUNCHED_ANNOTATION, Plan};
 use super::reconcile::Op;
@@ -20,6 +22,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// How long one request may take before it counts as unanswered.
@@ -35,6 +38,9 @@ pub enum Outcome {
     Refused(String),
     /// Still failing after every try.
     Failing(kube::Error),
+    /// Not done, for a reason that may pass (an exec that did not
+    /// answer): say it, and try again later.
+    Retry(String),
 }
 
 /// The API of the group's objects.
@@ -44,6 +50,9 @@ pub struct Apis {
     pub pods: Api<Pod>,
     pub workloads: Api<super::kueue::Workload>,
     pub group: String,
+    /// Commands in pods, and where the snapshots are: the files pod's
+    /// filling.
+    pub files: Option<(std::sync::Arc<dyn PodExec>, PathBuf)>,
 }
 
 impl Apis {
@@ -54,6 +63,7 @@ impl Apis {
             pods: Api::namespaced(client.clone(), namespace),
             workloads: Api::namespaced(client.clone(), namespace),
             group: group.to_owned(),
+            files: None,
         }
     }
 }
@@ -91,7 +101,71 @@ pub async fn execute(
         }
         return launch(plan, apis, shared, *task, *attempt, backoff).await;
     }
-    execute_one(apis, shared, op, backoff).await
+    match op {
+        Op::MakeFilesPod { .. } => {
+            let anchor = lock(shared).objs.jobset.clone();
+            let (Some(anchor), Some(name)) = (anchor, plan.files_pod_name()) else {
+                return Outcome::Moot;
+            };
+            let Some(pod) = plan.files_pod(&anchor) else {
+                return Outcome::Moot;
+            };
+            create_pod(apis, shared, &name, &pod, backoff).await
+        }
+        Op::FillFiles { pod, uid } => fill_files(plan, apis, shared, pod, uid, backoff).await,
+        _ => execute_one(apis, shared, op, backoff).await,
+    }
+}
+
+/// Sends the streams to the files pod, then marks it filled (its uid the
+/// precondition): nodes are launched once it is.
+async fn fill_files(
+    plan: &Plan,
+    apis: &Apis,
+    shared: &SharedRef,
+    pod: &str,
+    uid: &str,
+    backoff: Backoff,
+) -> Outcome {
+    let Some((exec, snapshots)) = &apis.files else {
+        return Outcome::Refused("this supervisor cannot run commands in pods".into());
+    };
+    let filled =
+        super::files::fill(exec.as_ref(), &plan.namespace, pod, snapshots, &plan.files).await;
+    match filled {
+        Ok(()) => {}
+        Err(FillError::Exec(ExecError::Gone(_))) => return Outcome::Moot,
+        Err(FillError::Exec(ExecError::Failed(why))) => return Outcome::Retry(why),
+        Err(FillError::Exec(ExecError::Denied(why)) | FillError::Lost(why)) => {
+            return Outcome::Refused(why);
+        }
+    }
+    let body = merge(
+        uid,
+        json!({"metadata": {"annotations": {
+            super::files::FILLED_ANNOTATION: super::files::fill_id(&plan.files)
+        }}}),
+    );
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..PatchParams::default()
+    };
+    let mut tries = 0;
+    loop {
+        match apis.pods.patch(pod, &params, &Patch::Merge(&body)).await {
+            Ok(p) => {
+                put(shared, p);
+                return Outcome::Done;
+            }
+            Err(e) if retry::not_found(&e) || retry::stale(&e) => return Outcome::Moot,
+            Err(e) if retry::is_transient(&e) && tries + 1 < backoff.tries => {
+                tokio::time::sleep(backoff.delay(tries)).await;
+                tries += 1;
+            }
+            Err(e) if retry::is_transient(&e) => return Outcome::Failing(e),
+            Err(e) => return Outcome::Refused(retry::describe(&e)),
+        }
+    }
 }
 
 /// Creates every node's pod of a recorded attempt, some at once; the
@@ -283,6 +357,8 @@ async fn once(apis: &Apis, shared: &SharedRef, op: &Op) -> Result<(), kube::Erro
                 Either::Right(_) => forget(shared, op),
             }
         }
+        // Carried out by [`execute`].
+        Op::MakeFilesPod { .. } | Op::FillFiles { .. } => {}
         Op::KillPod { pod, uid } => {
             let params = DeleteParams::default()
                 .grace_period(0)
@@ -328,7 +404,9 @@ fn forget(shared: &SharedRef, op: &Op) {
                 s.objs.jobs.remove(job);
             }
         }
-        Op::Launch { anchor: uid, .. } | Op::DeleteJobSet { uid } => {
+        Op::MakeFilesPod { anchor: uid }
+        | Op::Launch { anchor: uid, .. }
+        | Op::DeleteJobSet { uid } => {
             if s.objs
                 .jobset
                 .as_ref()
@@ -337,7 +415,7 @@ fn forget(shared: &SharedRef, op: &Op) {
                 s.objs.jobset = None;
             }
         }
-        Op::KillPod { pod, uid } | Op::DeletePod { pod, uid } => {
+        Op::KillPod { pod, uid } | Op::DeletePod { pod, uid } | Op::FillFiles { pod, uid } => {
             if s.objs
                 .pods
                 .get(pod)
@@ -360,6 +438,8 @@ pub fn describe(op: &Op) -> String {
         Op::FailJobSet { job, .. } => format!("failing Job {job}"),
         Op::DeleteJobSet { .. } => "deleting the JobSet".to_owned(),
         Op::KillPod { pod, .. } => format!("killing pod {pod}"),
+        Op::MakeFilesPod { .. } => "creating the files pod".to_owned(),
+        Op::FillFiles { pod, .. } => format!("sending the files to pod {pod}"),
     }
 }
 

@@ -15,6 +15,7 @@
 //! diagnostics located in the source; [`emit`] turns objects into text.
 
 pub mod emit;
+pub mod files;
 mod jobset;
 pub mod names;
 mod pipeline;
@@ -44,6 +45,11 @@ pub struct Options {
     pub gpu_label_key: String,
     /// The Secret `secrets` are read from; `{group}-secrets` by default.
     pub secret_name: Option<String>,
+    /// The image of the files pod and of the nodes' init containers.
+    pub files_image: String,
+    /// The run's files (`workdir` and local `file_mounts`), when the
+    /// caller took them; `None` leaves them out, with a warning.
+    pub files: Option<files::Files>,
 }
 
 /// SkyPilot's own default images are cloud images; a plain distribution
@@ -58,6 +64,8 @@ impl Default for Options {
             image: DEFAULT_IMAGE.to_owned(),
             gpu_label_key: resources::GKE_LABEL_KEY.to_owned(),
             secret_name: None,
+            files_image: files::DEFAULT_FILES_IMAGE.to_owned(),
+            files: None,
         }
     }
 }
@@ -175,9 +183,15 @@ fn metadata(name: &str, options: &Options, labels: Value) -> Value {
     Value::Object(m)
 }
 
-/// A task's container parts, built once per task: the env after the
-/// contract, volume mounts, volumes.
-pub(crate) type Parts = (Vec<Value>, Vec<Value>, Vec<Value>);
+/// A task's container parts, built once per task.
+pub(crate) struct Parts {
+    /// The env after the contract.
+    pub env: Vec<Value>,
+    pub mounts: Vec<Value>,
+    pub volumes: Vec<Value>,
+    /// The init container that puts the task's files in place.
+    pub init: Option<Value>,
+}
 
 /// Lowering state: the input and the diagnostics found so far.
 pub(crate) struct Lowerer<'a> {
@@ -217,8 +231,10 @@ impl Lowerer<'_> {
             return Vec::new();
         }
         let config_map = self.config_map();
+        let files = self.files_config_map();
         let jobset = self.jobset();
         let mut objects = vec![config_map];
+        objects.extend(files);
         objects.extend(jobset);
         objects
     }

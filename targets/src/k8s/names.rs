@@ -108,6 +108,13 @@ pub fn secret(group: &str) -> String {
     format!("{group}-secrets")
 }
 
+/// The pod that serves a run's files to its nodes (`skyc run`), and the
+/// Secret holding the key its files are served under; in the manifests
+/// for kubectl (`skyc build`), the ConfigMap holding them.
+pub fn files(group: &str) -> String {
+    format!("{group}-skyc-files")
+}
+
 /// The replicated Job that completes the JobSet once the runtime has
 /// applied the termination delays. Task rjobs always end in `-{digit}`,
 /// so no task can collide with it.

@@ -109,12 +109,28 @@ impl Lowerer<'_> {
                 "valueFrom": {"secretKeyRef": {"name": secret, "key": s}},
             }));
         }
-        let (mounts, volumes) = self.volumes(task);
-        if let Some(w) = &task.workdir {
-            let what = match w {
-                skyc_compiler::ir::Workdir::Local { path, .. } => format!("`workdir: {path}`"),
-                skyc_compiler::ir::Workdir::Git { url, .. } => format!("the git workdir `{url}`"),
-            };
+        let (mut mounts, mut volumes) = self.volumes(task);
+        let index = self
+            .group
+            .tasks
+            .iter()
+            .position(|t| std::ptr::eq(t, task))
+            .unwrap_or_default();
+        let files = self.task_files(index);
+        mounts.extend(files.mounts);
+        volumes.extend(files.volumes);
+        let delivers = self.delivers();
+        let workdir = match &task.workdir {
+            Some(skyc_compiler::ir::Workdir::Local { .. }) if delivers => None,
+            Some(skyc_compiler::ir::Workdir::Local { path, .. }) => {
+                Some(format!("`workdir: {path}`"))
+            }
+            Some(skyc_compiler::ir::Workdir::Git { url, .. }) => {
+                Some(format!("the git workdir `{url}`"))
+            }
+            None => None,
+        };
+        if let Some(what) = workdir {
             self.warn(
                 task,
                 format!(
@@ -124,6 +140,9 @@ impl Lowerer<'_> {
             );
         }
         for m in &task.file_mounts {
+            if delivers && crate::files::delivered(m) {
+                continue;
+            }
             let from = m
                 .source
                 .clone()
@@ -150,7 +169,12 @@ impl Lowerer<'_> {
                 ),
             );
         }
-        (env, mounts, volumes)
+        Parts {
+            env,
+            mounts,
+            volumes,
+            init: files.init,
+        }
     }
 
     /// Volumes: a name is an existing PersistentVolumeClaim; an inline spec
@@ -250,7 +274,12 @@ impl Lowerer<'_> {
     /// The pod template of `pods`.
     pub(super) fn pod(&self, task: &Task, pods: Pods, shape: &Shape, parts: &Parts) -> Value {
         let g = &self.group.name;
-        let (user_env, mounts, volumes) = parts;
+        let Parts {
+            env: user_env,
+            mounts,
+            volumes,
+            init,
+        } = parts;
         let cluster_info = json!({
             "cluster_name": format!("{g}-{}", task.name),
             "cloud": "Kubernetes",
@@ -325,6 +354,9 @@ impl Lowerer<'_> {
         spec.insert("enableServiceLinks".into(), json!(false));
         spec.insert("terminationGracePeriodSeconds".into(), json!(30));
         self.node_selection(shape, &mut spec);
+        if let Some(init) = init {
+            spec.insert("initContainers".into(), json!([init]));
+        }
         spec.insert("containers".into(), json!([Value::Object(container)]));
         spec.insert("volumes".into(), json!(volumes));
 

@@ -54,6 +54,10 @@ pub struct Supervised {
     /// One pod template per task, in task order: its node 0 at attempt 0;
     /// [`node_pod`] makes any node's pod of any attempt from it.
     pub templates: Vec<Value>,
+    /// The pod that serves the run's files to its nodes
+    /// ([`super::files::files_pod`]), when a task has files; the runtime
+    /// creates it, owned by the JobSet, and fills it.
+    pub files_pod: Option<Value>,
     pub diagnostics: Vec<skyc_compiler::Diagnostic>,
 }
 
@@ -68,6 +72,7 @@ impl Supervised {
     /// objects, then attempt 0 of every node.
     pub fn manifests(&self, group: &str) -> Vec<Value> {
         let mut all = self.objects.clone();
+        all.extend(self.files_pod.clone());
         for template in &self.templates {
             let nodes = template["metadata"]["annotations"]["skyc.io/num-nodes"]
                 .as_str()
@@ -88,12 +93,15 @@ pub fn lower(group: &Group, options: &Options) -> Supervised {
         objects,
         diagnostics,
     } = l.finish(objects);
+    let files = options.files.as_ref().is_some_and(super::files::Files::any);
     Supervised {
         templates: if objects.is_empty() {
             Vec::new()
         } else {
             templates
         },
+        files_pod: (files && !objects.is_empty())
+            .then(|| super::files::files_pod(&group.name, options)),
         objects,
         diagnostics,
     }

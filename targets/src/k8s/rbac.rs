@@ -14,8 +14,9 @@ pub struct Permission {
     pub verbs: &'static [&'static str],
     /// Needed only by groups with `secrets`.
     pub secrets_only: bool,
-    /// Needed only by pools (their workers and jobs).
-    pub pools_only: bool,
+    /// Needed only where the runtime runs commands in pods: pools (their
+    /// workers and jobs) and groups with files (their files pod).
+    pub exec_only: bool,
     /// Used when granted, not needed: without it the runtime says less.
     pub optional: bool,
 }
@@ -38,8 +39,9 @@ impl Permission {
 ///   (or failed) at the group's end;
 /// - pods: one created per node attempt; watched; deleted to stop an
 ///   attempt (SIGTERM, then the grace) and at the end of the grace;
-///   `pods/log` streamed into the state directory; `pods/exec` (pools
-///   only) starts a job in a worker's pod and reads its state and log;
+///   `pods/log` streamed into the state directory; `pods/exec` starts a
+///   pool's job in a worker's pod and reads its state and log, and fills
+///   a group's files pod with its files;
 /// - ConfigMaps: the group's scripts, applied; Secrets: the values of
 ///   `secrets` given at run time, applied; both owned by the JobSet (an
 ///   `ownerReference`, which an API server that enforces owner-reference
@@ -56,7 +58,7 @@ pub const PERMISSIONS: &[Permission] = &[
         resource: "jobsets",
         verbs: &["get", "list", "watch", "create", "patch", "delete"],
         secrets_only: false,
-        pools_only: false,
+        exec_only: false,
         optional: false,
     },
     Permission {
@@ -64,7 +66,7 @@ pub const PERMISSIONS: &[Permission] = &[
         resource: "jobs",
         verbs: &["get", "list", "watch", "patch"],
         secrets_only: false,
-        pools_only: false,
+        exec_only: false,
         optional: false,
     },
     Permission {
@@ -72,7 +74,7 @@ pub const PERMISSIONS: &[Permission] = &[
         resource: "pods",
         verbs: &["get", "list", "watch", "create", "delete"],
         secrets_only: false,
-        pools_only: false,
+        exec_only: false,
         optional: false,
     },
     Permission {
@@ -80,7 +82,7 @@ pub const PERMISSIONS: &[Permission] = &[
         resource: "pods/log",
         verbs: &["get"],
         secrets_only: false,
-        pools_only: false,
+        exec_only: false,
         optional: false,
     },
     Permission {
@@ -90,7 +92,7 @@ pub const PERMISSIONS: &[Permission] = &[
         // and as `create` too by newer API servers.
         verbs: &["get", "create"],
         secrets_only: false,
-        pools_only: true,
+        exec_only: true,
         optional: false,
     },
     Permission {
@@ -98,7 +100,7 @@ pub const PERMISSIONS: &[Permission] = &[
         resource: "configmaps",
         verbs: &["get", "create", "patch", "delete"],
         secrets_only: false,
-        pools_only: false,
+        exec_only: false,
         optional: false,
     },
     Permission {
@@ -106,7 +108,7 @@ pub const PERMISSIONS: &[Permission] = &[
         resource: "secrets",
         verbs: &["get", "create", "patch", "delete"],
         secrets_only: true,
-        pools_only: false,
+        exec_only: false,
         optional: false,
     },
     Permission {
@@ -114,17 +116,17 @@ pub const PERMISSIONS: &[Permission] = &[
         resource: "workloads",
         verbs: &["get", "list", "watch"],
         secrets_only: false,
-        pools_only: false,
+        exec_only: false,
         optional: true,
     },
 ];
 
-/// The permissions a group needs (`pool`: a pool's worker or job); the
-/// optional ones are not among them.
-pub fn needed(secrets: bool, pool: bool) -> impl Iterator<Item = &'static Permission> {
+/// The permissions a group needs (`execs`: the runtime runs commands in
+/// its pods); the optional ones are not among them.
+pub fn needed(secrets: bool, execs: bool) -> impl Iterator<Item = &'static Permission> {
     PERMISSIONS
         .iter()
-        .filter(move |p| !p.optional && (secrets || !p.secrets_only) && (pool || !p.pools_only))
+        .filter(move |p| !p.optional && (secrets || !p.secrets_only) && (execs || !p.exec_only))
 }
 
 /// The Role granting [`PERMISSIONS`] in `namespace` (kubectl's when
@@ -189,7 +191,7 @@ mod tests {
     }
 
     #[test]
-    fn exec_is_needed_only_by_pools() {
+    fn exec_is_needed_only_where_the_runtime_runs_commands() {
         assert!(!needed(false, false).any(|p| p.resource == "pods/exec"));
         let exec = needed(false, true).find(|p| p.resource == "pods/exec");
         // kube's exec is a WebSocket GET: authorized as `get`, and as

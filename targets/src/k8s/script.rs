@@ -20,12 +20,20 @@ pub(super) fn run_key(task: &str) -> String {
     format!("{task}.run.sh")
 }
 
+/// The key of what places a task's files under the home (`files.rs`).
+pub(super) fn files_key(task: &str) -> String {
+    format!("{task}.files.sh")
+}
+
 impl Lowerer<'_> {
     pub(super) fn config_map(&mut self) -> Value {
         let g = self.group;
         let mut data = Map::new();
         data.insert("entrypoint.sh".into(), json!(self.entrypoint()));
-        for task in &g.tasks {
+        for (index, task) in g.tasks.iter().enumerate() {
+            if let Some(files) = self.home_script(index) {
+                data.insert(files_key(&task.name), json!(files));
+            }
             if let Some(setup) = &task.setup {
                 data.insert(setup_key(&task.name), json!(setup));
             }
@@ -93,6 +101,7 @@ impl Lowerer<'_> {
             .replace("@TASKS@", &tasks.join(" "))
             .replace("@NETWORKING@", &networking.to_string())
             .replace("@DIR@", names::SCRIPTS_DIR)
+            .replace("@FILES@", &self.files_prelude())
     }
 }
 
@@ -180,7 +189,7 @@ if ((networking)); then
 fi
 
 cd "${HOME:-/}" 2>/dev/null || cd /
-
+@FILES@
 if [ -f "$dir/$task.setup.sh" ]; then
   export SKYPILOT_SETUP_NODE_RANK=$SKYPILOT_NODE_RANK
   export SKYPILOT_SETUP_NODE_IPS=$SKYPILOT_NODE_IPS

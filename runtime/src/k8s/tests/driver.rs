@@ -6,6 +6,7 @@ use super::fake::{Fake, NS, World};
 use crate::backend::{Backend, Report, Role};
 use crate::backoff::Backoff;
 use crate::k8s::client::Cluster;
+use crate::k8s::exec::PodExec;
 use crate::k8s::{Connect, Kubernetes, Lowering, Plan, Tuning};
 use crate::policy::{Action, Engine, Event, Status, Timer};
 use std::path::PathBuf;
@@ -43,12 +44,19 @@ pub(super) fn plan(yaml: &str) -> Plan {
 }
 
 pub(super) fn connect(fake: &Fake) -> Connect {
+    connect_with(fake, None)
+}
+
+/// The fake cluster, its commands in pods run by `exec` (else by the
+/// scripted [`super::exec::FakeExec`]).
+pub(super) fn connect_with(fake: &Fake, exec: Option<Arc<dyn PodExec>>) -> Connect {
     let fake = fake.clone();
     Arc::new(move |_: &Plan| {
         let fake = fake.clone();
+        let exec = exec.clone();
         Box::pin(async move {
             Ok(Cluster {
-                exec: std::sync::Arc::new(super::exec::FakeExec(fake.clone())),
+                exec: exec.unwrap_or_else(|| Arc::new(super::exec::FakeExec(fake.clone()))),
                 client: kube::Client::new(fake, NS),
                 server: "https://api.test:6443".into(),
                 namespace: NS.into(),
@@ -88,6 +96,8 @@ pub(super) struct Driver {
     /// The supervisor commits the engine's decisions but dies before
     /// handing them to the backend.
     pub(super) dies_before_executing: bool,
+    /// What runs commands in pods, when not the scripted exec.
+    exec: Option<Arc<dyn PodExec>>,
 }
 
 impl Driver {
@@ -97,12 +107,19 @@ impl Driver {
     }
 
     pub(super) fn start_with(fake: Fake, plan: Plan, tuning: Tuning) -> Self {
+        Self::start_in(state_dir(), fake, plan, tuning, None)
+    }
+
+    /// A new group whose supervisor's state directory is `dir`, its
+    /// commands in pods run by `exec`.
+    pub(super) fn start_in(
+        dir: PathBuf,
+        fake: Fake,
+        plan: Plan,
+        tuning: Tuning,
+        exec: Option<Arc<dyn PodExec>>,
+    ) -> Self {
         let engine = Engine::new(plan.spec.clone());
-        let dir = std::env::temp_dir().join(format!(
-            "skyc-k8s-test-{}-{}",
-            std::process::id(),
-            DIRS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-        ));
         let mut d = Self {
             fake,
             plan,
@@ -115,6 +132,7 @@ impl Driver {
             dir,
             tuning,
             dies_before_executing: false,
+            exec,
         };
         d.adopt();
         let actions = d.engine.start();
@@ -137,8 +155,9 @@ impl Driver {
     }
 
     fn adopt(&mut self) {
-        let mut backend = Kubernetes::start(self.dir.clone(), connect(&self.fake), self.tuning)
-            .expect("the backend starts");
+        let connect = connect_with(&self.fake, self.exec.clone());
+        let mut backend =
+            Kubernetes::start(self.dir.clone(), connect, self.tuning).expect("the backend starts");
         backend.adopt_plan(
             GID,
             Role::Group,
@@ -165,7 +184,7 @@ impl Driver {
     }
 
     /// Hands reports to the engine; returns whether there were any.
-    fn pump(&mut self) -> bool {
+    pub(super) fn pump(&mut self) -> bool {
         let Some(b) = self.backend.as_mut() else {
             return false;
         };
@@ -274,6 +293,15 @@ impl Drop for Driver {
         self.backend = None;
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// A new state directory for a test's supervisor.
+pub(super) fn state_dir() -> PathBuf {
+    std::env::temp_dir().join(format!(
+        "skyc-k8s-test-{}-{}",
+        std::process::id(),
+        DIRS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ))
 }
 
 static DIRS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);

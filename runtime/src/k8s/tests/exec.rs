@@ -37,6 +37,28 @@ fn ready(pod: &Value) -> bool {
 impl World {
     fn exec(&mut self, name: &str, command: &Command) -> Result<String, ExecError> {
         let argv = &command.argv;
+        // The files pod's filling: its bytes land in its emptyDir.
+        let fill = match argv.get(2).map(String::as_str) {
+            Some(skyc_targets::k8s::files::FILL_PART) => Some("part"),
+            Some(skyc_targets::k8s::files::FILL_DONE) => Some("done"),
+            _ => None,
+        };
+        if let Some(script) = fill {
+            if self
+                .get("pods", name)
+                .is_none_or(|p| p["status"]["phase"] != "Running")
+            {
+                return Err(ExecError::Gone(format!("pod {name} is not running")));
+            }
+            self.kubelet_exec.fills.push((
+                name.to_owned(),
+                script,
+                argv.get(4).cloned().unwrap_or_default(),
+                argv.get(5).cloned().unwrap_or_default(),
+                command.stdin.as_ref().map_or(0, Vec::len),
+            ));
+            return Ok(String::new());
+        }
         let op = argv.get(3).cloned().unwrap_or_default();
         let dir = argv.get(4).cloned().unwrap_or_default();
         self.kubelet_exec.execs.push(format!("{name} {op} {dir}"));

@@ -819,4 +819,8 @@ pub(super) struct Processes {
     /// Execs answer 404 though the pods run (a proxy's, a misrouted
     /// request's).
     pub(super) stray_404: bool,
+    /// The files pod's fills: pod, script (`part` or `done`), the
+    /// stream's digest, its argument (the part's MiB, or the SHA-256),
+    /// and the input's bytes.
+    pub(super) fills: Vec<(String, &'static str, String, String, usize)>,
 }

@@ -9,6 +9,8 @@ mod controllers;
 mod driver;
 mod exec;
 mod fake;
+mod files;
+mod kubelet;
 mod pipeline;
 mod pool_jobs;
 mod pools;

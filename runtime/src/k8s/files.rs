@@ -1,0 +1,221 @@
+//! A run's files on the cluster (`skyc_targets::k8s::files` has the
+//! layout): the snapshots' streams as the plan records them, and the
+//! filling of the group's files pod over `pods/exec`.
+//!
+//! The API server carries each stream once per group, in parts of
+//! [`PART_BYTES`], whatever the number of nodes: every node's init
+//! container fetches it from the files pod inside the cluster. Each part
+//! is written at its offset, so a part sent again (an answer lost) changes
+//! nothing; the stream is served once its SHA-256 is the submitted one;
+//! the pod then carries [`FILLED_ANNOTATION`], so a supervisor that
+//! adopts the group does not fill it again. The stream is made from the
+//! snapshot as it is sent (one part in memory at a time).
+
+use super::exec::{Command, ExecError, PodExec};
+use crate::files::Snapshots;
+use serde::{Deserialize, Serialize};
+use skyc_targets::files::Mount;
+use skyc_targets::k8s::files::{FILL_DONE, FILL_PART, Files, Pack};
+use std::io::{self, Write};
+use std::path::Path;
+
+/// The annotation of a filled files pod: [`fill_id`] of what it serves.
+pub const FILLED_ANNOTATION: &str = "skyc.io/filled";
+
+/// The bytes of one exec's input.
+pub const PART_BYTES: usize = 8 << 20;
+
+/// One snapshot's stream, as the plan records it. Kept as a `files` list
+/// of `digest`s, which is how the state directory finds the snapshots a
+/// stored plan holds on to (`files::take::digests_in`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Packed {
+    pub digest: String,
+    pub sha256: String,
+    pub bytes: u64,
+}
+
+/// The Kubernetes target's view of `tasks`' files: each snapshot's stream
+/// digested from `snapshots` (with its bytes when `with_data`, for the
+/// manifests' ConfigMap).
+pub fn packs(tasks: &[Vec<Mount>], snapshots: &Snapshots, with_data: bool) -> io::Result<Files> {
+    let mut files = Files {
+        tasks: tasks.to_vec(),
+        ..Files::default()
+    };
+    for m in tasks.iter().flatten() {
+        if files.packs.contains_key(&m.taken.digest) {
+            continue;
+        }
+        let path = snapshots.path(&m.taken.digest);
+        let pack = if with_data {
+            let data = crate::files::tar::bytes(&path)?;
+            Pack {
+                sha256: crate::files::tar::sha256(&data),
+                bytes: data.len() as u64,
+                data: Some(data),
+            }
+        } else {
+            let (sha256, bytes) = crate::files::tar::digest(&path)?;
+            Pack {
+                sha256,
+                bytes,
+                data: None,
+            }
+        };
+        files.packs.insert(m.taken.digest.clone(), pack);
+    }
+    Ok(files)
+}
+
+/// The streams of `files`, as the plan keeps them.
+pub fn packed(files: &Files) -> Vec<Packed> {
+    files
+        .packs
+        .iter()
+        .map(|(digest, p)| Packed {
+            digest: digest.clone(),
+            sha256: p.sha256.clone(),
+            bytes: p.bytes,
+        })
+        .collect()
+}
+
+/// What a files pod filled with `packed` says it holds.
+pub fn fill_id(packed: &[Packed]) -> String {
+    let lines: String = packed
+        .iter()
+        .map(|p| format!("{} {}\n", p.digest, p.sha256))
+        .collect();
+    crate::files::tar::sha256(lines.as_bytes())[..16].to_owned()
+}
+
+/// Why a fill did not end.
+#[derive(Debug)]
+pub enum FillError {
+    /// An exec did not answer as asked (see [`ExecError`]).
+    Exec(ExecError),
+    /// The snapshot is gone, or is not the one the plan recorded: no fill
+    /// will ever give the nodes their files.
+    Lost(String),
+}
+
+impl From<ExecError> for FillError {
+    fn from(e: ExecError) -> Self {
+        FillError::Exec(e)
+    }
+}
+
+/// Sends every stream of `packed` to the files pod `pod`, from the
+/// snapshots in `snapshots`.
+pub async fn fill(
+    exec: &dyn PodExec,
+    namespace: &str,
+    pod: &str,
+    snapshots: &Path,
+    packed: &[Packed],
+) -> Result<(), FillError> {
+    for p in packed {
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<u8>>(1);
+        let path = snapshots.join(&p.digest);
+        let maker = std::thread::spawn(move || -> io::Result<String> {
+            let mut parts = Parts {
+                part: Vec::with_capacity(PART_BYTES),
+                tx,
+                sha: ring::digest::Context::new(&ring::digest::SHA256),
+            };
+            crate::files::tar::write(&path, &mut parts)?;
+            parts.send()?;
+            Ok(parts
+                .sha
+                .finish()
+                .as_ref()
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect())
+        });
+        let mut index = 0;
+        while let Some(part) = rx.recv().await {
+            let mib = index * (PART_BYTES >> 20);
+            exec.exec(
+                namespace,
+                pod,
+                Command {
+                    argv: script(FILL_PART, &p.digest, &mib.to_string()),
+                    stdin: Some(part),
+                },
+            )
+            .await?;
+            index += 1;
+        }
+        match maker.join() {
+            Ok(Ok(sha)) if sha == p.sha256 => {}
+            Ok(Ok(_)) => {
+                return Err(FillError::Lost(format!(
+                    "the snapshot {} is no longer what was submitted",
+                    p.digest
+                )));
+            }
+            Ok(Err(e)) => {
+                return Err(FillError::Lost(format!(
+                    "the snapshot {} cannot be read: {e}",
+                    p.digest
+                )));
+            }
+            Err(_) => return Err(FillError::Lost("reading a snapshot failed".into())),
+        }
+        exec.exec(
+            namespace,
+            pod,
+            Command {
+                argv: script(FILL_DONE, &p.digest, &p.sha256),
+                stdin: None,
+            },
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+fn script(body: &str, a: &str, b: &str) -> Vec<String> {
+    ["sh", "-c", body, "sh", a, b]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect()
+}
+
+/// A stream cut into parts, each handed over once full, and its SHA-256.
+struct Parts {
+    part: Vec<u8>,
+    tx: tokio::sync::mpsc::Sender<Vec<u8>>,
+    sha: ring::digest::Context,
+}
+
+impl Parts {
+    fn send(&mut self) -> io::Result<()> {
+        if self.part.is_empty() {
+            return Ok(());
+        }
+        let part = std::mem::replace(&mut self.part, Vec::with_capacity(PART_BYTES));
+        self.tx
+            .blocking_send(part)
+            .map_err(|_| io::Error::other("the fill stopped"))
+    }
+}
+
+impl Write for Parts {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let room = PART_BYTES - self.part.len();
+        let n = buf.len().min(room);
+        self.part.extend_from_slice(&buf[..n]);
+        self.sha.update(&buf[..n]);
+        if self.part.len() == PART_BYTES {
+            self.send()?;
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}

@@ -1,0 +1,481 @@
+//! A group's files on Kubernetes: the files pod made, filled over
+//! `pods/exec` once, and every node's pod made only then; each pod's
+//! init container fetching and checking its task's snapshots, so its
+//! commands read the submitted bytes at their destinations. The bytes are
+//! asserted in the pods of a kubelet that runs them
+//! ([`super::kubelet`]); the requests of a 1,000-node group's delivery
+//! are counted against the scripted cluster.
+
+use super::driver::{self, Driver, GID};
+use super::fake::Fake;
+use super::kubelet::{self, Kubelet};
+use super::{P, created};
+use crate::backend::Report;
+use crate::files::Snapshots;
+use crate::files::take::{self, Taking};
+use crate::k8s::{Lowering, Plan};
+use crate::policy::Status;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The group of `yaml`, its files taken from `cwd` into `state`'s
+/// snapshots, lowered as `skyc run --target k8s` lowers it.
+fn plan_with_files(yaml: &str, cwd: &Path, state: &Path) -> Plan {
+    let c = skyc_compiler::compile(
+        "group.yaml",
+        yaml.as_bytes(),
+        &skyc_compiler::Options::default(),
+    );
+    let group = c
+        .group
+        .unwrap_or_else(|| panic!("invalid group: {:?}", c.diagnostics));
+    let snapshots = Snapshots::of(state);
+    let writing = snapshots.writing().unwrap();
+    let mut quiet = |_, _| {};
+    let (files, diagnostics) = take::take(
+        &group,
+        &mut Taking {
+            cwd,
+            home: Some(cwd),
+            into: Some((&snapshots, &writing)),
+            limit_bytes: 1 << 30,
+            progress: &mut quiet,
+        },
+    );
+    assert!(diagnostics.is_empty(), "{diagnostics:?}");
+    let options = skyc_targets::k8s::Options {
+        namespace: Some(super::fake::NS.to_owned()),
+        files: Some(crate::k8s::files::packs(&files.tasks, &snapshots, false).unwrap()),
+        ..Default::default()
+    };
+    Plan::new(
+        &group,
+        &Lowering {
+            options: &options,
+            namespace: super::fake::NS,
+            context: None,
+            grace: Duration::from_secs(2),
+            secrets: &[],
+            token: "run-1".into(),
+        },
+    )
+    .unwrap_or_else(|d| panic!("lowering failed: {d:?}"))
+}
+
+fn write(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+fn sha256(text: &str) -> String {
+    crate::files::tar::sha256(text.as_bytes())
+}
+
+/// The user's sources, in `dir`.
+fn sources(dir: &Path) {
+    write(&dir.join("code/data.txt"), "the training data\n");
+    write(&dir.join("code/lib/model.py"), "WEIGHTS = 3\n");
+    write(&dir.join("settings.yaml"), "lr: 0.1\n");
+    write(&dir.join("work/run.sh"), "echo from the workdir\n");
+}
+
+const GROUP: &str = "\
+name: g
+execution: parallel
+---
+name: trainer
+num_nodes: 2
+workdir: ./work
+file_mounts:
+  /code: ./code
+  ~/conf/settings.yaml: ./settings.yaml
+run: |
+  set -e
+  echo \"at $(pwd)\"
+  sha256sum /code/data.txt /code/lib/model.py ~/conf/settings.yaml run.sh
+  bash run.sh
+  echo mine > /code/written-by-$SKYPILOT_NODE_RANK
+  echo \"sees $(ls /code | tr '\\n' ' ')\"
+---
+name: evaluator
+file_mounts:
+  /code: ./code
+run: |
+  cat /code/data.txt
+";
+
+/// Runs the group until the supervisor says it settled.
+fn run_to_end(d: &mut Driver, k: &Arc<Kubelet>, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while !d.settled() {
+        assert!(
+            Instant::now() < deadline,
+            "the group did not end within {limit:?}: statuses {:?}, pods {:?}, output {:#?}",
+            d.statuses(),
+            d.fake.world().names("pods"),
+            k.output.lock().unwrap()
+        );
+        d.fake.world().reconcile_cluster();
+        k.start_pending();
+        d.pump();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+struct Scene {
+    dir: PathBuf,
+    kubelet: Arc<Kubelet>,
+    d: Driver,
+}
+
+/// Holds the kubelet until the test ends, then stops it.
+struct Stopping(Arc<Kubelet>);
+
+impl Drop for Stopping {
+    fn drop(&mut self) {
+        self.0.stop();
+    }
+}
+
+fn scene(yaml: &str) -> Option<Scene> {
+    if let Some(why) = kubelet::available() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "pods cannot run here: {why}"
+        );
+        eprintln!("skipped: {why}");
+        return None;
+    }
+    let dir = driver::state_dir();
+    let src = dir.join("src");
+    sources(&src);
+    let plan = plan_with_files(yaml, &src, &dir);
+    let fake = Fake::default();
+    let kubelet = Arc::new(Kubelet::new(&fake, &dir));
+    let tuning = driver::tuning();
+    let d = Driver::start_in(dir.clone(), fake, plan, tuning, Some(kubelet.exec()));
+    Some(Scene { dir, kubelet, d })
+}
+
+#[test]
+fn every_pod_reads_the_submitted_bytes_at_their_destinations_from_a_copy_of_its_own() {
+    let Some(Scene {
+        dir,
+        kubelet: k,
+        mut d,
+    }) = scene(GROUP)
+    else {
+        return;
+    };
+    let _stop = Stopping(k.clone());
+    // Edited once submitted: the pods still see what was submitted.
+    write(&dir.join("src/code/data.txt"), "edited after submission\n");
+    run_to_end(&mut d, &k, Duration::from_secs(60));
+    assert_eq!(d.statuses(), [Status::Succeeded, Status::Succeeded]);
+    let output = k.output.lock().unwrap().clone();
+    for rank in 0..2 {
+        let out = &output[&format!("g-trainer-{rank}-0")];
+        for (text, path) in [
+            ("the training data\n", "/code/data.txt"),
+            ("WEIGHTS = 3\n", "/code/lib/model.py"),
+            ("lr: 0.1\n", "/root/conf/settings.yaml"),
+            ("echo from the workdir\n", "run.sh"),
+        ] {
+            assert!(
+                out.contains(&format!("{}  {path}", sha256(text))),
+                "trainer-{rank} read other bytes at {path}:\n{out}"
+            );
+        }
+        assert!(out.contains("at /root/sky_workdir"), "{out}");
+        assert!(out.contains("from the workdir"), "{out}");
+        // Its own write, not the other node's.
+        assert!(
+            out.contains(&format!("sees data.txt lib written-by-{rank} ")),
+            "{out}"
+        );
+    }
+    assert!(
+        output["g-evaluator-0-0"].contains("the training data"),
+        "{output:#?}"
+    );
+    // Nothing written to the user's files.
+    assert!(!dir.join("src/code/written-by-0").exists());
+    // The files pod was made before any node, and is gone with the group.
+    let pods = d.fake.world().created_pods();
+    assert_eq!(pods.first().map(String::as_str), Some("g-skyc-files"));
+    assert!(d.fake.world().get("pods", "g-skyc-files").is_none());
+    // No request carried the files: each is a few KiB at most.
+    let largest = d
+        .fake
+        .world()
+        .requests
+        .iter()
+        .map(|r| r.body.as_ref().map_or(0, |b| b.to_string().len()))
+        .max()
+        .unwrap_or(0);
+    assert!(largest < 16 << 10, "a request of {largest} bytes");
+}
+
+#[test]
+fn a_restart_runs_the_submitted_bytes_and_volumes_are_claims_the_nodes_share() {
+    let yaml = "\
+name: g
+execution: parallel
+---
+name: trainer
+file_mounts:
+  /code: ./code
+volumes:
+  /ckpt: ckpt
+resources:
+  job_recovery:
+    max_restarts_on_errors: 1
+run: |
+  cat /code/data.txt
+  if [ ! -e /ckpt/tried ]; then echo once > /ckpt/tried; exit 3; fi
+  echo restarted
+";
+    let Some(Scene {
+        dir,
+        kubelet: k,
+        mut d,
+    }) = scene(yaml)
+    else {
+        return;
+    };
+    let _stop = Stopping(k.clone());
+    write(&dir.join("src/code/data.txt"), "edited after submission\n");
+    run_to_end(&mut d, &k, Duration::from_secs(60));
+    assert_eq!(d.statuses(), [Status::Succeeded]);
+    let output = k.output.lock().unwrap().clone();
+    assert_eq!(
+        created(&d),
+        ["g-skyc-files", "g-trainer-0-0", "g-trainer-0-1"]
+    );
+    for attempt in 0..2 {
+        let out = &output[&format!("g-trainer-0-{attempt}")];
+        assert!(out.contains("the training data"), "{out}");
+        assert!(!out.contains("edited"), "{out}");
+    }
+    assert!(output["g-trainer-0-1"].contains("restarted"));
+}
+
+#[test]
+fn files_that_are_not_the_submitted_bytes_fail_the_nodes_setup() {
+    let Some(Scene {
+        dir,
+        kubelet: k,
+        mut d,
+    }) = scene(
+        "\
+name: g
+execution: parallel
+---
+name: trainer
+file_mounts:
+  /code: ./code
+run: cat /code/data.txt
+",
+    )
+    else {
+        return;
+    };
+    let _stop = Stopping(k.clone());
+    // The snapshot kept by the state directory changes under the run:
+    // the stream sent is not the one the plan recorded.
+    let digest = &d.plan.files[0].digest;
+    write(
+        &dir.join("files").join(digest).join("data.txt"),
+        "tampered\n",
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while d.statuses() != [Status::FailedSetup] {
+        assert!(Instant::now() < deadline, "{:?}", d.reports);
+        d.fake.world().reconcile_cluster();
+        k.start_pending();
+        d.pump();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The files pod refused the stream: no node ever ran.
+    let errors: Vec<&Report> = d
+        .reports
+        .iter()
+        .filter(|r| matches!(r, Report::Error(_)))
+        .collect();
+    assert!(
+        errors
+            .iter()
+            .any(|r| format!("{r:?}").contains("is no longer what was submitted")),
+        "{errors:?}"
+    );
+    assert!(created(&d).iter().all(|p| p == "g-skyc-files"));
+}
+
+/// A 1,000-node group on the scripted cluster: its files cross the API
+/// server once, in parts, whatever the number of nodes.
+#[test]
+fn a_thousand_nodes_files_cross_the_api_server_once() {
+    let dir = driver::state_dir();
+    let src = dir.join("src");
+    // 20 MiB: three parts.
+    write(&src.join("code/big.bin"), &"x".repeat(20 << 20));
+    let plan = plan_with_files(
+        "\
+name: g
+execution: parallel
+---
+name: trainer
+num_nodes: 1000
+file_mounts:
+  /code: ./code
+run: python train.py
+",
+        &src,
+        &dir,
+    );
+    let stream = plan.files[0].bytes as usize;
+    let mut d = Driver::start_in(dir, Fake::default(), plan, driver::tuning(), None);
+    // No node before the files pod is filled.
+    assert_eq!(created(&d), ["g-skyc-files"]);
+    d.cluster(|w| w.run("g-skyc-files"));
+    let fills = d.fake.world().kubelet_exec.fills.clone();
+    let parts: Vec<_> = fills.iter().filter(|f| f.1 == "part").collect();
+    assert_eq!(parts.len(), stream.div_ceil(crate::k8s::files::PART_BYTES));
+    assert_eq!(parts.iter().map(|f| f.4).sum::<usize>(), stream);
+    assert_eq!(
+        parts.iter().map(|f| f.3.as_str()).collect::<Vec<_>>(),
+        ["0", "8", "16"]
+    );
+    assert_eq!(fills.iter().filter(|f| f.1 == "done").count(), 1);
+    assert!(
+        d.fake.world().get("pods", "g-skyc-files").unwrap()["metadata"]["annotations"]
+            ["skyc.io/filled"]
+            .is_string()
+    );
+    let pods = created(&d);
+    assert_eq!(pods.len(), 1001);
+    let w = d.fake.world();
+    let creates: Vec<usize> = w
+        .requests
+        .iter()
+        .filter(|r| r.method == "POST" && r.path == P)
+        .map(|r| r.body.as_ref().map_or(0, |b| b.to_string().len()))
+        .collect();
+    assert_eq!(creates.len(), 1001);
+    // Each node's pod names its files; none carries them.
+    let largest = creates.iter().max().copied().unwrap_or(0);
+    assert!(largest < 16 << 10, "a pod of {largest} bytes");
+    let total: usize = w
+        .requests
+        .iter()
+        .map(|r| r.body.as_ref().map_or(0, |b| b.to_string().len()))
+        .sum();
+    assert!(total < 1001 * (16 << 10), "{total} bytes of requests");
+    drop(w);
+    assert_eq!(GID, 7);
+}
+
+/// The files pod lost while the group runs (its node gone): made and
+/// filled again before a node is launched again.
+#[test]
+fn a_lost_files_pod_is_made_and_filled_again_before_a_restart() {
+    let mut d = scripted();
+    d.cluster(|w| w.run("g-skyc-files"));
+    assert_eq!(created(&d), ["g-skyc-files", "g-trainer-0-0"]);
+    // The files pod is evicted: deleted, then made again.
+    d.cluster(|w| {
+        w.disrupt("g-skyc-files", "EvictionByEvictionAPI");
+        w.reconcile_cluster();
+    });
+    d.cluster(|w| w.reconcile_cluster());
+    assert_eq!(
+        created(&d),
+        ["g-skyc-files", "g-skyc-files", "g-trainer-0-0"]
+    );
+    // The node is preempted: its restart waits for the files.
+    d.cluster(|w| {
+        w.run("g-trainer-0-0");
+        w.disrupt("g-trainer-0-0", "PreemptionByScheduler");
+        w.reconcile_cluster();
+    });
+    d.cluster(|w| w.reconcile_cluster());
+    assert_eq!(
+        created(&d),
+        ["g-skyc-files", "g-skyc-files", "g-trainer-0-0"]
+    );
+    let fills_before = d.fake.world().kubelet_exec.fills.len();
+    d.cluster(|w| w.run("g-skyc-files"));
+    assert!(d.fake.world().kubelet_exec.fills.len() > fills_before);
+    assert_eq!(
+        created(&d),
+        [
+            "g-skyc-files",
+            "g-skyc-files",
+            "g-trainer-0-0",
+            "g-trainer-0-1"
+        ]
+    );
+}
+
+/// A node whose init container could not put its files in place failed
+/// its setup: its main container never ran.
+#[test]
+fn a_node_that_cannot_fetch_its_files_failed_its_setup() {
+    let mut d = scripted();
+    d.cluster(|w| w.run("g-skyc-files"));
+    d.cluster(|w| {
+        w.update("pods", "g-trainer-0-0", |p| {
+            p["spec"]["nodeName"] = serde_json::json!("node-1");
+            p["status"] = serde_json::json!({
+                "phase": "Failed",
+                "containerStatuses": [{
+                    "name": "main", "ready": false, "restartCount": 0, "image": "", "imageID": "",
+                    "state": {"waiting": {"reason": "PodInitializing"}},
+                }],
+                "initContainerStatuses": [{
+                    "name": "skyc-files", "ready": false, "restartCount": 0, "image": "",
+                    "imageID": "",
+                    "state": {"terminated": {"exitCode": 1, "reason": "Error"}},
+                }],
+            });
+        });
+    });
+    assert!(d.reports.iter().any(|r| matches!(
+        r,
+        Report::Event {
+            event: crate::policy::Event::NodeExited {
+                phase: crate::policy::Phase::Setup,
+                code: 1,
+                ..
+            },
+            ..
+        }
+    )));
+    // Its budget allows one restart: the task recovers.
+    assert_eq!(d.statuses(), [Status::Recovering]);
+}
+
+/// A one-task group with files, on the scripted cluster.
+fn scripted() -> Driver {
+    let dir = driver::state_dir();
+    let src = dir.join("src");
+    sources(&src);
+    let plan = plan_with_files(
+        "\
+name: g
+execution: parallel
+---
+name: trainer
+file_mounts:
+  /code: ./code
+resources:
+  job_recovery:
+    max_restarts_on_errors: 1
+run: python train.py
+",
+        &src,
+        &dir,
+    );
+    Driver::start_in(dir, Fake::default(), plan, driver::tuning(), None)
+}

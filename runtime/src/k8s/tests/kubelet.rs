@@ -1,0 +1,717 @@
+//! A kubelet that runs pods, for the scenarios that must see what a
+//! pod's commands find (its files): beside the scripted controllers of
+//! [`super::controllers`], it starts each pod the fake API server holds,
+//! runs its init containers, then its container, each command in bash as
+//! its spec says, and writes what a kubelet writes (phase, container
+//! states, exit codes, the termination message, the log).
+//!
+//! Each container runs in a root of its own: a mount namespace whose `/`
+//! is an overlay over this machine's (what a container writes stays in
+//! it), a `/dev` of its own with the termination-log file, and the pod's
+//! volumes bound at their `mountPath` (`subPath` too): `emptyDir` is a
+//! directory per pod, `configMap` the ConfigMap's keys written out, a
+//! PersistentVolumeClaim a directory per claim, shared. An image named
+//! `busybox:*` runs BusyBox's applets (this machine's `busybox`), as the
+//! files pod and the init containers do on a cluster; any other image is
+//! this machine's own programs. `pods/exec` ([`RealExec`]) runs in the
+//! same root, with the container's environment.
+//!
+//! Every pod of one cluster shares one network namespace of its own, its
+//! loopback up, and every pod's `{hostname}.{subdomain}` resolves to it
+//! through an `/etc/hosts` the kubelet keeps: the cluster network and its
+//! DNS, played on one address. Not covered: pods' own addresses, network
+//! policies, image pulls, resource limits, probes (a pod without one is
+//! ready once its container starts).
+
+use super::fake::Fake;
+use crate::k8s::exec::{Command as ExecCommand, ExecError, PodExec};
+use base64::Engine as _;
+use futures::future::BoxFuture;
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{Read, Write};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The applets the BusyBox image is used for here.
+const APPLETS: &[&str] = &[
+    "sh",
+    "wget",
+    "tar",
+    "sha256sum",
+    "chmod",
+    "mkdir",
+    "rm",
+    "mv",
+    "dd",
+    "cat",
+    "echo",
+    "sleep",
+    "httpd",
+    "ls",
+    "test",
+    "[",
+];
+
+/// Whether this machine can run pods: root (namespaces, mounts) and
+/// BusyBox.
+pub(super) fn available() -> Option<String> {
+    if !rustix::process::geteuid().is_root() {
+        return Some("not root: pods cannot get roots of their own".into());
+    }
+    if !Path::new("/usr/bin/busybox").exists() && !Path::new("/bin/busybox").exists() {
+        return Some("busybox is not installed (apt-get install busybox)".into());
+    }
+    None
+}
+
+pub(super) struct Kubelet {
+    fake: Fake,
+    dir: PathBuf,
+    /// Holds the cluster's network namespace.
+    net: Child,
+    busybox: PathBuf,
+    hosts: PathBuf,
+    /// Found on this machine's `PATH` (a container's is its own).
+    nsenter: PathBuf,
+    unshare: PathBuf,
+    bash: PathBuf,
+    started: Mutex<BTreeSet<String>>,
+    /// Every container process, for the end of the test.
+    running: Arc<Mutex<BTreeSet<i32>>>,
+    /// Once stopped, no container starts.
+    stopped: std::sync::atomic::AtomicBool,
+    /// What each pod's container printed, by pod name.
+    pub(super) output: Arc<Mutex<BTreeMap<String, String>>>,
+}
+
+impl Kubelet {
+    pub(super) fn new(fake: &Fake, dir: &Path) -> Self {
+        let dir = dir.join("kubelet");
+        std::fs::create_dir_all(dir.join("bin")).unwrap();
+        let busybox = ["/usr/bin/busybox", "/bin/busybox"]
+            .into_iter()
+            .find(|p| Path::new(p).exists())
+            .expect("busybox");
+        for applet in APPLETS {
+            let _ = std::os::unix::fs::symlink(busybox, dir.join("bin").join(applet));
+        }
+        let net = Command::new("unshare")
+            .args(["-n", "sh", "-c", "ip link set lo up && exec sleep 86400"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("a network namespace");
+        let hosts = dir.join("hosts");
+        std::fs::write(&hosts, "127.0.0.1 localhost\n").unwrap();
+        // The namespace's loopback is up before anything runs in it.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            let up = Command::new("nsenter")
+                .arg(format!("--net=/proc/{}/ns/net", net.id()))
+                .args(["ip", "-o", "link", "show", "lo", "up"])
+                .output()
+                .is_ok_and(|o| !o.stdout.is_empty());
+            if up {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let found = |program: &str| {
+            std::env::var("PATH")
+                .unwrap_or_default()
+                .split(':')
+                .map(|d| Path::new(d).join(program))
+                .find(|p| p.exists())
+                .unwrap_or_else(|| panic!("{program} is not on PATH"))
+        };
+        Self {
+            nsenter: found("nsenter"),
+            unshare: found("unshare"),
+            bash: found("bash"),
+            fake: fake.clone(),
+            busybox: dir.join("bin"),
+            dir,
+            net,
+            hosts,
+            started: Mutex::new(BTreeSet::new()),
+            stopped: std::sync::atomic::AtomicBool::new(false),
+            running: Arc::new(Mutex::new(BTreeSet::new())),
+            output: Arc::new(Mutex::new(BTreeMap::new())),
+        }
+    }
+
+    /// What runs `pods/exec` in this kubelet's pods.
+    pub(super) fn exec(self: &Arc<Self>) -> Arc<dyn PodExec> {
+        Arc::new(RealExec(self.clone()))
+    }
+
+    /// Starts every pod not started yet (each on a thread of its own).
+    pub(super) fn start_pending(self: &Arc<Self>) {
+        let pods: Vec<Value> = {
+            let w = self.fake.world();
+            w.names("pods")
+                .iter()
+                .filter_map(|n| w.get("pods", n).cloned())
+                .filter(|p| p["status"]["phase"].is_null() || p["status"]["phase"] == "Pending")
+                .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+                .collect()
+        };
+        self.write_hosts();
+        for pod in pods {
+            let uid = pod["metadata"]["uid"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            if !self.started.lock().unwrap().insert(uid) {
+                continue;
+            }
+            let me = self.clone();
+            std::thread::spawn(move || me.run_pod(&pod));
+        }
+    }
+
+    /// Every pod's name under its subdomain, at the cluster's address.
+    fn write_hosts(&self) {
+        let mut text = String::from("127.0.0.1 localhost\n");
+        let w = self.fake.world();
+        for name in w.names("pods") {
+            let Some(p) = w.get("pods", &name) else {
+                continue;
+            };
+            if let (Some(h), Some(s)) = (
+                p["spec"]["hostname"].as_str(),
+                p["spec"]["subdomain"].as_str(),
+            ) {
+                text.push_str(&format!(
+                    "127.0.0.1 {h}.{s} {h}.{s}.team.svc.cluster.local\n"
+                ));
+            }
+        }
+        drop(w);
+        // In place: containers bind this very file.
+        if let Ok(mut f) = std::fs::File::options()
+            .write(true)
+            .truncate(true)
+            .open(&self.hosts)
+        {
+            let _ = f.write_all(text.as_bytes());
+        }
+    }
+
+    fn pod_dir(&self, pod: &Value) -> PathBuf {
+        self.dir
+            .join("pods")
+            .join(pod["metadata"]["uid"].as_str().unwrap_or("none"))
+    }
+
+    fn run_pod(&self, pod: &Value) {
+        let name = pod["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let dir = self.pod_dir(pod);
+        if let Err(e) = self.volumes(pod, &dir) {
+            self.fail(&name, &format!("volumes: {e}"));
+            return;
+        }
+        self.fake.world().update("pods", &name, |p| {
+            p["spec"]["nodeName"] = json!("node-0");
+            p["status"] = json!({"phase": "Pending"});
+        });
+        let inits = pod["spec"]["initContainers"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let mut statuses = Vec::new();
+        for c in &inits {
+            let ended = self.run_container(pod, c, &dir, None, None, &name);
+            let Ok((code, out, message)) = ended else {
+                self.fail(&name, "an init container could not start");
+                return;
+            };
+            self.append_output(&name, &out);
+            statuses.push(json!({
+                "name": c["name"], "ready": code == 0, "restartCount": 0,
+                "image": c["image"], "imageID": "",
+                "state": {"terminated": {"exitCode": code, "reason": if code == 0 { "Completed" } else { "Error" }, "message": message}},
+            }));
+            if code != 0 {
+                self.fake.world().update("pods", &name, |p| {
+                    p["status"] = json!({
+                        "phase": "Failed",
+                        "initContainerStatuses": statuses,
+                        "containerStatuses": [{
+                            "name": "main", "ready": false, "restartCount": 0, "image": "",
+                            "imageID": "", "state": {"waiting": {"reason": "PodInitializing"}},
+                        }],
+                    });
+                });
+                return;
+            }
+        }
+        {
+            let mut w = self.fake.world();
+            if w.get("pods", &name)
+                .is_none_or(|p| !p["metadata"]["deletionTimestamp"].is_null())
+            {
+                return;
+            }
+            w.run(&name);
+            w.update("pods", &name, |p| {
+                if !statuses.is_empty() {
+                    p["status"]["initContainerStatuses"] = json!(statuses);
+                }
+            });
+        }
+        let main = pod["spec"]["containers"][0].clone();
+        let ended = self.run_container(pod, &main, &dir, None, None, &name);
+        let (code, out, message) = ended.unwrap_or((128, Vec::new(), String::new()));
+        self.append_output(&name, &out);
+        let mut w = self.fake.world();
+        let log = self
+            .output
+            .lock()
+            .unwrap()
+            .get(&name)
+            .cloned()
+            .unwrap_or_default();
+        w.logs.insert(name.clone(), log);
+        let running = w
+            .get("pods", &name)
+            .is_some_and(|p| p["status"]["phase"] == "Running");
+        if running {
+            let message = (!message.is_empty()).then_some(message);
+            w.exit_with(&name, code, message.as_deref());
+        }
+    }
+
+    fn append_output(&self, pod: &str, out: &[u8]) {
+        self.output
+            .lock()
+            .unwrap()
+            .entry(pod.to_owned())
+            .or_default()
+            .push_str(&String::from_utf8_lossy(out));
+    }
+
+    fn fail(&self, pod: &str, why: &str) {
+        self.append_output(pod, format!("kubelet: {why}\n").as_bytes());
+        self.fake.world().update("pods", pod, |p| {
+            p["status"] = json!({"phase": "Failed", "reason": "KubeletError", "message": why});
+        });
+    }
+
+    /// Makes the pod's volumes: `emptyDir` and `configMap` in the pod's
+    /// directory, a claim in the kubelet's.
+    fn volumes(&self, pod: &Value, dir: &Path) -> std::io::Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        for v in pod["spec"]["volumes"].as_array().into_iter().flatten() {
+            let name = v["name"].as_str().unwrap_or_default();
+            let at = dir.join("volumes").join(name);
+            if v.get("persistentVolumeClaim").is_some() {
+                continue;
+            }
+            std::fs::create_dir_all(&at)?;
+            std::fs::set_permissions(&at, std::fs::Permissions::from_mode(0o777))?;
+            if let Some(cm) = v.get("configMap") {
+                let object = self
+                    .fake
+                    .world()
+                    .get("configmaps", cm["name"].as_str().unwrap_or_default())
+                    .cloned()
+                    .unwrap_or(Value::Null);
+                let mode = cm["defaultMode"].as_u64().unwrap_or(0o644) as u32;
+                for (key, value) in object["data"].as_object().into_iter().flatten() {
+                    let path = at.join(key);
+                    std::fs::write(&path, value.as_str().unwrap_or_default())?;
+                    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))?;
+                }
+                for (key, value) in object["binaryData"].as_object().into_iter().flatten() {
+                    let path = at.join(key);
+                    let bytes = base64::engine::general_purpose::STANDARD
+                        .decode(value.as_str().unwrap_or_default())
+                        .unwrap_or_default();
+                    std::fs::write(&path, bytes)?;
+                    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Where volume `name` of `pod` is on this machine.
+    fn volume_path(&self, pod: &Value, dir: &Path, name: &str) -> PathBuf {
+        let spec = pod["spec"]["volumes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|v| v["name"] == name)
+            .cloned()
+            .unwrap_or(Value::Null);
+        match spec["persistentVolumeClaim"]["claimName"].as_str() {
+            Some(claim) => {
+                let at = self.dir.join("claims").join(claim);
+                let _ = std::fs::create_dir_all(&at);
+                at
+            }
+            None => dir.join("volumes").join(name),
+        }
+    }
+
+    /// The container's environment, as the kubelet resolves it.
+    fn env(&self, pod: &Value, container: &Value) -> Vec<(String, String)> {
+        let w = self.fake.world();
+        let mut out = Vec::new();
+        for e in container["env"].as_array().into_iter().flatten() {
+            let name = e["name"].as_str().unwrap_or_default().to_owned();
+            let value = if let Some(v) = e["value"].as_str() {
+                // `$$` is Kubernetes' escape of `$`.
+                v.replace("$$", "$")
+            } else if let Some(r) = e["valueFrom"].get("secretKeyRef") {
+                let secret = w.get("secrets", r["name"].as_str().unwrap_or_default());
+                let key = r["key"].as_str().unwrap_or_default();
+                secret
+                    .and_then(|s| {
+                        s["stringData"][key]
+                            .as_str()
+                            .map(str::to_owned)
+                            .or_else(|| {
+                                let b = s["data"][key].as_str()?;
+                                let bytes =
+                                    base64::engine::general_purpose::STANDARD.decode(b).ok()?;
+                                String::from_utf8(bytes).ok()
+                            })
+                    })
+                    .unwrap_or_default()
+            } else if let Some(path) = e["valueFrom"]["fieldRef"]["fieldPath"].as_str() {
+                let current = w.get("pods", pod["metadata"]["name"].as_str().unwrap_or_default());
+                let p = current.unwrap_or(pod);
+                field(p, path)
+            } else {
+                String::new()
+            };
+            out.push((name, value));
+        }
+        out
+    }
+
+    /// Runs `container` of `pod` (or `argv` in it, with `stdin`): its exit
+    /// code, its output (stdout and stderr), its termination message. The
+    /// process ends when the pod is deleted: SIGTERM, then SIGKILL after
+    /// the pod's grace.
+    fn run_container(
+        &self,
+        pod: &Value,
+        container: &Value,
+        dir: &Path,
+        argv: Option<&[String]>,
+        stdin: Option<Vec<u8>>,
+        name: &str,
+    ) -> std::io::Result<(i32, Vec<u8>, String)> {
+        if self.stopped.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(std::io::Error::other("the kubelet is stopped"));
+        }
+        let run = dir.join(format!(
+            "run-{}-{}",
+            container["name"].as_str().unwrap_or("c"),
+            RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&run)?;
+        let termination = run.join("termination-log");
+        std::fs::write(&termination, "")?;
+        let mut mounts = String::new();
+        for m in container["volumeMounts"].as_array().into_iter().flatten() {
+            let volume = m["name"].as_str().unwrap_or_default();
+            let mut src = self.volume_path(pod, dir, volume);
+            if let Some(sub) = m["subPath"].as_str() {
+                src = src.join(sub);
+                if !src.exists() {
+                    std::fs::create_dir_all(&src)?;
+                }
+            }
+            mounts.push_str(&format!(
+                "{}\t{}\n",
+                src.display(),
+                m["mountPath"].as_str().unwrap_or_default()
+            ));
+        }
+        std::fs::write(run.join("mounts"), mounts)?;
+        let busybox = container["image"]
+            .as_str()
+            .is_some_and(|i| i.starts_with("busybox"));
+        let path = if busybox {
+            self.busybox.display().to_string()
+        } else {
+            std::env::var("PATH").unwrap_or_default()
+        };
+        let mut command: Vec<String> = match argv {
+            Some(argv) => argv.to_vec(),
+            None => container["command"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .chain(container["args"].as_array().into_iter().flatten())
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect(),
+        };
+        if busybox
+            && let Some(first) = command.first_mut()
+            && !first.contains('/')
+        {
+            *first = self.busybox.join(&*first).display().to_string();
+        }
+        let mut cmd = Command::new(&self.nsenter);
+        cmd.arg(format!("--net=/proc/{}/ns/net", self.net.id()))
+            .arg(&self.unshare)
+            .args([
+                "--mount",
+                "--pid",
+                "--fork",
+                "--kill-child=KILL",
+                "--propagation",
+                "private",
+            ])
+            .arg(&self.bash)
+            .args(["-c", WRAPPER, "kubelet"])
+            .args(&command)
+            .env_clear()
+            .envs(self.env(pod, container))
+            .env("PATH", &path)
+            .env("HOME", "/root")
+            .env("HOSTNAME", pod["spec"]["hostname"].as_str().unwrap_or(name))
+            .env("SKYC_KUBELET_RUN", &run)
+            .env("SKYC_KUBELET_HOSTS", &self.hosts)
+            .env("SKYC_KUBELET_TERMLOG", &termination)
+            .env(
+                "SKYC_KUBELET_PATH",
+                std::env::var("PATH").unwrap_or_default(),
+            )
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        let mut child = cmd.spawn()?;
+        let pid = child.id() as i32;
+        self.running.lock().unwrap().insert(pid);
+        if let Some(bytes) = stdin {
+            let mut input = child.stdin.take().expect("piped");
+            std::thread::spawn(move || {
+                let _ = input.write_all(&bytes);
+            });
+        }
+        let mut out = child.stdout.take().expect("piped");
+        let mut err = child.stderr.take().expect("piped");
+        let reading = std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = out.read_to_end(&mut bytes);
+            bytes
+        });
+        let reading_err = std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = err.read_to_end(&mut bytes);
+            bytes
+        });
+        let mut termed: Option<Instant> = None;
+        let status = loop {
+            if let Some(status) = child.try_wait()? {
+                break status;
+            }
+            // A deleted pod's container: SIGTERM, then SIGKILL.
+            if argv.is_none() {
+                let (gone, grace) = {
+                    let w = self.fake.world();
+                    match w.get("pods", name) {
+                        None => (true, 0),
+                        Some(p) => (
+                            !p["metadata"]["deletionTimestamp"].is_null(),
+                            p["metadata"]["deletionGracePeriodSeconds"]
+                                .as_u64()
+                                .unwrap_or(1),
+                        ),
+                    }
+                };
+                if gone {
+                    match termed {
+                        None => {
+                            // To the container's first process, as the
+                            // runtime sends it.
+                            if let Some(init) = first_child(pid) {
+                                let _ = rustix::process::kill_process(
+                                    init,
+                                    rustix::process::Signal::TERM,
+                                );
+                            }
+                            termed = Some(Instant::now());
+                        }
+                        Some(at) if at.elapsed() >= Duration::from_secs(grace) => {
+                            kill_group(pid);
+                        }
+                        Some(_) => {}
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        // What the container started lives no longer than it.
+        kill_group(pid);
+        self.running.lock().unwrap().remove(&pid);
+        let mut output = reading.join().unwrap_or_default();
+        output.extend(reading_err.join().unwrap_or_default());
+        let message = std::fs::read_to_string(&termination).unwrap_or_default();
+        use std::os::unix::process::ExitStatusExt;
+        let code = status
+            .code()
+            .unwrap_or_else(|| 128 + status.signal().unwrap_or(9));
+        Ok((code, output, message.trim().to_owned()))
+    }
+}
+
+static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// The container's first process: `unshare`'s child, the first of its
+/// PID namespace.
+fn first_child(pid: i32) -> Option<rustix::process::Pid> {
+    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
+    let first = children.split_whitespace().next()?.parse().ok()?;
+    rustix::process::Pid::from_raw(first)
+}
+
+/// Ends a container: its `unshare` killed, which kills the first process
+/// of its PID namespace, and so every process in it.
+fn kill_group(pid: i32) {
+    if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+    }
+}
+
+impl Kubelet {
+    /// The machine goes down: every container is killed, the cluster's
+    /// network with them. The pods' threads hold the kubelet, so its end
+    /// is said, not left to `Drop`.
+    pub(super) fn stop(&self) {
+        self.stopped
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        for pid in std::mem::take(&mut *self.running.lock().unwrap()) {
+            kill_group(pid);
+        }
+        if let Some(pid) = rustix::process::Pid::from_raw(self.net.id() as i32) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+        }
+    }
+}
+
+/// A pod's field, as `fieldRef` names it.
+fn field(pod: &Value, path: &str) -> String {
+    let (map, key) = if let Some(k) = path.strip_prefix("metadata.labels['") {
+        ("labels", k.trim_end_matches("']"))
+    } else if let Some(k) = path.strip_prefix("metadata.annotations['") {
+        ("annotations", k.trim_end_matches("']"))
+    } else {
+        return match path {
+            "metadata.name" => pod["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            "metadata.namespace" => "team".to_owned(),
+            "status.podIP" => "127.0.0.1".to_owned(),
+            _ => String::new(),
+        };
+    };
+    pod["metadata"][map][key]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// `pods/exec` in this kubelet's pods: the command in the container's
+/// root, with its environment; its standard output once it exits 0.
+pub(super) struct RealExec(Arc<Kubelet>);
+
+impl PodExec for RealExec {
+    fn exec(
+        &self,
+        _namespace: &str,
+        pod: &str,
+        command: ExecCommand,
+    ) -> BoxFuture<'static, Result<String, ExecError>> {
+        let kubelet = self.0.clone();
+        let name = pod.to_owned();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || {
+                let pod = kubelet.fake.world().get("pods", &name).cloned();
+                let Some(pod) = pod.filter(|p| p["status"]["phase"] == "Running") else {
+                    return Err(ExecError::Gone(format!("pod {name} is not running")));
+                };
+                let container = pod["spec"]["containers"][0].clone();
+                let dir = kubelet.pod_dir(&pod);
+                let ran = kubelet.run_container(
+                    &pod,
+                    &container,
+                    &dir,
+                    Some(&command.argv),
+                    command.stdin,
+                    &name,
+                );
+                match ran {
+                    Ok((0, out, _)) => Ok(String::from_utf8_lossy(&out).into_owned()),
+                    Ok((code, out, _)) => Err(ExecError::Failed(format!(
+                        "exit {code}: {}",
+                        String::from_utf8_lossy(&out)
+                    ))),
+                    Err(e) => Err(ExecError::Failed(e.to_string())),
+                }
+            })
+            .await
+            .unwrap_or_else(|e| Err(ExecError::Failed(e.to_string())))
+        })
+    }
+}
+
+/// Gives the container its root, then runs its command there (`$@`).
+const WRAPPER: &str = r#"set -eu
+container_path=$PATH
+PATH=$SKYC_KUBELET_PATH
+chroot=$(command -v chroot)
+run=$SKYC_KUBELET_RUN
+r=$run/root
+mkdir -p "$r" "$run/layer"
+mount -t tmpfs tmpfs "$run/layer"
+mkdir "$run/layer/upper" "$run/layer/work"
+mount -t overlay overlay -o "lowerdir=/,upperdir=$run/layer/upper,workdir=$run/layer/work" "$r"
+mount -t proc proc "$r/proc"
+mount -t tmpfs tmpfs "$r/dev"
+for d in null zero random urandom full tty; do
+  touch "$r/dev/$d"
+  mount --bind "/dev/$d" "$r/dev/$d"
+done
+ln -s /proc/self/fd "$r/dev/fd"
+ln -s /proc/self/fd/0 "$r/dev/stdin"
+ln -s /proc/self/fd/1 "$r/dev/stdout"
+ln -s /proc/self/fd/2 "$r/dev/stderr"
+touch "$r/dev/termination-log"
+mount --bind "$SKYC_KUBELET_TERMLOG" "$r/dev/termination-log"
+mount --bind "$SKYC_KUBELET_HOSTS" "$r/etc/hosts"
+while IFS=$'\t' read -r src dst; do
+  if [ -d "$src" ]; then
+    mkdir -p "$r$dst"
+  else
+    mkdir -p "$(dirname "$r$dst")"
+    touch "$r$dst"
+  fi
+  mount --bind "$src" "$r$dst"
+done <"$run/mounts"
+unset SKYC_KUBELET_RUN SKYC_KUBELET_HOSTS SKYC_KUBELET_TERMLOG SKYC_KUBELET_PATH
+export PATH=$container_path
+cd "$r"
+exec "$chroot" "$r" "$@"
+"#;
