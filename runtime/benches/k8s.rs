@@ -9,7 +9,11 @@
 //! - scale: a group of 1,000 nodes (a task of 999 and one of 1): the
 //!   time to create every pod, then, every pod running, the API requests
 //!   per node per minute and the resident memory per node;
-//! - memory: resident memory per supervised group, with N groups running.
+//! - memory: resident memory per supervised group, with N groups running;
+//! - files: a 1,000-node group with a 64 MiB workdir: what crosses the
+//!   API server (execs and their bytes, requests and their bytes per
+//!   node) and the time from the start to the files pod filled and to
+//!   every pod created.
 //!
 //! Each part runs in a process of its own, so that one's freed memory
 //! does not hide the next one's. The fake API server runs in the same
@@ -29,6 +33,7 @@ use rustix::event::{PollFd, PollFlags, Timespec, poll};
 use skyc_runtime::backend::{Backend, Report, Role};
 use skyc_runtime::backoff::Backoff;
 use skyc_runtime::k8s::client::Cluster;
+use skyc_runtime::k8s::exec::{Command as ExecCommand, ExecError, PodExec};
 use skyc_runtime::k8s::{Connect, Kubernetes, LAUNCHED_ANNOTATION, Lowering, Plan, Tuning};
 use skyc_runtime::policy::{Engine, Status};
 use std::collections::BTreeMap;
@@ -106,6 +111,28 @@ impl Supervisor {
         Self {
             backend: Kubernetes::start(std::env::temp_dir(), connect(fake), tuning())
                 .expect("starts"),
+            engines: BTreeMap::new(),
+        }
+    }
+
+    /// A supervisor of the state directory `dir`, its commands in pods
+    /// answered by `exec`.
+    fn with(fake: &Fake, dir: &std::path::Path, exec: Arc<dyn PodExec>) -> Self {
+        let fake = fake.clone();
+        let connect: Connect = Arc::new(move |_: &Plan| {
+            let fake = fake.clone();
+            let exec = exec.clone();
+            Box::pin(async move {
+                Ok(Cluster {
+                    exec,
+                    client: kube::Client::new(fake, NS),
+                    server: "https://api.bench:6443".into(),
+                    namespace: NS.into(),
+                })
+            })
+        });
+        Self {
+            backend: Kubernetes::start(dir.to_owned(), connect, tuning()).expect("starts"),
             engines: BTreeMap::new(),
         }
     }
@@ -347,6 +374,126 @@ fn scale() {
     );
 }
 
+/// The files pod's execs, answered at once: counted, with their input.
+#[derive(Default)]
+struct Sink(std::sync::Mutex<(usize, usize)>);
+
+impl PodExec for Sink {
+    fn exec(
+        &self,
+        _namespace: &str,
+        _pod: &str,
+        command: ExecCommand,
+    ) -> futures::future::BoxFuture<'static, Result<String, ExecError>> {
+        let mut n = self.0.lock().unwrap();
+        n.0 += 1;
+        n.1 += command.stdin.as_ref().map_or(0, Vec::len);
+        Box::pin(async { Ok(String::new()) })
+    }
+}
+
+fn files() {
+    let dir = std::env::temp_dir().join(format!("skyc-bench-k8s-files-{}", std::process::id()));
+    let src = dir.join("src");
+    std::fs::create_dir_all(src.join("work")).expect("src");
+    // 64 files of 1 MiB, each different.
+    for i in 0..64u32 {
+        let bytes: Vec<u8> = (0..1u32 << 20)
+            .map(|j| (j.wrapping_mul(2_654_435_761) ^ i) as u8)
+            .collect();
+        std::fs::write(src.join(format!("work/shard-{i}.bin")), bytes).expect("write");
+    }
+    let yaml = format!(
+        "name: big\nexecution: parallel\n---\nname: trainer\nnum_nodes: {NODES}\nworkdir: ./work\nrun: train\n"
+    );
+    let c = skyc_compiler::compile(
+        "g.yaml",
+        yaml.as_bytes(),
+        &skyc_compiler::Options::default(),
+    );
+    let group = c.group.expect("a valid group");
+    let snapshots = skyc_runtime::files::Snapshots::of(&dir);
+    let writing = snapshots.writing().expect("lock");
+    let mut quiet = |_, _| {};
+    let (taken, _) = skyc_runtime::files::take::take(
+        &group,
+        &mut skyc_runtime::files::take::Taking {
+            cwd: &src,
+            home: None,
+            into: Some((&snapshots, &writing)),
+            limit_bytes: 1 << 30,
+            progress: &mut quiet,
+        },
+    );
+    let t_pack = Instant::now();
+    let packs = skyc_runtime::k8s::files::packs(&taken.tasks, &snapshots, false).expect("packs");
+    let packing = t_pack.elapsed();
+    let options = skyc_targets::k8s::Options {
+        namespace: Some(NS.to_owned()),
+        files: Some(packs),
+        ..Default::default()
+    };
+    let p = Plan::new(
+        &group,
+        &Lowering {
+            options: &options,
+            namespace: NS,
+            context: None,
+            grace: Duration::from_secs(5),
+            secrets: &[],
+            token: "run-files".into(),
+        },
+    )
+    .expect("lowers");
+    let stream = p.files[0].bytes;
+    let fake = Fake::default();
+    let sink = Arc::new(Sink::default());
+    let mut s = Supervisor::with(&fake, &dir, sink.clone());
+    let t0 = Instant::now();
+    s.start(1, &p);
+    s.until(&fake, Duration::from_secs(300), |w, _| {
+        w.get("pods", "big-skyc-files").is_some()
+    });
+    fake.world().run("big-skyc-files");
+    s.until(&fake, Duration::from_secs(300), |w, _| {
+        w.created_pods().len() == NODES as usize + 1
+    });
+    let w = fake.world();
+    let filled = w
+        .requests
+        .iter()
+        .find(|r| r.method == "PATCH" && r.path.ends_with("/pods/big-skyc-files"))
+        .expect("the filled mark")
+        .at
+        - t0;
+    let created = w
+        .requests
+        .iter()
+        .rfind(|r| r.method == "POST" && r.path.ends_with("/pods"))
+        .expect("a pod")
+        .at
+        - t0;
+    let bytes: usize = w
+        .requests
+        .iter()
+        .map(|r| r.body.as_ref().map_or(0, |b| b.to_string().len()))
+        .sum();
+    let (execs, exec_bytes) = *sink.0.lock().unwrap();
+    println!(
+        "files: {NODES} nodes, a {:.1} MiB stream (digested in {packing:.2?}): {execs} execs carrying {:.1} MiB, once; start -> files pod filled {filled:.2?}, -> every pod created {created:.2?}",
+        stream as f64 / f64::from(1u32 << 20),
+        exec_bytes as f64 / f64::from(1u32 << 20),
+    );
+    println!(
+        "files: {:.2} API requests per node ({} in all), {:.1} KiB of request bodies per node",
+        w.requests.len() as f64 / f64::from(NODES),
+        w.requests.len(),
+        bytes as f64 / 1024.0 / f64::from(NODES)
+    );
+    drop(w);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn memory(groups: usize) {
     let fake = Fake::default();
     let plans: Vec<Plan> = (0..groups).map(|i| plan(&format!("g{i}"), 2)).collect();
@@ -394,10 +541,11 @@ fn main() {
         Some("latency") => latency(rounds),
         Some("scale") => scale(),
         Some("memory") => memory(groups),
+        Some("files") => files(),
         Some(other) => panic!("no part {other}"),
         None => {
             let me = std::env::current_exe().expect("this program");
-            for part in ["latency", "scale", "memory"] {
+            for part in ["latency", "scale", "memory", "files"] {
                 let status = std::process::Command::new(&me)
                     .arg(format!("--part={part}"))
                     .arg(rounds.to_string())
