@@ -699,3 +699,57 @@ fn e2e_files_reach_every_pod() {
     assert!(deleted, "kubectl delete jobset {name}");
     wait_gone(&name, "the group's end and its JobSet's deletion");
 }
+
+/// `skyc volume apply --target k8s` makes a PersistentVolumeClaim: a
+/// cluster that does not answer is said at the volume file's name, and
+/// nothing is recorded; a volume of another kind is refused before any
+/// cluster is asked.
+#[test]
+fn a_k8s_volume_needs_its_cluster_and_nothing_is_recorded_without_it() {
+    let s = Scratch::new("k8s-volume-unreachable");
+    let kubeconfig = unreachable_kubeconfig(&s);
+    s.write(
+        "ckpts.yaml",
+        "name: ckpts\ntype: k8s-pvc\nsize: 10Gi\nconfig:\n  access_mode: ReadWriteMany\n",
+    );
+    let out = s
+        .skyc(&[
+            "volume",
+            "apply",
+            "ckpts.yaml",
+            "--target",
+            "k8s",
+            "--color",
+            "never",
+        ])
+        .env("KUBECONFIG", &kubeconfig)
+        .output()
+        .expect("skyc volume apply");
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(err.contains("ckpts.yaml:1:7"), "{err}");
+    assert!(err.contains("127.0.0.1"), "{err}");
+    let ls = s
+        .skyc(&["volume", "ls", "--json"])
+        .output()
+        .expect("skyc volume ls");
+    assert_eq!(text(&ls.stdout).trim(), "[]");
+    // Not a claim: refused at once.
+    s.write(
+        "rp.yaml",
+        "name: rp\ntype: runpod-network-volume\nsize: 10Gi\n",
+    );
+    let out = s
+        .skyc(&[
+            "volume", "apply", "rp.yaml", "--target", "k8s", "--color", "never",
+        ])
+        .env("KUBECONFIG", &kubeconfig)
+        .output()
+        .expect("skyc volume apply");
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("k8s-pvc"),
+        "{}",
+        text(&out.stderr)
+    );
+}

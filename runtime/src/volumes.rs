@@ -1,8 +1,12 @@
-//! Volumes where the target keeps them as directories (this machine and
-//! Slurm): made by `skyc volume apply` as `volumes/NAME` in the state
-//! directory (which Slurm's compute nodes see), mounted read-write and
-//! shared by every node whose task names them, kept until `skyc volume
-//! delete`, which refuses while a live group mounts one.
+//! Volumes, as `skyc volume apply` makes them and `skyc volume delete`
+//! deletes them (refused while a live group mounts one):
+//! - where the target keeps them as directories (this machine and
+//!   Slurm): `volumes/NAME` in the state directory (which Slurm's compute
+//!   nodes see), mounted read-write and shared by every node whose task
+//!   names them;
+//! - on Kubernetes: a PersistentVolumeClaim of the volume's name
+//!   ([`crate::k8s::volume`]), which pods mount by name; the state
+//!   directory records where (context, namespace).
 
 use crate::store::{Backend, Store, VolumeRow, now_ms};
 use skyc_compiler::ir::{Group, Volume};
@@ -99,6 +103,90 @@ pub fn apply(
     }
 }
 
+/// Where a volume is on Kubernetes, as the store records it.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct OnCluster {
+    context: Option<String>,
+    namespace: String,
+    use_existing: bool,
+}
+
+/// Makes `volume`'s PersistentVolumeClaim (or keeps, or adopts, the one of
+/// its name) in the cluster of `context` (else the volume file's
+/// `infra: k8s/CONTEXT`, else kubectl's), in `namespace` (else the file's
+/// `config.namespace`, else the context's), and records it; a located
+/// diagnostic when it cannot.
+pub fn apply_k8s(
+    store: &mut Store,
+    volume: &Volume,
+    namespace: Option<&str>,
+    context: Option<&str>,
+) -> Result<(Applied, String), Box<Diagnostic>> {
+    use skyc_targets::k8s::volume as target;
+    let at = volume.at.0;
+    let refuse = |message: String| Box::new(Diagnostic::new(Rule::InvalidVolumeFile, at, message));
+    let existing = store
+        .volumes()
+        .map_err(|e| refuse(format!("the state directory: {e}")))?
+        .into_iter()
+        .find(|v| v.name == volume.name);
+    if let Some(v) = &existing
+        && v.backend != Backend::Kubernetes
+    {
+        return Err(refuse(format!(
+            "a volume named `{}` exists on {} already",
+            volume.name,
+            v.backend.descriptor().title
+        )));
+    }
+    // What cannot be a claim is said before any cluster is asked.
+    target::claim(volume, "default").map_err(refuse)?;
+    let context = context.or_else(|| target::context(volume));
+    let kubeconfig = std::env::var("KUBECONFIG").ok();
+    let (kubeconfig, context) = crate::k8s::client::pin(kubeconfig.as_deref(), context);
+    let claimed =
+        crate::k8s::volume::blocking(kubeconfig.as_deref(), context.as_deref(), async |cluster| {
+            let namespace = namespace
+                .or_else(|| target::namespace(volume))
+                .unwrap_or(&cluster.namespace)
+                .to_owned();
+            let claim = target::claim(volume, &namespace)?;
+            let claimed =
+                crate::k8s::volume::apply(&cluster.client, &namespace, &claim, volume.use_existing)
+                    .await
+                    .map_err(|e| format!("the Kubernetes API server {}: {e}", cluster.server))?;
+            Ok((claimed, namespace))
+        })
+        .map_err(refuse)?;
+    let (claimed, namespace) = claimed;
+    let path = format!("{namespace}/{}", volume.name);
+    if existing.is_none() {
+        let mut spec = serde_json::to_value(volume).unwrap_or_default();
+        spec["on_cluster"] = serde_json::to_value(OnCluster {
+            context,
+            namespace,
+            use_existing: volume.use_existing,
+        })
+        .unwrap_or_default();
+        let row = VolumeRow {
+            name: volume.name.clone(),
+            backend: Backend::Kubernetes,
+            spec: spec.to_string(),
+            path: path.clone(),
+            size_gb: volume.size_gb.and_then(|g| i64::try_from(g).ok()),
+            created_at_ms: now_ms(),
+        };
+        store
+            .insert_volume(&row)
+            .map_err(|e| refuse(format!("the state directory: {e}")))?;
+    }
+    let applied = match claimed {
+        crate::k8s::volume::Claimed::Made => Applied::Made(PathBuf::from(&path)),
+        crate::k8s::volume::Claimed::Kept => Applied::Kept(PathBuf::from(&path)),
+    };
+    Ok((applied, path))
+}
+
 /// Deletes the volume `name` and what it holds, unless a live group
 /// mounts it. Submissions, which hold the state directory's files lock
 /// from naming a volume until their group is recorded, wait meanwhile.
@@ -110,10 +198,16 @@ pub fn delete(store: &mut Store, state_dir: &Path, name: &str) -> Result<(), Str
     let Some(v) = volumes.into_iter().find(|v| v.name == name) else {
         return Err(format!("no volume named `{name}`"));
     };
-    // Plans name the directory as JSON writes it.
-    let named = serde_json::to_string(&v.path).unwrap_or_default();
+    // Plans name the directory as JSON writes it; a pod names its claim.
+    let named = match v.backend {
+        Backend::Kubernetes => format!("\"claimName\":{}", serde_json::json!(v.name)),
+        _ => serde_json::to_string(&v.path)
+            .unwrap_or_default()
+            .trim_matches('"')
+            .to_owned(),
+    };
     let users = store
-        .live_groups_naming(named.trim_matches('"'))
+        .live_groups_naming(&named)
         .map_err(|e| e.to_string())?;
     if !users.is_empty() {
         let list: Vec<String> = users
@@ -125,7 +219,22 @@ pub fn delete(store: &mut Store, state_dir: &Path, name: &str) -> Result<(), Str
             list.join(", ")
         ));
     }
-    crate::files::store::remove(Path::new(&v.path));
+    if kept_as_directories(v.backend) {
+        crate::files::store::remove(Path::new(&v.path));
+    } else if v.backend == Backend::Kubernetes {
+        let spec: serde_json::Value = serde_json::from_str(&v.spec).unwrap_or_default();
+        let on: OnCluster = serde_json::from_value(spec["on_cluster"].clone())
+            .map_err(|e| format!("volume `{name}`: its record: {e}"))?;
+        // A claim adopted with `use_existing` is someone else's: left.
+        if !on.use_existing {
+            let kubeconfig = std::env::var("KUBECONFIG").ok();
+            crate::k8s::volume::blocking(
+                kubeconfig.as_deref(),
+                on.context.as_deref(),
+                async |c| crate::k8s::volume::delete(&c.client, &on.namespace, name).await,
+            )?;
+        }
+    }
     store.delete_volume(name).map_err(|e| e.to_string())
 }
 

@@ -29,7 +29,7 @@ enum Command {
 /// Make a volume, from a SkyPilot volume file or flags (the flags win),
 /// or keep the one of that name. On this machine and on Slurm a volume is
 /// a directory of the state directory, shared by every node that mounts
-/// it.
+/// it; on Kubernetes a PersistentVolumeClaim of its name.
 #[derive(clap::Args)]
 struct ApplyArgs {
     /// The volume file (`name`, `type`, `size`, ...); `-` reads standard
@@ -45,6 +45,14 @@ struct ApplyArgs {
     /// Where its tasks run.
     #[arg(long, value_parser = target::parser(|d| d.runs_group), default_value = "local")]
     target: Backend,
+    /// The claim's namespace (k8s); default: the file's `config.namespace`,
+    /// else the context's.
+    #[arg(long, value_name = "NAME")]
+    namespace: Option<String>,
+    /// The kubeconfig context (k8s); default: the file's `infra:
+    /// k8s/CONTEXT`, else the current one.
+    #[arg(long, value_name = "NAME")]
+    context: Option<String>,
     /// When to colour diagnostics.
     #[arg(long, value_enum, default_value_t = Color::Auto)]
     color: Color,
@@ -87,19 +95,20 @@ pub(crate) fn run(args: &Args) -> u8 {
 type Outcome = Result<u8, (u8, String)>;
 
 fn apply(args: &ApplyArgs) -> Outcome {
-    if !volumes::kept_as_directories(args.target) {
+    let k8s = args.target == Backend::Kubernetes;
+    if !volumes::kept_as_directories(args.target) && !k8s {
         return Err((
             USAGE,
-            match args.target {
-                Backend::Kubernetes => "on Kubernetes a volume is a PersistentVolumeClaim, which \
-                                        skyc mounts by name: make it with kubectl (`skyc volume \
-                                        apply --target k8s` is not there yet)"
-                    .to_owned(),
-                other => format!(
-                    "{} has no volumes in skyc: share data through a bucket (`file_mounts`)",
-                    other.descriptor().title
-                ),
-            },
+            format!(
+                "{} has no volumes in skyc: share data through a bucket (`file_mounts`)",
+                args.target.descriptor().title
+            ),
+        ));
+    }
+    if !k8s && (args.namespace.is_some() || args.context.is_some()) {
+        return Err((
+            USAGE,
+            "--namespace and --context are for the k8s target".into(),
         ));
     }
     let usage = |m: String| (USAGE, m);
@@ -153,6 +162,28 @@ fn apply(args: &ApplyArgs) -> Outcome {
         ));
     }
     let (dir, mut store) = args.state.open().map_err(usage)?;
+    if k8s {
+        let applied = volumes::apply_k8s(
+            &mut store,
+            &volume,
+            args.namespace.as_deref(),
+            args.context.as_deref(),
+        );
+        return match applied {
+            Ok((applied, path)) => {
+                let what = match applied {
+                    Applied::Made(_) => "made",
+                    Applied::Kept(_) => "exists",
+                };
+                errln!(
+                    "skyc: volume `{}` {what} on k8s: the PersistentVolumeClaim {path}",
+                    volume.name
+                );
+                Ok(OK)
+            }
+            Err(diagnostic) => refused(source, *diagnostic, args.color),
+        };
+    }
     match volumes::apply(&mut store, &dir, args.target, &volume) {
         Ok(Applied::Made(path)) => {
             let size = volume
@@ -176,18 +207,24 @@ fn apply(args: &ApplyArgs) -> Outcome {
             );
             Ok(OK)
         }
-        Err(diagnostic) => match source {
-            Some(mut compilation) => {
-                compilation.diagnostics.push(*diagnostic);
-                report::human(
-                    std::slice::from_ref(&compilation),
-                    args.color.enabled(),
-                    false,
-                );
-                Ok(INVALID)
-            }
-            None => Err((INVALID, diagnostic.message)),
-        },
+        Err(diagnostic) => refused(source, *diagnostic, args.color),
+    }
+}
+
+/// A volume that cannot be applied: the diagnostic at the file's line, or
+/// its message when it came from the flags alone.
+fn refused(
+    source: Option<Compilation>,
+    diagnostic: skyc_compiler::Diagnostic,
+    color: Color,
+) -> Outcome {
+    match source {
+        Some(mut compilation) => {
+            compilation.diagnostics.push(diagnostic);
+            report::human(std::slice::from_ref(&compilation), color.enabled(), false);
+            Ok(INVALID)
+        }
+        None => Err((INVALID, diagnostic.message)),
     }
 }
 

@@ -42,6 +42,7 @@ mod pool_job;
 pub mod reconcile;
 pub mod request;
 pub mod retry;
+pub mod volume;
 pub mod watch;
 
 pub use backend::{Connect, Kubernetes, Tuning, kubeconfig};

@@ -25,6 +25,7 @@ pub mod rbac;
 mod recovery;
 mod resources;
 mod script;
+pub mod volume;
 pub mod worker;
 pub mod yaml;
 

@@ -352,6 +352,7 @@ fn kind(resource: &str) -> &'static str {
         "secrets" => "Secret",
         "services" => "Service",
         "workloads" => "Workload",
+        "persistentvolumeclaims" => "PersistentVolumeClaim",
         _ => "Unknown",
     }
 }

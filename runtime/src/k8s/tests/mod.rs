@@ -19,6 +19,7 @@ mod refusals;
 mod supervised;
 mod supervised_pool;
 mod units;
+mod volumes;
 mod ws_exec;
 
 use crate::backend::Report;
