@@ -56,7 +56,8 @@ if ! mkdir "$dir" 2>/dev/null; then
 fi
 printf '%s' "$run" | base64 -d >"$dir/run.sh" || exit 1
 (umask 077 && printf '%s' "$env" | base64 -d >"$dir/env") || exit 1
-cd "${HOME:-/}" 2>/dev/null || cd /
+# In the worker's workdir when the pool has one, as SkyPilot starts a job.
+cd "${HOME:-/}/sky_workdir" 2>/dev/null || cd "${HOME:-/}" 2>/dev/null || cd /
 set -m
 bash -c '
   # SIGTERM is for the job alone: ignored by this shell and the commands

@@ -479,3 +479,65 @@ run: python train.py
     );
     Driver::start_in(dir, Fake::default(), plan, driver::tuning(), None)
 }
+
+/// A pool's workers get the pool's files as a group does: each worker
+/// its files pod, filled before its nodes' pods, under the worker's own
+/// names (its files host, its key's Secret).
+#[test]
+fn a_pool_worker_gets_the_pools_files_under_its_own_names() {
+    let dir = driver::state_dir();
+    let src = dir.join("src");
+    sources(&src);
+    let c = skyc_compiler::compile(
+        "pool.yaml",
+        "name: trainers\nworkdir: ./work\nsetup: bash run.sh\npool:\n  workers: 2\n".as_bytes(),
+        &skyc_compiler::Options::default(),
+    );
+    let group = c.group.expect("a pool file");
+    let snapshots = Snapshots::of(&dir);
+    let writing = snapshots.writing().unwrap();
+    let mut quiet = |_, _| {};
+    let (files, _) = take::take(
+        &group,
+        &mut Taking {
+            cwd: &src,
+            home: None,
+            into: Some((&snapshots, &writing)),
+            limit_bytes: 1 << 30,
+            progress: &mut quiet,
+        },
+    );
+    drop(writing);
+    let options = skyc_targets::k8s::Options {
+        namespace: Some(super::fake::NS.to_owned()),
+        files: Some(crate::k8s::files::packs(&files.tasks, &snapshots, false).unwrap()),
+        ..Default::default()
+    };
+    let pool = crate::k8s::PoolPlan::new(
+        &group,
+        group.pool.as_ref().unwrap(),
+        "pool",
+        &Lowering {
+            options: &options,
+            namespace: super::fake::NS,
+            context: None,
+            grace: Duration::from_secs(2),
+            secrets: &[],
+            token: "run-1".into(),
+        },
+    )
+    .unwrap();
+    let worker = pool.worker.named("pool-3");
+    let init = worker.templates[0]["spec"]["initContainers"][0].to_string();
+    assert!(init.contains("skyc-files.pool-3:8080"), "{init}");
+    assert!(init.contains("pool-3-skyc-files"), "{init}");
+    assert!(
+        worker
+            .object("Secret")
+            .is_some_and(|s| s["metadata"]["name"] == "pool-3-skyc-files")
+    );
+    let mut d = Driver::start_in(dir, Fake::default(), worker, driver::tuning(), None);
+    assert_eq!(created(&d), ["pool-3-skyc-files"]);
+    d.cluster(|w| w.run("pool-3-skyc-files"));
+    assert_eq!(created(&d), ["pool-3-skyc-files", "pool-3-trainers-0-0"]);
+}
