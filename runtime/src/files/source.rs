@@ -165,7 +165,15 @@ pub fn read(
             bytes += size;
         } else if kind.is_symlink() {
             let target = fs::read_link(path).map_err(unreadable(path))?;
-            if leaves(rel, &target) {
+            // Where the kernel resolves it, through the tree's other
+            // links, when it resolves; else (a link to nothing yet) where
+            // its text points. An absolute one names this machine's path.
+            let out = target.is_absolute()
+                || match fs::canonicalize(path) {
+                    Ok(resolved) => !resolved.starts_with(&root),
+                    Err(_) => leaves(rel, &target),
+                };
+            if out {
                 return Err(SourceError::LinkLeaves {
                     path: path.to_owned(),
                     target,
@@ -449,5 +457,54 @@ mod tests {
         assert!(!l("d/e/a", "../../x/../b"));
         assert!(l("a", "/etc/passwd"));
         assert!(l("d/a", "x/../../../b"));
+    }
+
+    #[test]
+    fn links_are_followed_as_the_kernel_follows_them() {
+        use std::os::unix::fs::symlink;
+        let root = std::env::temp_dir().join(format!("skyc-links-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        let tree = root.join("tree");
+        fs::create_dir_all(tree.join("sub/deep")).unwrap();
+        fs::write(root.join("secret"), "outside").unwrap();
+        fs::create_dir_all(tree.join("ydir")).unwrap();
+        fs::write(tree.join("y"), "inside").unwrap();
+        // `sub/b` is `ydir`; `sub/b/..` is then the tree, and
+        // `sub/b/../..` its parent, though the text stays inside.
+        symlink("../ydir", tree.join("sub/b")).unwrap();
+        symlink("sub/b/../../secret", tree.join("a")).unwrap();
+        let mut quiet = |_, _| {};
+        let mut budget = Budget {
+            limit: 1 << 20,
+            files: 0,
+            bytes: 0,
+            progress: &mut quiet,
+        };
+        let read = read(&tree, true, None, &mut budget);
+        assert!(
+            matches!(&read, Err(SourceError::LinkLeaves { path, .. }) if path.ends_with("a")),
+            "{read:?}"
+        );
+        // And one whose text leaves but which the kernel keeps inside is
+        // kept: `sub/c` is `sub/deep/deeper`, so `sub/c/../../../y` is
+        // `y`, though its text climbs above the tree.
+        fs::remove_file(tree.join("a")).unwrap();
+        fs::create_dir_all(tree.join("sub/deep/deeper")).unwrap();
+        symlink("deep/deeper", tree.join("sub/c")).unwrap();
+        symlink("sub/c/../../../y", tree.join("z")).unwrap();
+        assert!(leaves(Path::new("z"), Path::new("sub/c/../../../y")));
+        assert!(read_ok(&tree));
+        let _ = fs::remove_dir_all(&root);
+    }
+
+    fn read_ok(tree: &Path) -> bool {
+        let mut quiet = |_, _| {};
+        let mut budget = Budget {
+            limit: 1 << 20,
+            files: 0,
+            bytes: 0,
+            progress: &mut quiet,
+        };
+        read(tree, true, None, &mut budget).is_ok()
     }
 }
