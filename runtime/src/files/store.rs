@@ -68,6 +68,14 @@ impl Snapshots {
         Ok(Writing { _lock: lock })
     }
 
+    /// Holds submissions off if none is writing now; `None` when one is.
+    pub fn try_excluding(&self) -> io::Result<Option<Writing>> {
+        let lock = self.lock()?;
+        Ok(flock(&lock, FlockOperation::NonBlockingLockExclusive)
+            .is_ok()
+            .then_some(Writing { _lock: lock }))
+    }
+
     /// Reads `root` into the snapshot its bytes make, unless it is kept
     /// already. The caller holds [`Writing`].
     pub fn take(

@@ -795,11 +795,26 @@ impl Supervisor {
     }
 
     /// Removes the snapshots no live group is given any more (also those
-    /// of groups that ended while no supervisor ran).
+    /// of groups that ended while no supervisor ran), and the files
+    /// helpers no live group's plan names (an earlier build's).
     fn collect_files(&self) {
         let live = || self.store.live_snapshots().map_err(|e| e.to_string());
         if let Err(e) = self.snapshots.collect(live) {
             log(format_args!("cannot remove unused snapshots: {e}"));
+        }
+        // Skipped while a submission writes: the next collection does it.
+        let Ok(Some(_excluding)) = self.snapshots.try_excluding() else {
+            return;
+        };
+        let named = |path: &std::path::Path| {
+            let text = serde_json::to_string(&path.display().to_string()).unwrap_or_default();
+            // Unsure is named: kept.
+            self.store
+                .live_groups_naming(text.trim_matches('"'))
+                .map_or(true, |groups| !groups.is_empty())
+        };
+        if let Err(e) = crate::files::helper::collect(&self.backends.dir, named) {
+            log(format_args!("cannot remove unused files helpers: {e}"));
         }
     }
 
