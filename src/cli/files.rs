@@ -183,7 +183,16 @@ pub(crate) fn for_k8s(
         if diagnostics.iter().any(Diagnostic::is_error) {
             return Ok((Default::default(), diagnostics));
         }
-        let packs = skyc_runtime::k8s::files::packs(&files.tasks, &snapshots, with_data)
+        // Streams that cannot fit a ConfigMap are not held in memory: the
+        // target says they are too large from their sizes.
+        let fits = files
+            .tasks
+            .iter()
+            .flatten()
+            .map(|m| m.taken.bytes)
+            .sum::<u64>()
+            <= skyc_targets::k8s::MAX_CONFIG_MAP_BYTES as u64;
+        let packs = skyc_runtime::k8s::files::packs(&files.tasks, &snapshots, with_data && fits)
             .map_err(|e| format!("{}: {e}", snapshots.dir().display()))?;
         Ok((packs, diagnostics))
     })();

@@ -10,6 +10,23 @@ use std::path::{Path, PathBuf};
 /// Where a task's `workdir` lands on its nodes, and where they start.
 pub const WORKDIR: &str = "~/sky_workdir";
 
+/// Where a destination is under the node's home, if it is there: `~` is
+/// the home itself (`""`), `~/x` and a relative `x` (rsync's remote path,
+/// as SkyPilot copies it) are `x`; an absolute path is not. Trailing
+/// slashes name the same place.
+pub fn under_home(destination: &str) -> Option<&str> {
+    let d = destination.trim_end_matches('/');
+    if d.is_empty() && destination.starts_with('/') {
+        return None;
+    }
+    match d.strip_prefix('~') {
+        Some("") => Some(""),
+        Some(rest) if rest.starts_with('/') => Some(rest.trim_start_matches('/')),
+        _ if d.starts_with('/') => None,
+        _ => Some(d),
+    }
+}
+
 /// The one entry of a file snapshot's tar stream (a directory snapshot's
 /// entries are its tree's).
 pub const TAR_FILE_ENTRY: &str = "file";
@@ -172,5 +189,22 @@ impl View {
 
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::under_home;
+
+    #[test]
+    fn destinations_under_the_home() {
+        assert_eq!(under_home("~"), Some(""));
+        assert_eq!(under_home("~/"), Some(""));
+        assert_eq!(under_home("~/sky_workdir"), Some("sky_workdir"));
+        assert_eq!(under_home("~/a/b/"), Some("a/b"));
+        assert_eq!(under_home("data"), Some("data"));
+        assert_eq!(under_home("/code"), None);
+        assert_eq!(under_home("/code/"), None);
+        assert_eq!(under_home("/"), None);
     }
 }

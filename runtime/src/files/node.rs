@@ -189,12 +189,13 @@ fn copy_tree(from: &Path, to: &Path) -> io::Result<()> {
     }
 }
 
-/// `~/x` is the node's home's `x`.
+/// `~/x`, and a relative `x`, are the node's home's `x`
+/// ([`skyc_targets::files::under_home`]).
 fn expand(destination: &str, home: &Path) -> PathBuf {
-    match destination.strip_prefix("~") {
+    match skyc_targets::files::under_home(destination) {
         Some("") => home.to_owned(),
-        Some(rest) if rest.starts_with('/') => home.join(rest.trim_start_matches('/')),
-        _ => PathBuf::from(destination),
+        Some(rest) => home.join(rest),
+        None => PathBuf::from(destination.trim_end_matches('/')),
     }
 }
 

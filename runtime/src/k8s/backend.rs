@@ -969,7 +969,10 @@ impl Group {
     fn answered(&mut self, shared: &SharedRef, op: Op, outcome: Outcome) {
         let backoff = self.backoff();
         match outcome {
-            Outcome::Done | Outcome::Moot => {}
+            Outcome::Done | Outcome::Moot => {
+                // What failed for a while works again: a new failure is said.
+                self.retrying = None;
+            }
             Outcome::Refused(why) => {
                 self.out
                     .send(Report::Error(format!("{}: {why}", request::describe(&op))));
@@ -978,7 +981,7 @@ impl Group {
                 }
                 // No node of the group can get its files: each task's
                 // attempt fails its setup, as a refused launch does.
-                if let Op::FillFiles { .. } = op {
+                if let Op::FillFiles { .. } | Op::MakeFilesPod { .. } = op {
                     let running: Vec<(usize, u32)> = (self.goal.tasks.iter().enumerate())
                         .filter(|(_, t)| t.want == crate::goal::Want::Run)
                         .map(|(task, t)| (task, t.attempt))

@@ -7,8 +7,10 @@
 //! container fetches it from the files pod inside the cluster. Each part
 //! is written at its offset, so a part sent again (an answer lost) changes
 //! nothing; the stream is served once its SHA-256 is the submitted one;
-//! the pod then carries [`FILLED_ANNOTATION`], so a supervisor that
-//! adopts the group does not fill it again. The stream is made from the
+//! the JobSet then records the pod filled ([`FILLED_ANNOTATION`]: what,
+//! and the pod's uid), so a supervisor that adopts the group does not
+//! fill it again. (The JobSet, since the runner's Role may patch it, not
+//! pods.) The stream is made from the
 //! snapshot as it is sent (one part in memory at a time).
 
 use super::exec::{Command, ExecError, PodExec};
@@ -19,8 +21,9 @@ use skyc_targets::k8s::files::{FILL_DONE, FILL_PART, Files, Pack};
 use std::io::{self, Write};
 use std::path::Path;
 
-/// The annotation of a filled files pod: [`fill_id`] of what it serves.
-pub const FILLED_ANNOTATION: &str = "skyc.io/filled";
+/// The JobSet's annotation of its filled files pod: `FILL/UID`, the
+/// [`fill_id`] of what it serves and the pod's uid.
+pub const FILLED_ANNOTATION: &str = "skyc.io/files-filled";
 
 /// The bytes of one exec's input.
 pub const PART_BYTES: usize = 8 << 20;
@@ -137,11 +140,13 @@ pub async fn fill(
         let mut index = 0;
         while let Some(part) = rx.recv().await {
             let mib = index * (PART_BYTES >> 20);
+            let mut argv = script(FILL_PART, &p.digest, &mib.to_string());
+            argv.push(part.len().to_string());
             exec.exec(
                 namespace,
                 pod,
                 Command {
-                    argv: script(FILL_PART, &p.digest, &mib.to_string()),
+                    argv,
                     stdin: Some(part),
                 },
             )

@@ -193,13 +193,35 @@ pub fn init_failed(pod: &Pod) -> Option<&ContainerStateTerminated> {
         .find(|t| t.exit_code != 0)
 }
 
-/// What a files pod says it holds ([`super::files::FILLED_ANNOTATION`]).
-pub fn filled(pod: &Pod) -> Option<&str> {
-    pod.metadata
+/// Why the pod's container waits to start, as the kubelet says
+/// (`ImagePullBackOff: ...`), when it does.
+pub fn container_waiting(pod: &Pod) -> Option<String> {
+    let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
+    let waiting = statuses
+        .iter()
+        .find_map(|c| c.state.as_ref()?.waiting.as_ref())?;
+    let reason = waiting.reason.as_deref()?;
+    // Starting: no reason worth saying.
+    if reason == "ContainerCreating" || reason == "PodInitializing" {
+        return None;
+    }
+    Some(match waiting.message.as_deref() {
+        Some(m) => format!("{reason}: {m}"),
+        None => reason.to_owned(),
+    })
+}
+
+/// Whether the JobSet records `pod` filled with what `fill` names
+/// ([`super::files::FILLED_ANNOTATION`]): that pod, not an earlier one of
+/// its name.
+pub fn filled(jobset: &JobSet, pod: &Pod, fill: &str) -> bool {
+    let said = jobset
+        .metadata
         .annotations
-        .as_ref()?
-        .get(super::files::FILLED_ANNOTATION)
-        .map(String::as_str)
+        .as_ref()
+        .and_then(|a| a.get(super::files::FILLED_ANNOTATION));
+    let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+    said.is_some_and(|s| s.split_once('/') == Some((fill, uid)))
 }
 
 /// The node of a pod: its task (`skyc.io/task`) and rank

@@ -150,6 +150,7 @@ pub fn observe(plan: &Plan, objs: &Objects, goal: &Goal) -> Vec<Report> {
                 .filter_map(|(rank, _)| objs.pods.get(&plan.pod_of(task, rank, attempt)))
                 .find_map(objects::unschedulable_message)
                 .map(|m| format!("Kubernetes: {}", m.trim()))
+                .or_else(|| files_waiting(plan, objs))
         };
         waiting.push(Report::Waiting { task, why });
         if tg.want == Want::Run && any_live {
@@ -174,6 +175,31 @@ pub fn observe(plan: &Plan, objs: &Objects, goal: &Goal) -> Vec<Report> {
     out.extend(ready);
     out.extend(waiting);
     out
+}
+
+/// Why nodes wait for the group's files pod, when they do: no node's pod
+/// is made before it is filled.
+fn files_waiting(plan: &Plan, objs: &Objects) -> Option<String> {
+    let name = plan.files_pod_name()?;
+    let pod = objs.pods.get(&name)?;
+    let fill = super::files::fill_id(&plan.files);
+    if objs
+        .jobset
+        .as_ref()
+        .is_some_and(|j| objects::filled(j, pod, &fill))
+    {
+        return None;
+    }
+    let why = objects::unschedulable_message(pod)
+        .map(|m| m.trim().to_owned())
+        .or_else(|| objects::container_waiting(pod));
+    Some(match why {
+        Some(why) => format!("Kubernetes: the files pod {name} does not start: {why}"),
+        None if objects::ready(pod) => {
+            format!("Kubernetes: sending the tasks' files to the files pod {name}")
+        }
+        None => format!("Kubernetes: the files pod {name} is starting"),
+    })
 }
 
 /// One node of the current attempt, from its pod.

@@ -140,10 +140,20 @@ async fn fill_files(
             return Outcome::Refused(why);
         }
     }
+    // Recorded on the JobSet (its uid the precondition), naming this pod.
+    let Some(anchor) = lock(shared)
+        .objs
+        .jobset
+        .as_ref()
+        .and_then(|j| j.metadata.uid.clone())
+    else {
+        return Outcome::Moot;
+    };
     let body = merge(
-        uid,
+        &anchor,
         json!({"metadata": {"annotations": {
-            super::files::FILLED_ANNOTATION: super::files::fill_id(&plan.files)
+            super::files::FILLED_ANNOTATION:
+                format!("{}/{uid}", super::files::fill_id(&plan.files))
         }}}),
     );
     let params = PatchParams {
@@ -152,7 +162,11 @@ async fn fill_files(
     };
     let mut tries = 0;
     loop {
-        match apis.pods.patch(pod, &params, &Patch::Merge(&body)).await {
+        match apis
+            .jobsets
+            .patch(&apis.group, &params, &Patch::Merge(&body))
+            .await
+        {
             Ok(p) => {
                 put(shared, p);
                 return Outcome::Done;

@@ -24,7 +24,7 @@
 
 use super::names::{self, CONTAINER};
 use super::{Layout, Lowerer, MAX_CONFIG_MAP_BYTES, Options, metadata};
-use crate::files::{Mount, TAR_FILE_ENTRY, WORKDIR};
+use crate::files::{Mount, TAR_FILE_ENTRY, WORKDIR, under_home};
 use crate::shell::single_quoted;
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
@@ -114,11 +114,6 @@ pub(super) struct TaskFiles {
     pub volumes: Vec<Value>,
 }
 
-/// The path under the home of a `~/...` destination.
-fn under_home(destination: &str) -> Option<&str> {
-    destination.strip_prefix("~/")
-}
-
 /// The pod's copy of mount `i`, relative to [`FILES_DIR`].
 fn copy_of(i: usize, mount: &Mount) -> String {
     if mount.taken.dir {
@@ -161,7 +156,7 @@ impl Lowerer<'_> {
             if under_home(&m.destination).is_none() {
                 main_mounts.push(json!({
                     "name": FILES_VOLUME,
-                    "mountPath": m.destination,
+                    "mountPath": m.destination.trim_end_matches('/'),
                     "subPath": copy_of(i, m),
                 }));
             }
@@ -176,6 +171,10 @@ impl Lowerer<'_> {
         init.insert("name".into(), json!(FILES_VOLUME));
         init.insert("image".into(), json!(self.options.files_image));
         init.insert("command".into(), json!(["sh", "-c", script]));
+        init.insert(
+            "resources".into(),
+            json!({"requests": {"cpu": "100m", "memory": "64Mi"}}),
+        );
         match self.layout {
             Layout::Pods => {
                 init.insert(
@@ -265,17 +264,23 @@ impl Lowerer<'_> {
         }
         let mut data = Map::new();
         let mut size = 0;
+        let mut counted = std::collections::BTreeSet::new();
         for digest in files.tasks.iter().flatten().map(|m| &m.taken.digest) {
-            let Some(bytes) = files.packs.get(digest).and_then(|p| p.data.as_ref()) else {
+            let Some(pack) = files.packs.get(digest) else {
                 continue;
             };
             let key = format!("{digest}.tar");
-            if data.contains_key(&key) {
+            if !counted.insert(key.clone()) {
                 continue;
             }
-            let encoded = base64::engine::general_purpose::STANDARD.encode(bytes);
-            size += key.len() + encoded.len();
-            data.insert(key, json!(encoded));
+            // Base64's size, whether the bytes were read or not.
+            size += key.len() + pack.bytes.div_ceil(3) as usize * 4;
+            if let Some(bytes) = &pack.data {
+                data.insert(
+                    key,
+                    json!(base64::engine::general_purpose::STANDARD.encode(bytes)),
+                );
+            }
         }
         if size > MAX_CONFIG_MAP_BYTES {
             let at = self.largest_mount();
@@ -351,6 +356,9 @@ pub fn files_pod(group: &str, options: &Options) -> Value {
             "subdomain": group,
             "restartPolicy": "Always",
             "enableServiceLinks": false,
+            // It needs no API access, and `httpd` as PID 1 ends on SIGKILL.
+            "automountServiceAccountToken": false,
+            "terminationGracePeriodSeconds": 1,
             "containers": [{
                 "name": CONTAINER,
                 "image": options.files_image,
@@ -360,7 +368,10 @@ pub fn files_pod(group: &str, options: &Options) -> Value {
                     "valueFrom": {"secretKeyRef": {"name": names::files(group), "key": KEY}},
                 }],
                 "ports": [{"containerPort": FILES_PORT}],
-                "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
+                "resources": {
+                    "requests": {"cpu": "100m", "memory": "64Mi"},
+                    "limits": {"memory": "256Mi"},
+                },
                 "volumeMounts": [{"name": FILES_VOLUME, "mountPath": SERVED_DIR}],
             }],
             "volumes": [{"name": FILES_VOLUME, "emptyDir": {}}],
@@ -380,16 +391,17 @@ pub fn key_secret(group: &str, options: &Options, key: &str) -> Value {
 }
 
 /// What the runtime runs in the files pod to write part of a stream:
-/// `sh -c FILL_PART sh DIGEST MIB` with the bytes from MiB `MIB` on as
-/// input. Each part lands at its offset, so a part sent twice changes
-/// nothing; the first truncates.
+/// `sh -c FILL_PART sh DIGEST MIB BYTES` with the `BYTES` bytes from MiB
+/// `MIB` on as input. Exactly that many are read: the API server's exec
+/// does not end the input. Each part lands at its offset, so a part
+/// sent twice changes nothing; the first truncates.
 pub const FILL_PART: &str = r#"set -eu
 d="/files/$SKYC_FILES_KEY"
 mkdir -p "$d"
 if [ "$2" = 0 ]; then
-  dd of="$d/$1.part" bs=1048576 2>/dev/null
+  head -c "$3" | dd of="$d/$1.part" bs=1048576 2>/dev/null
 else
-  dd of="$d/$1.part" bs=1048576 seek="$2" conv=notrunc 2>/dev/null
+  head -c "$3" | dd of="$d/$1.part" bs=1048576 seek="$2" conv=notrunc 2>/dev/null
 fi
 "#;
 
@@ -415,7 +427,7 @@ unpack() {
 }
 fetch() {
   tries=0
-  until wget -q -O "$files/.part" "http://skyc-files.@GROUP@:8080/$SKYC_FILES_KEY/$1.tar"; do
+  until wget -q -Y off -O "$files/.part" "http://skyc-files.@GROUP@:8080/$SKYC_FILES_KEY/$1.tar"; do
     tries=$((tries + 1))
     if [ "$tries" -ge 150 ]; then
       echo "skyc: the files $1 could not be fetched from skyc-files.@GROUP@" >&2
@@ -444,14 +456,18 @@ unpack() {
 
 /// The entrypoint's placing of the destinations under the home
 /// (`skyc_home`: `$1`, the pod's copy, at `$HOME/$2`: a link, or, where
-/// the image already has a directory, its entries copied into it, as
-/// rsync would), then the task's `{task}.files.sh`.
+/// the image already has a directory (the home itself, `~`), its entries
+/// copied into it, as rsync would), then the task's `{task}.files.sh`.
 const FILES_PRELUDE: &str = r#"
 # The task's files under the home, and its workdir: the init container
 # has put the pod's copies in place.
 # shellcheck disable=SC2317 # called by the task's files.sh
 skyc_home() {
   local to="${HOME:-/}/$2"
+  if [ -z "$2" ]; then
+    [ -d "$1" ] && cp -a -- "$1/." "${HOME:-/}/"
+    return
+  fi
   mkdir -p -- "$(dirname -- "$to")" || return 1
   if [ -d "$to" ] && [ ! -L "$to" ] && [ -d "$1" ]; then
     cp -a -- "$1/." "$to/"

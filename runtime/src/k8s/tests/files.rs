@@ -111,8 +111,13 @@ fn run_to_end(d: &mut Driver, k: &Arc<Kubelet>, limit: Duration) {
     while !d.settled() {
         assert!(
             Instant::now() < deadline,
-            "the group did not end within {limit:?}: statuses {:?}, pods {:?}, output {:#?}",
+            "the group did not end within {limit:?}: statuses {:?}, errors {:?}, pods {:?}, \
+             output {:#?}",
             d.statuses(),
+            d.reports
+                .iter()
+                .filter(|r| matches!(r, Report::Error(_)))
+                .collect::<Vec<_>>(),
             d.fake.world().names("pods"),
             k.output.lock().unwrap()
         );
@@ -348,10 +353,15 @@ run: python train.py
         ["0", "8", "16"]
     );
     assert_eq!(fills.iter().filter(|f| f.1 == "done").count(), 1);
+    let uid = d.uid("pods", "g-skyc-files");
+    let filled = d.fake.world().get("jobsets", "g").unwrap()["metadata"]["annotations"]
+        ["skyc.io/files-filled"]
+        .clone();
     assert!(
-        d.fake.world().get("pods", "g-skyc-files").unwrap()["metadata"]["annotations"]
-            ["skyc.io/filled"]
-            .is_string()
+        filled
+            .as_str()
+            .is_some_and(|f| f.ends_with(&format!("/{uid}"))),
+        "{filled}"
     );
     let pods = created(&d);
     assert_eq!(pods.len(), 1001);
@@ -540,4 +550,37 @@ fn a_pool_worker_gets_the_pools_files_under_its_own_names() {
     assert_eq!(created(&d), ["pool-3-skyc-files"]);
     d.cluster(|w| w.run("pool-3-skyc-files"));
     assert_eq!(created(&d), ["pool-3-skyc-files", "pool-3-trainers-0-0"]);
+}
+
+/// While the files pod does not start, the tasks say why they wait.
+#[test]
+fn a_files_pod_that_does_not_start_is_why_the_tasks_wait() {
+    let mut d = scripted();
+    d.cluster(|w| {
+        w.update("pods", "g-skyc-files", |p| {
+            p["status"] = serde_json::json!({
+                "phase": "Pending",
+                "containerStatuses": [{
+                    "name": "main", "ready": false, "restartCount": 0, "image": "busybox:1.36",
+                    "imageID": "",
+                    "state": {"waiting": {"reason": "ImagePullBackOff",
+                        "message": "Back-off pulling image \"busybox:1.36\""}},
+                }],
+            });
+        });
+    });
+    let why: Vec<Option<String>> = d
+        .reports
+        .iter()
+        .filter_map(|r| match r {
+            Report::Waiting { why, .. } => Some(why.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        why.iter().flatten().any(|w| w
+            == "Kubernetes: the files pod g-skyc-files does not start: ImagePullBackOff: Back-off pulling image \"busybox:1.36\""),
+        "{why:?}"
+    );
+    assert_eq!(created(&d), ["g-skyc-files"]);
 }

@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 
 /// The applets the BusyBox image is used for here.
 const APPLETS: &[&str] = &[
+    "head",
     "sh",
     "wget",
     "tar",
@@ -502,12 +503,21 @@ impl Kubelet {
         let mut child = cmd.spawn()?;
         let pid = child.id() as i32;
         self.running.lock().unwrap().insert(pid);
-        if let Some(bytes) = stdin {
-            let mut input = child.stdin.take().expect("piped");
-            std::thread::spawn(move || {
-                let _ = input.write_all(&bytes);
-            });
-        }
+        // As the API server's exec: the input is written, and its end
+        // never comes while the command runs (the command reads what it
+        // needs, no more).
+        let _open = match stdin {
+            Some(bytes) => {
+                let input = child.stdin.take().expect("piped");
+                let mut writer =
+                    std::fs::File::from(std::os::fd::AsFd::as_fd(&input).try_clone_to_owned()?);
+                std::thread::spawn(move || {
+                    let _ = writer.write_all(&bytes);
+                });
+                Some(input)
+            }
+            None => None,
+        };
         let mut out = child.stdout.take().expect("piped");
         let mut err = child.stderr.take().expect("piped");
         let reading = std::thread::spawn(move || {
