@@ -473,6 +473,11 @@ struct Group {
     following: BTreeSet<String>,
     /// Their followers, which end at the end of their pod's log.
     followers: Vec<tokio::task::JoinHandle<()>>,
+    /// The files pod's filling, on a task of its own (it may take
+    /// minutes; the group's loop goes on meanwhile), and its op.
+    filling: Option<(Op, tokio::task::JoinHandle<Outcome>)>,
+    /// Wakes the group's loop (a fill that ended).
+    wake: Option<Arc<Notify>>,
     /// When the cluster's objects were first seen settled.
     cluster_settled_at: Option<Instant>,
     /// Pods being deleted, by uid: when this runtime first saw it (its
@@ -508,6 +513,8 @@ impl Group {
             server: String::new(),
             following: BTreeSet::new(),
             followers: Vec::new(),
+            filling: None,
+            wake: None,
             cluster_settled_at: None,
             deleting_since: BTreeMap::new(),
         }
@@ -697,6 +704,7 @@ impl Group {
             server: cluster.server.clone(),
             backoff,
         };
+        self.wake = Some(notify.clone());
         let by_name = format!("metadata.name={}", self.plan.group);
         let tasks = vec![
             tokio::task::spawn_local(watch::run::<JobSet>(
@@ -803,11 +811,42 @@ impl Group {
         {
             t.abort();
         }
+        if let Some((_, fill)) = self.filling.take() {
+            fill.abort();
+        }
+    }
+
+    /// Starts filling the files pod on a task of its own, unless a fill
+    /// runs.
+    fn fill(&mut self, apis: &Apis, shared: &SharedRef, op: Op, pod: String, uid: String) {
+        if self.filling.is_some() {
+            return;
+        }
+        let (plan, apis, shared) = (self.plan.clone(), apis.clone(), shared.clone());
+        let wake = self.wake.clone();
+        let backoff = self.backoff();
+        let task = tokio::task::spawn_local(async move {
+            let outcome = request::fill_files(&plan, &apis, &shared, &pod, &uid, backoff).await;
+            if let Some(wake) = wake {
+                wake.notify_one();
+            }
+            outcome
+        });
+        self.filling = Some((op, task));
     }
 
     /// One look at the group: report what changed, send what the goal
     /// needs. Returns whether any request was made.
     async fn pass(&mut self, apis: &Apis, shared: &SharedRef) -> bool {
+        // A fill that ended is answered as any request is.
+        if self.filling.as_ref().is_some_and(|(_, t)| t.is_finished())
+            && let Some((op, task)) = self.filling.take()
+        {
+            let outcome = task
+                .await
+                .unwrap_or_else(|e| Outcome::Retry(format!("the fill stopped: {e}")));
+            self.answered(shared, op, outcome);
+        }
         let (mut objs, outage, listed) = {
             let s = lock(shared);
             let listed = [Kind::JobSet, Kind::Job, Kind::Pod]
@@ -885,6 +924,8 @@ impl Group {
         let ops: Vec<Op> = ops
             .into_iter()
             .filter(|op| !self.held.contains_key(op))
+            // A fill runs: not asked again meanwhile.
+            .filter(|op| !(self.filling.is_some() && matches!(op, Op::FillFiles { .. })))
             .collect();
         let wrote = !ops.is_empty();
         // Pod deletions go out some at once (a large task's restart
@@ -906,6 +947,10 @@ impl Group {
             self.answered(shared, op, outcome);
         }
         for op in rest {
+            if let Op::FillFiles { pod, uid } = &op {
+                self.fill(apis, shared, op.clone(), pod.clone(), uid.clone());
+                continue;
+            }
             let outcome = request::execute(&self.plan, apis, shared, &op, backoff).await;
             self.answered(shared, op, outcome);
         }

@@ -44,6 +44,7 @@ pub enum Outcome {
 }
 
 /// The API of the group's objects.
+#[derive(Clone)]
 pub struct Apis {
     pub jobsets: Api<JobSet>,
     pub jobs: Api<Job>,
@@ -119,7 +120,7 @@ pub async fn execute(
 
 /// Sends the streams to the files pod, then marks it filled (its uid the
 /// precondition): nodes are launched once it is.
-async fn fill_files(
+pub async fn fill_files(
     plan: &Plan,
     apis: &Apis,
     shared: &SharedRef,

@@ -584,3 +584,47 @@ fn a_files_pod_that_does_not_start_is_why_the_tasks_wait() {
     );
     assert_eq!(created(&d), ["g-skyc-files"]);
 }
+
+/// An exec that never answers: a fill that takes its time.
+struct Stuck;
+
+impl crate::k8s::exec::PodExec for Stuck {
+    fn exec(
+        &self,
+        _namespace: &str,
+        _pod: &str,
+        _command: crate::k8s::exec::Command,
+    ) -> futures::future::BoxFuture<'static, Result<String, crate::k8s::exec::ExecError>> {
+        Box::pin(std::future::pending())
+    }
+}
+
+/// The fill runs beside the group's loop: a cancel during a long fill is
+/// carried out at once.
+#[test]
+fn a_cancel_is_carried_out_while_the_files_are_sent() {
+    let dir = driver::state_dir();
+    let src = dir.join("src");
+    sources(&src);
+    let plan = plan_with_files(
+        "name: g\nexecution: parallel\n---\nname: trainer\nfile_mounts:\n  /code: ./code\nrun: x\n",
+        &src,
+        &dir,
+    );
+    let mut d = Driver::start_in(
+        dir,
+        Fake::default(),
+        plan,
+        driver::tuning(),
+        Some(Arc::new(Stuck)),
+    );
+    d.cluster(|w| w.run("g-skyc-files"));
+    assert_eq!(created(&d), ["g-skyc-files"]);
+    d.cancel();
+    let js = d.fake.world().get("jobsets", "g").cloned();
+    assert!(
+        js.is_none_or(|j| !j["metadata"]["deletionTimestamp"].is_null()),
+        "the JobSet is not being deleted"
+    );
+    assert_eq!(d.statuses(), [Status::Cancelled]);
+}
