@@ -222,6 +222,10 @@ fn node(pod: &Pod, want: Want, jobset_ended: bool) -> Seen {
                     code: t.exit_code,
                     at_ms: finished_ms(t),
                 },
+                // The files pod never answered: the cluster's doing.
+                (None, Some(t)) if t.exit_code == skyc_targets::k8s::files::UNREACHABLE_EXIT => {
+                    Seen::Lost
+                }
                 // Its files could not be put in place: its setup failed.
                 (None, Some(t)) => Seen::Exited {
                     phase: Phase::Setup,

@@ -63,6 +63,11 @@ pub const SERVED_DIR: &str = "/files";
 pub const KEY_VAR: &str = "SKYC_FILES_KEY";
 pub const KEY: &str = "key";
 
+/// The init container's exit code when the files pod did not answer for
+/// five minutes: the node is lost (the cluster's doing, not the task's),
+/// not failed.
+pub const UNREACHABLE_EXIT: i32 = 75;
+
 /// The role label of the files pod.
 pub const FILES_ROLE: &str = "files";
 
@@ -431,7 +436,7 @@ fetch() {
     tries=$((tries + 1))
     if [ "$tries" -ge 150 ]; then
       echo "skyc: the files $1 could not be fetched from skyc-files.@GROUP@" >&2
-      exit 1
+      exit 75
     fi
     sleep 2
   done

@@ -628,3 +628,38 @@ fn a_cancel_is_carried_out_while_the_files_are_sent() {
     );
     assert_eq!(d.statuses(), [Status::Cancelled]);
 }
+
+/// A node whose init container could not reach the files pod for five
+/// minutes is lost, not failed: it uses none of the task's budget.
+#[test]
+fn a_node_that_cannot_reach_the_files_pod_is_lost() {
+    let mut d = scripted();
+    d.cluster(|w| w.run("g-skyc-files"));
+    d.cluster(|w| {
+        w.update("pods", "g-trainer-0-0", |p| {
+            p["spec"]["nodeName"] = serde_json::json!("node-1");
+            p["status"] = serde_json::json!({
+                "phase": "Failed",
+                "initContainerStatuses": [{
+                    "name": "skyc-files", "ready": false, "restartCount": 0, "image": "",
+                    "imageID": "",
+                    "state": {"terminated": {"exitCode": 75, "reason": "Error"}},
+                }],
+            });
+        });
+    });
+    assert!(d.reports.iter().any(|r| matches!(
+        r,
+        Report::Event {
+            event: crate::policy::Event::NodeLost { .. },
+            ..
+        }
+    )));
+    assert!(!d.reports.iter().any(|r| matches!(
+        r,
+        Report::Event {
+            event: crate::policy::Event::NodeExited { .. },
+            ..
+        }
+    )));
+}
