@@ -221,6 +221,18 @@ fn wait_gone(prefix: &str, what: &str) {
     }
 }
 
+/// Deletes the finished JobSet `name`, which holds everything left of
+/// its group, and waits until it has taken the rest with it.
+fn delete_jobset(name: &str) {
+    let namespace = std::env::var("SKYC_K8S_E2E_NAMESPACE").unwrap_or_else(|_| "default".into());
+    let deleted = Command::new("kubectl")
+        .args(["delete", "jobset", name, "-n", &namespace, "--wait=false"])
+        .status()
+        .is_ok_and(|st| st.success());
+    assert!(deleted, "kubectl delete jobset {name}");
+    wait_gone(name, "the group's end and its JobSet's deletion");
+}
+
 fn logs(s: &Scratch, id: i64) -> String {
     let out = s
         .skyc(&["logs", &id.to_string(), "--no-follow"])
@@ -272,13 +284,7 @@ fn e2e_the_example_group_succeeds_with_working_hostnames() {
     assert!(logs.contains("latest checkpoint:"), "{logs}");
     // The finished JobSet holds everything left of the group: deleted,
     // it takes the rest with it.
-    let namespace = std::env::var("SKYC_K8S_E2E_NAMESPACE").unwrap_or_else(|_| "default".into());
-    let deleted = Command::new("kubectl")
-        .args(["delete", "jobset", &name, "-n", &namespace, "--wait=false"])
-        .status()
-        .is_ok_and(|st| st.success());
-    assert!(deleted, "kubectl delete jobset {name}");
-    wait_gone(&name, "the group's end and its JobSet's deletion");
+    delete_jobset(&name);
 }
 
 #[test]
@@ -691,13 +697,7 @@ fn e2e_files_reach_every_pod() {
     );
     assert_eq!(logs.matches("from the workdir").count(), 2, "{logs}");
     assert!(logs.contains("WEIGHTS = 3"), "{logs}");
-    let namespace = std::env::var("SKYC_K8S_E2E_NAMESPACE").unwrap_or_else(|_| "default".into());
-    let deleted = Command::new("kubectl")
-        .args(["delete", "jobset", &name, "-n", &namespace, "--wait=false"])
-        .status()
-        .is_ok_and(|st| st.success());
-    assert!(deleted, "kubectl delete jobset {name}");
-    wait_gone(&name, "the group's end and its JobSet's deletion");
+    delete_jobset(&name);
 }
 
 /// `skyc volume apply --target k8s` makes a PersistentVolumeClaim: a

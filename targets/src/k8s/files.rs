@@ -143,10 +143,10 @@ impl Lowerer<'_> {
         if mounts.is_empty() {
             return TaskFiles::default();
         }
-        let mut script = String::from(match self.layout {
-            Layout::Pods => FETCH,
-            Layout::JobSet => UNPACK,
-        });
+        let mut script = String::from(UNPACK);
+        if self.layout == Layout::Pods {
+            script.push_str(FETCH);
+        }
         let mut main_mounts = vec![json!({"name": FILES_VOLUME, "mountPath": FILES_DIR})];
         for (i, m) in mounts.iter().enumerate() {
             let sha = files
@@ -418,19 +418,9 @@ echo "$2  $d/$1.part" | sha256sum -c >/dev/null
 mv "$d/$1.part" "$d/$1.tar"
 "#;
 
-/// The init container of the runtime's layout: `fetch DIGEST SHA256 I`
-/// lines follow.
-const FETCH: &str = r#"set -eu
-files=/skyc-files
-unpack() {
-  if ! echo "$2  $1" | sha256sum -c >/dev/null; then
-    echo "skyc: $1 is not what was submitted" >&2
-    exit 1
-  fi
-  mkdir -p "$files/$3"
-  tar -x -f "$1" -C "$files/$3"
-}
-fetch() {
+/// The init container of the runtime's layout: [`UNPACK`], then this;
+/// `fetch DIGEST SHA256 I` lines follow.
+const FETCH: &str = r#"fetch() {
   tries=0
   until wget -q -Y off -O "$files/.part" "http://skyc-files.@GROUP@:8080/$SKYC_FILES_KEY/$1.tar"; do
     tries=$((tries + 1))

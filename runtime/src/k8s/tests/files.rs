@@ -30,23 +30,9 @@ fn plan_with_files(yaml: &str, cwd: &Path, state: &Path) -> Plan {
     let group = c
         .group
         .unwrap_or_else(|| panic!("invalid group: {:?}", c.diagnostics));
-    let snapshots = Snapshots::of(state);
-    let writing = snapshots.writing().unwrap();
-    let mut quiet = |_, _| {};
-    let (files, diagnostics) = take::take(
-        &group,
-        &mut Taking {
-            cwd,
-            home: Some(cwd),
-            into: Some((&snapshots, &writing)),
-            limit_bytes: 1 << 30,
-            progress: &mut quiet,
-        },
-    );
-    assert!(diagnostics.is_empty(), "{diagnostics:?}");
     let options = skyc_targets::k8s::Options {
         namespace: Some(super::fake::NS.to_owned()),
-        files: Some(crate::k8s::files::packs(&files.tasks, &snapshots, false).unwrap()),
+        files: Some(taken(&group, cwd, state)),
         ..Default::default()
     };
     Plan::new(
@@ -61,6 +47,30 @@ fn plan_with_files(yaml: &str, cwd: &Path, state: &Path) -> Plan {
         },
     )
     .unwrap_or_else(|d| panic!("lowering failed: {d:?}"))
+}
+
+/// `group`'s files, taken from `cwd` (also the home) into `state`'s
+/// snapshots, as the Kubernetes target is given them.
+fn taken(
+    group: &skyc_compiler::ir::Group,
+    cwd: &Path,
+    state: &Path,
+) -> skyc_targets::k8s::files::Files {
+    let snapshots = Snapshots::of(state);
+    let writing = snapshots.writing().unwrap();
+    let mut quiet = |_, _| {};
+    let (files, diagnostics) = take::take(
+        group,
+        &mut Taking {
+            cwd,
+            home: Some(cwd),
+            into: Some((&snapshots, &writing)),
+            limit_bytes: 1 << 30,
+            progress: &mut quiet,
+        },
+    );
+    assert!(diagnostics.is_empty(), "{diagnostics:?}");
+    crate::k8s::files::packs(&files.tasks, &snapshots, false).unwrap()
 }
 
 fn write(path: &Path, text: &str) {
@@ -434,23 +444,7 @@ fn a_lost_files_pod_is_made_and_filled_again_before_a_restart() {
 fn a_node_that_cannot_fetch_its_files_failed_its_setup() {
     let mut d = scripted();
     d.cluster(|w| w.run("g-skyc-files"));
-    d.cluster(|w| {
-        w.update("pods", "g-trainer-0-0", |p| {
-            p["spec"]["nodeName"] = serde_json::json!("node-1");
-            p["status"] = serde_json::json!({
-                "phase": "Failed",
-                "containerStatuses": [{
-                    "name": "main", "ready": false, "restartCount": 0, "image": "", "imageID": "",
-                    "state": {"waiting": {"reason": "PodInitializing"}},
-                }],
-                "initContainerStatuses": [{
-                    "name": "skyc-files", "ready": false, "restartCount": 0, "image": "",
-                    "imageID": "",
-                    "state": {"terminated": {"exitCode": 1, "reason": "Error"}},
-                }],
-            });
-        });
-    });
+    init_fails(&mut d, 1);
     assert!(d.reports.iter().any(|r| matches!(
         r,
         Report::Event {
@@ -464,6 +458,28 @@ fn a_node_that_cannot_fetch_its_files_failed_its_setup() {
     )));
     // Its budget allows one restart: the task recovers.
     assert_eq!(d.statuses(), [Status::Recovering]);
+}
+
+/// The init container of the trainer's first pod ends with `code`: its
+/// main container never starts.
+fn init_fails(d: &mut Driver, code: i32) {
+    d.cluster(|w| {
+        w.update("pods", "g-trainer-0-0", |p| {
+            p["spec"]["nodeName"] = serde_json::json!("node-1");
+            p["status"] = serde_json::json!({
+                "phase": "Failed",
+                "containerStatuses": [{
+                    "name": "main", "ready": false, "restartCount": 0, "image": "", "imageID": "",
+                    "state": {"waiting": {"reason": "PodInitializing"}},
+                }],
+                "initContainerStatuses": [{
+                    "name": "skyc-files", "ready": false, "restartCount": 0, "image": "",
+                    "imageID": "",
+                    "state": {"terminated": {"exitCode": code, "reason": "Error"}},
+                }],
+            });
+        });
+    });
 }
 
 /// A one-task group with files, on the scripted cluster.
@@ -504,23 +520,9 @@ fn a_pool_worker_gets_the_pools_files_under_its_own_names() {
         &skyc_compiler::Options::default(),
     );
     let group = c.group.expect("a pool file");
-    let snapshots = Snapshots::of(&dir);
-    let writing = snapshots.writing().unwrap();
-    let mut quiet = |_, _| {};
-    let (files, _) = take::take(
-        &group,
-        &mut Taking {
-            cwd: &src,
-            home: None,
-            into: Some((&snapshots, &writing)),
-            limit_bytes: 1 << 30,
-            progress: &mut quiet,
-        },
-    );
-    drop(writing);
     let options = skyc_targets::k8s::Options {
         namespace: Some(super::fake::NS.to_owned()),
-        files: Some(crate::k8s::files::packs(&files.tasks, &snapshots, false).unwrap()),
+        files: Some(taken(&group, &src, &dir)),
         ..Default::default()
     };
     let pool = crate::k8s::PoolPlan::new(
@@ -635,19 +637,7 @@ fn a_cancel_is_carried_out_while_the_files_are_sent() {
 fn a_node_that_cannot_reach_the_files_pod_is_lost() {
     let mut d = scripted();
     d.cluster(|w| w.run("g-skyc-files"));
-    d.cluster(|w| {
-        w.update("pods", "g-trainer-0-0", |p| {
-            p["spec"]["nodeName"] = serde_json::json!("node-1");
-            p["status"] = serde_json::json!({
-                "phase": "Failed",
-                "initContainerStatuses": [{
-                    "name": "skyc-files", "ready": false, "restartCount": 0, "image": "",
-                    "imageID": "",
-                    "state": {"terminated": {"exitCode": 75, "reason": "Error"}},
-                }],
-            });
-        });
-    });
+    init_fails(&mut d, 75);
     assert!(d.reports.iter().any(|r| matches!(
         r,
         Report::Event {
