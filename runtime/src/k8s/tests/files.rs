@@ -653,3 +653,44 @@ fn a_node_that_cannot_reach_the_files_pod_is_lost() {
         }
     )));
 }
+
+/// Without the key's Secret (deleted from outside), the files pod does
+/// not start, as a kubelet refuses it, and the tasks say why they wait.
+#[test]
+fn without_its_secret_the_files_pod_waits_and_the_tasks_say_why() {
+    let Some(Scene {
+        dir: _,
+        kubelet: k,
+        mut d,
+    }) = scene(
+        "\
+name: g
+execution: parallel
+---
+name: trainer
+file_mounts:
+  /code: ./code
+run: cat /code/data.txt
+",
+    )
+    else {
+        return;
+    };
+    let _stop = Stopping(k.clone());
+    d.fake.world().remove("secrets", "g-skyc-files");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let said = |d: &Driver| {
+        d.reports.iter().any(|r| {
+            matches!(r, Report::Waiting { why: Some(w), .. }
+                if w.contains("CreateContainerConfigError: couldn't find key key in Secret team/g-skyc-files"))
+        })
+    };
+    while !said(&d) {
+        assert!(Instant::now() < deadline, "{:?}", d.reports);
+        d.fake.world().reconcile_cluster();
+        k.start_pending();
+        d.pump();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(created(&d), ["g-skyc-files"]);
+}

@@ -19,7 +19,9 @@
 //! Every pod of one cluster shares one network namespace of its own, its
 //! loopback up, and every pod's `{hostname}.{subdomain}` resolves to it
 //! through an `/etc/hosts` the kubelet keeps: the cluster network and its
-//! DNS, played on one address. Not covered: pods' own addresses, network
+//! DNS, played on one address. A container whose Secret (or key) is not
+//! there waits with `CreateContainerConfigError`, as a kubelet's does;
+//! an exec's input is kept open, as the API server keeps it. Not covered: pods' own addresses, network
 //! policies, image pulls, resource limits, probes (a pod without one is
 //! ready once its container starts).
 
@@ -364,8 +366,9 @@ impl Kubelet {
         }
     }
 
-    /// The container's environment, as the kubelet resolves it.
-    fn env(&self, pod: &Value, container: &Value) -> Vec<(String, String)> {
+    /// The container's environment, as the kubelet resolves it; a Secret
+    /// or key that is not there is `CreateContainerConfigError`.
+    fn env(&self, pod: &Value, container: &Value) -> Result<Vec<(String, String)>, String> {
         let w = self.fake.world();
         let mut out = Vec::new();
         for e in container["env"].as_array().into_iter().flatten() {
@@ -374,21 +377,27 @@ impl Kubelet {
                 // `$$` is Kubernetes' escape of `$`.
                 v.replace("$$", "$")
             } else if let Some(r) = e["valueFrom"].get("secretKeyRef") {
-                let secret = w.get("secrets", r["name"].as_str().unwrap_or_default());
+                let name = r["name"].as_str().unwrap_or_default();
+                let secret = w.get("secrets", name);
                 let key = r["key"].as_str().unwrap_or_default();
-                secret
-                    .and_then(|s| {
-                        s["stringData"][key]
-                            .as_str()
-                            .map(str::to_owned)
-                            .or_else(|| {
-                                let b = s["data"][key].as_str()?;
-                                let bytes =
-                                    base64::engine::general_purpose::STANDARD.decode(b).ok()?;
-                                String::from_utf8(bytes).ok()
-                            })
-                    })
-                    .unwrap_or_default()
+                let value = secret.and_then(|s| {
+                    s["stringData"][key]
+                        .as_str()
+                        .map(str::to_owned)
+                        .or_else(|| {
+                            let b = s["data"][key].as_str()?;
+                            let bytes = base64::engine::general_purpose::STANDARD.decode(b).ok()?;
+                            String::from_utf8(bytes).ok()
+                        })
+                });
+                match value {
+                    Some(v) => v,
+                    None => {
+                        return Err(format!(
+                            "CreateContainerConfigError: couldn't find key {key} in Secret team/{name}"
+                        ));
+                    }
+                }
             } else if let Some(path) = e["valueFrom"]["fieldRef"]["fieldPath"].as_str() {
                 let current = w.get("pods", pod["metadata"]["name"].as_str().unwrap_or_default());
                 let p = current.unwrap_or(pod);
@@ -398,7 +407,7 @@ impl Kubelet {
             };
             out.push((name, value));
         }
-        out
+        Ok(out)
     }
 
     /// Runs `container` of `pod` (or `argv` in it, with `stdin`): its exit
@@ -450,6 +459,35 @@ impl Kubelet {
         } else {
             std::env::var("PATH").unwrap_or_default()
         };
+        // As a kubelet: a container whose Secret is not there waits for
+        // it, saying why (an exec fails at once).
+        let env = loop {
+            match self.env(pod, container) {
+                Ok(env) => break env,
+                Err(why) if argv.is_some() => return Err(std::io::Error::other(why)),
+                Err(why) => {
+                    let gone = {
+                        let mut w = self.fake.world();
+                        let gone = w
+                            .get("pods", name)
+                            .is_none_or(|p| !p["metadata"]["deletionTimestamp"].is_null());
+                        let (reason, message) = why.split_once(": ").unwrap_or((&why, ""));
+                        w.update("pods", name, |p| {
+                            p["status"]["containerStatuses"] = json!([{
+                                "name": container["name"], "ready": false, "restartCount": 0,
+                                "image": container["image"], "imageID": "",
+                                "state": {"waiting": {"reason": reason, "message": message}},
+                            }]);
+                        });
+                        gone
+                    };
+                    if gone || self.stopped.load(std::sync::atomic::Ordering::SeqCst) {
+                        return Err(std::io::Error::other(why));
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+        };
         let mut command: Vec<String> = match argv {
             Some(argv) => argv.to_vec(),
             None => container["command"]
@@ -481,7 +519,7 @@ impl Kubelet {
             .args(["-c", WRAPPER, "kubelet"])
             .args(&command)
             .env_clear()
-            .envs(self.env(pod, container))
+            .envs(env)
             .env("PATH", &path)
             .env("HOME", "/root")
             .env("HOSTNAME", pod["spec"]["hostname"].as_str().unwrap_or(name))
