@@ -109,6 +109,18 @@ impl From<ExecError> for FillError {
     }
 }
 
+/// Whether `pod`, the group's files pod, is filled with what the plan
+/// names: the JobSet records that pod so.
+pub fn filled(
+    plan: &super::Plan,
+    objs: &super::objects::Objects,
+    pod: &k8s_openapi::api::core::v1::Pod,
+) -> bool {
+    objs.jobset
+        .as_ref()
+        .is_some_and(|j| super::objects::filled(j, pod, &fill_id(&plan.files)))
+}
+
 /// Sends every stream of `packed` to the files pod `pod`, from the
 /// snapshots in `snapshots`.
 pub async fn fill(

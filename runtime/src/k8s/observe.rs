@@ -182,12 +182,7 @@ pub fn observe(plan: &Plan, objs: &Objects, goal: &Goal) -> Vec<Report> {
 fn files_waiting(plan: &Plan, objs: &Objects) -> Option<String> {
     let name = plan.files_pod_name()?;
     let pod = objs.pods.get(&name)?;
-    let fill = super::files::fill_id(&plan.files);
-    if objs
-        .jobset
-        .as_ref()
-        .is_some_and(|j| objects::filled(j, pod, &fill))
-    {
+    if super::files::filled(plan, objs, pod) {
         return None;
     }
     let why = objects::unschedulable_message(pod)

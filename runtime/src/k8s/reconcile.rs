@@ -99,11 +99,7 @@ fn files_pod<'a>(plan: &Plan, objs: &'a Objects) -> Files<'a> {
         Files::Absent
     } else if objects::pod_terminal(pod) || !objects::ready(pod) {
         Files::Other(pod)
-    } else if objs
-        .jobset
-        .as_ref()
-        .is_some_and(|j| objects::filled(j, pod, &super::files::fill_id(&plan.files)))
-    {
+    } else if super::files::filled(plan, objs, pod) {
         Files::Filled(pod)
     } else {
         Files::Unfilled(pod)

@@ -113,13 +113,13 @@ pub async fn execute(
             };
             create_pod(apis, shared, &name, &pod, backoff).await
         }
-        Op::FillFiles { pod, uid } => fill_files(plan, apis, shared, pod, uid, backoff).await,
         _ => execute_one(apis, shared, op, backoff).await,
     }
 }
 
-/// Sends the streams to the files pod, then marks it filled (its uid the
-/// precondition): nodes are launched once it is.
+/// Sends the streams to the files pod, then records it filled on the
+/// JobSet (the JobSet's uid the precondition, the pod's in the record):
+/// nodes are launched once it is.
 pub async fn fill_files(
     plan: &Plan,
     apis: &Apis,
@@ -372,7 +372,8 @@ async fn once(apis: &Apis, shared: &SharedRef, op: &Op) -> Result<(), kube::Erro
                 Either::Right(_) => forget(shared, op),
             }
         }
-        // Carried out by [`execute`].
+        // Carried out by [`execute`], and by the backend's fill task
+        // ([`fill_files`]).
         Op::MakeFilesPod { .. } | Op::FillFiles { .. } => {}
         Op::KillPod { pod, uid } => {
             let params = DeleteParams::default()

@@ -90,6 +90,17 @@ fn sources(dir: &Path) {
     write(&dir.join("work/run.sh"), "echo from the workdir\n");
 }
 
+/// One task reading one mounted file.
+const ONE_TASK: &str = "\
+name: g
+execution: parallel
+---
+name: trainer
+file_mounts:
+  /code: ./code
+run: cat /code/data.txt
+";
+
 const GROUP: &str = "\
 name: g
 execution: parallel
@@ -115,41 +126,49 @@ run: |
   cat /code/data.txt
 ";
 
-/// Runs the group until the supervisor says it settled.
-fn run_to_end(d: &mut Driver, k: &Arc<Kubelet>, limit: Duration) {
-    let deadline = Instant::now() + limit;
-    while !d.settled() {
-        assert!(
-            Instant::now() < deadline,
-            "the group did not end within {limit:?}: statuses {:?}, errors {:?}, pods {:?}, \
-             output {:#?}",
-            d.statuses(),
-            d.reports
-                .iter()
-                .filter(|r| matches!(r, Report::Error(_)))
-                .collect::<Vec<_>>(),
-            d.fake.world().names("pods"),
-            k.output.lock().unwrap()
-        );
-        d.fake.world().reconcile_cluster();
-        k.start_pending();
-        d.pump();
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
+/// A group with files on the fake cluster, under a kubelet that runs its
+/// pods; the kubelet stops when the test ends (its pods' threads hold it,
+/// so its end is said, not left to `Drop`).
 struct Scene {
     dir: PathBuf,
     kubelet: Arc<Kubelet>,
     d: Driver,
 }
 
-/// Holds the kubelet until the test ends, then stops it.
-struct Stopping(Arc<Kubelet>);
-
-impl Drop for Stopping {
+impl Drop for Scene {
     fn drop(&mut self) {
-        self.0.stop();
+        self.kubelet.stop();
+    }
+}
+
+impl Scene {
+    /// One turn of the cluster: its controllers, the kubelet starting
+    /// what waits, the supervisor hearing the backend.
+    fn turn(&mut self) {
+        self.d.fake.world().reconcile_cluster();
+        self.kubelet.start_pending();
+        self.d.pump();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    /// Turns until `done`, at most `limit`.
+    fn until(&mut self, limit: Duration, done: impl Fn(&Driver) -> bool) {
+        let deadline = Instant::now() + limit;
+        while !done(&self.d) {
+            assert!(
+                Instant::now() < deadline,
+                "not within {limit:?}: statuses {:?}, errors {:?}, pods {:?}, output {:#?}",
+                self.d.statuses(),
+                self.d
+                    .reports
+                    .iter()
+                    .filter(|r| matches!(r, Report::Error(_)))
+                    .collect::<Vec<_>>(),
+                self.d.fake.world().names("pods"),
+                self.kubelet.output.lock().unwrap()
+            );
+            self.turn();
+        }
     }
 }
 
@@ -175,18 +194,14 @@ fn scene(yaml: &str) -> Option<Scene> {
 
 #[test]
 fn every_pod_reads_the_submitted_bytes_at_their_destinations_from_a_copy_of_its_own() {
-    let Some(Scene {
-        dir,
-        kubelet: k,
-        mut d,
-    }) = scene(GROUP)
-    else {
+    let Some(mut s) = scene(GROUP) else {
         return;
     };
-    let _stop = Stopping(k.clone());
+    let dir = s.dir.clone();
     // Edited once submitted: the pods still see what was submitted.
     write(&dir.join("src/code/data.txt"), "edited after submission\n");
-    run_to_end(&mut d, &k, Duration::from_secs(60));
+    s.until(Duration::from_secs(60), Driver::settled);
+    let (d, k) = (&s.d, &s.kubelet);
     assert_eq!(d.statuses(), [Status::Succeeded, Status::Succeeded]);
     let output = k.output.lock().unwrap().clone();
     for rank in 0..2 {
@@ -251,21 +266,19 @@ run: |
   if [ ! -e /ckpt/tried ]; then echo once > /ckpt/tried; exit 3; fi
   echo restarted
 ";
-    let Some(Scene {
-        dir,
-        kubelet: k,
-        mut d,
-    }) = scene(yaml)
-    else {
+    let Some(mut s) = scene(yaml) else {
         return;
     };
-    let _stop = Stopping(k.clone());
-    write(&dir.join("src/code/data.txt"), "edited after submission\n");
-    run_to_end(&mut d, &k, Duration::from_secs(60));
+    write(
+        &s.dir.join("src/code/data.txt"),
+        "edited after submission\n",
+    );
+    s.until(Duration::from_secs(60), Driver::settled);
+    let (d, k) = (&s.d, &s.kubelet);
     assert_eq!(d.statuses(), [Status::Succeeded]);
     let output = k.output.lock().unwrap().clone();
     assert_eq!(
-        created(&d),
+        created(d),
         ["g-skyc-files", "g-trainer-0-0", "g-trainer-0-1"]
     );
     for attempt in 0..2 {
@@ -278,40 +291,20 @@ run: |
 
 #[test]
 fn files_that_are_not_the_submitted_bytes_fail_the_nodes_setup() {
-    let Some(Scene {
-        dir,
-        kubelet: k,
-        mut d,
-    }) = scene(
-        "\
-name: g
-execution: parallel
----
-name: trainer
-file_mounts:
-  /code: ./code
-run: cat /code/data.txt
-",
-    )
-    else {
+    let Some(mut s) = scene(ONE_TASK) else {
         return;
     };
-    let _stop = Stopping(k.clone());
     // The snapshot kept by the state directory changes under the run:
     // the stream sent is not the one the plan recorded.
-    let digest = &d.plan.files[0].digest;
+    let digest = &s.d.plan.files[0].digest;
     write(
-        &dir.join("files").join(digest).join("data.txt"),
+        &s.dir.join("files").join(digest).join("data.txt"),
         "tampered\n",
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while d.statuses() != [Status::FailedSetup] {
-        assert!(Instant::now() < deadline, "{:?}", d.reports);
-        d.fake.world().reconcile_cluster();
-        k.start_pending();
-        d.pump();
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    s.until(Duration::from_secs(30), |d| {
+        d.statuses() == [Status::FailedSetup]
+    });
+    let d = &s.d;
     // The files pod refused the stream: no node ever ran.
     let errors: Vec<&Report> = d
         .reports
@@ -324,7 +317,7 @@ run: cat /code/data.txt
             .any(|r| format!("{r:?}").contains("is no longer what was submitted")),
         "{errors:?}"
     );
-    assert!(created(&d).iter().all(|p| p == "g-skyc-files"));
+    assert!(created(d).iter().all(|p| p == "g-skyc-files"));
 }
 
 /// A 1,000-node group on the scripted cluster: its files cross the API
@@ -658,39 +651,16 @@ fn a_node_that_cannot_reach_the_files_pod_is_lost() {
 /// not start, as a kubelet refuses it, and the tasks say why they wait.
 #[test]
 fn without_its_secret_the_files_pod_waits_and_the_tasks_say_why() {
-    let Some(Scene {
-        dir: _,
-        kubelet: k,
-        mut d,
-    }) = scene(
-        "\
-name: g
-execution: parallel
----
-name: trainer
-file_mounts:
-  /code: ./code
-run: cat /code/data.txt
-",
-    )
-    else {
+    let Some(mut s) = scene(ONE_TASK) else {
         return;
     };
-    let _stop = Stopping(k.clone());
-    d.fake.world().remove("secrets", "g-skyc-files");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let said = |d: &Driver| {
+    s.d.fake.world().remove("secrets", "g-skyc-files");
+    s.until(Duration::from_secs(20), |d| {
         d.reports.iter().any(|r| {
             matches!(r, Report::Waiting { why: Some(w), .. }
                 if w.contains("CreateContainerConfigError: couldn't find key key in Secret team/g-skyc-files"))
         })
-    };
-    while !said(&d) {
-        assert!(Instant::now() < deadline, "{:?}", d.reports);
-        d.fake.world().reconcile_cluster();
-        k.start_pending();
-        d.pump();
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert_eq!(created(&d), ["g-skyc-files"]);
+    });
+    let d = &s.d;
+    assert_eq!(created(d), ["g-skyc-files"]);
 }
