@@ -30,6 +30,7 @@ pub mod data;
 pub mod ec2;
 mod plan;
 mod pool;
+pub mod s3;
 pub mod world;
 
 pub use backend::Aws;

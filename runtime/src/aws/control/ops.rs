@@ -32,6 +32,7 @@ const MAX_PAGES: usize = 100;
 
 fn unreadable(action: &str, why: response::Unreadable) -> Error {
     Error::Response {
+        service: "EC2",
         action: action.to_owned(),
         why: why.0,
     }
@@ -63,6 +64,7 @@ pub async fn instances_tagged(ec2: &Ec2, key: &str, value: &str) -> Result<Vec<I
         }
     }
     Err(Error::Response {
+        service: "EC2",
         action: "DescribeInstances".into(),
         why: format!("more than {MAX_PAGES} pages"),
     })
@@ -185,6 +187,7 @@ pub async fn launch(
     match list.len() {
         1 => Ok(list.remove(0)),
         n => Err(Error::Response {
+            service: "EC2",
             action: "RunInstances".into(),
             why: format!("{n} instances for a request of one"),
         }),

@@ -25,8 +25,10 @@ const MAX_BODY: usize = 16 << 20;
 /// Why a call failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Error {
-    /// EC2 answered with an error.
+    /// The service answered with an error.
     Api {
+        /// `EC2` or `S3`.
+        service: &'static str,
         action: String,
         status: u16,
         code: String,
@@ -34,9 +36,17 @@ pub enum Error {
         request_id: Option<String>,
     },
     /// No answer: the connection failed, broke, or timed out.
-    Unreachable { endpoint: String, why: String },
+    Unreachable {
+        service: &'static str,
+        endpoint: String,
+        why: String,
+    },
     /// An answer that is not what the API returns.
-    Response { action: String, why: String },
+    Response {
+        service: &'static str,
+        action: String,
+        why: String,
+    },
     /// A request that cannot be sent as it is (its member, and why).
     Request(String),
 }
@@ -55,13 +65,14 @@ impl std::fmt::Display for Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Error::Api {
+                service,
                 action,
                 status,
                 code,
                 message,
                 ..
             } => {
-                write!(f, "EC2 refused {action}: {code}")?;
+                write!(f, "{service} refused {action}: {code}")?;
                 if !message.is_empty() {
                     write!(f, ": {message}")?;
                 }
@@ -74,11 +85,19 @@ impl std::fmt::Display for Error {
                 }
                 Ok(())
             }
-            Error::Unreachable { endpoint, why } => {
-                write!(f, "cannot reach the EC2 endpoint {endpoint}: {why}")
+            Error::Unreachable {
+                service,
+                endpoint,
+                why,
+            } => {
+                write!(f, "cannot reach the {service} endpoint {endpoint}: {why}")
             }
-            Error::Response { action, why } => {
-                write!(f, "EC2's answer to {action} cannot be read: {why}")
+            Error::Response {
+                service,
+                action,
+                why,
+            } => {
+                write!(f, "{service}'s answer to {action} cannot be read: {why}")
             }
             Error::Request(why) => write!(f, "cannot send {why}"),
         }
@@ -110,7 +129,21 @@ impl Default for Tuning {
     }
 }
 
-type Https = hyper_rustls::HttpsConnector<HttpConnector>;
+pub(crate) type Https = hyper_rustls::HttpsConnector<HttpConnector>;
+
+/// HTTP/1.1 over TLS with the system's roots (or plain HTTP, for an
+/// endpoint on loopback), connecting within the tuning's time.
+pub(crate) fn connector(tuning: &Tuning) -> Result<Https, SetupError> {
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_connect_timeout(Some(tuning.connect_timeout));
+    Ok(hyper_rustls::HttpsConnectorBuilder::new()
+        .with_native_roots()
+        .map_err(|e| SetupError::Tls(e.to_string()))?
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(http))
+}
 
 /// A client of one region's EC2 endpoint.
 #[derive(Clone)]
@@ -199,16 +232,7 @@ impl Ec2 {
             "" => "/".to_owned(),
             p => p.to_owned(),
         };
-        let mut http = HttpConnector::new();
-        http.enforce_http(false);
-        http.set_connect_timeout(Some(tuning.connect_timeout));
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_native_roots()
-            .map_err(|e| SetupError::Tls(e.to_string()))?
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(http);
-        let client = HttpClient::builder(TokioExecutor::new()).build(https);
+        let client = HttpClient::builder(TokioExecutor::new()).build(connector(&tuning)?);
         Ok(Ec2 {
             endpoint: format!("{}://{host}", uri.scheme_str().unwrap_or("https")),
             uri,
@@ -296,6 +320,7 @@ impl Ec2 {
             .body(Full::new(Bytes::from(body)))
             .map_err(|e| Error::Request(format!("{action}: {e}")))?;
         let unreachable = |why: String| Error::Unreachable {
+            service: "EC2",
             endpoint: self.endpoint.clone(),
             why,
         };
@@ -328,6 +353,7 @@ impl Ec2 {
         }
         match response::error(&text) {
             Some(e) => Err(Error::Api {
+                service: "EC2",
                 action,
                 status,
                 code: e.code,
@@ -335,6 +361,7 @@ impl Ec2 {
                 request_id: e.request_id,
             }),
             None => Err(Error::Api {
+                service: "EC2",
                 action,
                 status,
                 code: String::new(),
@@ -346,7 +373,7 @@ impl Ec2 {
 }
 
 /// The innermost cause of an error ("connection refused").
-fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
     let mut cause = e;
     while let Some(next) = cause.source() {
         cause = next;

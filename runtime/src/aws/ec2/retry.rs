@@ -109,6 +109,7 @@ mod tests {
 
     fn api(status: u16, code: &str) -> Error {
         Error::Api {
+            service: "EC2",
             action: "RunInstances".into(),
             status,
             code: code.into(),
@@ -124,6 +125,7 @@ mod tests {
         assert!(is_transient(&api(500, "InternalError")));
         assert!(is_transient(&api(502, "")));
         assert!(is_transient(&Error::Unreachable {
+            service: "EC2",
             endpoint: "http://127.0.0.1:1".into(),
             why: "connection refused".into()
         }));

@@ -5,7 +5,8 @@
 //! encoded query, lower-cased trimmed headers, signed header names, the
 //! payload's SHA-256), a string to sign naming the credential scope
 //! (`date/region/service/aws4_request`), a key derived from the secret by
-//! four HMACs, and the signature in an `Authorization` header.
+//! four HMACs, and the signature in an `Authorization` header ([`sign`]),
+//! or in the URL's query ([`presign`], S3's presigned URLs).
 
 use ring::{digest, hmac};
 use std::fmt::Write as _;
@@ -60,6 +61,18 @@ pub struct Scope<'a> {
 /// The headers to add to the request: `x-amz-date`, the session token
 /// when there is one, and `authorization`.
 pub fn sign(req: &Request<'_>, scope: Scope<'_>, creds: &Credentials) -> Vec<(String, String)> {
+    let payload = hex(digest::digest(&digest::SHA256, req.body).as_ref());
+    sign_hashed(req, scope, creds, &payload)
+}
+
+/// [`sign`] with the payload given by its SHA-256 (hex), as S3 signs a
+/// body streamed rather than held: `req.body` is not read.
+pub fn sign_hashed(
+    req: &Request<'_>,
+    scope: Scope<'_>,
+    creds: &Credentials,
+    payload_sha256: &str,
+) -> Vec<(String, String)> {
     let mut headers: Vec<(String, String)> = req
         .headers
         .iter()
@@ -70,12 +83,9 @@ pub fn sign(req: &Request<'_>, scope: Scope<'_>, creds: &Credentials) -> Vec<(St
     if let Some(token) = &creds.session_token {
         headers.push(("x-amz-security-token".into(), token.clone()));
     }
-    let (canonical, signed) = canonical_request(req, &headers);
-    let date = &scope.amz_date[..scope.amz_date.len().min(8)];
-    let credential_scope = format!("{date}/{}/{}/aws4_request", scope.region, scope.service);
-    let to_sign = string_to_sign(scope.amz_date, &credential_scope, &canonical);
-    let key = signing_key(&creds.secret_access_key, date, scope.region, scope.service);
-    let signature = hex(hmac::sign(&key, to_sign.as_bytes()).as_ref());
+    let (canonical, signed) = canonical_request(req, req.query, &headers, payload_sha256);
+    let credential_scope = credential_scope(scope);
+    let signature = signature(scope, creds, &credential_scope, &canonical);
     let mut out = vec![("x-amz-date".to_owned(), scope.amz_date.to_owned())];
     if let Some(token) = &creds.session_token {
         out.push(("x-amz-security-token".into(), token.clone()));
@@ -90,19 +100,76 @@ pub fn sign(req: &Request<'_>, scope: Scope<'_>, creds: &Credentials) -> Vec<(St
     out
 }
 
-/// The canonical request and its signed header names (`a;b;c`).
-fn canonical_request(req: &Request<'_>, headers: &[(String, String)]) -> (String, String) {
-    let mut query: Vec<(String, String)> = req
-        .query
-        .iter()
-        .map(|(k, v)| (encode(k), encode(v)))
-        .collect();
+/// What a presigned URL says after its `?`: `req.query` with SigV4's
+/// parameters (the session token among them, signed), valid for
+/// `expires_secs` from `scope.amz_date`, signed over the `host` header
+/// alone with an unsigned payload, as S3 takes it. Encoded.
+pub fn presign(
+    req: &Request<'_>,
+    scope: Scope<'_>,
+    creds: &Credentials,
+    expires_secs: u64,
+) -> String {
+    let credential_scope = credential_scope(scope);
+    let credential = format!("{}/{credential_scope}", creds.access_key_id);
+    let expires = expires_secs.to_string();
+    let mut query: Vec<(&str, &str)> = req.query.to_vec();
+    query.extend([
+        ("X-Amz-Algorithm", ALGORITHM),
+        ("X-Amz-Credential", &credential),
+        ("X-Amz-Date", scope.amz_date),
+        ("X-Amz-Expires", &expires),
+    ]);
+    if let Some(token) = &creds.session_token {
+        query.push(("X-Amz-Security-Token", token));
+    }
+    query.push(("X-Amz-SignedHeaders", "host"));
+    let headers = [("host".to_owned(), req.host.to_owned())];
+    let (canonical, _) = canonical_request(req, &query, &headers, "UNSIGNED-PAYLOAD");
+    let signature = signature(scope, creds, &credential_scope, &canonical);
+    let mut out = canonical_query(&query);
+    let _ = write!(out, "&X-Amz-Signature={signature}");
+    out
+}
+
+/// `date/region/service/aws4_request`.
+fn credential_scope(scope: Scope<'_>) -> String {
+    let date = &scope.amz_date[..scope.amz_date.len().min(8)];
+    format!("{date}/{}/{}/aws4_request", scope.region, scope.service)
+}
+
+fn signature(
+    scope: Scope<'_>,
+    creds: &Credentials,
+    credential_scope: &str,
+    canonical: &str,
+) -> String {
+    let date = &scope.amz_date[..scope.amz_date.len().min(8)];
+    let to_sign = string_to_sign(scope.amz_date, credential_scope, canonical);
+    let key = signing_key(&creds.secret_access_key, date, scope.region, scope.service);
+    hex(hmac::sign(&key, to_sign.as_bytes()).as_ref())
+}
+
+/// The query, each name and value encoded, sorted, joined by `&`.
+fn canonical_query(query: &[(&str, &str)]) -> String {
+    let mut query: Vec<(String, String)> =
+        query.iter().map(|(k, v)| (encode(k), encode(v))).collect();
     query.sort();
-    let query = query
+    query
         .iter()
         .map(|(k, v)| format!("{k}={v}"))
         .collect::<Vec<_>>()
-        .join("&");
+        .join("&")
+}
+
+/// The canonical request and its signed header names (`a;b;c`).
+fn canonical_request(
+    req: &Request<'_>,
+    query: &[(&str, &str)],
+    headers: &[(String, String)],
+    payload_sha256: &str,
+) -> (String, String) {
+    let query = canonical_query(query);
     // Same-named headers are one, their values joined by commas in the
     // order given; values trimmed and inner runs of spaces made one.
     let mut merged: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
@@ -119,9 +186,8 @@ fn canonical_request(req: &Request<'_>, headers: &[(String, String)]) -> (String
     let signed = merged.keys().copied().collect::<Vec<_>>().join(";");
     let path = if req.path.is_empty() { "/" } else { req.path };
     let canonical = format!(
-        "{}\n{path}\n{query}\n{canonical_headers}\n{signed}\n{}",
+        "{}\n{path}\n{query}\n{canonical_headers}\n{signed}\n{payload_sha256}",
         req.method,
-        hex(digest::digest(&digest::SHA256, req.body).as_ref())
     );
     (canonical, signed)
 }
@@ -393,7 +459,7 @@ mod tests {
             ("host".to_owned(), "iam.amazonaws.com".to_owned()),
             ("x-amz-date".to_owned(), DATE.to_owned()),
         ];
-        let (canonical, signed) = canonical_request(&req, &all);
+        let (canonical, signed) = canonical_request(&req, req.query, &all, EMPTY_SHA256);
         assert_eq!(
             canonical,
             "GET\n/\nAction=ListUsers&Version=2010-05-08\n\
@@ -432,6 +498,131 @@ mod tests {
              SignedHeaders=content-type;host;x-amz-date, \
              Signature=5d672d79c15b13162d9279b0855cfba6789a8edb4c82c400e06b5924a6f2b5d7"
         );
+    }
+
+    /// S3's examples ("Signature Calculations for the Authorization
+    /// Header" and "Query String Authentication" of the S3 API reference):
+    /// bucket `examplebucket`, region us-east-1, 24 May 2013.
+    const S3_SECRET: &str = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY";
+    const S3_HOST: &str = "examplebucket.s3.amazonaws.com";
+    const EMPTY_SHA256: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+
+    fn s3_creds() -> Credentials {
+        Credentials {
+            access_key_id: "AKIAIOSFODNN7EXAMPLE".into(),
+            secret_access_key: S3_SECRET.into(),
+            session_token: None,
+        }
+    }
+
+    fn s3_scope() -> Scope<'static> {
+        Scope {
+            region: "us-east-1",
+            service: "s3",
+            amz_date: "20130524T000000Z",
+        }
+    }
+
+    fn s3_signature(
+        method: &str,
+        path: &str,
+        query: &[(&str, &str)],
+        headers: &[(&str, &str)],
+        payload: &str,
+    ) -> String {
+        let req = Request {
+            method,
+            host: S3_HOST,
+            path,
+            query,
+            headers,
+            body: b"",
+        };
+        let signed = sign_hashed(&req, s3_scope(), &s3_creds(), payload);
+        let authz = &signed.iter().find(|(k, _)| k == "authorization").unwrap().1;
+        authz.rsplit("Signature=").next().unwrap().to_owned()
+    }
+
+    #[test]
+    fn s3_get_object() {
+        let sig = s3_signature(
+            "GET",
+            "/test.txt",
+            &[],
+            &[
+                ("Range", "bytes=0-9"),
+                ("x-amz-content-sha256", EMPTY_SHA256),
+            ],
+            EMPTY_SHA256,
+        );
+        assert_eq!(
+            sig,
+            "f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41"
+        );
+    }
+
+    #[test]
+    fn s3_put_object_with_a_hashed_payload() {
+        let payload = hex(digest::digest(&digest::SHA256, b"Welcome to Amazon S3.").as_ref());
+        assert_eq!(
+            payload,
+            "44ce7dd67c959e0d3524ffac1771dfbba87d2b6b4b4e99e42034a8b803f8b072"
+        );
+        let sig = s3_signature(
+            "PUT",
+            "/test%24file.text",
+            &[],
+            &[
+                ("Date", "Fri, 24 May 2013 00:00:00 GMT"),
+                ("x-amz-storage-class", "REDUCED_REDUNDANCY"),
+                ("x-amz-content-sha256", &payload),
+            ],
+            &payload,
+        );
+        assert_eq!(
+            sig,
+            "98ad721746da40c64f1a55b78f14c238d841ea1380cd77a1b5971af0ece108bd"
+        );
+    }
+
+    #[test]
+    fn s3_list_objects() {
+        let sig = s3_signature(
+            "GET",
+            "/",
+            &[("max-keys", "2"), ("prefix", "J")],
+            &[("x-amz-content-sha256", EMPTY_SHA256)],
+            EMPTY_SHA256,
+        );
+        assert_eq!(
+            sig,
+            "34b48302e7b5fa45bde8084f4b7868a86f0a534bc59db6670ed5711ef69dc6f7"
+        );
+    }
+
+    #[test]
+    fn s3_presigned_get() {
+        let req = Request {
+            method: "GET",
+            host: S3_HOST,
+            path: "/test.txt",
+            query: &[],
+            headers: &[],
+            body: b"",
+        };
+        assert_eq!(
+            presign(&req, s3_scope(), &s3_creds(), 86400),
+            "X-Amz-Algorithm=AWS4-HMAC-SHA256\
+             &X-Amz-Credential=AKIAIOSFODNN7EXAMPLE%2F20130524%2Fus-east-1%2Fs3%2Faws4_request\
+             &X-Amz-Date=20130524T000000Z&X-Amz-Expires=86400&X-Amz-SignedHeaders=host\
+             &X-Amz-Signature=aeeed9bbccd4d02ee5c0109b86d86835f995330da4c265957d157751f604d404"
+        );
+        // A session token is a signed parameter: the URL changes with it.
+        let mut with_token = s3_creds();
+        with_token.session_token = Some("tok/en".into());
+        let url = presign(&req, s3_scope(), &with_token, 86400);
+        assert!(url.contains("&X-Amz-Security-Token=tok%2Fen&"), "{url}");
+        assert!(!url.ends_with("aeeed9bbccd4d02ee5c0109b86d86835f995330da4c265957d157751f604d404"));
     }
 
     #[test]

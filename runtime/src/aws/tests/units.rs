@@ -614,6 +614,7 @@ fn a_launch_without_capacity_leaves_its_task_pending() {
         attempt: 0,
     };
     let no_room = Error::Api {
+        service: "EC2",
         action: "RunInstances".into(),
         status: 500,
         code: "InsufficientInstanceCapacity".into(),
@@ -637,6 +638,7 @@ fn a_launch_without_capacity_leaves_its_task_pending() {
     assert_eq!(d.engine.task_status(TRAINER), Status::Starting);
     // Any other refusal is shown, and changes nothing.
     let bad = Error::Api {
+        service: "EC2",
         action: "RunInstances".into(),
         status: 400,
         code: "InvalidAMIID.NotFound".into(),

@@ -1,0 +1,645 @@
+//! The S3 client a run's files need, on the EC2 client's transport and
+//! SigV4 ([`crate::aws::ec2`]): a bucket made, objects uploaded (streamed,
+//! their SHA-256 signed, so S3 itself refuses bytes that are not the
+//! announced ones), listed and deleted, the bucket deleted, and presigned
+//! `GET` URLs the nodes fetch with and no credentials.
+//!
+//! AWS's own endpoint is addressed virtual-hosted style
+//! (`https://BUCKET.s3.REGION.amazonaws.com/KEY`); a configured endpoint
+//! (`AWS_ENDPOINT_URL_S3`, a stand-in) path style (`ENDPOINT/BUCKET/KEY`),
+//! as the AWS SDKs do. Bucket names and keys are skyc's own (lower-case
+//! letters, digits, `-`, `.`), so paths need no encoding.
+
+use crate::aws::ec2::client::{Error, Https, SetupError, Tuning, connector, root_cause};
+use crate::aws::ec2::retry;
+use crate::aws::ec2::sigv4::{self, Credentials};
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, Limited, StreamBody};
+use hyper::body::Frame;
+use hyper_util::client::legacy::Client as HttpClient;
+use hyper_util::rt::TokioExecutor;
+use std::io::{self, Write};
+use std::time::{Duration, Instant};
+
+/// The largest answer read (a listing page is at most 1,000 keys).
+const MAX_BODY: usize = 4 << 20;
+
+/// The chunk a streamed body is sent in.
+const CHUNK: usize = 1 << 20;
+
+/// The slowest upload waited for: a try of a body of N bytes may take
+/// the tuning's request time plus N at this rate.
+const SLOWEST_BYTES_PER_SEC: u64 = 256 << 10;
+
+/// SHA-256 of no bytes, as S3 wants a body-less request's signed.
+const EMPTY_SHA256: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+
+type Body = BoxBody<Bytes, io::Error>;
+
+/// What an object's bytes are written by: called once per try of its
+/// upload, on a thread of its own.
+pub type Source = std::sync::Arc<dyn Fn(&mut dyn Write) -> io::Result<()> + Send + Sync>;
+
+/// A client of one region's S3.
+#[derive(Clone)]
+pub struct S3 {
+    /// A configured endpoint (`scheme://authority`, any path prefix
+    /// kept), addressed path style; `None` is AWS's own.
+    endpoint: Option<(String, String, String)>,
+    region: String,
+    credentials: Credentials,
+    http: HttpClient<Https, Body>,
+    tuning: Tuning,
+}
+
+impl std::fmt::Debug for S3 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("S3")
+            .field("endpoint", &self.endpoint)
+            .field("region", &self.region)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One object of a listing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Object {
+    pub key: String,
+    pub size: u64,
+}
+
+/// Where one request goes: `scheme`, `host[:port]` and the path.
+struct Target {
+    scheme: String,
+    host: String,
+    path: String,
+}
+
+impl S3 {
+    /// A client of `region`, at `endpoint` when one is configured.
+    pub fn new(
+        endpoint: Option<&str>,
+        region: &str,
+        credentials: Credentials,
+        tuning: Tuning,
+    ) -> Result<S3, SetupError> {
+        let endpoint = match endpoint {
+            None => None,
+            Some(e) => {
+                let uri: http::Uri = e
+                    .parse()
+                    .map_err(|why| SetupError::Endpoint(format!("`{e}`: {why}")))?;
+                let scheme = match uri.scheme_str() {
+                    Some(s @ ("http" | "https")) => s.to_owned(),
+                    _ => {
+                        return Err(SetupError::Endpoint(format!(
+                            "`{e}` is not an http:// or https:// URL"
+                        )));
+                    }
+                };
+                let Some(authority) = uri.authority() else {
+                    return Err(SetupError::Endpoint(format!("`{e}` has no host")));
+                };
+                let prefix = uri.path().trim_end_matches('/').to_owned();
+                Some((scheme, authority.as_str().to_owned(), prefix))
+            }
+        };
+        Ok(S3 {
+            endpoint,
+            region: region.to_owned(),
+            credentials,
+            http: HttpClient::builder(TokioExecutor::new()).build(connector(&tuning)?),
+            tuning,
+        })
+    }
+
+    /// The same client, signing with `credentials` (renewed ones).
+    pub fn with_credentials(&self, credentials: Credentials) -> S3 {
+        S3 {
+            credentials,
+            ..self.clone()
+        }
+    }
+
+    pub fn region(&self) -> &str {
+        &self.region
+    }
+
+    fn target(&self, bucket: &str, key: Option<&str>) -> Target {
+        let key = key.unwrap_or("");
+        match &self.endpoint {
+            Some((scheme, host, prefix)) => Target {
+                scheme: scheme.clone(),
+                host: host.clone(),
+                path: format!("{prefix}/{bucket}/{key}"),
+            },
+            None => {
+                let suffix = if self.region.starts_with("cn-") {
+                    "amazonaws.com.cn"
+                } else {
+                    "amazonaws.com"
+                };
+                Target {
+                    scheme: "https".into(),
+                    host: format!("{bucket}.s3.{}.{suffix}", self.region),
+                    path: format!("/{key}"),
+                }
+            }
+        }
+    }
+
+    fn scope<'a>(&'a self, amz_date: &'a str) -> sigv4::Scope<'a> {
+        sigv4::Scope {
+            region: &self.region,
+            service: "s3",
+            amz_date,
+        }
+    }
+
+    /// A URL that `GET`s `key` with no credentials for `expires` from
+    /// `now_secs` (Unix time). Pure.
+    pub fn presign_get(&self, bucket: &str, key: &str, now_secs: i64, expires: Duration) -> String {
+        let t = self.target(bucket, Some(key));
+        let amz_date = sigv4::amz_date(now_secs);
+        let query = sigv4::presign(
+            &sigv4::Request {
+                method: "GET",
+                host: &t.host,
+                path: &t.path,
+                query: &[],
+                headers: &[],
+                body: b"",
+            },
+            self.scope(&amz_date),
+            &self.credentials,
+            expires.as_secs(),
+        );
+        format!("{}://{}{}?{query}", t.scheme, t.host, t.path)
+    }
+
+    /// Makes `bucket` in the client's region; one this account already
+    /// owns is made.
+    pub async fn create_bucket(&self, bucket: &str) -> Result<(), Error> {
+        // us-east-1 is S3's default location, and refuses being named.
+        let body = if self.region == "us-east-1" {
+            String::new()
+        } else {
+            format!(
+                "<CreateBucketConfiguration xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">\
+                 <LocationConstraint>{}</LocationConstraint></CreateBucketConfiguration>",
+                self.region
+            )
+        };
+        match self
+            .call("CreateBucket", "PUT", bucket, None, &[], body.into_bytes())
+            .await
+        {
+            Err(e) if e.code() == Some("BucketAlreadyOwnedByYou") => Ok(()),
+            other => other.map(drop),
+        }
+    }
+
+    /// Every object of `bucket`, or `None` when there is no such bucket.
+    pub async fn list(&self, bucket: &str) -> Result<Option<Vec<Object>>, Error> {
+        let mut out = Vec::new();
+        let mut token: Option<String> = None;
+        // Bounded whatever S3 answers: a run's bucket holds its snapshots.
+        for _ in 0..100 {
+            let mut query = vec![("list-type", "2")];
+            if let Some(t) = &token {
+                query.push(("continuation-token", t));
+            }
+            let body = match self
+                .call("ListObjectsV2", "GET", bucket, None, &query, Vec::new())
+                .await
+            {
+                Err(e) if e.code() == Some("NoSuchBucket") => return Ok(None),
+                other => other?,
+            };
+            let page = listing(&body).map_err(|why| Error::Response {
+                service: "S3",
+                action: "ListObjectsV2".into(),
+                why,
+            })?;
+            out.extend(page.objects);
+            match page.next {
+                Some(t) => token = Some(t),
+                None => return Ok(Some(out)),
+            }
+        }
+        Err(Error::Response {
+            service: "S3",
+            action: "ListObjectsV2".into(),
+            why: "more than 100 pages".into(),
+        })
+    }
+
+    /// Deletes one object (one already gone is deleted).
+    pub async fn delete_object(&self, bucket: &str, key: &str) -> Result<(), Error> {
+        match self
+            .call("DeleteObject", "DELETE", bucket, Some(key), &[], Vec::new())
+            .await
+        {
+            Err(e) if e.code() == Some("NoSuchBucket") => Ok(()),
+            other => other.map(drop),
+        }
+    }
+
+    /// Deletes an empty bucket (one already gone is deleted).
+    pub async fn delete_bucket(&self, bucket: &str) -> Result<(), Error> {
+        match self
+            .call("DeleteBucket", "DELETE", bucket, None, &[], Vec::new())
+            .await
+        {
+            Err(e) if e.code() == Some("NoSuchBucket") => Ok(()),
+            other => other.map(drop),
+        }
+    }
+
+    /// Uploads `bytes` bytes written by `source`, whose SHA-256 is
+    /// `sha256` (hex): S3 keeps the object only if they are those bytes.
+    /// The body is streamed from `source` (one chunk in memory at a time),
+    /// written again for each try.
+    pub async fn put_object(
+        &self,
+        bucket: &str,
+        key: &str,
+        bytes: u64,
+        sha256: &str,
+        source: Source,
+    ) -> Result<(), Error> {
+        let backoff = self.tuning.backoff;
+        let mut n = 0;
+        loop {
+            let body = stream(source.clone());
+            match self
+                .try_once(
+                    "PutObject",
+                    "PUT",
+                    bucket,
+                    Some(key),
+                    &[],
+                    (body, bytes, sha256),
+                )
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(e) if retry::is_transient(&e) && n + 1 < backoff.tries.max(1) => {
+                    tokio::time::sleep(backoff.jittered(n)).await;
+                    n += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// A request with a body held in memory, retried when it fails for a
+    /// while.
+    async fn call(
+        &self,
+        action: &str,
+        method: &str,
+        bucket: &str,
+        key: Option<&str>,
+        query: &[(&str, &str)],
+        body: Vec<u8>,
+    ) -> Result<String, Error> {
+        let sha256 = sigv4::hex(ring::digest::digest(&ring::digest::SHA256, &body).as_ref());
+        let sha256 = if body.is_empty() {
+            EMPTY_SHA256.to_owned()
+        } else {
+            sha256
+        };
+        let len = body.len() as u64;
+        let body = Bytes::from(body);
+        let backoff = self.tuning.backoff;
+        let mut n = 0;
+        loop {
+            let full: Body = Full::new(body.clone())
+                .map_err(|never| match never {})
+                .boxed();
+            match self
+                .try_once(action, method, bucket, key, query, (full, len, &sha256))
+                .await
+            {
+                Ok(text) => return Ok(text),
+                Err(e) if retry::is_transient(&e) && n + 1 < backoff.tries.max(1) => {
+                    tokio::time::sleep(backoff.jittered(n)).await;
+                    n += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    async fn try_once(
+        &self,
+        action: &str,
+        method: &str,
+        bucket: &str,
+        key: Option<&str>,
+        query: &[(&str, &str)],
+        (body, len, sha256): (Body, u64, &str),
+    ) -> Result<String, Error> {
+        let t = self.target(bucket, key);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        let amz_date = sigv4::amz_date(now);
+        let signed = sigv4::sign_hashed(
+            &sigv4::Request {
+                method,
+                host: &t.host,
+                path: &t.path,
+                query,
+                headers: &[("x-amz-content-sha256", sha256)],
+                body: b"",
+            },
+            self.scope(&amz_date),
+            &self.credentials,
+            sha256,
+        );
+        let mut uri = format!("{}://{}{}", t.scheme, t.host, t.path);
+        if !query.is_empty() {
+            uri.push('?');
+            uri.push_str(
+                &query
+                    .iter()
+                    .map(|(k, v)| format!("{}={}", sigv4::encode(k), sigv4::encode(v)))
+                    .collect::<Vec<_>>()
+                    .join("&"),
+            );
+        }
+        let mut req = http::Request::builder()
+            .method(method)
+            .uri(&uri)
+            .header(http::header::HOST, &t.host)
+            .header(http::header::CONTENT_LENGTH, len)
+            .header("x-amz-content-sha256", sha256)
+            .header(
+                http::header::USER_AGENT,
+                concat!("skyc/", env!("CARGO_PKG_VERSION")),
+            );
+        for (k, v) in &signed {
+            req = req.header(k.as_str(), v.as_str());
+        }
+        let req = req
+            .body(body)
+            .map_err(|e| Error::Request(format!("{action}: {e}")))?;
+        let endpoint = format!("{}://{}", t.scheme, t.host);
+        let unreachable = |why: String| Error::Unreachable {
+            service: "S3",
+            endpoint: endpoint.clone(),
+            why,
+        };
+        let started = Instant::now();
+        let exchange = async {
+            let resp = self
+                .http
+                .request(req)
+                .await
+                .map_err(|e| unreachable(root_cause(&e)))?;
+            let status = resp.status().as_u16();
+            let bytes = Limited::new(resp.into_body(), MAX_BODY)
+                .collect()
+                .await
+                .map_err(|e| unreachable(format!("the answer broke off: {e}")))?
+                .to_bytes();
+            Ok::<_, Error>((status, bytes))
+        };
+        let limit = self.tuning.request_timeout + Duration::from_secs(len / SLOWEST_BYTES_PER_SEC);
+        let (status, bytes) = tokio::time::timeout(limit, exchange).await.map_err(|_| {
+            unreachable(format!(
+                "no answer within {} s",
+                started.elapsed().as_secs()
+            ))
+        })??;
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        if (200..300).contains(&status) {
+            return Ok(text);
+        }
+        let (code, message, request_id) = error(&text).unwrap_or_else(|| {
+            // A HEAD, or a proxy's page: the status says what it can.
+            let code = match status {
+                404 if key.is_none() => "NoSuchBucket",
+                404 => "NoSuchKey",
+                _ => "",
+            };
+            (code.to_owned(), text.chars().take(200).collect(), None)
+        });
+        Err(Error::Api {
+            service: "S3",
+            action: action.to_owned(),
+            status,
+            code,
+            message,
+            request_id,
+        })
+    }
+}
+
+/// A body written by `source` on a thread of its own, a chunk at a time
+/// (two chunks queued at most). A failed write ends the body with its
+/// error, so the request fails rather than sending short.
+fn stream(source: Source) -> Body {
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<io::Result<Bytes>>(2);
+    std::thread::spawn(move || {
+        let mut w = Chunks {
+            tx: tx.clone(),
+            buf: Vec::with_capacity(CHUNK),
+        };
+        let result = source(&mut w).and_then(|()| w.flush());
+        if let Err(e) = result {
+            let _ = tx.blocking_send(Err(e));
+        }
+    });
+    let frames = futures::stream::poll_fn(move |cx| {
+        rx.poll_recv(cx)
+            .map(|chunk| chunk.map(|r| r.map(Frame::data)))
+    });
+    StreamBody::new(frames).boxed()
+}
+
+/// A writer that sends what it is given in [`CHUNK`]s.
+struct Chunks {
+    tx: tokio::sync::mpsc::Sender<io::Result<Bytes>>,
+    buf: Vec<u8>,
+}
+
+impl Write for Chunks {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        let n = data.len().min(CHUNK - self.buf.len());
+        self.buf.extend_from_slice(&data[..n]);
+        if self.buf.len() == CHUNK {
+            self.flush()?;
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let chunk = Bytes::from(std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK)));
+        self.tx
+            .blocking_send(Ok(chunk))
+            .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "the request ended"))
+    }
+}
+
+/// A page of `ListObjectsV2`.
+struct Listing {
+    objects: Vec<Object>,
+    next: Option<String>,
+}
+
+fn listing(xml: &str) -> Result<Listing, String> {
+    let doc = roxmltree::Document::parse(xml).map_err(|e| e.to_string())?;
+    let root = doc.root_element();
+    let text = |n: roxmltree::Node<'_, '_>, name: &str| {
+        n.children()
+            .find(|c| c.tag_name().name() == name)
+            .and_then(|c| c.text())
+            .map(str::to_owned)
+    };
+    let mut objects = Vec::new();
+    for c in root
+        .children()
+        .filter(|c| c.tag_name().name() == "Contents")
+    {
+        let key = text(c, "Key").ok_or("a listed object has no Key")?;
+        let size = text(c, "Size")
+            .and_then(|s| s.parse().ok())
+            .ok_or("a listed object has no Size")?;
+        objects.push(Object { key, size });
+    }
+    let truncated = text(root, "IsTruncated").is_some_and(|t| t == "true");
+    let next = if truncated {
+        Some(text(root, "NextContinuationToken").ok_or("a truncated listing has no token")?)
+    } else {
+        None
+    };
+    Ok(Listing { objects, next })
+}
+
+/// S3's error document: code, message, request id.
+fn error(xml: &str) -> Option<(String, String, Option<String>)> {
+    let doc = roxmltree::Document::parse(xml).ok()?;
+    let root = doc.root_element();
+    if root.tag_name().name() != "Error" {
+        return None;
+    }
+    let text = |name: &str| {
+        root.children()
+            .find(|c| c.tag_name().name() == name)
+            .and_then(|c| c.text())
+            .map(str::to_owned)
+    };
+    Some((
+        text("Code").unwrap_or_default(),
+        text("Message").unwrap_or_default(),
+        text("RequestId"),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn client(endpoint: Option<&str>, region: &str) -> S3 {
+        S3::new(
+            endpoint,
+            region,
+            Credentials {
+                access_key_id: "AKIAIOSFODNN7EXAMPLE".into(),
+                secret_access_key: "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY".into(),
+                session_token: None,
+            },
+            Tuning::default(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn aws_is_addressed_by_virtual_host_and_an_endpoint_by_path() {
+        let aws = client(None, "eu-west-1").target("b-1", Some("k.tar"));
+        assert_eq!(
+            (aws.scheme.as_str(), aws.host.as_str(), aws.path.as_str()),
+            ("https", "b-1.s3.eu-west-1.amazonaws.com", "/k.tar")
+        );
+        let cn = client(None, "cn-north-1").target("b", None);
+        assert_eq!(cn.host, "b.s3.cn-north-1.amazonaws.com.cn");
+        let moto = client(Some("http://169.254.77.1:5000/"), "us-east-1").target("b", Some("k"));
+        assert_eq!(
+            (moto.scheme.as_str(), moto.host.as_str(), moto.path.as_str()),
+            ("http", "169.254.77.1:5000", "/b/k")
+        );
+        assert!(
+            S3::new(
+                Some("ftp://x"),
+                "r",
+                client(None, "r").credentials,
+                Tuning::default()
+            )
+            .is_err()
+        );
+    }
+
+    /// The URL S3's own example presigns (see `sigv4`'s tests), reached
+    /// through the client's addressing.
+    #[test]
+    fn a_presigned_url_is_the_documented_one() {
+        let s3 = client(None, "us-east-1");
+        let url = s3.presign_get(
+            "examplebucket",
+            "test.txt",
+            1_369_353_600,
+            Duration::from_secs(86400),
+        );
+        assert!(url.starts_with("https://examplebucket.s3.us-east-1.amazonaws.com/test.txt?X-Amz-Algorithm=AWS4-HMAC-SHA256&"), "{url}");
+        assert!(url.contains("&X-Amz-Expires=86400&"));
+    }
+
+    #[test]
+    fn listings_and_errors_are_read() {
+        let page = listing(
+            r#"<?xml version="1.0" encoding="UTF-8"?>
+<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">
+  <Name>b</Name><KeyCount>2</KeyCount><IsTruncated>true</IsTruncated>
+  <NextContinuationToken>1ueGcxLPRx1Tr/XYExHnhbYLgveDs2J/wm36Hy4vbOwM=</NextContinuationToken>
+  <Contents><Key>a.tar</Key><Size>10240</Size></Contents>
+  <Contents><Key>b.tar</Key><Size>0</Size></Contents>
+</ListBucketResult>"#,
+        )
+        .unwrap();
+        assert_eq!(
+            page.objects,
+            vec![
+                Object {
+                    key: "a.tar".into(),
+                    size: 10240
+                },
+                Object {
+                    key: "b.tar".into(),
+                    size: 0
+                }
+            ]
+        );
+        assert_eq!(
+            page.next.as_deref(),
+            Some("1ueGcxLPRx1Tr/XYExHnhbYLgveDs2J/wm36Hy4vbOwM=")
+        );
+        assert!(
+            listing("<ListBucketResult><Contents><Size>1</Size></Contents></ListBucketResult>")
+                .is_err()
+        );
+        assert_eq!(
+            error(
+                "<Error><Code>NoSuchBucket</Code><Message>gone</Message><RequestId>r1</RequestId></Error>"
+            ),
+            Some(("NoSuchBucket".into(), "gone".into(), Some("r1".into())))
+        );
+        assert_eq!(error("<html/>"), None);
+    }
+}
