@@ -5,6 +5,7 @@
 //! commands start).
 
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// Where a task's `workdir` lands on its nodes, and where they start.
@@ -39,6 +40,48 @@ pub fn delivered(mount: &skyc_compiler::ir::FileMount) -> bool {
             .source
             .as_deref()
             .is_some_and(|s| !s.contains("://") && !s.starts_with("skypilot:"))
+}
+
+/// A run's files as the Kubernetes and cloud targets are given them:
+/// each task's mounts, and each snapshot's tar stream
+/// (`skyc_runtime::files::tar`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Files {
+    /// Each task's mounts, by task index.
+    pub tasks: Vec<Vec<Mount>>,
+    /// Each snapshot's stream, by the snapshot's digest.
+    pub packs: BTreeMap<String, Pack>,
+}
+
+/// One snapshot as a tar stream.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pack {
+    /// The stream's SHA-256, hex.
+    pub sha256: String,
+    pub bytes: u64,
+    /// The stream itself, for the manifests' ConfigMap (`skyc build`).
+    #[serde(skip)]
+    pub data: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for Pack {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pack")
+            .field("sha256", &self.sha256)
+            .field("bytes", &self.bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Files {
+    pub fn of(&self, task: usize) -> &[Mount] {
+        self.tasks.get(task).map_or(&[], Vec::as_slice)
+    }
+
+    /// Whether any task has files.
+    pub fn any(&self) -> bool {
+        self.tasks.iter().any(|t| !t.is_empty())
+    }
 }
 
 /// What a source held when it was read.

@@ -9,10 +9,13 @@
 //! - [`source`]: reading one source (its ignore files, its links) into a
 //!   digest and, for a run, a snapshot;
 //! - [`store`]: the snapshots, kept while a live group refers to them;
-//! - [`node`]: a node's view of them on this machine.
+//! - [`node`]: a node's view of them on this machine;
+//! - [`pack`]: their tar streams as the cluster and cloud targets carry
+//!   them.
 
 pub mod helper;
 pub mod node;
+pub mod pack;
 pub mod source;
 pub mod store;
 pub mod take;

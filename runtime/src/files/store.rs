@@ -16,6 +16,7 @@ use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};
 
+#[derive(Clone, Debug)]
 pub struct Snapshots {
     dir: PathBuf,
 }

@@ -24,14 +24,13 @@
 
 use super::names::{self, CONTAINER};
 use super::{Layout, Lowerer, MAX_CONFIG_MAP_BYTES, Options, metadata};
+pub use crate::files::{Files, Pack};
 use crate::files::{Mount, TAR_FILE_ENTRY, WORKDIR, under_home};
 use crate::shell::single_quoted;
 use base64::Engine as _;
-use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use skyc_compiler::ir::Workdir;
 use skyc_compiler::{Diagnostic, Rule, Severity, Span};
-use std::collections::BTreeMap;
 
 /// The image of the files pod and of every node's init container: it
 /// needs `sh`, `wget`, `tar`, `sha256sum`, `chmod`, and `httpd` for the
@@ -70,46 +69,6 @@ pub const UNREACHABLE_EXIT: i32 = 75;
 
 /// The role label of the files pod.
 pub const FILES_ROLE: &str = "files";
-
-/// A run's files as the Kubernetes target is given them.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Files {
-    /// Each task's mounts, by task index.
-    pub tasks: Vec<Vec<Mount>>,
-    /// Each snapshot's stream, by the snapshot's digest.
-    pub packs: BTreeMap<String, Pack>,
-}
-
-/// One snapshot as a tar stream.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Pack {
-    /// The stream's SHA-256, hex.
-    pub sha256: String,
-    pub bytes: u64,
-    /// The stream itself, for the manifests' ConfigMap (`skyc build`).
-    #[serde(skip)]
-    pub data: Option<Vec<u8>>,
-}
-
-impl std::fmt::Debug for Pack {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Pack")
-            .field("sha256", &self.sha256)
-            .field("bytes", &self.bytes)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Files {
-    fn of(&self, task: usize) -> &[Mount] {
-        self.tasks.get(task).map_or(&[], Vec::as_slice)
-    }
-
-    /// Whether any task has files.
-    pub fn any(&self) -> bool {
-        self.tasks.iter().any(|t| !t.is_empty())
-    }
-}
 
 /// What a task's pods get for its files.
 #[derive(Default)]
