@@ -269,7 +269,7 @@ impl Run {
     }
 
     fn start_with(name: &str, file: &Path, extra: &[&str]) -> Option<Run> {
-        Self::start_at(name, file, extra, None)
+        Self::start_at(name, file, extra, None, &[])
     }
 
     /// A run whose skyc talks to EC2 through the endpoint `through` makes
@@ -279,6 +279,7 @@ impl Run {
         file: &Path,
         extra: &[&str],
         through: Option<&dyn Fn(&str) -> String>,
+        env: &[(&str, &str)],
     ) -> Option<Run> {
         let moto = ready()?;
         let endpoint = through.map_or_else(|| moto.clone(), |f| f(&moto));
@@ -301,7 +302,10 @@ impl Run {
             "2",
         ];
         args.extend_from_slice(extra);
-        let out = aws_skyc(&s, &endpoint, &args).output().expect("skyc run");
+        let out = aws_skyc(&s, &endpoint, &args)
+            .envs(env.iter().copied())
+            .output()
+            .expect("skyc run");
         assert!(out.status.success(), "{}", text(&out.stderr));
         let gid: i64 = text(&out.stdout).trim().parse().expect("group id");
         // The run and its region (the spec's), as the group's plan has them.
@@ -560,7 +564,7 @@ fn ec2_out_of_capacity_holds_the_task_saying_why_until_a_launch_succeeds() {
             .endpoint
             .clone()
     };
-    let Some(mut r) = Run::start_at("aws-capacity", &file, &[], Some(&through)) else {
+    let Some(mut r) = Run::start_at("aws-capacity", &file, &[], Some(&through), &[]) else {
         return;
     };
     let refusal = refusal.get().expect("started");
@@ -1637,4 +1641,161 @@ fn a_pool_whose_setup_keeps_failing_waits_longer_between_workers_then_fails_on_a
     let (first, second) = (times[1] - times[0], times[2] - times[1]);
     assert!(first >= 1.0, "{times:?}");
     assert!(second >= 2.0, "{times:?}");
+}
+
+/// The SHA-256 of a file, as `sha256sum` prints it.
+fn sha256sum(path: &Path) -> String {
+    let out = Command::new("sha256sum")
+        .arg(path)
+        .output()
+        .expect("sha256sum");
+    text(&out.stdout)
+        .split_whitespace()
+        .next()
+        .expect("a digest")
+        .to_owned()
+}
+
+/// A TCP relay from the stand-in machines' bridge to moto on loopback
+/// (scripts/standin relay): S3's endpoint as the nodes and the runtime
+/// both reach it. Stopped on drop.
+struct Relay {
+    dir: PathBuf,
+    endpoint: String,
+}
+
+impl Relay {
+    fn start(dir: &Path, moto: &str) -> Relay {
+        let port = moto.rsplit(':').next().expect("moto's port");
+        let ok = Command::new(STANDIN)
+            .arg("relay")
+            .arg(dir)
+            .arg(port)
+            .status()
+            .expect("scripts/standin relay")
+            .success();
+        assert!(ok, "scripts/standin relay");
+        let relay_port = std::fs::read_to_string(dir.join(format!("relay-{port}.port")))
+            .expect("the relay's port");
+        Relay {
+            dir: dir.to_owned(),
+            endpoint: format!("http://169.254.77.1:{}", relay_port.trim()),
+        }
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        let _ = Command::new(STANDIN).arg("stop").arg(&self.dir).status();
+    }
+}
+
+/// The workdir and local file mounts of two tasks reach each of their
+/// nodes (three stand-in machines) through the run's S3 bucket: each
+/// node prints the SHA-256 of what it reads at each destination, which
+/// must be the submitted bytes (the sources are changed as soon as the
+/// run is submitted). The bucket is gone once the group is.
+#[test]
+fn code_and_data_reach_every_node_on_aws_and_their_bucket_goes_with_the_group() {
+    let Some(moto) = ready() else { return };
+    let src = std::env::temp_dir().join(format!("skyc-e2e-aws-files-src-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&src);
+    std::fs::create_dir_all(src.join("code/sub")).expect("sources");
+    std::fs::write(src.join("code/train.py"), "print('train')\n").expect("train.py");
+    std::fs::write(src.join("code/sub/cfg.json"), "{\"lr\": 0.1}\n").expect("cfg");
+    let blob: Vec<u8> = (0..3_000_000u32).map(|i| (i * 31 % 253) as u8).collect();
+    std::fs::write(src.join("data.bin"), &blob).expect("data.bin");
+    let want = [
+        ("train.py", sha256sum(&src.join("code/train.py"))),
+        ("sub/cfg.json", sha256sum(&src.join("code/sub/cfg.json"))),
+        ("blob", sha256sum(&src.join("data.bin"))),
+    ];
+    let relay = Relay::start(&src.join("relay"), &moto);
+    let yaml = format!(
+        "name: files\nexecution: parallel\n---\nname: trainer\nnum_nodes: 2\n\
+         workdir: {src}/code\n\
+         file_mounts:\n  /var/lib/code: {src}/code\n  ~/data/blob.bin: {src}/data.bin\n\
+         run: |\n  echo \"pwd=$(pwd)\"\n  sha256sum train.py sub/cfg.json ~/sky_workdir/train.py\n\
+         \x20 sha256sum /var/lib/code/train.py ~/data/blob.bin\n  echo written > train.py\n\
+         ---\nname: reader\nfile_mounts:\n  /var/lib/in/blob.bin: {src}/data.bin\n\
+         run: sha256sum /var/lib/in/blob.bin\n",
+        src = src.display()
+    );
+    let file = src.join("files.yaml");
+    std::fs::write(&file, yaml).expect("group file");
+    let Some(mut r) = Run::start_at(
+        "aws-files",
+        &file,
+        &[],
+        None,
+        &[("AWS_ENDPOINT_URL_S3", &relay.endpoint)],
+    ) else {
+        return;
+    };
+    // Taken at submission: what changes now reaches no node.
+    std::fs::write(src.join("code/train.py"), "print('edited')\n").expect("edit");
+    std::fs::write(src.join("data.bin"), b"edited").expect("edit");
+    let plan: Value = serde_json::from_str(
+        &skyc_runtime::store::Store::open(&r.s.state())
+            .and_then(|store| store.plan(r.gid))
+            .expect("the group's plan"),
+    )
+    .expect("plan JSON");
+    let bucket = plan["bucket"]["name"]
+        .as_str()
+        .expect("a bucket")
+        .to_owned();
+    let region = plan["region"].as_str().expect("a region").to_owned();
+    let status = r.until("finished", finished);
+    assert_eq!(status["status"], "SUCCEEDED", "{status:#}");
+    for rank in 0..2 {
+        let log = r.logs(&format!("trainer-{rank}"));
+        assert!(log.contains("pwd=/var/lib/skyc/workdir"), "{log}");
+        for (name, sha) in &want[..2] {
+            assert!(log.contains(&format!("{sha}  {name}")), "{name}: {log}");
+        }
+        for path in ["/root/sky_workdir/train.py", "/var/lib/code/train.py"] {
+            assert!(
+                log.contains(&format!("{}  {path}", want[0].1)),
+                "{path}: {log}"
+            );
+        }
+        assert!(
+            log.contains(&format!("{}  /root/data/blob.bin", want[2].1)),
+            "{log}"
+        );
+    }
+    let log = r.logs("reader-0");
+    assert!(
+        log.contains(&format!("{}  /var/lib/in/blob.bin", want[2].1)),
+        "{log}"
+    );
+    r.assert_nothing_left();
+    // The bucket, and everything in it, went with the group.
+    let s3 = skyc_runtime::aws::s3::S3::new(
+        Some(&moto),
+        &region,
+        skyc_runtime::aws::ec2::sigv4::Credentials {
+            access_key_id: "AKIDSKYCTEST".into(),
+            secret_access_key: "skyc-test-secret".into(),
+            session_token: None,
+        },
+        Tuning::default(),
+    )
+    .expect("S3 client");
+    let start = Instant::now();
+    loop {
+        let listed = r.rt.block_on(s3.list(&bucket)).expect("ListObjectsV2");
+        if listed.is_none() {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "{bucket} is left: {listed:?}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    drop(r);
+    drop(relay);
+    let _ = std::fs::remove_dir_all(&src);
 }

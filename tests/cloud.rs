@@ -2,10 +2,12 @@
 //! snapshots of the spec of SkyPilot's examples on both clouds, the
 //! selection rule pinned case by case (`selection`), every emitted request
 //! checked against the AWS and GCP API models (`api`), and the boot script
-//! and node agent run under bash (`boot`).
+//! and node agent run under bash (`boot`), and a task's files placed by
+//! the node's own scripts (`files`).
 
 mod api;
 mod boot;
+mod files;
 mod selection;
 
 use crate::examples::example_texts;

@@ -146,7 +146,7 @@ pub static BACKENDS: [Descriptor; 4] = [
             key: "instance",
         }),
         detach_waits: false,
-        delivers_files: false,
+        delivers_files: true,
         logs: in_group_dir,
         start: |dir, _| Ok(Box::new(aws::Aws::start(dir.to_owned())?)),
     },

@@ -58,8 +58,17 @@ impl AwsArgs {
             user: self.ssh_user.clone(),
             ssh_from: self.ssh_from.clone(),
             private: self.ssh_via == SshVia::Private,
+            files: None,
         }
     }
+}
+
+/// The submission's files with their streams' SHA-256s, as the run's
+/// boot scripts check them.
+fn packs(run: &RunInput<'_>) -> Result<skyc_targets::files::Files, String> {
+    let snapshots = skyc_runtime::files::Snapshots::of(run.state_dir);
+    skyc_runtime::files::pack::packs(&run.files.tasks, &snapshots, false)
+        .map_err(|e| format!("{}: {e}", snapshots.dir().display()))
 }
 
 /// Says when the credentials are ones nothing renews.
@@ -107,8 +116,10 @@ impl Plans for AwsArgs {
     /// the credentials are ones nothing renews.
     fn group(&self, run: &RunInput<'_>) -> Result<Planned, String> {
         let catalog = catalog::load(Cloud::Aws, self.catalog.as_deref())?;
-        let (plan, diagnostics) =
-            RunPlan::for_run(run.group, &catalog, &self.options(run, run.state_dir))?;
+        let files = packs(run)?;
+        let mut options = self.options(run, run.state_dir);
+        options.files = Some(&files);
+        let (plan, diagnostics) = RunPlan::for_run(run.group, &catalog, &options)?;
         note_credentials(plan.as_ref());
         Planned::of(plan, diagnostics)
     }
@@ -121,7 +132,9 @@ impl Plans for AwsArgs {
         pool: &skyc_compiler::ir::Pool,
     ) -> Result<PlannedPool, String> {
         let catalog = catalog::load(Cloud::Aws, self.catalog.as_deref())?;
-        let options = self.options(run, run.state_dir);
+        let files = packs(run)?;
+        let mut options = self.options(run, run.state_dir);
+        options.files = Some(&files);
         let (plan, diagnostics) = PoolPlan::for_pool(run.group, pool, name, &catalog, &options)?;
         note_credentials(plan.as_ref().map(|p| &p.worker));
         planned_pool(plan, diagnostics)

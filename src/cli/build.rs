@@ -149,7 +149,7 @@ pub(crate) fn run(args: &Args) -> u8 {
     let mut files_failed = false;
     if let (Some(group), Target::K8s) = (&compilation.group, args.target) {
         let with_data = args.layout == Layout::Jobset && group.pool.is_none();
-        match super::files::for_k8s(group, with_data) {
+        match super::files::packed(group, with_data) {
             Ok((files, diagnostics)) => {
                 files_failed = diagnostics.iter().any(Diagnostic::is_error);
                 add_diagnostics(&mut compilation, diagnostics);
@@ -236,9 +236,24 @@ pub(crate) fn run(args: &Args) -> u8 {
         }
         (Some(group), Target::Aws | Target::Gcp) => {
             if let Some(catalog) = &catalog {
-                let built = cloud::build(group, catalog);
-                add_diagnostics(&mut compilation, built.diagnostics);
-                spec = built.document;
+                // AWS runs deliver the files: the boot scripts show how.
+                let (files, mut diagnostics) = match args.target {
+                    Target::Aws => match super::files::packed(group, false) {
+                        Ok((files, diagnostics)) => (Some(files), diagnostics),
+                        Err(message) => {
+                            errln!("error: {message}");
+                            return USAGE;
+                        }
+                    },
+                    _ => (None, Vec::new()),
+                };
+                files_failed = diagnostics.iter().any(Diagnostic::is_error);
+                if !files_failed {
+                    let built = cloud::build_with_files(group, catalog, files.as_ref());
+                    diagnostics.extend(built.diagnostics);
+                    spec = built.document;
+                }
+                add_diagnostics(&mut compilation, diagnostics);
             }
         }
         _ => {}

@@ -155,14 +155,14 @@ impl Progress {
     }
 }
 
-/// The group's files as `skyc build --target k8s` puts them in the
-/// manifests: read into a snapshot directory of the build's own (removed
-/// after), each snapshot's stream digested, and kept whole when `with_data`
-/// (the ConfigMap of the manifests for kubectl).
-pub(crate) fn for_k8s(
+/// The group's files as `skyc build` shows them (Kubernetes' manifests,
+/// AWS's boot scripts): read into a snapshot directory of the build's own
+/// (removed after), each snapshot's stream digested, and kept whole when
+/// `with_data` (the ConfigMap of the manifests for kubectl).
+pub(crate) fn packed(
     group: &Group,
     with_data: bool,
-) -> Result<(skyc_targets::k8s::files::Files, Vec<Diagnostic>), String> {
+) -> Result<(skyc_targets::files::Files, Vec<Diagnostic>), String> {
     if !take::names_files(group) {
         return Ok((Default::default(), Vec::new()));
     }
@@ -192,7 +192,7 @@ pub(crate) fn for_k8s(
             .map(|m| m.taken.bytes)
             .sum::<u64>()
             <= skyc_targets::k8s::MAX_CONFIG_MAP_BYTES as u64;
-        let packs = skyc_runtime::k8s::files::packs(&files.tasks, &snapshots, with_data && fits)
+        let packs = skyc_runtime::files::pack::packs(&files.tasks, &snapshots, with_data && fits)
             .map_err(|e| format!("{}: {e}", snapshots.dir().display()))?;
         Ok((packs, diagnostics))
     })();

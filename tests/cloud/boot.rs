@@ -9,7 +9,7 @@ use crate::slurm::{check_hostile_outputs, have, hostile_yaml, run_hostile_script
 use crate::support::{render_human, skyc};
 use serde_json::Value;
 use skyc_compiler::{Options, compile};
-use skyc_targets::cloud::{AGENT, Cloud, LAUNCHER_MARKER};
+use skyc_targets::cloud::{Cloud, LAUNCHER_MARKER};
 use std::path::Path;
 use std::process::Command;
 
@@ -47,8 +47,11 @@ fn shellcheck_passes_on_every_boot_script() {
     }
     let dir = tmp_dir("shellcheck");
     let agent = dir.join("agent.sh");
-    std::fs::write(&agent, AGENT).unwrap();
+    std::fs::write(&agent, skyc_targets::cloud::agent()).unwrap();
     shellcheck(&agent);
+    let files = dir.join("files.sh");
+    std::fs::write(&files, skyc_targets::cloud::files_functions()).unwrap();
+    shellcheck(&files);
     let mut docs: Vec<(String, Value)> = example_specs()
         .into_iter()
         .filter_map(|(file, cloud, _, doc, _)| Some((format!("{file}.{}", cloud.name()), doc?)))
@@ -116,7 +119,7 @@ fn hostile_values_survive_the_boot_script_byte_for_byte() {
             write_node_files(boot_script(node), &files, &canary);
             assert_eq!(
                 std::fs::read_to_string(files.join("agent.sh")).unwrap(),
-                AGENT
+                skyc_targets::cloud::agent()
             );
             let run = std::fs::read_to_string(files.join("run.sh")).unwrap();
             assert!(

@@ -19,6 +19,7 @@
 
 use super::plan::{Plan, RunPlan};
 use super::pool::JobPlan;
+use crate::aws::control::files::{self, RunFiles};
 use crate::aws::control::ops;
 use crate::aws::control::pass::pass;
 use crate::aws::credentials::{Keeper, Step};
@@ -28,6 +29,7 @@ use crate::aws::data::remote::Ssh;
 use crate::aws::ec2::client::{Ec2, Tuning};
 use crate::aws::ec2::retry;
 use crate::aws::ec2::sigv4::Credentials;
+use crate::aws::s3::S3;
 use crate::backend::{Adoption, Backend, NodeInfo, Report, Role};
 use crate::goal::{Goal, Want};
 use crate::outbox::{Out, Outbox};
@@ -301,6 +303,20 @@ impl Backend for Aws {
         );
         data.secrets = run.secrets.clone();
         data.private = run.private;
+        // The run's files go through S3 when a task has some.
+        let files = match &run.plan.bucket {
+            None => None,
+            Some(_) => Some(RunFiles {
+                s3: S3::new(
+                    run.access.s3_endpoint.as_deref(),
+                    &run.plan.region,
+                    settings.credentials.clone(),
+                    self.tuning,
+                )
+                .map_err(|e| e.to_string())?,
+                snapshots: crate::files::Snapshots::of(&self.state_dir),
+            }),
+        };
         let (tx, rx) = mpsc::channel();
         let out = self.outbox.post().out(gid);
         let region = run.plan.region.clone();
@@ -310,6 +326,7 @@ impl Backend for Aws {
             plan: run.plan,
             goal: Goal::from_engine(adoption.engine),
             ec2,
+            files,
             keeper: Keeper::new(run.access, region),
             data,
             out,
@@ -440,6 +457,8 @@ struct Group {
     goal: Goal,
     /// Signs with the keeper's latest credentials.
     ec2: Ec2,
+    /// The run's files' bucket, when a task has files; signs as `ec2`.
+    files: Option<RunFiles>,
     keeper: Keeper,
     data: DataPlane,
     out: Out,
@@ -553,7 +572,12 @@ impl Group {
     fn step(&mut self, rt: &tokio::runtime::Runtime) -> Duration {
         match rt.block_on(self.keeper.step(std::time::SystemTime::now())) {
             Step::Keep => {}
-            Step::Use(credentials) => self.ec2 = self.ec2.with_credentials(credentials),
+            Step::Use(credentials) => {
+                if let Some(f) = &mut self.files {
+                    f.s3 = f.s3.with_credentials(credentials.clone());
+                }
+                self.ec2 = self.ec2.with_credentials(credentials);
+            }
             Step::Warn(e) => {
                 if self.sent_errors.insert(e.clone()) {
                     self.out.send(Report::Error(e));
@@ -585,8 +609,24 @@ impl Group {
                 return self.poll;
             }
         };
+        // Each node is given URLs presigned now, with the credentials of
+        // now: valid for a while after it gets them, whenever that is.
+        if let Some(f) = &self.files {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as i64);
+            self.data.files = (0..self.plan.spec.tasks.len())
+                .map(|task| files::urls(f, &self.plan, task, now))
+                .collect();
+        }
         let (outcomes, mut errors) = self.data.step(&self.plan, &world, &self.goal);
-        let passed = rt.block_on(pass(&self.ec2, &self.plan, &self.goal, outcomes));
+        let passed = rt.block_on(pass(
+            &self.ec2,
+            self.files.as_ref(),
+            &self.plan,
+            &self.goal,
+            outcomes,
+        ));
         if self.hold {
             self.pool_step(&world, &mut errors);
         }

@@ -58,6 +58,24 @@ pub struct Plan {
     /// The pool whose worker this is (its instances carry [`POOL_TAG`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pool: Option<String>,
+    /// The S3 bucket the run's files go through, when a task has files
+    /// ([`crate::aws::control::files`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bucket: Option<Bucket>,
+}
+
+/// The bucket made for one run: every snapshot's stream uploaded once
+/// (as `{digest}.tar`) before any instance is launched, fetched by each
+/// node, deleted with everything in it once the group has ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Bucket {
+    /// `skyc-{group}-{random}`: bucket names are global to S3.
+    pub name: String,
+    /// Kept as a `files` list of `digest`s, which is how the state
+    /// directory finds the snapshots a stored plan holds on to.
+    pub files: Vec<crate::files::pack::Packed>,
+    /// Per task (by index), the digests its nodes fetch, each once.
+    pub tasks: Vec<Vec<String>>,
 }
 
 /// What `skyc run --target aws` stores for a group: the run's plan and
@@ -201,6 +219,7 @@ impl Plan {
             nodes,
             ssh: None,
             pool: None,
+            bucket: None,
         })
     }
 
@@ -382,6 +401,10 @@ pub struct RunOptions<'a> {
     pub ssh_from: Option<String>,
     /// Reach nodes at their private addresses.
     pub private: bool,
+    /// The tasks' files as the submission took them, with their streams'
+    /// SHA-256s; `None` when none were read (they are then reported as
+    /// not delivered).
+    pub files: Option<&'a skyc_targets::files::Files>,
 }
 
 impl RunPlan {
@@ -395,7 +418,7 @@ impl RunPlan {
         catalog: &Catalog,
         options: &RunOptions<'_>,
     ) -> Result<(Option<RunPlan>, Vec<Diagnostic>), String> {
-        let built = cloud::build(group, catalog);
+        let built = cloud::build_with_files(group, catalog, options.files);
         let mut diagnostics = built.diagnostics;
         // Each task's secrets, written to its instances by the runtime
         // (they never enter the spec or the user data).
@@ -417,6 +440,21 @@ impl RunPlan {
         let run = crate::backend::run_token(options.submitted_ms);
         let mut plan = Plan::from_spec(&doc, GroupSpec::from_ir(group, options.grace), &run)
             .map_err(|e| format!("the instance spec: {e}"))?;
+        if let Some(files) = options.files.filter(|f| f.any()) {
+            plan.bucket = Some(Bucket {
+                name: crate::aws::control::files::bucket_name(&plan.group),
+                files: crate::files::pack::packed(files),
+                tasks: (0..group.tasks.len())
+                    .map(|i| {
+                        let mut d: Vec<String> =
+                            files.of(i).iter().map(|m| m.taken.digest.clone()).collect();
+                        d.sort();
+                        d.dedup();
+                        d
+                    })
+                    .collect(),
+            });
+        }
         let access = reach(&plan)?;
         let from = match &options.ssh_from {
             Some(cidr) => cidr.clone(),

@@ -22,6 +22,9 @@ pub struct World {
     pub instances: Vec<Instance>,
     /// The run's security group, when it exists.
     pub network: Option<Network>,
+    /// The keys of the run's files' bucket, when it exists
+    /// ([`crate::aws::control::files`]).
+    pub bucket: Option<Vec<String>>,
 }
 
 /// The run's security group.

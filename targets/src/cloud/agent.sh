@@ -57,7 +57,7 @@ skyc_task_ips() {
 skyc_status agent start
 # The inputs only the runtime can deliver, waited for together: the hosts
 # file (when the task has several nodes, or the group's hostnames are on),
-# and one file per secret.
+# one file per secret, and the URL of each snapshot of the task's files.
 skyc_need_hosts=0
 if [ "$skyc_num_nodes" -gt 1 ] || { [ "$skyc_hostnames" != off ] && [ "$skyc_group_nodes" -gt 1 ]; }; then
     skyc_need_hosts=1
@@ -68,6 +68,9 @@ while :; do
     if [ "$skyc_need_hosts" = 1 ] && [ ! -e "$skyc_dir/hosts" ]; then skyc_missing="hosts"; fi
     for skyc_secret in $skyc_secrets; do
         [ -e "$skyc_dir/secrets/$skyc_secret" ] || skyc_missing="$skyc_missing secrets/$skyc_secret"
+    done
+    for skyc_digest in ${skyc_files:-}; do
+        [ -e "$skyc_dir/files/$skyc_digest.url" ] || skyc_missing="$skyc_missing files/$skyc_digest.url"
     done
     [ -z "$skyc_missing" ] && break
     if [ "$skyc_waited" -ge "$skyc_wait_secs" ]; then break; fi
@@ -88,6 +91,10 @@ fi
 for skyc_secret in $skyc_secrets; do
     [ -e "$skyc_dir/secrets/$skyc_secret" ] ||
         skyc_failure="skyc: secret $skyc_secret was not delivered to $skyc_dir/secrets/$skyc_secret"
+done
+for skyc_digest in ${skyc_files:-}; do
+    [ -e "$skyc_dir/files/$skyc_digest.url" ] ||
+        skyc_failure="skyc: the runtime did not deliver where to fetch the task's files ($skyc_dir/files/$skyc_digest.url) within $skyc_wait_secs s"
 done
 
 skyc_keeper=""
@@ -166,6 +173,19 @@ if [ -z "$skyc_failure" ] && [ -n "$skyc_git_url" ]; then
         skyc_failure="skyc: cloning the git workdir failed"
     fi
 fi
+# The task's files (docs/targets/cloud.md, "Code and data"): files.sh,
+# written only for a task that has some, fetches, checks and places them.
+if [ -z "$skyc_failure" ] && [ -f "$skyc_dir/files.sh" ]; then
+    skyc_status files fetch
+    # shellcheck source=/dev/null
+    if (set -e; . "$skyc_dir/files.sh") >>"$skyc_dir/setup.log" 2>&1; then
+        skyc_status files ready
+    else
+        skyc_failure="skyc: the task's files could not be put in place"
+    fi
+    rm -f -- "$skyc_dir"/files/*.tar "$skyc_dir"/files/*.part
+fi
+
 # A pool's worker (skyc_hold=1) holds after a setup that ended well and
 # runs each job the runtime hands it: a directory jobs/ID/ moved into
 # place whole (job.sh: the worker's envs.sh sourced, then the job's envs

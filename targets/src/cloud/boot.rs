@@ -8,6 +8,7 @@
 //! `printf '%s'`, never expanded. The agent is the same on every node.
 
 use super::request::number;
+use crate::files::{Files, Mount, WORKDIR, under_home};
 use crate::shell::{is_variable_name, quote};
 use skyc_compiler::ir::{Execution, Group, InterConnection, Task, Workdir};
 use std::fmt::Write as _;
@@ -16,8 +17,37 @@ use std::fmt::Write as _;
 /// there (docs/targets/cloud.md, "The node's directory").
 pub const NODE_DIR: &str = "/var/lib/skyc";
 
-/// The node agent (`agent.sh` on the node), the same for every node.
-pub const AGENT: &str = include_str!("agent.sh");
+/// The node agent (`agent.sh` on the node), the same for every node: its
+/// source without its comment lines ([`without_comments`]).
+pub fn agent() -> &'static str {
+    static AGENT: std::sync::LazyLock<String> =
+        std::sync::LazyLock::new(|| without_comments(include_str!("agent.sh")));
+    &AGENT
+}
+
+/// The functions of a node's `files.sh` (its task's files fetched,
+/// checked and placed), before its `skyc_place` lines.
+pub fn files_functions() -> &'static str {
+    static FILES: std::sync::LazyLock<String> =
+        std::sync::LazyLock::new(|| without_comments(include_str!("files.sh")));
+    &FILES
+}
+
+/// A script as the boot script carries it: EC2 takes 16 KiB of user data,
+/// so the source's comment lines (which explain it to its readers, in
+/// skyc's source) are left out, but for shellcheck's directives. The
+/// scripts' every line starting with `#` is a comment: none is inside a
+/// string or here-document.
+fn without_comments(script: &str) -> String {
+    script
+        .lines()
+        .filter(|l| {
+            let l = l.trim_start();
+            !l.starts_with('#') || l.starts_with("# shellcheck")
+        })
+        .flat_map(|l| [l, "\n"])
+        .collect()
+}
 
 /// Where a boot script's own part ends and the launcher (the same for
 /// every node) begins.
@@ -40,6 +70,8 @@ pub(super) struct Node<'a> {
     pub gpus: u64,
     /// `SKYPILOT_TASK_IDS` (the same for every node of the group).
     pub task_ids: &'a str,
+    /// The group's files, when taken.
+    pub files: Option<&'a Files>,
 }
 
 /// A value the script cannot carry: what and where.
@@ -100,9 +132,17 @@ pub(super) fn script(node: &Node) -> Result<String, Unrepresentable> {
             );
         }
     }
+    if let Some(places) = places(node)? {
+        // Every destination is quoted onto one line (`quote`), so no line
+        // is the here-document's end.
+        s.push_str("    cat >\"$1/files.sh\" <<'SKYC_FILES'\n");
+        s.push_str(files_functions());
+        s.push_str(&places);
+        s.push_str("SKYC_FILES\n");
+    }
     // Written last: its presence says the files are complete.
     s.push_str("    cat >\"$1/agent.sh\" <<'SKYC_AGENT'\n");
-    s.push_str(AGENT);
+    s.push_str(agent());
     s.push_str("SKYC_AGENT\n}\n");
     s.push_str(LAUNCHER);
     Ok(s)
@@ -117,7 +157,7 @@ if [ -e \"$skyc_dir/agent.sh\" ]; then
     exit 0
 fi
 umask 077
-mkdir -p \"$skyc_dir/secrets\" \"$skyc_dir/workdir\" && skyc_write_files \"$skyc_dir\" || exit 1
+mkdir -p \"$skyc_dir/secrets\" \"$skyc_dir/files\" \"$skyc_dir/workdir\" && skyc_write_files \"$skyc_dir\" || exit 1
 systemd-run --unit=skyc-agent --collect --quiet bash \"$skyc_dir/agent.sh\" \"$skyc_dir\" 2>/dev/null ||
     { setsid bash \"$skyc_dir/agent.sh\" \"$skyc_dir\" </dev/null >/dev/null 2>&1 & }
 ";
@@ -134,6 +174,7 @@ fn settings(node: &Node) -> Result<String, Unrepresentable> {
         zone,
         gpus,
         task_ids,
+        files,
     } = *node;
     let hostnames = match group.inter_connection {
         InterConnection::Auto => "auto",
@@ -187,6 +228,17 @@ fn settings(node: &Node) -> Result<String, Unrepresentable> {
     set("git_url", git_url);
     set("git_ref", git_ref);
     set("wait_secs", &number(WAIT_SECS as f64));
+    // The snapshots the node fetches (hex digests), each once.
+    let mut digests: Vec<&str> = files
+        .map_or(&[][..], |f| f.of(index))
+        .iter()
+        .map(|m| m.taken.digest.as_str())
+        .collect();
+    digests.sort_unstable();
+    digests.dedup();
+    if !digests.is_empty() {
+        set("files", &digests.join(" "));
+    }
     // A pipeline's steps are plain managed-job tasks (no group name, no
     // group hostnames); only their nodes carry the setting, so a group's
     // node.env is as it was.
@@ -199,6 +251,56 @@ fn settings(node: &Node) -> Result<String, Unrepresentable> {
         set("hold", "1");
     }
     Ok(s)
+}
+
+/// `files.sh`: the agent's `skyc_place` of each of the task's snapshots,
+/// once its URL has come (`files/DIGEST.url`): the workdir in the node's
+/// work directory (named `~/sky_workdir` too), a destination under `~`
+/// in the agent's `$HOME`, an absolute one where it says. `None` when the
+/// task has no files.
+fn places(node: &Node) -> Result<Option<String>, Unrepresentable> {
+    let Some(files) = node.files else {
+        return Ok(None);
+    };
+    let mounts = files.of(node.index);
+    if mounts.is_empty() {
+        return Ok(None);
+    }
+    let mut s = String::new();
+    for m in mounts {
+        let Some(pack) = files.packs.get(&m.taken.digest) else {
+            return Err(Unrepresentable(format!(
+                "the snapshot of `{}` was not packed",
+                m.source.escape_debug()
+            )));
+        };
+        check(&m.destination, "a file mount's destination")?;
+        let kind = if m.taken.dir { "dir" } else { "file" };
+        let _ = writeln!(
+            s,
+            "skyc_place {} {} {kind} {}",
+            m.taken.digest,
+            pack.sha256,
+            destination(m)
+        );
+    }
+    if mounts.iter().any(|m| m.workdir) {
+        let home = under_home(WORKDIR).unwrap_or_default();
+        let _ = writeln!(s, "skyc_link_workdir \"$HOME\"/{}", quote(home));
+    }
+    Ok(Some(s))
+}
+
+/// Where a mount lands, as a word of `files.sh`.
+fn destination(m: &Mount) -> String {
+    if m.workdir {
+        return "\"$skyc_dir/workdir\"".to_owned();
+    }
+    match under_home(&m.destination) {
+        Some("") => "\"$HOME\"".to_owned(),
+        Some(rel) => format!("\"$HOME\"/{}", quote(rel)),
+        None => quote(&m.destination),
+    }
 }
 
 /// `SKYPILOT_TASK_ID` of a task: `skyc-<cloud>_<group>_<task>-<index>`
@@ -246,8 +348,10 @@ mod tests {
 
     #[test]
     fn here_documents_cannot_end_early() {
-        assert!(AGENT.ends_with('\n'));
-        assert!(!AGENT.lines().any(|l| l == "SKYC_AGENT"));
+        assert!(agent().ends_with('\n'));
+        assert!(!agent().lines().any(|l| l == "SKYC_AGENT"));
+        assert!(files_functions().ends_with('\n'));
+        assert!(!files_functions().lines().any(|l| l == "SKYC_FILES"));
         assert!(LAUNCHER.starts_with(LAUNCHER_MARKER));
     }
 }

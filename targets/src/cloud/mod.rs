@@ -40,10 +40,11 @@ pub mod request;
 pub mod select;
 mod spec;
 
-pub use boot::{AGENT, LAUNCHER_MARKER, NODE_DIR};
+pub use boot::{LAUNCHER_MARKER, NODE_DIR, agent, files_functions};
 pub use catalog::{Catalog, CatalogError, Origin, SNAPSHOT_DATE};
 pub use spec::{API_VERSION, KIND};
 
+use crate::files::Files;
 use group::{Choice, TaskOffers};
 use node::{DEFAULT_DISK_GB, Disk, NodeSpec};
 use request::Request;
@@ -109,11 +110,21 @@ impl Build {
     }
 }
 
-/// Lowers `group` to the instance spec of the catalog's cloud.
+/// Lowers `group` to the instance spec of the catalog's cloud, with no
+/// files read: a local `workdir` and `file_mounts` are reported as not
+/// delivered.
 pub fn build(group: &Group, catalog: &Catalog) -> Build {
+    build_with_files(group, catalog, None)
+}
+
+/// Lowers `group` with its files as a submission took them: each node's
+/// boot script fetches, checks and places its task's snapshots
+/// (docs/targets/cloud.md, "Code and data").
+pub fn build_with_files(group: &Group, catalog: &Catalog, files: Option<&Files>) -> Build {
     let mut l = Lowerer {
         group,
         catalog,
+        files,
         cloud: catalog.cloud,
         diagnostics: Diagnostics::default(),
         boot_budget: MAX_BOOT_SCRIPT_BYTES,
@@ -149,6 +160,8 @@ pub(crate) struct Considered {
 struct Lowerer<'a> {
     group: &'a Group,
     catalog: &'a Catalog,
+    /// The tasks' files, when a submission (or the build) read them.
+    files: Option<&'a Files>,
     cloud: Cloud,
     /// At most `MAX_DIAGNOSTICS`, as the front end's: a group of thousands
     /// of infeasible tasks costs no more to report.
@@ -186,7 +199,7 @@ impl Lowerer<'_> {
         }
         // Every boot script carries the agent and the group's task ids:
         // refuse what cannot fit before building any.
-        let least = boot::AGENT.len() + self.task_ids.len();
+        let least = boot::agent().len() + self.task_ids.len();
         let max = self.cloud.max_boot_script_bytes();
         if least > max {
             let span = self.group_span();
@@ -575,21 +588,43 @@ impl Lowerer<'_> {
     }
 
     fn not_applied(&mut self, task: &Task, c: &Candidate) {
-        if !task.file_mounts.is_empty() {
+        let delivered = self.files.is_some();
+        let buckets = task.file_mounts.iter().any(|m| !crate::files::delivered(m));
+        if buckets || (!delivered && !task.file_mounts.is_empty()) {
             self.warn(
                 task,
-                "`file_mounts` are not applied".to_owned(),
+                if delivered {
+                    "bucket and storage `file_mounts` are not applied".to_owned()
+                } else {
+                    "`file_mounts` are not applied".to_owned()
+                },
                 "nothing is uploaded to the instances; fetch data in `setup`",
             );
         }
-        if !task.volumes.is_empty() {
-            self.warn(
-                task,
-                "`volumes` are not mounted".to_owned(),
-                "the instances have their boot disk only",
+        for v in &task.volumes {
+            let name = v
+                .volume
+                .as_str()
+                .map_or_else(|| v.volume.to_string(), str::to_owned);
+            self.error(
+                Rule::UnknownVolume,
+                v.at.0,
+                format!(
+                    "task `{}`: the volume `{name}` at `{}` cannot be mounted: the {} target has no volumes",
+                    task.name,
+                    v.path,
+                    self.cloud.display()
+                ),
+                "no volume on this target",
+                Some(
+                    "run the group on Kubernetes or Slurm, where volumes are claims or shared directories (`skyc volume apply`), or keep what tasks share in a bucket the tasks read and write themselves"
+                        .to_owned(),
+                ),
             );
         }
-        if let Some(Workdir::Local { path, .. }) = &task.workdir {
+        if let Some(Workdir::Local { path, .. }) = &task.workdir
+            && !delivered
+        {
             self.warn(
                 task,
                 format!("the local `workdir` `{path}` is not uploaded"),
@@ -757,6 +792,7 @@ impl Lowerer<'_> {
                 zone: zone.as_deref(),
                 gpus,
                 task_ids: &self.task_ids,
+                files: self.files,
             })
         };
         // The ranks' scripts differ only in the rank: the first tells the

@@ -15,6 +15,7 @@
 //!   `DependencyViolation` while one still shuts down, and the next pass
 //!   tries again.
 
+use crate::aws::control::files::RunFiles;
 use crate::aws::control::reconcile::Op;
 use crate::aws::ec2::client::{Ec2, Error};
 use crate::aws::ec2::query;
@@ -96,6 +97,8 @@ pub async fn world(ec2: &Ec2, plan: &Plan) -> Result<World, Error> {
     Ok(World {
         instances: instances(ec2, &plan.run).await?,
         network: find_network(ec2, plan).await?,
+        // S3's part (`pass::world`).
+        bucket: None,
     })
 }
 
@@ -254,11 +257,34 @@ pub async fn delete_network(ec2: &Ec2, plan: &Plan, sg: &str) -> Result<bool, Er
     }
 }
 
+fn no_files() -> Error {
+    Error::Request("the run's files: the runtime was given no S3 client".into())
+}
+
 /// Carries out one reconciler operation on `world` (as read before it):
 /// whether EC2 took it, so that the world changes (a security group still
 /// in use is not deleted, a launch waits for its network).
-pub async fn apply(ec2: &Ec2, plan: &Plan, world: &World, op: &Op) -> Result<bool, Error> {
+pub async fn apply(
+    ec2: &Ec2,
+    files: Option<&RunFiles>,
+    plan: &Plan,
+    world: &World,
+    op: &Op,
+) -> Result<bool, Error> {
     match op {
+        Op::UploadFiles => match (files, &plan.bucket) {
+            (Some(f), Some(bucket)) => super::files::upload(f, bucket, world.bucket.as_deref())
+                .await
+                .map(|()| true),
+            _ => Err(no_files()),
+        },
+        Op::DeleteFiles => match (files, &plan.bucket, &world.bucket) {
+            (Some(f), Some(bucket), Some(keys)) => {
+                super::files::delete(f, bucket, keys).await.map(|()| true)
+            }
+            (_, _, None) => Ok(false),
+            _ => Err(no_files()),
+        },
         Op::Terminate { ids } => terminate(ec2, ids).await.map(|()| true),
         Op::EnsureNetwork => ensure_network(ec2, plan).await.map(|_| true),
         Op::Launch {

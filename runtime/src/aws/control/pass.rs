@@ -13,6 +13,7 @@
 //! pass (the reconciler asks for what is still missing); no answer, or a
 //! 5xx, is an outage: statuses stay as they are until EC2 answers again.
 
+use crate::aws::control::files::{self, RunFiles};
 use crate::aws::control::observe::observe;
 use crate::aws::control::ops;
 use crate::aws::control::reconcile::{Op, reconcile, settled};
@@ -20,6 +21,7 @@ use crate::aws::data::node::Outcomes;
 use crate::aws::ec2::client::{Ec2, Error};
 use crate::aws::ec2::retry;
 use crate::aws::plan::Plan;
+use crate::aws::world::World;
 use crate::backend::Report;
 use crate::goal::Goal;
 use crate::policy::Event;
@@ -49,9 +51,15 @@ pub struct Passed {
 }
 
 /// One pass over a group's run.
-pub async fn pass(ec2: &Ec2, plan: &Plan, goal: &Goal, outcomes: &Outcomes) -> Passed {
+pub async fn pass(
+    ec2: &Ec2,
+    files: Option<&RunFiles>,
+    plan: &Plan,
+    goal: &Goal,
+    outcomes: &Outcomes,
+) -> Passed {
     let mut out = Passed::default();
-    let world = match ops::world(ec2, plan).await {
+    let world = match world(ec2, files, plan).await {
         Ok(w) => w,
         Err(e) if is_outage(&e) => {
             out.outage = Some(e.to_string());
@@ -65,7 +73,7 @@ pub async fn pass(ec2: &Ec2, plan: &Plan, goal: &Goal, outcomes: &Outcomes) -> P
     out.reports.extend(observe(plan, &world, goal, outcomes));
     let ops = reconcile(plan, &world, goal);
     for op in &ops {
-        match ops::apply(ec2, plan, &world, op).await {
+        match ops::apply(ec2, files, plan, &world, op).await {
             Ok(took) => {
                 out.acted |= took;
                 // Launched: whatever EC2 refused before, the task waits no
@@ -87,9 +95,34 @@ pub async fn pass(ec2: &Ec2, plan: &Plan, goal: &Goal, outcomes: &Outcomes) -> P
     out
 }
 
+/// The run as EC2 and S3 show it.
+pub async fn world(ec2: &Ec2, files: Option<&RunFiles>, plan: &Plan) -> Result<World, Error> {
+    let mut world = ops::world(ec2, plan).await?;
+    world.bucket = files::observe(files, plan).await?;
+    Ok(world)
+}
+
 /// What the supervisor hears of an operation EC2 refused.
 pub fn refused(plan: &Plan, op: &Op, e: &Error) -> Vec<Report> {
     match op {
+        // The tasks with files wait for them: why, until they are up.
+        Op::UploadFiles => {
+            let mut out = vec![Report::Error(format!("the run's files: {e}"))];
+            if let Some(bucket) = &plan.bucket {
+                for (task, digests) in bucket.tasks.iter().enumerate() {
+                    if !digests.is_empty() {
+                        out.push(Report::Waiting {
+                            task,
+                            why: Some(format!(
+                                "waits for its files to be uploaded to S3 (bucket {}): {e}; tried again",
+                                bucket.name
+                            )),
+                        });
+                    }
+                }
+            }
+            out
+        }
         Op::Launch {
             task,
             rank,

@@ -16,7 +16,11 @@
 //! - **The network** (the run's security group and placement groups) is
 //!   made before the first launch and deleted once the group has ended and
 //!   every instance is terminated (EC2 refuses to delete a group in use).
+//! - **The files** (the run's bucket, when a task has files) are uploaded
+//!   before the first launch, and deleted, bucket and all, as soon as the
+//!   group has ended or is cancelled.
 
+use crate::aws::control::files;
 use crate::aws::ec2::response::State;
 use crate::aws::plan::Plan;
 use crate::aws::world::{NodeKey, World};
@@ -38,6 +42,10 @@ pub enum Op {
     },
     /// Delete the run's security group (and placement groups).
     DeleteNetwork,
+    /// Make the run's bucket and upload the streams it lacks.
+    UploadFiles,
+    /// Delete the run's bucket and everything in it.
+    DeleteFiles,
 }
 
 /// The calls that bring the run's instances to the goal, in order.
@@ -68,6 +76,9 @@ pub fn reconcile(plan: &Plan, world: &World, goal: &Goal) -> Vec<Op> {
         ops.push(Op::Terminate { ids: terminate });
     }
     if everything_ends {
+        if world.bucket.is_some() {
+            ops.push(Op::DeleteFiles);
+        }
         if world.network.is_some() && world.remaining().next().is_none() {
             ops.push(Op::DeleteNetwork);
         }
@@ -94,12 +105,21 @@ pub fn reconcile(plan: &Plan, world: &World, goal: &Goal) -> Vec<Op> {
         }
     }
     if !launches.is_empty() {
-        // The launches need the security group, complete: they wait for
-        // the next pass when it is not.
-        if world.network.as_ref().is_some_and(|n| n.ready) {
-            ops.extend(launches);
-        } else {
+        // The launches need the security group, complete, and every
+        // stream in the bucket: they wait for the next pass when not.
+        let network = world.network.as_ref().is_some_and(|n| n.ready);
+        let files = plan
+            .bucket
+            .as_ref()
+            .is_none_or(|b| files::complete(b, world.bucket.as_deref()));
+        if !network {
             ops.push(Op::EnsureNetwork);
+        }
+        if !files {
+            ops.push(Op::UploadFiles);
+        }
+        if network && files {
+            ops.extend(launches);
         }
     }
     ops
@@ -119,5 +139,8 @@ fn wanted(goal: &Goal, key: NodeKey) -> bool {
 /// Everything the run had is gone: once the engine has finished, the
 /// group can be closed.
 pub fn settled(world: &World, goal: &Goal) -> bool {
-    goal.end.is_some() && world.network.is_none() && world.remaining().next().is_none()
+    goal.end.is_some()
+        && world.network.is_none()
+        && world.bucket.is_none()
+        && world.remaining().next().is_none()
 }

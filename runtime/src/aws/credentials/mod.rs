@@ -150,6 +150,8 @@ pub struct Access {
     pub region: Option<String>,
     /// The configured EC2 endpoint; `None` is EC2's own.
     pub endpoint: Option<String>,
+    /// The configured S3 endpoint (the run's files); `None` is S3's own.
+    pub s3_endpoint: Option<String>,
     /// The shared files the client read (absolute), read again by the
     /// supervisor whatever its own environment names.
     pub config_file: PathBuf,
@@ -165,6 +167,8 @@ struct Stored {
     source: Option<Source>,
     region: Option<String>,
     endpoint: Option<String>,
+    #[serde(default)]
+    s3_endpoint: Option<String>,
     #[serde(default)]
     config_file: PathBuf,
     #[serde(default)]
@@ -186,6 +190,7 @@ impl From<Stored> for Access {
             source,
             region: s.region,
             endpoint: s.endpoint,
+            s3_endpoint: s.s3_endpoint,
             config_file: s.config_file,
             credentials_file: s.credentials_file,
         }
@@ -215,23 +220,32 @@ impl Access {
             .or_else(|| var("AWS_DEFAULT_REGION"))
             .or_else(|| p.get("region").filter(|v| !v.is_empty()).cloned());
         let ignore = |v: Option<String>| v.is_some_and(|v| v.eq_ignore_ascii_case("true"));
-        let endpoint = if ignore(var("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS"))
-            || ignore(p.get("ignore_configured_endpoint_urls").cloned())
-        {
-            None
-        } else {
-            var("AWS_ENDPOINT_URL_EC2")
-                .or_else(|| var("AWS_ENDPOINT_URL"))
-                .or_else(|| files.service_endpoint(&p, "ec2"))
-                .or_else(|| p.get("endpoint_url").cloned())
-                .filter(|v| !v.is_empty())
+        // The SDKs' order: the service's variable, the global one, the
+        // profile's `services` section, its `endpoint_url`.
+        let ignored = ignore(var("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS"))
+            || ignore(p.get("ignore_configured_endpoint_urls").cloned());
+        let endpoint_of = |service: &str| {
+            if ignored {
+                return None;
+            }
+            var(&format!(
+                "AWS_ENDPOINT_URL_{}",
+                service.to_ascii_uppercase()
+            ))
+            .or_else(|| var("AWS_ENDPOINT_URL"))
+            .or_else(|| files.service_endpoint(&p, service))
+            .or_else(|| p.get("endpoint_url").cloned())
+            .filter(|v| !v.is_empty())
         };
+        let endpoint = endpoint_of("ec2");
+        let s3_endpoint = endpoint_of("s3");
         Ok((
             Access {
                 profile,
                 source,
                 region,
                 endpoint,
+                s3_endpoint,
                 config_file: files.config_path,
                 credentials_file: files.credentials_path,
             },

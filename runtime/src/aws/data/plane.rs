@@ -10,7 +10,8 @@
 //! end, since the reconciler terminates an ended node's instance.
 //!
 //! Secrets are written to each instance once (`secrets/NAME`), before
-//! anything else; its agent waits for them. The bytes of each log already
+//! anything else, with the URLs of its task's files
+//! (`files/DIGEST.url`); its agent waits for them. The bytes of each log already
 //! copied are counted in the group's `logs/.aws/`, so a new supervisor
 //! goes on from there. Nodes are reached at their public address when
 //! they have one (a runtime outside the VPC), else at their private one.
@@ -53,6 +54,10 @@ pub struct DataPlane {
     pub private: bool,
     /// Per task, its secrets' values, delivered to each of its instances.
     pub secrets: Vec<Vec<(String, String)>>,
+    /// Per task, where each of its snapshots is fetched from (digest,
+    /// presigned URL), delivered to each of its instances with the
+    /// secrets.
+    pub files: Vec<Vec<(String, String)>>,
     /// The hosts file each instance has.
     delivered: HashMap<String, String>,
     /// Instances that have their task's secrets.
@@ -87,12 +92,17 @@ struct Visit<'a> {
     name: String,
     /// The node's log in the group's directory.
     log: PathBuf,
-    /// The task's secrets, when the instance does not have them yet.
-    secrets: Option<&'a [(String, String)]>,
+    /// The task's secrets and its files' URLs, when the instance does
+    /// not have them yet.
+    secrets: Option<Arming<'a>>,
     /// The hosts file, when the instance does not have this one.
     hosts: Option<&'a str>,
     offsets: [u64; 2],
 }
+
+/// What arms an instance: its task's secrets (name, value) and where
+/// its files are fetched from (digest, URL).
+type Arming<'a> = (&'a [(String, String)], &'a [(String, String)]);
 
 /// What a visit did; `result` is the node's outcome or why it has none.
 struct Visited {
@@ -112,6 +122,7 @@ impl DataPlane {
             silence: SILENCE,
             private: false,
             secrets: Vec::new(),
+            files: Vec::new(),
             delivered: HashMap::new(),
             armed: HashSet::new(),
             offsets: HashMap::new(),
@@ -169,8 +180,12 @@ impl DataPlane {
                     .logs
                     .join(crate::paths::log_name(&plan.spec.tasks[task].name, rank)),
                 address,
-                secrets: (!self.armed.contains(&id))
-                    .then(|| self.secrets.get(task).map(Vec::as_slice).unwrap_or(&[])),
+                secrets: (!self.armed.contains(&id)).then(|| {
+                    (
+                        self.secrets.get(task).map(Vec::as_slice).unwrap_or(&[]),
+                        self.files.get(task).map(Vec::as_slice).unwrap_or(&[]),
+                    )
+                }),
                 hosts: hosts
                     .as_deref()
                     .filter(|h| self.delivered.get(&id).map(String::as_str) != Some(h)),
@@ -293,7 +308,7 @@ impl DataPlane {
     }
 
     fn visit_steps(&self, v: &Visit<'_>, done: &mut Visited) -> Result<Outcome, RemoteError> {
-        if let Some(secrets) = v.secrets {
+        if let Some((secrets, files)) = v.secrets {
             for (name, value) in secrets {
                 // Names are checked when the group is built; one that no
                 // command can carry is never sent.
@@ -302,6 +317,9 @@ impl DataPlane {
                 {
                     self.ssh.run(&v.id, &v.address, &command, self.timeout)?;
                 }
+            }
+            if let Some(command) = remote::deliver_file_urls(&self.node_dir, files) {
+                self.ssh.run(&v.id, &v.address, &command, self.timeout)?;
             }
             done.armed = true;
         }

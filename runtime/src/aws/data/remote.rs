@@ -61,6 +61,34 @@ pub fn deliver_secret(dir: &str, name: &str, value: &[u8]) -> Option<Command> {
     })
 }
 
+/// Writes where each of a task's snapshots is fetched from
+/// (`files/DIGEST.url`, one line), each atomically: the URLs come on
+/// standard input, one a line, in the order given. `None` when there are
+/// none, or a digest is not a hex digest (the runtime makes them).
+pub fn deliver_file_urls(dir: &str, urls: &[(String, String)]) -> Option<Command> {
+    let hex = |d: &str| !d.is_empty() && d.bytes().all(|b| b.is_ascii_hexdigit());
+    if urls.is_empty()
+        || urls
+            .iter()
+            .any(|(d, u)| !hex(d) || u.contains(['\n', '\r', '\0']))
+    {
+        return None;
+    }
+    let files = quote(&format!("{dir}/files"));
+    let mut script = format!("umask 077 && mkdir -p {files}");
+    let mut stdin = Vec::new();
+    for (digest, url) in urls {
+        let tmp = quote(&format!("{dir}/files/.{digest}.url.tmp"));
+        let path = quote(&format!("{dir}/files/{digest}.url"));
+        script.push_str(&format!(
+            " && IFS= read -r u && printf '%s\\n' \"$u\" > {tmp} && mv -f {tmp} {path}"
+        ));
+        stdin.extend_from_slice(url.as_bytes());
+        stdin.push(b'\n');
+    }
+    Some(Command { script, stdin })
+}
+
 /// The logs a node's phases write, in the order they are read.
 pub const LOGS: [&str; 2] = ["setup.log", "run.log"];
 
@@ -501,6 +529,33 @@ mod tests {
         assert_eq!(std::fs::read(dir.join("secrets/TOKEN")).unwrap(), value);
         assert_eq!(deliver_secret("/x", "../etc/passwd", b"x"), None);
         assert_eq!(deliver_secret("/x", "A B", b"x"), None);
+    }
+
+    #[test]
+    fn file_urls_are_delivered_each_on_its_line() {
+        let dir = node_dir("urls");
+        let urls = vec![
+            (
+                "ab12".to_owned(),
+                "https://b.s3.x/ab12.tar?X-Amz-Signature=1&a=$(touch x)".to_owned(),
+            ),
+            (
+                "cd34".to_owned(),
+                "http://169.254.77.1:5000/b/cd34.tar?q='\"".to_owned(),
+            ),
+        ];
+        run(&deliver_file_urls(&d(&dir), &urls).unwrap());
+        for (digest, url) in &urls {
+            assert_eq!(
+                std::fs::read_to_string(dir.join(format!("files/{digest}.url"))).unwrap(),
+                format!("{url}\n")
+            );
+        }
+        assert!(!dir.join("x").exists());
+        assert_eq!(deliver_file_urls("/x", &[]), None);
+        let bad = |d: &str, u: &str| deliver_file_urls("/x", &[(d.to_owned(), u.to_owned())]);
+        assert_eq!(bad("../etc", "u"), None);
+        assert_eq!(bad("ab", "u\nv"), None);
     }
 
     #[test]

@@ -221,9 +221,10 @@ fn a_network_still_in_use_is_not_taken_as_deleted() {
             id: "sg-1".into(),
             ready: true,
         }),
+        bucket: None,
     };
     let took = rt
-        .block_on(ops::apply(&ec2, &p, &world, &Op::DeleteNetwork))
+        .block_on(ops::apply(&ec2, None, &p, &world, &Op::DeleteNetwork))
         .expect("a refusal the reconciler waits out");
     assert!(!took, "a security group in use counted as deleted");
     assert_eq!(

@@ -106,9 +106,14 @@ fn run_id(name: &str) -> String {
 /// One pass of the supervisor's loop ([`crate::aws::control::pass`]), with the
 /// engine hearing what it reports. Returns the reports.
 async fn pass(t: &Target, ec2: &Ec2, p: &Plan, d: &mut Driven) -> Vec<Report> {
-    let passed =
-        crate::aws::control::pass::pass(ec2, p, &Goal::from_engine(&d.engine), &Outcomes::new())
-            .await;
+    let passed = crate::aws::control::pass::pass(
+        ec2,
+        None,
+        p,
+        &Goal::from_engine(&d.engine),
+        &Outcomes::new(),
+    )
+    .await;
     let errors: Vec<&Report> = passed
         .reports
         .iter()
@@ -326,7 +331,7 @@ pub(super) async fn a_launch_repeated_is_one_instance(t: &Target, p: &Plan, ec2:
     let ops_now = reconcile(p, &world, &goal);
     assert_eq!(ops_now.len(), 2, "{ops_now:?}");
     for op in &ops_now {
-        ops::apply(ec2, p, &world, op).await.unwrap();
+        ops::apply(ec2, None, p, &world, op).await.unwrap();
     }
     let world = world_when(t, ec2, p, |w| w.instances.len() >= 3).await;
     assert_eq!(world.instances.len(), 3);

@@ -237,7 +237,9 @@ impl Harness {
         }
         let (outcomes, errs) = self.data.step(&self.p, &world, &goal);
         self.errors.extend(errs);
-        let passed = self.rt.block_on(pass(&self.ec2, &self.p, &goal, outcomes));
+        let passed = self
+            .rt
+            .block_on(pass(&self.ec2, None, &self.p, &goal, outcomes));
         self.settled = false;
         for r in passed.reports {
             match r {
