@@ -269,7 +269,7 @@ impl Run {
     }
 
     fn start_with(name: &str, file: &Path, extra: &[&str]) -> Option<Run> {
-        Self::start_at(name, file, extra, None, &[])
+        Self::start_at(name, file, extra, None, false)
     }
 
     /// A run whose skyc talks to EC2 through the endpoint `through` makes
@@ -279,13 +279,17 @@ impl Run {
         file: &Path,
         extra: &[&str],
         through: Option<&dyn Fn(&str) -> String>,
-        env: &[(&str, &str)],
+        s3: bool,
     ) -> Option<Run> {
         let moto = ready()?;
         let endpoint = through.map_or_else(|| moto.clone(), |f| f(&moto));
         let serial = std::fs::File::create("/tmp/skyc-standin.lock").expect("lock file");
         rustix::fs::flock(&serial, rustix::fs::FlockOperation::LockExclusive).expect("flock");
         let s = Scratch::new(name);
+        let machines = s.dir.join("m");
+        // S3 as the nodes and the runtime reach it; stopped with the
+        // machines.
+        let relay = s3.then(|| relay(&machines, &moto));
         let file = file.to_string_lossy();
         let mut args = vec![
             "run",
@@ -302,10 +306,11 @@ impl Run {
             "2",
         ];
         args.extend_from_slice(extra);
-        let out = aws_skyc(&s, &endpoint, &args)
-            .envs(env.iter().copied())
-            .output()
-            .expect("skyc run");
+        let mut cmd = aws_skyc(&s, &endpoint, &args);
+        if let Some(relay) = &relay {
+            cmd.env("AWS_ENDPOINT_URL_S3", relay);
+        }
+        let out = cmd.output().expect("skyc run");
         assert!(out.status.success(), "{}", text(&out.stderr));
         let gid: i64 = text(&out.stdout).trim().parse().expect("group id");
         // The run and its region (the spec's), as the group's plan has them.
@@ -318,7 +323,6 @@ impl Run {
         let run = plan["run"].as_str().expect("a run").to_owned();
         let region = plan["region"].as_str().expect("a region").to_owned();
         let ec2 = stand_in_client(&moto, &region);
-        let machines = s.dir.join("m");
         Some(Run {
             s,
             endpoint,
@@ -564,7 +568,7 @@ fn ec2_out_of_capacity_holds_the_task_saying_why_until_a_launch_succeeds() {
             .endpoint
             .clone()
     };
-    let Some(mut r) = Run::start_at("aws-capacity", &file, &[], Some(&through), &[]) else {
+    let Some(mut r) = Run::start_at("aws-capacity", &file, &[], Some(&through), false) else {
         return;
     };
     let refusal = refusal.get().expect("started");
@@ -1066,6 +1070,9 @@ impl PoolRun {
         let serial = std::fs::File::create("/tmp/skyc-standin.lock").expect("lock file");
         rustix::fs::flock(&serial, rustix::fs::FlockOperation::LockExclusive).expect("flock");
         let s = Scratch::new(test);
+        let machines = s.dir.join("m");
+        // S3 for the pool's files, stopped with the machines.
+        let s3 = relay(&machines, &endpoint);
         // Unique on the stand-in, which outlives test runs.
         let name = format!(
             "awspool{}x{}",
@@ -1090,6 +1097,7 @@ impl PoolRun {
                 "private",
             ],
         )
+        .env("AWS_ENDPOINT_URL_S3", &s3)
         .output()
         .expect("skyc pool apply");
         assert!(out.status.success(), "{}", text(&out.stderr));
@@ -1102,7 +1110,6 @@ impl PoolRun {
             .expect("a region")
             .to_owned();
         let ec2 = stand_in_client(&endpoint, &region);
-        let machines = s.dir.join("m");
         Some(PoolRun {
             s,
             endpoint,
@@ -1283,13 +1290,21 @@ impl Drop for PoolRun {
 #[test]
 fn a_pool_runs_ranked_jobs_on_aws_workers_and_replaces_a_lost_one() {
     let dir = Scratch::new("aws-pool-files");
+    // The pool's workdir reaches every worker before its setup, and its
+    // jobs start in it.
+    std::fs::create_dir_all(dir.dir.join("code")).expect("workdir");
+    dir.write("code/tool.txt", "from-the-workdir\n");
     let pool_file = dir.write(
         "pool.yaml",
-        "name: work\n\
-         resources:\n  cpus: 2\n  infra: aws\n\
-         envs:\n  POOL_ENV: from-the-pool\n\
-         pool:\n  workers: 2\n\
-         setup: |\n  echo setup ran on $(hostname)\n  echo prepared > prepared.txt\n",
+        &format!(
+            "name: work\n\
+             resources:\n  cpus: 2\n  infra: aws\n\
+             workdir: {}/code\n\
+             envs:\n  POOL_ENV: from-the-pool\n\
+             pool:\n  workers: 2\n\
+             setup: |\n  echo setup ran on $(hostname)\n  echo prepared $(cat tool.txt) > prepared.txt\n",
+            dir.dir.display()
+        ),
     );
     let Some(mut p) = PoolRun::apply("aws-pool", &pool_file) else {
         return;
@@ -1356,7 +1371,9 @@ fn a_pool_runs_ranked_jobs_on_aws_workers_and_replaces_a_lost_one() {
         assert_eq!(status["rank"], rank, "{status:#}");
         let log = p.job_log(id);
         assert!(
-            log.contains(&format!("rank {rank} of 4 from-the-pool mine prepared")),
+            log.contains(&format!(
+                "rank {rank} of 4 from-the-pool mine prepared from-the-workdir"
+            )),
             "job {id}: {log}"
         );
     }
@@ -1656,37 +1673,68 @@ fn sha256sum(path: &Path) -> String {
         .to_owned()
 }
 
-/// A TCP relay from the stand-in machines' bridge to moto on loopback
-/// (scripts/standin relay): S3's endpoint as the nodes and the runtime
-/// both reach it. Stopped on drop.
-struct Relay {
-    dir: PathBuf,
-    endpoint: String,
+/// Starts a TCP relay from the stand-in machines' bridge to moto on
+/// loopback (scripts/standin relay, stopped with the machines of `dir`):
+/// S3's endpoint as the nodes and the runtime both reach it.
+fn relay(dir: &Path, moto: &str) -> String {
+    let port = moto.rsplit(':').next().expect("moto's port");
+    let ok = Command::new(STANDIN)
+        .arg("relay")
+        .arg(dir)
+        .arg(port)
+        .status()
+        .expect("scripts/standin relay")
+        .success();
+    assert!(ok, "scripts/standin relay");
+    let relay_port =
+        std::fs::read_to_string(dir.join(format!("relay-{port}.port"))).expect("the relay's port");
+    format!("http://169.254.77.1:{}", relay_port.trim())
 }
 
-impl Relay {
-    fn start(dir: &Path, moto: &str) -> Relay {
-        let port = moto.rsplit(':').next().expect("moto's port");
-        let ok = Command::new(STANDIN)
-            .arg("relay")
-            .arg(dir)
-            .arg(port)
-            .status()
-            .expect("scripts/standin relay")
-            .success();
-        assert!(ok, "scripts/standin relay");
-        let relay_port = std::fs::read_to_string(dir.join(format!("relay-{port}.port")))
-            .expect("the relay's port");
-        Relay {
-            dir: dir.to_owned(),
-            endpoint: format!("http://169.254.77.1:{}", relay_port.trim()),
-        }
+impl Run {
+    /// The run's bucket (from its plan) and a client of the S3 stand-in.
+    fn bucket(&self) -> (String, skyc_runtime::aws::s3::S3) {
+        let plan: Value = serde_json::from_str(
+            &skyc_runtime::store::Store::open(&self.s.state())
+                .and_then(|store| store.plan(self.gid))
+                .expect("the group's plan"),
+        )
+        .expect("plan JSON");
+        let bucket = plan["bucket"]["name"]
+            .as_str()
+            .expect("a bucket")
+            .to_owned();
+        let region = plan["region"].as_str().expect("a region");
+        let moto = std::env::var("SKYC_MOTO_ENDPOINT").expect("the stand-in");
+        let s3 = skyc_runtime::aws::s3::S3::new(
+            Some(&moto),
+            region,
+            skyc_runtime::aws::ec2::sigv4::Credentials {
+                access_key_id: "AKIDSKYCTEST".into(),
+                secret_access_key: "skyc-test-secret".into(),
+                session_token: None,
+            },
+            Tuning::default(),
+        )
+        .expect("S3 client");
+        (bucket, s3)
     }
-}
 
-impl Drop for Relay {
-    fn drop(&mut self) {
-        let _ = Command::new(STANDIN).arg("stop").arg(&self.dir).status();
+    /// Waits (60 s at most) until the run's bucket is gone.
+    fn assert_bucket_gone(&self) {
+        let (bucket, s3) = self.bucket();
+        let start = Instant::now();
+        loop {
+            let listed = self.rt.block_on(s3.list(&bucket)).expect("ListObjectsV2");
+            if listed.is_none() {
+                return;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "{bucket} is left: {listed:?}"
+            );
+            std::thread::sleep(Duration::from_millis(300));
+        }
     }
 }
 
@@ -1697,8 +1745,10 @@ impl Drop for Relay {
 /// run is submitted). The bucket is gone once the group is.
 #[test]
 fn code_and_data_reach_every_node_on_aws_and_their_bucket_goes_with_the_group() {
-    let Some(moto) = ready() else { return };
-    let src = std::env::temp_dir().join(format!("skyc-e2e-aws-files-src-{}", std::process::id()));
+    if ready().is_none() {
+        return;
+    }
+    let src = std::env::temp_dir().join(format!("skyc-src-aws-files-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&src);
     std::fs::create_dir_all(src.join("code/sub")).expect("sources");
     std::fs::write(src.join("code/train.py"), "print('train')\n").expect("train.py");
@@ -1710,7 +1760,6 @@ fn code_and_data_reach_every_node_on_aws_and_their_bucket_goes_with_the_group() 
         ("sub/cfg.json", sha256sum(&src.join("code/sub/cfg.json"))),
         ("blob", sha256sum(&src.join("data.bin"))),
     ];
-    let relay = Relay::start(&src.join("relay"), &moto);
     let yaml = format!(
         "name: files\nexecution: parallel\n---\nname: trainer\nnum_nodes: 2\n\
          workdir: {src}/code\n\
@@ -1723,29 +1772,12 @@ fn code_and_data_reach_every_node_on_aws_and_their_bucket_goes_with_the_group() 
     );
     let file = src.join("files.yaml");
     std::fs::write(&file, yaml).expect("group file");
-    let Some(mut r) = Run::start_at(
-        "aws-files",
-        &file,
-        &[],
-        None,
-        &[("AWS_ENDPOINT_URL_S3", &relay.endpoint)],
-    ) else {
+    let Some(mut r) = Run::start_at("aws-files", &file, &[], None, true) else {
         return;
     };
     // Taken at submission: what changes now reaches no node.
     std::fs::write(src.join("code/train.py"), "print('edited')\n").expect("edit");
     std::fs::write(src.join("data.bin"), b"edited").expect("edit");
-    let plan: Value = serde_json::from_str(
-        &skyc_runtime::store::Store::open(&r.s.state())
-            .and_then(|store| store.plan(r.gid))
-            .expect("the group's plan"),
-    )
-    .expect("plan JSON");
-    let bucket = plan["bucket"]["name"]
-        .as_str()
-        .expect("a bucket")
-        .to_owned();
-    let region = plan["region"].as_str().expect("a region").to_owned();
     let status = r.until("finished", finished);
     assert_eq!(status["status"], "SUCCEEDED", "{status:#}");
     for rank in 0..2 {
@@ -1772,30 +1804,63 @@ fn code_and_data_reach_every_node_on_aws_and_their_bucket_goes_with_the_group() 
     );
     r.assert_nothing_left();
     // The bucket, and everything in it, went with the group.
-    let s3 = skyc_runtime::aws::s3::S3::new(
-        Some(&moto),
-        &region,
-        skyc_runtime::aws::ec2::sigv4::Credentials {
-            access_key_id: "AKIDSKYCTEST".into(),
-            secret_access_key: "skyc-test-secret".into(),
-            session_token: None,
-        },
-        Tuning::default(),
-    )
-    .expect("S3 client");
-    let start = Instant::now();
-    loop {
-        let listed = r.rt.block_on(s3.list(&bucket)).expect("ListObjectsV2");
-        if listed.is_none() {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "{bucket} is left: {listed:?}"
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    }
+    r.assert_bucket_gone();
     drop(r);
-    drop(relay);
+    let _ = std::fs::remove_dir_all(&src);
+}
+
+/// A supervisor killed while a group with files runs: the one that takes
+/// the group over (started by `status`, from an environment without AWS
+/// settings) carries on with the stored S3 endpoint, and deletes the
+/// run's bucket once the group has ended.
+#[test]
+fn a_supervisor_that_takes_a_group_over_deletes_its_bucket_on_aws() {
+    if ready().is_none() {
+        return;
+    }
+    let src = std::env::temp_dir().join(format!("skyc-src-aws-files-kill-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&src);
+    std::fs::create_dir_all(&src).expect("sources");
+    std::fs::write(src.join("input.txt"), "the submitted input\n").expect("input");
+    let yaml = format!(
+        "name: fk\nexecution: parallel\n---\nname: a\n\
+         file_mounts:\n  /var/lib/in.txt: {src}/input.txt\n\
+         run: |\n  cat /var/lib/in.txt\n  until [ -e {src}/release ]; do sleep 0.1; done\n  echo done\n",
+        src = src.display()
+    );
+    let file = src.join("fk.yaml");
+    std::fs::write(&file, yaml).expect("group file");
+    let Some(mut r) = Run::start_at("aws-files-kill", &file, &[], None, true) else {
+        return;
+    };
+    r.until_logged("a-0", "the submitted input");
+    let (bucket, s3) = r.bucket();
+    let listed = r.rt.block_on(s3.list(&bucket)).expect("ListObjectsV2");
+    assert_eq!(
+        listed.map(|l| l.len()),
+        Some(1),
+        "the run's stream is in its bucket"
+    );
+    let pid: i32 = std::fs::read_to_string(r.s.state().join("supervisor.pid"))
+        .expect("supervisor.pid")
+        .trim()
+        .parse()
+        .expect("a pid");
+    let pid = rustix::process::Pid::from_raw(pid).expect("a pid");
+    rustix::process::kill_process(pid, rustix::process::Signal::KILL).expect("SIGKILL");
+    let killed = pid.as_raw_nonzero().get().to_string();
+    let state = r.s.state();
+    r.until("a new supervisor", |_| {
+        std::fs::read_to_string(state.join("supervisor.pid"))
+            .is_ok_and(|p| !p.trim().is_empty() && p.trim() != killed)
+    });
+    std::fs::write(src.join("release"), "").expect("release");
+    let status = r.until("finished", finished);
+    assert_eq!(status["status"], "SUCCEEDED", "{status:#}");
+    let log = r.logs("a-0");
+    assert_eq!(log.matches("the submitted input").count(), 1, "{log}");
+    r.assert_nothing_left();
+    r.assert_bucket_gone();
+    drop(r);
     let _ = std::fs::remove_dir_all(&src);
 }

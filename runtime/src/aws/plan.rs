@@ -441,6 +441,18 @@ impl RunPlan {
         let mut plan = Plan::from_spec(&doc, GroupSpec::from_ir(group, options.grace), &run)
             .map_err(|e| format!("the instance spec: {e}"))?;
         if let Some(files) = options.files.filter(|f| f.any()) {
+            if let Some((m, p)) = files.tasks.iter().flatten().find_map(|m| {
+                let p = files.packs.get(&m.taken.digest)?;
+                (p.bytes > crate::aws::s3::MAX_PUT_BYTES).then_some((m, p))
+            }) {
+                return Err(format!(
+                    "`{}` makes a stream of {:.1} GiB; S3 takes at most 5 GiB in one upload, \
+                     and skyc sends each workdir or file mount whole: split it into several \
+                     mounts, or fetch it in `setup`",
+                    m.source,
+                    p.bytes as f64 / f64::from(1u32 << 30)
+                ));
+            }
             plan.bucket = Some(Bucket {
                 name: crate::aws::control::files::bucket_name(&plan.group),
                 files: crate::files::pack::packed(files),

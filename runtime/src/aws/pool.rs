@@ -96,6 +96,9 @@ impl RunPlan {
     /// the worker like a group's.
     pub fn for_worker(mut self, gid: i64, dir: &Path) -> Result<RunPlan, String> {
         self.plan.run = format!("{}-w{gid}", self.plan.run);
+        if let Some(bucket) = &mut self.plan.bucket {
+            bucket.name = crate::aws::control::files::worker_bucket(&bucket.name, gid);
+        }
         let key = dir.join("id_ed25519");
         let key = if key.exists() && key.with_extension("pub").exists() {
             key

@@ -32,6 +32,9 @@ const CHUNK: usize = 1 << 20;
 /// the tuning's request time plus N at this rate.
 const SLOWEST_BYTES_PER_SEC: u64 = 256 << 10;
 
+/// The largest object one `PutObject` takes (S3's limit).
+pub const MAX_PUT_BYTES: u64 = 5 << 30;
+
 /// SHA-256 of no bytes, as S3 wants a body-less request's signed.
 const EMPTY_SHA256: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
 

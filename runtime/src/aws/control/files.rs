@@ -34,7 +34,8 @@ pub struct RunFiles {
 
 /// A bucket name for a run of `group`: `skyc-{group}-{16 random hex}`,
 /// within S3's rules (3 to 63 lower-case letters, digits and `-`,
-/// starting and ending with a letter or digit).
+/// starting and ending with a letter or digit), with room left for a
+/// pool worker's `-w{group id}` ([`worker_bucket`]).
 pub fn bucket_name(group: &str) -> String {
     use ring::rand::SecureRandom as _;
     let mut bytes = [0u8; 8];
@@ -51,7 +52,7 @@ pub fn bucket_name(group: &str) -> String {
                 '-'
             }
         })
-        .take(36)
+        .take(30)
         .collect();
     g = g.trim_matches('-').to_owned();
     if g.is_empty() {
@@ -59,6 +60,13 @@ pub fn bucket_name(group: &str) -> String {
     } else {
         format!("skyc-{g}-{random}")
     }
+}
+
+/// The bucket of the pool worker that is group `gid`: each worker
+/// uploads its own copy and deletes it when it is retired, so no worker
+/// takes another's files away.
+pub fn worker_bucket(pool_bucket: &str, gid: i64) -> String {
+    format!("{pool_bucket}-w{}", gid.unsigned_abs())
 }
 
 /// The object a snapshot's stream is kept as.
@@ -169,6 +177,8 @@ mod tests {
             assert!(!name.ends_with('-') && name.starts_with("skyc-"), "{name}");
         }
         assert!(bucket_name("Train_Eval").starts_with("skyc-train-eval-"));
+        let worker = worker_bucket(&bucket_name(&"x".repeat(200)), 999_999_999);
+        assert!(worker.len() <= 63, "{worker}");
         assert_ne!(bucket_name("g"), bucket_name("g"));
     }
 }
