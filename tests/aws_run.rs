@@ -874,22 +874,10 @@ fn a_supervisor_killed_mid_run_is_replaced_and_launches_nothing_twice() {
         return;
     };
     r.until_logged("trainer-0", "started");
-    let pid: i32 = std::fs::read_to_string(r.s.state().join("supervisor.pid"))
-        .expect("supervisor.pid")
-        .trim()
-        .parse()
-        .expect("a pid");
-    let pid = rustix::process::Pid::from_raw(pid).expect("a pid");
-    rustix::process::kill_process(pid, rustix::process::Signal::KILL).expect("SIGKILL");
     // `status` starts a new supervisor for the live group (Run::until
     // asks it every pass), from an environment without AWS settings; the
     // trainer ends once it has.
-    let killed = pid.as_raw_nonzero().get().to_string();
-    let state = r.s.state();
-    r.until("a new supervisor", |_| {
-        std::fs::read_to_string(state.join("supervisor.pid"))
-            .is_ok_and(|p| !p.trim().is_empty() && p.trim() != killed)
-    });
+    r.replace_supervisor();
     std::fs::write(s.dir.join("release"), "").expect("release");
     let status = r.until("finished", finished);
     assert_eq!(status["status"], "SUCCEEDED", "{status:#}");
@@ -1692,6 +1680,24 @@ fn relay(dir: &Path, moto: &str) -> String {
 }
 
 impl Run {
+    /// SIGKILLs the supervisor, and follows until `status` has started
+    /// another (from an environment without AWS settings).
+    fn replace_supervisor(&mut self) {
+        let pid: i32 = std::fs::read_to_string(self.s.state().join("supervisor.pid"))
+            .expect("supervisor.pid")
+            .trim()
+            .parse()
+            .expect("a pid");
+        let pid = rustix::process::Pid::from_raw(pid).expect("a pid");
+        rustix::process::kill_process(pid, rustix::process::Signal::KILL).expect("SIGKILL");
+        let killed = pid.as_raw_nonzero().get().to_string();
+        let state = self.s.state();
+        self.until("a new supervisor", |_| {
+            std::fs::read_to_string(state.join("supervisor.pid"))
+                .is_ok_and(|p| !p.trim().is_empty() && p.trim() != killed)
+        });
+    }
+
     /// The run's bucket (from its plan) and a client of the S3 stand-in.
     fn bucket(&self) -> (String, skyc_runtime::aws::s3::S3) {
         let plan: Value = serde_json::from_str(
@@ -1841,19 +1847,7 @@ fn a_supervisor_that_takes_a_group_over_deletes_its_bucket_on_aws() {
         Some(1),
         "the run's stream is in its bucket"
     );
-    let pid: i32 = std::fs::read_to_string(r.s.state().join("supervisor.pid"))
-        .expect("supervisor.pid")
-        .trim()
-        .parse()
-        .expect("a pid");
-    let pid = rustix::process::Pid::from_raw(pid).expect("a pid");
-    rustix::process::kill_process(pid, rustix::process::Signal::KILL).expect("SIGKILL");
-    let killed = pid.as_raw_nonzero().get().to_string();
-    let state = r.s.state();
-    r.until("a new supervisor", |_| {
-        std::fs::read_to_string(state.join("supervisor.pid"))
-            .is_ok_and(|p| !p.trim().is_empty() && p.trim() != killed)
-    });
+    r.replace_supervisor();
     std::fs::write(src.join("release"), "").expect("release");
     let status = r.until("finished", finished);
     assert_eq!(status["status"], "SUCCEEDED", "{status:#}");

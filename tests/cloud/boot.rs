@@ -79,7 +79,7 @@ fn shellcheck_passes_on_every_boot_script() {
 
 /// Runs a boot script's own part (its data and writers, before the
 /// launcher) under bash, writing the node's files to `dir`.
-fn write_node_files(script: &str, dir: &Path, canary: &Path) {
+pub(super) fn write_node_files(script: &str, dir: &Path, canary: &Path) {
     let own = &script[..script.find(LAUNCHER_MARKER).unwrap()];
     std::fs::create_dir_all(dir).unwrap();
     let writer = dir.with_extension("writer.sh");

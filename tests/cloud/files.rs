@@ -12,27 +12,17 @@ use crate::support::snapshots;
 use skyc_compiler::{Options, compile};
 use skyc_runtime::files::take::{Taking, take};
 use skyc_runtime::files::{Snapshots, pack};
-use skyc_targets::cloud::{self, Catalog, Cloud, LAUNCHER_MARKER};
+use skyc_targets::cloud::{self, Catalog, Cloud};
 use skyc_targets::files::{Files, Mount, Pack, Taken};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// Writes the node's files as its boot script does, into `dir`.
+/// Writes the node's files as its boot script does, into `dir`, with the
+/// directories its launcher makes.
 fn write_node_files(script: &str, dir: &Path) {
-    let own = &script[..script.find(LAUNCHER_MARKER).unwrap()];
+    super::boot::write_node_files(script, dir, &dir.join("CANARY"));
     std::fs::create_dir_all(dir.join("files")).unwrap();
     std::fs::create_dir_all(dir.join("workdir")).unwrap();
-    let writer = dir.with_extension("writer.sh");
-    std::fs::write(&writer, own).unwrap();
-    let status = Command::new("bash")
-        .arg("-c")
-        .arg(r#". "$1" && skyc_write_files "$2""#)
-        .arg("bash")
-        .arg(&writer)
-        .arg(dir)
-        .status()
-        .unwrap();
-    assert!(status.success());
 }
 
 /// Sources the node's `files.sh` as the agent does (`set -e`, in a

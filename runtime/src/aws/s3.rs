@@ -10,17 +10,17 @@
 //! as the AWS SDKs do. Bucket names and keys are skyc's own (lower-case
 //! letters, digits, `-`, `.`), so paths need no encoding.
 
-use crate::aws::ec2::client::{Error, Https, SetupError, Tuning, connector, root_cause};
+use crate::aws::ec2::client::{Error, Https, SetupError, Tuning, connector, exchange};
 use crate::aws::ec2::retry;
 use crate::aws::ec2::sigv4::{self, Credentials};
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full, Limited, StreamBody};
+use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Frame;
 use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::rt::TokioExecutor;
 use std::io::{self, Write};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The largest answer read (a listing page is at most 1,000 keys).
 const MAX_BODY: usize = 4 << 20;
@@ -316,24 +316,13 @@ impl S3 {
         };
         let len = body.len() as u64;
         let body = Bytes::from(body);
-        let backoff = self.tuning.backoff;
-        let mut n = 0;
-        loop {
+        retry::retried(self.tuning.backoff, || {
             let full: Body = Full::new(body.clone())
                 .map_err(|never| match never {})
                 .boxed();
-            match self
-                .try_once(action, method, bucket, key, query, (full, len, &sha256))
-                .await
-            {
-                Ok(text) => return Ok(text),
-                Err(e) if retry::is_transient(&e) && n + 1 < backoff.tries.max(1) => {
-                    tokio::time::sleep(backoff.jittered(n)).await;
-                    n += 1;
-                }
-                Err(e) => return Err(e),
-            }
-        }
+            self.try_once(action, method, bucket, key, query, (full, len, &sha256))
+        })
+        .await
     }
 
     async fn try_once(
@@ -390,34 +379,14 @@ impl S3 {
         let req = req
             .body(body)
             .map_err(|e| Error::Request(format!("{action}: {e}")))?;
-        let endpoint = format!("{}://{}", t.scheme, t.host);
-        let unreachable = |why: String| Error::Unreachable {
-            service: "S3",
-            endpoint: endpoint.clone(),
-            why,
-        };
-        let started = Instant::now();
-        let exchange = async {
-            let resp = self
-                .http
-                .request(req)
-                .await
-                .map_err(|e| unreachable(root_cause(&e)))?;
-            let status = resp.status().as_u16();
-            let bytes = Limited::new(resp.into_body(), MAX_BODY)
-                .collect()
-                .await
-                .map_err(|e| unreachable(format!("the answer broke off: {e}")))?
-                .to_bytes();
-            Ok::<_, Error>((status, bytes))
-        };
         let limit = self.tuning.request_timeout + Duration::from_secs(len / SLOWEST_BYTES_PER_SEC);
-        let (status, bytes) = tokio::time::timeout(limit, exchange).await.map_err(|_| {
-            unreachable(format!(
-                "no answer within {} s",
-                started.elapsed().as_secs()
-            ))
-        })??;
+        let (status, bytes) =
+            exchange(&self.http, req, limit, MAX_BODY, |why| Error::Unreachable {
+                service: "S3",
+                endpoint: format!("{}://{}", t.scheme, t.host),
+                why,
+            })
+            .await?;
         let text = String::from_utf8_lossy(&bytes).into_owned();
         if (200..300).contains(&status) {
             return Ok(text);

@@ -264,18 +264,7 @@ impl Ec2 {
     /// Calls `params`' action (its first parameter) and returns the
     /// answer's text, retrying transient failures.
     pub async fn call(&self, params: &[(String, String)]) -> Result<String, Error> {
-        let backoff = self.tuning.backoff;
-        let mut n = 0;
-        loop {
-            match self.try_once(params).await {
-                Ok(body) => return Ok(body),
-                Err(e) if retry::is_transient(&e) && n + 1 < backoff.tries.max(1) => {
-                    tokio::time::sleep(backoff.jittered(n)).await;
-                    n += 1;
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        retry::retried(self.tuning.backoff, || self.try_once(params)).await
     }
 
     async fn try_once(&self, params: &[(String, String)]) -> Result<String, Error> {
@@ -319,34 +308,18 @@ impl Ec2 {
         let req = req
             .body(Full::new(Bytes::from(body)))
             .map_err(|e| Error::Request(format!("{action}: {e}")))?;
-        let unreachable = |why: String| Error::Unreachable {
-            service: "EC2",
-            endpoint: self.endpoint.clone(),
-            why,
-        };
-        let started = Instant::now();
-        let exchange = async {
-            let resp = self
-                .http
-                .request(req)
-                .await
-                .map_err(|e| unreachable(root_cause(&e)))?;
-            let status = resp.status().as_u16();
-            let bytes = Limited::new(resp.into_body(), MAX_BODY)
-                .collect()
-                .await
-                .map_err(|e| unreachable(format!("the answer broke off: {e}")))?
-                .to_bytes();
-            Ok::<_, Error>((status, bytes))
-        };
-        let (status, bytes) = tokio::time::timeout(self.tuning.request_timeout, exchange)
-            .await
-            .map_err(|_| {
-                unreachable(format!(
-                    "no answer within {} s",
-                    started.elapsed().as_secs()
-                ))
-            })??;
+        let (status, bytes) = exchange(
+            &self.http,
+            req,
+            self.tuning.request_timeout,
+            MAX_BODY,
+            |why| Error::Unreachable {
+                service: "EC2",
+                endpoint: self.endpoint.clone(),
+                why,
+            },
+        )
+        .await?;
         let text = String::from_utf8_lossy(&bytes).into_owned();
         if (200..300).contains(&status) {
             return Ok(text);
@@ -370,6 +343,43 @@ impl Ec2 {
             }),
         }
     }
+}
+
+/// Sends `req` and reads its answer, at most `max_body` bytes, all within
+/// `limit`: its status and body. No answer (refused, broken off, too
+/// slow) is `unreachable`'s error.
+pub(crate) async fn exchange<B>(
+    http: &HttpClient<Https, B>,
+    req: http::Request<B>,
+    limit: Duration,
+    max_body: usize,
+    unreachable: impl Fn(String) -> Error,
+) -> Result<(u16, Bytes), Error>
+where
+    B: hyper::body::Body + Send + Unpin + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let started = Instant::now();
+    let exchange = async {
+        let resp = http
+            .request(req)
+            .await
+            .map_err(|e| unreachable(root_cause(&e)))?;
+        let status = resp.status().as_u16();
+        let bytes = Limited::new(resp.into_body(), max_body)
+            .collect()
+            .await
+            .map_err(|e| unreachable(format!("the answer broke off: {e}")))?
+            .to_bytes();
+        Ok::<_, Error>((status, bytes))
+    };
+    tokio::time::timeout(limit, exchange).await.map_err(|_| {
+        unreachable(format!(
+            "no answer within {} s",
+            started.elapsed().as_secs()
+        ))
+    })?
 }
 
 /// The innermost cause of an error ("connection refused").

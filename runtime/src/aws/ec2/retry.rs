@@ -103,6 +103,26 @@ pub fn is_transient(e: &Error) -> bool {
     }
 }
 
+/// `once` until it succeeds, fails for good, or has been tried as often
+/// as `backoff` allows, transient failures apart by its jittered delays.
+pub async fn retried<T, F, Fut>(backoff: crate::backoff::Backoff, mut once: F) -> Result<T, Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, Error>>,
+{
+    let mut n = 0;
+    loop {
+        match once().await {
+            Ok(v) => return Ok(v),
+            Err(e) if is_transient(&e) && n + 1 < backoff.tries.max(1) => {
+                tokio::time::sleep(backoff.jittered(n)).await;
+                n += 1;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
