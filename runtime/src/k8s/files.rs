@@ -15,7 +15,7 @@
 
 use super::exec::{Command, ExecError, PodExec};
 pub use crate::files::pack::{Packed, packed, packs};
-use skyc_targets::k8s::files::{FILL_DONE, FILL_PART};
+use skyc_targets::k8s::files::{FILL_DONE, FILL_HAVE, FILL_PART};
 use std::io::{self, Write};
 use std::path::Path;
 
@@ -64,7 +64,9 @@ pub fn filled(
 }
 
 /// Sends every stream of `packed` to the files pod `pod`, from the
-/// snapshots in `snapshots`.
+/// snapshots in `snapshots`. A stream the pod already serves is not sent
+/// again, and one it has whole parts of goes on from the first part it
+/// lacks (a fill cut short, then tried again).
 pub async fn fill(
     exec: &dyn PodExec,
     namespace: &str,
@@ -73,6 +75,22 @@ pub async fn fill(
     packed: &[Packed],
 ) -> Result<(), FillError> {
     for p in packed {
+        let have = exec
+            .exec(
+                namespace,
+                pod,
+                Command {
+                    argv: script(FILL_HAVE, &p.digest, ""),
+                    stdin: None,
+                },
+            )
+            .await?;
+        let have = have.trim();
+        if have == "done" {
+            continue;
+        }
+        // Whole parts only: the one cut short is sent again.
+        let first = have.parse::<u64>().unwrap_or(0) / PART_BYTES as u64;
         let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<u8>>(1);
         let path = snapshots.join(&p.digest);
         let maker = std::thread::spawn(move || -> io::Result<String> {
@@ -93,6 +111,12 @@ pub async fn fill(
         });
         let mut index = 0;
         while let Some(part) = rx.recv().await {
+            // The stream is made whole all the same: its SHA-256 is
+            // checked against the plan's before it is served.
+            if (index as u64) < first {
+                index += 1;
+                continue;
+            }
             let mib = index * (PART_BYTES >> 20);
             let mut argv = script(FILL_PART, &p.digest, &mib.to_string());
             argv.push(part.len().to_string());

@@ -369,6 +369,20 @@ else
 fi
 "#;
 
+/// First, `sh -c FILL_HAVE sh DIGEST`: what the pod already has of a
+/// stream, so that a fill cut short goes on where it was: `done` when it
+/// is served, else the bytes of its part file (0 when none).
+pub const FILL_HAVE: &str = r#"set -eu
+d="/files/$SKYC_FILES_KEY"
+if [ -e "$d/$1.tar" ]; then
+  echo done
+elif [ -e "$d/$1.part" ]; then
+  wc -c <"$d/$1.part"
+else
+  echo 0
+fi
+"#;
+
 /// Then `sh -c FILL_DONE sh DIGEST SHA256`: the stream is served once
 /// its bytes are the submitted ones.
 pub const FILL_DONE: &str = r#"set -eu

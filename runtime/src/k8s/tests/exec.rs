@@ -39,6 +39,7 @@ impl World {
         let argv = &command.argv;
         // The files pod's filling: its bytes land in its emptyDir.
         let fill = match argv.get(2).map(String::as_str) {
+            Some(skyc_targets::k8s::files::FILL_HAVE) => Some("have"),
             Some(skyc_targets::k8s::files::FILL_PART) => Some("part"),
             Some(skyc_targets::k8s::files::FILL_DONE) => Some("done"),
             _ => None,
@@ -50,6 +51,25 @@ impl World {
             {
                 return Err(ExecError::Gone(format!("pod {name} is not running")));
             }
+            let digest = argv.get(4).cloned().unwrap_or_default();
+            // A pod's files are its own: a new pod of the name has none.
+            let uid = self
+                .get("pods", name)
+                .and_then(|p| p["metadata"]["uid"].as_str())
+                .unwrap_or_default()
+                .to_owned();
+            if script == "have" {
+                return Ok(self.kubelet_exec.have(&uid, &digest));
+            }
+            if script == "part" && self.kubelet_exec.parts_cut_after == Some(0) {
+                self.kubelet_exec.parts_cut_after = None;
+                return Err(ExecError::Failed("the exec's connection was reset".into()));
+            }
+            if script == "part"
+                && let Some(n) = &mut self.kubelet_exec.parts_cut_after
+            {
+                *n -= 1;
+            }
             // A part says how many bytes to read: the input never ends.
             let given = command.stdin.as_ref().map_or(0, Vec::len).to_string();
             if script == "part" && argv.get(6) != Some(&given) {
@@ -59,9 +79,9 @@ impl World {
                 )));
             }
             self.kubelet_exec.fills.push((
-                name.to_owned(),
+                uid,
                 script,
-                argv.get(4).cloned().unwrap_or_default(),
+                digest,
                 argv.get(5).cloned().unwrap_or_default(),
                 command.stdin.as_ref().map_or(0, Vec::len),
             ));

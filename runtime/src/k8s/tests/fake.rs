@@ -820,8 +820,38 @@ pub(super) struct Processes {
     /// Execs answer 404 though the pods run (a proxy's, a misrouted
     /// request's).
     pub(super) stray_404: bool,
-    /// The files pod's fills: pod, script (`part` or `done`), the
+    /// The files pod's fills: pod uid, script (`part` or `done`), the
     /// stream's digest, its argument (the part's MiB, or the SHA-256),
     /// and the input's bytes.
     pub(super) fills: Vec<(String, &'static str, String, String, usize)>,
+    /// After this many more parts, one part's exec fails (a connection
+    /// reset), once.
+    pub(super) parts_cut_after: Option<usize>,
+}
+
+impl Processes {
+    /// What `FILL_HAVE` answers for a stream in the pod of uid `pod`:
+    /// `done` once it is served, else the bytes its parts so far hold
+    /// from the start.
+    pub(super) fn have(&self, pod: &str, digest: &str) -> String {
+        let mine = |f: &&(String, &str, String, String, usize)| f.0 == pod && f.2 == digest;
+        if self.fills.iter().filter(mine).any(|f| f.1 == "done") {
+            return "done".into();
+        }
+        let mut parts: Vec<(usize, usize)> = self
+            .fills
+            .iter()
+            .filter(mine)
+            .filter(|f| f.1 == "part")
+            .map(|f| (f.3.parse::<usize>().unwrap_or(0) << 20, f.4))
+            .collect();
+        parts.sort_unstable();
+        let mut end = 0;
+        for (at, len) in parts {
+            if at <= end {
+                end = end.max(at + len);
+            }
+        }
+        end.to_string()
+    }
 }

@@ -389,6 +389,44 @@ run: python train.py
     assert_eq!(GID, 7);
 }
 
+/// A fill cut short (a part's exec reset) is tried again from the first
+/// part the pod lacks: no part crosses the API server twice, and the
+/// stream is served once.
+#[test]
+fn a_fill_cut_short_goes_on_where_it_was() {
+    let dir = driver::state_dir();
+    let src = dir.join("src");
+    // 20 MiB: three parts.
+    write(&src.join("code/big.bin"), &"y".repeat(20 << 20));
+    let plan = plan_with_files(
+        "name: g\nexecution: parallel\n---\nname: a\nfile_mounts:\n  /code: ./code\nrun: \"true\"\n",
+        &src,
+        &dir,
+    );
+    let fake = Fake::default();
+    fake.world().kubelet_exec.parts_cut_after = Some(1);
+    let mut d = Driver::start_in(dir, fake, plan, driver::tuning(), None);
+    d.cluster(|w| w.run("g-skyc-files"));
+    // The fill is tried again after its backoff.
+    let start = Instant::now();
+    while created(&d).len() < 2 {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{:?}",
+            created(&d)
+        );
+        d.settle();
+    }
+    let fills = d.fake.world().kubelet_exec.fills.clone();
+    let parts: Vec<&str> = fills
+        .iter()
+        .filter(|f| f.1 == "part")
+        .map(|f| f.3.as_str())
+        .collect();
+    assert_eq!(parts, ["0", "8", "16"], "{fills:?}");
+    assert_eq!(fills.iter().filter(|f| f.1 == "done").count(), 1);
+}
+
 /// The files pod lost while the group runs (its node gone): made and
 /// filled again before a node is launched again.
 #[test]
