@@ -55,6 +55,31 @@ skyc_task_ips() {
 }
 
 skyc_status agent start
+
+# The task's files (docs/targets/cloud.md, "Code and data"): files.sh,
+# written only for a task that has some, fetches, checks and places them.
+# Placed as soon as their URLs are here: they come with the secrets, at
+# the runtime's first visit (the hosts file may come much later), and a
+# URL lasts only as long as the credentials that signed it.
+skyc_files_failure=""
+skyc_files_placed=0
+skyc_place_files() {
+    local skyc_digest
+    for skyc_digest in ${skyc_files:-}; do
+        [ -e "$skyc_dir/files/$skyc_digest.url" ] || return 0
+    done
+    skyc_files_placed=1
+    [ -f "$skyc_dir/files.sh" ] || return 0
+    skyc_status files fetch
+    # shellcheck source=/dev/null
+    if (set -e; . "$skyc_dir/files.sh") >>"$skyc_dir/setup.log" 2>&1; then
+        skyc_status files ready
+    else
+        skyc_files_failure="skyc: the task's files could not be put in place"
+    fi
+    rm -f -- "$skyc_dir"/files/*.tar "$skyc_dir"/files/*.part
+}
+
 # The inputs only the runtime can deliver, waited for together: the hosts
 # file (when the task has several nodes, or the group's hostnames are on),
 # one file per secret, and the URL of each snapshot of the task's files.
@@ -72,6 +97,7 @@ while :; do
     for skyc_digest in ${skyc_files:-}; do
         [ -e "$skyc_dir/files/$skyc_digest.url" ] || skyc_missing="$skyc_missing files/$skyc_digest.url"
     done
+    [ "$skyc_files_placed" = 1 ] || skyc_place_files
     [ -z "$skyc_missing" ] && break
     if [ "$skyc_waited" -ge "$skyc_wait_secs" ]; then break; fi
     sleep 1
@@ -96,6 +122,7 @@ for skyc_digest in ${skyc_files:-}; do
     [ -e "$skyc_dir/files/$skyc_digest.url" ] ||
         skyc_failure="skyc: the runtime did not deliver where to fetch the task's files ($skyc_dir/files/$skyc_digest.url) within $skyc_wait_secs s"
 done
+[ -z "$skyc_files_failure" ] || skyc_failure=$skyc_files_failure
 
 skyc_keeper=""
 if [ "$skyc_need_hosts" = 1 ] && [ "$skyc_hostnames" != off ]; then
@@ -172,18 +199,6 @@ if [ -z "$skyc_failure" ] && [ -n "$skyc_git_url" ]; then
             ! git -C "$skyc_dir/workdir" checkout --quiet --end-of-options "$skyc_git_ref" -- >>"$skyc_dir/setup.log" 2>&1; }; then
         skyc_failure="skyc: cloning the git workdir failed"
     fi
-fi
-# The task's files (docs/targets/cloud.md, "Code and data"): files.sh,
-# written only for a task that has some, fetches, checks and places them.
-if [ -z "$skyc_failure" ] && [ -f "$skyc_dir/files.sh" ]; then
-    skyc_status files fetch
-    # shellcheck source=/dev/null
-    if (set -e; . "$skyc_dir/files.sh") >>"$skyc_dir/setup.log" 2>&1; then
-        skyc_status files ready
-    else
-        skyc_failure="skyc: the task's files could not be put in place"
-    fi
-    rm -f -- "$skyc_dir"/files/*.tar "$skyc_dir"/files/*.part
 fi
 
 # A pool's worker (skyc_hold=1) holds after a setup that ended well and
