@@ -25,12 +25,13 @@ fn write_node_files(script: &str, dir: &Path) {
     std::fs::create_dir_all(dir.join("workdir")).unwrap();
 }
 
-/// Sources the node's `files.sh` as the agent does (`set -e`, in a
-/// subshell, HOME given): its output, and whether it succeeded.
+/// Sources the node's `files.sh` as the agent does (in a subshell, in an
+/// `if`, where `set -e` would not hold: each line must end it on
+/// failure; HOME given): its output, and whether it succeeded.
 fn place(node: &Path, home: &Path) -> (bool, String) {
     let out = Command::new("bash")
         .arg("-c")
-        .arg(r#"skyc_dir=$1; (set -e; . "$skyc_dir/files.sh")"#)
+        .arg(r#"skyc_dir=$1; if (. "$skyc_dir/files.sh"); then exit 0; else exit 1; fi"#)
         .arg("bash")
         .arg(node)
         .env("HOME", home)
@@ -81,7 +82,7 @@ fn files_land_at_their_destinations_byte_for_byte() {
     // newline; one under `~` with a space; the workdir.
     let hostile = t.join("dst/it's \"$(touch CANARY)\"\nx");
     let yaml = format!(
-        "name: files\n---\nname: a\nworkdir: {code}\nfile_mounts:\n  {hostile}: {code}\n  \"~/my data/blob.bin\": {data}\nrun: \"true\"\n",
+        "name: files\n---\nname: a\nworkdir: {code}\nfile_mounts:\n  {hostile}: {code}\n  \"~/my data/blob.bin\": {data}\n  ~/sky_workdir/in/blob.bin: {data}\nrun: \"true\"\n",
         code = code.display(),
         hostile = serde_json::to_string(&hostile.display().to_string()).unwrap(),
         data = src.join("data.bin").display(),
@@ -131,6 +132,12 @@ fn files_land_at_their_destinations_byte_for_byte() {
     assert!(ok, "{out}");
     let sources = tree(&code);
     assert_eq!(sources.len(), 2);
+    // A mount under `~/sky_workdir` lands in the workdir.
+    assert_eq!(
+        std::fs::read(node.join("workdir/in/blob.bin")).unwrap(),
+        blob
+    );
+    std::fs::remove_dir_all(node.join("workdir/in")).unwrap();
     assert_eq!(tree(&node.join("workdir")), sources);
     assert_eq!(tree(&hostile), sources);
     assert_eq!(std::fs::read(home.join("my data/blob.bin")).unwrap(), blob);

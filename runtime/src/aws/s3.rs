@@ -391,15 +391,10 @@ impl S3 {
         if (200..300).contains(&status) {
             return Ok(text);
         }
-        let (code, message, request_id) = error(&text).unwrap_or_else(|| {
-            // A HEAD, or a proxy's page: the status says what it can.
-            let code = match status {
-                404 if key.is_none() => "NoSuchBucket",
-                404 => "NoSuchKey",
-                _ => "",
-            };
-            (code.to_owned(), text.chars().take(200).collect(), None)
-        });
+        // Without S3's error document (a proxy's page, a wrong endpoint)
+        // there is no code: a 404 is not taken for a bucket gone.
+        let (code, message, request_id) =
+            error(&text).unwrap_or_else(|| (String::new(), text.chars().take(200).collect(), None));
         Err(Error::Api {
             service: "S3",
             action: action.to_owned(),

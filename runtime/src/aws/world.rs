@@ -25,6 +25,9 @@ pub struct World {
     /// The keys of the run's files' bucket, when it exists
     /// ([`crate::aws::control::files`]).
     pub bucket: Option<Vec<String>>,
+    /// Why S3 could not be read this pass: the bucket is then neither
+    /// filled, deleted nor taken for gone, and EC2's part goes on.
+    pub bucket_unread: Option<String>,
 }
 
 /// The run's security group.

@@ -71,13 +71,17 @@ skyc_place_files() {
     skyc_files_placed=1
     [ -f "$skyc_dir/files.sh" ] || return 0
     skyc_status files fetch
+    # Each line of files.sh exits the subshell when it fails; the URLs
+    # (each one a read of its object for a while) go with the streams.
     # shellcheck source=/dev/null
-    if (set -e; . "$skyc_dir/files.sh") >>"$skyc_dir/setup.log" 2>&1; then
+    (. "$skyc_dir/files.sh") >>"$skyc_dir/setup.log" 2>&1
+    local skyc_code=$?
+    rm -f -- "$skyc_dir"/files/*.tar "$skyc_dir"/files/*.part "$skyc_dir"/files/*.url
+    if [ "$skyc_code" = 0 ]; then
         skyc_status files ready
     else
         skyc_files_failure="skyc: the task's files could not be put in place"
     fi
-    rm -f -- "$skyc_dir"/files/*.tar "$skyc_dir"/files/*.part
 }
 
 # The inputs only the runtime can deliver, waited for together: the hosts
@@ -94,10 +98,13 @@ while :; do
     for skyc_secret in $skyc_secrets; do
         [ -e "$skyc_dir/secrets/$skyc_secret" ] || skyc_missing="$skyc_missing secrets/$skyc_secret"
     done
-    for skyc_digest in ${skyc_files:-}; do
-        [ -e "$skyc_dir/files/$skyc_digest.url" ] || skyc_missing="$skyc_missing files/$skyc_digest.url"
-    done
-    [ "$skyc_files_placed" = 1 ] || skyc_place_files
+    if [ "$skyc_files_placed" = 0 ]; then
+        skyc_place_files
+        for skyc_digest in ${skyc_files:-}; do
+            [ "$skyc_files_placed" = 1 ] || [ -e "$skyc_dir/files/$skyc_digest.url" ] ||
+                skyc_missing="$skyc_missing files/$skyc_digest.url"
+        done
+    fi
     [ -z "$skyc_missing" ] && break
     if [ "$skyc_waited" -ge "$skyc_wait_secs" ]; then break; fi
     sleep 1
@@ -118,10 +125,9 @@ for skyc_secret in $skyc_secrets; do
     [ -e "$skyc_dir/secrets/$skyc_secret" ] ||
         skyc_failure="skyc: secret $skyc_secret was not delivered to $skyc_dir/secrets/$skyc_secret"
 done
-for skyc_digest in ${skyc_files:-}; do
-    [ -e "$skyc_dir/files/$skyc_digest.url" ] ||
-        skyc_failure="skyc: the runtime did not deliver where to fetch the task's files ($skyc_dir/files/$skyc_digest.url) within $skyc_wait_secs s"
-done
+if [ "$skyc_files_placed" = 0 ] && [ -n "${skyc_files:-}" ]; then
+    skyc_failure="skyc: the runtime did not deliver where to fetch the task's files ($skyc_dir/files/*.url) within $skyc_wait_secs s"
+fi
 [ -z "$skyc_files_failure" ] || skyc_failure=$skyc_files_failure
 
 skyc_keeper=""

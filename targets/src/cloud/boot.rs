@@ -278,15 +278,17 @@ fn places(node: &Node) -> Result<Option<String>, Unrepresentable> {
         let kind = if m.taken.dir { "dir" } else { "file" };
         let _ = writeln!(
             s,
-            "skyc_place {} {} {kind} {}",
+            "skyc_place {} {} {kind} {} || exit 1",
             m.taken.digest,
             pack.sha256,
             destination(m)
         );
-    }
-    if mounts.iter().any(|m| m.workdir) {
-        let home = under_home(WORKDIR).unwrap_or_default();
-        let _ = writeln!(s, "skyc_link_workdir \"$HOME\"/{}", quote(home));
+        // Right after the workdir, so that a mount under `~/sky_workdir`
+        // lands in it.
+        if m.workdir {
+            let home = under_home(WORKDIR).unwrap_or_default();
+            let _ = writeln!(s, "skyc_link_workdir \"$HOME\"/{} || exit 1", quote(home));
+        }
     }
     Ok(Some(s))
 }

@@ -1,6 +1,6 @@
 # shellcheck shell=bash disable=SC2154 # skyc_dir is the agent's
 # skyc node files: sourced by the node agent (agent.sh) before setup, in a
-# subshell with `set -e`, when the node's task has files
+# subshell whose every `skyc_place` line exits it on failure, when the node's task has files
 # (docs/targets/cloud.md, "Code and data"). Its `skyc_place` lines, after
 # these functions, place each snapshot: fetched once from the URL the
 # runtime delivered (files/DIGEST.url: S3, presigned), checked against
@@ -10,7 +10,9 @@
 # streams once everything is placed.
 skyc_get() {
     if command -v curl >/dev/null 2>&1; then
-        curl -fsS --connect-timeout 20 --retry 5 --retry-connrefused --retry-delay 2 -o "$2" -- "$1"
+        # A transfer slower than 1 KiB/s for a minute is given up on.
+        curl -fsS --connect-timeout 20 --speed-limit 1024 --speed-time 60 \
+            --retry 5 --retry-connrefused --retry-delay 2 -o "$2" -- "$1"
     else
         wget -q -T 60 -t 5 -O "$2" -- "$1"
     fi
@@ -34,11 +36,16 @@ skyc_place() {
     local skyc_tar="$skyc_dir/files/$1.tar" skyc_tmp
     [ -e "$skyc_tar" ] || skyc_fetch "$1" "$2" || return 1
     if [ "$3" = dir ]; then
-        mkdir -p -- "$4" && tar -x -f "$skyc_tar" -C "$4"
+        # Directories already there keep their modes and times.
+        mkdir -p -- "$4" && tar -x --no-overwrite-dir -f "$skyc_tar" -C "$4"
     else
+        if [ -d "$4" ] && [ ! -L "$4" ]; then
+            echo "skyc: $4 is a directory: a file mount does not replace it" >&2
+            return 1
+        fi
         skyc_tmp=$(mktemp -d "$skyc_dir/files/place.XXXXXX") || return 1
         tar -x -f "$skyc_tar" -C "$skyc_tmp" && mkdir -p -- "$(dirname -- "$4")" &&
-            rm -rf -- "$4" && mv -f -- "$skyc_tmp/file" "$4"
+            rm -f -- "$4" && mv -f -- "$skyc_tmp/file" "$4"
         local skyc_code=$?
         rm -rf -- "$skyc_tmp"
         return "$skyc_code"

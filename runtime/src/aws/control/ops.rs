@@ -99,6 +99,7 @@ pub async fn world(ec2: &Ec2, plan: &Plan) -> Result<World, Error> {
         network: find_network(ec2, plan).await?,
         // S3's part (`pass::world`).
         bucket: None,
+        bucket_unread: None,
     })
 }
 

@@ -71,6 +71,10 @@ pub async fn pass(
         }
     };
     out.reports.extend(observe(plan, &world, goal, outcomes));
+    if let Some(why) = &world.bucket_unread {
+        out.reports
+            .push(Report::Error(format!("the run's files: {why}")));
+    }
     let ops = reconcile(plan, &world, goal);
     for op in &ops {
         match ops::apply(ec2, files, plan, &world, op).await {
@@ -98,7 +102,10 @@ pub async fn pass(
 /// The run as EC2 and S3 show it.
 pub async fn world(ec2: &Ec2, files: Option<&RunFiles>, plan: &Plan) -> Result<World, Error> {
     let mut world = ops::world(ec2, plan).await?;
-    world.bucket = files::observe(files, plan).await?;
+    match files::observe(files, plan).await {
+        Ok(bucket) => world.bucket = bucket,
+        Err(e) => world.bucket_unread = Some(e.to_string()),
+    }
     Ok(world)
 }
 

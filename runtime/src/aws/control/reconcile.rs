@@ -76,7 +76,7 @@ pub fn reconcile(plan: &Plan, world: &World, goal: &Goal) -> Vec<Op> {
         ops.push(Op::Terminate { ids: terminate });
     }
     if everything_ends {
-        if world.bucket.is_some() {
+        if world.bucket.is_some() && world.bucket_unread.is_none() {
             ops.push(Op::DeleteFiles);
         }
         if world.network.is_some() && world.remaining().next().is_none() {
@@ -115,7 +115,8 @@ pub fn reconcile(plan: &Plan, world: &World, goal: &Goal) -> Vec<Op> {
         if !network {
             ops.push(Op::EnsureNetwork);
         }
-        if !files {
+        // Unread, the bucket is not filled blind: the next pass reads it.
+        if !files && world.bucket_unread.is_none() {
             ops.push(Op::UploadFiles);
         }
         if network && files {
@@ -142,5 +143,6 @@ pub fn settled(world: &World, goal: &Goal) -> bool {
     goal.end.is_some()
         && world.network.is_none()
         && world.bucket.is_none()
+        && world.bucket_unread.is_none()
         && world.remaining().next().is_none()
 }

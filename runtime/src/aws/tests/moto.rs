@@ -222,6 +222,7 @@ fn a_network_still_in_use_is_not_taken_as_deleted() {
             ready: true,
         }),
         bucket: None,
+        bucket_unread: None,
     };
     let took = rt
         .block_on(ops::apply(&ec2, None, &p, &world, &Op::DeleteNetwork))

@@ -954,3 +954,74 @@ fn a_plan_refuses_a_spec_of_the_other_execution() {
     assert!(err.contains("`execution`"), "{err}");
     assert_eq!(group.spec.execution, crate::policy::Execution::Parallel);
 }
+
+/// A run with files: launches wait for a complete bucket; a bucket S3
+/// could not be read is neither filled, deleted nor taken for gone, and
+/// EC2's part goes on (the network is made, instances terminated).
+#[test]
+fn launches_wait_for_the_files_and_an_unread_bucket_blocks_only_the_files() {
+    use crate::aws::plan::Bucket;
+    use crate::files::pack::Packed;
+    let mut p = plan(GROUP, "r1");
+    p.bucket = Some(Bucket {
+        name: "skyc-g-0123456789abcdef".into(),
+        files: vec![Packed {
+            digest: "ab".into(),
+            sha256: "cd".into(),
+            bytes: 10240,
+        }],
+        tasks: vec![vec!["ab".into()]; p.spec.tasks.len()],
+    });
+    let mut d = Driven::start(&p);
+    let ready = Some(Network {
+        id: "sg-1".into(),
+        ready: true,
+    });
+    let world = |bucket: Option<Vec<String>>, unread: Option<&str>| World {
+        instances: Vec::new(),
+        network: ready.clone(),
+        bucket,
+        bucket_unread: unread.map(str::to_owned),
+    };
+    let goal = Goal::from_engine(&d.engine);
+    let launches = |ops: &[Op]| {
+        ops.iter()
+            .filter(|o| matches!(o, Op::Launch { .. }))
+            .count()
+    };
+    // No bucket yet: uploaded first, nothing launched.
+    let ops = reconcile(&p, &world(None, None), &goal);
+    assert_eq!(ops, [Op::UploadFiles]);
+    // A part of it: the rest uploaded, nothing launched.
+    let ops = reconcile(&p, &world(Some(vec![]), None), &goal);
+    assert_eq!(ops, [Op::UploadFiles]);
+    // Unread: neither upload nor launch, until it is read.
+    let ops = reconcile(
+        &p,
+        &world(None, Some("S3 refused ListObjectsV2: AccessDenied")),
+        &goal,
+    );
+    assert!(ops.is_empty(), "{ops:?}");
+    // Complete: every node launched.
+    let ops = reconcile(&p, &world(Some(vec!["ab.tar".into()]), None), &goal);
+    assert_eq!(
+        launches(&ops),
+        goal.tasks.iter().map(|t| t.live.len()).sum::<usize>()
+    );
+    // Cancelled: the bucket deleted once read, and only then settled.
+    d.handle(Event::CancelRequested);
+    let goal = Goal::from_engine(&d.engine);
+    let ops = reconcile(&p, &world(Some(vec!["ab.tar".into()]), None), &goal);
+    assert!(ops.contains(&Op::DeleteFiles), "{ops:?}");
+    let unread = world(None, Some("no answer"));
+    assert!(!reconcile(&p, &unread, &goal).contains(&Op::DeleteFiles));
+    let mut gone = world(None, None);
+    gone.network = None;
+    let mut unread = unread;
+    unread.network = None;
+    // Once the group has ended, it settles only with the bucket seen gone.
+    let mut ended = goal.clone();
+    ended.end = Some(Status::Cancelled);
+    assert!(settled(&gone, &ended));
+    assert!(!settled(&unread, &ended));
+}
