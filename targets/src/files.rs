@@ -78,6 +78,18 @@ impl Files {
         self.tasks.get(task).map_or(&[], Vec::as_slice)
     }
 
+    /// The snapshots task `task`'s nodes fetch: each digest once, sorted.
+    pub fn digests_of(&self, task: usize) -> Vec<&str> {
+        let mut digests: Vec<&str> = self
+            .of(task)
+            .iter()
+            .map(|m| m.taken.digest.as_str())
+            .collect();
+        digests.sort_unstable();
+        digests.dedup();
+        digests
+    }
+
     /// Whether any task has files.
     pub fn any(&self) -> bool {
         self.tasks.iter().any(|t| !t.is_empty())

@@ -457,13 +457,7 @@ impl RunPlan {
                 name: crate::aws::control::files::bucket_name(&plan.group),
                 files: crate::files::pack::packed(files),
                 tasks: (0..group.tasks.len())
-                    .map(|i| {
-                        let mut d: Vec<String> =
-                            files.of(i).iter().map(|m| m.taken.digest.clone()).collect();
-                        d.sort();
-                        d.dedup();
-                        d
-                    })
+                    .map(|i| files.digests_of(i).into_iter().map(str::to_owned).collect())
                     .collect(),
             });
         }

@@ -194,13 +194,11 @@ impl S3 {
                 self.region
             )
         };
-        match self
-            .call("CreateBucket", "PUT", bucket, None, &[], body.into_bytes())
-            .await
-        {
-            Err(e) if e.code() == Some("BucketAlreadyOwnedByYou") => Ok(()),
-            other => other.map(drop),
-        }
+        already_done(
+            self.call("CreateBucket", "PUT", bucket, None, &[], body.into_bytes())
+                .await,
+            "BucketAlreadyOwnedByYou",
+        )
     }
 
     /// Every object of `bucket`, or `None` when there is no such bucket.
@@ -240,24 +238,20 @@ impl S3 {
 
     /// Deletes one object (one already gone is deleted).
     pub async fn delete_object(&self, bucket: &str, key: &str) -> Result<(), Error> {
-        match self
-            .call("DeleteObject", "DELETE", bucket, Some(key), &[], Vec::new())
-            .await
-        {
-            Err(e) if e.code() == Some("NoSuchBucket") => Ok(()),
-            other => other.map(drop),
-        }
+        already_done(
+            self.call("DeleteObject", "DELETE", bucket, Some(key), &[], Vec::new())
+                .await,
+            "NoSuchBucket",
+        )
     }
 
     /// Deletes an empty bucket (one already gone is deleted).
     pub async fn delete_bucket(&self, bucket: &str) -> Result<(), Error> {
-        match self
-            .call("DeleteBucket", "DELETE", bucket, None, &[], Vec::new())
-            .await
-        {
-            Err(e) if e.code() == Some("NoSuchBucket") => Ok(()),
-            other => other.map(drop),
-        }
+        already_done(
+            self.call("DeleteBucket", "DELETE", bucket, None, &[], Vec::new())
+                .await,
+            "NoSuchBucket",
+        )
     }
 
     /// Uploads `bytes` bytes written by `source`, whose SHA-256 is
@@ -403,6 +397,15 @@ impl S3 {
             message,
             request_id,
         })
+    }
+}
+
+/// A call's outcome, where S3's error `code` says it is already done (a
+/// bucket made before, gone already).
+fn already_done(result: Result<String, Error>, code: &str) -> Result<(), Error> {
+    match result {
+        Err(e) if e.code() == Some(code) => Ok(()),
+        other => other.map(drop),
     }
 }
 

@@ -229,13 +229,7 @@ fn settings(node: &Node) -> Result<String, Unrepresentable> {
     set("git_ref", git_ref);
     set("wait_secs", &number(WAIT_SECS as f64));
     // The snapshots the node fetches (hex digests), each once.
-    let mut digests: Vec<&str> = files
-        .map_or(&[][..], |f| f.of(index))
-        .iter()
-        .map(|m| m.taken.digest.as_str())
-        .collect();
-    digests.sort_unstable();
-    digests.dedup();
+    let digests = files.map(|f| f.digests_of(index)).unwrap_or_default();
     if !digests.is_empty() {
         set("files", &digests.join(" "));
     }
