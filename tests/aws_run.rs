@@ -1766,6 +1766,16 @@ fn code_and_data_reach_every_node_on_aws_and_their_bucket_goes_with_the_group() 
         ("sub/cfg.json", sha256sum(&src.join("code/sub/cfg.json"))),
         ("blob", sha256sum(&src.join("data.bin"))),
     ];
+    // A dataset in a bucket of the user's, copied to the reader.
+    let dataset = format!("skyc-aws-dataset-{}", std::process::id());
+    let objects: [(&str, Vec<u8>); 2] = [
+        (
+            "train/a.bin",
+            (0..2_000_000u32).map(|i| (i % 249) as u8).collect(),
+        ),
+        ("train/sub/b c.bin", b"second shard".to_vec()),
+    ];
+    put_objects(&dataset, &objects);
     let yaml = format!(
         "name: files\nexecution: parallel\n---\nname: trainer\nnum_nodes: 2\n\
          workdir: {src}/code\n\
@@ -1773,7 +1783,8 @@ fn code_and_data_reach_every_node_on_aws_and_their_bucket_goes_with_the_group() 
          run: |\n  echo \"pwd=$(pwd)\"\n  sha256sum train.py sub/cfg.json ~/sky_workdir/train.py\n\
          \x20 sha256sum /var/lib/code/train.py ~/data/blob.bin\n  echo written > train.py\n\
          ---\nname: reader\nfile_mounts:\n  /var/lib/in/blob.bin: {src}/data.bin\n\
-         run: sha256sum /var/lib/in/blob.bin\n",
+         \x20 /var/lib/ds: s3://{dataset}/train\n\
+         run: sha256sum /var/lib/in/blob.bin /var/lib/ds/a.bin '/var/lib/ds/sub/b c.bin'\n",
         src = src.display()
     );
     let file = src.join("files.yaml");
@@ -1808,11 +1819,55 @@ fn code_and_data_reach_every_node_on_aws_and_their_bucket_goes_with_the_group() 
         log.contains(&format!("{}  /var/lib/in/blob.bin", want[2].1)),
         "{log}"
     );
+    for (key, bytes) in &objects {
+        let path = format!("/var/lib/ds/{}", key.trim_start_matches("train/"));
+        let sum = skyc_runtime::files::tar::sha256(bytes);
+        assert!(log.contains(&format!("{sum}  {path}")), "{path}: {log}");
+    }
     r.assert_nothing_left();
-    // The bucket, and everything in it, went with the group.
+    // The bucket, and everything in it, went with the group; the user's
+    // dataset stays as it was.
     r.assert_bucket_gone();
+    assert_eq!(
+        r.rt.block_on(r.bucket().1.list(&dataset))
+            .expect("ListObjectsV2")
+            .map(|l| l.len()),
+        Some(objects.len())
+    );
     drop(r);
     let _ = std::fs::remove_dir_all(&src);
+}
+
+/// Makes `bucket` on the S3 stand-in holding `objects`: a user's own.
+fn put_objects(bucket: &str, objects: &[(&str, Vec<u8>)]) {
+    let moto = std::env::var("SKYC_MOTO_ENDPOINT").expect("the stand-in");
+    let s3 = skyc_runtime::aws::s3::S3::new(
+        Some(&moto),
+        "us-east-1",
+        skyc_runtime::aws::ec2::sigv4::Credentials {
+            access_key_id: "AKIDSKYCTEST".into(),
+            secret_access_key: "skyc-test-secret".into(),
+            session_token: None,
+        },
+        Tuning::default(),
+    )
+    .expect("S3 client");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        s3.create_bucket(bucket).await.expect("CreateBucket");
+        for (key, bytes) in objects {
+            let sha = skyc_runtime::files::tar::sha256(bytes);
+            let data = bytes.clone();
+            let source: skyc_runtime::aws::s3::Source =
+                std::sync::Arc::new(move |w: &mut dyn std::io::Write| w.write_all(&data));
+            s3.put_object(bucket, key, bytes.len() as u64, &sha, source)
+                .await
+                .expect("PutObject");
+        }
+    });
 }
 
 /// A supervisor killed while a group with files runs: the one that takes

@@ -52,13 +52,13 @@ fn listing(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
 /// (whose compute nodes see the cargo target directory, where its
 /// scratch directories are).
 #[derive(Clone, Copy, PartialEq)]
-enum Target {
+pub(crate) enum Target {
     Local,
     Slurm,
 }
 
 impl Target {
-    fn scratch(self, name: &str) -> Scratch {
+    pub(crate) fn scratch(self, name: &str) -> Scratch {
         match self {
             Target::Local => Scratch::new(name),
             Target::Slurm => Scratch::under(
@@ -75,7 +75,7 @@ impl Target {
         }
     }
 
-    fn run(self, s: &Scratch, file: &str) -> std::process::Command {
+    pub(crate) fn run(self, s: &Scratch, file: &str) -> std::process::Command {
         let mut cmd = s.skyc(&["run", file]);
         cmd.args(self.args());
         cmd

@@ -27,3 +27,4 @@ mod slurm_pipeline_run;
 mod slurm_pools;
 mod slurm_run;
 mod slurm_step;
+mod storage;

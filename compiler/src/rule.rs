@@ -109,6 +109,8 @@ rules! {
     SpecialFileInSource = "special-file-in-source", Error, "A socket, device or pipe under a source: it cannot be copied.";
     SymlinkLeavesSource = "symlink-leaves-source", Error, "A symbolic link under a source that points outside it.";
     FilesTooLarge = "files-too-large", Error, "A submission's files, together, above the size limit.";
+    MissingBucketSource = "missing-bucket-source", Error, "A bucket, or a path in one, that a file mount copies and that does not exist.";
+    UnreadableBucketSource = "unreadable-bucket-source", Error, "A bucket a file mount copies that cannot be read (credentials, access, region, a key that is no path).";
     // Volumes: a volume file, and the volumes tasks mount.
     InvalidVolumeFile = "invalid-volume-file", Error, "A volume file SkyPilot's loader refuses beyond its schema.";
     UnknownVolume = "unknown-volume", Error, "A task mounts a volume the target does not have.";

@@ -22,7 +22,8 @@
 //! the state directory, and atomic writes), [`backoff`] (waiting before
 //! asking again), [`outbox`] (reports from a backend's threads to the
 //! supervisor's loop). [`secrets`] gives tasks their secrets on every
-//! target.
+//! target; [`files`] their code and data, and [`storage`] the buckets
+//! they copy.
 
 pub mod aws;
 pub mod backend;
@@ -38,6 +39,7 @@ pub mod pool;
 pub mod registry;
 pub mod secrets;
 pub mod slurm;
+pub mod storage;
 pub mod store;
 pub mod supervisor;
 pub mod volumes;

@@ -200,9 +200,11 @@ pub(crate) fn packed(
     result
 }
 
-/// What `build --target files` shows: per task, each mount as a run would
-/// send it (read and digested, not kept), the volumes it needs, and the
-/// mounts this target does not send (buckets).
+/// What `build --target files` shows: per task, each local mount as a run
+/// would send it (read and digested, not kept), the volumes it needs, and
+/// the buckets it names, each with its mode and what a run does with it
+/// (copied at submission with the files, or not applied yet); a bucket is
+/// not read here.
 pub(crate) fn review(group: &Group) -> Result<(serde_json::Value, Vec<Diagnostic>), String> {
     let (files, diagnostics) = read(group, None)?;
     let tasks: Vec<serde_json::Value> = group
@@ -213,12 +215,19 @@ pub(crate) fn review(group: &Group) -> Result<(serde_json::Value, Vec<Diagnostic
             let elsewhere: Vec<serde_json::Value> = task
                 .file_mounts
                 .iter()
-                .filter(|m| !take::delivered(m))
-                .map(|m| {
+                .filter_map(|m| Some((m, skyc_targets::storage::bucket(m)?)))
+                .map(|(m, bucket)| {
+                    let run = if skyc_targets::storage::copied(m).is_some() {
+                        "copied with the files when submitted"
+                    } else {
+                        "not applied"
+                    };
                     serde_json::json!({
                         "destination": m.destination,
                         "source": m.source,
                         "storage": m.storage,
+                        "mode": bucket.mode.name(),
+                        "run": run,
                     })
                 })
                 .collect();

@@ -32,9 +32,23 @@ pub fn under_home(destination: &str) -> Option<&str> {
 /// entries are its tree's).
 pub const TAR_FILE_ENTRY: &str = "file";
 
-/// Whether a file mount is a local source, which a run delivers (else a
-/// bucket or SkyPilot Storage, which it does not yet).
+/// Whether a run delivers a file mount with the task's files: a local
+/// source, or a bucket copied through them ([`crate::storage::copied`]);
+/// other buckets and SkyPilot Storage it does not yet.
 pub fn delivered(mount: &skyc_compiler::ir::FileMount) -> bool {
+    local(mount) || crate::storage::copied(mount).is_some()
+}
+
+/// Whether `mounts` (a task's, as a submission took them) carry `mount`:
+/// a run delivers it.
+pub fn carries(mounts: &[Mount], mount: &skyc_compiler::ir::FileMount) -> bool {
+    mounts
+        .iter()
+        .any(|m| !m.workdir && m.destination == mount.destination)
+}
+
+/// Whether a file mount's source is a local path.
+pub fn local(mount: &skyc_compiler::ir::FileMount) -> bool {
     mount.storage.is_none()
         && mount
             .source

@@ -7,6 +7,7 @@ pub mod files;
 pub mod k8s;
 pub mod shell;
 pub mod slurm;
+pub mod storage;
 
 use skyc_compiler::ir::Group;
 use skyc_compiler::{Diagnostic, Rule};

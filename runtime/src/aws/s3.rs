@@ -7,8 +7,11 @@
 //! AWS's own endpoint is addressed virtual-hosted style
 //! (`https://BUCKET.s3.REGION.amazonaws.com/KEY`); a configured endpoint
 //! (`AWS_ENDPOINT_URL_S3`, a stand-in) path style (`ENDPOINT/BUCKET/KEY`),
-//! as the AWS SDKs do. Bucket names and keys are skyc's own (lower-case
-//! letters, digits, `-`, `.`), so paths need no encoding.
+//! as the AWS SDKs do. Keys are URI-encoded a path segment at a time, as
+//! SigV4 signs them for S3.
+//!
+//! Users' buckets are read too (`file_mounts` copied from S3): a listing
+//! under a prefix, and objects downloaded to files.
 
 use crate::aws::ec2::client::{Error, Https, SetupError, Tuning, connector, exchange};
 use crate::aws::ec2::retry;
@@ -130,7 +133,12 @@ impl S3 {
     }
 
     fn target(&self, bucket: &str, key: Option<&str>) -> Target {
-        let key = key.unwrap_or("");
+        let key = key
+            .unwrap_or("")
+            .split('/')
+            .map(sigv4::encode)
+            .collect::<Vec<_>>()
+            .join("/");
         match &self.endpoint {
             Some((scheme, host, prefix)) => Target {
                 scheme: scheme.clone(),
@@ -203,11 +211,26 @@ impl S3 {
 
     /// Every object of `bucket`, or `None` when there is no such bucket.
     pub async fn list(&self, bucket: &str) -> Result<Option<Vec<Object>>, Error> {
+        // Bounded whatever S3 answers: a run's bucket holds its snapshots.
+        self.list_under(bucket, "", 100).await
+    }
+
+    /// The objects of `bucket` whose keys start with `prefix`, in key
+    /// order, at most `pages` pages of 1,000; `None` when there is no
+    /// such bucket.
+    pub async fn list_under(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        pages: usize,
+    ) -> Result<Option<Vec<Object>>, Error> {
         let mut out = Vec::new();
         let mut token: Option<String> = None;
-        // Bounded whatever S3 answers: a run's bucket holds its snapshots.
-        for _ in 0..100 {
+        for _ in 0..pages {
             let mut query = vec![("list-type", "2")];
+            if !prefix.is_empty() {
+                query.push(("prefix", prefix));
+            }
             if let Some(t) = &token {
                 query.push(("continuation-token", t));
             }
@@ -232,8 +255,86 @@ impl S3 {
         Err(Error::Response {
             service: "S3",
             action: "ListObjectsV2".into(),
-            why: "more than 100 pages".into(),
+            why: format!("more than {} objects", pages * 1000),
         })
+    }
+
+    /// Downloads `key`, `size` bytes as listed, into `to` (made, or
+    /// truncated for each try): fails when S3 sends other than `size`
+    /// bytes. Tried again while it fails for a while.
+    pub async fn get_object(
+        &self,
+        bucket: &str,
+        key: &str,
+        size: u64,
+        to: &std::path::Path,
+    ) -> Result<(), Error> {
+        retry::retried(self.tuning.backoff, || self.get_once(bucket, key, size, to)).await
+    }
+
+    async fn get_once(
+        &self,
+        bucket: &str,
+        key: &str,
+        size: u64,
+        to: &std::path::Path,
+    ) -> Result<(), Error> {
+        let empty: Body = Full::new(Bytes::new())
+            .map_err(|never| match never {})
+            .boxed();
+        let (req, t) = self.request(
+            "GetObject",
+            "GET",
+            bucket,
+            Some(key),
+            &[],
+            (empty, 0, EMPTY_SHA256),
+        )?;
+        let unreachable = |why: String| Error::Unreachable {
+            service: "S3",
+            endpoint: format!("{}://{}", t.scheme, t.host),
+            why,
+        };
+        let limit = self.tuning.request_timeout + Duration::from_secs(size / SLOWEST_BYTES_PER_SEC);
+        let local = |e: io::Error| Error::Request(format!("{}: {e}", to.display()));
+        let fetch = async {
+            let resp = self
+                .http
+                .request(req)
+                .await
+                .map_err(|e| unreachable(crate::aws::ec2::client::root_cause(&e)))?;
+            let status = resp.status().as_u16();
+            let mut body = resp.into_body();
+            if !(200..300).contains(&status) {
+                let bytes = http_body_util::Limited::new(body, MAX_BODY)
+                    .collect()
+                    .await
+                    .map_err(|e| unreachable(format!("the answer broke off: {e}")))?
+                    .to_bytes();
+                return Err(api_error("GetObject", status, &bytes));
+            }
+            let mut file = std::fs::File::create(to).map_err(local)?;
+            let mut got = 0u64;
+            while let Some(frame) = body.frame().await {
+                let frame = frame.map_err(|e| unreachable(format!("the answer broke off: {e}")))?;
+                if let Ok(data) = frame.into_data() {
+                    got += data.len() as u64;
+                    if got > size {
+                        break;
+                    }
+                    file.write_all(&data).map_err(local)?;
+                }
+            }
+            if got != size {
+                return Err(unreachable(format!(
+                    "`{key}` is {size} bytes as listed, and {got} came"
+                )));
+            }
+            Ok(())
+        };
+        tokio::time::timeout(limit, fetch).await.map_err(|_| {
+            unreachable(format!("`{key}` did not come within {} s", limit.as_secs()))
+        })?
     }
 
     /// Deletes one object (one already gone is deleted).
@@ -326,8 +427,34 @@ impl S3 {
         bucket: &str,
         key: Option<&str>,
         query: &[(&str, &str)],
-        (body, len, sha256): (Body, u64, &str),
+        body: (Body, u64, &str),
     ) -> Result<String, Error> {
+        let len = body.1;
+        let (req, t) = self.request(action, method, bucket, key, query, body)?;
+        let limit = self.tuning.request_timeout + Duration::from_secs(len / SLOWEST_BYTES_PER_SEC);
+        let (status, bytes) =
+            exchange(&self.http, req, limit, MAX_BODY, |why| Error::Unreachable {
+                service: "S3",
+                endpoint: format!("{}://{}", t.scheme, t.host),
+                why,
+            })
+            .await?;
+        if (200..300).contains(&status) {
+            return Ok(String::from_utf8_lossy(&bytes).into_owned());
+        }
+        Err(api_error(action, status, &bytes))
+    }
+
+    /// The signed request, and where it goes.
+    fn request(
+        &self,
+        action: &str,
+        method: &str,
+        bucket: &str,
+        key: Option<&str>,
+        query: &[(&str, &str)],
+        (body, len, sha256): (Body, u64, &str),
+    ) -> Result<(http::Request<Body>, Target), Error> {
         let t = self.target(bucket, key);
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -373,30 +500,24 @@ impl S3 {
         let req = req
             .body(body)
             .map_err(|e| Error::Request(format!("{action}: {e}")))?;
-        let limit = self.tuning.request_timeout + Duration::from_secs(len / SLOWEST_BYTES_PER_SEC);
-        let (status, bytes) =
-            exchange(&self.http, req, limit, MAX_BODY, |why| Error::Unreachable {
-                service: "S3",
-                endpoint: format!("{}://{}", t.scheme, t.host),
-                why,
-            })
-            .await?;
-        let text = String::from_utf8_lossy(&bytes).into_owned();
-        if (200..300).contains(&status) {
-            return Ok(text);
-        }
-        // Without S3's error document (a proxy's page, a wrong endpoint)
-        // there is no code: a 404 is not taken for a bucket gone.
-        let (code, message, request_id) =
-            error(&text).unwrap_or_else(|| (String::new(), text.chars().take(200).collect(), None));
-        Err(Error::Api {
-            service: "S3",
-            action: action.to_owned(),
-            status,
-            code,
-            message,
-            request_id,
-        })
+        Ok((req, t))
+    }
+}
+
+/// S3's answer to a failed call. Without S3's error document (a proxy's
+/// page, a wrong endpoint) there is no code: a 404 is not taken for a
+/// bucket gone.
+fn api_error(action: &str, status: u16, body: &[u8]) -> Error {
+    let text = String::from_utf8_lossy(body);
+    let (code, message, request_id) =
+        error(&text).unwrap_or_else(|| (String::new(), text.chars().take(200).collect(), None));
+    Error::Api {
+        service: "S3",
+        action: action.to_owned(),
+        status,
+        code,
+        message,
+        request_id,
     }
 }
 

@@ -52,6 +52,26 @@ pub fn read(
     into: Option<&Path>,
     budget: &mut Budget<'_>,
 ) -> Result<Taken, SourceError> {
+    read_tree(root, want_dir, into, budget, Filters::IgnoreFiles)
+}
+
+/// Which files of a tree are read.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Filters {
+    /// What its ignore files leave, as SkyPilot's rsync reads a source.
+    IgnoreFiles,
+    /// Every file (a bucket's objects, copied whole).
+    None,
+}
+
+/// [`read`], with `filters`.
+pub fn read_tree(
+    root: &Path,
+    want_dir: bool,
+    into: Option<&Path>,
+    budget: &mut Budget<'_>,
+    filters: Filters,
+) -> Result<Taken, SourceError> {
     // The source itself is followed when it is a link (rsync is given
     // `src/`); links under it are kept as links.
     let meta = match fs::metadata(root) {
@@ -101,7 +121,8 @@ pub fn read(
     // As SkyPilot's rsync filters: a `.skyignore` at the root means every
     // directory's `.skyignore`; else every `.gitignore`, and git's own
     // exclude file.
-    if root.join(".skyignore").exists() {
+    if filters == Filters::None {
+    } else if root.join(".skyignore").exists() {
         walk.add_custom_ignore_filename(".skyignore");
     } else {
         walk.add_custom_ignore_filename(".gitignore");

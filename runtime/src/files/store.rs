@@ -128,6 +128,48 @@ impl Snapshots {
         Ok(taken)
     }
 
+    /// A directory to fill (a bucket's objects) and then [`Self::keep`]:
+    /// beside the snapshots, so keeping it is a rename, and removed by the
+    /// next collection if the submission is interrupted.
+    pub fn staging(&self, _writing: &Writing) -> io::Result<PathBuf> {
+        let dir = self
+            .dir
+            .join(format!(".new-{}-{}", std::process::id(), unique()));
+        fs::create_dir_all(&self.dir)?;
+        fs::create_dir(&dir)?;
+        Ok(dir)
+    }
+
+    /// Keeps `staged` (from [`Self::staging`]) whole, every file of it, as
+    /// the snapshot its bytes make: renamed into place, or removed when
+    /// those bytes are kept already.
+    pub fn keep(
+        &self,
+        _writing: &Writing,
+        staged: &Path,
+        want_dir: bool,
+        budget: &mut Budget<'_>,
+    ) -> Result<Taken, SourceError> {
+        let taken = source::read_tree(staged, want_dir, None, budget, source::Filters::None);
+        let taken = match taken {
+            Ok(t) => t,
+            Err(e) => {
+                remove(staged);
+                return Err(e);
+            }
+        };
+        let kept = self.path(&taken.digest);
+        if kept.symlink_metadata().is_ok() {
+            remove(staged);
+        } else if let Err(error) = fs::rename(staged, &kept) {
+            remove(staged);
+            if kept.symlink_metadata().is_err() {
+                return Err(SourceError::Unreadable { path: kept, error });
+            }
+        }
+        Ok(taken)
+    }
+
     /// Removes every snapshot not in `live()`, and what interrupted
     /// submissions left. `live` is asked once the lock is held: a
     /// submission that recorded its group before is seen, and none can

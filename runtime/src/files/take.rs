@@ -6,9 +6,11 @@
 
 use super::source::{self, Budget, SourceError, Taken};
 use super::store::{Snapshots, Writing};
+use crate::storage::copy::{self, CopyError};
 use skyc_compiler::ir::{Group, Task, Workdir};
 use skyc_compiler::{Diagnostic, Rule, Span};
 pub use skyc_targets::files::{Mount, Volume, WORKDIR, delivered};
+use skyc_targets::storage::BucketUrl;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -101,12 +103,13 @@ pub fn digests_in(plan: &str) -> Vec<String> {
     out
 }
 
-/// A local source a task names.
+/// A source a task names: local, or a bucket copied.
 struct Wanted<'t> {
     destination: String,
     written: &'t str,
     span: Span,
     workdir: bool,
+    bucket: Option<BucketUrl>,
 }
 
 fn wanted(task: &Task) -> Vec<Wanted<'_>> {
@@ -117,6 +120,7 @@ fn wanted(task: &Task) -> Vec<Wanted<'_>> {
             written: path,
             span: at.0,
             workdir: true,
+            bucket: None,
         });
     }
     for m in task.file_mounts.iter().filter(|m| delivered(m)) {
@@ -126,6 +130,7 @@ fn wanted(task: &Task) -> Vec<Wanted<'_>> {
                 written: source,
                 span: m.at.0,
                 workdir: false,
+                bucket: skyc_targets::storage::copied(m),
             });
         }
     }
@@ -149,9 +154,39 @@ pub fn take(group: &Group, taking: &mut Taking<'_>) -> (Files, Vec<Diagnostic>) 
         bytes: 0,
         progress: taking.progress,
     };
+    let mut buckets = copy::Reader::default();
     for task in &group.tasks {
         let mut mounts = Vec::new();
         for w in wanted(task) {
+            if let Some(url) = &w.bucket {
+                // Read only for a run (a review lists buckets unread).
+                let Some((store, writing)) = taking.into else {
+                    continue;
+                };
+                let key = (PathBuf::from(url.to_string()), false);
+                let taken = match seen.get(&key) {
+                    Some(t) => t.clone(),
+                    None => {
+                        let t = buckets
+                            .take(url, store, writing, &mut budget)
+                            .map_err(|e| diagnostics.push(bucket_diagnostic(&w, url, e)));
+                        seen.insert(key, t.clone());
+                        t
+                    }
+                };
+                if let Ok(taken) = taken {
+                    mounts.push(Mount {
+                        destination: w.destination,
+                        source: url.to_string(),
+                        workdir: false,
+                        taken,
+                    });
+                }
+                if diagnostics.iter().any(|d| d.rule == Rule::FilesTooLarge) {
+                    return (files, diagnostics);
+                }
+                continue;
+            }
             let root = resolve(w.written, taking.cwd, taking.home);
             let key = (root.clone(), w.workdir);
             let taken = match seen.get(&key) {
@@ -293,6 +328,81 @@ fn diagnostic(w: &Wanted<'_>, root: &Path, error: SourceError) -> Diagnostic {
     }
 }
 
+fn bucket_diagnostic(w: &Wanted<'_>, url: &BucketUrl, error: CopyError) -> Diagnostic {
+    let credentials = "skyc reads buckets with the AWS configuration `aws` uses (AWS_PROFILE, \
+                       the shared files, AWS_ACCESS_KEY_ID, SSO, an instance role)";
+    let unreadable = |why: String, label: &str, help: String| {
+        Diagnostic::new(
+            Rule::UnreadableBucketSource,
+            w.span,
+            format!("cannot copy `{url}`: {why}"),
+        )
+        .label(label)
+        .help(help)
+    };
+    match error {
+        CopyError::NoBucket => Diagnostic::new(
+            Rule::MissingBucketSource,
+            w.span,
+            format!("bucket `{}` does not exist", url.bucket),
+        )
+        .label("no such bucket")
+        .help("name a bucket these credentials can list (`aws s3 ls` lists them)"),
+        CopyError::Nothing => Diagnostic::new(
+            Rule::MissingBucketSource,
+            w.span,
+            format!(
+                "nothing is at `{url}`: bucket `{}` has no object `{}` and none under `{}/`",
+                url.bucket, url.path, url.path
+            ),
+        )
+        .label("not found")
+        .help("object keys are case-sensitive; `aws s3 ls` lists what the bucket holds"),
+        CopyError::NoCredentials(why) => unreadable(
+            format!("no AWS credentials: {why}"),
+            "needs credentials",
+            credentials.to_owned(),
+        ),
+        CopyError::Denied(why) => unreadable(why, "refused", credentials.to_owned()),
+        CopyError::Region(why) => unreadable(
+            why,
+            "in another region",
+            "set AWS_REGION (or the profile's `region`) to the bucket's region".to_owned(),
+        ),
+        CopyError::Key(key) => unreadable(
+            format!(
+                "its object `{key}` cannot be a path under `{}`",
+                w.destination
+            ),
+            "holds it",
+            "a key with an empty, `.` or `..` part cannot be copied; copy a prefix without it"
+                .to_owned(),
+        ),
+        CopyError::Failed(why) => unreadable(
+            why,
+            "cannot be read",
+            "skyc reaches S3 where the AWS configuration says (AWS_ENDPOINT_URL_S3, \
+             AWS_ENDPOINT_URL, the profile's `endpoint_url`); submit again once it answers"
+                .to_owned(),
+        ),
+        CopyError::TooLarge { limit, .. } => Diagnostic::new(
+            Rule::FilesTooLarge,
+            w.span,
+            format!(
+                "the submission's files are larger than the limit of {} MiB: `{url}` passes it",
+                limit / (1024 * 1024),
+            ),
+        )
+        .label("passes the limit")
+        .help(format!(
+            "copy a smaller prefix, mount the bucket (`mode: MOUNT`), or raise the limit: \
+             {LIMIT_VAR}={}",
+            (limit / (1024 * 1024)).saturating_mul(2)
+        )),
+        CopyError::Local(e) => diagnostic(w, Path::new(&url.to_string()), e),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -306,6 +416,7 @@ mod tests {
             written: "code",
             span: Span::new(10, 14),
             workdir: false,
+            bucket: None,
         };
         let d = diagnostic(
             &w,

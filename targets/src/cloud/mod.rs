@@ -589,7 +589,18 @@ impl Lowerer<'_> {
 
     fn not_applied(&mut self, task: &Task, c: &Candidate) {
         let delivered = self.files.is_some();
-        let buckets = task.file_mounts.iter().any(|m| !crate::files::delivered(m));
+        let index = self
+            .group
+            .tasks
+            .iter()
+            .position(|t| std::ptr::eq(t, task))
+            .unwrap_or_default();
+        let taken = self.files.map_or(&[][..], |f| f.of(index));
+        let buckets = delivered
+            && task
+                .file_mounts
+                .iter()
+                .any(|m| !crate::files::carries(taken, m));
         if buckets || (!delivered && !task.file_mounts.is_empty()) {
             self.warn(
                 task,

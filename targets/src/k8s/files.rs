@@ -88,7 +88,7 @@ fn copy_of(i: usize, mount: &Mount) -> String {
 }
 
 impl Lowerer<'_> {
-    fn files(&self) -> Option<&Files> {
+    pub(super) fn files(&self) -> Option<&Files> {
         self.options.files.as_ref()
     }
 

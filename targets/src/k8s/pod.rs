@@ -139,8 +139,12 @@ impl Lowerer<'_> {
                 ),
             );
         }
+        let taken: Vec<crate::files::Mount> = self
+            .files()
+            .map(|f| f.of(index).to_vec())
+            .unwrap_or_default();
         for m in &task.file_mounts {
-            if delivers && crate::files::delivered(m) {
+            if crate::files::carries(&taken, m) {
                 continue;
             }
             let from = m

@@ -654,7 +654,11 @@ fn prelude(
     // `build` (which reads no files).
     if mounts.is_empty() && !task.file_mounts.is_empty() {
         out.push(ignored(task, "`file_mounts` are not applied"));
-    } else if task.file_mounts.iter().any(|m| !crate::files::delivered(m)) {
+    } else if task
+        .file_mounts
+        .iter()
+        .any(|m| !crate::files::carries(mounts, m))
+    {
         out.push(ignored(
             task,
             "file mounts from buckets and SkyPilot Storage are not applied",

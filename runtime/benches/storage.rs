@@ -1,0 +1,167 @@
+//! A bucket copied at submission (`skyc_runtime::storage::copy`) from the
+//! S3 stand-in (moto's server, `SKYC_MOTO_ENDPOINT`; `scripts/moto start
+//! DIR` starts one): OBJECTS objects of SIZE bytes put once, then copied
+//! into a snapshot one object at a time and `PARALLEL` at a time, each
+//! from a fresh snapshot directory. Prints both times, the throughput
+//! and the speed-up.
+//!
+//! On loopback moto answers in a few milliseconds of its own CPU, where
+//! S3 answers a GET after tens of milliseconds of latency: the copies go
+//! through a relay in this process that holds each request LATENCY_MS
+//! (default 20) on its way in, as a region's S3 roughly does. With 0 the
+//! figures are moto's CPU alone.
+//!
+//! `cargo bench -p skyc-runtime --bench storage [-- OBJECTS SIZE LATENCY_MS]`
+//! (default 1,000 objects of 1 MiB: 1 GiB, 20 ms).
+
+use skyc_runtime::aws::ec2::client::Tuning;
+use skyc_runtime::aws::ec2::sigv4::Credentials;
+use skyc_runtime::aws::s3::{S3, Source};
+use skyc_runtime::files::Snapshots;
+use skyc_runtime::files::source::Budget;
+use skyc_runtime::storage::copy::{self, PARALLEL};
+use skyc_targets::storage::BucketUrl;
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+fn main() {
+    let args: Vec<u64> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    let objects = args.first().copied().unwrap_or(1000);
+    let size = args.get(1).copied().unwrap_or(1 << 20);
+    let latency = Duration::from_millis(args.get(2).copied().unwrap_or(20));
+    let Ok(moto) = std::env::var("SKYC_MOTO_ENDPOINT") else {
+        eprintln!("SKYC_MOTO_ENDPOINT is not set: `scripts/moto start DIR` starts the stand-in");
+        std::process::exit(2);
+    };
+    let client = |endpoint: &str| {
+        S3::new(
+            Some(endpoint),
+            "us-east-1",
+            Credentials {
+                access_key_id: "AKIDSKYCBENCH".into(),
+                secret_access_key: "skyc-bench-secret".into(),
+                session_token: None,
+            },
+            Tuning::default(),
+        )
+        .expect("S3 client")
+    };
+    let far = client(&relay(&moto, latency));
+    let s3 = client(&moto);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let bucket = format!("skyc-bench-copy-{objects}-{size}");
+    let url = BucketUrl::parse(&format!("s3://{bucket}/data")).expect("url");
+    rt.block_on(async {
+        s3.create_bucket(&bucket).await.expect("CreateBucket");
+        let have = s3.list(&bucket).await.expect("list").unwrap_or_default();
+        if have.len() as u64 != objects {
+            eprintln!("putting {objects} objects of {size} bytes");
+            let data: Vec<u8> = (0..size).map(|i| (i * 131 % 251) as u8).collect();
+            for i in 0..objects {
+                let mut body = data.clone();
+                body[..8.min(size as usize)]
+                    .copy_from_slice(&i.to_le_bytes()[..8.min(size as usize)]);
+                let sha = skyc_runtime::files::tar::sha256(&body);
+                let source: Source =
+                    std::sync::Arc::new(move |w: &mut dyn std::io::Write| w.write_all(&body));
+                s3.put_object(
+                    &bucket,
+                    &format!("data/{:03}/obj-{i}", i % 100),
+                    size,
+                    &sha,
+                    source,
+                )
+                .await
+                .expect("PutObject");
+            }
+        }
+    });
+    let bytes = objects * size;
+    let mut times = Vec::new();
+    for parallel in [1, PARALLEL] {
+        let dir = std::env::temp_dir().join(format!(
+            "skyc-bench-storage-{}-{parallel}",
+            std::process::id()
+        ));
+        let snapshots = Snapshots::of(&dir);
+        let writing = snapshots.writing().expect("lock");
+        let mut quiet = |_, _| {};
+        let mut budget = Budget {
+            limit: u64::MAX,
+            files: 0,
+            bytes: 0,
+            progress: &mut quiet,
+        };
+        let start = Instant::now();
+        let taken = rt
+            .block_on(copy::take(
+                &far,
+                &url,
+                &snapshots,
+                &writing,
+                &mut budget,
+                parallel,
+            ))
+            .unwrap_or_else(|e| panic!("copy: {e:?}"));
+        let took = start.elapsed();
+        assert_eq!((taken.files, taken.bytes), (objects, bytes));
+        drop(writing);
+        skyc_runtime::files::store::remove(&dir);
+        println!(
+            "copy {objects} objects, {:.1} MiB, {} ms latency, {parallel:>2} at a time: {:>7.2} s, \
+             {:>6.1} MiB/s",
+            bytes as f64 / (1 << 20) as f64,
+            latency.as_millis(),
+            took.as_secs_f64(),
+            bytes as f64 / (1 << 20) as f64 / took.as_secs_f64()
+        );
+        times.push(took.as_secs_f64());
+    }
+    println!("speed-up: {:.1}x", times[0] / times[1]);
+}
+
+/// A relay to `endpoint` (`http://HOST:PORT`) holding what each
+/// connection sends `latency` before passing it on: its endpoint.
+fn relay(endpoint: &str, latency: Duration) -> String {
+    let to = endpoint
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_owned();
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let at = listener.local_addr().expect("address");
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            let Ok(server) = TcpStream::connect(&to) else {
+                continue;
+            };
+            let (c2, s2) = (
+                client.try_clone().expect("clone"),
+                server.try_clone().expect("clone"),
+            );
+            std::thread::spawn(move || pipe(client, server, latency));
+            std::thread::spawn(move || pipe(s2, c2, Duration::ZERO));
+        }
+    });
+    format!("http://{at}")
+}
+
+fn pipe(mut from: TcpStream, mut to: TcpStream, hold: Duration) {
+    let mut buf = vec![0u8; 1 << 16];
+    while let Ok(n) = from.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        std::thread::sleep(hold);
+        if to.write_all(&buf[..n]).is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown(Shutdown::Write);
+}

@@ -1,0 +1,207 @@
+//! A `file_mounts` entry that names a bucket, as SkyPilot reads it: the
+//! string form (`DST: s3://bucket/path`, copied to every node) and the
+//! storage form (`DST: {name, source, store, mode, persistent}`). Pure:
+//! what a run does with each is the runtime's (`skyc_runtime::storage`).
+
+use skyc_compiler::ir::FileMount;
+
+/// The object stores a bucket URL names, by its scheme.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Store {
+    S3,
+    Gcs,
+    R2,
+    /// Azure Blob, IBM COS, OCI, Nebius, CoreWeave: named, not reached.
+    Other,
+}
+
+impl Store {
+    fn of_scheme(scheme: &str) -> Option<Store> {
+        Some(match scheme {
+            "s3" => Store::S3,
+            "gs" => Store::Gcs,
+            "r2" => Store::R2,
+            "cos" | "oci" | "nebius" | "cw" | "https" => Store::Other,
+            _ => return None,
+        })
+    }
+}
+
+/// `scheme://bucket/path`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BucketUrl {
+    pub store: Store,
+    pub bucket: String,
+    /// The key or prefix after the bucket, without leading or trailing
+    /// `/` (`""`: the whole bucket).
+    pub path: String,
+}
+
+impl BucketUrl {
+    /// A bucket URL, or `None` for anything else (a local path).
+    pub fn parse(url: &str) -> Option<BucketUrl> {
+        let (scheme, rest) = url.split_once("://")?;
+        let store = Store::of_scheme(scheme)?;
+        let (bucket, path) = rest.split_once('/').unwrap_or((rest, ""));
+        Some(BucketUrl {
+            store,
+            bucket: bucket.to_owned(),
+            path: path.trim_matches('/').to_owned(),
+        })
+    }
+}
+
+impl std::fmt::Display for BucketUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let scheme = match self.store {
+            Store::S3 => "s3",
+            Store::Gcs => "gs",
+            Store::R2 => "r2",
+            Store::Other => "other",
+        };
+        write!(f, "{scheme}://{}", self.bucket)?;
+        if !self.path.is_empty() {
+            write!(f, "/{}", self.path)?;
+        }
+        Ok(())
+    }
+}
+
+/// How a node sees a bucket (SkyPilot's `StorageMode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Copied to the node before setup.
+    Copy,
+    /// A filesystem of the bucket: reads and writes go to it.
+    Mount,
+    /// Mounted with a local cache, writes uploaded behind.
+    MountCached,
+}
+
+impl Mode {
+    /// As a storage spec writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Copy => "COPY",
+            Mode::Mount => "MOUNT",
+            Mode::MountCached => "MOUNT_CACHED",
+        }
+    }
+}
+
+/// A bucket a task's `file_mounts` entry names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Bucket {
+    /// The bucket read from (a URL source); `None` for a storage spec
+    /// with only a `name` (or a local `source` uploaded to it).
+    pub url: Option<BucketUrl>,
+    pub name: Option<String>,
+    pub mode: Mode,
+    /// SkyPilot's default: kept after the job.
+    pub persistent: bool,
+}
+
+/// The bucket `mount` names, or `None` for a local source.
+pub fn bucket(mount: &FileMount) -> Option<Bucket> {
+    let url = mount.source.as_deref().and_then(BucketUrl::parse);
+    let Some(spec) = &mount.storage else {
+        // The string form is copied, as SkyPilot's `cloud_stores` syncs it.
+        return url.map(|url| Bucket {
+            url: Some(url),
+            name: None,
+            mode: Mode::Copy,
+            persistent: true,
+        });
+    };
+    let mode = match spec.get("mode").and_then(|m| m.as_str()) {
+        Some(m) if m.eq_ignore_ascii_case("COPY") => Mode::Copy,
+        Some(m) if m.eq_ignore_ascii_case("MOUNT_CACHED") => Mode::MountCached,
+        _ => Mode::Mount,
+    };
+    Some(Bucket {
+        url,
+        name: spec.get("name").and_then(|n| n.as_str()).map(str::to_owned),
+        mode,
+        persistent: spec
+            .get("persistent")
+            .and_then(|p| p.as_bool())
+            .unwrap_or(true),
+    })
+}
+
+/// A bucket every target copies to its nodes through the run's files
+/// (read at submission, like a local source): an existing S3 bucket or
+/// path, in COPY mode.
+pub fn copied(mount: &FileMount) -> Option<BucketUrl> {
+    match bucket(mount)? {
+        Bucket {
+            url:
+                Some(
+                    url @ BucketUrl {
+                        store: Store::S3, ..
+                    },
+                ),
+            mode: Mode::Copy,
+            ..
+        } => Some(url),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mount(source: Option<&str>, storage: Option<serde_json::Value>) -> FileMount {
+        FileMount {
+            destination: "/data".into(),
+            source: source.map(str::to_owned),
+            storage,
+            at: Default::default(),
+        }
+    }
+
+    #[test]
+    fn urls_split_into_store_bucket_and_path() {
+        let u = BucketUrl::parse("s3://my-data/train/shards/").unwrap();
+        assert_eq!(
+            (u.store, u.bucket.as_str(), u.path.as_str()),
+            (Store::S3, "my-data", "train/shards")
+        );
+        assert_eq!(u.to_string(), "s3://my-data/train/shards");
+        let whole = BucketUrl::parse("gs://b").unwrap();
+        assert_eq!((whole.store, whole.path.as_str()), (Store::Gcs, ""));
+        assert_eq!(BucketUrl::parse("./data"), None);
+        assert_eq!(BucketUrl::parse("ftp://x/y"), None);
+    }
+
+    #[test]
+    fn the_string_form_is_copied_and_the_storage_form_mounted_by_default() {
+        let s = mount(Some("s3://d/x"), None);
+        assert_eq!(bucket(&s).unwrap().mode, Mode::Copy);
+        assert_eq!(copied(&s).unwrap().path, "x");
+        let spec = mount(
+            Some("s3://d"),
+            Some(serde_json::json!({"source": "s3://d"})),
+        );
+        assert_eq!(bucket(&spec).unwrap().mode, Mode::Mount);
+        assert_eq!(copied(&spec), None);
+        let copy = mount(
+            Some("s3://d"),
+            Some(serde_json::json!({"source": "s3://d", "mode": "COPY"})),
+        );
+        assert!(copied(&copy).is_some());
+        let named = mount(
+            None,
+            Some(serde_json::json!({"name": "p", "persistent": false})),
+        );
+        let b = bucket(&named).unwrap();
+        assert_eq!(
+            (b.name.as_deref(), b.persistent, b.url),
+            (Some("p"), false, None)
+        );
+        assert_eq!(bucket(&mount(Some("./code"), None)), None);
+        // Not reached yet: another store, copied.
+        assert_eq!(copied(&mount(Some("gs://d/x"), None)), None);
+    }
+}

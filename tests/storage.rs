@@ -1,0 +1,340 @@
+//! Buckets in `file_mounts`, copied (`DST: s3://bucket/path`, or a
+//! storage spec with `mode: COPY`): read from the S3 stand-in (moto's
+//! server, `SKYC_MOTO_ENDPOINT`, which scripts/test starts) when the group
+//! is submitted, and found byte for byte where every node's code reads
+//! them, on this machine and on the real Slurm cluster. Skipped, loudly,
+//! without the stand-in (failed under scripts/test, which provides it).
+//!
+//! moto stands in for S3's API (listing, objects, errors); it is not
+//! S3's consistency, throttling or regions.
+
+use crate::files::Target;
+use crate::slurm_e2e::cluster;
+use crate::support;
+use crate::support::scratch::{Scratch, text};
+use skyc_runtime::aws::ec2::client::Tuning;
+use skyc_runtime::aws::s3::S3;
+use std::collections::BTreeMap;
+use std::process::Command;
+
+/// The stand-in's endpoint, or `None` (after a loud message).
+fn moto() -> Option<String> {
+    match std::env::var("SKYC_MOTO_ENDPOINT") {
+        Ok(e) if !e.is_empty() => Some(e),
+        _ => {
+            assert!(
+                std::env::var_os("SKYC_MOTO_REQUIRED").is_none(),
+                "SKYC_MOTO_REQUIRED is set but SKYC_MOTO_ENDPOINT is not"
+            );
+            eprintln!("!!! SKIPPED: buckets need the S3 stand-in (SKYC_MOTO_ENDPOINT)");
+            None
+        }
+    }
+}
+
+/// The test's own client of the stand-in.
+struct Bucket {
+    name: String,
+    s3: S3,
+    rt: tokio::runtime::Runtime,
+}
+
+impl Bucket {
+    /// `name`, made (or found) on the stand-in, emptied.
+    fn new(endpoint: &str, name: &str) -> Bucket {
+        let s3 = S3::new(
+            Some(endpoint),
+            "us-east-1",
+            skyc_runtime::aws::ec2::sigv4::Credentials {
+                access_key_id: "AKIDSKYCTEST".into(),
+                secret_access_key: "skyc-test-secret".into(),
+                session_token: None,
+            },
+            Tuning::default(),
+        )
+        .expect("S3 client");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let b = Bucket {
+            name: name.to_owned(),
+            s3,
+            rt,
+        };
+        b.rt.block_on(async {
+            b.s3.create_bucket(name).await.expect("CreateBucket");
+            for o in b.s3.list(name).await.expect("list").unwrap_or_default() {
+                b.s3.delete_object(name, &o.key)
+                    .await
+                    .expect("DeleteObject");
+            }
+        });
+        b
+    }
+
+    fn put(&self, key: &str, bytes: &[u8]) {
+        let sha = skyc_runtime::files::tar::sha256(bytes);
+        let data = bytes.to_vec();
+        let source: skyc_runtime::aws::s3::Source =
+            std::sync::Arc::new(move |w: &mut dyn std::io::Write| w.write_all(&data));
+        self.rt
+            .block_on(
+                self.s3
+                    .put_object(&self.name, key, bytes.len() as u64, &sha, source),
+            )
+            .expect("PutObject");
+    }
+
+    fn keys(&self) -> Vec<String> {
+        let listed = self.rt.block_on(self.s3.list(&self.name)).expect("list");
+        listed
+            .unwrap_or_default()
+            .into_iter()
+            .map(|o| o.key)
+            .collect()
+    }
+}
+
+/// `cmd` reading buckets from the stand-in with the test's credentials,
+/// and no other AWS configuration of this machine.
+fn with_aws(mut cmd: Command, endpoint: &str, home: &std::path::Path) -> Command {
+    cmd.env("AWS_ENDPOINT_URL", endpoint)
+        .env("AWS_ACCESS_KEY_ID", "AKIDSKYCTEST")
+        .env("AWS_SECRET_ACCESS_KEY", "skyc-test-secret")
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env("AWS_CONFIG_FILE", home.join("no-config"))
+        .env("AWS_SHARED_CREDENTIALS_FILE", home.join("no-credentials"))
+        .env_remove("AWS_PROFILE")
+        .env_remove("AWS_SESSION_TOKEN")
+        .env("HOME", home);
+    cmd
+}
+
+/// Every node sums each file it finds where the task reads its data.
+const GROUP: &str = "\
+name: copied
+execution: parallel
+---
+name: trainer
+num_nodes: 2
+file_mounts:
+  /data: s3://BUCKET/train
+  ~/cfg.json: s3://BUCKET/config.json
+run: |
+  cd /data && find . -type f | LC_ALL=C sort | while read -r f; do
+    echo \"sum $(sha256sum \"$f\" | cut -c1-16) $f\"
+  done
+  test -d /data/empty && echo 'marker dir'
+  echo \"cfg $(cat ~/cfg.json)\"
+  echo written-by-a-node > /data/new.txt
+---
+name: eval
+file_mounts:
+  /eval:
+    source: s3://BUCKET/train
+    mode: COPY
+run: |
+  cd /eval && echo \"eval sees $(find . -type f | wc -l) files, $(cat 'sub dir/ü+x.bin')\"
+";
+
+#[test]
+fn a_copied_bucket_reaches_every_node() {
+    copy(Target::Local);
+}
+
+#[test]
+fn a_copied_bucket_reaches_every_node_on_slurm() {
+    let Some(_cluster) = cluster() else { return };
+    copy(Target::Slurm);
+}
+
+fn copy(target: Target) {
+    let Some(endpoint) = moto() else { return };
+    let s = target.scratch("storage-copy");
+    let name = format!(
+        "skyc-copy-{}-{}",
+        std::process::id(),
+        if target == Target::Local {
+            "local"
+        } else {
+            "slurm"
+        }
+    );
+    let bucket = Bucket::new(&endpoint, &name);
+    let mut want = BTreeMap::new();
+    // 40 objects, some over one streamed chunk, in nested prefixes.
+    for i in 0..40u32 {
+        let len = if i % 10 == 0 {
+            (1 << 20) + i as usize
+        } else {
+            100 + i as usize
+        };
+        let bytes: Vec<u8> = (0..len).map(|j| (j as u32 * 31 + i) as u8).collect();
+        let key = format!("shard-{:02}/part-{i}.bin", i % 4);
+        bucket.put(&format!("train/{key}"), &bytes);
+        want.insert(format!("./{key}"), bytes);
+    }
+    // A key with a space, a `+` and a non-ASCII letter, and a folder
+    // marker (an empty directory in the bucket's consoles).
+    bucket.put("train/sub dir/ü+x.bin", b"odd key");
+    want.insert("./sub dir/ü+x.bin".into(), b"odd key".to_vec());
+    bucket.put("train/empty/", b"");
+    bucket.put("config.json", b"{\"lr\": 0.5}");
+    // Beside the prefix, not under it.
+    bucket.put("train-old/stale.bin", b"stale");
+    let keys_before = bucket.keys();
+    s.write("g.yaml", &GROUP.replace("BUCKET", &name));
+    let home = s.dir.join("home");
+    std::fs::create_dir_all(&home).expect("home");
+    let out = with_aws(target.run(&s, "g.yaml"), &endpoint, &home)
+        .output()
+        .expect("run");
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    for rank in 0..2 {
+        for (path, bytes) in &want {
+            let sum = &skyc_runtime::files::tar::sha256(bytes)[..16];
+            let line = format!("(trainer-{rank}) sum {sum} {path}");
+            assert!(stdout.contains(&line), "missing {line:?} in\n{stdout}");
+        }
+        let sums = stdout
+            .lines()
+            .filter(|l| l.starts_with(&format!("(trainer-{rank}) sum ")))
+            .count();
+        assert_eq!(sums, want.len(), "node {rank} found other files:\n{stdout}");
+        for line in ["marker dir", "cfg {\"lr\": 0.5}"] {
+            let line = format!("(trainer-{rank}) {line}");
+            assert!(stdout.contains(&line), "missing {line:?} in\n{stdout}");
+        }
+    }
+    // The storage form, the same prefix: read once, given to both tasks.
+    assert!(
+        stdout.contains(&format!("(eval-0) eval sees {} files, odd key", want.len())),
+        "{stdout}"
+    );
+    // A copy: what the nodes wrote is theirs, not the bucket's.
+    assert_eq!(bucket.keys(), keys_before);
+}
+
+/// A bucket that is not there, or a path in it that names nothing: a
+/// located error before anything starts, and nothing left behind.
+#[test]
+fn buckets_that_cannot_be_copied_are_located_errors() {
+    let Some(endpoint) = moto() else { return };
+    let s = Scratch::new("storage-errors");
+    let bucket = Bucket::new(&endpoint, "skyc-copy-errors");
+    bucket.put("train/a.bin", b"a");
+    s.write(
+        "g.yaml",
+        "name: t\nfile_mounts:\n  /data: s3://skyc-no-such-bucket/train\n  /d2: \
+         s3://skyc-copy-errors/trian\n  /d3:\n    source: s3://skyc-copy-errors/train\n    \
+         mode: MOUNT\nrun: echo\n",
+    );
+    let home = s.dir.join("home");
+    std::fs::create_dir_all(&home).expect("home");
+    let out = with_aws(s.skyc(&["run", "g.yaml"]), &endpoint, &home)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    support::snapshots("local/storage")
+        .bind(|| insta::assert_snapshot!("copy_errors", text(&out.stderr)));
+    assert!(
+        !s.state().join("groups").exists() || {
+            std::fs::read_dir(s.state().join("groups"))
+                .map(|d| d.count())
+                .unwrap_or(0)
+                == 0
+        }
+    );
+    let left: Vec<_> = std::fs::read_dir(s.state().join("files"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n != ".lock")
+        .collect();
+    assert_eq!(left, Vec::<String>::new(), "half-taken files left");
+    // Without credentials: said at the bucket, with where skyc looked.
+    let out = s
+        .skyc(&["run", "g.yaml"])
+        .env("HOME", &home)
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env("AWS_CONFIG_FILE", home.join("no-config"))
+        .env("AWS_SHARED_CREDENTIALS_FILE", home.join("no-credentials"))
+        .env_remove("AWS_ACCESS_KEY_ID")
+        .env_remove("AWS_SECRET_ACCESS_KEY")
+        .env_remove("AWS_PROFILE")
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("error[unreadable-bucket-source]: cannot copy `s3://skyc-no-such-bucket/train`: no AWS credentials"),
+        "{stderr}"
+    );
+}
+
+/// `build --target k8s` reads a copied bucket as a run would: its bytes
+/// are in the manifests' files ConfigMap (the stream a pod unpacks), and
+/// only the mounted bucket is said not to be applied.
+#[test]
+fn a_copied_bucket_is_in_the_kubernetes_manifests() {
+    let Some(endpoint) = moto() else { return };
+    let s = Scratch::new("storage-k8s");
+    let bucket = Bucket::new(&endpoint, "skyc-copy-k8s");
+    bucket.put("eval/set.jsonl", b"{\"q\": 1}\n");
+    s.write(
+        "g.yaml",
+        "name: g\nexecution: parallel\n---\nname: a\n\
+         file_mounts:\n  /data: s3://skyc-copy-k8s/eval\n  /policy:\n    name: policy\n    \
+         mode: MOUNT\nrun: cat /data/set.jsonl\n",
+    );
+    let home = s.dir.join("home");
+    std::fs::create_dir_all(&home).expect("home");
+    let mut cmd = support::skyc();
+    cmd.args(["build", "g.yaml", "--target", "k8s", "-o", "json"])
+        .current_dir(&s.dir);
+    let out = with_aws(cmd, &endpoint, &home).output().expect("build");
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("`/data`"), "{stderr}");
+    assert!(
+        stderr.contains("the file mount `/policy` (from `policy`) is not in the manifests"),
+        "{stderr}"
+    );
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let streams: Vec<Vec<u8>> = list["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .filter(|o| o["kind"] == "ConfigMap")
+        .filter_map(|o| o["binaryData"].as_object())
+        .flat_map(|d| d.values())
+        .map(|v| {
+            use base64::Engine as _;
+            base64::engine::general_purpose::STANDARD
+                .decode(v.as_str().expect("base64"))
+                .expect("base64")
+        })
+        .collect();
+    assert_eq!(streams.len(), 1, "one stream: the bucket's");
+    // The stream is a tar holding the object under its name.
+    let stream = s.dir.join("stream.tar");
+    std::fs::write(&stream, &streams[0]).expect("stream");
+    let unpacked = s.dir.join("unpacked");
+    std::fs::create_dir_all(&unpacked).expect("mkdir");
+    let tar = Command::new("tar")
+        .arg("-xf")
+        .arg(&stream)
+        .arg("-C")
+        .arg(&unpacked)
+        .status()
+        .expect("tar");
+    assert!(tar.success());
+    assert_eq!(
+        std::fs::read(unpacked.join("set.jsonl")).expect("the object"),
+        b"{\"q\": 1}\n"
+    );
+}
