@@ -42,6 +42,20 @@ struct Bucket {
 impl Bucket {
     /// `name`, made (or found) on the stand-in, emptied.
     fn new(endpoint: &str, name: &str) -> Bucket {
+        let b = Bucket::at(endpoint, name);
+        b.rt.block_on(async {
+            b.s3.create_bucket(name).await.expect("CreateBucket");
+            for o in b.s3.list(name).await.expect("list").unwrap_or_default() {
+                b.s3.delete_object(name, &o.key)
+                    .await
+                    .expect("DeleteObject");
+            }
+        });
+        b
+    }
+
+    /// `name` on the stand-in, whether it is there or not.
+    fn at(endpoint: &str, name: &str) -> Bucket {
         let s3 = S3::new(
             Some(endpoint),
             "us-east-1",
@@ -57,20 +71,11 @@ impl Bucket {
             .enable_all()
             .build()
             .expect("runtime");
-        let b = Bucket {
+        Bucket {
             name: name.to_owned(),
             s3,
             rt,
-        };
-        b.rt.block_on(async {
-            b.s3.create_bucket(name).await.expect("CreateBucket");
-            for o in b.s3.list(name).await.expect("list").unwrap_or_default() {
-                b.s3.delete_object(name, &o.key)
-                    .await
-                    .expect("DeleteObject");
-            }
-        });
-        b
+        }
     }
 
     fn put(&self, key: &str, bytes: &[u8]) {
@@ -84,6 +89,49 @@ impl Bucket {
                     .put_object(&self.name, key, bytes.len() as u64, &sha, source),
             )
             .expect("PutObject");
+    }
+
+    /// Removes the bucket with what it holds; whether it was there.
+    fn remove(self) -> bool {
+        self.rt.block_on(async {
+            let Some(objects) = self.s3.list(&self.name).await.expect("list") else {
+                return false;
+            };
+            for o in objects {
+                self.s3
+                    .delete_object(&self.name, &o.key)
+                    .await
+                    .expect("DeleteObject");
+            }
+            self.s3
+                .delete_bucket(&self.name)
+                .await
+                .expect("DeleteBucket");
+            true
+        })
+    }
+
+    fn get(&self, key: &str) -> Vec<u8> {
+        let to = std::env::temp_dir().join(format!(
+            "skyc-get-{}-{}",
+            std::process::id(),
+            key.replace('/', "_")
+        ));
+        let size = self
+            .rt
+            .block_on(self.s3.list_under(&self.name, key, 1))
+            .expect("list")
+            .unwrap_or_default()
+            .into_iter()
+            .find(|o| o.key == key)
+            .unwrap_or_else(|| panic!("no object {key} in {}", self.name))
+            .size;
+        self.rt
+            .block_on(self.s3.get_object(&self.name, key, size, &to))
+            .expect("GetObject");
+        let bytes = std::fs::read(&to).expect("read");
+        let _ = std::fs::remove_file(&to);
+        bytes
     }
 
     fn keys(&self) -> Vec<String> {
@@ -337,4 +385,118 @@ fn a_copied_bucket_is_in_the_kubernetes_manifests() {
         std::fs::read(unpacked.join("set.jsonl")).expect("the object"),
         b"{\"q\": 1}\n"
     );
+}
+
+/// rclone and FUSE, which mounting needs, or `false` (after a loud
+/// message) when this machine has none and none is required.
+fn fuse() -> bool {
+    if skyc_runtime::storage::mount::client().is_ok() && rustix::process::geteuid().is_root() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("SKYC_FUSE_REQUIRED").is_none(),
+        "SKYC_FUSE_REQUIRED is set but rclone, /dev/fuse or root is missing"
+    );
+    eprintln!(
+        "!!! SKIPPED: mounting buckets needs rclone, /dev/fuse and root (scripts/test installs them)"
+    );
+    false
+}
+
+/// Tasks that mount one bucket see each other's writes (SkyPilot's RLHF
+/// example shares its policy so): the trainer publishes weights, the
+/// rollout server reads them and answers in the same bucket. A bucket
+/// named alone is made, and kept after the group; a MOUNT_CACHED
+/// checkpoint written just before the node ends is in the bucket when
+/// the group has ended.
+#[test]
+fn tasks_that_mount_a_bucket_see_each_others_writes() {
+    let Some(endpoint) = moto() else { return };
+    if !fuse() {
+        return;
+    }
+    let s = Scratch::new("storage-mount");
+    let policy = format!("skyc-policy-{}", std::process::id());
+    let ckpt = Bucket::new(&endpoint, &format!("skyc-ckpt-{}", std::process::id()));
+    ckpt.put("run/.keep", b"");
+    let weights: Vec<u8> = (0..(3u32 << 20)).map(|i| (i * 13 % 241) as u8).collect();
+    std::fs::write(s.dir.join("weights.bin"), &weights).expect("weights");
+    let checkpoint: Vec<u8> = (0..(5u32 << 20)).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(s.dir.join("ckpt.bin"), &checkpoint).expect("checkpoint");
+    let group = format!(
+        "name: shared\nexecution: parallel\nprimary_tasks: [trainer, rollout]\n---\n\
+         name: trainer\nfile_mounts:\n  /policy:\n    name: {policy}\n    mode: MOUNT\n  \
+         /ckpt:\n    source: s3://{ckpt}/run\n    mode: MOUNT_CACHED\n\
+         run: |\n  cp {dir}/weights.bin /policy/v1.bin\n  \
+         for i in $(seq 120); do test -f /policy/ack && break; sleep 0.5; done\n  \
+         echo \"trainer sees $(cat /policy/ack)\"\n  cp {dir}/ckpt.bin /ckpt/step-1.bin\n\
+         ---\nname: rollout\nfile_mounts:\n  /policy:\n    name: {policy}\n    mode: MOUNT\n\
+         run: |\n  for i in $(seq 120); do test -f /policy/v1.bin && break; sleep 0.5; done\n  \
+         echo \"rollout reads $(sha256sum < /policy/v1.bin | cut -c1-16)\"\n  \
+         echo served-v1 > /policy/ack\n",
+        ckpt = ckpt.name,
+        dir = s.dir.display(),
+    );
+    s.write("g.yaml", &group);
+    let home = s.dir.join("home");
+    std::fs::create_dir_all(&home).expect("home");
+    let out = with_aws(s.skyc(&["run", "g.yaml"]), &endpoint, &home)
+        .output()
+        .expect("run");
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    let sum = &skyc_runtime::files::tar::sha256(&weights)[..16];
+    assert!(
+        stdout.contains(&format!("(rollout-0) rollout reads {sum}")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("(trainer-0) trainer sees served-v1"),
+        "{stdout}"
+    );
+    // Made for its name, and kept with what both tasks wrote.
+    let made = Bucket::at(&endpoint, &policy);
+    assert_eq!(made.keys(), ["ack", "v1.bin"]);
+    assert_eq!(made.get("v1.bin"), weights);
+    // Written just before the trainer ended, through the cache: uploaded
+    // before the node was let end.
+    assert_eq!(ckpt.get("run/step-1.bin"), checkpoint);
+}
+
+/// What cannot be mounted is refused before anything starts, at the
+/// mount: a bucket that is not there; no rclone on this machine.
+#[test]
+fn buckets_that_cannot_be_mounted_are_located_errors() {
+    let Some(endpoint) = moto() else { return };
+    if !fuse() {
+        return;
+    }
+    let s = Scratch::new("storage-mount-errors");
+    Bucket::at(&endpoint, "skyc-kept-bucket").remove();
+    s.write(
+        "g.yaml",
+        "name: t\nfile_mounts:\n  /data:\n    source: s3://skyc-no-such-bucket/x\n    mode: \
+         MOUNT\n  /kept:\n    name: skyc-kept-bucket\n    persistent: false\nrun: echo\n",
+    );
+    let home = s.dir.join("home");
+    std::fs::create_dir_all(&home).expect("home");
+    let out = with_aws(s.skyc(&["run", "g.yaml"]), &endpoint, &home)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    support::snapshots("local/storage")
+        .bind(|| insta::assert_snapshot!("mount_errors", text(&out.stderr)));
+    // Refused: the bucket its name would have made is not made.
+    assert!(
+        !Bucket::at(&endpoint, "skyc-kept-bucket").remove(),
+        "a refused submission made a bucket"
+    );
+    // Without rclone on the PATH.
+    let out = with_aws(s.skyc(&["run", "g.yaml"]), &endpoint, &home)
+        .env("PATH", "/nonexistent")
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    support::snapshots("local/storage")
+        .bind(|| insta::assert_snapshot!("mount_without_rclone", text(&out.stderr)));
 }

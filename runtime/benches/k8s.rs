@@ -423,6 +423,7 @@ fn files() {
             into: Some((&snapshots, &writing)),
             limit_bytes: 1 << 30,
             progress: &mut quiet,
+            mount_buckets: false,
         },
     );
     let t_pack = Instant::now();

@@ -36,6 +36,9 @@ pub struct Descriptor {
     /// Gives nodes their task's local `workdir` and `file_mounts`: a
     /// submission takes their snapshots ([`crate::files`]) for it.
     pub delivers_files: bool,
+    /// Mounts buckets on its nodes (`mode: MOUNT`, [`crate::storage::mount`]):
+    /// a submission finds them for it.
+    pub mounts_buckets: bool,
     /// Where a group's logs are.
     pub logs: fn(&LogQuery<'_>) -> Result<LogPlaces, String>,
     /// Starts the supervisor's side of it, with its first group.
@@ -89,6 +92,7 @@ pub static BACKENDS: [Descriptor; 4] = [
         handle: None,
         detach_waits: false,
         delivers_files: true,
+        mounts_buckets: true,
         logs: in_group_dir,
         start: |dir, setup| {
             Ok(Box::new(local::backend::Local::new(
@@ -108,6 +112,7 @@ pub static BACKENDS: [Descriptor; 4] = [
         handle: None,
         detach_waits: false,
         delivers_files: true,
+        mounts_buckets: false,
         logs: slurm::log_places,
         start: |dir, _| Ok(Box::new(slurm::SlurmBackend::new(dir))),
     },
@@ -124,6 +129,7 @@ pub static BACKENDS: [Descriptor; 4] = [
         }),
         detach_waits: true,
         delivers_files: true,
+        mounts_buckets: false,
         logs: in_group_dir,
         start: |dir, setup| {
             let (connect, tuning) = setup.k8s.clone();
@@ -147,6 +153,7 @@ pub static BACKENDS: [Descriptor; 4] = [
         }),
         detach_waits: false,
         delivers_files: true,
+        mounts_buckets: false,
         logs: in_group_dir,
         start: |dir, _| Ok(Box::new(aws::Aws::start(dir.to_owned())?)),
     },

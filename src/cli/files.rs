@@ -76,7 +76,11 @@ pub(crate) fn take(
     let writing = snapshots
         .writing()
         .map_err(|e| format!("{}: {e}", state_dir.join("files").display()))?;
-    let read = read(group, Some((&snapshots, &writing)));
+    let read = read(
+        group,
+        Some((&snapshots, &writing)),
+        target.descriptor().mounts_buckets,
+    );
     taken.writing = Some((writing, state_dir.to_owned()));
     (taken.files, taken.diagnostics) = read?;
     if volumes_named && volumes::kept_as_directories(target) {
@@ -93,6 +97,7 @@ pub(crate) fn take(
 fn read(
     group: &Group,
     into: Option<(&Snapshots, &Writing)>,
+    mount_buckets: bool,
 ) -> Result<(Files, Vec<Diagnostic>), String> {
     let cwd = std::env::current_dir().map_err(|e| format!("the current directory: {e}"))?;
     let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
@@ -106,6 +111,7 @@ fn read(
             into,
             limit_bytes: take::limit_from_env(),
             progress: &mut report,
+            mount_buckets,
         },
     );
     progress.done();
@@ -179,7 +185,7 @@ pub(crate) fn packed(
         let writing = snapshots
             .writing()
             .map_err(|e| format!("{}: {e}", snapshots.dir().display()))?;
-        let (files, diagnostics) = read(group, Some((&snapshots, &writing)))?;
+        let (files, diagnostics) = read(group, Some((&snapshots, &writing)), false)?;
         if diagnostics.iter().any(Diagnostic::is_error) {
             return Ok((Default::default(), diagnostics));
         }
@@ -206,7 +212,7 @@ pub(crate) fn packed(
 /// (copied at submission with the files, or not applied yet); a bucket is
 /// not read here.
 pub(crate) fn review(group: &Group) -> Result<(serde_json::Value, Vec<Diagnostic>), String> {
-    let (files, diagnostics) = read(group, None)?;
+    let (files, diagnostics) = read(group, None, false)?;
     let tasks: Vec<serde_json::Value> = group
         .tasks
         .iter()

@@ -163,6 +163,14 @@ pub struct View {
     pub cwd: Option<String>,
     /// Where the node's writable layers are.
     pub layers: Layers,
+    /// Buckets mounted, after the places.
+    #[serde(default)]
+    pub buckets: Vec<crate::storage::Mounted>,
+    /// The network the buckets' clients reach S3 from, when the node's
+    /// own does not reach beyond this machine: a namespace's path
+    /// (`/proc/PID/ns/net` of the supervisor).
+    #[serde(default)]
+    pub host_net: Option<PathBuf>,
 }
 
 /// One snapshot, or a volume, at its destination.
@@ -253,7 +261,15 @@ impl View {
                 .collect(),
             cwd: mounts.iter().any(|m| m.workdir).then(|| WORKDIR.to_owned()),
             layers,
+            buckets: Vec::new(),
+            host_net: None,
         }
+    }
+
+    /// The same view, with `buckets` mounted too.
+    pub fn with_buckets(mut self, buckets: &[crate::storage::Mounted]) -> Self {
+        self.buckets = buckets.to_vec();
+        self
     }
 
     pub fn to_json(&self) -> String {

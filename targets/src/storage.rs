@@ -3,6 +3,7 @@
 //! storage form (`DST: {name, source, store, mode, persistent}`). Pure:
 //! what a run does with each is the runtime's (`skyc_runtime::storage`).
 
+use serde::{Deserialize, Serialize};
 use skyc_compiler::ir::FileMount;
 
 /// The object stores a bucket URL names, by its scheme.
@@ -129,6 +130,80 @@ pub fn bucket(mount: &FileMount) -> Option<Bucket> {
     })
 }
 
+/// A bucket mounted on a node (MOUNT, MOUNT_CACHED), as the node's files
+/// helper is given it: resolved at submission (the bucket found, or made
+/// for a `name`), read and written by a FUSE client on the node with the
+/// node's own AWS configuration.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mounted {
+    /// Absolute, or `~/...` (the node's home).
+    pub destination: String,
+    pub bucket: String,
+    /// The prefix mounted (`""`: the whole bucket).
+    pub path: String,
+    /// MOUNT_CACHED: a local cache, writes uploaded behind (and waited
+    /// for before the node ends).
+    pub cached: bool,
+    /// The S3 endpoint the submission used; `None` is AWS's own.
+    pub endpoint: Option<String>,
+    pub region: String,
+}
+
+/// An S3 bucket a task mounts (MOUNT, MOUNT_CACHED), before it is found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ToMount {
+    pub bucket: String,
+    pub path: String,
+    pub cached: bool,
+    /// Named without a source: made when it does not exist, as SkyPilot
+    /// makes a Storage's bucket.
+    pub create: bool,
+    pub persistent: bool,
+}
+
+/// The S3 bucket `mount` mounts: a bucket URL source, or a `name` alone
+/// (in S3, SkyPilot's default store), in MOUNT or MOUNT_CACHED mode.
+pub fn to_mount(mount: &FileMount) -> Option<ToMount> {
+    let b = bucket(mount)?;
+    let cached = match b.mode {
+        Mode::Copy => return None,
+        Mode::Mount => false,
+        Mode::MountCached => true,
+    };
+    let store = mount
+        .storage
+        .as_ref()
+        .and_then(|s| s.get("store")?.as_str().map(str::to_ascii_lowercase));
+    if store.as_deref().is_some_and(|s| s != "s3") {
+        return None;
+    }
+    match (b.url, b.name, mount.source.is_some()) {
+        (
+            Some(BucketUrl {
+                store: Store::S3,
+                bucket,
+                path,
+            }),
+            _,
+            _,
+        ) => Some(ToMount {
+            bucket,
+            path,
+            cached,
+            create: false,
+            persistent: b.persistent,
+        }),
+        (None, Some(name), false) => Some(ToMount {
+            bucket: name,
+            path: String::new(),
+            cached,
+            create: true,
+            persistent: b.persistent,
+        }),
+        _ => None,
+    }
+}
+
 /// A bucket every target copies to its nodes through the run's files
 /// (read at submission, like a local source): an existing S3 bucket or
 /// path, in COPY mode.
@@ -203,5 +278,27 @@ mod tests {
         assert_eq!(bucket(&mount(Some("./code"), None)), None);
         // Not reached yet: another store, copied.
         assert_eq!(copied(&mount(Some("gs://d/x"), None)), None);
+        // Mounted: a URL, or a name alone; not a local source uploaded.
+        let m = to_mount(&spec).unwrap();
+        assert_eq!((m.bucket.as_str(), m.create, m.cached), ("d", false, false));
+        let n = to_mount(&named).unwrap();
+        assert_eq!(
+            (n.bucket.as_str(), n.create, n.persistent),
+            ("p", true, false)
+        );
+        let cached = mount(
+            Some("s3://d/sub"),
+            Some(serde_json::json!({"source": "s3://d/sub", "mode": "MOUNT_CACHED"})),
+        );
+        assert_eq!(to_mount(&cached).unwrap().path, "sub");
+        assert!(to_mount(&cached).unwrap().cached);
+        let uploaded = mount(
+            Some("./local"),
+            Some(serde_json::json!({"name": "p", "source": "./local"})),
+        );
+        assert_eq!(to_mount(&uploaded), None);
+        let gcs = mount(None, Some(serde_json::json!({"name": "p", "store": "gcs"})));
+        assert_eq!(to_mount(&gcs), None);
+        assert_eq!(to_mount(&s), None);
     }
 }

@@ -14,6 +14,7 @@
 //! - Nothing is mounted in the supervisor's own namespace: the view names
 //!   it, and a node still in it is refused.
 
+use crate::storage::mount;
 use rustix::fs::{CWD, Mode};
 use rustix::mount::{
     MountFlags, MountPropagationFlags, MoveMountFlags, OpenTreeFlags, UnmountFlags, mount,
@@ -50,24 +51,71 @@ pub fn main(args: &[std::ffi::OsString]) -> String {
         Ok(v) => v,
         Err(e) => return format!("unreadable view: {e}"),
     };
-    if let Err(e) = make(&view) {
-        // Where a cluster's step records how the node ended: its setup
-        // failed (not a lost node).
-        if let Some(record) = std::env::var_os("SKYC_FILES_EXIT") {
-            let _ = fs::write(record, "setup 1\n");
+    let buckets = match make(&view) {
+        Ok(buckets) => buckets,
+        Err(e) => {
+            // Where a cluster's step records how the node ended: its setup
+            // failed (not a lost node).
+            if let Some(record) = std::env::var_os("SKYC_FILES_EXIT") {
+                let _ = fs::write(record, "setup 1\n");
+            }
+            return format!("cannot give this node its files: {e}");
         }
-        return format!("cannot give this node its files: {e}");
+    };
+    if buckets.is_empty() {
+        let error = std::process::Command::new(&args[2]).args(&args[3..]).exec();
+        return format!("cannot run {}: {error}", args[2].to_string_lossy());
     }
-    let error = std::process::Command::new(&args[2]).args(&args[3..]).exec();
-    format!("cannot run {}: {error}", args[2].to_string_lossy())
+    beside(buckets, &args[2], &args[3..])
+}
+
+/// Runs the command beside its mounted buckets' clients, and ends them
+/// once it has ended (its cached writes uploaded): exits as it exited.
+/// A signal to the node's process group reaches the command; this
+/// helper outlives it, to end the mounts.
+fn beside(
+    buckets: Vec<mount::Running>,
+    program: &std::ffi::OsStr,
+    args: &[std::ffi::OsString],
+) -> String {
+    let stay = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for signal in [
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGHUP,
+    ] {
+        if let Err(e) = signal_hook::flag::register(signal, stay.clone()) {
+            return format!("cannot keep the node's mounts through a signal: {e}");
+        }
+    }
+    let status = match std::process::Command::new(program).args(args).status() {
+        Ok(status) => status,
+        Err(error) => {
+            for b in buckets {
+                b.finish();
+            }
+            return format!("cannot run {}: {error}", program.to_string_lossy());
+        }
+    };
+    for b in buckets {
+        b.finish();
+    }
+    use std::os::unix::process::ExitStatusExt;
+    // As a shell reports it, which is how the agent records a node's end.
+    let code = status
+        .code()
+        .or_else(|| status.signal().map(|s| 128 + s))
+        .unwrap_or(1);
+    std::process::exit(code)
 }
 
 fn err(what: impl std::fmt::Display, e: impl std::fmt::Display) -> io::Error {
     io::Error::other(format!("{what}: {e}"))
 }
 
-/// Mounts every place of `view`, then enters its `cwd`.
-pub fn make(view: &View) -> io::Result<()> {
+/// Mounts every place of `view` and its buckets, then enters its `cwd`:
+/// the buckets' clients, to end when the node does.
+pub fn make(view: &View) -> io::Result<Vec<mount::Running>> {
     let host_ns = view
         .host_ns
         .clone()
@@ -155,11 +203,27 @@ pub fn make(view: &View) -> io::Result<()> {
             mount_bind(&copy, dest).map_err(|e| err(format!("mounting {}", dest.display()), e))?;
         }
     }
+    let mut buckets = Vec::new();
+    for (i, m) in view.buckets.iter().enumerate() {
+        let dest = expand(&m.destination, &home);
+        let started = ours
+            .room(&dest, true, &scratch)
+            .and_then(|()| mount::start(m, &dest, &scratch, i, view.host_net.as_deref()));
+        match started {
+            Ok(running) => buckets.push(running),
+            Err(e) => {
+                for b in buckets {
+                    b.finish();
+                }
+                return Err(err(format!("mounting {}", dest.display()), e));
+            }
+        }
+    }
     if let Some(cwd) = &view.cwd {
         let cwd = expand(cwd, &home);
         std::env::set_current_dir(&cwd).map_err(|e| err(cwd.display(), e))?;
     }
-    Ok(())
+    Ok(buckets)
 }
 
 /// A snapshot tree copied as it is: modes, links.

@@ -6,11 +6,11 @@
 
 use super::source::{self, Budget, SourceError, Taken};
 use super::store::{Snapshots, Writing};
-use crate::storage::copy::{self, CopyError};
+use crate::storage::{Buckets, CopyError};
 use skyc_compiler::ir::{Group, Task, Workdir};
 use skyc_compiler::{Diagnostic, Rule, Span};
 pub use skyc_targets::files::{Mount, Volume, WORKDIR, delivered};
-use skyc_targets::storage::BucketUrl;
+use skyc_targets::storage::{BucketUrl, Mounted};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -27,6 +27,9 @@ pub struct Files {
     pub tasks: Vec<Vec<Mount>>,
     /// Every task's volumes, by task index.
     pub volumes: Vec<Vec<Volume>>,
+    /// Every task's mounted buckets, by task index (for a target that
+    /// mounts them, [`Taking::mount_buckets`]).
+    pub buckets: Vec<Vec<Mounted>>,
 }
 
 impl Files {
@@ -44,7 +47,9 @@ impl Files {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.tasks.iter().all(Vec::is_empty) && self.volumes.iter().all(Vec::is_empty)
+        self.tasks.iter().all(Vec::is_empty)
+            && self.volumes.iter().all(Vec::is_empty)
+            && self.buckets.iter().all(Vec::is_empty)
     }
 }
 
@@ -59,6 +64,9 @@ pub struct Taking<'a> {
     pub limit_bytes: u64,
     /// Called after each file read with the files and bytes so far.
     pub progress: &'a mut dyn FnMut(u64, u64),
+    /// Whether the target mounts buckets on its nodes (this machine):
+    /// they are then found, or made, and the FUSE client checked.
+    pub mount_buckets: bool,
 }
 
 /// The size limit from the environment, in bytes.
@@ -137,9 +145,14 @@ fn wanted(task: &Task) -> Vec<Wanted<'_>> {
     out
 }
 
-/// Whether any task names a local source.
+/// Whether any task names a local source, or a bucket.
 pub fn names_files(group: &Group) -> bool {
-    group.tasks.iter().any(|t| !wanted(t).is_empty())
+    group.tasks.iter().any(|t| {
+        !wanted(t).is_empty()
+            || t.file_mounts
+                .iter()
+                .any(|m| skyc_targets::storage::to_mount(m).is_some())
+    })
 }
 
 /// Takes every task's sources; the files, or the diagnostics that stop
@@ -154,7 +167,8 @@ pub fn take(group: &Group, taking: &mut Taking<'_>) -> (Files, Vec<Diagnostic>) 
         bytes: 0,
         progress: taking.progress,
     };
-    let mut buckets = copy::Reader::default();
+    let mut buckets = Buckets::default();
+    let mut to_make: Vec<(String, Span)> = Vec::new();
     for task in &group.tasks {
         let mut mounts = Vec::new();
         for w in wanted(task) {
@@ -168,7 +182,7 @@ pub fn take(group: &Group, taking: &mut Taking<'_>) -> (Files, Vec<Diagnostic>) 
                     Some(t) => t.clone(),
                     None => {
                         let t = buckets
-                            .take(url, store, writing, &mut budget)
+                            .copy(url, store, writing, &mut budget)
                             .map_err(|e| diagnostics.push(bucket_diagnostic(&w, url, e)));
                         seen.insert(key, t.clone());
                         t
@@ -219,8 +233,106 @@ pub fn take(group: &Group, taking: &mut Taking<'_>) -> (Files, Vec<Diagnostic>) 
             }
         }
         files.tasks.push(mounts);
+        let mounted = if taking.mount_buckets && taking.into.is_some() {
+            mount_buckets(task, &mut buckets, &mut diagnostics, &mut to_make)
+        } else {
+            Vec::new()
+        };
+        files.buckets.push(mounted);
+    }
+    // Made only for a submission that goes ahead: a refused one leaves
+    // no bucket behind.
+    if !diagnostics.iter().any(Diagnostic::is_error) {
+        for (bucket, span) in to_make {
+            if let Err(e) = buckets.make(&bucket) {
+                let url = BucketUrl {
+                    store: skyc_targets::storage::Store::S3,
+                    bucket: bucket.clone(),
+                    path: String::new(),
+                };
+                let w = Wanted {
+                    destination: String::new(),
+                    written: &bucket,
+                    span,
+                    workdir: false,
+                    bucket: None,
+                };
+                diagnostics.push(bucket_diagnostic(&w, &url, e));
+            }
+        }
     }
     (files, diagnostics)
+}
+
+/// The buckets `task` mounts, each found (or made) now; a diagnostic at
+/// each that cannot be, or when this machine cannot mount.
+fn mount_buckets(
+    task: &Task,
+    buckets: &mut Buckets,
+    diagnostics: &mut Vec<Diagnostic>,
+    to_make: &mut Vec<(String, Span)>,
+) -> Vec<Mounted> {
+    let mut out = Vec::new();
+    for m in &task.file_mounts {
+        let Some(to) = skyc_targets::storage::to_mount(m) else {
+            continue;
+        };
+        if let Err(why) = crate::storage::mount::client() {
+            diagnostics.push(
+                Diagnostic::new(
+                    Rule::NoBucketMounter,
+                    m.at.0,
+                    format!("cannot mount `{}` at `{}`: {why}", to.bucket, m.destination),
+                )
+                .label("mounted here")
+                .help(
+                    "skyc mounts buckets with rclone and FUSE: `apt install rclone fuse3`; or \
+                     copy the bucket instead (`mode: COPY`)",
+                ),
+            );
+            continue;
+        }
+        let url = BucketUrl {
+            store: skyc_targets::storage::Store::S3,
+            bucket: to.bucket.clone(),
+            path: to.path.clone(),
+        };
+        let w = Wanted {
+            destination: m.destination.clone(),
+            written: m.source.as_deref().unwrap_or(&to.bucket),
+            span: m.at.0,
+            workdir: false,
+            bucket: Some(url.clone()),
+        };
+        match buckets.mount(&to, &m.destination) {
+            Ok((mounted, make)) => {
+                if make && !to_make.iter().any(|(b, _)| *b == to.bucket) {
+                    to_make.push((to.bucket.clone(), m.at.0));
+                }
+                out.push(mounted);
+            }
+            Err(e) => diagnostics.push(bucket_diagnostic(&w, &url, e)),
+        }
+        if to.create && !to.persistent {
+            diagnostics.push(
+                Diagnostic::new(
+                    Rule::BucketKept,
+                    m.at.0,
+                    format!(
+                        "`persistent: false` is not applied yet: bucket `{}` is kept after the \
+                         group",
+                        to.bucket
+                    ),
+                )
+                .label("kept")
+                .help(format!(
+                    "delete it when done: `aws s3 rb --force s3://{}`",
+                    to.bucket
+                )),
+            );
+        }
+    }
+    out
 }
 
 /// `~` is the home; a relative path starts where skyc runs, as SkyPilot's

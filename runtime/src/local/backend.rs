@@ -420,9 +420,10 @@ impl Local {
         fs::create_dir_all(&adir)?;
         let mounts = &g.plan.tasks[task].files;
         let volumes = &g.plan.tasks[task].volumes;
+        let buckets = &g.plan.tasks[task].buckets;
         let cwd = match &g.plan.tasks[task].workdir {
             // The files helper enters the workdir once it is in place.
-            _ if !mounts.is_empty() || !volumes.is_empty() => adir.clone(),
+            _ if !mounts.is_empty() || !volumes.is_empty() || !buckets.is_empty() => adir.clone(),
             Some(dir) => dir.clone(),
             None => {
                 let work = node_dir.join("work");
@@ -441,6 +442,7 @@ impl Local {
         let command = self.files.wrap(
             mounts,
             volumes,
+            buckets,
             &env,
             &paths::layers(&node_dir, attempt),
             command,
@@ -933,8 +935,9 @@ fn spawn_job_agent(
     // own.
     let mounts = &worker.plan.tasks[0].files;
     let volumes = &worker.plan.tasks[0].volumes;
+    let buckets = &worker.plan.tasks[0].buckets;
     let cwd = match &worker.plan.tasks[0].workdir {
-        _ if !mounts.is_empty() || !volumes.is_empty() => adir.clone(),
+        _ if !mounts.is_empty() || !volumes.is_empty() || !buckets.is_empty() => adir.clone(),
         Some(dir) => dir.clone(),
         None => paths::node_dir(&worker.dir, 0, rank).join("work"),
     };
@@ -956,7 +959,7 @@ fn spawn_job_agent(
     let command = bash(&paths::script(&job.dir, task, Phase::Run));
     let argv = worker.net.wrap(
         net,
-        files.wrap(mounts, volumes, &env, &adir.join("files"), command),
+        files.wrap(mounts, volumes, buckets, &env, &adir.join("files"), command),
     );
     let log = paths::log(&job.dir, &job.plan.tasks[task].name, rank);
     spawner.spawn(Launch {

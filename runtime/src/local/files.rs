@@ -5,6 +5,7 @@
 use crate::files::node;
 use crate::files::{Mount, Snapshots};
 use skyc_targets::files::{Layers, View, Volume};
+use skyc_targets::storage::Mounted;
 use std::path::{Path, PathBuf};
 
 pub struct NodeFiles {
@@ -31,11 +32,12 @@ impl NodeFiles {
         &self,
         mounts: &[Mount],
         volumes: &[Volume],
+        buckets: &[Mounted],
         env: &[(String, String)],
         scratch: &Path,
         argv: Vec<String>,
     ) -> Vec<String> {
-        if mounts.is_empty() && volumes.is_empty() {
+        if mounts.is_empty() && volumes.is_empty() && buckets.is_empty() {
             return argv;
         }
         let home = env
@@ -48,8 +50,15 @@ impl NodeFiles {
             volumes,
             self.snapshots.dir(),
             Layers::Disk(scratch.to_owned()),
-        );
+        )
+        .with_buckets(buckets);
         view.host_ns = Some(self.host_ns.clone());
+        // A namespaced node reaches only this machine: its buckets'
+        // clients use the supervisor's network.
+        view.host_net = Some(PathBuf::from(format!(
+            "/proc/{}/ns/net",
+            std::process::id()
+        )));
         view.home = Some(home);
         let view = view.to_json();
         [

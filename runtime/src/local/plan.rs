@@ -9,6 +9,7 @@ use crate::pool::{JobSpec, PoolSpec, Room};
 use serde::{Deserialize, Serialize};
 use skyc_compiler::ir::{self, Group, InterConnection, Task, Workdir};
 use skyc_compiler::{Diagnostic, Rule};
+use skyc_targets::storage::Mounted;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -114,6 +115,9 @@ pub struct TaskPlan {
     /// The volumes it mounts: directories of the state directory, shared.
     #[serde(default)]
     pub volumes: Vec<Volume>,
+    /// The buckets it mounts, each node with its own FUSE client.
+    #[serde(default)]
+    pub buckets: Vec<Mounted>,
 }
 
 /// How nodes get their network identity.
@@ -209,6 +213,12 @@ impl Plan {
                     .get(index)
                     .cloned()
                     .unwrap_or_default(),
+                buckets: options
+                    .files
+                    .buckets
+                    .get(index)
+                    .cloned()
+                    .unwrap_or_default(),
             });
         }
         diagnostics.extend(unresolved);
@@ -275,9 +285,14 @@ fn not_applied(task: &Task) -> Vec<String> {
                 .to_owned(),
         );
     }
-    if task.file_mounts.iter().any(|m| !delivered(m)) {
+    if task
+        .file_mounts
+        .iter()
+        .any(|m| !delivered(m) && skyc_targets::storage::to_mount(m).is_none())
+    {
         out.push(
-            "file mounts from buckets and SkyPilot Storage are not applied on this machine"
+            "file mounts from buckets other than S3, and Storage uploaded from a local \
+             source, are not applied on this machine"
                 .to_owned(),
         );
     }

@@ -9,8 +9,8 @@
 //! is a file; else it is the directory of the objects under it, the
 //! whole bucket for a bare `s3://bucket`.
 
-use crate::aws::credentials::Access;
-use crate::aws::ec2::client::{Error, Tuning};
+use super::{Buckets, CopyError};
+use crate::aws::ec2::client::Error;
 use crate::aws::s3::{Object, S3};
 use crate::files::source::{Budget, SourceError, Taken};
 use crate::files::store::{Snapshots, Writing, remove};
@@ -24,54 +24,9 @@ pub const PARALLEL: usize = 16;
 /// The most objects one source is listed to (1,000 pages).
 const MAX_PAGES: usize = 1000;
 
-/// Why a bucket source could not be copied.
-#[derive(Debug)]
-pub enum CopyError {
-    /// No credentials, or a configuration they cannot be had from.
-    NoCredentials(String),
-    NoBucket,
-    /// Nothing at the path (a bucket that has it would list it).
-    Nothing,
-    /// S3 refused the credentials it was given.
-    Denied(String),
-    /// The bucket is in another region than the one asked.
-    Region(String),
-    /// A key that cannot be a path under the destination.
-    Key(String),
-    /// S3 could not be reached, or failed.
-    Failed(String),
-    TooLarge {
-        bytes: u64,
-        limit: u64,
-    },
-    /// Writing the snapshot failed.
-    Local(SourceError),
-}
-
-/// Reads buckets for one submission: the credentials are asked for once,
-/// on the first bucket.
-#[derive(Default)]
-pub struct Reader {
-    client: Option<Result<(S3, tokio::runtime::Runtime), String>>,
-}
-
-impl Reader {
-    /// A reader with `s3` (tests, benchmarks).
-    pub fn with(s3: S3) -> Result<Reader, String> {
-        Ok(Reader {
-            client: Some(Ok((s3, runtime()?))),
-        })
-    }
-
-    fn client(&mut self) -> Result<&(S3, tokio::runtime::Runtime), CopyError> {
-        self.client
-            .get_or_insert_with(connect)
-            .as_ref()
-            .map_err(|e| CopyError::NoCredentials(e.clone()))
-    }
-
+impl Buckets {
     /// Copies `url` into a snapshot: its digest, files and bytes.
-    pub fn take(
+    pub fn copy(
         &mut self,
         url: &BucketUrl,
         snapshots: &Snapshots,
@@ -81,30 +36,6 @@ impl Reader {
         let (s3, rt) = self.client()?;
         rt.block_on(take(s3, url, snapshots, writing, budget, PARALLEL))
     }
-}
-
-fn runtime() -> Result<tokio::runtime::Runtime, String> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the S3 client: {e}"))
-}
-
-/// The S3 client of the submitting user's AWS configuration: the chain,
-/// region and endpoint `aws` and the SDKs use.
-fn connect() -> Result<(S3, tokio::runtime::Runtime), String> {
-    let (access, chain) = Access::from_env().map_err(|e| e.to_string())?;
-    let rt = runtime()?;
-    let region = access.region.clone().unwrap_or_else(|| "us-east-1".into());
-    let fetched = rt.block_on(chain.fetch(&access, &region))?;
-    let s3 = S3::new(
-        access.s3_endpoint.as_deref(),
-        &region,
-        fetched.credentials,
-        Tuning::default(),
-    )
-    .map_err(|e| e.to_string())?;
-    Ok((s3, rt))
 }
 
 /// What `url` names: one object (a file), or those under it.
@@ -139,7 +70,7 @@ async fn listed(s3: &S3, url: &BucketUrl) -> Result<(bool, Vec<Object>), CopyErr
     Ok((true, under))
 }
 
-fn why(e: Error) -> CopyError {
+pub(super) fn why(e: Error) -> CopyError {
     match e.code() {
         Some(
             "AccessDenied"

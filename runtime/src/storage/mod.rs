@@ -2,6 +2,111 @@
 //! run reaches them:
 //!
 //! - [`copy`]: a bucket copied to the nodes, read once at submission
-//!   into a snapshot that every target delivers like a local source.
+//!   into a snapshot that every target delivers like a local source;
+//! - [`mount`]: a bucket mounted on the nodes, found (or made) at
+//!   submission, mounted on each node by a FUSE client.
+//!
+//! A submission reaches S3 through one [`Buckets`], with the submitting
+//! user's AWS configuration.
 
 pub mod copy;
+pub mod mount;
+
+use crate::aws::credentials::Access;
+use crate::aws::ec2::client::Tuning;
+use crate::aws::s3::S3;
+use crate::files::source::SourceError;
+
+/// Why a bucket could not be copied or mounted.
+#[derive(Debug)]
+pub enum CopyError {
+    /// No credentials, or a configuration they cannot be had from.
+    NoCredentials(String),
+    NoBucket,
+    /// Nothing at the path (a bucket that has it would list it).
+    Nothing,
+    /// S3 refused the credentials it was given.
+    Denied(String),
+    /// The bucket is in another region than the one asked.
+    Region(String),
+    /// A key that cannot be a path under the destination.
+    Key(String),
+    /// S3 could not be reached, or failed.
+    Failed(String),
+    TooLarge {
+        bytes: u64,
+        limit: u64,
+    },
+    /// Writing the snapshot failed.
+    Local(SourceError),
+}
+
+/// A submission's way to S3: the credentials are asked for once, on the
+/// first bucket.
+#[derive(Default)]
+pub struct Buckets {
+    client: Option<Result<Client, String>>,
+}
+
+struct Client {
+    s3: S3,
+    rt: tokio::runtime::Runtime,
+    /// The configured S3 endpoint, which the nodes use too.
+    endpoint: Option<String>,
+}
+
+impl Buckets {
+    /// Buckets reached with `s3` at `endpoint` (tests, benchmarks).
+    pub fn with(s3: S3, endpoint: Option<String>) -> Result<Buckets, String> {
+        Ok(Buckets {
+            client: Some(Ok(Client {
+                s3,
+                rt: runtime()?,
+                endpoint,
+            })),
+        })
+    }
+
+    fn client(&mut self) -> Result<(&S3, &tokio::runtime::Runtime), CopyError> {
+        self.client
+            .get_or_insert_with(connect)
+            .as_ref()
+            .map(|c| (&c.s3, &c.rt))
+            .map_err(|e| CopyError::NoCredentials(e.clone()))
+    }
+
+    fn endpoint(&self) -> Option<String> {
+        self.client
+            .as_ref()
+            .and_then(|c| c.as_ref().ok())
+            .and_then(|c| c.endpoint.clone())
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the S3 client: {e}"))
+}
+
+/// The S3 client of the submitting user's AWS configuration: the chain,
+/// region and endpoint the AWS CLI and SDKs use.
+fn connect() -> Result<Client, String> {
+    let (access, chain) = Access::from_env().map_err(|e| e.to_string())?;
+    let rt = runtime()?;
+    let region = access.region.clone().unwrap_or_else(|| "us-east-1".into());
+    let fetched = rt.block_on(chain.fetch(&access, &region))?;
+    let s3 = S3::new(
+        access.s3_endpoint.as_deref(),
+        &region,
+        fetched.credentials,
+        Tuning::default(),
+    )
+    .map_err(|e| e.to_string())?;
+    Ok(Client {
+        s3,
+        rt,
+        endpoint: access.s3_endpoint,
+    })
+}

@@ -67,6 +67,7 @@ fn taken(
             into: Some((&snapshots, &writing)),
             limit_bytes: 1 << 30,
             progress: &mut quiet,
+            mount_buckets: false,
         },
     );
     assert!(diagnostics.is_empty(), "{diagnostics:?}");

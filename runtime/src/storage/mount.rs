@@ -1,0 +1,304 @@
+//! A bucket mounted on the nodes (`mode: MOUNT` or `MOUNT_CACHED`): found
+//! at submission (made, for a storage spec with a `name` alone, as
+//! SkyPilot makes a Storage's bucket), then mounted on each node, before
+//! its command starts, by rclone, in the node's own mount namespace.
+//!
+//! rclone is what SkyPilot itself mounts with for MOUNT_CACHED (and for
+//! MOUNT on ARM), and a Debian package (`rclone`, with `fuse3`): one
+//! client for both modes.
+//!
+//! - MOUNT: no local cache (`--vfs-cache-mode off`), as SkyPilot's MOUNT:
+//!   a file is written front to back, and is in the bucket when it is
+//!   closed; reads go to the bucket.
+//! - MOUNT_CACHED: a local cache (`--vfs-cache-mode full`), writes
+//!   uploaded behind; the node does not end before its uploads have, as
+//!   SkyPilot's job does not.
+//!
+//! rclone reads the node's own AWS configuration (`env_auth`: its
+//! environment, shared files, instance role), and the endpoint and region
+//! the submission used. Another node's writes show within
+//! [`DIR_CACHE`] of their upload.
+
+use super::copy::why;
+use super::{Buckets, CopyError};
+use skyc_targets::storage::{Mounted, ToMount};
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a directory listing is trusted before the bucket is asked
+/// again (SkyPilot's goofys mounts trust a stat 5 s).
+pub const DIR_CACHE: &str = "5s";
+
+/// The longest a mount is waited for.
+const MOUNT_WAIT: Duration = Duration::from_secs(30);
+
+/// The longest a node's cached writes are waited for at its end.
+const UPLOAD_WAIT: Duration = Duration::from_secs(600);
+
+impl Buckets {
+    /// Finds the bucket `to` mounts at `destination`: what a node is
+    /// given, and whether the bucket is to be made (a `name` alone, not
+    /// there yet), which [`Buckets::make`] does once the whole
+    /// submission is known good.
+    pub fn mount(&mut self, to: &ToMount, destination: &str) -> Result<(Mounted, bool), CopyError> {
+        let (exists, region) = {
+            let (s3, rt) = self.client()?;
+            let found = rt
+                .block_on(s3.list_under(&to.bucket, &to.path, 1))
+                .map_err(why)?;
+            (found.is_some(), s3.region().to_owned())
+        };
+        if !exists && !to.create {
+            return Err(CopyError::NoBucket);
+        }
+        let mounted = Mounted {
+            destination: destination.to_owned(),
+            bucket: to.bucket.clone(),
+            path: to.path.clone(),
+            cached: to.cached,
+            endpoint: self.endpoint(),
+            region,
+        };
+        Ok((mounted, !exists))
+    }
+
+    /// Makes `bucket` (one this account has already is made).
+    pub fn make(&mut self, bucket: &str) -> Result<(), CopyError> {
+        let (s3, rt) = self.client()?;
+        rt.block_on(s3.create_bucket(bucket)).map_err(why)
+    }
+}
+
+/// The FUSE client this machine mounts with: rclone on the `PATH`, and
+/// the FUSE device; why not, when one is missing.
+pub fn client() -> Result<PathBuf, String> {
+    let found = std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|dir| dir.join("rclone"))
+            .find(|p| p.is_file())
+    });
+    let Some(rclone) = found else {
+        return Err("rclone is not on the PATH".into());
+    };
+    if !Path::new("/dev/fuse").exists() {
+        return Err("this machine has no /dev/fuse".into());
+    }
+    Ok(rclone)
+}
+
+/// A bucket mounted at a node's destination, served by its rclone.
+pub struct Running {
+    child: Child,
+    at: PathBuf,
+    log: PathBuf,
+    cached: bool,
+}
+
+/// Mounts `m` at `at` (an existing directory): rclone started in a
+/// process group of its own (so a signal to the node's group does not
+/// end it before the node's last write), its log in `scratch`, waited
+/// for until `at` is its mount. In `host_net` when this process's
+/// network is another (a namespaced node's, which reaches only this
+/// machine): the mount is still the node's, its traffic this machine's.
+pub fn start(
+    m: &Mounted,
+    at: &Path,
+    scratch: &Path,
+    index: usize,
+    host_net: Option<&Path>,
+) -> io::Result<Running> {
+    let rclone = client().map_err(io::Error::other)?;
+    let log = scratch.join(format!("rclone-{index}.log"));
+    let cache = scratch.join(format!("rclone-cache-{index}"));
+    let remote = if m.path.is_empty() {
+        format!(":s3:{}", m.bucket)
+    } else {
+        format!(":s3:{}/{}", m.bucket, m.path)
+    };
+    let own = fs::read_link("/proc/self/ns/net").ok();
+    let mut cmd = match host_net {
+        Some(net) if fs::read_link(net).ok() != own => {
+            let mut c = Command::new("nsenter");
+            c.arg(format!("--net={}", net.display()))
+                .arg("--")
+                .arg(rclone);
+            c
+        }
+        _ => Command::new(rclone),
+    };
+    cmd.arg("mount")
+        .arg(&remote)
+        .arg(at)
+        .args(["--config", "/dev/null", "--log-level", "INFO"])
+        .arg("--log-file")
+        .arg(&log)
+        .arg("--cache-dir")
+        .arg(&cache)
+        .args(["--dir-cache-time", DIR_CACHE, "--allow-other"])
+        .args(if m.cached {
+            &[
+                "--vfs-cache-mode",
+                "full",
+                "--vfs-write-back",
+                "1s",
+                "--vfs-cache-poll-interval",
+                "1s",
+            ][..]
+        } else {
+            &["--vfs-cache-mode", "off"][..]
+        })
+        // The remote's settings, read from the environment: nothing a
+        // bucket or path holds is parsed as an option.
+        .env("RCLONE_S3_ENV_AUTH", "true")
+        .env("RCLONE_S3_REGION", &m.region)
+        .env("RCLONE_S3_NO_CHECK_BUCKET", "true")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    match &m.endpoint {
+        Some(e) => {
+            cmd.env("RCLONE_S3_PROVIDER", "Other")
+                .env("RCLONE_S3_ENDPOINT", e);
+        }
+        None => {
+            cmd.env("RCLONE_S3_PROVIDER", "AWS");
+        }
+    }
+    // rclone's AWS SDK refuses AWS_CA_BUNDLE with its own transport;
+    // the bundle is given as rclone's own flag instead.
+    if let Some(bundle) = std::env::var_os("AWS_CA_BUNDLE") {
+        cmd.env_remove("AWS_CA_BUNDLE").arg("--ca-cert").arg(bundle);
+    }
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| io::Error::other(format!("starting rclone: {e}")))?;
+    let start = Instant::now();
+    loop {
+        if mounted(at) {
+            return Ok(Running {
+                child,
+                at: at.to_owned(),
+                log,
+                cached: m.cached,
+            });
+        }
+        if let Some(status) = child.try_wait()? {
+            return Err(io::Error::other(format!(
+                "rclone could not mount s3://{}/{} ({status}): {}",
+                m.bucket,
+                m.path,
+                last_error(&log)
+            )));
+        }
+        if start.elapsed() > MOUNT_WAIT {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(io::Error::other(format!(
+                "rclone did not mount s3://{}/{} within {} s: {}",
+                m.bucket,
+                m.path,
+                MOUNT_WAIT.as_secs(),
+                last_error(&log)
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+impl Running {
+    /// The node has ended: its cached writes are waited for (said in the
+    /// node's log while they last), then the bucket is unmounted.
+    pub fn finish(mut self) {
+        if self.cached {
+            let start = Instant::now();
+            let mut said = false;
+            // Uploads are queued a poll after the last close: one poll,
+            // then until rclone's cache says nothing is left.
+            std::thread::sleep(Duration::from_millis(1500));
+            while !flushed(&self.log) && start.elapsed() < UPLOAD_WAIT {
+                if !said {
+                    eprintln!(
+                        "skyc: waiting for the writes to {} to reach the bucket",
+                        self.at.display()
+                    );
+                    said = true;
+                }
+                if self.child.try_wait().ok().flatten().is_some() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        }
+        let _ = rustix::process::kill_process(
+            rustix::process::Pid::from_child(&self.child),
+            rustix::process::Signal::TERM,
+        );
+        let _ = self.child.wait();
+    }
+}
+
+/// Whether `at` is a mount point now: on another device than its parent.
+fn mounted(at: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let parent = at.parent().unwrap_or(Path::new("/"));
+    match (fs::metadata(at), fs::metadata(parent)) {
+        (Ok(a), Ok(p)) => a.dev() != p.dev(),
+        _ => false,
+    }
+}
+
+/// Whether rclone's last word on its cache is that nothing is left to
+/// upload (it says so every poll, `--vfs-cache-poll-interval`).
+fn flushed(log: &Path) -> bool {
+    let text = fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .rev()
+        .find(|l| l.contains("vfs cache: cleaned:"))
+        .is_some_and(|l| l.contains("to upload 0, uploading 0"))
+}
+
+/// The last error rclone logged, for the node's log.
+fn last_error(log: &Path) -> String {
+    let text = fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .rev()
+        .find(|l| l.contains("ERROR") || l.contains("CRITICAL") || l.contains("Failed"))
+        .or_else(|| text.lines().last())
+        .unwrap_or("no log")
+        .trim()
+        .to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cache_is_flushed_when_rclone_last_said_so() {
+        let dir = std::env::temp_dir().join(format!("skyc-flushed-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("rclone.log");
+        fs::write(
+            &log,
+            "INFO  : vfs cache: cleaned: objects 2 (was 2) in use 0, to upload 0, uploading 0\n\
+             INFO  : a.bin: vfs cache: queuing for upload in 1s\n\
+             INFO  : vfs cache: cleaned: objects 3 (was 3) in use 0, to upload 1, uploading 0\n",
+        )
+        .unwrap();
+        assert!(!flushed(&log));
+        fs::write(
+            &log,
+            "INFO  : vfs cache: cleaned: objects 3 (was 3) in use 0, to upload 1, uploading 0\n\
+             INFO  : a.bin: Copied (new)\n\
+             INFO  : vfs cache: cleaned: objects 3 (was 3) in use 0, to upload 0, uploading 0\n",
+        )
+        .unwrap();
+        assert!(flushed(&log));
+        assert!(!flushed(&dir.join("none.log")));
+        let _ = fs::remove_dir_all(&dir);
+    }
+}
