@@ -126,6 +126,7 @@ impl Bucket {
             .find(|o| o.key == key)
             .unwrap_or_else(|| panic!("no object {key} in {}", self.name))
             .size;
+        std::fs::write(&to, b"").expect("the file to fill");
         self.rt
             .block_on(self.s3.get_object(&self.name, key, size, &to))
             .expect("GetObject");
@@ -266,6 +267,33 @@ fn copy(target: Target) {
     assert_eq!(bucket.keys(), keys_before);
 }
 
+/// A prefix with more objects than one listing page (1,000) is copied
+/// whole: every object, once.
+#[test]
+fn a_prefix_of_more_than_a_page_of_objects_is_copied() {
+    let Some(endpoint) = moto() else { return };
+    let s = Scratch::new("storage-page");
+    let bucket = Bucket::new(&endpoint, &format!("skyc-copy-page-{}", std::process::id()));
+    for i in 0..1001 {
+        bucket.put(&format!("shards/{i:04}.txt"), format!("{i}\n").as_bytes());
+    }
+    s.write(
+        "g.yaml",
+        &format!(
+            "name: t\nfile_mounts:\n  /data: s3://{}/shards\nrun: |\n               echo \"found $(ls /data | wc -l) files, sum $(cat /data/* | awk '{{s += $1}} END {{print s}}')\"\n",
+            bucket.name
+        ),
+    );
+    let home = s.dir.join("home");
+    std::fs::create_dir_all(&home).expect("home");
+    let out = with_aws(s.skyc(&["run", "g.yaml"]), &endpoint, &home)
+        .output()
+        .expect("run");
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    assert!(stdout.contains("found 1001 files, sum 500500"), "{stdout}");
+}
+
 /// A bucket that is not there, or a path in it that names nothing: a
 /// located error before anything starts, and nothing left behind.
 #[test]
@@ -304,6 +332,28 @@ fn buckets_that_cannot_be_copied_are_located_errors() {
         .filter(|n| n != ".lock")
         .collect();
     assert_eq!(left, Vec::<String>::new(), "half-taken files left");
+    // Keys that would be one path: refused once listed, before a byte
+    // is fetched, and what was staged is removed.
+    bucket.put("clash/a", b"file");
+    bucket.put("clash/a/b", b"under the file");
+    s.write(
+        "clash.yaml",
+        "name: t\nfile_mounts:\n  /data: s3://skyc-copy-errors/clash\nrun: echo\n",
+    );
+    let out = with_aws(s.skyc(&["run", "clash.yaml"]), &endpoint, &home)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    support::snapshots("local/storage")
+        .bind(|| insta::assert_snapshot!("copy_collision", text(&out.stderr)));
+    let left: Vec<_> = std::fs::read_dir(s.state().join("files"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n != ".lock")
+        .collect();
+    assert_eq!(left, Vec::<String>::new(), "a staged copy left");
     // Without credentials: said at the bucket, with where skyc looked.
     let out = s
         .skyc(&["run", "g.yaml"])

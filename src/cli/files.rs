@@ -221,10 +221,13 @@ pub(crate) fn review(group: &Group) -> Result<(serde_json::Value, Vec<Diagnostic
             let elsewhere: Vec<serde_json::Value> = task
                 .file_mounts
                 .iter()
-                .filter_map(|m| Some((m, skyc_targets::storage::bucket(m)?)))
-                .map(|(m, bucket)| {
+                .filter(|m| !take::local(m))
+                .map(|m| {
+                    let bucket = skyc_targets::storage::bucket(m);
                     let run = if skyc_targets::storage::copied(m).is_some() {
                         "copied with the files when submitted"
+                    } else if skyc_targets::storage::to_mount(m).is_some() {
+                        "mounted on this machine's nodes; not applied on the other targets"
                     } else {
                         "not applied"
                     };
@@ -232,7 +235,7 @@ pub(crate) fn review(group: &Group) -> Result<(serde_json::Value, Vec<Diagnostic
                         "destination": m.destination,
                         "source": m.source,
                         "storage": m.storage,
-                        "mode": bucket.mode.name(),
+                        "mode": bucket.map(|b| b.mode.name()),
                         "run": run,
                     })
                 })

@@ -32,6 +32,8 @@ impl Store {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BucketUrl {
     pub store: Store,
+    /// As written (`s3`, `gs`, `cos`, ...).
+    pub scheme: String,
     pub bucket: String,
     /// The key or prefix after the bucket, without leading or trailing
     /// `/` (`""`: the whole bucket).
@@ -46,6 +48,7 @@ impl BucketUrl {
         let (bucket, path) = rest.split_once('/').unwrap_or((rest, ""));
         Some(BucketUrl {
             store,
+            scheme: scheme.to_owned(),
             bucket: bucket.to_owned(),
             path: path.trim_matches('/').to_owned(),
         })
@@ -54,13 +57,7 @@ impl BucketUrl {
 
 impl std::fmt::Display for BucketUrl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let scheme = match self.store {
-            Store::S3 => "s3",
-            Store::Gcs => "gs",
-            Store::R2 => "r2",
-            Store::Other => "other",
-        };
-        write!(f, "{scheme}://{}", self.bucket)?;
+        write!(f, "{}://{}", self.scheme, self.bucket)?;
         if !self.path.is_empty() {
             write!(f, "/{}", self.path)?;
         }
@@ -183,6 +180,7 @@ pub fn to_mount(mount: &FileMount) -> Option<ToMount> {
                 store: Store::S3,
                 bucket,
                 path,
+                ..
             }),
             _,
             _,
@@ -246,6 +244,10 @@ mod tests {
         assert_eq!(u.to_string(), "s3://my-data/train/shards");
         let whole = BucketUrl::parse("gs://b").unwrap();
         assert_eq!((whole.store, whole.path.as_str()), (Store::Gcs, ""));
+        assert_eq!(
+            BucketUrl::parse("cos://b/x").unwrap().to_string(),
+            "cos://b/x"
+        );
         assert_eq!(BucketUrl::parse("./data"), None);
         assert_eq!(BucketUrl::parse("ftp://x/y"), None);
     }

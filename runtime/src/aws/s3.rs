@@ -31,7 +31,7 @@ const MAX_BODY: usize = 4 << 20;
 /// The chunk a streamed body is sent in.
 const CHUNK: usize = 1 << 20;
 
-/// The slowest upload waited for: a try of a body of N bytes may take
+/// The slowest upload waited for: a try of a body of N bytes sent may take
 /// the tuning's request time plus N at this rate.
 const SLOWEST_BYTES_PER_SEC: u64 = 256 << 10;
 
@@ -151,6 +151,15 @@ impl S3 {
                 } else {
                     "amazonaws.com"
                 };
+                // A name with a dot is not one label of S3's wildcard
+                // certificate: addressed by path, as the SDKs do.
+                if bucket.contains('.') {
+                    return Target {
+                        scheme: "https".into(),
+                        host: format!("s3.{}.{suffix}", self.region),
+                        path: format!("/{bucket}/{key}"),
+                    };
+                }
                 Target {
                     scheme: "https".into(),
                     host: format!("{bucket}.s3.{}.{suffix}", self.region),
@@ -227,7 +236,8 @@ impl S3 {
         let mut out = Vec::new();
         let mut token: Option<String> = None;
         for _ in 0..pages {
-            let mut query = vec![("list-type", "2")];
+            // Keys come URL-encoded: XML cannot carry every byte a key may.
+            let mut query = vec![("encoding-type", "url"), ("list-type", "2")];
             if !prefix.is_empty() {
                 query.push(("prefix", prefix));
             }
@@ -259,9 +269,41 @@ impl S3 {
         })
     }
 
-    /// Downloads `key`, `size` bytes as listed, into `to` (made, or
-    /// truncated for each try): fails when S3 sends other than `size`
-    /// bytes. Tried again while it fails for a while.
+    /// The first object (in key order) whose key starts with `prefix`:
+    /// `Some(None)` when there is none, `None` when there is no such
+    /// bucket. One key asked for, however many match.
+    pub async fn first_under(
+        &self,
+        bucket: &str,
+        prefix: &str,
+    ) -> Result<Option<Option<Object>>, Error> {
+        let mut query = vec![
+            ("encoding-type", "url"),
+            ("list-type", "2"),
+            ("max-keys", "1"),
+        ];
+        if !prefix.is_empty() {
+            query.push(("prefix", prefix));
+        }
+        let body = match self
+            .call("ListObjectsV2", "GET", bucket, None, &query, Vec::new())
+            .await
+        {
+            Err(e) if e.code() == Some("NoSuchBucket") => return Ok(None),
+            other => other?,
+        };
+        let page = listing(&body).map_err(|why| Error::Response {
+            service: "S3",
+            action: "ListObjectsV2".into(),
+            why,
+        })?;
+        Ok(Some(page.objects.into_iter().next()))
+    }
+
+    /// Downloads `key`, `size` bytes as listed, into `to` (an existing
+    /// file, truncated for each try): fails when S3 sends other than
+    /// `size` bytes. Tried again while it fails for a while; a local
+    /// write that fails is `Error::Request`.
     pub async fn get_object(
         &self,
         bucket: &str,
@@ -295,13 +337,14 @@ impl S3 {
             endpoint: format!("{}://{}", t.scheme, t.host),
             why,
         };
-        let limit = self.tuning.request_timeout + Duration::from_secs(size / SLOWEST_BYTES_PER_SEC);
+        // However large the object: an answer that stops for the
+        // tuning's request time is given up on, not a slow one.
+        let idle = self.tuning.request_timeout;
         let local = |e: io::Error| Error::Request(format!("{}: {e}", to.display()));
         let fetch = async {
-            let resp = self
-                .http
-                .request(req)
+            let resp = tokio::time::timeout(idle, self.http.request(req))
                 .await
+                .map_err(|_| unreachable(format!("no answer within {} s", idle.as_secs())))?
                 .map_err(|e| unreachable(crate::aws::ec2::client::root_cause(&e)))?;
             let status = resp.status().as_u16();
             let mut body = resp.into_body();
@@ -313,9 +356,20 @@ impl S3 {
                     .to_bytes();
                 return Err(api_error("GetObject", status, &bytes));
             }
-            let mut file = std::fs::File::create(to).map_err(local)?;
+            // Made (empty) before: a try starts it over.
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .truncate(true)
+                .open(to)
+                .map_err(local)?;
             let mut got = 0u64;
-            while let Some(frame) = body.frame().await {
+            loop {
+                let frame = tokio::time::timeout(idle, body.frame())
+                    .await
+                    .map_err(|_| {
+                        unreachable(format!("`{key}` stopped coming for {} s", idle.as_secs()))
+                    })?;
+                let Some(frame) = frame else { break };
                 let frame = frame.map_err(|e| unreachable(format!("the answer broke off: {e}")))?;
                 if let Ok(data) = frame.into_data() {
                     got += data.len() as u64;
@@ -332,9 +386,7 @@ impl S3 {
             }
             Ok(())
         };
-        tokio::time::timeout(limit, fetch).await.map_err(|_| {
-            unreachable(format!("`{key}` did not come within {} s", limit.as_secs()))
-        })?
+        fetch.await
     }
 
     /// Deletes one object (one already gone is deleted).
@@ -600,6 +652,7 @@ fn listing(xml: &str) -> Result<Listing, String> {
         .filter(|c| c.tag_name().name() == "Contents")
     {
         let key = text(c, "Key").ok_or("a listed object has no Key")?;
+        let key = decode(&key).ok_or("a listed Key is not URL-encoded UTF-8")?;
         let size = text(c, "Size")
             .and_then(|s| s.parse().ok())
             .ok_or("a listed object has no Size")?;
@@ -612,6 +665,23 @@ fn listing(xml: &str) -> Result<Listing, String> {
         None
     };
     Ok(Listing { objects, next })
+}
+
+/// A value `encoding-type=url` encoded: `%XX` bytes, `+` a space.
+fn decode(s: &str) -> Option<String> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut bytes = s.bytes();
+    while let Some(b) = bytes.next() {
+        match b {
+            b'%' => {
+                let hex = [bytes.next()?, bytes.next()?];
+                out.push(u8::from_str_radix(std::str::from_utf8(&hex).ok()?, 16).ok()?);
+            }
+            b'+' => out.push(b' '),
+            b => out.push(b),
+        }
+    }
+    String::from_utf8(out).ok()
 }
 
 /// S3's error document: code, message, request id.
@@ -674,6 +744,32 @@ mod tests {
                 Tuning::default()
             )
             .is_err()
+        );
+    }
+
+    #[test]
+    fn keys_are_encoded_a_segment_at_a_time_and_dotted_buckets_by_path() {
+        let t = client(Some("http://127.0.0.1:9000"), "us-east-1")
+            .target("b", Some("sub dir/ü+x%y.bin//z~_-."));
+        assert_eq!(t.path, "/b/sub%20dir/%C3%BC%2Bx%25y.bin//z~_-.");
+        let dotted = client(None, "eu-west-1").target("my.data", Some("k"));
+        assert_eq!(
+            (dotted.host.as_str(), dotted.path.as_str()),
+            ("s3.eu-west-1.amazonaws.com", "/my.data/k")
+        );
+    }
+
+    #[test]
+    fn listed_keys_are_decoded() {
+        let page = listing(
+            "<ListBucketResult><Contents><Key>sub+dir/%C3%BC%2Bx.bin</Key><Size>3</Size>\
+             </Contents><IsTruncated>false</IsTruncated></ListBucketResult>",
+        )
+        .unwrap();
+        assert_eq!(page.objects[0].key, "sub dir/ü+x.bin");
+        assert!(
+            listing("<ListBucketResult><Contents><Key>%ZZ</Key><Size>1</Size></Contents></ListBucketResult>")
+                .is_err()
         );
     }
 

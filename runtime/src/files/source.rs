@@ -61,7 +61,7 @@ pub enum Filters {
     /// What its ignore files leave, as SkyPilot's rsync reads a source.
     IgnoreFiles,
     /// Every file (a bucket's objects, copied whole).
-    None,
+    All,
 }
 
 /// [`read`], with `filters`.
@@ -121,23 +121,26 @@ pub fn read_tree(
     // As SkyPilot's rsync filters: a `.skyignore` at the root means every
     // directory's `.skyignore`; else every `.gitignore`, and git's own
     // exclude file.
-    if filters == Filters::None {
-    } else if root.join(".skyignore").exists() {
-        walk.add_custom_ignore_filename(".skyignore");
-    } else {
-        walk.add_custom_ignore_filename(".gitignore");
-        let exclude = root.join(".git/info/exclude");
-        if exclude.is_file() {
-            // Its patterns are anchored at the root, as rsync's
-            // `--exclude-from` reads them.
-            walk.current_dir(&root);
-            if let Some(error) = walk.add_ignore(&exclude) {
-                return Err(SourceError::Unreadable {
-                    path: exclude,
-                    error: error
-                        .into_io_error()
-                        .unwrap_or_else(|| io::Error::other("unreadable")),
-                });
+    match filters {
+        Filters::All => {}
+        Filters::IgnoreFiles if root.join(".skyignore").exists() => {
+            walk.add_custom_ignore_filename(".skyignore");
+        }
+        Filters::IgnoreFiles => {
+            walk.add_custom_ignore_filename(".gitignore");
+            let exclude = root.join(".git/info/exclude");
+            if exclude.is_file() {
+                // Its patterns are anchored at the root, as rsync's
+                // `--exclude-from` reads them.
+                walk.current_dir(&root);
+                if let Some(error) = walk.add_ignore(&exclude) {
+                    return Err(SourceError::Unreadable {
+                        path: exclude,
+                        error: error
+                            .into_io_error()
+                            .unwrap_or_else(|| io::Error::other("unreadable")),
+                    });
+                }
             }
         }
     }

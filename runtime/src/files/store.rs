@@ -150,7 +150,7 @@ impl Snapshots {
         want_dir: bool,
         budget: &mut Budget<'_>,
     ) -> Result<Taken, SourceError> {
-        let taken = source::read_tree(staged, want_dir, None, budget, source::Filters::None);
+        let taken = source::read_tree(staged, want_dir, None, budget, source::Filters::All);
         let taken = match taken {
             Ok(t) => t,
             Err(e) => {

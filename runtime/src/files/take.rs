@@ -9,7 +9,7 @@ use super::store::{Snapshots, Writing};
 use crate::storage::{Buckets, CopyError};
 use skyc_compiler::ir::{Group, Task, Workdir};
 use skyc_compiler::{Diagnostic, Rule, Span};
-pub use skyc_targets::files::{Mount, Volume, WORKDIR, delivered};
+pub use skyc_targets::files::{Mount, Volume, WORKDIR, delivered, local};
 use skyc_targets::storage::{BucketUrl, Mounted};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -145,7 +145,7 @@ fn wanted(task: &Task) -> Vec<Wanted<'_>> {
     out
 }
 
-/// Whether any task names a local source, or a bucket.
+/// Whether any task names a local source, or a bucket copied or mounted.
 pub fn names_files(group: &Group) -> bool {
     group.tasks.iter().any(|t| {
         !wanted(t).is_empty()
@@ -173,10 +173,18 @@ pub fn take(group: &Group, taking: &mut Taking<'_>) -> (Files, Vec<Diagnostic>) 
         let mut mounts = Vec::new();
         for w in wanted(task) {
             if let Some(url) = &w.bucket {
-                // Read only for a run (a review lists buckets unread).
+                // Read only into snapshots (a run, a build; a review lists
+                // buckets unread), and not for a submission already
+                // refused.
                 let Some((store, writing)) = taking.into else {
                     continue;
                 };
+                if diagnostics.iter().any(Diagnostic::is_error) {
+                    if let Err(e) = buckets.check(url) {
+                        diagnostics.push(bucket_diagnostic(&w, url, e));
+                    }
+                    continue;
+                }
                 let key = (PathBuf::from(url.to_string()), false);
                 let taken = match seen.get(&key) {
                     Some(t) => t.clone(),
@@ -247,6 +255,7 @@ pub fn take(group: &Group, taking: &mut Taking<'_>) -> (Files, Vec<Diagnostic>) 
             if let Err(e) = buckets.make(&bucket) {
                 let url = BucketUrl {
                     store: skyc_targets::storage::Store::S3,
+                    scheme: "s3".into(),
                     bucket: bucket.clone(),
                     path: String::new(),
                 };
@@ -294,6 +303,7 @@ fn mount_buckets(
         }
         let url = BucketUrl {
             store: skyc_targets::storage::Store::S3,
+            scheme: "s3".into(),
             bucket: to.bucket.clone(),
             path: to.path.clone(),
         };
@@ -490,6 +500,16 @@ fn bucket_diagnostic(w: &Wanted<'_>, url: &BucketUrl, error: CopyError) -> Diagn
             "a key with an empty, `.` or `..` part cannot be copied; copy a prefix without it"
                 .to_owned(),
         ),
+        CopyError::Collision(a, b) => unreadable(
+            format!(
+                "its objects `{a}` and `{b}` would be one path under `{}`",
+                w.destination
+            ),
+            "holds them",
+            "S3 keeps a key and keys under it apart, a filesystem cannot: copy a prefix that \
+             holds only one of them"
+                .to_owned(),
+        ),
         CopyError::Failed(why) => unreadable(
             why,
             "cannot be read",
@@ -507,10 +527,17 @@ fn bucket_diagnostic(w: &Wanted<'_>, url: &BucketUrl, error: CopyError) -> Diagn
         )
         .label("passes the limit")
         .help(format!(
-            "copy a smaller prefix, mount the bucket (`mode: MOUNT`), or raise the limit: \
-             {LIMIT_VAR}={}",
+            "copy a smaller prefix, mount the bucket (`mode: MOUNT`, on this machine), or raise \
+             the limit: {LIMIT_VAR}={}",
             (limit / (1024 * 1024)).saturating_mul(2)
         )),
+        CopyError::Write(why) => unreadable(
+            why,
+            "cannot be kept",
+            "the state directory's filesystem refused the bytes: free space there, or give \
+             another with --state-dir"
+                .to_owned(),
+        ),
         CopyError::Local(e) => diagnostic(w, Path::new(&url.to_string()), e),
     }
 }

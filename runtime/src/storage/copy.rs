@@ -16,7 +16,9 @@ use crate::files::source::{Budget, SourceError, Taken};
 use crate::files::store::{Snapshots, Writing, remove};
 use futures::StreamExt;
 use skyc_targets::storage::BucketUrl;
-use std::path::{Component, Path};
+use std::collections::HashMap;
+use std::fs::{self, File};
+use std::path::{Component, Path, PathBuf};
 
 /// Objects downloaded at once.
 pub const PARALLEL: usize = 16;
@@ -36,38 +38,53 @@ impl Buckets {
         let (s3, rt) = self.client()?;
         rt.block_on(take(s3, url, snapshots, writing, budget, PARALLEL))
     }
+
+    /// Whether `url` could be copied, read no further than its listing
+    /// (for a submission refused already: each problem said, no data
+    /// fetched).
+    pub fn check(&mut self, url: &BucketUrl) -> Result<(), CopyError> {
+        let (s3, rt) = self.client()?;
+        rt.block_on(listed(s3, url)).map(drop)
+    }
+}
+
+/// What a URL names.
+enum Listed {
+    /// One object: copied to the destination as a file.
+    File(Object),
+    /// The objects under it: a directory.
+    Dir(Vec<Object>),
 }
 
 /// What `url` names: one object (a file), or those under it.
-async fn listed(s3: &S3, url: &BucketUrl) -> Result<(bool, Vec<Object>), CopyError> {
-    let missing = |l: Option<Vec<Object>>| l.ok_or(CopyError::NoBucket);
+async fn listed(s3: &S3, url: &BucketUrl) -> Result<Listed, CopyError> {
     if url.path.is_empty() {
-        let all = missing(
-            s3.list_under(&url.bucket, "", MAX_PAGES)
-                .await
-                .map_err(why)?,
-        )?;
-        return Ok((true, all));
+        let all = s3
+            .list_under(&url.bucket, "", MAX_PAGES)
+            .await
+            .map_err(why)?
+            .ok_or(CopyError::NoBucket)?;
+        return Ok(Listed::Dir(all));
     }
     // Keys come in order: an object named the path comes first.
-    let first = missing(
-        s3.list_under(&url.bucket, &url.path, 1)
-            .await
-            .map_err(why)?,
-    )?;
-    if let Some(o) = first.into_iter().find(|o| o.key == url.path) {
-        return Ok((false, vec![o]));
+    let first = s3
+        .first_under(&url.bucket, &url.path)
+        .await
+        .map_err(why)?
+        .ok_or(CopyError::NoBucket)?;
+    if let Some(o) = first.filter(|o| o.key == url.path) {
+        return Ok(Listed::File(o));
     }
     let prefix = format!("{}/", url.path);
-    let under = missing(
-        s3.list_under(&url.bucket, &prefix, MAX_PAGES)
-            .await
-            .map_err(why)?,
-    )?;
+    let under = s3
+        .list_under(&url.bucket, &prefix, MAX_PAGES)
+        .await
+        .map_err(why)?
+        .ok_or(CopyError::NoBucket)?;
     if under.is_empty() {
         return Err(CopyError::Nothing);
     }
-    Ok((true, under))
+    Ok(Listed::Dir(under))
 }
 
 pub(super) fn why(e: Error) -> CopyError {
@@ -92,7 +109,9 @@ pub(super) fn why(e: Error) -> CopyError {
 /// each part a plain name (no `.`, `..` or empty part: S3 allows them, a
 /// path under the destination cannot hold them).
 fn relative<'k>(key: &'k str, prefix: &str) -> Result<Option<&'k str>, CopyError> {
-    let rel = key.strip_prefix(prefix).unwrap_or(key);
+    let rel = key
+        .strip_prefix(prefix)
+        .ok_or_else(|| CopyError::Key(key.to_owned()))?;
     // A folder marker (`dir/`) names a directory.
     let rel = rel.strip_suffix('/').unwrap_or(rel);
     if rel.is_empty() {
@@ -116,27 +135,30 @@ pub async fn take(
     budget: &mut Budget<'_>,
     parallel: usize,
 ) -> Result<Taken, CopyError> {
-    let (dir, objects) = listed(s3, url).await?;
-    let total: u64 = objects.iter().map(|o| o.size).sum();
+    let listed = listed(s3, url).await?;
+    let total: u64 = match &listed {
+        Listed::File(o) => o.size,
+        Listed::Dir(all) => all.iter().map(|o| o.size).sum(),
+    };
     let room = budget.limit.saturating_sub(budget.bytes);
     if total > room {
         return Err(CopyError::TooLarge {
-            bytes: budget.bytes + total,
             limit: budget.limit,
         });
     }
     let staged = snapshots
         .staging(writing)
         .map_err(|error| local(snapshots.dir(), error))?;
-    let result = fill(s3, url, dir, &objects, &staged, parallel).await;
-    let kept = match result {
+    let kept = match plan(url, &listed, &staged) {
         Err(e) => Err(e),
-        Ok(()) if dir => snapshots
-            .keep(writing, &staged, true, budget)
+        Ok(files) => match fill(s3, &url.bucket, &files, parallel, budget).await {
+            Err(e) => Err(e),
+            Ok(()) => match listed {
+                Listed::Dir(_) => snapshots.keep(writing, &staged, true, budget),
+                Listed::File(_) => snapshots.keep(writing, &staged.join("object"), false, budget),
+            }
             .map_err(CopyError::Local),
-        Ok(()) => snapshots
-            .keep(writing, &staged.join("object"), false, budget)
-            .map_err(CopyError::Local),
+        },
     };
     remove(&staged);
     kept
@@ -149,56 +171,112 @@ fn local(path: &Path, error: std::io::Error) -> CopyError {
     })
 }
 
-/// Downloads `objects` into `staged`: under it for a directory, as
-/// `staged/object` for a file.
+/// The files `listed` makes under `staged` (a directory's objects under
+/// it, a file as `staged/object`), each made empty now: two keys that
+/// would be one path (`a` and `a/b`, `a` and the folder `a/`, keys a
+/// case-insensitive filesystem takes for one) are refused here, before
+/// any byte is fetched.
+fn plan<'o>(
+    url: &BucketUrl,
+    listed: &'o Listed,
+    staged: &Path,
+) -> Result<Vec<(&'o Object, PathBuf)>, CopyError> {
+    let objects = match listed {
+        Listed::File(o) => {
+            let to = staged.join("object");
+            File::create_new(&to).map_err(|e| local(&to, e))?;
+            return Ok(vec![(o, to)]);
+        }
+        Listed::Dir(all) => all,
+    };
+    let prefix = if url.path.is_empty() {
+        String::new()
+    } else {
+        format!("{}/", url.path)
+    };
+    // Folders first (a marker, or a file's parents), then files: a file
+    // where a folder is, or the reverse, is then a collision.
+    let mut dirs: Vec<(&Object, &str)> = Vec::new();
+    let mut files = Vec::new();
+    for o in objects {
+        let Some(rel) = relative(&o.key, &prefix)? else {
+            continue;
+        };
+        if o.key.ends_with('/') {
+            dirs.push((o, rel));
+        } else {
+            files.push((o, rel));
+        }
+    }
+    let collision = |a: &str, b: &str| CopyError::Collision(a.to_owned(), b.to_owned());
+    let mut made: HashMap<PathBuf, &str> = HashMap::new();
+    for (o, rel) in &dirs {
+        let to = staged.join(rel);
+        fs::create_dir_all(&to).map_err(|e| local(&to, e))?;
+        made.insert(to, &o.key);
+    }
+    let mut out = Vec::with_capacity(files.len());
+    for (o, rel) in files {
+        let to = staged.join(rel);
+        if let Some(parent) = to.parent() {
+            fs::create_dir_all(parent).map_err(|_| {
+                // A parent is a file already.
+                let clash = made
+                    .iter()
+                    .find(|(p, _)| parent.starts_with(p))
+                    .map_or("", |(_, k)| k);
+                collision(clash, &o.key)
+            })?;
+        }
+        match File::create_new(&to) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let clash = made.get(&to).copied().unwrap_or("");
+                return Err(collision(clash, &o.key));
+            }
+            Err(e) => return Err(local(&to, e)),
+        }
+        made.insert(to.clone(), &o.key);
+        out.push((o, to));
+    }
+    Ok(out)
+}
+
+/// Downloads `files` (made empty by [`plan`]), `parallel` at once,
+/// showing the bytes come as `budget`'s progress.
 async fn fill(
     s3: &S3,
-    url: &BucketUrl,
-    dir: bool,
-    objects: &[Object],
-    staged: &Path,
+    bucket: &str,
+    files: &[(&Object, PathBuf)],
     parallel: usize,
+    budget: &mut Budget<'_>,
 ) -> Result<(), CopyError> {
-    let mut files = Vec::new();
-    if dir {
-        let prefix = if url.path.is_empty() {
-            String::new()
-        } else {
-            format!("{}/", url.path)
-        };
-        for o in objects {
-            let Some(rel) = relative(&o.key, &prefix)? else {
-                continue;
-            };
-            let to = staged.join(rel);
-            if o.key.ends_with('/') {
-                std::fs::create_dir_all(&to).map_err(|e| local(&to, e))?;
-                continue;
-            }
-            if let Some(parent) = to.parent() {
-                std::fs::create_dir_all(parent).map_err(|e| local(parent, e))?;
-            }
-            files.push((o, to));
-        }
-    } else {
-        files.extend(objects.iter().map(|o| (o, staged.join("object"))));
-    }
     let mut downloads = futures::stream::iter(files.iter())
         .map(|(o, to)| async move {
-            s3.get_object(&url.bucket, &o.key, o.size, to)
+            s3.get_object(bucket, &o.key, o.size, to)
                 .await
+                .map(|()| o.size)
                 .map_err(|e| (o.key.clone(), e))
         })
         .buffer_unordered(parallel.max(1));
+    let (mut count, mut bytes) = (0, 0);
     while let Some(done) = downloads.next().await {
-        if let Err((key, e)) = done {
-            return Err(match why(e) {
-                CopyError::Failed(m) => CopyError::Failed(format!("`{key}`: {m}")),
-                other => other,
-            });
+        match done {
+            Ok(size) => {
+                count += 1;
+                bytes += size;
+                (budget.progress)(budget.files + count, budget.bytes + bytes);
+            }
+            // Writing here failed (a full disk): not S3's doing.
+            Err((_, Error::Request(why))) => return Err(CopyError::Write(why)),
+            Err((key, e)) => {
+                return Err(match why(e) {
+                    CopyError::Failed(m) => CopyError::Failed(format!("`{key}`: {m}")),
+                    other => other,
+                });
+            }
         }
     }
-    // A key that is also a folder (`a` and `a/b`) cannot be both here.
     Ok(())
 }
 
@@ -212,7 +290,13 @@ mod tests {
         assert_eq!(relative("data/", "data/").unwrap(), None);
         assert_eq!(relative("data/sub/", "data/").unwrap(), Some("sub"));
         assert_eq!(relative("x", "").unwrap(), Some("x"));
-        for bad in ["data/../etc/passwd", "data/a//b", "data/./a", "data/.."] {
+        for bad in [
+            "data/../etc/passwd",
+            "data/a//b",
+            "data/./a",
+            "data/..",
+            "other/x",
+        ] {
             assert!(
                 matches!(relative(bad, "data/"), Err(CopyError::Key(_))),
                 "{bad}"

@@ -31,12 +31,15 @@ pub enum CopyError {
     Region(String),
     /// A key that cannot be a path under the destination.
     Key(String),
+    /// Two keys that would be one path (`a` and `a/b`).
+    Collision(String, String),
     /// S3 could not be reached, or failed.
     Failed(String),
     TooLarge {
-        bytes: u64,
         limit: u64,
     },
+    /// Writing the downloaded bytes failed (a full disk).
+    Write(String),
     /// Writing the snapshot failed.
     Local(SourceError),
 }
@@ -56,17 +59,6 @@ struct Client {
 }
 
 impl Buckets {
-    /// Buckets reached with `s3` at `endpoint` (tests, benchmarks).
-    pub fn with(s3: S3, endpoint: Option<String>) -> Result<Buckets, String> {
-        Ok(Buckets {
-            client: Some(Ok(Client {
-                s3,
-                rt: runtime()?,
-                endpoint,
-            })),
-        })
-    }
-
     fn client(&mut self) -> Result<(&S3, &tokio::runtime::Runtime), CopyError> {
         self.client
             .get_or_insert_with(connect)

@@ -247,7 +247,7 @@ impl Lowerer<'_> {
         for (index, task) in self.group.tasks.iter().enumerate() {
             let choice = &placement.choices[index];
             let candidate = &task.resources.candidates[choice.candidate];
-            self.not_applied(task, candidate);
+            self.not_applied(index, task, candidate);
             let image = self.image(task, candidate);
             let labels = self.labels(task, candidate);
             let placement_name = self.placement(task, candidate);
@@ -587,14 +587,8 @@ impl Lowerer<'_> {
         );
     }
 
-    fn not_applied(&mut self, task: &Task, c: &Candidate) {
+    fn not_applied(&mut self, index: usize, task: &Task, c: &Candidate) {
         let delivered = self.files.is_some();
-        let index = self
-            .group
-            .tasks
-            .iter()
-            .position(|t| std::ptr::eq(t, task))
-            .unwrap_or_default();
         let taken = self.files.map_or(&[][..], |f| f.of(index));
         let buckets = delivered
             && task
