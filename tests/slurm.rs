@@ -978,6 +978,7 @@ fn files_reach_the_nodes_views_exactly_and_nothing_runs() {
                 }]
             })
             .collect(),
+        buckets: Vec::new(),
         snapshots: dir.join(&values[1]),
         helper: dir.join(&values[3]),
     };

@@ -461,13 +461,28 @@ fn fuse() -> bool {
 /// the group has ended.
 #[test]
 fn tasks_that_mount_a_bucket_see_each_others_writes() {
+    mount(Target::Local);
+}
+
+#[test]
+fn tasks_that_mount_a_bucket_see_each_others_writes_on_slurm() {
+    let Some(_cluster) = cluster() else { return };
+    mount(Target::Slurm);
+}
+
+fn mount(target: Target) {
     let Some(endpoint) = moto() else { return };
     if !fuse() {
         return;
     }
-    let s = Scratch::new("storage-mount");
-    let policy = format!("skyc-policy-{}", std::process::id());
-    let ckpt = Bucket::new(&endpoint, &format!("skyc-ckpt-{}", std::process::id()));
+    let s = target.scratch("storage-mount");
+    let on = if target == Target::Local {
+        "local"
+    } else {
+        "slurm"
+    };
+    let policy = format!("skyc-policy-{}-{on}", std::process::id());
+    let ckpt = Bucket::new(&endpoint, &format!("skyc-ckpt-{}-{on}", std::process::id()));
     ckpt.put("run/.keep", b"");
     let weights: Vec<u8> = (0..(3u32 << 20)).map(|i| (i * 13 % 241) as u8).collect();
     std::fs::write(s.dir.join("weights.bin"), &weights).expect("weights");
@@ -490,7 +505,7 @@ fn tasks_that_mount_a_bucket_see_each_others_writes() {
     s.write("g.yaml", &group);
     let home = s.dir.join("home");
     std::fs::create_dir_all(&home).expect("home");
-    let out = with_aws(s.skyc(&["run", "g.yaml"]), &endpoint, &home)
+    let out = with_aws(target.run(&s, "g.yaml"), &endpoint, &home)
         .output()
         .expect("run");
     let stdout = text(&out.stdout);

@@ -112,7 +112,7 @@ pub static BACKENDS: [Descriptor; 4] = [
         handle: None,
         detach_waits: false,
         delivers_files: true,
-        mounts_buckets: false,
+        mounts_buckets: true,
         logs: slurm::log_places,
         start: |dir, _| Ok(Box::new(slurm::SlurmBackend::new(dir))),
     },

@@ -90,6 +90,7 @@ impl SlurmRunArgs {
             options.files = Some(Delivery {
                 tasks: run.files.tasks.clone(),
                 volumes: run.files.volumes.clone(),
+                buckets: run.files.buckets.clone(),
                 snapshots: skyc_runtime::files::Snapshots::of(&state_dir)
                     .dir()
                     .to_owned(),

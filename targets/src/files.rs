@@ -206,6 +206,8 @@ pub struct Delivery {
     pub tasks: Vec<Vec<Mount>>,
     /// Each task's volumes.
     pub volumes: Vec<Vec<Volume>>,
+    /// Each task's mounted buckets.
+    pub buckets: Vec<Vec<crate::storage::Mounted>>,
     pub snapshots: PathBuf,
     pub helper: PathBuf,
 }
@@ -221,9 +223,16 @@ impl Delivery {
         self.volumes.get(index).map_or(&[], Vec::as_slice)
     }
 
+    /// Task `index`'s mounted buckets.
+    pub fn buckets_of(&self, index: usize) -> &[crate::storage::Mounted] {
+        self.buckets.get(index).map_or(&[], Vec::as_slice)
+    }
+
     /// Whether task `index`'s nodes need the files helper.
     pub fn gives(&self, index: usize) -> bool {
-        !self.of(index).is_empty() || !self.volumes_of(index).is_empty()
+        !self.of(index).is_empty()
+            || !self.volumes_of(index).is_empty()
+            || !self.buckets_of(index).is_empty()
     }
 
     /// Task `index`'s view.
@@ -234,6 +243,7 @@ impl Delivery {
             &self.snapshots,
             layers,
         )
+        .with_buckets(self.buckets_of(index))
     }
 }
 

@@ -525,13 +525,18 @@ impl Members {
         fs::write(adir.join("0.run"), script).map_err(io)?;
         // The pool's files, seen by the job as by its worker (step.sh).
         let helper = match &w.plan.files_at {
-            Some((snapshots, helper)) if !w.plan.files.is_empty() || !w.plan.volumes.is_empty() => {
+            Some((snapshots, helper))
+                if !w.plan.files.is_empty()
+                    || !w.plan.volumes.is_empty()
+                    || !w.plan.buckets.is_empty() =>
+            {
                 let view = View::of(
                     &w.plan.files,
                     &w.plan.volumes,
                     snapshots,
                     Layers::Memory(None),
-                );
+                )
+                .with_buckets(&w.plan.buckets);
                 fs::write(adir.join("0.files"), view.to_json()).map_err(io)?;
                 fs::create_dir_all(adir.join("layers")).map_err(io)?;
                 helper.display().to_string()

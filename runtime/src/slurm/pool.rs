@@ -34,6 +34,9 @@ pub struct WorkerPlan {
     pub files: Vec<Mount>,
     #[serde(default)]
     pub volumes: Vec<Volume>,
+    /// The buckets its jobs mount, as its workers do.
+    #[serde(default)]
+    pub buckets: Vec<skyc_targets::storage::Mounted>,
     #[serde(default)]
     pub files_at: Option<(PathBuf, PathBuf)>,
 }
@@ -143,13 +146,14 @@ pub fn plan_pool(
         t.recover_on_exit_codes.clear();
     }
     let mut task = TaskRun::of(&group.tasks[0]);
-    let (files, volumes, files_at) = match &options.files {
+    let (files, volumes, buckets, files_at) = match &options.files {
         Some(delivery) if delivery.gives(0) => (
             delivery.of(0).to_vec(),
             delivery.volumes_of(0).to_vec(),
+            delivery.buckets_of(0).to_vec(),
             Some((delivery.snapshots.clone(), delivery.helper.clone())),
         ),
-        _ => (Vec::new(), Vec::new(), None),
+        _ => (Vec::new(), Vec::new(), Vec::new(), None),
     };
     if files.iter().any(|m| m.workdir) {
         // The files helper starts jobs in the delivered workdir.
@@ -172,6 +176,7 @@ pub fn plan_pool(
         task,
         files,
         volumes,
+        buckets,
         files_at,
     };
     (Some(PoolPlan { pool: spec, worker }), diagnostics)

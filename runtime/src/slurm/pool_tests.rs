@@ -164,6 +164,7 @@ impl Fake {
             },
             files: Vec::new(),
             volumes: Vec::new(),
+            buckets: Vec::new(),
             files_at: None,
         };
         Member {

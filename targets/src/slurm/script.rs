@@ -515,6 +515,12 @@ fn data(
             .as_ref()
             .map_or(&[][..], |f| f.volumes_of(index(g)))
     };
+    let buckets = |g: usize| {
+        options
+            .files
+            .as_ref()
+            .map_or(&[][..], |f| f.buckets_of(index(g)))
+    };
     let helper = match &options.files {
         Some(f) if (0..tasks.len()).any(|g| f.gives(index(g))) => {
             let helper = f.helper.display().to_string();
@@ -603,7 +609,7 @@ fn data(
                 quote(&view.to_json())
             );
         }
-        let prelude = prelude(task, mounts, !volumes(g).is_empty(), out);
+        let prelude = prelude(task, mounts, buckets(g), !volumes(g).is_empty(), out);
         for (phase, text) in [("setup", &task.setup), ("run", &task.run)] {
             if let Some(text) = text {
                 if has_nul(text) {
@@ -626,6 +632,7 @@ fn data(
 fn prelude(
     task: &Task,
     mounts: &[crate::files::Mount],
+    buckets: &[crate::storage::Mounted],
     volumes: bool,
     out: &mut Vec<Diagnostic>,
 ) -> String {
@@ -652,12 +659,14 @@ fn prelude(
     }
     // Those not delivered: buckets and storage, or all of them for
     // `build` (which reads no files).
-    if mounts.is_empty() && !task.file_mounts.is_empty() {
+    let mounted =
+        |m: &skyc_compiler::ir::FileMount| buckets.iter().any(|b| b.destination == m.destination);
+    if mounts.is_empty() && buckets.is_empty() && !task.file_mounts.is_empty() {
         out.push(ignored(task, "`file_mounts` are not applied"));
     } else if task
         .file_mounts
         .iter()
-        .any(|m| !crate::files::carries(mounts, m))
+        .any(|m| !crate::files::carries(mounts, m) && !mounted(m))
     {
         out.push(ignored(
             task,
