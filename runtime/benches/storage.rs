@@ -11,6 +11,12 @@
 //! (default 20) on its way in, as a region's S3 roughly does. With 0 the
 //! figures are moto's CPU alone.
 //!
+//! Then, with rclone and FUSE (as root) and `AWS_ACCESS_KEY_ID` and
+//! `AWS_SECRET_ACCESS_KEY` set (any values for moto), the same prefix mounted
+//! (MOUNT, through the same relay): the time until the mount is there,
+//! the first read of one object through it, and a read of every object
+//! one after another.
+//!
 //! `cargo bench -p skyc-runtime --bench storage [-- OBJECTS SIZE LATENCY_MS]`
 //! (default 1,000 objects of 1 MiB: 1 GiB, 20 ms).
 
@@ -50,7 +56,8 @@ fn main() {
         )
         .expect("S3 client")
     };
-    let far = client(&relay(&moto, latency));
+    let relayed = relay(&moto, latency);
+    let far = client(&relayed);
     let s3 = client(&moto);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -125,6 +132,62 @@ fn main() {
         times.push(took.as_secs_f64());
     }
     println!("speed-up: {:.1}x", times[0] / times[1]);
+    mount(&relayed, &bucket, objects, size);
+}
+
+/// The prefix mounted at a directory of this process's own: the mount's
+/// start, a first read, and every object read in turn.
+fn mount(endpoint: &str, bucket: &str, objects: u64, size: u64) {
+    use skyc_runtime::storage::mount;
+    if mount::client().is_err() || !rustix::process::geteuid().is_root() {
+        println!("mount: skipped (needs rclone, /dev/fuse and root)");
+        return;
+    }
+    // rclone reads its credentials as a node's does, from the environment.
+    if std::env::var_os("AWS_ACCESS_KEY_ID").is_none() {
+        println!(
+            "mount: skipped (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, any values for moto)"
+        );
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("skyc-bench-mount-{}", std::process::id()));
+    let at = dir.join("data");
+    std::fs::create_dir_all(&at).expect("mount point");
+    let m = skyc_targets::storage::Mounted {
+        destination: at.display().to_string(),
+        bucket: bucket.to_owned(),
+        path: "data".into(),
+        cached: false,
+        endpoint: Some(endpoint.to_owned()),
+        region: "us-east-1".into(),
+    };
+    let start = Instant::now();
+    let running = mount::start(&m, &at, &dir, 0, None).expect("mount");
+    let mounted = start.elapsed();
+    let first = Instant::now();
+    let bytes = std::fs::read(at.join("000").join("obj-0")).expect("first object");
+    let first = first.elapsed();
+    assert_eq!(bytes.len() as u64, size);
+    let all = Instant::now();
+    let mut read = 0u64;
+    for i in 0..objects {
+        read += std::fs::read(at.join(format!("{:03}", i % 100)).join(format!("obj-{i}")))
+            .expect("object")
+            .len() as u64;
+    }
+    let all = all.elapsed();
+    running.finish();
+    let _ = std::fs::remove_dir_all(&dir);
+    println!(
+        "mount: there after {:.2} s; first object ({:.1} MiB) read in {:.3} s; all {objects} \
+         ({:.1} MiB) one after another in {:.2} s, {:.1} MiB/s",
+        mounted.as_secs_f64(),
+        size as f64 / (1 << 20) as f64,
+        first.as_secs_f64(),
+        read as f64 / (1 << 20) as f64,
+        all.as_secs_f64(),
+        read as f64 / (1 << 20) as f64 / all.as_secs_f64()
+    );
 }
 
 /// A relay to `endpoint` (`http://HOST:PORT`) holding what each

@@ -179,12 +179,24 @@ pub fn start(
     let start = Instant::now();
     loop {
         if mounted(at) {
-            return Ok(Running {
+            let running = Running {
                 child,
                 at: at.to_owned(),
                 log,
                 cached: m.cached,
-            });
+            };
+            // rclone mounts before it asks S3 anything: a listing says
+            // now, not at the task's first read, that it cannot (no
+            // credentials on the node, access refused).
+            if let Err(e) = fs::read_dir(at) {
+                let why = last_error(&running.log);
+                running.finish();
+                return Err(io::Error::other(format!(
+                    "rclone mounted s3://{}/{} but cannot list it ({e}): {why}",
+                    m.bucket, m.path
+                )));
+            }
+            return Ok(running);
         }
         if let Some(status) = child.try_wait()? {
             return Err(io::Error::other(format!(
