@@ -1712,18 +1712,7 @@ impl Run {
             .to_owned();
         let region = plan["region"].as_str().expect("a region");
         let moto = std::env::var("SKYC_MOTO_ENDPOINT").expect("the stand-in");
-        let s3 = skyc_runtime::aws::s3::S3::new(
-            Some(&moto),
-            region,
-            skyc_runtime::aws::ec2::sigv4::Credentials {
-                access_key_id: "AKIDSKYCTEST".into(),
-                secret_access_key: "skyc-test-secret".into(),
-                session_token: None,
-            },
-            Tuning::default(),
-        )
-        .expect("S3 client");
-        (bucket, s3)
+        (bucket, crate::support::stand_in_s3(&moto, region))
     }
 
     /// Waits (60 s at most) until the run's bucket is gone.
@@ -1841,17 +1830,7 @@ fn code_and_data_reach_every_node_on_aws_and_their_bucket_goes_with_the_group() 
 /// Makes `bucket` on the S3 stand-in holding `objects`: a user's own.
 fn put_objects(bucket: &str, objects: &[(&str, Vec<u8>)]) {
     let moto = std::env::var("SKYC_MOTO_ENDPOINT").expect("the stand-in");
-    let s3 = skyc_runtime::aws::s3::S3::new(
-        Some(&moto),
-        "us-east-1",
-        skyc_runtime::aws::ec2::sigv4::Credentials {
-            access_key_id: "AKIDSKYCTEST".into(),
-            secret_access_key: "skyc-test-secret".into(),
-            session_token: None,
-        },
-        Tuning::default(),
-    )
-    .expect("S3 client");
+    let s3 = crate::support::stand_in_s3(&moto, "us-east-1");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -12,7 +12,6 @@ use crate::files::Target;
 use crate::slurm_e2e::cluster;
 use crate::support;
 use crate::support::scratch::{Scratch, text};
-use skyc_runtime::aws::ec2::client::Tuning;
 use skyc_runtime::aws::s3::S3;
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -30,6 +29,17 @@ fn moto() -> Option<String> {
             None
         }
     }
+}
+
+/// What the state directory's snapshots hold (staged copies too).
+fn files_left(s: &Scratch) -> Vec<String> {
+    std::fs::read_dir(s.state().join("files"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n != ".lock")
+        .collect()
 }
 
 /// The test's own client of the stand-in.
@@ -56,17 +66,7 @@ impl Bucket {
 
     /// `name` on the stand-in, whether it is there or not.
     fn at(endpoint: &str, name: &str) -> Bucket {
-        let s3 = S3::new(
-            Some(endpoint),
-            "us-east-1",
-            skyc_runtime::aws::ec2::sigv4::Credentials {
-                access_key_id: "AKIDSKYCTEST".into(),
-                secret_access_key: "skyc-test-secret".into(),
-                session_token: None,
-            },
-            Tuning::default(),
-        )
-        .expect("S3 client");
+        let s3 = support::stand_in_s3(endpoint, "us-east-1");
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -324,13 +324,7 @@ fn buckets_that_cannot_be_copied_are_located_errors() {
                 == 0
         }
     );
-    let left: Vec<_> = std::fs::read_dir(s.state().join("files"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n != ".lock")
-        .collect();
+    let left = files_left(&s);
     assert_eq!(left, Vec::<String>::new(), "half-taken files left");
     // Keys that would be one path: refused once listed, before a byte
     // is fetched, and what was staged is removed.
@@ -346,13 +340,7 @@ fn buckets_that_cannot_be_copied_are_located_errors() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     support::snapshots("local/storage")
         .bind(|| insta::assert_snapshot!("copy_collision", text(&out.stderr)));
-    let left: Vec<_> = std::fs::read_dir(s.state().join("files"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n != ".lock")
-        .collect();
+    let left = files_left(&s);
     assert_eq!(left, Vec::<String>::new(), "a staged copy left");
     // Without credentials: said at the bucket, with where skyc looked.
     let out = s

@@ -43,3 +43,19 @@ pub(crate) fn snapshots(dir: &str) -> insta::Settings {
 pub(crate) fn skyc() -> std::process::Command {
     std::process::Command::new(env!("CARGO_BIN_EXE_skyc"))
 }
+
+/// The tests' S3 client of the stand-in at `endpoint` (moto takes any
+/// credentials; these could sign nothing on AWS).
+pub(crate) fn stand_in_s3(endpoint: &str, region: &str) -> skyc_runtime::aws::s3::S3 {
+    skyc_runtime::aws::s3::S3::new(
+        Some(endpoint),
+        region,
+        skyc_runtime::aws::ec2::sigv4::Credentials {
+            access_key_id: "AKIDSKYCTEST".into(),
+            secret_access_key: "skyc-test-secret".into(),
+            session_token: None,
+        },
+        skyc_runtime::aws::ec2::client::Tuning::default(),
+    )
+    .expect("S3 client")
+}

@@ -236,26 +236,9 @@ impl S3 {
         let mut out = Vec::new();
         let mut token: Option<String> = None;
         for _ in 0..pages {
-            // Keys come URL-encoded: XML cannot carry every byte a key may.
-            let mut query = vec![("encoding-type", "url"), ("list-type", "2")];
-            if !prefix.is_empty() {
-                query.push(("prefix", prefix));
-            }
-            if let Some(t) = &token {
-                query.push(("continuation-token", t));
-            }
-            let body = match self
-                .call("ListObjectsV2", "GET", bucket, None, &query, Vec::new())
-                .await
-            {
-                Err(e) if e.code() == Some("NoSuchBucket") => return Ok(None),
-                other => other?,
+            let Some(page) = self.page(bucket, prefix, token.as_deref(), None).await? else {
+                return Ok(None);
             };
-            let page = listing(&body).map_err(|why| Error::Response {
-                service: "S3",
-                action: "ListObjectsV2".into(),
-                why,
-            })?;
             out.extend(page.objects);
             match page.next {
                 Some(t) => token = Some(t),
@@ -277,13 +260,29 @@ impl S3 {
         bucket: &str,
         prefix: &str,
     ) -> Result<Option<Option<Object>>, Error> {
-        let mut query = vec![
-            ("encoding-type", "url"),
-            ("list-type", "2"),
-            ("max-keys", "1"),
-        ];
+        let page = self.page(bucket, prefix, None, Some("1")).await?;
+        Ok(page.map(|p| p.objects.into_iter().next()))
+    }
+
+    /// One page of `ListObjectsV2`, or `None` when there is no such
+    /// bucket.
+    async fn page(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        token: Option<&str>,
+        max_keys: Option<&str>,
+    ) -> Result<Option<Listing>, Error> {
+        // Keys come URL-encoded: XML cannot carry every byte a key may.
+        let mut query = vec![("encoding-type", "url"), ("list-type", "2")];
+        if let Some(n) = max_keys {
+            query.push(("max-keys", n));
+        }
         if !prefix.is_empty() {
             query.push(("prefix", prefix));
+        }
+        if let Some(t) = token {
+            query.push(("continuation-token", t));
         }
         let body = match self
             .call("ListObjectsV2", "GET", bucket, None, &query, Vec::new())
@@ -292,12 +291,11 @@ impl S3 {
             Err(e) if e.code() == Some("NoSuchBucket") => return Ok(None),
             other => other?,
         };
-        let page = listing(&body).map_err(|why| Error::Response {
+        listing(&body).map(Some).map_err(|why| Error::Response {
             service: "S3",
             action: "ListObjectsV2".into(),
             why,
-        })?;
-        Ok(Some(page.objects.into_iter().next()))
+        })
     }
 
     /// Downloads `key`, `size` bytes as listed, into `to` (an existing
