@@ -286,12 +286,30 @@ fn a_prefix_of_more_than_a_page_of_objects_is_copied() {
     );
     let home = s.dir.join("home");
     std::fs::create_dir_all(&home).expect("home");
+    // And mounted, where this machine can: one key asked of the prefix
+    // at submission, however many it holds.
+    let mounts = fuse();
+    if mounts {
+        let copied = std::fs::read_to_string(s.dir.join("g.yaml")).expect("group");
+        s.write(
+            "g.yaml",
+            &format!(
+                "name: page\nexecution: parallel\n---\n{}---\nname: m\nfile_mounts:\n  /m:\n    \
+                 source: s3://{}/shards\n    mode: MOUNT\nrun: echo \"mounted $(ls /m | wc -l) files\"\n",
+                copied,
+                bucket.name
+            ),
+        );
+    }
     let out = with_aws(s.skyc(&["run", "g.yaml"]), &endpoint, &home)
         .output()
         .expect("run");
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
     assert!(stdout.contains("found 1001 files, sum 500500"), "{stdout}");
+    if mounts {
+        assert!(stdout.contains("(m-0) mounted 1001 files"), "{stdout}");
+    }
 }
 
 /// A bucket that is not there, or a path in it that names nothing: a

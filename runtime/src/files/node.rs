@@ -204,13 +204,25 @@ pub fn make(view: &View) -> io::Result<Vec<mount::Running>> {
         }
     }
     let mut buckets = Vec::new();
-    for (i, m) in view.buckets.iter().enumerate() {
-        let dest = expand(&m.destination, &home);
+    let mut mounts: Vec<(usize, PathBuf, &skyc_targets::storage::Mounted)> = view
+        .buckets
+        .iter()
+        .enumerate()
+        .map(|(i, m)| (i, expand(&m.destination, &home), m))
+        .collect();
+    // Outer first, as the places: an inner destination is made inside
+    // the outer bucket (which takes it), not over it.
+    mounts.sort_by_key(|(_, d, _)| d.components().count());
+    for (i, dest, m) in mounts {
         let started = ours
             .room(&dest, true, &scratch)
             .and_then(|()| mount::start(m, &dest, &scratch, i, view.host_net.as_deref()));
         match started {
-            Ok(running) => buckets.push(running),
+            Ok(running) => {
+                // Writable: what is made under it is the bucket's.
+                ours.overlays.push(dest);
+                buckets.push(running);
+            }
             Err(e) => {
                 for b in buckets {
                     b.finish();

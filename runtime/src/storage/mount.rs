@@ -46,8 +46,9 @@ impl Buckets {
     pub fn mount(&mut self, to: &ToMount, destination: &str) -> Result<(Mounted, bool), CopyError> {
         let (exists, region) = {
             let (s3, rt) = self.client()?;
+            // One key asked for: the bucket is there if it can be listed.
             let found = rt
-                .block_on(s3.list_under(&to.bucket, &to.path, 1))
+                .block_on(s3.first_under(&to.bucket, &to.path))
                 .map_err(why)?;
             (found.is_some(), s3.region().to_owned())
         };
@@ -91,7 +92,9 @@ pub fn client() -> Result<PathBuf, String> {
 
 /// A bucket mounted at a node's destination, served by its rclone.
 pub struct Running {
-    child: Child,
+    /// Taken by [`Running::finish`]; a mount dropped unfinished (its
+    /// node's view failed after it) is ended on drop.
+    child: Option<Child>,
     at: PathBuf,
     log: PathBuf,
     cached: bool,
@@ -172,15 +175,20 @@ pub fn start(
     if let Some(bundle) = std::env::var_os("AWS_CA_BUNDLE") {
         cmd.env_remove("AWS_CA_BUNDLE").arg("--ca-cert").arg(bundle);
     }
+    // The destination may already be a mount (a cover of the node's
+    // view, a filesystem of the machine): rclone mounts over it, and its
+    // mount is told by a new device of FUSE's type.
+    cmd.arg("--allow-non-empty");
+    let before = device(at);
     std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
     let mut child = cmd
         .spawn()
         .map_err(|e| io::Error::other(format!("starting rclone: {e}")))?;
     let start = Instant::now();
     loop {
-        if mounted(at) {
+        if mounted(at, before) && child.try_wait()?.is_none() {
             let running = Running {
-                child,
+                child: Some(child),
                 at: at.to_owned(),
                 log,
                 cached: m.cached,
@@ -188,7 +196,7 @@ pub fn start(
             // rclone mounts before it asks S3 anything: a listing says
             // now, not at the task's first read, that it cannot (no
             // credentials on the node, access refused).
-            if let Err(e) = fs::read_dir(at) {
+            if let Err(e) = fs::read_dir(at).and_then(|mut d| d.next().transpose()) {
                 let why = last_error(&running.log);
                 running.finish();
                 return Err(io::Error::other(format!(
@@ -225,13 +233,28 @@ impl Running {
     /// The node has ended: its cached writes are waited for (said in the
     /// node's log while they last), then the bucket is unmounted.
     pub fn finish(mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
         if self.cached {
             let start = Instant::now();
+            // Only what rclone says from now on: an earlier phase's
+            // "nothing left" is not this one's.
+            let from = fs::metadata(&self.log).map_or(0, |m| m.len());
             let mut said = false;
             // Uploads are queued a poll after the last close: one poll,
             // then until rclone's cache says nothing is left.
             std::thread::sleep(Duration::from_millis(1500));
-            while !flushed(&self.log) && start.elapsed() < UPLOAD_WAIT {
+            while !flushed(&self.log, from) {
+                if start.elapsed() > UPLOAD_WAIT {
+                    eprintln!(
+                        "skyc: gave up waiting {} s for the writes to {} to reach the bucket: {}",
+                        UPLOAD_WAIT.as_secs(),
+                        self.at.display(),
+                        last_error(&self.log)
+                    );
+                    break;
+                }
                 if !said {
                     eprintln!(
                         "skyc: waiting for the writes to {} to reach the bucket",
@@ -239,38 +262,64 @@ impl Running {
                     );
                     said = true;
                 }
-                if self.child.try_wait().ok().flatten().is_some() {
+                if child.try_wait().ok().flatten().is_some() {
                     break;
                 }
                 std::thread::sleep(Duration::from_millis(500));
             }
         }
-        let _ = rustix::process::kill_process(
-            rustix::process::Pid::from_child(&self.child),
-            rustix::process::Signal::TERM,
-        );
-        let _ = self.child.wait();
+        stop(&mut child);
     }
 }
 
-/// Whether `at` is a mount point now: on another device than its parent.
-fn mounted(at: &Path) -> bool {
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            stop(&mut child);
+        }
+    }
+}
+
+/// Ends rclone (it unmounts), and waits for it.
+fn stop(child: &mut Child) {
+    let _ = rustix::process::kill_process(
+        rustix::process::Pid::from_child(child),
+        rustix::process::Signal::TERM,
+    );
+    let _ = child.wait();
+}
+
+/// FUSE's filesystem type (`statfs`'s `f_type`).
+const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
+
+fn device(at: &Path) -> Option<u64> {
     use std::os::unix::fs::MetadataExt;
-    let parent = at.parent().unwrap_or(Path::new("/"));
-    match (fs::metadata(at), fs::metadata(parent)) {
-        (Ok(a), Ok(p)) => a.dev() != p.dev(),
-        _ => false,
-    }
+    fs::metadata(at).ok().map(|m| m.dev())
 }
 
-/// Whether rclone's last word on its cache is that nothing is left to
-/// upload (it says so every poll, `--vfs-cache-poll-interval`).
-fn flushed(log: &Path) -> bool {
-    let text = fs::read_to_string(log).unwrap_or_default();
-    text.lines()
-        .rev()
-        .find(|l| l.contains("vfs cache: cleaned:"))
-        .is_some_and(|l| l.contains("to upload 0, uploading 0"))
+/// Whether rclone's mount is at `at` now: a FUSE filesystem on another
+/// device than `at` was on before it started.
+fn mounted(at: &Path, before: Option<u64>) -> bool {
+    let fuse = rustix::fs::statfs(at).is_ok_and(|s| s.f_type == FUSE_SUPER_MAGIC);
+    fuse && device(at) != before
+}
+
+/// Whether rclone's last word on its cache, past byte `from` of its log,
+/// is that no file is open and nothing is left to upload (it says so
+/// every poll, `--vfs-cache-poll-interval`), as SkyPilot reads it.
+fn flushed(log: &Path, from: u64) -> bool {
+    use std::io::{Read, Seek};
+    let mut text = String::new();
+    let read = fs::File::open(log).and_then(|mut f| {
+        f.seek(io::SeekFrom::Start(from))?;
+        f.read_to_string(&mut text)
+    });
+    read.is_ok()
+        && text
+            .lines()
+            .rev()
+            .find(|l| l.contains("vfs cache: cleaned:"))
+            .is_some_and(|l| l.contains("in use 0, to upload 0, uploading 0"))
 }
 
 /// The last error rclone logged, for the node's log.
@@ -301,7 +350,7 @@ mod tests {
              INFO  : vfs cache: cleaned: objects 3 (was 3) in use 0, to upload 1, uploading 0\n",
         )
         .unwrap();
-        assert!(!flushed(&log));
+        assert!(!flushed(&log, 0));
         fs::write(
             &log,
             "INFO  : vfs cache: cleaned: objects 3 (was 3) in use 0, to upload 1, uploading 0\n\
@@ -309,8 +358,18 @@ mod tests {
              INFO  : vfs cache: cleaned: objects 3 (was 3) in use 0, to upload 0, uploading 0\n",
         )
         .unwrap();
-        assert!(flushed(&log));
-        assert!(!flushed(&dir.join("none.log")));
+        assert!(flushed(&log, 0));
+        // Said before `from`: not yet said.
+        let len = fs::metadata(&log).unwrap().len();
+        assert!(!flushed(&log, len));
+        // A file still open is not flushed, whatever the queue says.
+        fs::write(
+            &log,
+            "INFO  : vfs cache: cleaned: objects 3 (was 3) in use 1, to upload 0, uploading 0\n",
+        )
+        .unwrap();
+        assert!(!flushed(&log, 0));
+        assert!(!flushed(&dir.join("none.log"), 0));
         let _ = fs::remove_dir_all(&dir);
     }
 }
