@@ -104,22 +104,38 @@ impl Snapshots {
             (budget.progress)(budget.files, budget.bytes);
             return Ok(taken);
         }
-        let tmp = self
-            .dir
-            .join(format!(".new-{}-{}", std::process::id(), unique()));
+        let tmp = self.fresh();
         let taken = source::read(root, want_dir, Some(&tmp), budget);
+        self.place(&tmp, taken)
+    }
+
+    /// A new name beside the snapshots, for one being written: removed by
+    /// the next collection if the submission is interrupted.
+    fn fresh(&self) -> PathBuf {
+        self.dir
+            .join(format!(".new-{}-{}", std::process::id(), unique()))
+    }
+
+    /// Puts `written` (what `taken` read) in place as the snapshot of its
+    /// digest, or removes it: when reading failed, or those bytes are kept
+    /// already.
+    fn place(
+        &self,
+        written: &Path,
+        taken: Result<Taken, SourceError>,
+    ) -> Result<Taken, SourceError> {
         let taken = match taken {
             Ok(t) => t,
             Err(e) => {
-                remove(&tmp);
+                remove(written);
                 return Err(e);
             }
         };
         let kept = self.path(&taken.digest);
         if kept.symlink_metadata().is_ok() {
-            remove(&tmp);
-        } else if let Err(error) = fs::rename(&tmp, &kept) {
-            remove(&tmp);
+            remove(written);
+        } else if let Err(error) = fs::rename(written, &kept) {
+            remove(written);
             // Another submission kept the same bytes meanwhile.
             if kept.symlink_metadata().is_err() {
                 return Err(SourceError::Unreadable { path: kept, error });
@@ -132,9 +148,7 @@ impl Snapshots {
     /// beside the snapshots, so keeping it is a rename, and removed by the
     /// next collection if the submission is interrupted.
     pub fn staging(&self, _writing: &Writing) -> io::Result<PathBuf> {
-        let dir = self
-            .dir
-            .join(format!(".new-{}-{}", std::process::id(), unique()));
+        let dir = self.fresh();
         fs::create_dir_all(&self.dir)?;
         fs::create_dir(&dir)?;
         Ok(dir)
@@ -151,23 +165,7 @@ impl Snapshots {
         budget: &mut Budget<'_>,
     ) -> Result<Taken, SourceError> {
         let taken = source::read_tree(staged, want_dir, None, budget, source::Filters::All);
-        let taken = match taken {
-            Ok(t) => t,
-            Err(e) => {
-                remove(staged);
-                return Err(e);
-            }
-        };
-        let kept = self.path(&taken.digest);
-        if kept.symlink_metadata().is_ok() {
-            remove(staged);
-        } else if let Err(error) = fs::rename(staged, &kept) {
-            remove(staged);
-            if kept.symlink_metadata().is_err() {
-                return Err(SourceError::Unreadable { path: kept, error });
-            }
-        }
-        Ok(taken)
+        self.place(staged, taken)
     }
 
     /// Removes every snapshot not in `live()`, and what interrupted
