@@ -51,6 +51,7 @@ fn store_with(s: &Scratch, groups: &[(&str, &str, Option<&str>)]) {
                 plan: "{}",
                 backend: Backend::Local,
                 snapshots: &[],
+                buckets: &[],
                 tasks: vec![NewTask {
                     name: "a",
                     primary: true,

@@ -524,6 +524,7 @@ fn steps_submitted_before_a_crash_are_found_not_submitted_twice() {
             plan: &serde_json::to_string(&plan).unwrap(),
             backend: Backend::Slurm,
             snapshots: &[],
+            buckets: &[],
             tasks: ["a", "b", "c"]
                 .iter()
                 .map(|name| NewTask {

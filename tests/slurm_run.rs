@@ -443,6 +443,7 @@ fn a_job_submitted_before_a_crash_is_found_not_submitted_twice() {
             plan: &serde_json::to_string(&plan).unwrap(),
             backend: Backend::Slurm,
             snapshots: &[],
+            buckets: &[],
             tasks: vec![NewTask {
                 name: "a",
                 primary: true,

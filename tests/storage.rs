@@ -535,7 +535,8 @@ fn mount(target: Target) {
 }
 
 /// What cannot be mounted is refused before anything starts, at the
-/// mount: a bucket that is not there; no rclone on this machine.
+/// mount: a bucket that is not there; no rclone on this machine. A bucket
+/// skyc did not make is kept whatever `persistent` says: a warning.
 #[test]
 fn buckets_that_cannot_be_mounted_are_located_errors() {
     let Some(endpoint) = moto() else { return };
@@ -544,10 +545,12 @@ fn buckets_that_cannot_be_mounted_are_located_errors() {
     }
     let s = Scratch::new("storage-mount-errors");
     Bucket::at(&endpoint, "skyc-kept-bucket").remove();
+    Bucket::new(&endpoint, "skyc-theirs");
     s.write(
         "g.yaml",
         "name: t\nfile_mounts:\n  /data:\n    source: s3://skyc-no-such-bucket/x\n    mode: \
-         MOUNT\n  /kept:\n    name: skyc-kept-bucket\n    persistent: false\nrun: echo\n",
+         MOUNT\n  /kept:\n    name: skyc-kept-bucket\n    persistent: false\n  /theirs:\n    \
+         source: s3://skyc-theirs\n    persistent: false\nrun: echo\n",
     );
     let home = s.dir.join("home");
     std::fs::create_dir_all(&home).expect("home");
@@ -570,4 +573,222 @@ fn buckets_that_cannot_be_mounted_are_located_errors() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     support::snapshots("local/storage")
         .bind(|| insta::assert_snapshot!("mount_without_rclone", text(&out.stderr)));
+}
+
+/// `skyc storage ls --json`, run as `cmd` would run skyc.
+fn storage_ls(s: &Scratch, endpoint: &str, home: &std::path::Path) -> Vec<serde_json::Value> {
+    let out = with_aws(s.skyc(&["storage", "ls", "--json"]), endpoint, home)
+        .output()
+        .expect("storage ls");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
+/// Waits (`secs` at most) until `done`, or fails saying `what`.
+fn until(what: &str, secs: u64, mut done: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !done() {
+        assert!(
+            start.elapsed().as_secs() < secs,
+            "{what}: not within {secs} s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+fn finished(s: &Scratch, gid: i64) -> bool {
+    skyc_runtime::store::Store::open_read_only(&s.state())
+        .ok()
+        .flatten()
+        .and_then(|store| store.group(gid).ok().flatten())
+        .is_some_and(|g| g.finished_at_ms.is_some())
+}
+
+/// Whether bucket `name` is on the stand-in.
+fn exists(endpoint: &str, name: &str) -> bool {
+    let b = Bucket::at(endpoint, name);
+    b.rt.block_on(b.s3.first_under(name, ""))
+        .expect("list")
+        .is_some()
+}
+
+/// The group of the lifecycle tests: a trainer that mounts a bucket kept
+/// after it (SkyPilot's default) and one that is not (`persistent:
+/// false`), writes to both, says so, then waits for the test's word.
+fn lifecycle_group(dir: &std::path::Path, kept: &str, gone: &str) -> String {
+    format!(
+        "name: lifecycle\nfile_mounts:\n  /policy:\n    name: {kept}\n  \
+         /scratch:\n    name: {gone}\n    persistent: false\n\
+         run: |\n  for i in $(seq 40); do echo \"part $i\" > /scratch/part-$i; done\n  \
+         echo v1 > /policy/v1\n  touch {dir}/written\n  \
+         for i in $(seq 1200); do test -f {dir}/go && break; sleep 0.1; done\n",
+        dir = dir.display()
+    )
+}
+
+/// Buckets skyc made for a `name` alone are listed with the groups that
+/// mount them. The one kept outlives its group, with what the group wrote,
+/// until `skyc storage delete`, which is refused while a group mounts
+/// it; the one not kept is deleted, with every object, when its group
+/// ends.
+#[test]
+fn buckets_skyc_made_are_kept_or_deleted_after_their_group() {
+    lifecycle(Target::Local);
+}
+
+#[test]
+fn buckets_skyc_made_are_kept_or_deleted_after_their_group_on_slurm() {
+    let Some(_cluster) = cluster() else { return };
+    lifecycle(Target::Slurm);
+}
+
+fn lifecycle(target: Target) {
+    let Some(endpoint) = moto() else { return };
+    if !fuse() {
+        return;
+    }
+    let s = target.scratch("storage-lifecycle");
+    let on = if target == Target::Local {
+        "local"
+    } else {
+        "slurm"
+    };
+    let kept = format!("skyc-kept-{}-{on}", std::process::id());
+    let gone = format!("skyc-gone-{}-{on}", std::process::id());
+    Bucket::at(&endpoint, &kept).remove();
+    Bucket::at(&endpoint, &gone).remove();
+    s.write("g.yaml", &lifecycle_group(&s.dir, &kept, &gone));
+    let home = s.dir.join("home");
+    std::fs::create_dir_all(&home).expect("home");
+    let out = with_aws(target.run(&s, "g.yaml"), &endpoint, &home)
+        .arg("-d")
+        .output()
+        .expect("run -d");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let gid: i64 = text(&out.stdout).trim().parse().expect("group id");
+    until("the trainer's writes", 120, || {
+        s.dir.join("written").exists()
+    });
+
+    let listed = storage_ls(&s, &endpoint, &home);
+    let names: Vec<_> = listed.iter().map(|b| b["name"].as_str().unwrap()).collect();
+    assert_eq!(names, [gone.as_str(), kept.as_str()]);
+    for b in &listed {
+        assert_eq!(b["used_by"], serde_json::json!([gid]), "{b}");
+        assert_eq!(b["persistent"], b["name"] == kept.as_str(), "{b}");
+        assert_eq!(b["url"], format!("s3://{}", b["name"].as_str().unwrap()));
+    }
+    // Mounted: not deleted under its group.
+    let out = with_aws(s.skyc(&["storage", "delete", &kept]), &endpoint, &home)
+        .output()
+        .expect("storage delete");
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains(&format!(
+            "bucket `{kept}` is mounted by live groups: {gid} (lifecycle)"
+        )),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(exists(&endpoint, &kept));
+
+    std::fs::write(s.dir.join("go"), "").expect("go");
+    until("the group's end", 120, || finished(&s, gid));
+    until("the deletion of the bucket not kept", 60, || {
+        !exists(&endpoint, &gone)
+    });
+    let listed = storage_ls(&s, &endpoint, &home);
+    assert_eq!(listed.len(), 1, "{listed:#?}");
+    assert_eq!(listed[0]["name"], kept.as_str());
+    assert_eq!(listed[0]["used_by"], serde_json::json!([]));
+    // Kept, with what the group wrote.
+    assert_eq!(Bucket::at(&endpoint, &kept).get("v1"), b"v1\n");
+
+    let out = with_aws(s.skyc(&["storage", "delete", &kept]), &endpoint, &home)
+        .output()
+        .expect("storage delete");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        !exists(&endpoint, &kept),
+        "`storage delete` left the bucket"
+    );
+    assert_eq!(
+        storage_ls(&s, &endpoint, &home),
+        Vec::<serde_json::Value>::new()
+    );
+    let out = with_aws(s.skyc(&["storage", "delete", &kept]), &endpoint, &home)
+        .output()
+        .expect("storage delete");
+    assert_eq!(out.status.code(), Some(102), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains(&format!("no bucket named `{kept}` was made by skyc")));
+}
+
+/// A supervisor that dies after its group ended, while S3 does not answer
+/// its deletion of a bucket not kept, leaves the bucket to the next
+/// supervisor, which deletes it. The stand-in is reached through a relay
+/// the test holds from the trainer's last write until the supervisor is
+/// dead.
+#[test]
+fn a_bucket_not_kept_is_deleted_by_the_next_supervisor_after_a_crash() {
+    let Some(moto) = moto() else { return };
+    if !fuse() {
+        return;
+    }
+    let s = Scratch::new("storage-crash");
+    let relay = support::relay::Relay::to(&moto);
+    let endpoint = relay.endpoint();
+    let kept = format!("skyc-kept-{}-crash", std::process::id());
+    let gone = format!("skyc-gone-{}-crash", std::process::id());
+    Bucket::at(&moto, &kept).remove();
+    Bucket::at(&moto, &gone).remove();
+    s.write("g.yaml", &lifecycle_group(&s.dir, &kept, &gone));
+    let home = s.dir.join("home");
+    std::fs::create_dir_all(&home).expect("home");
+    let out = with_aws(s.skyc(&["run", "g.yaml", "-d"]), &endpoint, &home)
+        .output()
+        .expect("run -d");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let gid: i64 = text(&out.stdout).trim().parse().expect("group id");
+    until("the trainer's writes", 120, || {
+        s.dir.join("written").exists()
+    });
+
+    relay.hold();
+    std::fs::write(s.dir.join("go"), "").expect("go");
+    until("the group's end", 120, || finished(&s, gid));
+    // The deletion has begun, and waits on S3.
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let pid: i32 = std::fs::read_to_string(s.state().join("supervisor.pid"))
+        .expect("the supervisor waits on its deletion")
+        .trim()
+        .parse()
+        .expect("a pid");
+    let pid = rustix::process::Pid::from_raw(pid).expect("a pid");
+    rustix::process::kill_process(pid, rustix::process::Signal::KILL).expect("SIGKILL");
+    until("the supervisor's death", 10, || {
+        rustix::process::test_kill_process(pid).is_err()
+    });
+    assert_eq!(
+        Bucket::at(&moto, &gone).keys().len(),
+        40,
+        "the bucket went before the supervisor died"
+    );
+    relay.release();
+
+    // Listed as due; the listing starts a supervisor, which deletes it.
+    let listed = storage_ls(&s, &endpoint, &home);
+    assert!(
+        listed
+            .iter()
+            .any(|b| b["name"] == gone.as_str() && b["persistent"] == false),
+        "{listed:#?}"
+    );
+    until("the next supervisor's deletion", 60, || {
+        !exists(&moto, &gone)
+    });
+    let listed = storage_ls(&s, &endpoint, &home);
+    let names: Vec<_> = listed.iter().map(|b| b["name"].clone()).collect();
+    assert_eq!(names, [kept.as_str()]);
+    assert!(exists(&moto, &kept));
+    Bucket::at(&moto, &kept).remove();
 }

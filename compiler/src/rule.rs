@@ -111,7 +111,7 @@ rules! {
     FilesTooLarge = "files-too-large", Error, "A submission's files, together, above the size limit.";
     MissingBucketSource = "missing-bucket-source", Error, "A bucket, or a path in one, that a file mount copies and that does not exist.";
     NoBucketMounter = "no-bucket-mounter", Error, "A bucket mounted where skyc cannot mount it (no rclone or FUSE on this machine).";
-    BucketKept = "bucket-kept", Warning, "A bucket with `persistent: false` that skyc keeps after the group.";
+    BucketKept = "bucket-kept", Warning, "`persistent: false` on a bucket skyc did not make, which it never deletes.";
     UnreadableBucketSource = "unreadable-bucket-source", Error, "A bucket a file mount copies that cannot be read (credentials, access, region, a key that is no path).";
     // Volumes: a volume file, and the volumes tasks mount.
     InvalidVolumeFile = "invalid-volume-file", Error, "A volume file SkyPilot's loader refuses beyond its schema.";

@@ -260,6 +260,7 @@ mod tests {
             plan: "{}",
             backend: Backend::Local,
             snapshots: &[],
+            buckets: &[],
             tasks: Vec::new(),
         };
         let group = store.insert_group(&new("g")).unwrap();

@@ -468,6 +468,7 @@ mod tests {
                 plan: "{}",
                 backend: skyc_runtime::store::Backend::Local,
                 snapshots: &[],
+                buckets: &[],
                 tasks: vec![skyc_runtime::store::NewTask {
                     name: "a",
                     primary: true,

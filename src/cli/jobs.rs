@@ -97,6 +97,7 @@ impl Submission<'_> {
         };
         let name = self.run_name.unwrap_or(&group.name);
         let snapshots = run.files.digests();
+        let buckets = run.files.bucket_names();
         let jobs: Vec<(NewGroup<'_>, Option<Member>)> = plans
             .iter()
             .zip(0..)
@@ -108,6 +109,7 @@ impl Submission<'_> {
                     plan,
                     backend,
                     snapshots: &snapshots,
+                    buckets: &buckets,
                     tasks: NewTask::of(group),
                 };
                 let member = Member {

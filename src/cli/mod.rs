@@ -29,6 +29,7 @@ mod select;
 mod slurm;
 mod state;
 mod status;
+mod storage;
 mod table;
 mod target;
 mod volume;
@@ -70,6 +71,8 @@ enum Command {
     Pool(pool::Args),
     /// Volumes that tasks mount, made beforehand.
     Volume(volume::Args),
+    /// The buckets skyc made for the groups' storage.
+    Storage(storage::Args),
     Schema(schema::Args),
     Completions(completions::Args),
     Lsp(lsp::Args),
@@ -116,6 +119,7 @@ pub(crate) fn main() -> ExitCode {
         Command::Dashboard(args) => dashboard::run(&args),
         Command::Pool(args) => pool::run(&args),
         Command::Volume(args) => volume::run(&args),
+        Command::Storage(args) => storage::run(&args),
         Command::Schema(args) => schema::run(&args),
         Command::Completions(args) => completions::run(&args),
         Command::Lsp(args) => {

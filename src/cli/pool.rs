@@ -229,6 +229,7 @@ fn apply(args: &ApplyArgs) -> Result<u8, String> {
             // are given them (its old ones keep theirs until retired).
             store
                 .set_snapshots(existing.id, &taken.files.digests())
+                .and_then(|()| store.set_bucket_uses(existing.id, &taken.files.bucket_names()))
                 .map_err(|e| format!("{}: {e}", dir.display()))?;
             if !store
                 .request(existing.id, &request)
@@ -249,6 +250,7 @@ fn apply(args: &ApplyArgs) -> Result<u8, String> {
                     plan: &json,
                     backend: args.target,
                     snapshots: &taken.files.digests(),
+                    buckets: &taken.files.bucket_names(),
                     tasks: Vec::new(),
                 })
                 .map_err(|e| format!("{}: {e}", dir.display()))?

@@ -232,6 +232,7 @@ fn submit(args: &Args) -> Result<Submitted, String> {
             plan: &plan,
             backend: args.target,
             snapshots: &taken.files.digests(),
+            buckets: &taken.files.bucket_names(),
             tasks,
         })
         .map_err(|e| format!("{}: {e}", dir.display()))?;

@@ -2,6 +2,7 @@
 
 pub(crate) mod ec2_refusal;
 pub(crate) mod leftovers;
+pub(crate) mod relay;
 pub(crate) mod scratch;
 
 use std::path::{Path, PathBuf};

@@ -264,6 +264,17 @@ impl S3 {
         Ok(page.map(|p| p.objects.into_iter().next()))
     }
 
+    /// The first page (up to 1,000 objects, in key order) of those whose
+    /// keys start with `prefix`; `None` when there is no such bucket.
+    pub async fn first_page(
+        &self,
+        bucket: &str,
+        prefix: &str,
+    ) -> Result<Option<Vec<Object>>, Error> {
+        let page = self.page(bucket, prefix, None, None).await?;
+        Ok(page.map(|p| p.objects))
+    }
+
     /// One page of `ListObjectsV2`, or `None` when there is no such
     /// bucket.
     async fn page(

@@ -40,6 +40,11 @@ impl Snapshots {
         &self.dir
     }
 
+    /// The state directory they are kept in.
+    pub fn state_dir(&self) -> &Path {
+        self.dir.parent().unwrap_or(&self.dir)
+    }
+
     /// Where the snapshot `digest` is.
     pub fn path(&self, digest: &str) -> PathBuf {
         self.dir.join(digest)

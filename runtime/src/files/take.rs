@@ -46,6 +46,19 @@ impl Files {
         all
     }
 
+    /// The buckets mounted, once each: the group's uses.
+    pub fn bucket_names(&self) -> Vec<String> {
+        let mut all: Vec<String> = self
+            .buckets
+            .iter()
+            .flatten()
+            .map(|b| b.bucket.clone())
+            .collect();
+        all.sort();
+        all.dedup();
+        all
+    }
+
     pub fn is_empty(&self) -> bool {
         self.tasks.iter().all(Vec::is_empty)
             && self.volumes.iter().all(Vec::is_empty)
@@ -168,7 +181,7 @@ pub fn take(group: &Group, taking: &mut Taking<'_>) -> (Files, Vec<Diagnostic>) 
         progress: taking.progress,
     };
     let mut buckets = Buckets::default();
-    let mut to_make: Vec<(String, Span)> = Vec::new();
+    let mut named: Vec<Named> = Vec::new();
     for task in &group.tasks {
         let mut mounts = Vec::new();
         for w in wanted(task) {
@@ -242,32 +255,26 @@ pub fn take(group: &Group, taking: &mut Taking<'_>) -> (Files, Vec<Diagnostic>) 
         }
         files.tasks.push(mounts);
         let mounted = if taking.mount_buckets && taking.into.is_some() {
-            mount_buckets(task, &mut buckets, &mut diagnostics, &mut to_make)
+            mount_buckets(task, &mut buckets, &mut diagnostics, &mut named)
         } else {
             Vec::new()
         };
         files.buckets.push(mounted);
     }
-    // Made only for a submission that goes ahead: a refused one leaves
-    // no bucket behind.
-    if !diagnostics.iter().any(Diagnostic::is_error) {
-        for (bucket, span) in to_make {
-            if let Err(e) = buckets.make(&bucket) {
-                let url = BucketUrl {
-                    store: skyc_targets::storage::Store::S3,
-                    scheme: "s3".into(),
-                    bucket: bucket.clone(),
-                    path: String::new(),
-                };
-                let w = Wanted {
-                    destination: String::new(),
-                    written: &bucket,
-                    span,
-                    workdir: false,
-                    bucket: None,
-                };
-                diagnostics.push(bucket_diagnostic(&w, &url, e));
+    // Made, or kept or not, only for a submission that goes ahead: a
+    // refused one leaves no bucket behind and changes no bucket's fate.
+    if !diagnostics.iter().any(Diagnostic::is_error) && !named.is_empty() {
+        let state_dir = taking.into.map(|(s, _)| s.state_dir());
+        match state_dir.map(crate::store::Store::open) {
+            Some(Ok(mut store)) => {
+                name_buckets(&named, &mut buckets, &mut store, &mut diagnostics);
             }
+            Some(Err(e)) => diagnostics.push(Diagnostic::new(
+                Rule::UnreadableBucketSource,
+                named[0].span,
+                format!("cannot record bucket `{}`: {e}", named[0].bucket),
+            )),
+            None => {}
         }
     }
     (files, diagnostics)
@@ -279,7 +286,7 @@ fn mount_buckets(
     task: &Task,
     buckets: &mut Buckets,
     diagnostics: &mut Vec<Diagnostic>,
-    to_make: &mut Vec<(String, Span)>,
+    named: &mut Vec<Named>,
 ) -> Vec<Mounted> {
     let mut out = Vec::new();
     for m in &task.file_mounts {
@@ -316,33 +323,88 @@ fn mount_buckets(
         };
         match buckets.mount(&to, &m.destination) {
             Ok((mounted, make)) => {
-                if make && !to_make.iter().any(|(b, _)| *b == to.bucket) {
-                    to_make.push((to.bucket.clone(), m.at.0));
+                if to.create && !named.iter().any(|n| n.bucket == to.bucket) {
+                    named.push(Named {
+                        bucket: to.bucket.clone(),
+                        span: m.at.0,
+                        make,
+                        persistent: to.persistent,
+                    });
                 }
                 out.push(mounted);
             }
             Err(e) => diagnostics.push(bucket_diagnostic(&w, &url, e)),
         }
-        if to.create && !to.persistent {
-            diagnostics.push(
-                Diagnostic::new(
-                    Rule::BucketKept,
-                    m.at.0,
-                    format!(
-                        "`persistent: false` is not applied yet: bucket `{}` is kept after the \
-                         group",
-                        to.bucket
-                    ),
-                )
-                .label("kept")
-                .help(format!(
-                    "delete it when done: `aws s3 rb --force s3://{}`",
-                    to.bucket
-                )),
-            );
+        if !to.create && !to.persistent {
+            diagnostics.push(kept(m.at.0, &to.bucket));
         }
     }
     out
+}
+
+/// A bucket a storage spec names alone: made when it is not there
+/// (`make`), deleted after its groups unless `persistent`.
+struct Named {
+    bucket: String,
+    span: Span,
+    make: bool,
+    persistent: bool,
+}
+
+/// Makes the named buckets that are not there, each recorded as skyc's,
+/// and says of those that are whether they are kept: a bucket skyc did
+/// not make is, whatever the spec says (a warning then).
+fn name_buckets(
+    named: &[Named],
+    buckets: &mut Buckets,
+    store: &mut crate::store::Store,
+    diagnostics: &mut Vec<Diagnostic>,
+) {
+    for n in named {
+        let result = if n.make {
+            buckets.make_recorded(store, &n.bucket, n.persistent)
+        } else {
+            match store.keep_bucket(&n.bucket, n.persistent) {
+                Ok(ours) => {
+                    if !ours && !n.persistent {
+                        diagnostics.push(kept(n.span, &n.bucket));
+                    }
+                    Ok(())
+                }
+                Err(e) => Err(CopyError::Failed(format!("recording the bucket: {e}"))),
+            }
+        };
+        if let Err(e) = result {
+            let url = BucketUrl {
+                store: skyc_targets::storage::Store::S3,
+                scheme: "s3".into(),
+                bucket: n.bucket.clone(),
+                path: String::new(),
+            };
+            let w = Wanted {
+                destination: String::new(),
+                written: &n.bucket,
+                span: n.span,
+                workdir: false,
+                bucket: None,
+            };
+            diagnostics.push(bucket_diagnostic(&w, &url, e));
+        }
+    }
+}
+
+/// `persistent: false` on a bucket skyc did not make: it is kept.
+fn kept(span: Span, bucket: &str) -> Diagnostic {
+    Diagnostic::new(
+        Rule::BucketKept,
+        span,
+        format!("bucket `{bucket}` was not made by skyc: `persistent: false` does not delete it"),
+    )
+    .label("kept after the group")
+    .help(
+        "skyc deletes only the buckets it made (a storage spec's `name` that did not exist), \
+         as SkyPilot deletes only the storage it manages",
+    )
 }
 
 /// `~` is the home; a relative path starts where skyc runs, as SkyPilot's

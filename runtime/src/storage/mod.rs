@@ -4,13 +4,15 @@
 //! - [`copy`]: a bucket copied to the nodes, read once at submission
 //!   into a snapshot that every target delivers like a local source;
 //! - [`mount`]: a bucket mounted on the nodes, found (or made) at
-//!   submission, mounted on each node by a FUSE client.
+//!   submission, mounted on each node by a FUSE client;
+//! - [`owned`]: the buckets skyc made, recorded, listed and deleted.
 //!
 //! A submission reaches S3 through one [`Buckets`], with the submitting
 //! user's AWS configuration.
 
 pub mod copy;
 pub mod mount;
+pub mod owned;
 
 use crate::aws::credentials::Access;
 use crate::aws::ec2::client::Tuning;
@@ -49,6 +51,9 @@ pub enum CopyError {
 #[derive(Default)]
 pub struct Buckets {
     client: Option<Result<Client, String>>,
+    /// The endpoint and region to reach instead of the configured ones
+    /// (a bucket's, where skyc made it).
+    at: Option<(Option<String>, String)>,
 }
 
 struct Client {
@@ -59,9 +64,19 @@ struct Client {
 }
 
 impl Buckets {
+    /// A way to S3 at `endpoint` (`None`: AWS's own) in `region`, with
+    /// the configured credentials.
+    pub fn at(endpoint: Option<String>, region: String) -> Self {
+        Self {
+            client: None,
+            at: Some((endpoint, region)),
+        }
+    }
+
     fn client(&mut self) -> Result<(&S3, &tokio::runtime::Runtime), CopyError> {
+        let at = self.at.clone();
         self.client
-            .get_or_insert_with(connect)
+            .get_or_insert_with(|| connect(at))
             .as_ref()
             .map(|c| (&c.s3, &c.rt))
             .map_err(|e| CopyError::NoCredentials(e.clone()))
@@ -83,11 +98,16 @@ fn runtime() -> Result<tokio::runtime::Runtime, String> {
 }
 
 /// The S3 client of the submitting user's AWS configuration: the chain,
-/// region and endpoint the AWS CLI and SDKs use.
-fn connect() -> Result<Client, String> {
-    let (access, chain) = Access::from_env().map_err(|e| e.to_string())?;
+/// region and endpoint the AWS CLI and SDKs use (the endpoint and region
+/// `at` when given).
+fn connect(at: Option<(Option<String>, String)>) -> Result<Client, String> {
+    let (mut access, chain) = Access::from_env().map_err(|e| e.to_string())?;
     let rt = runtime()?;
-    let region = access.region.clone().unwrap_or_else(|| "us-east-1".into());
+    let mut region = access.region.clone().unwrap_or_else(|| "us-east-1".into());
+    if let Some((endpoint, r)) = at {
+        access.s3_endpoint = endpoint;
+        region = r;
+    }
     let fetched = rt.block_on(chain.fetch(&access, &region))?;
     let s3 = S3::new(
         access.s3_endpoint.as_deref(),

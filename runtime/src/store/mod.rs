@@ -7,7 +7,10 @@
 //! written before the batch's actions are carried out, so a supervisor that
 //! dies at any point resumes from a consistent record.
 
+mod buckets;
 mod schema;
+
+pub use buckets::BucketRow;
 
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
@@ -666,6 +669,9 @@ pub struct NewGroup<'a> {
     /// The digests of the snapshots its nodes are given (`files`): kept
     /// while it is live.
     pub snapshots: &'a [String],
+    /// The buckets its nodes mount: one skyc made and does not keep is
+    /// deleted once no live group uses it.
+    pub buckets: &'a [String],
 }
 
 /// A volume `skyc volume apply` made.
@@ -732,6 +738,7 @@ impl Tx<'_> {
             ],
         )?;
         let id = self.0.last_insert_rowid();
+        self.use_buckets(id, new.buckets)?;
         for digest in new.snapshots {
             self.0.execute(
                 "INSERT OR IGNORE INTO snapshots (group_id, digest) VALUES (?1, ?2)",
@@ -765,10 +772,17 @@ impl Tx<'_> {
                 |r| r.get(0),
             )
             .optional()?;
-        match found {
-            Some(id) => Ok(id),
-            None => self.insert(new, Kind::Worker, Some(member)),
+        if let Some(id) = found {
+            return Ok(id);
         }
+        let id = self.insert(new, Kind::Worker, Some(member))?;
+        // A worker mounts its pool's buckets: they are used while it runs.
+        self.0.execute(
+            "INSERT OR IGNORE INTO bucket_uses (group_id, bucket) \
+             SELECT ?1, bucket FROM bucket_uses WHERE group_id = ?2",
+            params![id, member.pool],
+        )?;
+        Ok(id)
     }
 
     fn live_pool_named(&self, name: &str) -> Result<Option<i64>> {

@@ -125,6 +125,32 @@ CREATE TABLE volumes (
     created_at_ms INTEGER NOT NULL
 );
 ",
+    r"
+-- buckets skyc made (a storage spec's `name` that did not exist),
+-- recorded before they are made: `skyc storage ls` lists them, `skyc
+-- storage delete` deletes them, and one not kept (`persistent: false`)
+-- is deleted once no live group uses it
+CREATE TABLE buckets (
+    name TEXT PRIMARY KEY,
+    -- its object store ('s3')
+    store TEXT NOT NULL,
+    -- the endpoint and region it was made at (NULL: AWS's own)
+    endpoint TEXT,
+    region TEXT NOT NULL,
+    -- the last submission's `persistent`
+    persistent INTEGER NOT NULL,
+    created_at_ms INTEGER NOT NULL,
+    -- why its deletion failed last, until it succeeds
+    error TEXT
+);
+-- the buckets each group mounts: a bucket is used while one is live
+CREATE TABLE bucket_uses (
+    group_id INTEGER NOT NULL REFERENCES groups(id),
+    bucket TEXT NOT NULL,
+    PRIMARY KEY (group_id, bucket)
+);
+CREATE INDEX bucket_uses_by_bucket ON bucket_uses (bucket);
+",
 ];
 
 /// The schema version this skyc writes and reads.

@@ -62,6 +62,11 @@ pub struct Supervisor {
     /// Groups already started on their backend that this supervisor could
     /// not take charge of, and when it tries again ([`ADOPT_RETRY`]).
     unadopted: BTreeMap<i64, i64>,
+    /// The deletion of buckets not kept ([`crate::storage::owned`]),
+    /// which runs beside the loop (S3 may be slow), and whether another
+    /// is due since it started.
+    bucket_deletion: Option<std::thread::JoinHandle<()>>,
+    buckets_due: bool,
 }
 
 /// The backends of [`registry::BACKENDS`], each started with its first
@@ -170,6 +175,8 @@ pub fn serve(dir: &Path, k8s: (Connect, Tuning)) -> io::Result<()> {
         groups: BTreeMap::new(),
         pools: BTreeMap::new(),
         unadopted: BTreeMap::new(),
+        bucket_deletion: None,
+        buckets_due: false,
     };
     let result = supervisor.run();
     // Clients that find no socket start a new supervisor; remove it before
@@ -213,6 +220,7 @@ impl Supervisor {
         let mut idle_since = None;
         loop {
             self.turn()?;
+            self.delete_buckets();
             if self.idle() {
                 let since = *idle_since.get_or_insert_with(now_ms);
                 if now_ms() - since >= IDLE_EXIT.as_millis() as i64 {
@@ -229,7 +237,47 @@ impl Supervisor {
     }
 
     fn idle(&self) -> bool {
-        self.groups.is_empty() && self.pools.is_empty() && self.unadopted.is_empty()
+        self.groups.is_empty()
+            && self.pools.is_empty()
+            && self.unadopted.is_empty()
+            && !self.buckets_due
+            && self
+                .bucket_deletion
+                .as_ref()
+                .is_none_or(|d| d.is_finished())
+    }
+
+    /// Starts deleting the buckets no live group keeps, when due and not
+    /// under way: one deletion at a time, its record in the store, so a
+    /// supervisor that dies meanwhile leaves it to the next.
+    fn delete_buckets(&mut self) {
+        if !self.buckets_due
+            || self
+                .bucket_deletion
+                .as_ref()
+                .is_some_and(|d| !d.is_finished())
+        {
+            return;
+        }
+        self.buckets_due = false;
+        let dir = self.backends.dir.clone();
+        self.bucket_deletion = Some(std::thread::spawn(
+            move || match crate::storage::owned::collect(&dir) {
+                Ok(tried) => {
+                    for (bucket, failed) in tried {
+                        match failed {
+                            None => {
+                                log(format_args!("bucket {bucket}: deleted, no group keeps it"))
+                            }
+                            Some(why) => log(format_args!("bucket {bucket}: cannot delete: {why}")),
+                        }
+                    }
+                }
+                Err(e) => log(format_args!(
+                    "cannot delete the buckets no group keeps: {e}"
+                )),
+            },
+        ));
     }
 
     fn backend(&mut self, kind: store::Backend) -> io::Result<&mut dyn Backend> {
@@ -797,7 +845,8 @@ impl Supervisor {
     /// Removes the snapshots no live group is given any more (also those
     /// of groups that ended while no supervisor ran), and the files
     /// helpers no live group's plan names (an earlier build's).
-    fn collect_files(&self) {
+    fn collect_files(&mut self) {
+        self.buckets_due = true;
         let live = || self.store.live_snapshots().map_err(|e| e.to_string());
         if let Err(e) = self.snapshots.collect(live) {
             log(format_args!("cannot remove unused snapshots: {e}"));

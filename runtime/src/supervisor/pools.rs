@@ -478,6 +478,7 @@ impl Supervisor {
                         plan: &p.worker_plan,
                         backend: p.kind,
                         snapshots: &crate::files::take::digests_in(&p.worker_plan),
+                        buckets: &[],
                         tasks,
                     };
                     let member = Member {

@@ -59,6 +59,7 @@ impl Scene {
                 plan: &serde_json::to_string(&plan).unwrap(),
                 backend: Backend::Kubernetes,
                 snapshots: &[],
+                buckets: &[],
                 tasks: plan
                     .spec
                     .tasks

@@ -161,6 +161,7 @@ fn started_with(
             plan: &serde_json::to_string(&plan).unwrap(),
             backend: Backend::Kubernetes,
             snapshots: &[],
+            buckets: &[],
             tasks: Vec::new(),
         })
         .unwrap()
@@ -215,6 +216,7 @@ fn a_pool_runs_ranked_jobs_and_goes_down_through_the_supervisor() {
                     plan,
                     backend: Backend::Kubernetes,
                     snapshots: &[],
+                    buckets: &[],
                     tasks: crate::store::NewTask::of(&group),
                 },
                 Some(Member {
@@ -323,6 +325,7 @@ fn a_lost_worker_is_made_again_and_its_job_runs_again_through_the_supervisor() {
                 plan: &text,
                 backend: Backend::Kubernetes,
                 snapshots: &[],
+                buckets: &[],
                 tasks: crate::store::NewTask::of(&group),
             },
             Some(Member {

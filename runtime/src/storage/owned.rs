@@ -1,0 +1,148 @@
+//! The buckets skyc made: a storage spec's `name` alone, made when it did
+//! not exist, as SkyPilot makes a Storage's bucket. Each is recorded in
+//! the store before it is made, so none is made that skyc does not know
+//! of; `skyc storage ls` lists them and `skyc storage delete` deletes
+//! them. One the last submission does not keep (`persistent: false`) is
+//! deleted by the supervisor once no live group uses it ([`collect`]):
+//! decided from the store alone, so a supervisor that dies before or
+//! during a deletion leaves it to the next one. A bucket skyc did not
+//! make is never deleted.
+
+use super::{Buckets, CopyError, copy::PARALLEL, copy::why};
+use crate::files::Snapshots;
+use crate::store::{BucketRow, Store, now_ms};
+use futures::StreamExt;
+use std::path::Path;
+
+impl Buckets {
+    /// Makes bucket `name` (kept after its groups when `persistent`),
+    /// recorded first; the record is dropped again when it could not be
+    /// made and was not there before.
+    pub fn make_recorded(
+        &mut self,
+        store: &mut Store,
+        name: &str,
+        persistent: bool,
+    ) -> Result<(), CopyError> {
+        let region = self.client()?.0.region().to_owned();
+        let row = BucketRow {
+            name: name.to_owned(),
+            store: "s3".into(),
+            endpoint: self.endpoint(),
+            region,
+            persistent,
+            created_at_ms: now_ms(),
+            error: None,
+        };
+        let new = store
+            .insert_bucket(&row)
+            .map_err(|e| CopyError::Failed(format!("recording the bucket: {e}")))?;
+        if !new {
+            let _ = store.keep_bucket(name, persistent);
+        }
+        let made = self.make(name);
+        if made.is_err() && new {
+            let _ = store.remove_bucket(name);
+        }
+        made
+    }
+}
+
+/// Deletes the bucket `row` records, where it was made: every object,
+/// then the bucket. One already gone is deleted.
+pub fn delete(row: &BucketRow) -> Result<(), CopyError> {
+    let mut buckets = Buckets::at(row.endpoint.clone(), row.region.clone());
+    let (s3, rt) = buckets.client()?;
+    rt.block_on(async {
+        // A page at a time, deleted before the next is asked for: however
+        // many objects, memory holds one page.
+        loop {
+            let Some(objects) = s3.first_page(&row.name, "").await.map_err(why)? else {
+                return Ok(());
+            };
+            if objects.is_empty() {
+                break;
+            }
+            let mut deletes = futures::stream::iter(objects)
+                .map(|o| async move { s3.delete_object(&row.name, &o.key).await })
+                .buffer_unordered(PARALLEL);
+            while let Some(done) = deletes.next().await {
+                done.map_err(why)?;
+            }
+        }
+        s3.delete_bucket(&row.name).await.map_err(why)
+    })
+}
+
+/// Deletes bucket `name`, which skyc made, unless a live group uses it;
+/// what is wrong when it cannot be.
+pub fn delete_named(state_dir: &Path, store: &mut Store, name: &str) -> Result<(), String> {
+    // Held off: no submission finds the bucket while it goes.
+    let _excluding = Snapshots::of(state_dir)
+        .excluding()
+        .map_err(|e| format!("{}: {e}", state_dir.join("files").display()))?;
+    let Some(row) = store.bucket(name).map_err(|e| e.to_string())? else {
+        return Err(format!("no bucket named `{name}` was made by skyc"));
+    };
+    let users = store.bucket_users(name).map_err(|e| e.to_string())?;
+    if !users.is_empty() {
+        let list: Vec<String> = users
+            .iter()
+            .map(|(id, group)| format!("{id} ({group})"))
+            .collect();
+        return Err(format!(
+            "bucket `{name}` is mounted by live groups: {}; cancel them or wait for them to end",
+            list.join(", ")
+        ));
+    }
+    delete(&row).map_err(|e| format!("bucket `{name}`: {}", reason(&e)))?;
+    store.remove_bucket(name).map_err(|e| e.to_string())
+}
+
+/// Deletes every bucket skyc made that is not kept and that no live
+/// group uses, each while no submission is writing (one may be about to
+/// use it); one that cannot be is left with why, for the next
+/// collection. Returns each bucket tried, and why it could not be
+/// deleted.
+pub fn collect(state_dir: &Path) -> Result<Vec<(String, Option<String>)>, String> {
+    let mut store = Store::open(state_dir).map_err(|e| e.to_string())?;
+    let snapshots = Snapshots::of(state_dir);
+    let mut tried = Vec::new();
+    for candidate in store.unused_buckets().map_err(|e| e.to_string())? {
+        let _excluding = snapshots
+            .excluding()
+            .map_err(|e| format!("{}: {e}", snapshots.dir().display()))?;
+        // Read again under the lock: a submission since may use or keep it.
+        let still = store
+            .unused_buckets()
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .find(|b| b.name == candidate.name);
+        let Some(row) = still else {
+            continue;
+        };
+        match delete(&row) {
+            Ok(()) => {
+                store.remove_bucket(&row.name).map_err(|e| e.to_string())?;
+                tried.push((row.name, None));
+            }
+            Err(e) => {
+                let why = reason(&e);
+                store
+                    .set_bucket_error(&row.name, Some(&why))
+                    .map_err(|e| e.to_string())?;
+                tried.push((row.name, Some(why)));
+            }
+        }
+    }
+    Ok(tried)
+}
+
+/// A deletion's failure, in a line.
+fn reason(e: &CopyError) -> String {
+    match e {
+        CopyError::NoCredentials(why) => format!("no AWS credentials: {why}"),
+        CopyError::Denied(why) | CopyError::Region(why) | CopyError::Failed(why) => why.clone(),
+        other => format!("{other:?}"),
+    }
+}
