@@ -792,3 +792,140 @@ fn a_bucket_not_kept_is_deleted_by_the_next_supervisor_after_a_crash() {
     assert!(exists(&moto, &kept));
     Bucket::at(&moto, &kept).remove();
 }
+
+/// A storage spec's local `source` is uploaded to its named bucket when
+/// the group is submitted, as SkyPilot syncs it: made when it is not
+/// there, every file at its path as the key, `.git` and what
+/// `.skyignore` leaves out not uploaded. A MOUNT reads it from the
+/// bucket; a COPY is given the same bytes with the task's files, and its
+/// bucket, not kept, is deleted after the group. A source that is a file
+/// is a located error, and nothing is uploaded.
+#[test]
+fn a_local_source_is_uploaded_to_its_bucket() {
+    let Some(endpoint) = moto() else { return };
+    if !fuse() {
+        return;
+    }
+    let s = Scratch::new("storage-upload");
+    let code = format!("skyc-code-{}", std::process::id());
+    let data = format!("skyc-data-{}", std::process::id());
+    Bucket::at(&endpoint, &code).remove();
+    Bucket::at(&endpoint, &data).remove();
+    let big: Vec<u8> = (0..(2u32 << 20)).map(|i| (i * 31 % 253) as u8).collect();
+    let mut put = BTreeMap::new();
+    put.insert("train.py", b"print('train')\n".to_vec());
+    put.insert("conf/model.yaml", b"layers: 12\n".to_vec());
+    put.insert("weights/init.bin", big);
+    for (path, bytes) in &put {
+        let at = s.dir.join("src").join(path);
+        std::fs::create_dir_all(at.parent().unwrap()).expect("dir");
+        std::fs::write(at, bytes).expect("file");
+    }
+    std::fs::create_dir_all(s.dir.join("src/.git")).expect(".git");
+    s.write("src/.git/HEAD", "ref: refs/heads/main\n");
+    s.write("src/scratch.log", "left out\n");
+    s.write("src/.skyignore", "scratch.log\n");
+    s.write("one-file.txt", "x\n");
+    let sums = "cd \"$D\" && find . -type f | LC_ALL=C sort | while read -r f; do \
+                echo \"sum $(sha256sum \"$f\" | cut -c1-16) $f\"; done";
+    s.write(
+        "g.yaml",
+        &format!(
+            "name: upload\nexecution: parallel\n---\nname: mounted\nfile_mounts:\n  /code:\n    \
+             name: {code}\n    source: ./src\n    mode: MOUNT\nenvs:\n  D: /code\nrun: |\n  {sums}\n\
+             ---\nname: copied\nfile_mounts:\n  /data:\n    name: {data}\n    source: ./src\n    \
+             mode: COPY\n    persistent: false\nenvs:\n  D: /data\nrun: |\n  {sums}\n"
+        ),
+    );
+    let home = s.dir.join("home");
+    std::fs::create_dir_all(&home).expect("home");
+    // The review says what a run does, and uploads nothing.
+    let mut build = support::skyc();
+    build.args(["build", "g.yaml", "--target", "files", "-o", "json"]);
+    let out = with_aws(build, &endpoint, &home)
+        .current_dir(&s.dir)
+        .output()
+        .expect("build");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let review: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let runs: Vec<&str> = review["tasks"]
+        .as_array()
+        .expect("tasks")
+        .iter()
+        .map(|t| t["buckets"][0]["run"].as_str().expect("a bucket"))
+        .collect();
+    assert_eq!(
+        runs,
+        [
+            "uploaded to the bucket when submitted, and mounted on the nodes on this machine and \
+             Slurm; not applied on Kubernetes and AWS",
+            "uploaded to the bucket when submitted, and copied with the files"
+        ]
+    );
+    assert!(!exists(&endpoint, &code) && !exists(&endpoint, &data));
+    let out = with_aws(s.skyc(&["run", "g.yaml"]), &endpoint, &home)
+        .current_dir(&s.dir)
+        .output()
+        .expect("run");
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    // What was uploaded, and only that (`.skyignore` kept scratch.log out
+    // of the snapshot; `.git` is not uploaded).
+    let mut keys: Vec<String> = put.keys().map(|k| k.to_string()).collect();
+    keys.push(".skyignore".into());
+    keys.sort();
+    let bucket = Bucket::at(&endpoint, &code);
+    assert_eq!(bucket.keys(), keys);
+    for (key, bytes) in &put {
+        assert_eq!(&bucket.get(key), bytes, "{key}");
+    }
+    // Both tasks read the bytes where their code looks.
+    for task in ["mounted", "copied"] {
+        let seen: Vec<&str> = stdout
+            .lines()
+            .filter(|l| l.starts_with(&format!("({task}-0) sum ")))
+            .collect();
+        for (path, bytes) in &put {
+            let sum = &skyc_runtime::files::tar::sha256(bytes)[..16];
+            assert!(
+                seen.iter()
+                    .any(|l| l.ends_with(&format!("sum {sum} ./{path}"))),
+                "{task} did not read {path}: {stdout}"
+            );
+        }
+        // What the bucket holds, the copy too: no `.git`, nothing ignored.
+        assert_eq!(seen.len(), keys.len(), "{task}: {seen:#?}");
+    }
+    // The COPY's bucket, not kept, goes after the group; the MOUNT's is
+    // listed, kept.
+    until("the deletion of the bucket not kept", 60, || {
+        !exists(&endpoint, &data)
+    });
+    let listed = storage_ls(&s, &endpoint, &home);
+    let names: Vec<_> = listed.iter().map(|b| b["name"].clone()).collect();
+    assert_eq!(names, [code.as_str()]);
+    assert!(Bucket::at(&endpoint, &code).remove());
+
+    // A file where a directory is uploaded: refused, nothing made.
+    s.write(
+        "f.yaml",
+        &format!(
+            "name: f\nfile_mounts:\n  /code:\n    name: {code}\n    source: ./one-file.txt\n\
+             run: echo\n"
+        ),
+    );
+    let out = with_aws(s.skyc(&["run", "f.yaml"]), &endpoint, &home)
+        .current_dir(&s.dir)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr)
+        .replace(&code, "[bucket]")
+        .replace(&s.dir.display().to_string(), "[dir]");
+    support::snapshots("local/storage")
+        .bind(|| insta::assert_snapshot!("upload_not_a_directory", stderr));
+    assert!(
+        !exists(&endpoint, &code),
+        "a refused submission made a bucket"
+    );
+}

@@ -105,6 +105,7 @@ rules! {
     // Code and data: a task's `workdir` and local `file_mounts`, read when submitted or built.
     MissingFileSource = "missing-file-source", Error, "A `workdir` or file mount source that does not exist.";
     WorkdirNotDirectory = "workdir-not-directory", Error, "A local `workdir` that is not a directory.";
+    StorageSourceNotDirectory = "storage-source-not-directory", Error, "A storage spec's local `source` that is not a directory (a bucket is given directories).";
     UnreadableFileSource = "unreadable-file-source", Error, "A file or directory under a source that cannot be read.";
     SpecialFileInSource = "special-file-in-source", Error, "A socket, device or pipe under a source: it cannot be copied.";
     SymlinkLeavesSource = "symlink-leaves-source", Error, "A symbolic link under a source that points outside it.";

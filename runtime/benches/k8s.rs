@@ -424,6 +424,7 @@ fn files() {
             limit_bytes: 1 << 30,
             progress: &mut quiet,
             mount_buckets: false,
+            submitting: false,
         },
     );
     let t_pack = Instant::now();

@@ -10,6 +10,7 @@ use skyc_runtime::files::take::{self, Taking};
 use skyc_runtime::files::{Files, Snapshots};
 use skyc_runtime::store::Backend;
 use skyc_runtime::volumes;
+use skyc_targets::storage::Mode;
 use std::io::{IsTerminal, Write};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -80,6 +81,7 @@ pub(crate) fn take(
         group,
         Some((&snapshots, &writing)),
         target.descriptor().mounts_buckets,
+        true,
     );
     taken.writing = Some((writing, state_dir.to_owned()));
     (taken.files, taken.diagnostics) = read?;
@@ -98,6 +100,7 @@ fn read(
     group: &Group,
     into: Option<(&Snapshots, &Writing)>,
     mount_buckets: bool,
+    submitting: bool,
 ) -> Result<(Files, Vec<Diagnostic>), String> {
     let cwd = std::env::current_dir().map_err(|e| format!("the current directory: {e}"))?;
     let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
@@ -112,6 +115,7 @@ fn read(
             limit_bytes: take::limit_from_env(),
             progress: &mut report,
             mount_buckets,
+            submitting,
         },
     );
     progress.done();
@@ -185,7 +189,7 @@ pub(crate) fn packed(
         let writing = snapshots
             .writing()
             .map_err(|e| format!("{}: {e}", snapshots.dir().display()))?;
-        let (files, diagnostics) = read(group, Some((&snapshots, &writing)), false)?;
+        let (files, diagnostics) = read(group, Some((&snapshots, &writing)), false, false)?;
         if diagnostics.iter().any(Diagnostic::is_error) {
             return Ok((Default::default(), diagnostics));
         }
@@ -212,7 +216,7 @@ pub(crate) fn packed(
 /// (copied at submission with the files, or not applied yet); a bucket is
 /// not read here.
 pub(crate) fn review(group: &Group) -> Result<(serde_json::Value, Vec<Diagnostic>), String> {
-    let (files, diagnostics) = read(group, None, false)?;
+    let (files, diagnostics) = read(group, None, false, false)?;
     let tasks: Vec<serde_json::Value> = group
         .tasks
         .iter()
@@ -224,10 +228,17 @@ pub(crate) fn review(group: &Group) -> Result<(serde_json::Value, Vec<Diagnostic
                 .filter(|m| !take::local(m))
                 .map(|m| {
                     let bucket = skyc_targets::storage::bucket(m);
-                    let run = if skyc_targets::storage::copied(m).is_some() {
+                    let uploaded = skyc_targets::storage::uploaded(m);
+                    let run = if uploaded.as_ref().is_some_and(|u| u.mode == Mode::Copy) {
+                        "uploaded to the bucket when submitted, and copied with the files"
+                    } else if uploaded.is_some() {
+                        "uploaded to the bucket when submitted, and mounted on the nodes on this \
+                         machine and Slurm; not applied on Kubernetes and AWS"
+                    } else if skyc_targets::storage::copied(m).is_some() {
                         "copied with the files when submitted"
                     } else if skyc_targets::storage::to_mount(m).is_some() {
-                        "mounted on this machine's nodes; not applied on the other targets"
+                        "mounted on the nodes on this machine and Slurm; not applied on \
+                         Kubernetes and AWS"
                     } else {
                         "not applied"
                     };

@@ -33,10 +33,14 @@ pub fn under_home(destination: &str) -> Option<&str> {
 pub const TAR_FILE_ENTRY: &str = "file";
 
 /// Whether a run delivers a file mount with the task's files: a local
-/// source, or a bucket copied through them ([`crate::storage::copied`]);
-/// other buckets and SkyPilot Storage it does not yet.
+/// source, a bucket copied through them ([`crate::storage::copied`]), or
+/// a local source uploaded to a bucket and copied
+/// ([`crate::storage::uploaded`], the same bytes); mounted buckets are
+/// the nodes' own.
 pub fn delivered(mount: &skyc_compiler::ir::FileMount) -> bool {
-    local(mount) || crate::storage::copied(mount).is_some()
+    local(mount)
+        || crate::storage::copied(mount).is_some()
+        || crate::storage::uploaded(mount).is_some_and(|u| u.mode == crate::storage::Mode::Copy)
 }
 
 /// Whether `mounts` (a task's, as a submission took them) carry `mount`:

@@ -174,7 +174,9 @@ pub fn to_mount(mount: &FileMount) -> Option<ToMount> {
     if store.as_deref().is_some_and(|s| s != "s3") {
         return None;
     }
-    match (b.url, b.name, mount.source.is_some()) {
+    // A local source is uploaded to the named bucket first ([`uploaded`]).
+    let local = mount.source.is_some() && b.url.is_none();
+    match (b.url, b.name, mount.source.is_some() && !local) {
         (
             Some(BucketUrl {
                 store: Store::S3,
@@ -200,6 +202,42 @@ pub fn to_mount(mount: &FileMount) -> Option<ToMount> {
         }),
         _ => None,
     }
+}
+
+/// A storage spec's local `source` (a directory) with a `name`: uploaded
+/// to that S3 bucket (made when it is not there) when the group is
+/// submitted, as SkyPilot syncs it there before the job, then copied to
+/// the nodes or mounted on them as `mode` says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Uploaded {
+    /// As written.
+    pub source: String,
+    pub bucket: String,
+    pub mode: Mode,
+    pub persistent: bool,
+}
+
+/// The upload `mount` asks for, or `None`.
+pub fn uploaded(mount: &FileMount) -> Option<Uploaded> {
+    let spec = mount.storage.as_ref()?;
+    let store = spec
+        .get("store")
+        .and_then(|s| s.as_str())
+        .map(str::to_ascii_lowercase);
+    if store.as_deref().is_some_and(|s| s != "s3") {
+        return None;
+    }
+    let b = bucket(mount)?;
+    let source = mount.source.as_ref()?;
+    if b.url.is_some() || source.contains("://") {
+        return None;
+    }
+    Some(Uploaded {
+        source: source.clone(),
+        bucket: b.name?,
+        mode: b.mode,
+        persistent: b.persistent,
+    })
 }
 
 /// A bucket every target copies to its nodes through the run's files
@@ -294,11 +332,39 @@ mod tests {
         );
         assert_eq!(to_mount(&cached).unwrap().path, "sub");
         assert!(to_mount(&cached).unwrap().cached);
-        let uploaded = mount(
+        // A local source with a name: uploaded to the bucket, then
+        // mounted (or copied, as the mode says).
+        let up = mount(
             Some("./local"),
             Some(serde_json::json!({"name": "p", "source": "./local"})),
         );
-        assert_eq!(to_mount(&uploaded), None);
+        let m = to_mount(&up).unwrap();
+        assert_eq!(
+            (m.bucket.as_str(), m.path.as_str(), m.create),
+            ("p", "", true)
+        );
+        let u = uploaded(&up).unwrap();
+        assert_eq!(
+            (u.bucket.as_str(), u.source.as_str(), u.mode),
+            ("p", "./local", Mode::Mount)
+        );
+        let copy_up = mount(
+            Some("./local"),
+            Some(serde_json::json!({"name": "p", "source": "./local", "mode": "COPY"})),
+        );
+        assert_eq!(to_mount(&copy_up), None);
+        assert_eq!(uploaded(&copy_up).unwrap().mode, Mode::Copy);
+        assert_eq!(copied(&copy_up), None);
+        // No name: nowhere to upload to.
+        assert_eq!(
+            uploaded(&mount(
+                Some("./l"),
+                Some(serde_json::json!({"source": "./l"}))
+            )),
+            None
+        );
+        assert_eq!(uploaded(&spec), None);
+        assert_eq!(uploaded(&named), None);
         let gcs = mount(None, Some(serde_json::json!({"name": "p", "store": "gcs"})));
         assert_eq!(to_mount(&gcs), None);
         assert_eq!(to_mount(&s), None);

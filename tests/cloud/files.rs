@@ -100,6 +100,7 @@ fn files_land_at_their_destinations_byte_for_byte() {
             limit_bytes: 1 << 30,
             progress: &mut |_, _| {},
             mount_buckets: false,
+            submitting: false,
         },
     );
     assert!(diagnostics.is_empty(), "{diagnostics:?}");

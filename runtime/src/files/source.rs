@@ -56,12 +56,16 @@ pub fn read(
 }
 
 /// Which files of a tree are read.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Filters {
     /// What its ignore files leave, as SkyPilot's rsync reads a source.
     IgnoreFiles,
     /// Every file (a bucket's objects, copied whole).
     All,
+    /// What its ignore files leave, without the `.git` directory at its
+    /// top and without links: what SkyPilot's `aws s3 sync
+    /// --no-follow-symlinks` uploads of a storage spec's source.
+    Storage,
 }
 
 /// [`read`], with `filters`.
@@ -121,12 +125,16 @@ pub fn read_tree(
     // As SkyPilot's rsync filters: a `.skyignore` at the root means every
     // directory's `.skyignore`; else every `.gitignore`, and git's own
     // exclude file.
+    if filters == Filters::Storage {
+        let git = root.join(".git");
+        walk.filter_entry(move |e| e.path() != git);
+    }
     match filters {
         Filters::All => {}
-        Filters::IgnoreFiles if root.join(".skyignore").exists() => {
+        Filters::IgnoreFiles | Filters::Storage if root.join(".skyignore").exists() => {
             walk.add_custom_ignore_filename(".skyignore");
         }
-        Filters::IgnoreFiles => {
+        Filters::IgnoreFiles | Filters::Storage => {
             walk.add_custom_ignore_filename(".gitignore");
             let exclude = root.join(".git/info/exclude");
             if exclude.is_file() {
@@ -187,6 +195,8 @@ pub fn read_tree(
             tree.line(format_args!("f {mode:o} {size} {hex}"), rel);
             files += 1;
             bytes += size;
+        } else if kind.is_symlink() && filters == Filters::Storage {
+            continue;
         } else if kind.is_symlink() {
             let target = fs::read_link(path).map_err(unreadable(path))?;
             // Where the kernel resolves it, through the tree's other

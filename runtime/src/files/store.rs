@@ -9,7 +9,7 @@
 //! lock shared meanwhile, and collection takes it exclusively, so a
 //! snapshot is never collected before its group is recorded.
 
-use super::source::{self, Budget, SourceError, Taken};
+use super::source::{self, Budget, Filters, SourceError, Taken};
 use rustix::fs::{FlockOperation, flock};
 use std::collections::HashSet;
 use std::fs::{self, File};
@@ -89,6 +89,7 @@ impl Snapshots {
         _writing: &Writing,
         root: &Path,
         want_dir: bool,
+        filters: Filters,
         budget: &mut Budget<'_>,
     ) -> Result<Taken, SourceError> {
         // Read once to name it: the bytes kept already (a live group
@@ -101,7 +102,7 @@ impl Snapshots {
             bytes: 0,
             progress: &mut quiet,
         };
-        if let Ok(taken) = source::read(root, want_dir, None, &mut counting)
+        if let Ok(taken) = source::read_tree(root, want_dir, None, &mut counting, filters)
             && self.path(&taken.digest).symlink_metadata().is_ok()
         {
             budget.files += counting.files;
@@ -110,7 +111,7 @@ impl Snapshots {
             return Ok(taken);
         }
         let tmp = self.fresh();
-        let taken = source::read(root, want_dir, Some(&tmp), budget);
+        let taken = source::read_tree(root, want_dir, Some(&tmp), budget, filters);
         self.place(&tmp, taken)
     }
 

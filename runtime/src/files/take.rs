@@ -4,13 +4,13 @@
 //! directory skyc runs in), read once however many tasks name them, and
 //! checked, every problem a diagnostic at the value that names the source.
 
-use super::source::{self, Budget, SourceError, Taken};
+use super::source::{self, Budget, Filters, SourceError, Taken};
 use super::store::{Snapshots, Writing};
 use crate::storage::{Buckets, CopyError};
 use skyc_compiler::ir::{Group, Task, Workdir};
 use skyc_compiler::{Diagnostic, Rule, Span};
 pub use skyc_targets::files::{Mount, Volume, WORKDIR, delivered, local};
-use skyc_targets::storage::{BucketUrl, Mounted};
+use skyc_targets::storage::{BucketUrl, Mode, Mounted, Uploaded, uploaded};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -80,6 +80,10 @@ pub struct Taking<'a> {
     /// Whether the target mounts buckets on its nodes (this machine):
     /// they are then found, or made, and the FUSE client checked.
     pub mount_buckets: bool,
+    /// Whether this is a submission (not a build): a storage spec's
+    /// local source is then uploaded to its bucket, made when it is not
+    /// there.
+    pub submitting: bool,
 }
 
 /// The size limit from the environment, in bytes.
@@ -131,6 +135,16 @@ struct Wanted<'t> {
     span: Span,
     workdir: bool,
     bucket: Option<BucketUrl>,
+    /// A local source uploaded to a bucket (then copied, or mounted).
+    upload: Option<Uploaded>,
+}
+
+impl Wanted<'_> {
+    /// Whether the nodes are given the source with their files (not a
+    /// local source uploaded to a bucket they mount).
+    fn delivered(&self) -> bool {
+        self.upload.as_ref().is_none_or(|u| u.mode == Mode::Copy)
+    }
 }
 
 fn wanted(task: &Task) -> Vec<Wanted<'_>> {
@@ -142,9 +156,11 @@ fn wanted(task: &Task) -> Vec<Wanted<'_>> {
             span: at.0,
             workdir: true,
             bucket: None,
+            upload: None,
         });
     }
-    for m in task.file_mounts.iter().filter(|m| delivered(m)) {
+    let read = |m: &&skyc_compiler::ir::FileMount| delivered(m) || uploaded(m).is_some();
+    for m in task.file_mounts.iter().filter(read) {
         if let Some(source) = &m.source {
             out.push(Wanted {
                 destination: m.destination.clone(),
@@ -152,6 +168,7 @@ fn wanted(task: &Task) -> Vec<Wanted<'_>> {
                 span: m.at.0,
                 workdir: false,
                 bucket: skyc_targets::storage::copied(m),
+                upload: uploaded(m),
             });
         }
     }
@@ -173,7 +190,7 @@ pub fn names_files(group: &Group) -> bool {
 pub fn take(group: &Group, taking: &mut Taking<'_>) -> (Files, Vec<Diagnostic>) {
     let mut files = Files::default();
     let mut diagnostics = Vec::new();
-    let mut seen: HashMap<(PathBuf, bool), Result<Taken, ()>> = HashMap::new();
+    let mut seen: HashMap<(PathBuf, bool, Filters), Result<Taken, ()>> = HashMap::new();
     let mut budget = Budget {
         limit: taking.limit_bytes,
         files: 0,
@@ -182,6 +199,7 @@ pub fn take(group: &Group, taking: &mut Taking<'_>) -> (Files, Vec<Diagnostic>) 
     };
     let mut buckets = Buckets::default();
     let mut named: Vec<Named> = Vec::new();
+    let mut uploads: Vec<Upload> = Vec::new();
     for task in &group.tasks {
         let mut mounts = Vec::new();
         for w in wanted(task) {
@@ -198,7 +216,7 @@ pub fn take(group: &Group, taking: &mut Taking<'_>) -> (Files, Vec<Diagnostic>) 
                     }
                     continue;
                 }
-                let key = (PathBuf::from(url.to_string()), false);
+                let key = (PathBuf::from(url.to_string()), false, Filters::All);
                 let taken = match seen.get(&key) {
                     Some(t) => t.clone(),
                     None => {
@@ -222,16 +240,29 @@ pub fn take(group: &Group, taking: &mut Taking<'_>) -> (Files, Vec<Diagnostic>) 
                 }
                 continue;
             }
+            // Uploaded to a bucket the nodes mount: read only where they
+            // do (elsewhere the mount is not applied, and warned).
+            if !w.delivered() && !taking.mount_buckets {
+                continue;
+            }
             let root = resolve(w.written, taking.cwd, taking.home);
-            let key = (root.clone(), w.workdir);
+            // A storage source is a directory, as SkyPilot asks, and is
+            // read as its sync to the bucket reads it.
+            let want_dir = w.workdir || w.upload.is_some();
+            let filters = if w.upload.is_some() {
+                Filters::Storage
+            } else {
+                Filters::IgnoreFiles
+            };
+            let key = (root.clone(), want_dir, filters);
             let taken = match seen.get(&key) {
                 Some(t) => t.clone(),
                 None => {
                     let read = match taking.into {
                         Some((store, writing)) => {
-                            store.take(writing, &root, w.workdir, &mut budget)
+                            store.take(writing, &root, want_dir, filters, &mut budget)
                         }
-                        None => source::read(&root, w.workdir, None, &mut budget),
+                        None => source::read_tree(&root, want_dir, None, &mut budget, filters),
                     };
                     let t = read.map_err(|e| {
                         diagnostics.push(diagnostic(&w, &root, e));
@@ -241,12 +272,37 @@ pub fn take(group: &Group, taking: &mut Taking<'_>) -> (Files, Vec<Diagnostic>) 
                 }
             };
             if let Ok(taken) = taken {
-                mounts.push(Mount {
-                    destination: w.destination,
-                    source: root.display().to_string(),
-                    workdir: w.workdir,
-                    taken,
-                });
+                if let (Some(u), Some((store, _)), true) =
+                    (&w.upload, taking.into, taking.submitting)
+                {
+                    uploads.push(Upload {
+                        bucket: u.bucket.clone(),
+                        tree: store.path(&taken.digest),
+                        span: w.span,
+                        source: w.written.to_owned(),
+                    });
+                    if u.mode == Mode::Copy && !named.iter().any(|n| n.bucket == u.bucket) {
+                        match buckets.exists(&u.bucket) {
+                            Ok(there) => named.push(Named {
+                                bucket: u.bucket.clone(),
+                                span: w.span,
+                                make: !there,
+                                persistent: u.persistent,
+                            }),
+                            Err(e) => {
+                                diagnostics.push(bucket_diagnostic(&w, &s3_bucket(&u.bucket), e))
+                            }
+                        }
+                    }
+                }
+                if w.delivered() {
+                    mounts.push(Mount {
+                        destination: w.destination,
+                        source: root.display().to_string(),
+                        workdir: w.workdir,
+                        taken,
+                    });
+                }
             }
             // Past the limit, reading on only repeats the error.
             if diagnostics.iter().any(|d| d.rule == Rule::FilesTooLarge) {
@@ -268,6 +324,9 @@ pub fn take(group: &Group, taking: &mut Taking<'_>) -> (Files, Vec<Diagnostic>) 
         match state_dir.map(crate::store::Store::open) {
             Some(Ok(mut store)) => {
                 name_buckets(&named, &mut buckets, &mut store, &mut diagnostics);
+                if !diagnostics.iter().any(Diagnostic::is_error) {
+                    upload(&uploads, &mut buckets, &mut diagnostics);
+                }
             }
             Some(Err(e)) => diagnostics.push(Diagnostic::new(
                 Rule::UnreadableBucketSource,
@@ -320,6 +379,7 @@ fn mount_buckets(
             span: m.at.0,
             workdir: false,
             bucket: Some(url.clone()),
+            upload: None,
         };
         match buckets.mount(&to, &m.destination) {
             Ok((mounted, make)) => {
@@ -351,6 +411,44 @@ struct Named {
     persistent: bool,
 }
 
+/// A local source, taken, to upload to its bucket once the bucket is
+/// there.
+struct Upload {
+    bucket: String,
+    /// The snapshot of the source.
+    tree: PathBuf,
+    span: Span,
+    source: String,
+}
+
+/// `s3://bucket`.
+fn s3_bucket(bucket: &str) -> BucketUrl {
+    BucketUrl {
+        store: skyc_targets::storage::Store::S3,
+        scheme: "s3".into(),
+        bucket: bucket.to_owned(),
+        path: String::new(),
+    }
+}
+
+/// Uploads each source to its bucket; a diagnostic at each that cannot
+/// be.
+fn upload(uploads: &[Upload], buckets: &mut Buckets, diagnostics: &mut Vec<Diagnostic>) {
+    for u in uploads {
+        if let Err(e) = buckets.upload(&u.bucket, &u.tree) {
+            let w = Wanted {
+                destination: String::new(),
+                written: &u.source,
+                span: u.span,
+                workdir: false,
+                bucket: None,
+                upload: None,
+            };
+            diagnostics.push(bucket_diagnostic(&w, &s3_bucket(&u.bucket), e));
+        }
+    }
+}
+
 /// Makes the named buckets that are not there, each recorded as skyc's,
 /// and says of those that are whether they are kept: a bucket skyc did
 /// not make is, whatever the spec says (a warning then).
@@ -375,18 +473,14 @@ fn name_buckets(
             }
         };
         if let Err(e) = result {
-            let url = BucketUrl {
-                store: skyc_targets::storage::Store::S3,
-                scheme: "s3".into(),
-                bucket: n.bucket.clone(),
-                path: String::new(),
-            };
+            let url = s3_bucket(&n.bucket);
             let w = Wanted {
                 destination: String::new(),
                 written: &n.bucket,
                 span: n.span,
                 workdir: false,
                 bucket: None,
+                upload: None,
             };
             diagnostics.push(bucket_diagnostic(&w, &url, e));
         }
@@ -433,6 +527,8 @@ fn resolve(written: &str, cwd: &Path, home: Option<&Path>) -> PathBuf {
 fn diagnostic(w: &Wanted<'_>, root: &Path, error: SourceError) -> Diagnostic {
     let what = if w.workdir {
         "workdir"
+    } else if w.upload.is_some() {
+        "storage source"
     } else {
         "file mount source"
     };
@@ -450,6 +546,16 @@ fn diagnostic(w: &Wanted<'_>, root: &Path, error: SourceError) -> Diagnostic {
         .help(
             "relative paths start in the directory skyc runs in, as SkyPilot reads them: run \
              from there, or give the path from `~` or `/`",
+        ),
+        SourceError::NotADirectory if w.upload.is_some() => Diagnostic::new(
+            Rule::StorageSourceNotDirectory,
+            w.span,
+            format!("storage source `{written}` is not a directory ({root_shown})"),
+        )
+        .label("not a directory")
+        .help(
+            "a storage spec uploads a directory to its bucket, as SkyPilot's does; to copy one \
+             file to the nodes, write `DST: SOURCE` in `file_mounts`",
         ),
         SourceError::NotADirectory => Diagnostic::new(
             Rule::WorkdirNotDirectory,
@@ -618,6 +724,7 @@ mod tests {
             span: Span::new(10, 14),
             workdir: false,
             bucket: None,
+            upload: None,
         };
         let d = diagnostic(
             &w,

@@ -36,11 +36,22 @@ pub fn bytes(path: &Path) -> io::Result<Vec<u8>> {
 
 /// What a node checks: the stream's SHA-256 (hex) and size.
 pub fn digest(path: &Path) -> io::Result<(String, u64)> {
+    hashed(|h| write(path, h))
+}
+
+/// The SHA-256 (hex) and size of the file at `path` (its bytes, not a
+/// stream of it).
+pub fn file_digest(path: &Path) -> io::Result<(String, u64)> {
+    hashed(|h| io::copy(&mut std::fs::File::open(path)?, h).map(drop))
+}
+
+/// The SHA-256 (hex) and size of what `fill` writes.
+fn hashed(fill: impl FnOnce(&mut Hashing) -> io::Result<()>) -> io::Result<(String, u64)> {
     let mut hashing = Hashing {
         context: Context::new(&SHA256),
         bytes: 0,
     };
-    write(path, &mut hashing)?;
+    fill(&mut hashing)?;
     let hex = hashing
         .context
         .finish()

@@ -5,7 +5,8 @@
 //!   into a snapshot that every target delivers like a local source;
 //! - [`mount`]: a bucket mounted on the nodes, found (or made) at
 //!   submission, mounted on each node by a FUSE client;
-//! - [`owned`]: the buckets skyc made, recorded, listed and deleted.
+//! - [`owned`]: the buckets skyc made, recorded, listed and deleted;
+//! - [`upload`]: a local source uploaded to its named bucket.
 //!
 //! A submission reaches S3 through one [`Buckets`], with the submitting
 //! user's AWS configuration.
@@ -13,6 +14,7 @@
 pub mod copy;
 pub mod mount;
 pub mod owned;
+pub mod upload;
 
 use crate::aws::credentials::Access;
 use crate::aws::ec2::client::Tuning;

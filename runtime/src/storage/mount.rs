@@ -44,14 +44,8 @@ impl Buckets {
     /// there yet), which [`Buckets::make`] does once the whole
     /// submission is known good.
     pub fn mount(&mut self, to: &ToMount, destination: &str) -> Result<(Mounted, bool), CopyError> {
-        let (exists, region) = {
-            let (s3, rt) = self.client()?;
-            // One key asked for: the bucket is there if it can be listed.
-            let found = rt
-                .block_on(s3.first_under(&to.bucket, &to.path))
-                .map_err(why)?;
-            (found.is_some(), s3.region().to_owned())
-        };
+        let exists = self.listable(&to.bucket, &to.path)?;
+        let region = self.client()?.0.region().to_owned();
         if !exists && !to.create {
             return Err(CopyError::NoBucket);
         }
@@ -64,6 +58,18 @@ impl Buckets {
             region,
         };
         Ok((mounted, !exists))
+    }
+
+    /// Whether `bucket` is there (and these credentials may list it).
+    pub fn exists(&mut self, bucket: &str) -> Result<bool, CopyError> {
+        self.listable(bucket, "")
+    }
+
+    /// Whether `bucket` can be listed under `path`: one key asked for.
+    fn listable(&mut self, bucket: &str, path: &str) -> Result<bool, CopyError> {
+        let (s3, rt) = self.client()?;
+        let found = rt.block_on(s3.first_under(bucket, path)).map_err(why)?;
+        Ok(found.is_some())
     }
 
     /// Makes `bucket` (one this account has already is made).

@@ -68,6 +68,7 @@ fn taken(
             limit_bytes: 1 << 30,
             progress: &mut quiet,
             mount_buckets: false,
+            submitting: false,
         },
     );
     assert!(diagnostics.is_empty(), "{diagnostics:?}");
