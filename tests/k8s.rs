@@ -272,7 +272,14 @@ fn contract_problems(group: &Group, objects: &[Value]) -> Vec<String> {
 #[test]
 fn manifests_of_every_example() {
     let settings = snapshots("k8s");
-    let options = k8s::Options::default();
+    // Buckets mounted through the sidecar (without it they are refused:
+    // `a_mounted_bucket_is_refused_unless_the_sidecar_is_allowed`).
+    let options = k8s::Options {
+        bucket_mounts: k8s::BucketMounts::Sidecar {
+            image: k8s::DEFAULT_RCLONE_IMAGE.into(),
+        },
+        ..k8s::Options::default()
+    };
     settings.bind(|| {
         for (file, text) in examples() {
             let (c, manifests) = build(&file, &text, &options);
@@ -702,6 +709,74 @@ fn settings_without_kubernetes_meaning_are_reported_at_the_task() {
         rules(&lower_text(pinned, &k8s::Options::default()).1),
         [Rule::K8sUnsupported]
     );
+}
+
+/// The bucket sidecar's program is POSIX sh (rclone's image has no bash)
+/// and shellcheck-clean.
+#[test]
+fn the_bucket_sidecar_is_shellcheck_clean_sh() {
+    let path = std::env::temp_dir().join(format!("skyc-k8s-bucket-{}.sh", std::process::id()));
+    std::fs::write(&path, k8s::BUCKET_SIDECAR_SCRIPT).unwrap();
+    if let Ok(status) = std::process::Command::new("dash")
+        .arg("-n")
+        .arg(&path)
+        .status()
+    {
+        assert!(status.success(), "dash -n rejects the sidecar");
+    }
+    match std::process::Command::new("shellcheck")
+        .args(["-s", "sh"])
+        .arg(&path)
+        .output()
+    {
+        Ok(out) => assert!(
+            out.status.success(),
+            "shellcheck:\n{}",
+            String::from_utf8_lossy(&out.stdout)
+        ),
+        Err(_) => eprintln!("!!! SKIPPED: shellcheck is not installed"),
+    }
+    let _ = std::fs::remove_file(&path);
+}
+
+/// Without `--bucket-mounts sidecar` a mounted bucket is refused at the
+/// mount; with it, each mounted bucket is a privileged rclone sidecar
+/// whose `emptyDir` the task's container mounts at the destination, a
+/// MOUNT_CACHED one with its cache and the grace period for its uploads;
+/// the manifests are valid for Kubernetes' and JobSet's schemas.
+#[test]
+fn a_mounted_bucket_is_refused_unless_the_sidecar_is_allowed() {
+    let text = "name: g\nexecution: parallel\n---\nname: trainer\nfile_mounts:\n  /policy:\n    \
+                name: policy\n    mode: MOUNT\n  /ckpt:\n    source: s3://ckpts/run-1\n    mode: \
+                MOUNT_CACHED\n  ~/data:\n    source: s3://data\n    mode: MOUNT\nrun: x\n---\n\
+                name: eval\nfile_mounts:\n  /policy:\n    name: policy\nrun: x\n";
+    let (c, m) = build("g.yaml", text, &k8s::Options::default());
+    assert!(m.unwrap().has_errors());
+    snapshots("k8s").bind(|| insta::assert_snapshot!("bucket_mounts_refused", render_human(&c)));
+
+    let options = k8s::Options {
+        bucket_mounts: k8s::BucketMounts::Sidecar {
+            image: k8s::DEFAULT_RCLONE_IMAGE.into(),
+        },
+        ..k8s::Options::default()
+    };
+    // `~/data` cannot be a pod's volume: the one error left.
+    let (c, m) = build("g.yaml", text, &options);
+    let m = m.unwrap();
+    assert_eq!(rules(&m), [Rule::K8sBucketMount], "{}", render_human(&c));
+    let text = text.replace("~/data", "/data");
+    let (c, m) = build("g.yaml", &text, &options);
+    let m = m.unwrap();
+    assert!(!m.has_errors(), "{}", render_human(&c));
+    let group = c.group.as_ref().unwrap();
+    let p = problems(group, &options, &m.objects);
+    assert!(p.is_empty(), "{}", p.join("\n"));
+    snapshots("k8s").bind(|| {
+        insta::assert_snapshot!(
+            "bucket_mounts_sidecar",
+            emit::render(&m.objects, emit::Format::Yaml)
+        )
+    });
 }
 
 #[test]

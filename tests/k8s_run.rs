@@ -91,6 +91,10 @@ fn flags_of_other_targets_are_refused() {
             "--out-dir is for the Slurm target",
         ),
         (vec!["--context", "prod"], "--context is for the k8s target"),
+        (
+            vec!["--bucket-mounts", "sidecar"],
+            "--bucket-mounts is for the k8s target",
+        ),
     ] {
         let mut all = vec!["run", &example];
         all.extend(args);

@@ -423,7 +423,7 @@ fn files() {
             into: Some((&snapshots, &writing)),
             limit_bytes: 1 << 30,
             progress: &mut quiet,
-            mount_buckets: false,
+            mount_buckets: skyc_runtime::files::take::Mounting::No,
             submitting: false,
         },
     );

@@ -6,7 +6,7 @@
 use skyc_compiler::Diagnostic;
 use skyc_compiler::ir::Group;
 use skyc_runtime::files::store::Writing;
-use skyc_runtime::files::take::{self, Taking};
+use skyc_runtime::files::take::{self, Mounting, Taking};
 use skyc_runtime::files::{Files, Snapshots};
 use skyc_runtime::store::Backend;
 use skyc_runtime::volumes;
@@ -58,6 +58,7 @@ pub(crate) fn take(
     target: Backend,
     state_dir: &Path,
     wanted: bool,
+    mounting: Mounting,
 ) -> Result<Taken, String> {
     let mut taken = Taken {
         files: Files::default(),
@@ -77,12 +78,7 @@ pub(crate) fn take(
     let writing = snapshots
         .writing()
         .map_err(|e| format!("{}: {e}", state_dir.join("files").display()))?;
-    let read = read(
-        group,
-        Some((&snapshots, &writing)),
-        target.descriptor().mounts_buckets,
-        true,
-    );
+    let read = read(group, Some((&snapshots, &writing)), mounting, true);
     taken.writing = Some((writing, state_dir.to_owned()));
     (taken.files, taken.diagnostics) = read?;
     if volumes_named && volumes::kept_as_directories(target) {
@@ -99,7 +95,7 @@ pub(crate) fn take(
 fn read(
     group: &Group,
     into: Option<(&Snapshots, &Writing)>,
-    mount_buckets: bool,
+    mount_buckets: Mounting,
     submitting: bool,
 ) -> Result<(Files, Vec<Diagnostic>), String> {
     let cwd = std::env::current_dir().map_err(|e| format!("the current directory: {e}"))?;
@@ -189,7 +185,7 @@ pub(crate) fn packed(
         let writing = snapshots
             .writing()
             .map_err(|e| format!("{}: {e}", snapshots.dir().display()))?;
-        let (files, diagnostics) = read(group, Some((&snapshots, &writing)), false, false)?;
+        let (files, diagnostics) = read(group, Some((&snapshots, &writing)), Mounting::No, false)?;
         if diagnostics.iter().any(Diagnostic::is_error) {
             return Ok((Default::default(), diagnostics));
         }
@@ -216,7 +212,7 @@ pub(crate) fn packed(
 /// (copied at submission with the files, or not applied yet); a bucket is
 /// not read here.
 pub(crate) fn review(group: &Group) -> Result<(serde_json::Value, Vec<Diagnostic>), String> {
-    let (files, diagnostics) = read(group, None, false, false)?;
+    let (files, diagnostics) = read(group, None, Mounting::No, false)?;
     let tasks: Vec<serde_json::Value> = group
         .tasks
         .iter()

@@ -6,6 +6,7 @@ use super::target::{
 use skyc_compiler::Diagnostic;
 use skyc_compiler::ir::{self, Group};
 use skyc_runtime::backend::run_token;
+use skyc_runtime::files::take::Mounting;
 use skyc_runtime::k8s::{Lowering, Plan, PoolInput, PoolPlan};
 use skyc_runtime::store::Backend;
 use skyc_targets::k8s;
@@ -37,6 +38,20 @@ pub(crate) struct K8sArgs {
     /// init container that fetches them (sh, wget, tar, sha256sum, httpd).
     #[arg(long, value_name = "IMAGE", default_value = k8s::files::DEFAULT_FILES_IMAGE)]
     files_image: String,
+    /// How buckets a task mounts (`mode: MOUNT`, `MOUNT_CACHED`) reach its
+    /// pods: `sidecar`, a privileged rclone sidecar per bucket (the
+    /// namespace must admit privileged pods); `none`, a located error.
+    #[arg(long, value_enum, value_name = "HOW", default_value = "none")]
+    bucket_mounts: BucketMountsArg,
+    /// Image of the bucket sidecars (rclone, sh).
+    #[arg(long, value_name = "IMAGE", default_value = k8s::DEFAULT_RCLONE_IMAGE)]
+    bucket_image: String,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, PartialEq, Eq)]
+enum BucketMountsArg {
+    None,
+    Sidecar,
 }
 
 impl K8sArgs {
@@ -50,6 +65,13 @@ impl K8sArgs {
             secret_name: self.secret_name.clone(),
             files_image: self.files_image.clone(),
             files: None,
+            bucket_mounts: match self.bucket_mounts {
+                BucketMountsArg::None => k8s::BucketMounts::Refused,
+                BucketMountsArg::Sidecar => k8s::BucketMounts::Sidecar {
+                    image: self.bucket_image.clone(),
+                },
+            },
+            buckets: None,
         };
         options.validate()?;
         Ok(options)
@@ -76,6 +98,7 @@ impl K8sRunArgs {
             skyc_runtime::k8s::files::packs(&run.files.tasks, &snapshots, false)
                 .map_err(|e| format!("{}: {e}", snapshots.dir().display()))?,
         );
+        options.buckets = Some(run.files.buckets.clone());
         Ok(options)
     }
 }
@@ -85,7 +108,18 @@ impl Plans for K8sRunArgs {
         Backend::Kubernetes
     }
 
+    /// By the pods' sidecars, when allowed.
+    fn mounting(&self) -> Mounting {
+        match self.k8s.bucket_mounts {
+            BucketMountsArg::Sidecar => Mounting::Nodes,
+            BucketMountsArg::None => Mounting::No,
+        }
+    }
+
     fn elsewhere(&self) -> Option<&'static str> {
+        if self.k8s.bucket_mounts == BucketMountsArg::Sidecar {
+            return Some("--bucket-mounts is for the k8s target");
+        }
         self.context
             .as_ref()
             .map(|_| "--context is for the k8s target")

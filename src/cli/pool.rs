@@ -193,7 +193,7 @@ fn apply(args: &ApplyArgs) -> Result<u8, String> {
     };
     let secrets = secret_values(&args.secrets, &group);
     let state_dir = args.submit.state.dir();
-    let mut taken = super::files::take(&group, args.target, &state_dir, true)?;
+    let mut taken = super::files::take(&group, args.target, &state_dir, true, planner.mounting())?;
     if taken.diagnostics.iter().any(Diagnostic::is_error) {
         compilation
             .diagnostics

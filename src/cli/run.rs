@@ -178,7 +178,13 @@ fn submit(args: &Args) -> Result<Submitted, String> {
     let secrets = secret_values(&args.secrets, &group);
     let state_dir = args.submit.state.dir();
     // A pool's jobs are given the pool's files.
-    let mut taken = super::files::take(&group, args.target, &state_dir, args.pool.is_none())?;
+    let mut taken = super::files::take(
+        &group,
+        args.target,
+        &state_dir,
+        args.pool.is_none(),
+        planner.mounting(),
+    )?;
     if taken.diagnostics.iter().any(Diagnostic::is_error) {
         compilation
             .diagnostics

@@ -12,6 +12,7 @@ use super::state::StateArgs;
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use skyc_compiler::Diagnostic;
 use skyc_compiler::ir::{Group, Pool};
+use skyc_runtime::files::take::Mounting;
 use skyc_runtime::pool::{JobSpec, PoolPlan};
 use skyc_runtime::registry::{BACKENDS, Descriptor};
 use skyc_runtime::store::Backend;
@@ -151,6 +152,16 @@ pub(crate) trait Plans {
     /// The jobs of `run`, in rank order, each a plan as the store keeps
     /// it.
     fn jobs(&self, run: &RunInput<'_>, jobs: &Jobs<'_>) -> Result<Planned<Vec<String>>, String>;
+
+    /// Whether and how its nodes mount buckets, which a submission then
+    /// finds (or makes) for them.
+    fn mounting(&self) -> Mounting {
+        if self.backend().descriptor().mounts_buckets {
+            Mounting::Here
+        } else {
+            Mounting::No
+        }
+    }
 }
 
 /// What `run` and `pool apply` take last: the state directory, colour,

@@ -146,6 +146,68 @@ pub struct Mounted {
     pub region: String,
 }
 
+/// How long a directory listing is trusted before the bucket is asked
+/// again (SkyPilot's goofys mounts trust a stat 5 s).
+pub const DIR_CACHE: &str = "5s";
+
+/// rclone's settings for a mount of `m`, as environment variables (rclone
+/// reads every flag and remote option from `RCLONE_*`), the same on every
+/// target: MOUNT without a cache, as SkyPilot's MOUNT (a file is written
+/// front to back and is in the bucket when closed); MOUNT_CACHED with
+/// rclone's full cache, writes uploaded a second after they are closed.
+/// The remote is `:s3:` with the node's own AWS configuration
+/// (`env_auth`), and the region and endpoint the submission used when it
+/// is known. Nothing a bucket or path holds is parsed as an option.
+pub fn rclone_settings(
+    cached: bool,
+    region: Option<&str>,
+    endpoint: Option<&str>,
+) -> Vec<(&'static str, String)> {
+    let mut out = vec![
+        ("RCLONE_S3_ENV_AUTH", "true".to_owned()),
+        ("RCLONE_S3_NO_CHECK_BUCKET", "true".to_owned()),
+        ("RCLONE_DIR_CACHE_TIME", DIR_CACHE.to_owned()),
+        ("RCLONE_ALLOW_OTHER", "true".to_owned()),
+        // The destination may hold files, or be a mount already.
+        ("RCLONE_ALLOW_NON_EMPTY", "true".to_owned()),
+        ("RCLONE_LOG_LEVEL", "INFO".to_owned()),
+    ];
+    if cached {
+        out.extend([
+            ("RCLONE_VFS_CACHE_MODE", "full".to_owned()),
+            ("RCLONE_VFS_WRITE_BACK", "1s".to_owned()),
+            ("RCLONE_VFS_CACHE_POLL_INTERVAL", "1s".to_owned()),
+        ]);
+    } else {
+        out.push(("RCLONE_VFS_CACHE_MODE", "off".to_owned()));
+    }
+    if let Some(r) = region {
+        out.push(("RCLONE_S3_REGION", r.to_owned()));
+    }
+    match endpoint {
+        Some(e) => out.extend([
+            ("RCLONE_S3_PROVIDER", "Other".to_owned()),
+            ("RCLONE_S3_ENDPOINT", e.to_owned()),
+        ]),
+        None => out.push(("RCLONE_S3_PROVIDER", "AWS".to_owned())),
+    }
+    out
+}
+
+/// rclone's remote for `bucket` and `path` (`:s3:bucket/path`).
+pub fn rclone_remote(bucket: &str, path: &str) -> String {
+    if path.is_empty() {
+        format!(":s3:{bucket}")
+    } else {
+        format!(":s3:{bucket}/{path}")
+    }
+}
+
+/// What rclone logs, each cache poll, once nothing is open or left to
+/// upload: the end of a MOUNT_CACHED node waits for it, as SkyPilot's
+/// job waits for its uploads.
+pub const RCLONE_FLUSHED: &str = "in use 0, to upload 0, uploading 0";
+
 /// An S3 bucket a task mounts (MOUNT, MOUNT_CACHED), before it is found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ToMount {

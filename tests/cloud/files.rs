@@ -99,7 +99,7 @@ fn files_land_at_their_destinations_byte_for_byte() {
             into: Some((&snapshots, &writing)),
             limit_bytes: 1 << 30,
             progress: &mut |_, _| {},
-            mount_buckets: false,
+            mount_buckets: skyc_runtime::files::take::Mounting::No,
             submitting: false,
         },
     );

@@ -77,13 +77,25 @@ pub struct Taking<'a> {
     pub limit_bytes: u64,
     /// Called after each file read with the files and bytes so far.
     pub progress: &'a mut dyn FnMut(u64, u64),
-    /// Whether the target mounts buckets on its nodes (this machine):
-    /// they are then found, or made, and the FUSE client checked.
-    pub mount_buckets: bool,
+    /// Whether and how the target mounts buckets on its nodes: they are
+    /// then found, or made, and the FUSE client checked where it must be.
+    pub mount_buckets: Mounting,
     /// Whether this is a submission (not a build): a storage spec's
     /// local source is then uploaded to its bucket, made when it is not
     /// there.
     pub submitting: bool,
+}
+
+/// Whether and where a target's nodes mount buckets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mounting {
+    /// Not at all (a build; a target that does not mount them).
+    No,
+    /// With this machine's rclone and FUSE (this machine; Slurm, whose
+    /// nodes share its software): checked at submission.
+    Here,
+    /// With a client the nodes bring (a Kubernetes sidecar's image).
+    Nodes,
 }
 
 /// The size limit from the environment, in bytes.
@@ -242,7 +254,7 @@ pub fn take(group: &Group, taking: &mut Taking<'_>) -> (Files, Vec<Diagnostic>) 
             }
             // Uploaded to a bucket the nodes mount: read only where they
             // do (elsewhere the mount is not applied, and warned).
-            if !w.delivered() && !taking.mount_buckets {
+            if !w.delivered() && taking.mount_buckets == Mounting::No {
                 continue;
             }
             let root = resolve(w.written, taking.cwd, taking.home);
@@ -310,8 +322,9 @@ pub fn take(group: &Group, taking: &mut Taking<'_>) -> (Files, Vec<Diagnostic>) 
             }
         }
         files.tasks.push(mounts);
-        let mounted = if taking.mount_buckets && taking.into.is_some() {
-            mount_buckets(task, &mut buckets, &mut diagnostics, &mut named)
+        let mounted = if taking.mount_buckets != Mounting::No && taking.into.is_some() {
+            let here = taking.mount_buckets == Mounting::Here;
+            mount_buckets(task, here, &mut buckets, &mut diagnostics, &mut named)
         } else {
             Vec::new()
         };
@@ -343,6 +356,7 @@ pub fn take(group: &Group, taking: &mut Taking<'_>) -> (Files, Vec<Diagnostic>) 
 /// each that cannot be, or when this machine cannot mount.
 fn mount_buckets(
     task: &Task,
+    here: bool,
     buckets: &mut Buckets,
     diagnostics: &mut Vec<Diagnostic>,
     named: &mut Vec<Named>,
@@ -352,7 +366,7 @@ fn mount_buckets(
         let Some(to) = skyc_targets::storage::to_mount(m) else {
             continue;
         };
-        if let Err(why) = crate::storage::mount::client() {
+        if here && let Err(why) = crate::storage::mount::client() {
             diagnostics.push(
                 Diagnostic::new(
                     Rule::NoBucketMounter,

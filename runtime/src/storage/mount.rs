@@ -17,20 +17,16 @@
 //! rclone reads the node's own AWS configuration (`env_auth`: its
 //! environment, shared files, instance role), and the endpoint and region
 //! the submission used. Another node's writes show within
-//! [`DIR_CACHE`] of their upload.
+//! [`skyc_targets::storage::DIR_CACHE`] of their upload.
 
 use super::copy::why;
 use super::{Buckets, CopyError};
-use skyc_targets::storage::{Mounted, ToMount};
+use skyc_targets::storage::{Mounted, RCLONE_FLUSHED, ToMount, rclone_remote, rclone_settings};
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// How long a directory listing is trusted before the bucket is asked
-/// again (SkyPilot's goofys mounts trust a stat 5 s).
-pub const DIR_CACHE: &str = "5s";
 
 /// The longest a mount is waited for.
 const MOUNT_WAIT: Duration = Duration::from_secs(30);
@@ -122,11 +118,7 @@ pub fn start(
     let rclone = client().map_err(io::Error::other)?;
     let log = scratch.join(format!("rclone-{index}.log"));
     let cache = scratch.join(format!("rclone-cache-{index}"));
-    let remote = if m.path.is_empty() {
-        format!(":s3:{}", m.bucket)
-    } else {
-        format!(":s3:{}/{}", m.bucket, m.path)
-    };
+    let remote = rclone_remote(&m.bucket, &m.path);
     let own = fs::read_link("/proc/self/ns/net").ok();
     let mut cmd = match host_net {
         Some(net) if fs::read_link(net).ok() != own => {
@@ -141,50 +133,28 @@ pub fn start(
     cmd.arg("mount")
         .arg(&remote)
         .arg(at)
-        .args(["--config", "/dev/null", "--log-level", "INFO"])
+        .args(["--config", "/dev/null"])
         .arg("--log-file")
         .arg(&log)
         .arg("--cache-dir")
         .arg(&cache)
-        .args(["--dir-cache-time", DIR_CACHE, "--allow-other"])
-        .args(if m.cached {
-            &[
-                "--vfs-cache-mode",
-                "full",
-                "--vfs-write-back",
-                "1s",
-                "--vfs-cache-poll-interval",
-                "1s",
-            ][..]
-        } else {
-            &["--vfs-cache-mode", "off"][..]
-        })
-        // The remote's settings, read from the environment: nothing a
-        // bucket or path holds is parsed as an option.
-        .env("RCLONE_S3_ENV_AUTH", "true")
-        .env("RCLONE_S3_REGION", &m.region)
-        .env("RCLONE_S3_NO_CHECK_BUCKET", "true")
+        .envs(rclone_settings(
+            m.cached,
+            Some(&m.region),
+            m.endpoint.as_deref(),
+        ))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    match &m.endpoint {
-        Some(e) => {
-            cmd.env("RCLONE_S3_PROVIDER", "Other")
-                .env("RCLONE_S3_ENDPOINT", e);
-        }
-        None => {
-            cmd.env("RCLONE_S3_PROVIDER", "AWS");
-        }
-    }
     // rclone's AWS SDK refuses AWS_CA_BUNDLE with its own transport;
     // the bundle is given as rclone's own flag instead.
     if let Some(bundle) = std::env::var_os("AWS_CA_BUNDLE") {
         cmd.env_remove("AWS_CA_BUNDLE").arg("--ca-cert").arg(bundle);
     }
     // The destination may already be a mount (a cover of the node's
-    // view, a filesystem of the machine): rclone mounts over it, and its
-    // mount is told by a new device of FUSE's type.
-    cmd.arg("--allow-non-empty");
+    // view, a filesystem of the machine): rclone mounts over it
+    // (`RCLONE_ALLOW_NON_EMPTY`), and its mount is told by a new device
+    // of FUSE's type.
     let before = device(at);
     std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
     let mut child = cmd
@@ -325,7 +295,7 @@ fn flushed(log: &Path, from: u64) -> bool {
             .lines()
             .rev()
             .find(|l| l.contains("vfs cache: cleaned:"))
-            .is_some_and(|l| l.contains("in use 0, to upload 0, uploading 0"))
+            .is_some_and(|l| l.contains(RCLONE_FLUSHED))
 }
 
 /// The last error rclone logged, for the node's log.

@@ -14,6 +14,7 @@
 //! Pure: [`lower`] takes the IR and options and returns objects and
 //! diagnostics located in the source; [`emit`] turns objects into text.
 
+mod buckets;
 pub mod emit;
 pub mod files;
 mod jobset;
@@ -28,6 +29,8 @@ mod script;
 pub mod volume;
 pub mod worker;
 pub mod yaml;
+
+pub use buckets::{BucketMounts, DEFAULT_RCLONE_IMAGE, SCRIPT as BUCKET_SIDECAR_SCRIPT};
 
 use serde_json::{Value, json};
 use skyc_compiler::ir::{Execution, Group, Task};
@@ -51,6 +54,12 @@ pub struct Options {
     /// The run's files (`workdir` and local `file_mounts`), when the
     /// caller took them; `None` leaves them out, with a warning.
     pub files: Option<files::Files>,
+    /// How mounted buckets reach the pods (refused by default).
+    pub bucket_mounts: BucketMounts,
+    /// Each task's mounted buckets as a submission found them (their
+    /// region and endpoint), by task index; `None` leaves those to the
+    /// pods' AWS configuration.
+    pub buckets: Option<Vec<Vec<crate::storage::Mounted>>>,
 }
 
 /// SkyPilot's own default images are cloud images; a plain distribution
@@ -67,6 +76,8 @@ impl Default for Options {
             secret_name: None,
             files_image: files::DEFAULT_FILES_IMAGE.to_owned(),
             files: None,
+            bucket_mounts: BucketMounts::Refused,
+            buckets: None,
         }
     }
 }
@@ -192,6 +203,10 @@ pub(crate) struct Parts {
     pub volumes: Vec<Value>,
     /// The init container that puts the task's files in place.
     pub init: Option<Value>,
+    /// The sidecars that mount the task's buckets.
+    pub sidecars: Vec<Value>,
+    /// Whether a sidecar waits for cached writes at the pod's end.
+    pub uploads: bool,
 }
 
 /// Lowering state: the input and the diagnostics found so far.

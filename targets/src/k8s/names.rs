@@ -98,6 +98,11 @@ pub const MAX_INDEXED_PARALLELISM: u32 = 100_000;
 /// Indexed Job: its completion index, a step node's rank.
 pub const COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
 
+/// The native sidecar that mounts a task's `n`-th mounted bucket.
+pub fn bucket_sidecar(n: usize) -> String {
+    format!("skyc-bucket-{n}")
+}
+
 /// The ConfigMap holding the entrypoint and every task's scripts.
 pub fn config_map(group: &str) -> String {
     format!("{group}-skyc")

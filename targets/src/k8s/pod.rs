@@ -58,7 +58,7 @@ pub(super) fn node_labels(group: &str, task: &Task, pods: Pods) -> Map<String, V
 
 /// Kubernetes expands `$(VAR)` in env values; `$$` is its escape, so every
 /// `$` is doubled to keep values exactly as written.
-fn literal_env_value(v: &str) -> String {
+pub(super) fn literal_env_value(v: &str) -> String {
     v.replace('$', "$$")
 }
 
@@ -119,6 +119,9 @@ impl Lowerer<'_> {
         let files = self.task_files(index);
         mounts.extend(files.mounts);
         volumes.extend(files.volumes);
+        let buckets = self.bucket_parts(task, index);
+        mounts.extend(buckets.mounts);
+        volumes.extend(buckets.volumes);
         let delivers = self.delivers();
         let workdir = match &task.workdir {
             Some(skyc_compiler::ir::Workdir::Local { .. }) if delivers => None,
@@ -144,7 +147,8 @@ impl Lowerer<'_> {
             .map(|f| f.of(index).to_vec())
             .unwrap_or_default();
         for m in &task.file_mounts {
-            if crate::files::carries(&taken, m) {
+            // A mounted bucket is the sidecar's, or an error already.
+            if crate::files::carries(&taken, m) || crate::storage::to_mount(m).is_some() {
                 continue;
             }
             let from = m
@@ -178,6 +182,8 @@ impl Lowerer<'_> {
             mounts,
             volumes,
             init: files.init,
+            sidecars: buckets.sidecars,
+            uploads: buckets.cached,
         }
     }
 
@@ -283,6 +289,8 @@ impl Lowerer<'_> {
             mounts,
             volumes,
             init,
+            sidecars,
+            uploads,
         } = parts;
         let cluster_info = json!({
             "cluster_name": format!("{g}-{}", task.name),
@@ -356,10 +364,18 @@ impl Lowerer<'_> {
         spec.insert("dnsPolicy".into(), json!("ClusterFirst"));
         // Service links would add variables SkyPilot's contract lacks.
         spec.insert("enableServiceLinks".into(), json!(false));
-        spec.insert("terminationGracePeriodSeconds".into(), json!(30));
+        // A sidecar that waits for cached writes is given their time.
+        let grace = if *uploads {
+            super::buckets::UPLOAD_GRACE_SECONDS
+        } else {
+            30
+        };
+        spec.insert("terminationGracePeriodSeconds".into(), json!(grace));
         self.node_selection(shape, &mut spec);
-        if let Some(init) = init {
-            spec.insert("initContainers".into(), json!([init]));
+        // The files are in place before the buckets' sidecars start.
+        let inits: Vec<Value> = init.iter().chain(sidecars).cloned().collect();
+        if !inits.is_empty() {
+            spec.insert("initContainers".into(), json!(inits));
         }
         spec.insert("containers".into(), json!([Value::Object(container)]));
         spec.insert("volumes".into(), json!(volumes));

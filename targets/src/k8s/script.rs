@@ -30,6 +30,9 @@ impl Lowerer<'_> {
         let g = self.group;
         let mut data = Map::new();
         data.insert("entrypoint.sh".into(), json!(self.entrypoint()));
+        if let Some(script) = self.bucket_script() {
+            data.insert(super::buckets::SCRIPT_KEY.into(), json!(script));
+        }
         for (index, task) in g.tasks.iter().enumerate() {
             if let Some(files) = self.home_script(index) {
                 data.insert(files_key(&task.name), json!(files));

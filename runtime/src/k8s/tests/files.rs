@@ -67,7 +67,7 @@ fn taken(
             into: Some((&snapshots, &writing)),
             limit_bytes: 1 << 30,
             progress: &mut quiet,
-            mount_buckets: false,
+            mount_buckets: crate::files::take::Mounting::No,
             submitting: false,
         },
     );

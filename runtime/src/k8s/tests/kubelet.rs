@@ -21,9 +21,21 @@
 //! through an `/etc/hosts` the kubelet keeps: the cluster network and its
 //! DNS, played on one address. A container whose Secret (or key) is not
 //! there waits with `CreateContainerConfigError`, as a kubelet's does;
-//! an exec's input is kept open, as the API server keeps it. Not covered: pods' own addresses, network
-//! policies, image pulls, resource limits, probes (a pod without one is
-//! ready once its container starts).
+//! an exec's input is kept open, as the API server keeps it.
+//!
+//! Native sidecars (init containers with `restartPolicy: Always`) start
+//! in order, are waited for until their startup probe passes (run in the
+//! sidecar's own namespaces), run beside the pod's container, and get
+//! SIGTERM once it has ended, the pod's grace period to end. Mount
+//! propagation is the kernel's: an `emptyDir` a container mounts with
+//! `Bidirectional` is a shared mount, its bind a peer (what the container
+//! mounts there shows in the volume); `HostToContainer` is a recursive
+//! bind made a slave. A privileged container gets `/dev/fuse`. The
+//! node's instance role is played by the AWS variables the kubelet is
+//! given ([`Kubelet::instance_role`]), in every container's environment.
+//! Not covered: pods' own addresses, network policies, image pulls,
+//! resource limits, readiness and liveness probes (a pod is ready once
+//! its container starts), sidecar restarts.
 
 use super::fake::Fake;
 use crate::k8s::exec::{Command as ExecCommand, ExecError, PodExec};
@@ -89,6 +101,14 @@ pub(super) struct Kubelet {
     stopped: std::sync::atomic::AtomicBool,
     /// What each pod's container printed, by pod name.
     pub(super) output: Arc<Mutex<BTreeMap<String, String>>>,
+    /// The running sidecars' `unshare` processes, by pod and container.
+    sidecars: Mutex<BTreeMap<(String, String), i32>>,
+    /// The volumes made shared mounts (`Bidirectional`), unmounted at the
+    /// end.
+    shared: Mutex<Vec<PathBuf>>,
+    /// The AWS variables every container is given, as a node's instance
+    /// role gives them.
+    pub(super) instance_role: Mutex<Vec<(String, String)>>,
 }
 
 impl Kubelet {
@@ -145,7 +165,15 @@ impl Kubelet {
             stopped: std::sync::atomic::AtomicBool::new(false),
             running: Arc::new(Mutex::new(BTreeSet::new())),
             output: Arc::new(Mutex::new(BTreeMap::new())),
+            sidecars: Mutex::new(BTreeMap::new()),
+            shared: Mutex::new(Vec::new()),
+            instance_role: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The cluster's network namespace.
+    pub(super) fn net_ns(&self) -> PathBuf {
+        PathBuf::from(format!("/proc/{}/ns/net", self.net.id()))
     }
 
     /// What runs `pods/exec` in this kubelet's pods.
@@ -212,7 +240,7 @@ impl Kubelet {
             .join(pod["metadata"]["uid"].as_str().unwrap_or("none"))
     }
 
-    fn run_pod(&self, pod: &Value) {
+    fn run_pod(self: &Arc<Self>, pod: &Value) {
         let name = pod["metadata"]["name"]
             .as_str()
             .unwrap_or_default()
@@ -231,7 +259,21 @@ impl Kubelet {
             .cloned()
             .unwrap_or_default();
         let mut statuses = Vec::new();
+        let mut sidecars = Vec::new();
         for c in &inits {
+            if c["restartPolicy"] == "Always" {
+                match self.start_sidecar(pod, c, &dir, &name) {
+                    Ok(running) => {
+                        sidecars.push(running);
+                        continue;
+                    }
+                    Err(why) => {
+                        self.end_sidecars(sidecars, 1);
+                        self.fail(&name, &why);
+                        return;
+                    }
+                }
+            }
             let ended = self.run_container(pod, c, &dir, None, None, &name);
             let Ok((code, out, message)) = ended else {
                 self.fail(&name, "an init container could not start");
@@ -275,6 +317,12 @@ impl Kubelet {
         let ended = self.run_container(pod, &main, &dir, None, None, &name);
         let (code, out, message) = ended.unwrap_or((128, Vec::new(), String::new()));
         self.append_output(&name, &out);
+        // The pod ends once its sidecars have.
+        let grace = pod["spec"]["terminationGracePeriodSeconds"]
+            .as_u64()
+            .unwrap_or(30);
+        self.end_sidecars(sidecars, grace);
+        self.unshare_volumes(&dir);
         let mut w = self.fake.world();
         let log = self
             .output
@@ -321,6 +369,24 @@ impl Kubelet {
             }
             std::fs::create_dir_all(&at)?;
             std::fs::set_permissions(&at, std::fs::Permissions::from_mode(0o777))?;
+            if v.get("emptyDir").is_some() && propagated(pod, name) {
+                // A mount point of its own, shared: a container's bind of
+                // it is a peer.
+                let status = Command::new("sh")
+                    .args([
+                        "-c",
+                        "mount --bind \"$1\" \"$1\" && mount --make-shared \"$1\"",
+                        "sh",
+                    ])
+                    .arg(&at)
+                    .status()?;
+                if !status.success() {
+                    return Err(std::io::Error::other(
+                        "cannot make the volume a shared mount",
+                    ));
+                }
+                self.shared.lock().unwrap().push(at.clone());
+            }
             if let Some(cm) = v.get("configMap") {
                 let object = self
                     .fake
@@ -444,12 +510,19 @@ impl Kubelet {
                     std::fs::create_dir_all(&src)?;
                 }
             }
+            let how = match m["mountPropagation"].as_str() {
+                Some("Bidirectional") => "shared",
+                Some("HostToContainer") => "slave",
+                _ => "bind",
+            };
             mounts.push_str(&format!(
-                "{}\t{}\n",
+                "{}\t{}\t{how}\n",
                 src.display(),
                 m["mountPath"].as_str().unwrap_or_default()
             ));
         }
+        let propagates = mounts.contains("\tshared\n") || mounts.contains("\tslave\n");
+        let privileged = container["securityContext"]["privileged"] == true;
         std::fs::write(run.join("mounts"), mounts)?;
         let busybox = container["image"]
             .as_str()
@@ -513,12 +586,15 @@ impl Kubelet {
                 "--fork",
                 "--kill-child=KILL",
                 "--propagation",
-                "private",
+                // This machine's mounts are private here: only the
+                // volumes made shared propagate.
+                if propagates { "unchanged" } else { "private" },
             ])
             .arg(&self.bash)
             .args(["-c", WRAPPER, "kubelet"])
             .args(&command)
             .env_clear()
+            .envs(self.instance_role.lock().unwrap().clone())
             .envs(env)
             .env("PATH", &path)
             .env("HOME", "/root")
@@ -526,6 +602,10 @@ impl Kubelet {
             .env("SKYC_KUBELET_RUN", &run)
             .env("SKYC_KUBELET_HOSTS", &self.hosts)
             .env("SKYC_KUBELET_TERMLOG", &termination)
+            .env(
+                "SKYC_KUBELET_PRIVILEGED",
+                if privileged { "1" } else { "0" },
+            )
             .env(
                 "SKYC_KUBELET_PATH",
                 std::env::var("PATH").unwrap_or_default(),
@@ -541,6 +621,13 @@ impl Kubelet {
         let mut child = cmd.spawn()?;
         let pid = child.id() as i32;
         self.running.lock().unwrap().insert(pid);
+        if container["restartPolicy"] == "Always" && argv.is_none() {
+            let key = (
+                name.to_owned(),
+                container["name"].as_str().unwrap_or_default().to_owned(),
+            );
+            self.sidecars.lock().unwrap().insert(key, pid);
+        }
         // As the API server's exec: the input is written, and its end
         // never comes while the command runs (the command reads what it
         // needs, no more).
@@ -655,7 +742,136 @@ impl Kubelet {
         if let Some(pid) = rustix::process::Pid::from_raw(self.net.id() as i32) {
             let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
         }
+        self.unshare_volumes(Path::new("/"));
+        // And whatever else is still mounted under the kubelet's
+        // directory, deepest first.
+        let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+        let mut under: Vec<&str> = mounts
+            .lines()
+            .filter_map(|l| l.split(' ').nth(1))
+            .filter(|at| Path::new(at).starts_with(&self.dir))
+            .collect();
+        under.sort_by_key(|at| std::cmp::Reverse(at.len()));
+        for at in under {
+            let _ = Command::new("umount").arg("-l").arg(at).status();
+        }
     }
+
+    /// Unmounts the shared volumes under `dir` (a pod's, or all).
+    fn unshare_volumes(&self, dir: &Path) {
+        let mut shared = self.shared.lock().unwrap();
+        for at in shared.iter().filter(|at| at.starts_with(dir)) {
+            let _ = Command::new("umount").args(["-R", "-l"]).arg(at).status();
+        }
+        shared.retain(|at| !at.starts_with(dir));
+    }
+
+    /// Starts sidecar `c` of `pod` and waits until its startup probe
+    /// passes (in its own namespaces and root); why it did not.
+    fn start_sidecar(
+        self: &Arc<Self>,
+        pod: &Value,
+        c: &Value,
+        dir: &Path,
+        name: &str,
+    ) -> Result<Sidecar, String> {
+        let container = c["name"].as_str().unwrap_or_default().to_owned();
+        let key = (name.to_owned(), container.clone());
+        let (pod_, c_, dir_, name_) = (pod.clone(), c.clone(), dir.to_owned(), name.to_owned());
+        let me = self.clone();
+        let thread =
+            std::thread::spawn(move || me.run_container(&pod_, &c_, &dir_, None, None, &name_));
+        let probe: Vec<String> = c["startupProbe"]["exec"]["command"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.as_str().map(str::to_owned))
+            .collect();
+        let period = c["startupProbe"]["periodSeconds"].as_u64().unwrap_or(10);
+        let tries = c["startupProbe"]["failureThreshold"].as_u64().unwrap_or(3);
+        let running = Sidecar {
+            key: key.clone(),
+            thread,
+        };
+        if probe.is_empty() {
+            return Ok(running);
+        }
+        for _ in 0..tries.max(1) {
+            std::thread::sleep(Duration::from_secs(period.max(1)));
+            if running.thread.is_finished() {
+                let ended = running.thread.join();
+                let out = match ended {
+                    Ok(Ok((code, out, _))) => {
+                        format!("exit {code}: {}", String::from_utf8_lossy(&out))
+                    }
+                    _ => "did not start".into(),
+                };
+                self.append_output(name, out.as_bytes());
+                return Err(format!(
+                    "sidecar {container} ended before it started: {out}"
+                ));
+            }
+            let pid = self.sidecars.lock().unwrap().get(&key).copied();
+            let Some(inner) = pid.and_then(first_child) else {
+                continue;
+            };
+            let passed = Command::new(&self.nsenter)
+                .arg(format!("--target={}", inner.as_raw_nonzero()))
+                .args(["--mount", "--pid", "--root", "--wd", "--"])
+                .args(&probe)
+                .status()
+                .is_ok_and(|s| s.success());
+            if passed {
+                return Ok(running);
+            }
+        }
+        self.end_sidecars(vec![running], 1);
+        Err(format!(
+            "sidecar {container} did not pass its startup probe"
+        ))
+    }
+
+    /// Ends the pod's sidecars, last started first: SIGTERM, then SIGKILL
+    /// past `grace` seconds; what each printed is the pod's output.
+    fn end_sidecars(&self, sidecars: Vec<Sidecar>, grace: u64) {
+        for s in sidecars.into_iter().rev() {
+            let pid = self.sidecars.lock().unwrap().remove(&s.key);
+            if let Some(inner) = pid.and_then(first_child) {
+                let _ = rustix::process::kill_process(inner, rustix::process::Signal::TERM);
+            }
+            let deadline = Instant::now() + Duration::from_secs(grace);
+            while !s.thread.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            if let Some(pid) = pid
+                && !s.thread.is_finished()
+            {
+                kill_group(pid);
+            }
+            if let Ok(Ok((_, out, _))) = s.thread.join() {
+                self.append_output(&s.key.0, &out);
+            }
+        }
+    }
+}
+
+/// A running sidecar: its key in [`Kubelet::sidecars`], and the thread
+/// that runs it (returning as `run_container` does).
+struct Sidecar {
+    key: (String, String),
+    thread: std::thread::JoinHandle<std::io::Result<(i32, Vec<u8>, String)>>,
+}
+
+/// Whether a container of `pod` mounts volume `name` with propagation.
+fn propagated(pod: &Value, name: &str) -> bool {
+    let spec = &pod["spec"];
+    spec["initContainers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .chain(spec["containers"].as_array().into_iter().flatten())
+        .flat_map(|c| c["volumeMounts"].as_array().into_iter().flatten())
+        .any(|m| m["name"] == name && m["mountPropagation"].is_string())
 }
 
 /// A pod's field, as `fieldRef` names it.
@@ -749,16 +965,24 @@ ln -s /proc/self/fd/2 "$r/dev/stderr"
 touch "$r/dev/termination-log"
 mount --bind "$SKYC_KUBELET_TERMLOG" "$r/dev/termination-log"
 mount --bind "$SKYC_KUBELET_HOSTS" "$r/etc/hosts"
-while IFS=$'\t' read -r src dst; do
+if [ "$SKYC_KUBELET_PRIVILEGED" = 1 ] && [ -e /dev/fuse ]; then
+  touch "$r/dev/fuse"
+  mount --bind /dev/fuse "$r/dev/fuse"
+fi
+while IFS=$'\t' read -r src dst how; do
   if [ -d "$src" ]; then
     mkdir -p "$r$dst"
   else
     mkdir -p "$(dirname "$r$dst")"
     touch "$r$dst"
   fi
-  mount --bind "$src" "$r$dst"
+  case $how in
+    shared) mount --bind "$src" "$r$dst" ;;
+    slave) mount --rbind "$src" "$r$dst" && mount --make-rslave "$r$dst" ;;
+    *) mount --bind "$src" "$r$dst" ;;
+  esac
 done <"$run/mounts"
-unset SKYC_KUBELET_RUN SKYC_KUBELET_HOSTS SKYC_KUBELET_TERMLOG SKYC_KUBELET_PATH
+unset SKYC_KUBELET_RUN SKYC_KUBELET_HOSTS SKYC_KUBELET_TERMLOG SKYC_KUBELET_PATH SKYC_KUBELET_PRIVILEGED
 export PATH=$container_path
 cd "$r"
 exec "$chroot" "$r" "$@"

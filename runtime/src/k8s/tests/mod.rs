@@ -5,6 +5,7 @@
 //! the backend made (method, path, the body's essentials) and the
 //! engine's statuses.
 
+mod buckets;
 mod controllers;
 mod driver;
 mod exec;
