@@ -381,8 +381,9 @@ fn buckets_that_cannot_be_copied_are_located_errors() {
 }
 
 /// `build --target k8s` reads a copied bucket as a run would: its bytes
-/// are in the manifests' files ConfigMap (the stream a pod unpacks), and
-/// only the mounted bucket is said not to be applied.
+/// are in the manifests' files ConfigMap (the stream a pod unpacks); the
+/// mounted bucket is refused unless its sidecar is allowed, and is then
+/// the pods' sidecar.
 #[test]
 fn a_copied_bucket_is_in_the_kubernetes_manifests() {
     let Some(endpoint) = moto() else { return };
@@ -402,11 +403,20 @@ fn a_copied_bucket_is_in_the_kubernetes_manifests() {
         .current_dir(&s.dir);
     let out = with_aws(cmd, &endpoint, &home).output().expect("build");
     let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("error[k8s-bucket-mount]"), "{stderr}");
+    let mut cmd = support::skyc();
+    cmd.args(["build", "g.yaml", "--target", "k8s", "-o", "json"])
+        .args(["--bucket-mounts", "sidecar"])
+        .current_dir(&s.dir);
+    let out = with_aws(cmd, &endpoint, &home).output().expect("build");
+    let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(!stderr.contains("`/data`"), "{stderr}");
+    assert!(!stderr.contains("`/policy`"), "{stderr}");
     assert!(
-        stderr.contains("the file mount `/policy` (from `policy`) is not in the manifests"),
-        "{stderr}"
+        text(&out.stdout).contains("\"skyc-bucket-0\""),
+        "no sidecar for /policy"
     );
     let list: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     let streams: Vec<Vec<u8>> = list["items"]
@@ -564,6 +574,27 @@ fn buckets_that_cannot_be_mounted_are_located_errors() {
     assert!(
         !Bucket::at(&endpoint, "skyc-kept-bucket").remove(),
         "a refused submission made a bucket"
+    );
+    // Refused once planned (more than this machine has): the bucket its
+    // name would make is not made, nor recorded.
+    Bucket::at(&endpoint, "skyc-after-plan").remove();
+    s.write(
+        "big.yaml",
+        "name: t\nresources:\n  cpus: 100000\nfile_mounts:\n  /p:\n    name: skyc-after-plan\n\
+         run: echo\n",
+    );
+    let out = with_aws(s.skyc(&["run", "big.yaml"]), &endpoint, &home)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("exceeds-local-capacity"));
+    assert!(
+        !Bucket::at(&endpoint, "skyc-after-plan").remove(),
+        "a submission refused by its plan made a bucket"
+    );
+    assert_eq!(
+        storage_ls(&s, &endpoint, &home),
+        Vec::<serde_json::Value>::new()
     );
     // Without rclone on the PATH.
     let out = with_aws(s.skyc(&["run", "g.yaml"]), &endpoint, &home)

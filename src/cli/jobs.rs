@@ -88,6 +88,12 @@ impl Submission<'_> {
         let planned = self.planners.get(backend).jobs(run, &jobs)?;
         compilation.diagnostics.extend(planned.diagnostics);
         let planned = planned.plan;
+        // The buckets they make, once nothing else refuses them.
+        if planned.is_some() && !compilation.has_errors() {
+            compilation
+                .diagnostics
+                .extend(run.files.naming.carry_out(run.state_dir));
+        }
         compilation
             .diagnostics
             .sort_by_key(|d| (d.primary.span.start, d.rule));

@@ -194,10 +194,13 @@ fn apply(args: &ApplyArgs) -> Result<u8, String> {
     let secrets = secret_values(&args.secrets, &group);
     let state_dir = args.submit.state.dir();
     let mut taken = super::files::take(&group, args.target, &state_dir, true, planner.mounting())?;
-    if taken.diagnostics.iter().any(Diagnostic::is_error) {
+    compilation
+        .diagnostics
+        .extend(std::mem::take(&mut taken.diagnostics));
+    if compilation.has_errors() {
         compilation
             .diagnostics
-            .extend(std::mem::take(&mut taken.diagnostics));
+            .sort_by_key(|d| (d.primary.span.start, d.rule));
         show(&compilation);
         return Ok(INVALID);
     }
@@ -212,11 +215,17 @@ fn apply(args: &ApplyArgs) -> Result<u8, String> {
     };
     let PlannedPool { planned, size } = planner.pool(&run, &args.pool, &pool)?;
     compilation.diagnostics.extend(planned.diagnostics);
+    // The buckets it makes, once nothing else refuses it.
+    if planned.plan.is_some() && !compilation.has_errors() {
+        compilation
+            .diagnostics
+            .extend(taken.files.naming.carry_out(&state_dir));
+    }
     compilation
         .diagnostics
         .sort_by_key(|d| (d.primary.span.start, d.rule));
     show(&compilation);
-    let Some(json) = planned.plan else {
+    let Some(json) = planned.plan.filter(|_| !compilation.has_errors()) else {
         return Ok(INVALID);
     };
     match live {

@@ -185,10 +185,11 @@ fn submit(args: &Args) -> Result<Submitted, String> {
         args.pool.is_none(),
         planner.mounting(),
     )?;
-    if taken.diagnostics.iter().any(Diagnostic::is_error) {
-        compilation
-            .diagnostics
-            .extend(std::mem::take(&mut taken.diagnostics));
+    // Its warnings are said with the plan's; its errors now.
+    compilation
+        .diagnostics
+        .extend(std::mem::take(&mut taken.diagnostics));
+    if compilation.has_errors() {
         compilation
             .diagnostics
             .sort_by_key(|d| (d.primary.span.start, d.rule));
@@ -221,11 +222,17 @@ fn submit(args: &Args) -> Result<Submitted, String> {
     }
     let planned = planner.group(&run)?;
     compilation.diagnostics.extend(planned.diagnostics);
+    // The buckets it makes, once nothing else refuses it.
+    if planned.plan.is_some() && !compilation.has_errors() {
+        compilation
+            .diagnostics
+            .extend(taken.files.naming.carry_out(&state_dir));
+    }
     compilation
         .diagnostics
         .sort_by_key(|d| (d.primary.span.start, d.rule));
     show(&compilation);
-    let Some(plan) = planned.plan else {
+    let Some(plan) = planned.plan.filter(|_| !compilation.has_errors()) else {
         return Ok(Submitted::Invalid);
     };
     let (dir, mut store) = args.submit.state.open()?;

@@ -30,6 +30,8 @@ pub struct Files {
     /// Every task's mounted buckets, by task index (for a target that
     /// mounts them, [`Taking::mount_buckets`]).
     pub buckets: Vec<Vec<Mounted>>,
+    /// What is done to buckets once the submission is known good.
+    pub naming: Naming,
 }
 
 impl Files {
@@ -330,25 +332,10 @@ pub fn take(group: &Group, taking: &mut Taking<'_>) -> (Files, Vec<Diagnostic>) 
         };
         files.buckets.push(mounted);
     }
-    // Made, or kept or not, only for a submission that goes ahead: a
-    // refused one leaves no bucket behind and changes no bucket's fate.
-    if !diagnostics.iter().any(Diagnostic::is_error) && !named.is_empty() {
-        let state_dir = taking.into.map(|(s, _)| s.state_dir());
-        match state_dir.map(crate::store::Store::open) {
-            Some(Ok(mut store)) => {
-                name_buckets(&named, &mut buckets, &mut store, &mut diagnostics);
-                if !diagnostics.iter().any(Diagnostic::is_error) {
-                    upload(&uploads, &mut buckets, &mut diagnostics);
-                }
-            }
-            Some(Err(e)) => diagnostics.push(Diagnostic::new(
-                Rule::UnreadableBucketSource,
-                named[0].span,
-                format!("cannot record bucket `{}`: {e}", named[0].bucket),
-            )),
-            None => {}
-        }
-    }
+    // Made, kept or not, and filled only once the submission is known
+    // good ([`Naming::carry_out`]): a refused one leaves no bucket
+    // behind and changes no bucket's fate.
+    files.naming = Naming { named, uploads };
     (files, diagnostics)
 }
 
@@ -416,8 +403,51 @@ fn mount_buckets(
     out
 }
 
+/// What a submission does to buckets once it is known good (planned,
+/// about to be recorded): makes the named buckets that are not there
+/// (each recorded as skyc's first), says of each whether it is kept, and
+/// uploads the local sources to theirs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Naming {
+    named: Vec<Named>,
+    uploads: Vec<Upload>,
+}
+
+impl Naming {
+    pub fn is_empty(&self) -> bool {
+        self.named.is_empty() && self.uploads.is_empty()
+    }
+
+    /// Carries it out, recorded in `state_dir`'s store; a diagnostic at
+    /// each bucket that cannot be.
+    pub fn carry_out(&self, state_dir: &Path) -> Vec<Diagnostic> {
+        let mut diagnostics = Vec::new();
+        let Some(first) = self.named.first() else {
+            return diagnostics;
+        };
+        let mut store = match crate::store::Store::open(state_dir) {
+            Ok(store) => store,
+            Err(e) => {
+                diagnostics.push(Diagnostic::new(
+                    Rule::UnreadableBucketSource,
+                    first.span,
+                    format!("cannot record bucket `{}`: {e}", first.bucket),
+                ));
+                return diagnostics;
+            }
+        };
+        let mut buckets = Buckets::default();
+        name_buckets(&self.named, &mut buckets, &mut store, &mut diagnostics);
+        if !diagnostics.iter().any(Diagnostic::is_error) {
+            upload(&self.uploads, &mut buckets, &mut diagnostics);
+        }
+        diagnostics
+    }
+}
+
 /// A bucket a storage spec names alone: made when it is not there
 /// (`make`), deleted after its groups unless `persistent`.
+#[derive(Clone, Debug, PartialEq, Eq)]
 struct Named {
     bucket: String,
     span: Span,
@@ -427,6 +457,7 @@ struct Named {
 
 /// A local source, taken, to upload to its bucket once the bucket is
 /// there.
+#[derive(Clone, Debug, PartialEq, Eq)]
 struct Upload {
     bucket: String,
     /// The snapshot of the source.
