@@ -604,6 +604,7 @@ fn buckets_that_cannot_be_mounted_are_located_errors() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     support::snapshots("local/storage")
         .bind(|| insta::assert_snapshot!("mount_without_rclone", text(&out.stderr)));
+    Bucket::at(&endpoint, "skyc-theirs").remove();
 }
 
 /// `skyc storage ls --json`, run as `cmd` would run skyc.
@@ -627,6 +628,15 @@ fn until(what: &str, secs: u64, mut done: impl FnMut() -> bool) {
     }
 }
 
+fn status_of(s: &Scratch, gid: i64) -> String {
+    skyc_runtime::store::Store::open_read_only(&s.state())
+        .ok()
+        .flatten()
+        .and_then(|store| store.group(gid).ok().flatten())
+        .map(|g| g.status)
+        .unwrap_or_default()
+}
+
 fn finished(s: &Scratch, gid: i64) -> bool {
     skyc_runtime::store::Store::open_read_only(&s.state())
         .ok()
@@ -646,12 +656,13 @@ fn exists(endpoint: &str, name: &str) -> bool {
 /// The group of the lifecycle tests: a trainer that mounts a bucket kept
 /// after it (SkyPilot's default) and one that is not (`persistent:
 /// false`), writes to both, says so, then waits for the test's word.
-fn lifecycle_group(dir: &std::path::Path, kept: &str, gone: &str) -> String {
+fn lifecycle_group(dir: &std::path::Path, kept: &str, gone: &str, theirs: &str) -> String {
     format!(
         "name: lifecycle\nfile_mounts:\n  /policy:\n    name: {kept}\n  \
-         /scratch:\n    name: {gone}\n    persistent: false\n\
+         /scratch:\n    name: {gone}\n    persistent: false\n  /theirs:\n    name: {theirs}\n    \
+         persistent: false\n\
          run: |\n  for i in $(seq 40); do echo \"part $i\" > /scratch/part-$i; done\n  \
-         echo v1 > /policy/v1\n  touch {dir}/written\n  \
+         echo v1 > /policy/v1\n  echo ok > /theirs/ok\n  touch {dir}/written\n  \
          for i in $(seq 1200); do test -f {dir}/go && break; sleep 0.1; done\n",
         dir = dir.display()
     )
@@ -686,9 +697,17 @@ fn lifecycle(target: Target) {
     };
     let kept = format!("skyc-kept-{}-{on}", std::process::id());
     let gone = format!("skyc-gone-{}-{on}", std::process::id());
+    // The user's own bucket, which no spec can have skyc delete.
+    let theirs = Bucket::new(
+        &endpoint,
+        &format!("skyc-theirs-{}-{on}", std::process::id()),
+    );
     Bucket::at(&endpoint, &kept).remove();
     Bucket::at(&endpoint, &gone).remove();
-    s.write("g.yaml", &lifecycle_group(&s.dir, &kept, &gone));
+    s.write(
+        "g.yaml",
+        &lifecycle_group(&s.dir, &kept, &gone, &theirs.name),
+    );
     let home = s.dir.join("home");
     std::fs::create_dir_all(&home).expect("home");
     let out = with_aws(target.run(&s, "g.yaml"), &endpoint, &home)
@@ -696,10 +715,20 @@ fn lifecycle(target: Target) {
         .output()
         .expect("run -d");
     assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains(&format!(
+            "warning[bucket-kept]: bucket `{}` was not made by skyc",
+            theirs.name
+        )),
+        "{}",
+        text(&out.stderr)
+    );
     let gid: i64 = text(&out.stdout).trim().parse().expect("group id");
     until("the trainer's writes", 120, || {
         s.dir.join("written").exists()
     });
+    // Not deleted under its group.
+    assert_eq!(Bucket::at(&endpoint, &gone).keys().len(), 40);
 
     let listed = storage_ls(&s, &endpoint, &home);
     let names: Vec<_> = listed.iter().map(|b| b["name"].as_str().unwrap()).collect();
@@ -725,9 +754,13 @@ fn lifecycle(target: Target) {
 
     std::fs::write(s.dir.join("go"), "").expect("go");
     until("the group's end", 120, || finished(&s, gid));
+    assert_eq!(status_of(&s, gid), "SUCCEEDED");
     until("the deletion of the bucket not kept", 60, || {
         !exists(&endpoint, &gone)
     });
+    // The user's bucket stays, with what the group wrote.
+    assert_eq!(theirs.keys(), ["ok"]);
+    assert!(theirs.remove());
     let listed = storage_ls(&s, &endpoint, &home);
     assert_eq!(listed.len(), 1, "{listed:#?}");
     assert_eq!(listed[0]["name"], kept.as_str());
@@ -770,9 +803,13 @@ fn a_bucket_not_kept_is_deleted_by_the_next_supervisor_after_a_crash() {
     let endpoint = relay.endpoint();
     let kept = format!("skyc-kept-{}-crash", std::process::id());
     let gone = format!("skyc-gone-{}-crash", std::process::id());
+    let theirs = Bucket::new(&moto, &format!("skyc-theirs-{}-crash", std::process::id()));
     Bucket::at(&moto, &kept).remove();
     Bucket::at(&moto, &gone).remove();
-    s.write("g.yaml", &lifecycle_group(&s.dir, &kept, &gone));
+    s.write(
+        "g.yaml",
+        &lifecycle_group(&s.dir, &kept, &gone, &theirs.name),
+    );
     let home = s.dir.join("home");
     std::fs::create_dir_all(&home).expect("home");
     let out = with_aws(s.skyc(&["run", "g.yaml", "-d"]), &endpoint, &home)
@@ -804,14 +841,27 @@ fn a_bucket_not_kept_is_deleted_by_the_next_supervisor_after_a_crash() {
         40,
         "the bucket went before the supervisor died"
     );
+    // Its deletion had begun: the bucket is marked, and a submission that
+    // names it is refused rather than given a bucket about to go (it
+    // reaches S3 directly: the relay is held).
+    let out = with_aws(s.skyc(&["run", "g.yaml", "-d"]), &moto, &home)
+        .output()
+        .expect("run -d");
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains(&format!("bucket `{gone}` is being deleted")),
+        "{}",
+        text(&out.stderr)
+    );
     relay.release();
 
-    // Listed as due; the listing starts a supervisor, which deletes it.
+    // Listed as being deleted; the listing starts a supervisor, which
+    // finishes it.
     let listed = storage_ls(&s, &endpoint, &home);
     assert!(
-        listed
-            .iter()
-            .any(|b| b["name"] == gone.as_str() && b["persistent"] == false),
+        listed.iter().any(|b| b["name"] == gone.as_str()
+            && b["persistent"] == false
+            && b["deleting"] == true),
         "{listed:#?}"
     );
     until("the next supervisor's deletion", 60, || {
@@ -822,6 +872,7 @@ fn a_bucket_not_kept_is_deleted_by_the_next_supervisor_after_a_crash() {
     assert_eq!(names, [kept.as_str()]);
     assert!(exists(&moto, &kept));
     Bucket::at(&moto, &kept).remove();
+    assert!(theirs.remove(), "the user's bucket was deleted");
 }
 
 /// A storage spec's local `source` is uploaded to its named bucket when

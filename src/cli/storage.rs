@@ -7,7 +7,7 @@ use super::exit::{NOT_FOUND, OK, USAGE};
 use super::out::{errln, out};
 use super::state::StateArgs;
 use super::table::{Table, ago};
-use skyc_runtime::storage::owned;
+use skyc_runtime::storage::owned::{self, Refusal};
 use skyc_runtime::store::{Store, now_ms};
 
 /// The buckets skyc made for the groups' storage.
@@ -41,9 +41,12 @@ struct DeleteArgs {
     /// The buckets' names.
     #[arg(value_name = "NAME", required_unless_present = "all")]
     names: Vec<String>,
-    /// Every bucket skyc made that no live group mounts.
+    /// Every bucket skyc made that no live group mounts (with `--yes`).
     #[arg(long, short = 'a', conflicts_with = "names")]
     all: bool,
+    /// Delete every bucket `--all` names without asking.
+    #[arg(long, short = 'y')]
+    yes: bool,
     #[command(flatten)]
     state: StateArgs,
 }
@@ -102,6 +105,7 @@ fn ls(args: &LsArgs) -> Outcome {
                     "created_at_ms": b.created_at_ms,
                     "used_by": users.iter().map(|(id, _)| id).collect::<Vec<_>>(),
                     "error": b.error,
+                    "deleting": b.deleting,
                 })
             })
             .collect();
@@ -116,6 +120,7 @@ fn ls(args: &LsArgs) -> Outcome {
     for (b, users) in rows.iter().zip(&users) {
         let used: Vec<String> = users.iter().map(|(id, _)| id.to_string()).collect();
         let status = match (&b.error, b.persistent, users.is_empty()) {
+            _ if b.deleting => "deleting".to_owned(),
             (Some(why), _, _) => format!("cannot delete: {why}"),
             (None, false, true) => "to delete".to_owned(),
             (None, false, false) => "deleted after its groups".to_owned(),
@@ -151,10 +156,10 @@ fn delete(args: &DeleteArgs) -> Outcome {
     let dir = args.state.dir();
     // No state directory, no bucket skyc made: none is made to say so.
     let Some(read) = Store::open_read_only(&dir).map_err(|e| (USAGE, e))? else {
-        return match args.names.first() {
-            Some(name) => Err((NOT_FOUND, no_such(name))),
-            None => Ok(OK),
-        };
+        for name in &args.names {
+            errln!("error: {}", no_such(name));
+        }
+        return Ok(if args.names.is_empty() { OK } else { NOT_FOUND });
     };
     let names: Vec<String> = if args.all {
         let rows = read.buckets().map_err(|e| (USAGE, e.to_string()))?;
@@ -167,29 +172,50 @@ fn delete(args: &DeleteArgs) -> Outcome {
                 unused.push(b.name);
             }
         }
+        if !args.yes && !unused.is_empty() {
+            return Err((
+                USAGE,
+                format!(
+                    "`--all` deletes {} with every object in them: {}; add `--yes` to go ahead",
+                    if unused.len() == 1 {
+                        "1 bucket"
+                    } else {
+                        "these buckets"
+                    },
+                    unused.join(", ")
+                ),
+            ));
+        }
         unused
     } else {
         args.names.clone()
     };
     drop(read);
     let (dir, mut store) = args.state.open().map_err(|e| (USAGE, e))?;
+    // The first failure's status, every failure said.
     let mut code = OK;
     for name in &names {
-        match owned::delete_named(&dir, &mut store, name) {
-            Ok(()) => errln!("skyc: bucket `{name}` deleted"),
-            Err(message) => {
-                errln!("error: {message}");
-                code = if message == no_such(name) {
-                    NOT_FOUND
-                } else {
-                    USAGE
-                };
+        let failed = match owned::delete_named(&dir, &mut store, name) {
+            Ok(()) => {
+                errln!("skyc: bucket `{name}` deleted");
+                continue;
             }
+            Err(Refusal::NotFound) => {
+                errln!("error: {}", no_such(name));
+                NOT_FOUND
+            }
+            Err(refusal) => {
+                errln!("error: {refusal}");
+                USAGE
+            }
+        };
+        if code == OK {
+            code = failed;
         }
     }
     Ok(code)
 }
 
 fn no_such(name: &str) -> String {
-    format!("no bucket named `{name}` was made by skyc")
+    format!("no bucket named `{name}` was made by skyc (`skyc storage ls` lists those it made)")
 }

@@ -11,7 +11,7 @@ use skyc_compiler::ir::{Group, Task, Workdir};
 use skyc_compiler::{Diagnostic, Rule, Span};
 pub use skyc_targets::files::{Mount, Volume, WORKDIR, delivered, local};
 use skyc_targets::storage::{BucketUrl, Mode, Mounted, Uploaded, uploaded};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 /// The variable that raises [`DEFAULT_LIMIT_MB`].
@@ -142,6 +142,31 @@ pub fn digests_in(plan: &str) -> Vec<String> {
     out
 }
 
+/// The buckets a plan's nodes mount (its [`Mounted`] entries), once each:
+/// a pool worker's uses, from the plan it is made with.
+pub fn buckets_in(plan: &str) -> Vec<String> {
+    fn walk(v: &serde_json::Value, out: &mut Vec<String>) {
+        match v {
+            serde_json::Value::Object(map) => {
+                if let Ok(m) = serde_json::from_value::<Mounted>(v.clone()) {
+                    out.push(m.bucket);
+                    return;
+                }
+                map.values().for_each(|v| walk(v, out));
+            }
+            serde_json::Value::Array(items) => items.iter().for_each(|v| walk(v, out)),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    if let Ok(v) = serde_json::from_str(plan) {
+        walk(&v, &mut out);
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
 /// A source a task names: local, or a bucket copied.
 struct Wanted<'t> {
     destination: String,
@@ -213,6 +238,7 @@ pub fn take(group: &Group, taking: &mut Taking<'_>) -> (Files, Vec<Diagnostic>) 
     };
     let mut buckets = Buckets::default();
     let mut named: Vec<Named> = Vec::new();
+    let deleting = being_deleted(taking.into.map(|(s, _)| s));
     let mut uploads: Vec<Upload> = Vec::new();
     for task in &group.tasks {
         let mut mounts = Vec::new();
@@ -224,6 +250,10 @@ pub fn take(group: &Group, taking: &mut Taking<'_>) -> (Files, Vec<Diagnostic>) 
                 let Some((store, writing)) = taking.into else {
                     continue;
                 };
+                if deleting.contains(&url.bucket) {
+                    diagnostics.push(goes(w.span, &url.bucket));
+                    continue;
+                }
                 if diagnostics.iter().any(Diagnostic::is_error) {
                     if let Err(e) = buckets.check(url) {
                         diagnostics.push(bucket_diagnostic(&w, url, e));
@@ -286,7 +316,9 @@ pub fn take(group: &Group, taking: &mut Taking<'_>) -> (Files, Vec<Diagnostic>) 
                 }
             };
             if let Ok(taken) = taken {
-                if let (Some(u), Some((store, _)), true) =
+                if let Some(u) = w.upload.as_ref().filter(|u| deleting.contains(&u.bucket)) {
+                    diagnostics.push(goes(w.span, &u.bucket));
+                } else if let (Some(u), Some((store, _)), true) =
                     (&w.upload, taking.into, taking.submitting)
                 {
                     uploads.push(Upload {
@@ -326,7 +358,13 @@ pub fn take(group: &Group, taking: &mut Taking<'_>) -> (Files, Vec<Diagnostic>) 
         files.tasks.push(mounts);
         let mounted = if taking.mount_buckets != Mounting::No && taking.into.is_some() {
             let here = taking.mount_buckets == Mounting::Here;
-            mount_buckets(task, here, &mut buckets, &mut diagnostics, &mut named)
+            let mut found = Found {
+                buckets: &mut buckets,
+                diagnostics: &mut diagnostics,
+                named: &mut named,
+                deleting: &deleting,
+            };
+            mount_buckets(task, here, &mut found)
         } else {
             Vec::new()
         };
@@ -341,18 +379,31 @@ pub fn take(group: &Group, taking: &mut Taking<'_>) -> (Files, Vec<Diagnostic>) 
 
 /// The buckets `task` mounts, each found (or made) now; a diagnostic at
 /// each that cannot be, or when this machine cannot mount.
-fn mount_buckets(
-    task: &Task,
-    here: bool,
-    buckets: &mut Buckets,
-    diagnostics: &mut Vec<Diagnostic>,
-    named: &mut Vec<Named>,
-) -> Vec<Mounted> {
+/// What finding a task's mounted buckets reads and adds to.
+struct Found<'a> {
+    buckets: &'a mut Buckets,
+    diagnostics: &'a mut Vec<Diagnostic>,
+    named: &'a mut Vec<Named>,
+    /// The buckets skyc is deleting now.
+    deleting: &'a HashSet<String>,
+}
+
+fn mount_buckets(task: &Task, here: bool, found: &mut Found<'_>) -> Vec<Mounted> {
+    let Found {
+        buckets,
+        diagnostics,
+        named,
+        deleting,
+    } = found;
     let mut out = Vec::new();
     for m in &task.file_mounts {
         let Some(to) = skyc_targets::storage::to_mount(m) else {
             continue;
         };
+        if deleting.contains(&to.bucket) {
+            diagnostics.push(goes(m.at.0, &to.bucket));
+            continue;
+        }
         if here && let Err(why) = crate::storage::mount::client() {
             diagnostics.push(
                 Diagnostic::new(
@@ -530,6 +581,42 @@ fn name_buckets(
             diagnostics.push(bucket_diagnostic(&w, &url, e));
         }
     }
+}
+
+/// The buckets skyc is deleting now (a group's last end, `skyc storage
+/// delete`): a submission may not use them.
+fn being_deleted(snapshots: Option<&Snapshots>) -> HashSet<String> {
+    let Some(snapshots) = snapshots else {
+        return HashSet::new();
+    };
+    crate::store::Store::open_read_only(snapshots.state_dir())
+        .ok()
+        .flatten()
+        .and_then(|store| store.buckets().ok())
+        .map(|rows| {
+            rows.into_iter()
+                .filter(|r| r.deleting)
+                .map(|r| r.name)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A bucket that is being deleted, named at `span`.
+fn goes(span: Span, bucket: &str) -> Diagnostic {
+    Diagnostic::new(
+        Rule::UnreadableBucketSource,
+        span,
+        format!(
+            "bucket `{bucket}` is being deleted: skyc made it, the last submission did not keep it \
+             (`persistent: false`), and no group uses it any more"
+        ),
+    )
+    .label("being deleted")
+    .help(
+        "submit again once `skyc storage ls` no longer lists it (it is then made anew); to keep a \
+         bucket after its groups, leave `persistent` out or set it to true",
+    )
 }
 
 /// `persistent: false` on a bucket skyc did not make: it is kept.
@@ -785,6 +872,25 @@ mod tests {
             d.message,
             "cannot read /work/code/secret.key under file mount source `code`: permission denied"
         );
+    }
+
+    #[test]
+    fn a_plans_mounted_buckets_are_its_uses() {
+        let plan = serde_json::json!({
+            "tasks": [
+                {"buckets": [
+                    {"destination": "/p", "bucket": "policy", "path": "", "cached": false,
+                     "endpoint": null, "region": "us-east-1"},
+                    {"destination": "/c", "bucket": "ckpt", "path": "run", "cached": true,
+                     "region": "eu-west-1"}
+                ]},
+                {"buckets": [{"destination": "/q", "bucket": "policy", "path": "",
+                              "cached": false, "region": "us-east-1"}],
+                 "bucket": "not-a-mount"}
+            ]
+        });
+        assert_eq!(buckets_in(&plan.to_string()), ["ckpt", "policy"]);
+        assert!(buckets_in("not json").is_empty());
     }
 
     #[test]

@@ -16,8 +16,9 @@ use std::path::Path;
 
 impl Buckets {
     /// Makes bucket `name` (kept after its groups when `persistent`),
-    /// recorded first; the record is dropped again when it could not be
-    /// made and was not there before.
+    /// recorded first. One that could not be made is recorded as not
+    /// kept: S3 may have made it all the same (an answer lost), and the
+    /// next collection deletes it, or finds it gone and forgets it.
     pub fn make_recorded(
         &mut self,
         store: &mut Store,
@@ -33,6 +34,7 @@ impl Buckets {
             persistent,
             created_at_ms: now_ms(),
             error: None,
+            deleting: false,
         };
         let new = store
             .insert_bucket(&row)
@@ -42,7 +44,7 @@ impl Buckets {
         }
         let made = self.make(name);
         if made.is_err() && new {
-            let _ = store.remove_bucket(name);
+            let _ = store.keep_bucket(name, false);
         }
         made
     }
@@ -76,27 +78,62 @@ pub fn delete(row: &BucketRow) -> Result<(), CopyError> {
 
 /// Deletes bucket `name`, which skyc made, unless a live group uses it;
 /// what is wrong when it cannot be.
-pub fn delete_named(state_dir: &Path, store: &mut Store, name: &str) -> Result<(), String> {
-    // Held off: no submission finds the bucket while it goes.
-    let _excluding = Snapshots::of(state_dir)
-        .excluding()
-        .map_err(|e| format!("{}: {e}", state_dir.join("files").display()))?;
-    let Some(row) = store.bucket(name).map_err(|e| e.to_string())? else {
-        return Err(format!("no bucket named `{name}` was made by skyc"));
+pub fn delete_named(state_dir: &Path, store: &mut Store, name: &str) -> Result<(), Refusal> {
+    let failed = |e: String| Refusal::Failed(e);
+    let row = {
+        // Decided while submissions are held off; marked, a bucket being
+        // deleted is refused to them from then on.
+        let _excluding = Snapshots::of(state_dir)
+            .excluding()
+            .map_err(|e| failed(format!("{}: {e}", state_dir.join("files").display())))?;
+        let Some(row) = store.bucket(name).map_err(|e| failed(e.to_string()))? else {
+            return Err(Refusal::NotFound);
+        };
+        let users = store
+            .bucket_users(name)
+            .map_err(|e| failed(e.to_string()))?;
+        if !users.is_empty() {
+            let list: Vec<String> = users
+                .iter()
+                .map(|(id, group)| format!("{id} ({group})"))
+                .collect();
+            return Err(Refusal::InUse(format!(
+                "bucket `{name}` is mounted by live groups: {}; cancel them or wait for them to \
+                 end",
+                list.join(", ")
+            )));
+        }
+        store
+            .deleting_bucket(name)
+            .map_err(|e| failed(e.to_string()))?;
+        row
     };
-    let users = store.bucket_users(name).map_err(|e| e.to_string())?;
-    if !users.is_empty() {
-        let list: Vec<String> = users
-            .iter()
-            .map(|(id, group)| format!("{id} ({group})"))
-            .collect();
-        return Err(format!(
-            "bucket `{name}` is mounted by live groups: {}; cancel them or wait for them to end",
-            list.join(", ")
-        ));
+    if let Err(e) = delete(&row) {
+        let why = reason(&e);
+        let _ = store.set_bucket_error(name, &why);
+        return Err(failed(format!("bucket `{name}`: {why}")));
     }
-    delete(&row).map_err(|e| format!("bucket `{name}`: {}", reason(&e)))?;
-    store.remove_bucket(name).map_err(|e| e.to_string())
+    store.remove_bucket(name).map_err(|e| failed(e.to_string()))
+}
+
+/// Why `skyc storage delete` did not delete a bucket.
+#[derive(Debug)]
+pub enum Refusal {
+    /// skyc made no bucket of that name (or it is gone already).
+    NotFound,
+    /// A live group mounts it.
+    InUse(String),
+    /// S3 or the store failed.
+    Failed(String),
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::NotFound => f.write_str("skyc made no bucket of that name"),
+            Refusal::InUse(why) | Refusal::Failed(why) => f.write_str(why),
+        }
+    }
 }
 
 /// Deletes every bucket skyc made that is not kept and that no live
@@ -109,17 +146,25 @@ pub fn collect(state_dir: &Path) -> Result<Vec<(String, Option<String>)>, String
     let snapshots = Snapshots::of(state_dir);
     let mut tried = Vec::new();
     for candidate in store.unused_buckets().map_err(|e| e.to_string())? {
-        let _excluding = snapshots
-            .excluding()
-            .map_err(|e| format!("{}: {e}", snapshots.dir().display()))?;
-        // Read again under the lock: a submission since may use or keep it.
-        let still = store
-            .unused_buckets()
-            .map_err(|e| e.to_string())?
-            .into_iter()
-            .find(|b| b.name == candidate.name);
-        let Some(row) = still else {
-            continue;
+        let row = {
+            let _excluding = snapshots
+                .excluding()
+                .map_err(|e| format!("{}: {e}", snapshots.dir().display()))?;
+            // Read again under the lock: a submission since may use or
+            // keep it. Marked, it is refused to submissions from then on,
+            // which need not wait for the deletion.
+            let still = store
+                .unused_buckets()
+                .map_err(|e| e.to_string())?
+                .into_iter()
+                .find(|b| b.name == candidate.name);
+            let Some(row) = still else {
+                continue;
+            };
+            store
+                .deleting_bucket(&row.name)
+                .map_err(|e| e.to_string())?;
+            row
         };
         match delete(&row) {
             Ok(()) => {
@@ -129,7 +174,7 @@ pub fn collect(state_dir: &Path) -> Result<Vec<(String, Option<String>)>, String
             Err(e) => {
                 let why = reason(&e);
                 store
-                    .set_bucket_error(&row.name, Some(&why))
+                    .set_bucket_error(&row.name, &why)
                     .map_err(|e| e.to_string())?;
                 tried.push((row.name, Some(why)));
             }

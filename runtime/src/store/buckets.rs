@@ -20,9 +20,11 @@ pub struct BucketRow {
     pub created_at_ms: i64,
     /// Why its deletion failed last, until it succeeds.
     pub error: Option<String>,
+    /// Being deleted: a submission that names it is refused.
+    pub deleting: bool,
 }
 
-const COLUMNS: &str = "name, store, endpoint, region, persistent, created_at_ms, error";
+const COLUMNS: &str = "name, store, endpoint, region, persistent, created_at_ms, error, deleting";
 
 fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<BucketRow> {
     Ok(BucketRow {
@@ -33,6 +35,7 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<BucketRow> {
         persistent: r.get(4)?,
         created_at_ms: r.get(5)?,
         error: r.get(6)?,
+        deleting: r.get(7)?,
     })
 }
 
@@ -81,7 +84,7 @@ impl Store {
     /// groups that use it; true when it is skyc's.
     pub fn keep_bucket(&mut self, name: &str, persistent: bool) -> Result<bool> {
         let n = self.conn.execute(
-            "UPDATE buckets SET persistent = ?2 WHERE name = ?1",
+            "UPDATE buckets SET persistent = ?2, error = NULL WHERE name = ?1",
             params![name, persistent],
         )?;
         Ok(n > 0)
@@ -94,11 +97,21 @@ impl Store {
         Ok(())
     }
 
-    /// Why deleting bucket `name` failed, or `None` to clear it.
-    pub fn set_bucket_error(&mut self, name: &str, error: Option<&str>) -> Result<()> {
+    /// Why deleting bucket `name` failed: it is no longer being deleted.
+    pub fn set_bucket_error(&mut self, name: &str, error: &str) -> Result<()> {
         self.conn.execute(
-            "UPDATE buckets SET error = ?2 WHERE name = ?1",
+            "UPDATE buckets SET error = ?2, deleting = 0 WHERE name = ?1",
             params![name, error],
+        )?;
+        Ok(())
+    }
+
+    /// Marks bucket `name` as being deleted (the caller holds submissions
+    /// off while it does).
+    pub fn deleting_bucket(&mut self, name: &str) -> Result<()> {
+        self.conn.execute(
+            "UPDATE buckets SET deleting = 1 WHERE name = ?1",
+            params![name],
         )?;
         Ok(())
     }
@@ -114,12 +127,12 @@ impl Store {
     }
 
     /// The buckets skyc made that are not kept and that no live group
-    /// uses: those to delete now.
+    /// uses, and those a deletion left unfinished: those to delete now.
     pub fn unused_buckets(&self) -> Result<Vec<BucketRow>> {
         let mut stmt = self.conn.prepare(&format!(
-            "SELECT {COLUMNS} FROM buckets b WHERE persistent = 0 AND NOT EXISTS (\
+            "SELECT {COLUMNS} FROM buckets b WHERE deleting = 1 OR (persistent = 0 AND NOT EXISTS (\
              SELECT 1 FROM bucket_uses u JOIN groups g ON g.id = u.group_id \
-             WHERE u.bucket = b.name AND g.finished_at_ms IS NULL) ORDER BY name"
+             WHERE u.bucket = b.name AND g.finished_at_ms IS NULL)) ORDER BY name"
         ))?;
         let rows = stmt.query_map([], row)?;
         rows.collect()

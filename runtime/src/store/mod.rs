@@ -775,14 +775,7 @@ impl Tx<'_> {
         if let Some(id) = found {
             return Ok(id);
         }
-        let id = self.insert(new, Kind::Worker, Some(member))?;
-        // A worker mounts its pool's buckets: they are used while it runs.
-        self.0.execute(
-            "INSERT OR IGNORE INTO bucket_uses (group_id, bucket) \
-             SELECT ?1, bucket FROM bucket_uses WHERE group_id = ?2",
-            params![id, member.pool],
-        )?;
-        Ok(id)
+        self.insert(new, Kind::Worker, Some(member))
     }
 
     fn live_pool_named(&self, name: &str) -> Result<Option<i64>> {

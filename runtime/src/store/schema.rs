@@ -141,7 +141,9 @@ CREATE TABLE buckets (
     persistent INTEGER NOT NULL,
     created_at_ms INTEGER NOT NULL,
     -- why its deletion failed last, until it succeeds
-    error TEXT
+    error TEXT,
+    -- 1 while it is being deleted: a submission that names it is refused
+    deleting INTEGER NOT NULL DEFAULT 0
 );
 -- the buckets each group mounts: a bucket is used while one is live
 CREATE TABLE bucket_uses (

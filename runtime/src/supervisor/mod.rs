@@ -65,9 +65,15 @@ pub struct Supervisor {
     /// The deletion of buckets not kept ([`crate::storage::owned`]),
     /// which runs beside the loop (S3 may be slow), and whether another
     /// is due since it started.
-    bucket_deletion: Option<std::thread::JoinHandle<()>>,
+    bucket_deletion: Option<std::thread::JoinHandle<bool>>,
     buckets_due: bool,
+    /// When a deletion that failed is tried again, while this supervisor
+    /// runs for other reasons (the next one tries at its start).
+    buckets_retry_at: Option<i64>,
 }
+
+/// Between two tries at deleting a bucket S3 would not delete.
+const BUCKET_RETRY: Duration = Duration::from_secs(60);
 
 /// The backends of [`registry::BACKENDS`], each started with its first
 /// group.
@@ -177,6 +183,7 @@ pub fn serve(dir: &Path, k8s: (Connect, Tuning)) -> io::Result<()> {
         unadopted: BTreeMap::new(),
         bucket_deletion: None,
         buckets_due: false,
+        buckets_retry_at: None,
     };
     let result = supervisor.run();
     // Clients that find no socket start a new supervisor; remove it before
@@ -251,31 +258,51 @@ impl Supervisor {
     /// under way: one deletion at a time, its record in the store, so a
     /// supervisor that dies meanwhile leaves it to the next.
     fn delete_buckets(&mut self) {
-        if !self.buckets_due
-            || self
-                .bucket_deletion
-                .as_ref()
-                .is_some_and(|d| !d.is_finished())
+        if self
+            .bucket_deletion
+            .as_ref()
+            .is_some_and(|d| !d.is_finished())
         {
+            return;
+        }
+        if let Some(d) = self.bucket_deletion.take()
+            && d.join().unwrap_or(true)
+        {
+            self.buckets_retry_at = Some(now_ms() + BUCKET_RETRY.as_millis() as i64);
+        }
+        if self.buckets_retry_at.is_some_and(|at| now_ms() >= at) {
+            self.buckets_retry_at = None;
+            self.buckets_due = true;
+        }
+        if !self.buckets_due {
             return;
         }
         self.buckets_due = false;
         let dir = self.backends.dir.clone();
+        // Says whether one could not be deleted.
         self.bucket_deletion = Some(std::thread::spawn(
             move || match crate::storage::owned::collect(&dir) {
                 Ok(tried) => {
+                    let mut failed_any = false;
                     for (bucket, failed) in tried {
                         match failed {
                             None => {
                                 log(format_args!("bucket {bucket}: deleted, no group keeps it"))
                             }
-                            Some(why) => log(format_args!("bucket {bucket}: cannot delete: {why}")),
+                            Some(why) => {
+                                failed_any = true;
+                                log(format_args!("bucket {bucket}: cannot delete: {why}"));
+                            }
                         }
                     }
+                    failed_any
                 }
-                Err(e) => log(format_args!(
-                    "cannot delete the buckets no group keeps: {e}"
-                )),
+                Err(e) => {
+                    log(format_args!(
+                        "cannot delete the buckets no group keeps: {e}"
+                    ));
+                    true
+                }
             },
         ));
     }
@@ -402,6 +429,11 @@ impl Supervisor {
         }
         self.take_on()?;
         self.settle_round()?;
+        // A client may be waiting on a deletion (`storage ls` wakes this
+        // supervisor for one that failed).
+        if !clients.is_empty() {
+            self.buckets_due = true;
+        }
         for mut client in clients {
             let _ = client.set_nonblocking(false);
             let _ = client.set_read_timeout(Some(Duration::from_millis(200)));

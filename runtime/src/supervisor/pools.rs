@@ -371,6 +371,8 @@ impl Supervisor {
                 if let Some(p) = self.pools.remove(&pid) {
                     log(format_args!("pool {pid} ({}): down", p.name));
                 }
+                // Its buckets may be used by no one now.
+                self.buckets_due = true;
                 // Jobs submitted while it went down have nowhere to run.
                 self.orphans()?;
             }
@@ -478,7 +480,7 @@ impl Supervisor {
                         plan: &p.worker_plan,
                         backend: p.kind,
                         snapshots: &crate::files::take::digests_in(&p.worker_plan),
-                        buckets: &[],
+                        buckets: &crate::files::take::buckets_in(&p.worker_plan),
                         tasks,
                     };
                     let member = Member {
