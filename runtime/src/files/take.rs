@@ -112,55 +112,54 @@ pub fn limit_from_env() -> u64 {
 /// The snapshots a stored plan gives its nodes, whatever its backend:
 /// the `digest` of every entry of a `files` list in it.
 pub fn digests_in(plan: &str) -> Vec<String> {
-    fn walk(v: &serde_json::Value, out: &mut Vec<String>) {
-        match v {
-            serde_json::Value::Object(map) => {
-                for (k, v) in map {
-                    if k == "files"
-                        && let Some(list) = v.as_array()
-                    {
-                        out.extend(
-                            list.iter()
-                                .filter_map(|m| m.get("digest")?.as_str())
-                                .map(str::to_owned),
-                        );
-                    } else {
-                        walk(v, out);
-                    }
-                }
-            }
-            serde_json::Value::Array(items) => items.iter().for_each(|v| walk(v, out)),
-            _ => {}
-        }
-    }
-    let mut out = Vec::new();
-    if let Ok(v) = serde_json::from_str(plan) {
-        walk(&v, &mut out);
-    }
-    out.sort();
-    out.dedup();
-    out
+    found_in(plan, |v| {
+        let digests = v
+            .get("files")
+            .and_then(|f| f.as_array())
+            .into_iter()
+            .flatten()
+            .filter_map(|m| m.get("digest")?.as_str())
+            .map(str::to_owned)
+            .collect();
+        (digests, true)
+    })
 }
 
 /// The buckets a plan's nodes mount (its [`Mounted`] entries), once each:
 /// a pool worker's uses, from the plan it is made with.
 pub fn buckets_in(plan: &str) -> Vec<String> {
-    fn walk(v: &serde_json::Value, out: &mut Vec<String>) {
+    found_in(plan, |v| {
+        match serde_json::from_value::<Mounted>(v.clone()) {
+            Ok(m) if v.is_object() => (vec![m.bucket], false),
+            _ => (Vec::new(), true),
+        }
+    })
+}
+
+/// What `pick` finds in a plan's JSON, once each, sorted: it is asked of
+/// every object, and says what it found there and whether to look
+/// inside it too.
+fn found_in(plan: &str, pick: impl Fn(&serde_json::Value) -> (Vec<String>, bool)) -> Vec<String> {
+    fn walk(
+        v: &serde_json::Value,
+        pick: &dyn Fn(&serde_json::Value) -> (Vec<String>, bool),
+        out: &mut Vec<String>,
+    ) {
         match v {
             serde_json::Value::Object(map) => {
-                if let Ok(m) = serde_json::from_value::<Mounted>(v.clone()) {
-                    out.push(m.bucket);
-                    return;
+                let (found, inside) = pick(v);
+                out.extend(found);
+                if inside {
+                    map.values().for_each(|v| walk(v, pick, out));
                 }
-                map.values().for_each(|v| walk(v, out));
             }
-            serde_json::Value::Array(items) => items.iter().for_each(|v| walk(v, out)),
+            serde_json::Value::Array(items) => items.iter().for_each(|v| walk(v, pick, out)),
             _ => {}
         }
     }
     let mut out = Vec::new();
     if let Ok(v) = serde_json::from_str(plan) {
-        walk(&v, &mut out);
+        walk(&v, &pick, &mut out);
     }
     out.sort();
     out.dedup();
