@@ -916,7 +916,10 @@ fn a_local_source_is_uploaded_to_its_bucket() {
             "name: upload\nexecution: parallel\n---\nname: mounted\nfile_mounts:\n  /code:\n    \
              name: {code}\n    source: ./src\n    mode: MOUNT\nenvs:\n  D: /code\nrun: |\n  {sums}\n\
              ---\nname: copied\nfile_mounts:\n  /data:\n    name: {data}\n    source: ./src\n    \
-             mode: COPY\n    persistent: false\nenvs:\n  D: /data\nrun: |\n  {sums}\n"
+             mode: COPY\n    persistent: false\nenvs:\n  D: /data\nrun: |\n  {sums}\n  \
+             touch {dir}/copied\n  for i in $(seq 600); do test -f {dir}/go && break; sleep 0.1; \
+             done\n",
+            dir = s.dir.display()
         ),
     );
     let home = s.dir.join("home");
@@ -940,15 +943,24 @@ fn a_local_source_is_uploaded_to_its_bucket() {
         runs,
         [
             "uploaded to the bucket when submitted, and mounted on the nodes on this machine and \
-             Slurm; not applied on Kubernetes and AWS",
+             Slurm, on Kubernetes with --bucket-mounts sidecar; not applied on AWS",
             "uploaded to the bucket when submitted, and copied with the files"
         ]
     );
     assert!(!exists(&endpoint, &code) && !exists(&endpoint, &data));
-    let out = with_aws(s.skyc(&["run", "g.yaml"]), &endpoint, &home)
+    let run = with_aws(s.skyc(&["run", "g.yaml"]), &endpoint, &home)
         .current_dir(&s.dir)
-        .output()
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .expect("run");
+    // The copy's bucket, not kept, holds the upload while its group runs.
+    until("the copied task", 120, || s.dir.join("copied").exists());
+    let uploaded = Bucket::at(&endpoint, &data);
+    assert_eq!(uploaded.keys().len(), put.len() + 1);
+    assert_eq!(uploaded.get("weights/init.bin"), put["weights/init.bin"]);
+    std::fs::write(s.dir.join("go"), "").expect("go");
+    let out = run.wait_with_output().expect("run");
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
     // What was uploaded, and only that (`.skyignore` kept scratch.log out

@@ -86,7 +86,7 @@ fn ls(args: &LsArgs) -> Outcome {
     let due = rows
         .iter()
         .zip(&users)
-        .any(|(b, u)| !b.persistent && u.is_empty());
+        .any(|(b, u)| b.deleting || (!b.persistent && u.is_empty()));
     if due && let Err(e) = skyc_runtime::supervisor::wake(&dir) {
         errln!("skyc: cannot start the supervisor that deletes the buckets not kept: {e}");
     }

@@ -48,13 +48,15 @@ impl Files {
         all
     }
 
-    /// The buckets mounted, once each: the group's uses.
+    /// The buckets mounted, and those a storage spec names (a local
+    /// source uploaded for a copy too), once each: the group's uses.
     pub fn bucket_names(&self) -> Vec<String> {
         let mut all: Vec<String> = self
             .buckets
             .iter()
             .flatten()
             .map(|b| b.bucket.clone())
+            .chain(self.naming.named.iter().map(|n| n.bucket.clone()))
             .collect();
         all.sort();
         all.dedup();
@@ -487,10 +489,13 @@ impl Naming {
             }
         };
         let mut buckets = Buckets::default();
-        name_buckets(&self.named, &mut buckets, &mut store, &mut diagnostics);
-        if !diagnostics.iter().any(Diagnostic::is_error) {
-            upload(&self.uploads, &mut buckets, &mut diagnostics);
-        }
+        name_buckets(
+            &self.named,
+            &self.uploads,
+            &mut buckets,
+            &mut store,
+            &mut diagnostics,
+        );
         diagnostics
     }
 }
@@ -544,40 +549,52 @@ fn upload(uploads: &[Upload], buckets: &mut Buckets, diagnostics: &mut Vec<Diagn
     }
 }
 
-/// Makes the named buckets that are not there, each recorded as skyc's,
-/// and says of those that are whether they are kept: a bucket skyc did
-/// not make is, whatever the spec says (a warning then).
+/// Makes the named buckets that are not there, each recorded as skyc's
+/// and not kept until the whole submission has gone through; then, when
+/// nothing failed, records of each whether it is kept. A bucket skyc did
+/// not make is kept, whatever the spec says (a warning then). Made ones
+/// of a submission that fails stay not kept: the next collection deletes
+/// them.
 fn name_buckets(
     named: &[Named],
+    uploads: &[Upload],
     buckets: &mut Buckets,
     store: &mut crate::store::Store,
     diagnostics: &mut Vec<Diagnostic>,
 ) {
-    for n in named {
-        let result = if n.make {
-            buckets.make_recorded(store, &n.bucket, n.persistent)
-        } else {
-            match store.keep_bucket(&n.bucket, n.persistent) {
-                Ok(ours) => {
-                    if !ours && !n.persistent {
-                        diagnostics.push(kept(n.span, &n.bucket));
-                    }
-                    Ok(())
-                }
-                Err(e) => Err(CopyError::Failed(format!("recording the bucket: {e}"))),
-            }
+    let failed = |diagnostics: &mut Vec<Diagnostic>, n: &Named, e: CopyError| {
+        let w = Wanted {
+            destination: String::new(),
+            written: &n.bucket,
+            span: n.span,
+            workdir: false,
+            bucket: None,
+            upload: None,
         };
-        if let Err(e) = result {
-            let url = s3_bucket(&n.bucket);
-            let w = Wanted {
-                destination: String::new(),
-                written: &n.bucket,
-                span: n.span,
-                workdir: false,
-                bucket: None,
-                upload: None,
-            };
-            diagnostics.push(bucket_diagnostic(&w, &url, e));
+        diagnostics.push(bucket_diagnostic(&w, &s3_bucket(&n.bucket), e));
+    };
+    for n in named.iter().filter(|n| n.make) {
+        if let Err(e) = buckets.make_recorded(store, &n.bucket, false) {
+            failed(diagnostics, n, e);
+            return;
+        }
+    }
+    upload(uploads, buckets, diagnostics);
+    if diagnostics.iter().any(Diagnostic::is_error) {
+        return;
+    }
+    for n in named {
+        match store.keep_bucket(&n.bucket, n.persistent) {
+            Ok(ours) => {
+                if !ours && !n.persistent {
+                    diagnostics.push(kept(n.span, &n.bucket));
+                }
+            }
+            Err(e) => failed(
+                diagnostics,
+                n,
+                CopyError::Failed(format!("recording the bucket: {e}")),
+            ),
         }
     }
 }
@@ -607,8 +624,8 @@ fn goes(span: Span, bucket: &str) -> Diagnostic {
         Rule::UnreadableBucketSource,
         span,
         format!(
-            "bucket `{bucket}` is being deleted: skyc made it, the last submission did not keep it \
-             (`persistent: false`), and no group uses it any more"
+            "bucket `{bucket}` is being deleted (a bucket skyc made: `skyc storage delete`, or \
+             `persistent: false` once no group used it)"
         ),
     )
     .label("being deleted")

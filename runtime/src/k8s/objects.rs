@@ -7,7 +7,7 @@ use super::jobset::JobSet;
 use super::kueue::Workload;
 use super::plan::{LAUNCHED_ANNOTATION, RUN_ANNOTATION};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ContainerStateTerminated, Pod};
+use k8s_openapi::api::core::v1::{ContainerStateTerminated, ContainerStatus, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use skyc_targets::k8s::names::CONTAINER;
 use skyc_targets::k8s::pods::{ATTEMPT_LABEL, NODE_INDEX_LABEL, TASK_LABEL};
@@ -196,19 +196,32 @@ pub fn init_failed(pod: &Pod) -> Option<&ContainerStateTerminated> {
 /// Why the pod's container waits to start, as the kubelet says
 /// (`ImagePullBackOff: ...`), when it does.
 pub fn container_waiting(pod: &Pod) -> Option<String> {
-    let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
-    let waiting = statuses
+    let status = pod.status.as_ref()?;
+    // An init container's first (a bucket's sidecar that cannot mount
+    // restarts there, and holds the pod back), then the task's.
+    let said = |c: &ContainerStatus| {
+        let waiting = c.state.as_ref()?.waiting.as_ref()?;
+        let reason = waiting.reason.as_deref()?;
+        // Starting: no reason worth saying.
+        if reason == "ContainerCreating" || reason == "PodInitializing" {
+            return None;
+        }
+        let what = match waiting.message.as_deref() {
+            Some(m) => format!("{reason}: {m}"),
+            None => reason.to_owned(),
+        };
+        Some(if c.name == CONTAINER {
+            what
+        } else {
+            format!("{}: {what}", c.name)
+        })
+    };
+    status
+        .init_container_statuses
         .iter()
-        .find_map(|c| c.state.as_ref()?.waiting.as_ref())?;
-    let reason = waiting.reason.as_deref()?;
-    // Starting: no reason worth saying.
-    if reason == "ContainerCreating" || reason == "PodInitializing" {
-        return None;
-    }
-    Some(match waiting.message.as_deref() {
-        Some(m) => format!("{reason}: {m}"),
-        None => reason.to_owned(),
-    })
+        .flatten()
+        .find_map(said)
+        .or_else(|| status.container_statuses.iter().flatten().find_map(said))
 }
 
 /// Whether the JobSet records `pod` filled with what `fill` names

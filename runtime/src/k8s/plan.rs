@@ -253,8 +253,18 @@ impl Plan {
             "name": self.group,
             "uid": uid,
         }]);
-        pod["spec"]["terminationGracePeriodSeconds"] =
-            json!(self.spec.grace.as_secs_f64().ceil() as i64);
+        // The run's grace, or the template's when longer (a sidecar that
+        // waits for cached writes to reach their bucket).
+        let grace = self.spec.grace.as_secs_f64().ceil() as i64;
+        let template_grace = pod["spec"]["terminationGracePeriodSeconds"]
+            .as_i64()
+            .unwrap_or(0);
+        let uploads = template_grace == i64::from(k8s::UPLOAD_GRACE_SECONDS);
+        pod["spec"]["terminationGracePeriodSeconds"] = json!(if uploads {
+            grace.max(template_grace)
+        } else {
+            grace
+        });
         pod
     }
 

@@ -775,7 +775,15 @@ impl Tx<'_> {
         if let Some(id) = found {
             return Ok(id);
         }
-        self.insert(new, Kind::Worker, Some(member))
+        let id = self.insert(new, Kind::Worker, Some(member))?;
+        // And its pool's: a plan that does not list what its nodes mount
+        // (a Kubernetes sidecar's) still keeps them while the worker runs.
+        self.0.execute(
+            "INSERT OR IGNORE INTO bucket_uses (group_id, bucket) \
+             SELECT ?1, bucket FROM bucket_uses WHERE group_id = ?2",
+            params![id, member.pool],
+        )?;
+        Ok(id)
     }
 
     fn live_pool_named(&self, name: &str) -> Result<Option<i64>> {

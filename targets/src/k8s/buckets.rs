@@ -44,7 +44,7 @@ pub const DEFAULT_RCLONE_IMAGE: &str = "rclone/rclone:1.69.1";
 
 /// The grace period of a pod whose sidecar waits for cached writes (the
 /// same bound as a node's wait on this machine and Slurm).
-pub(super) const UPLOAD_GRACE_SECONDS: u32 = 600;
+pub const UPLOAD_GRACE_SECONDS: u32 = 600;
 
 /// Where the sidecar mounts the bucket (its `emptyDir`'s root; not under the scripts' directory, which would cover it).
 const AT: &str = "/mnt/skyc-bucket";

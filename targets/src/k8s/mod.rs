@@ -30,7 +30,9 @@ pub mod volume;
 pub mod worker;
 pub mod yaml;
 
-pub use buckets::{BucketMounts, DEFAULT_RCLONE_IMAGE, SCRIPT as BUCKET_SIDECAR_SCRIPT};
+pub use buckets::{
+    BucketMounts, DEFAULT_RCLONE_IMAGE, SCRIPT as BUCKET_SIDECAR_SCRIPT, UPLOAD_GRACE_SECONDS,
+};
 
 use serde_json::{Value, json};
 use skyc_compiler::ir::{Execution, Group, Task};

@@ -586,8 +586,9 @@ impl Kubelet {
                 "--fork",
                 "--kill-child=KILL",
                 "--propagation",
-                // This machine's mounts are private here: only the
-                // volumes made shared propagate.
+                // Unchanged where a volume propagates (its shared mount
+                // must stay a peer); the wrapper keeps the container's
+                // own mounts private either way.
                 if propagates { "unchanged" } else { "private" },
             ])
             .arg(&self.bash)
@@ -949,6 +950,10 @@ chroot=$(command -v chroot)
 run=$SKYC_KUBELET_RUN
 r=$run/root
 mkdir -p "$r" "$run/layer"
+# What is mounted for the container stays its own, even where this
+# machine's mounts are shared: only the volumes made shared propagate.
+mount --bind "$run" "$run"
+mount --make-private "$run"
 mount -t tmpfs tmpfs "$run/layer"
 mkdir "$run/layer/upper" "$run/layer/work"
 mount -t overlay overlay -o "lowerdir=/,upperdir=$run/layer/upper,workdir=$run/layer/work" "$r"

@@ -243,3 +243,41 @@ fn a_step_node_is_read_from_its_own_pod() {
         }]
     );
 }
+
+/// A pod held back by an init container (a bucket's sidecar restarting
+/// because it cannot mount) says so, by the container's name; the task's
+/// own container says it plainly; starting says nothing.
+#[test]
+fn a_pods_wait_names_the_init_container_that_holds_it() {
+    let pod = |status: Value| -> k8s_openapi::api::core::v1::Pod {
+        serde_json::from_value(json!({"metadata": {"name": "p"}, "status": status})).unwrap()
+    };
+    let waiting = |name: &str, reason: &str, message: Option<&str>| {
+        json!({"name": name, "ready": false, "restartCount": 3, "image": "i", "imageID": "",
+               "state": {"waiting": {"reason": reason, "message": message}}})
+    };
+    let held = pod(json!({
+        "phase": "Pending",
+        "initContainerStatuses": [waiting("skyc-bucket-0", "CrashLoopBackOff",
+                                          Some("back-off 40s restarting failed container"))],
+        "containerStatuses": [waiting("main", "PodInitializing", None)],
+    }));
+    assert_eq!(
+        crate::k8s::objects::container_waiting(&held).as_deref(),
+        Some("skyc-bucket-0: CrashLoopBackOff: back-off 40s restarting failed container")
+    );
+    let own = pod(json!({
+        "phase": "Pending",
+        "containerStatuses": [waiting("main", "ImagePullBackOff", None)],
+    }));
+    assert_eq!(
+        crate::k8s::objects::container_waiting(&own).as_deref(),
+        Some("ImagePullBackOff")
+    );
+    let starting = pod(json!({
+        "phase": "Pending",
+        "initContainerStatuses": [waiting("skyc-files", "PodInitializing", None)],
+        "containerStatuses": [waiting("main", "ContainerCreating", None)],
+    }));
+    assert_eq!(crate::k8s::objects::container_waiting(&starting), None);
+}
