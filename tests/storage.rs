@@ -943,7 +943,7 @@ fn a_local_source_is_uploaded_to_its_bucket() {
         runs,
         [
             "uploaded to the bucket when submitted, and mounted on the nodes on this machine and \
-             Slurm, on Kubernetes with --bucket-mounts sidecar; not applied on AWS",
+             Slurm, on Kubernetes with --bucket-mounts sidecar; refused on AWS",
             "uploaded to the bucket when submitted, and copied with the files"
         ]
     );

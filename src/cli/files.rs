@@ -229,13 +229,13 @@ pub(crate) fn review(group: &Group) -> Result<(serde_json::Value, Vec<Diagnostic
                         "uploaded to the bucket when submitted, and copied with the files"
                     } else if uploaded.is_some() {
                         "uploaded to the bucket when submitted, and mounted on the nodes on this \
-                         machine and Slurm, on Kubernetes with --bucket-mounts sidecar; not \
-                         applied on AWS"
+                         machine and Slurm, on Kubernetes with --bucket-mounts sidecar; refused \
+                         on AWS"
                     } else if skyc_targets::storage::copied(m).is_some() {
                         "copied with the files when submitted"
                     } else if skyc_targets::storage::to_mount(m).is_some() {
                         "mounted on the nodes on this machine and Slurm, on Kubernetes with \
-                         --bucket-mounts sidecar; not applied on AWS"
+                         --bucket-mounts sidecar; refused on AWS"
                     } else {
                         "not applied"
                     };

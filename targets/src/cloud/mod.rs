@@ -590,12 +590,46 @@ impl Lowerer<'_> {
     fn not_applied(&mut self, index: usize, task: &Task, c: &Candidate) {
         let delivered = self.files.is_some();
         let taken = self.files.map_or(&[][..], |f| f.of(index));
+        // A mounted bucket: refused, not a node that starts without it.
+        for m in &task.file_mounts {
+            let Some(to) = crate::storage::to_mount(m) else {
+                continue;
+            };
+            self.error(
+                Rule::CloudBucketMount,
+                if m.at.0.is_empty() {
+                    task.name_span
+                } else {
+                    m.at.0
+                },
+                format!(
+                    "task `{}`: bucket `{}` cannot be mounted at `{}`: the {} target does not \
+                     mount buckets on its instances yet",
+                    task.name,
+                    to.bucket,
+                    m.destination,
+                    self.cloud.display()
+                ),
+                "mounted here",
+                Some(
+                    "copy the bucket instead (`mode: COPY`: read when the group is submitted and \
+                     given to every node with its files), or run the group where buckets are \
+                     mounted: this machine, Slurm, or Kubernetes with `--bucket-mounts sidecar`"
+                        .to_owned(),
+                ),
+            );
+        }
         let buckets = delivered
             && task
                 .file_mounts
                 .iter()
-                .any(|m| !crate::files::carries(taken, m));
-        if buckets || (!delivered && !task.file_mounts.is_empty()) {
+                .any(|m| !crate::files::carries(taken, m) && crate::storage::to_mount(m).is_none());
+        let unmounted = || {
+            task.file_mounts
+                .iter()
+                .any(|m| crate::storage::to_mount(m).is_none())
+        };
+        if buckets || (!delivered && unmounted()) {
             self.warn(
                 task,
                 if delivered {
