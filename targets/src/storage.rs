@@ -146,6 +146,16 @@ pub struct Mounted {
     pub region: String,
 }
 
+/// Where a finding about mount `m` of `task` points: the mount, else (a
+/// mount without a place in the file) the task's name.
+pub fn mount_span(task: &skyc_compiler::ir::Task, m: &FileMount) -> skyc_compiler::Span {
+    if m.at.0.is_empty() {
+        task.name_span
+    } else {
+        m.at.0
+    }
+}
+
 /// How long a directory listing is trusted before the bucket is asked
 /// again (SkyPilot's goofys mounts trust a stat 5 s).
 pub const DIR_CACHE: &str = "5s";

@@ -574,7 +574,7 @@ fn name_buckets(
         diagnostics.push(bucket_diagnostic(&w, &s3_bucket(&n.bucket), e));
     };
     for n in named.iter().filter(|n| n.make) {
-        if let Err(e) = buckets.make_recorded(store, &n.bucket, false) {
+        if let Err(e) = buckets.make_recorded(store, &n.bucket) {
             failed(diagnostics, n, e);
             return;
         }

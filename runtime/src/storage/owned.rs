@@ -15,23 +15,19 @@ use futures::StreamExt;
 use std::path::Path;
 
 impl Buckets {
-    /// Makes bucket `name` (kept after its groups when `persistent`),
-    /// recorded first. One that could not be made is recorded as not
-    /// kept: S3 may have made it all the same (an answer lost), and the
-    /// next collection deletes it, or finds it gone and forgets it.
-    pub fn make_recorded(
-        &mut self,
-        store: &mut Store,
-        name: &str,
-        persistent: bool,
-    ) -> Result<(), CopyError> {
+    /// Makes bucket `name`, recorded first and not kept: the
+    /// submission says whether it is kept once it has gone through
+    /// ([`Store::keep_bucket`]). One S3 did not confirm stays not kept:
+    /// S3 may have made it all the same (an answer lost), and the next
+    /// collection deletes it, or finds it gone and forgets it.
+    pub fn make_recorded(&mut self, store: &mut Store, name: &str) -> Result<(), CopyError> {
         let region = self.client()?.0.region().to_owned();
         let row = BucketRow {
             name: name.to_owned(),
             store: "s3".into(),
             endpoint: self.endpoint(),
             region,
-            persistent,
+            persistent: false,
             created_at_ms: now_ms(),
             error: None,
             deleting: false,
@@ -40,13 +36,9 @@ impl Buckets {
             .insert_bucket(&row)
             .map_err(|e| CopyError::Failed(format!("recording the bucket: {e}")))?;
         if !new {
-            let _ = store.keep_bucket(name, persistent);
-        }
-        let made = self.make(name);
-        if made.is_err() && new {
             let _ = store.keep_bucket(name, false);
         }
-        made
+        self.make(name)
     }
 }
 

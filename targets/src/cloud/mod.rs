@@ -597,11 +597,7 @@ impl Lowerer<'_> {
             };
             self.error(
                 Rule::CloudBucketMount,
-                if m.at.0.is_empty() {
-                    task.name_span
-                } else {
-                    m.at.0
-                },
+                crate::storage::mount_span(task, m),
                 format!(
                     "task `{}`: bucket `{}` cannot be mounted at `{}`: the {} target does not \
                      mount buckets on its instances yet",

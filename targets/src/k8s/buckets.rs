@@ -124,7 +124,7 @@ impl Lowerer<'_> {
                     self.push(
                         skyc_compiler::Diagnostic::new(
                             Rule::K8sBucketMount,
-                            at(task, m),
+                            storage::mount_span(task, m),
                             format!(
                                 "`{}`: bucket `{}` cannot be mounted at `{}`: a pod mounts a \
                                  bucket only with privileges, which skyc uses only when allowed",
@@ -153,7 +153,7 @@ impl Lowerer<'_> {
                 self.push(
                     skyc_compiler::Diagnostic::new(
                         Rule::K8sBucketMount,
-                        at(task, m),
+                        storage::mount_span(task, m),
                         format!(
                             "`{}`: bucket `{}` is mounted at `{}`, which a pod's volume cannot be \
                              (its home is the image's)",
@@ -220,15 +220,5 @@ impl Lowerer<'_> {
             parts.cached |= to.cached;
         }
         parts
-    }
-}
-
-/// Where a finding about mount `m` points: the mount, else (a mount
-/// without a place in the file) the task.
-fn at(task: &Task, m: &skyc_compiler::ir::FileMount) -> skyc_compiler::Span {
-    if m.at.0.is_empty() {
-        task.name_span
-    } else {
-        m.at.0
     }
 }
