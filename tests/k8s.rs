@@ -779,6 +779,34 @@ fn a_mounted_bucket_is_refused_unless_the_sidecar_is_allowed() {
     });
 }
 
+/// A GCS bucket is mounted by the same sidecar, through rclone's `:gcs:`
+/// remote with the pod's Application Default Credentials (its service
+/// account, by Workload Identity); the manifests stay valid.
+#[test]
+fn a_mounted_gcs_bucket_is_the_same_sidecar_on_rclones_gcs_remote() {
+    let text = "name: g\nexecution: parallel\n---\nname: trainer\nfile_mounts:\n  /policy:\n    \
+                name: policy\n    store: gcs\n  /models:\n    source: gs://models/v1\n    mode: \
+                MOUNT_CACHED\nrun: x\n";
+    let options = k8s::Options {
+        bucket_mounts: k8s::BucketMounts::Sidecar {
+            image: k8s::DEFAULT_RCLONE_IMAGE.into(),
+        },
+        ..k8s::Options::default()
+    };
+    let (c, m) = build("g.yaml", text, &options);
+    let m = m.unwrap();
+    assert!(!m.has_errors(), "{}", render_human(&c));
+    let group = c.group.as_ref().unwrap();
+    let p = problems(group, &options, &m.objects);
+    assert!(p.is_empty(), "{}", p.join("\n"));
+    let yaml = emit::render(&m.objects, emit::Format::Yaml);
+    for remote in [":gcs:policy", ":gcs:models/v1"] {
+        assert!(yaml.contains(remote), "{remote} not in\n{yaml}");
+    }
+    assert!(!yaml.contains("RCLONE_S3_"), "{yaml}");
+    snapshots("k8s").bind(|| insta::assert_snapshot!("bucket_mounts_sidecar_gcs", yaml));
+}
+
 #[test]
 fn the_entrypoint_is_valid_bash_and_shellcheck_clean() {
     let dir = std::env::temp_dir().join(format!("skyc-k8s-{}", std::process::id()));

@@ -1,31 +1,79 @@
 //! Buckets in `file_mounts`, copied (`DST: s3://bucket/path`, or a
-//! storage spec with `mode: COPY`): read from the S3 stand-in (moto's
-//! server, `SKYC_MOTO_ENDPOINT`, which scripts/test starts) when the group
-//! is submitted, and found byte for byte where every node's code reads
-//! them, on this machine and on the real Slurm cluster. Skipped, loudly,
-//! without the stand-in (failed under scripts/test, which provides it).
+//! storage spec with `mode: COPY`) and mounted: read from the S3
+//! stand-in (moto's server, `SKYC_MOTO_ENDPOINT`) and the GCS stand-in
+//! (gcp-storage-emulator, `SKYC_GCS_EMULATOR`), which scripts/test
+//! starts, and found byte for byte where every node's code reads them,
+//! on this machine and on the real Slurm cluster. Skipped, loudly,
+//! without the stand-ins (failed under scripts/test, which provides
+//! them).
 //!
 //! moto stands in for S3's API (listing, objects, errors); it is not
-//! S3's consistency, throttling or regions.
+//! S3's consistency, throttling or regions. The GCS emulator stands in
+//! for the JSON API's buckets and objects; it takes no credentials (so
+//! the token exchange is tested on its own, in the runtime's unit
+//! tests), and is not GCS's consistency, IAM or locations.
 
 use crate::files::Target;
 use crate::slurm_e2e::cluster;
 use crate::support;
 use crate::support::scratch::{Scratch, text};
 use skyc_runtime::aws::s3::S3;
+use skyc_runtime::gcp::gcs::Gcs;
+use skyc_runtime::storage::Reach;
 use std::collections::BTreeMap;
 use std::process::Command;
 
-/// The stand-in's endpoint, or `None` (after a loud message).
-fn moto() -> Option<String> {
-    match std::env::var("SKYC_MOTO_ENDPOINT") {
+/// A store's stand-in: S3's (moto) at its endpoint, GCS's (the emulator)
+/// at its `host:port`.
+#[derive(Clone, Debug)]
+enum Stand {
+    S3(String),
+    Gcs(String),
+}
+
+impl Stand {
+    /// Its URL scheme.
+    fn scheme(&self) -> &'static str {
+        match self {
+            Stand::S3(_) => "s3",
+            Stand::Gcs(_) => "gs",
+        }
+    }
+
+    /// What a storage spec that names a bucket alone says of its store
+    /// (S3 is the default).
+    fn store_line(&self, indent: &str) -> String {
+        match self {
+            Stand::S3(_) => String::new(),
+            Stand::Gcs(_) => format!("\n{indent}store: gcs"),
+        }
+    }
+}
+
+/// The S3 stand-in, or `None` (after a loud message).
+fn moto() -> Option<Stand> {
+    stand(
+        "SKYC_MOTO_ENDPOINT",
+        "SKYC_MOTO_REQUIRED",
+        "the S3 stand-in",
+    )
+    .map(Stand::S3)
+}
+
+/// The GCS stand-in, or `None` (after a loud message).
+fn gcs() -> Option<Stand> {
+    stand("SKYC_GCS_EMULATOR", "SKYC_GCS_REQUIRED", "the GCS stand-in").map(Stand::Gcs)
+}
+
+fn stand(var: &str, required: &str, what: &str) -> Option<String> {
+    match std::env::var(var) {
         Ok(e) if !e.is_empty() => Some(e),
         _ => {
             assert!(
-                std::env::var_os("SKYC_MOTO_REQUIRED").is_none(),
-                "SKYC_MOTO_REQUIRED is set but SKYC_MOTO_ENDPOINT is not"
+                std::env::var_os(required).is_none(),
+                "{required} is set but {var} is not"
             );
-            eprintln!("!!! SKIPPED: buckets need the S3 stand-in (SKYC_MOTO_ENDPOINT)");
+            eprintln!("!!! SKIPPED: buckets need {what} ({var})");
             None
         }
     }
@@ -42,21 +90,33 @@ fn files_left(s: &Scratch) -> Vec<String> {
         .collect()
 }
 
-/// The test's own client of the stand-in.
+/// The test's own client of a stand-in.
 struct Bucket {
     name: String,
-    s3: S3,
+    client: Client,
     rt: tokio::runtime::Runtime,
+}
+
+enum Client {
+    S3(S3),
+    Gcs(Gcs),
 }
 
 impl Bucket {
     /// `name`, made (or found) on the stand-in, emptied.
-    fn new(endpoint: &str, name: &str) -> Bucket {
-        let b = Bucket::at(endpoint, name);
+    fn new(stand: &Stand, name: &str) -> Bucket {
+        let b = Bucket::at(stand, name);
+        let store = b.store();
         b.rt.block_on(async {
-            b.s3.create_bucket(name).await.expect("CreateBucket");
-            for o in b.s3.list(name).await.expect("list").unwrap_or_default() {
-                b.s3.delete_object(name, &o.key)
+            store.create_bucket(name).await.expect("CreateBucket");
+            for o in store
+                .list_under(name, "", 10)
+                .await
+                .expect("list")
+                .unwrap_or_default()
+            {
+                store
+                    .delete_object(name, &o.key)
                     .await
                     .expect("DeleteObject");
             }
@@ -65,16 +125,38 @@ impl Bucket {
     }
 
     /// `name` on the stand-in, whether it is there or not.
-    fn at(endpoint: &str, name: &str) -> Bucket {
-        let s3 = support::stand_in_s3(endpoint, "us-east-1");
+    fn at(stand: &Stand, name: &str) -> Bucket {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .expect("runtime");
+        let client = match stand {
+            Stand::S3(endpoint) => Client::S3(support::stand_in_s3(endpoint, "us-east-1")),
+            Stand::Gcs(host) => {
+                let access = skyc_runtime::gcp::credentials::Access {
+                    how: skyc_runtime::gcp::credentials::How::Emulator(format!("http://{host}")),
+                    project: Some("skyc-test".into()),
+                };
+                Client::Gcs(
+                    rt.block_on(Gcs::connect(
+                        access,
+                        skyc_runtime::aws::ec2::client::Tuning::default(),
+                    ))
+                    .expect("GCS client"),
+                )
+            }
+        };
         Bucket {
             name: name.to_owned(),
-            s3,
+            client,
             rt,
+        }
+    }
+
+    fn store(&self) -> Reach<'_> {
+        match &self.client {
+            Client::S3(s3) => Reach::S3(s3),
+            Client::Gcs(gcs) => Reach::Gcs(gcs),
         }
     }
 
@@ -85,7 +167,7 @@ impl Bucket {
             std::sync::Arc::new(move |w: &mut dyn std::io::Write| w.write_all(&data));
         self.rt
             .block_on(
-                self.s3
+                self.store()
                     .put_object(&self.name, key, bytes.len() as u64, &sha, source),
             )
             .expect("PutObject");
@@ -93,20 +175,18 @@ impl Bucket {
 
     /// Removes the bucket with what it holds; whether it was there.
     fn remove(self) -> bool {
+        let store = self.store();
         self.rt.block_on(async {
-            let Some(objects) = self.s3.list(&self.name).await.expect("list") else {
+            let Some(objects) = store.list_under(&self.name, "", 10).await.expect("list") else {
                 return false;
             };
             for o in objects {
-                self.s3
+                store
                     .delete_object(&self.name, &o.key)
                     .await
                     .expect("DeleteObject");
             }
-            self.s3
-                .delete_bucket(&self.name)
-                .await
-                .expect("DeleteBucket");
+            store.delete_bucket(&self.name).await.expect("DeleteBucket");
             true
         })
     }
@@ -119,7 +199,7 @@ impl Bucket {
         ));
         let size = self
             .rt
-            .block_on(self.s3.list_under(&self.name, key, 1))
+            .block_on(self.store().list_under(&self.name, key, 1))
             .expect("list")
             .unwrap_or_default()
             .into_iter()
@@ -128,7 +208,7 @@ impl Bucket {
             .size;
         std::fs::write(&to, b"").expect("the file to fill");
         self.rt
-            .block_on(self.s3.get_object(&self.name, key, size, &to))
+            .block_on(self.store().get_object(&self.name, key, size, &to))
             .expect("GetObject");
         let bytes = std::fs::read(&to).expect("read");
         let _ = std::fs::remove_file(&to);
@@ -136,7 +216,10 @@ impl Bucket {
     }
 
     fn keys(&self) -> Vec<String> {
-        let listed = self.rt.block_on(self.s3.list(&self.name)).expect("list");
+        let listed = self
+            .rt
+            .block_on(self.store().list_under(&self.name, "", 10))
+            .expect("list");
         listed
             .unwrap_or_default()
             .into_iter()
@@ -146,8 +229,15 @@ impl Bucket {
 }
 
 /// `cmd` reading buckets from the stand-in with the test's credentials,
-/// and no other AWS configuration of this machine.
-fn with_aws(mut cmd: Command, endpoint: &str, home: &std::path::Path) -> Command {
+/// and no other AWS or Google configuration of this machine.
+fn with_aws(mut cmd: Command, stand: &Stand, home: &std::path::Path) -> Command {
+    let endpoint = match stand {
+        Stand::S3(endpoint) => endpoint.as_str(),
+        Stand::Gcs(host) => {
+            cmd.env("STORAGE_EMULATOR_HOST", host);
+            "http://127.0.0.1:9"
+        }
+    };
     cmd.env("AWS_ENDPOINT_URL", endpoint)
         .env("AWS_ACCESS_KEY_ID", "AKIDSKYCTEST")
         .env("AWS_SECRET_ACCESS_KEY", "skyc-test-secret")
@@ -157,7 +247,11 @@ fn with_aws(mut cmd: Command, endpoint: &str, home: &std::path::Path) -> Command
         .env("AWS_SHARED_CREDENTIALS_FILE", home.join("no-credentials"))
         .env_remove("AWS_PROFILE")
         .env_remove("AWS_SESSION_TOKEN")
+        .env_remove("GOOGLE_APPLICATION_CREDENTIALS")
         .env("HOME", home);
+    if let Stand::S3(_) = stand {
+        cmd.env_remove("STORAGE_EMULATOR_HOST");
+    }
     cmd
 }
 
@@ -190,21 +284,33 @@ run: |
 
 #[test]
 fn a_copied_bucket_reaches_every_node() {
-    copy(Target::Local);
+    copy(Target::Local, moto());
 }
 
 #[test]
 fn a_copied_bucket_reaches_every_node_on_slurm() {
     let Some(_cluster) = cluster() else { return };
-    copy(Target::Slurm);
+    copy(Target::Slurm, moto());
 }
 
-fn copy(target: Target) {
-    let Some(endpoint) = moto() else { return };
+#[test]
+fn a_copied_gcs_bucket_reaches_every_node() {
+    copy(Target::Local, gcs());
+}
+
+#[test]
+fn a_copied_gcs_bucket_reaches_every_node_on_slurm() {
+    let Some(_cluster) = cluster() else { return };
+    copy(Target::Slurm, gcs());
+}
+
+fn copy(target: Target, stand: Option<Stand>) {
+    let Some(endpoint) = stand else { return };
     let s = target.scratch("storage-copy");
     let name = format!(
-        "skyc-copy-{}-{}",
+        "skyc-copy-{}-{}-{}",
         std::process::id(),
+        endpoint.scheme(),
         if target == Target::Local {
             "local"
         } else {
@@ -234,7 +340,12 @@ fn copy(target: Target) {
     // Beside the prefix, not under it.
     bucket.put("train-old/stale.bin", b"stale");
     let keys_before = bucket.keys();
-    s.write("g.yaml", &GROUP.replace("BUCKET", &name));
+    s.write(
+        "g.yaml",
+        &GROUP
+            .replace("s3://", &format!("{}://", endpoint.scheme()))
+            .replace("BUCKET", &name),
+    );
     let home = s.dir.join("home");
     std::fs::create_dir_all(&home).expect("home");
     let out = with_aws(target.run(&s, "g.yaml"), &endpoint, &home)
@@ -380,6 +491,52 @@ fn buckets_that_cannot_be_copied_are_located_errors() {
     );
 }
 
+/// GCS buckets that cannot be read are located errors too, each said in
+/// GCS's terms: a bucket that is not there, a path that names nothing; a
+/// credentials file that cannot be read, at every bucket.
+#[test]
+fn gcs_buckets_that_cannot_be_copied_are_located_errors() {
+    let Some(stand) = gcs() else { return };
+    let s = Scratch::new("storage-gcs-errors");
+    let bucket = Bucket::new(&stand, "skyc-gcs-errors");
+    bucket.put("train/a.bin", b"a");
+    s.write(
+        "g.yaml",
+        "name: t\nfile_mounts:\n  /data: gs://skyc-no-such-bucket/train\n  /d2: \
+         gs://skyc-gcs-errors/trian\nrun: echo\n",
+    );
+    let home = s.dir.join("home");
+    std::fs::create_dir_all(&home).expect("home");
+    let out = with_aws(s.skyc(&["run", "g.yaml"]), &stand, &home)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    support::snapshots("local/storage")
+        .bind(|| insta::assert_snapshot!("gcs_copy_errors", text(&out.stderr)));
+    assert_eq!(
+        files_left(&s),
+        Vec::<String>::new(),
+        "half-taken files left"
+    );
+    // Google's own service, with a credentials file that is not there:
+    // said at each bucket, before anything is asked of the network.
+    let out = s
+        .skyc(&["run", "g.yaml"])
+        .env("HOME", &home)
+        .env_remove("STORAGE_EMULATOR_HOST")
+        .env(
+            "GOOGLE_APPLICATION_CREDENTIALS",
+            home.join("no-such-key.json"),
+        )
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr).replace(&home.display().to_string(), "HOME");
+    support::snapshots("local/storage")
+        .bind(|| insta::assert_snapshot!("gcs_no_credentials", stderr));
+    assert!(bucket.remove());
+}
+
 /// `build --target k8s` reads a copied bucket as a run would: its bytes
 /// are in the manifests' files ConfigMap (the stream a pod unpacks); the
 /// mounted bucket is refused unless its sidecar is allowed, and is then
@@ -477,26 +634,41 @@ fn fuse() -> bool {
 /// the group has ended.
 #[test]
 fn tasks_that_mount_a_bucket_see_each_others_writes() {
-    mount(Target::Local);
+    mount(Target::Local, moto());
 }
 
 #[test]
 fn tasks_that_mount_a_bucket_see_each_others_writes_on_slurm() {
     let Some(_cluster) = cluster() else { return };
-    mount(Target::Slurm);
+    mount(Target::Slurm, moto());
 }
 
-fn mount(target: Target) {
-    let Some(endpoint) = moto() else { return };
+#[test]
+fn tasks_that_mount_a_gcs_bucket_see_each_others_writes() {
+    mount(Target::Local, gcs());
+}
+
+#[test]
+fn tasks_that_mount_a_gcs_bucket_see_each_others_writes_on_slurm() {
+    let Some(_cluster) = cluster() else { return };
+    mount(Target::Slurm, gcs());
+}
+
+fn mount(target: Target, stand: Option<Stand>) {
+    let Some(endpoint) = stand else { return };
     if !fuse() {
         return;
     }
     let s = target.scratch("storage-mount");
-    let on = if target == Target::Local {
-        "local"
-    } else {
-        "slurm"
-    };
+    let on = format!(
+        "{}-{}",
+        endpoint.scheme(),
+        if target == Target::Local {
+            "local"
+        } else {
+            "slurm"
+        }
+    );
     let policy = format!("skyc-policy-{}-{on}", std::process::id());
     let ckpt = Bucket::new(&endpoint, &format!("skyc-ckpt-{}-{on}", std::process::id()));
     ckpt.put("run/.keep", b"");
@@ -506,17 +678,19 @@ fn mount(target: Target) {
     std::fs::write(s.dir.join("ckpt.bin"), &checkpoint).expect("checkpoint");
     let group = format!(
         "name: shared\nexecution: parallel\nprimary_tasks: [trainer, rollout]\n---\n\
-         name: trainer\nfile_mounts:\n  /policy:\n    name: {policy}\n    mode: MOUNT\n  \
-         /ckpt:\n    source: s3://{ckpt}/run\n    mode: MOUNT_CACHED\n\
+         name: trainer\nfile_mounts:\n  /policy:\n    name: {policy}{store}\n    mode: MOUNT\n  \
+         /ckpt:\n    source: {scheme}://{ckpt}/run\n    mode: MOUNT_CACHED\n\
          run: |\n  cp {dir}/weights.bin /policy/v1.bin\n  \
          for i in $(seq 120); do test -f /policy/ack && break; sleep 0.5; done\n  \
          echo \"trainer sees $(cat /policy/ack)\"\n  cp {dir}/ckpt.bin /ckpt/step-1.bin\n\
-         ---\nname: rollout\nfile_mounts:\n  /policy:\n    name: {policy}\n    mode: MOUNT\n\
+         ---\nname: rollout\nfile_mounts:\n  /policy:\n    name: {policy}{store}\n    mode: MOUNT\n\
          run: |\n  for i in $(seq 120); do test -f /policy/v1.bin && break; sleep 0.5; done\n  \
          echo \"rollout reads $(sha256sum < /policy/v1.bin | cut -c1-16)\"\n  \
          echo served-v1 > /policy/ack\n",
         ckpt = ckpt.name,
         dir = s.dir.display(),
+        scheme = endpoint.scheme(),
+        store = endpoint.store_line("    "),
     );
     s.write("g.yaml", &group);
     let home = s.dir.join("home");
@@ -608,7 +782,7 @@ fn buckets_that_cannot_be_mounted_are_located_errors() {
 }
 
 /// `skyc storage ls --json`, run as `cmd` would run skyc.
-fn storage_ls(s: &Scratch, endpoint: &str, home: &std::path::Path) -> Vec<serde_json::Value> {
+fn storage_ls(s: &Scratch, endpoint: &Stand, home: &std::path::Path) -> Vec<serde_json::Value> {
     let out = with_aws(s.skyc(&["storage", "ls", "--json"]), endpoint, home)
         .output()
         .expect("storage ls");
@@ -646,9 +820,9 @@ fn finished(s: &Scratch, gid: i64) -> bool {
 }
 
 /// Whether bucket `name` is on the stand-in.
-fn exists(endpoint: &str, name: &str) -> bool {
-    let b = Bucket::at(endpoint, name);
-    b.rt.block_on(b.s3.first_under(name, ""))
+fn exists(stand: &Stand, name: &str) -> bool {
+    let b = Bucket::at(stand, name);
+    b.rt.block_on(b.store().first_under(name, ""))
         .expect("list")
         .is_some()
 }
@@ -656,15 +830,22 @@ fn exists(endpoint: &str, name: &str) -> bool {
 /// The group of the lifecycle tests: a trainer that mounts a bucket kept
 /// after it (SkyPilot's default) and one that is not (`persistent:
 /// false`), writes to both, says so, then waits for the test's word.
-fn lifecycle_group(dir: &std::path::Path, kept: &str, gone: &str, theirs: &str) -> String {
+fn lifecycle_group(
+    dir: &std::path::Path,
+    stand: &Stand,
+    kept: &str,
+    gone: &str,
+    theirs: &str,
+) -> String {
     format!(
-        "name: lifecycle\nfile_mounts:\n  /policy:\n    name: {kept}\n  \
-         /scratch:\n    name: {gone}\n    persistent: false\n  /theirs:\n    name: {theirs}\n    \
-         persistent: false\n\
+        "name: lifecycle\nfile_mounts:\n  /policy:\n    name: {kept}{store}\n  \
+         /scratch:\n    name: {gone}{store}\n    persistent: false\n  /theirs:\n    \
+         name: {theirs}{store}\n    persistent: false\n\
          run: |\n  for i in $(seq 40); do echo \"part $i\" > /scratch/part-$i; done\n  \
          echo v1 > /policy/v1\n  echo ok > /theirs/ok\n  touch {dir}/written\n  \
          for i in $(seq 1200); do test -f {dir}/go && break; sleep 0.1; done\n",
-        dir = dir.display()
+        dir = dir.display(),
+        store = stand.store_line("    "),
     )
 }
 
@@ -675,26 +856,35 @@ fn lifecycle_group(dir: &std::path::Path, kept: &str, gone: &str, theirs: &str) 
 /// ends.
 #[test]
 fn buckets_skyc_made_are_kept_or_deleted_after_their_group() {
-    lifecycle(Target::Local);
+    lifecycle(Target::Local, moto());
 }
 
 #[test]
 fn buckets_skyc_made_are_kept_or_deleted_after_their_group_on_slurm() {
     let Some(_cluster) = cluster() else { return };
-    lifecycle(Target::Slurm);
+    lifecycle(Target::Slurm, moto());
 }
 
-fn lifecycle(target: Target) {
-    let Some(endpoint) = moto() else { return };
+#[test]
+fn gcs_buckets_skyc_made_are_kept_or_deleted_after_their_group() {
+    lifecycle(Target::Local, gcs());
+}
+
+fn lifecycle(target: Target, stand: Option<Stand>) {
+    let Some(endpoint) = stand else { return };
     if !fuse() {
         return;
     }
     let s = target.scratch("storage-lifecycle");
-    let on = if target == Target::Local {
-        "local"
-    } else {
-        "slurm"
-    };
+    let on = format!(
+        "{}-{}",
+        endpoint.scheme(),
+        if target == Target::Local {
+            "local"
+        } else {
+            "slurm"
+        }
+    );
     let kept = format!("skyc-kept-{}-{on}", std::process::id());
     let gone = format!("skyc-gone-{}-{on}", std::process::id());
     // The user's own bucket, which no spec can have skyc delete.
@@ -706,7 +896,7 @@ fn lifecycle(target: Target) {
     Bucket::at(&endpoint, &gone).remove();
     s.write(
         "g.yaml",
-        &lifecycle_group(&s.dir, &kept, &gone, &theirs.name),
+        &lifecycle_group(&s.dir, &endpoint, &kept, &gone, &theirs.name),
     );
     let home = s.dir.join("home");
     std::fs::create_dir_all(&home).expect("home");
@@ -736,7 +926,10 @@ fn lifecycle(target: Target) {
     for b in &listed {
         assert_eq!(b["used_by"], serde_json::json!([gid]), "{b}");
         assert_eq!(b["persistent"], b["name"] == kept.as_str(), "{b}");
-        assert_eq!(b["url"], format!("s3://{}", b["name"].as_str().unwrap()));
+        assert_eq!(
+            b["url"],
+            format!("{}://{}", endpoint.scheme(), b["name"].as_str().unwrap())
+        );
     }
     // Mounted: not deleted under its group.
     let out = with_aws(s.skyc(&["storage", "delete", &kept]), &endpoint, &home)
@@ -799,8 +992,11 @@ fn a_bucket_not_kept_is_deleted_by_the_next_supervisor_after_a_crash() {
         return;
     }
     let s = Scratch::new("storage-crash");
-    let relay = support::relay::Relay::to(&moto);
-    let endpoint = relay.endpoint();
+    let Stand::S3(at) = &moto else {
+        unreachable!("moto is S3's")
+    };
+    let relay = support::relay::Relay::to(at);
+    let endpoint = Stand::S3(relay.endpoint());
     let kept = format!("skyc-kept-{}-crash", std::process::id());
     let gone = format!("skyc-gone-{}-crash", std::process::id());
     let theirs = Bucket::new(&moto, &format!("skyc-theirs-{}-crash", std::process::id()));
@@ -808,7 +1004,7 @@ fn a_bucket_not_kept_is_deleted_by_the_next_supervisor_after_a_crash() {
     Bucket::at(&moto, &gone).remove();
     s.write(
         "g.yaml",
-        &lifecycle_group(&s.dir, &kept, &gone, &theirs.name),
+        &lifecycle_group(&s.dir, &moto, &kept, &gone, &theirs.name),
     );
     let home = s.dir.join("home");
     std::fs::create_dir_all(&home).expect("home");

@@ -23,15 +23,18 @@
 //! asking again), [`outbox`] (reports from a backend's threads to the
 //! supervisor's loop). [`secrets`] gives tasks their secrets on every
 //! target; [`files`] their code and data, and [`storage`] the buckets
-//! they copy.
+//! they copy or mount, through the S3 client ([`aws::s3`]) and the GCS
+//! client ([`gcp`]), which share [`objects`]' transfers.
 
 pub mod aws;
 pub mod backend;
 pub mod backoff;
 pub mod files;
+pub mod gcp;
 pub mod goal;
 pub mod k8s;
 pub mod local;
+pub mod objects;
 pub mod outbox;
 pub mod paths;
 pub mod policy;

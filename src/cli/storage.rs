@@ -98,7 +98,7 @@ fn ls(args: &LsArgs) -> Outcome {
                 serde_json::json!({
                     "name": b.name,
                     "store": b.store,
-                    "url": format!("{}://{}", b.store, b.name),
+                    "url": skyc_targets::storage::Store::named(&b.store).url(&b.name).to_string(),
                     "endpoint": b.endpoint,
                     "region": b.region,
                     "persistent": b.persistent,

@@ -6,9 +6,12 @@
 use serde::{Deserialize, Serialize};
 use skyc_compiler::ir::FileMount;
 
-/// The object stores a bucket URL names, by its scheme.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The object stores a bucket URL names, by its scheme. skyc reaches S3
+/// (and what speaks its API) and Google Cloud Storage.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Store {
+    #[default]
     S3,
     Gcs,
     R2,
@@ -17,6 +20,67 @@ pub enum Store {
 }
 
 impl Store {
+    /// The store a storage spec's `store` names (SkyPilot's `StoreType`
+    /// values, any case); S3 when it names none, as SkyPilot's default.
+    pub fn of_spec(spec: &serde_json::Value) -> Store {
+        match spec
+            .get("store")
+            .and_then(|s| s.as_str())
+            .map(str::to_ascii_lowercase)
+            .as_deref()
+        {
+            None | Some("s3") => Store::S3,
+            Some("gcs") => Store::Gcs,
+            Some("r2") => Store::R2,
+            Some(_) => Store::Other,
+        }
+    }
+
+    /// Whether skyc reads, writes and mounts this store's buckets.
+    pub fn reached(self) -> bool {
+        matches!(self, Store::S3 | Store::Gcs)
+    }
+
+    /// Its URL scheme (`s3`, `gs`).
+    pub fn scheme(self) -> &'static str {
+        match self {
+            Store::S3 => "s3",
+            Store::Gcs => "gs",
+            Store::R2 => "r2",
+            Store::Other => "other",
+        }
+    }
+
+    /// As the store records it and `skyc storage ls` shows it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Store::S3 => "s3",
+            Store::Gcs => "gcs",
+            Store::R2 => "r2",
+            Store::Other => "other",
+        }
+    }
+
+    /// The store recorded as `name`.
+    pub fn named(name: &str) -> Store {
+        match name {
+            "s3" => Store::S3,
+            "gcs" => Store::Gcs,
+            "r2" => Store::R2,
+            _ => Store::Other,
+        }
+    }
+
+    /// `scheme://bucket`.
+    pub fn url(self, bucket: &str) -> BucketUrl {
+        BucketUrl {
+            store: self,
+            scheme: self.scheme().to_owned(),
+            bucket: bucket.to_owned(),
+            path: String::new(),
+        }
+    }
+
     fn of_scheme(scheme: &str) -> Option<Store> {
         Some(match scheme {
             "s3" => Store::S3,
@@ -135,14 +199,19 @@ pub fn bucket(mount: &FileMount) -> Option<Bucket> {
 pub struct Mounted {
     /// Absolute, or `~/...` (the node's home).
     pub destination: String,
+    /// S3 in plans stored before other stores were mounted.
+    #[serde(default)]
+    pub store: Store,
     pub bucket: String,
     /// The prefix mounted (`""`: the whole bucket).
     pub path: String,
     /// MOUNT_CACHED: a local cache, writes uploaded behind (and waited
     /// for before the node ends).
     pub cached: bool,
-    /// The S3 endpoint the submission used; `None` is AWS's own.
+    /// The endpoint the submission used (S3's configured one, the GCS
+    /// emulator's); `None` is the store's own.
     pub endpoint: Option<String>,
+    /// S3's region, GCS's location.
     pub region: String,
 }
 
@@ -165,23 +234,43 @@ pub const DIR_CACHE: &str = "5s";
 /// target: MOUNT without a cache, as SkyPilot's MOUNT (a file is written
 /// front to back and is in the bucket when closed); MOUNT_CACHED with
 /// rclone's full cache, writes uploaded a second after they are closed.
-/// The remote is `:s3:` with the node's own AWS configuration
-/// (`env_auth`), and the region and endpoint the submission used when it
-/// is known. Nothing a bucket or path holds is parsed as an option.
+/// Nothing a bucket or path holds is parsed as an option.
+///
+/// - S3: the remote `:s3:` with the node's own AWS configuration
+///   (`env_auth`), and the region and endpoint the submission used when
+///   it is known.
+/// - GCS: the remote `:gcs:` with the node's Application Default
+///   Credentials (rclone's fallback when given none: the file
+///   `GOOGLE_APPLICATION_CREDENTIALS` names, `gcloud`'s, the instance's
+///   service account); objects written without ACLs, as a bucket with
+///   uniform access asks. An endpoint is the emulator the submission
+///   used (`STORAGE_EMULATOR_HOST`), reached without credentials as
+///   Google's libraries reach it.
 pub fn rclone_settings(
+    store: Store,
     cached: bool,
     region: Option<&str>,
     endpoint: Option<&str>,
 ) -> Vec<(&'static str, String)> {
-    let mut out = vec![
-        ("RCLONE_S3_ENV_AUTH", "true".to_owned()),
-        ("RCLONE_S3_NO_CHECK_BUCKET", "true".to_owned()),
+    // The store's own settings first: where the bucket is, and how the
+    // node proves who it is.
+    let mut out = match store {
+        Store::Gcs => vec![
+            ("RCLONE_GCS_BUCKET_POLICY_ONLY", "true".to_owned()),
+            ("RCLONE_GCS_NO_CHECK_BUCKET", "true".to_owned()),
+        ],
+        _ => vec![
+            ("RCLONE_S3_ENV_AUTH", "true".to_owned()),
+            ("RCLONE_S3_NO_CHECK_BUCKET", "true".to_owned()),
+        ],
+    };
+    out.extend([
         ("RCLONE_DIR_CACHE_TIME", DIR_CACHE.to_owned()),
         ("RCLONE_ALLOW_OTHER", "true".to_owned()),
         // The destination may hold files, or be a mount already.
         ("RCLONE_ALLOW_NON_EMPTY", "true".to_owned()),
         ("RCLONE_LOG_LEVEL", "INFO".to_owned()),
-    ];
+    ]);
     if cached {
         out.extend([
             ("RCLONE_VFS_CACHE_MODE", "full".to_owned()),
@@ -190,6 +279,15 @@ pub fn rclone_settings(
         ]);
     } else {
         out.push(("RCLONE_VFS_CACHE_MODE", "off".to_owned()));
+    }
+    if store == Store::Gcs {
+        if let Some(e) = endpoint {
+            out.extend([
+                ("RCLONE_GCS_ENDPOINT", e.to_owned()),
+                ("RCLONE_GCS_ANONYMOUS", "true".to_owned()),
+            ]);
+        }
+        return out;
     }
     if let Some(r) = region {
         out.push(("RCLONE_S3_REGION", r.to_owned()));
@@ -204,12 +302,14 @@ pub fn rclone_settings(
     out
 }
 
-/// rclone's remote for `bucket` and `path` (`:s3:bucket/path`).
-pub fn rclone_remote(bucket: &str, path: &str) -> String {
+/// rclone's remote for `bucket` and `path` of `store`
+/// (`:s3:bucket/path`, `:gcs:bucket/path`).
+pub fn rclone_remote(store: Store, bucket: &str, path: &str) -> String {
+    let backend = if store == Store::Gcs { "gcs" } else { "s3" };
     if path.is_empty() {
-        format!(":s3:{bucket}")
+        format!(":{backend}:{bucket}")
     } else {
-        format!(":s3:{bucket}/{path}")
+        format!(":{backend}:{bucket}/{path}")
     }
 }
 
@@ -218,9 +318,10 @@ pub fn rclone_remote(bucket: &str, path: &str) -> String {
 /// job waits for its uploads.
 pub const RCLONE_FLUSHED: &str = "in use 0, to upload 0, uploading 0";
 
-/// An S3 bucket a task mounts (MOUNT, MOUNT_CACHED), before it is found.
+/// A bucket a task mounts (MOUNT, MOUNT_CACHED), before it is found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ToMount {
+    pub store: Store,
     pub bucket: String,
     pub path: String,
     pub cached: bool,
@@ -230,8 +331,9 @@ pub struct ToMount {
     pub persistent: bool,
 }
 
-/// The S3 bucket `mount` mounts: a bucket URL source, or a `name` alone
-/// (in S3, SkyPilot's default store), in MOUNT or MOUNT_CACHED mode.
+/// The bucket `mount` mounts, in a store skyc reaches: a bucket URL
+/// source, or a `name` alone (in the spec's `store`, S3 by default), in
+/// MOUNT or MOUNT_CACHED mode.
 pub fn to_mount(mount: &FileMount) -> Option<ToMount> {
     let b = bucket(mount)?;
     let cached = match b.mode {
@@ -239,33 +341,20 @@ pub fn to_mount(mount: &FileMount) -> Option<ToMount> {
         Mode::Mount => false,
         Mode::MountCached => true,
     };
-    let store = mount
-        .storage
-        .as_ref()
-        .and_then(|s| s.get("store")?.as_str().map(str::to_ascii_lowercase));
-    if store.as_deref().is_some_and(|s| s != "s3") {
-        return None;
-    }
+    let named_store = mount.storage.as_ref().map_or(Store::S3, Store::of_spec);
     // A local source is uploaded to the named bucket first ([`uploaded`]).
     let local = mount.source.is_some() && b.url.is_none();
     match (b.url, b.name, mount.source.is_some() && !local) {
-        (
-            Some(BucketUrl {
-                store: Store::S3,
-                bucket,
-                path,
-                ..
-            }),
-            _,
-            _,
-        ) => Some(ToMount {
-            bucket,
-            path,
+        (Some(url), _, _) if url.store.reached() => Some(ToMount {
+            store: url.store,
+            bucket: url.bucket,
+            path: url.path,
             cached,
             create: false,
             persistent: b.persistent,
         }),
-        (None, Some(name), false) => Some(ToMount {
+        (None, Some(name), false) if named_store.reached() => Some(ToMount {
+            store: named_store,
             bucket: name,
             path: String::new(),
             cached,
@@ -277,13 +366,14 @@ pub fn to_mount(mount: &FileMount) -> Option<ToMount> {
 }
 
 /// A storage spec's local `source` (a directory) with a `name`: uploaded
-/// to that S3 bucket (made when it is not there) when the group is
-/// submitted, as SkyPilot syncs it there before the job, then copied to
-/// the nodes or mounted on them as `mode` says.
+/// to that bucket of its `store` (made when it is not there) when the
+/// group is submitted, as SkyPilot syncs it there before the job, then
+/// copied to the nodes or mounted on them as `mode` says.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Uploaded {
     /// As written.
     pub source: String,
+    pub store: Store,
     pub bucket: String,
     pub mode: Mode,
     pub persistent: bool,
@@ -292,11 +382,8 @@ pub struct Uploaded {
 /// The upload `mount` asks for, or `None`.
 pub fn uploaded(mount: &FileMount) -> Option<Uploaded> {
     let spec = mount.storage.as_ref()?;
-    let store = spec
-        .get("store")
-        .and_then(|s| s.as_str())
-        .map(str::to_ascii_lowercase);
-    if store.as_deref().is_some_and(|s| s != "s3") {
+    let store = Store::of_spec(spec);
+    if !store.reached() {
         return None;
     }
     let b = bucket(mount)?;
@@ -306,6 +393,7 @@ pub fn uploaded(mount: &FileMount) -> Option<Uploaded> {
     }
     Some(Uploaded {
         source: source.clone(),
+        store,
         bucket: b.name?,
         mode: b.mode,
         persistent: b.persistent,
@@ -313,20 +401,15 @@ pub fn uploaded(mount: &FileMount) -> Option<Uploaded> {
 }
 
 /// A bucket every target copies to its nodes through the run's files
-/// (read at submission, like a local source): an existing S3 bucket or
-/// path, in COPY mode.
+/// (read at submission, like a local source): an existing bucket or path
+/// of a store skyc reaches, in COPY mode.
 pub fn copied(mount: &FileMount) -> Option<BucketUrl> {
     match bucket(mount)? {
         Bucket {
-            url:
-                Some(
-                    url @ BucketUrl {
-                        store: Store::S3, ..
-                    },
-                ),
+            url: Some(url),
             mode: Mode::Copy,
             ..
-        } => Some(url),
+        } if url.store.reached() => Some(url),
         _ => None,
     }
 }
@@ -388,8 +471,12 @@ mod tests {
             (Some("p"), false, None)
         );
         assert_eq!(bucket(&mount(Some("./code"), None)), None);
-        // Not reached yet: another store, copied.
-        assert_eq!(copied(&mount(Some("gs://d/x"), None)), None);
+        // Google Cloud Storage is reached; other stores are not yet.
+        assert_eq!(
+            copied(&mount(Some("gs://d/x"), None)).unwrap().store,
+            Store::Gcs
+        );
+        assert_eq!(copied(&mount(Some("cos://d/x"), None)), None);
         // Mounted: a URL, or a name alone; not a local source uploaded.
         let m = to_mount(&spec).unwrap();
         assert_eq!((m.bucket.as_str(), m.create, m.cached), ("d", false, false));
@@ -437,8 +524,29 @@ mod tests {
         );
         assert_eq!(uploaded(&spec), None);
         assert_eq!(uploaded(&named), None);
-        let gcs = mount(None, Some(serde_json::json!({"name": "p", "store": "gcs"})));
-        assert_eq!(to_mount(&gcs), None);
+        let gcs = mount(None, Some(serde_json::json!({"name": "p", "store": "GCS"})));
+        assert_eq!(to_mount(&gcs).unwrap().store, Store::Gcs);
+        let gcs_up = mount(
+            Some("./l"),
+            Some(serde_json::json!({"name": "p", "source": "./l", "store": "gcs"})),
+        );
+        assert_eq!(uploaded(&gcs_up).unwrap().store, Store::Gcs);
+        let gs_url = mount(
+            Some("gs://g/sub"),
+            Some(serde_json::json!({"source": "gs://g/sub"})),
+        );
+        assert_eq!(
+            (
+                to_mount(&gs_url).unwrap().store,
+                rclone_remote(Store::Gcs, "g", "sub")
+            ),
+            (Store::Gcs, ":gcs:g/sub".to_owned())
+        );
+        let azure = mount(
+            None,
+            Some(serde_json::json!({"name": "p", "store": "azure"})),
+        );
+        assert_eq!(to_mount(&azure), None);
         assert_eq!(to_mount(&s), None);
     }
 }

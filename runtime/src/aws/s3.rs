@@ -17,19 +17,13 @@ use crate::aws::ec2::client::{Error, Https, SetupError, Tuning, connector, excha
 use crate::aws::ec2::retry;
 use crate::aws::ec2::sigv4::{self, Credentials};
 use bytes::Bytes;
-use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full, StreamBody};
-use hyper::body::Frame;
+use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::rt::TokioExecutor;
-use std::io::{self, Write};
 use std::time::Duration;
 
 /// The largest answer read (a listing page is at most 1,000 keys).
 const MAX_BODY: usize = 4 << 20;
-
-/// The chunk a streamed body is sent in.
-const CHUNK: usize = 1 << 20;
 
 /// The slowest upload waited for: a try of a body of N bytes sent may take
 /// the tuning's request time plus N at this rate.
@@ -41,11 +35,7 @@ pub const MAX_PUT_BYTES: u64 = 5 << 30;
 /// SHA-256 of no bytes, as S3 wants a body-less request's signed.
 const EMPTY_SHA256: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
 
-type Body = BoxBody<Bytes, io::Error>;
-
-/// What an object's bytes are written by: called once per try of its
-/// upload, on a thread of its own.
-pub type Source = std::sync::Arc<dyn Fn(&mut dyn Write) -> io::Result<()> + Send + Sync>;
+pub use crate::objects::{Body, Source};
 
 /// A client of one region's S3.
 #[derive(Clone)]
@@ -341,61 +331,21 @@ impl S3 {
             &[],
             (empty, 0, EMPTY_SHA256),
         )?;
-        let unreachable = |why: String| Error::Unreachable {
-            service: "S3",
-            endpoint: format!("{}://{}", t.scheme, t.host),
-            why,
-        };
-        // However large the object: an answer that stops for the
-        // tuning's request time is given up on, not a slow one.
-        let idle = self.tuning.request_timeout;
-        let local = |e: io::Error| Error::Request(format!("{}: {e}", to.display()));
-        let fetch = async {
-            let resp = tokio::time::timeout(idle, self.http.request(req))
-                .await
-                .map_err(|_| unreachable(format!("no answer within {} s", idle.as_secs())))?
-                .map_err(|e| unreachable(crate::aws::ec2::client::root_cause(&e)))?;
-            let status = resp.status().as_u16();
-            let mut body = resp.into_body();
-            if !(200..300).contains(&status) {
-                let bytes = http_body_util::Limited::new(body, MAX_BODY)
-                    .collect()
-                    .await
-                    .map_err(|e| unreachable(format!("the answer broke off: {e}")))?
-                    .to_bytes();
-                return Err(api_error("GetObject", status, &bytes));
-            }
-            // Made (empty) before: a try starts it over.
-            let mut file = std::fs::OpenOptions::new()
-                .write(true)
-                .truncate(true)
-                .open(to)
-                .map_err(local)?;
-            let mut got = 0u64;
-            loop {
-                let frame = tokio::time::timeout(idle, body.frame())
-                    .await
-                    .map_err(|_| {
-                        unreachable(format!("`{key}` stopped coming for {} s", idle.as_secs()))
-                    })?;
-                let Some(frame) = frame else { break };
-                let frame = frame.map_err(|e| unreachable(format!("the answer broke off: {e}")))?;
-                if let Ok(data) = frame.into_data() {
-                    got += data.len() as u64;
-                    if got > size {
-                        break;
-                    }
-                    file.write_all(&data).map_err(local)?;
-                }
-            }
-            if got != size {
-                return Err(unreachable(format!(
-                    "`{key}` is {size} bytes as listed, and {got} came"
-                )));
-            }
-            Ok(())
-        };
-        fetch.await
+        let endpoint = format!("{}://{}", t.scheme, t.host);
+        let http = &self.http;
+        let fetch = http.request(req);
+        crate::objects::download(
+            fetch,
+            self.tuning.request_timeout,
+            (key, size, to),
+            |why| Error::Unreachable {
+                service: "S3",
+                endpoint: endpoint.clone(),
+                why,
+            },
+            |status, bytes| api_error("GetObject", status, bytes),
+        )
+        .await
     }
 
     /// Deletes one object (one already gone is deleted).
@@ -431,7 +381,7 @@ impl S3 {
         let backoff = self.tuning.backoff;
         let mut n = 0;
         loop {
-            let body = stream(source.clone());
+            let body = crate::objects::stream(source.clone());
             match self
                 .try_once(
                     "PutObject",
@@ -588,55 +538,6 @@ fn already_done(result: Result<String, Error>, code: &str) -> Result<(), Error> 
     match result {
         Err(e) if e.code() == Some(code) => Ok(()),
         other => other.map(drop),
-    }
-}
-
-/// A body written by `source` on a thread of its own, a chunk at a time
-/// (two chunks queued at most). A failed write ends the body with its
-/// error, so the request fails rather than sending short.
-fn stream(source: Source) -> Body {
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<io::Result<Bytes>>(2);
-    std::thread::spawn(move || {
-        let mut w = Chunks {
-            tx: tx.clone(),
-            buf: Vec::with_capacity(CHUNK),
-        };
-        let result = source(&mut w).and_then(|()| w.flush());
-        if let Err(e) = result {
-            let _ = tx.blocking_send(Err(e));
-        }
-    });
-    let frames = futures::stream::poll_fn(move |cx| {
-        rx.poll_recv(cx)
-            .map(|chunk| chunk.map(|r| r.map(Frame::data)))
-    });
-    StreamBody::new(frames).boxed()
-}
-
-/// A writer that sends what it is given in [`CHUNK`]s.
-struct Chunks {
-    tx: tokio::sync::mpsc::Sender<io::Result<Bytes>>,
-    buf: Vec<u8>,
-}
-
-impl Write for Chunks {
-    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
-        let n = data.len().min(CHUNK - self.buf.len());
-        self.buf.extend_from_slice(&data[..n]);
-        if self.buf.len() == CHUNK {
-            self.flush()?;
-        }
-        Ok(n)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        if self.buf.is_empty() {
-            return Ok(());
-        }
-        let chunk = Bytes::from(std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK)));
-        self.tx
-            .blocking_send(Ok(chunk))
-            .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "the request ended"))
     }
 }
 

@@ -10,7 +10,7 @@ use crate::storage::{Buckets, CopyError};
 use skyc_compiler::ir::{Group, Task, Workdir};
 use skyc_compiler::{Diagnostic, Rule, Span};
 pub use skyc_targets::files::{Mount, Volume, WORKDIR, delivered, local};
-use skyc_targets::storage::{BucketUrl, Mode, Mounted, Uploaded, uploaded};
+use skyc_targets::storage::{BucketUrl, Mode, Mounted, Store, Uploaded, uploaded};
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
@@ -323,21 +323,23 @@ pub fn take(group: &Group, taking: &mut Taking<'_>) -> (Files, Vec<Diagnostic>) 
                     (&w.upload, taking.into, taking.submitting)
                 {
                     uploads.push(Upload {
+                        store: u.store,
                         bucket: u.bucket.clone(),
                         tree: store.path(&taken.digest),
                         span: w.span,
                         source: w.written.to_owned(),
                     });
                     if u.mode == Mode::Copy && !named.iter().any(|n| n.bucket == u.bucket) {
-                        match buckets.exists(&u.bucket) {
+                        match buckets.exists(u.store, &u.bucket) {
                             Ok(there) => named.push(Named {
+                                store: u.store,
                                 bucket: u.bucket.clone(),
                                 span: w.span,
                                 make: !there,
                                 persistent: u.persistent,
                             }),
                             Err(e) => {
-                                diagnostics.push(bucket_diagnostic(&w, &s3_bucket(&u.bucket), e))
+                                diagnostics.push(bucket_diagnostic(&w, &u.store.url(&u.bucket), e))
                             }
                         }
                     }
@@ -421,10 +423,8 @@ fn mount_buckets(task: &Task, here: bool, found: &mut Found<'_>) -> Vec<Mounted>
             continue;
         }
         let url = BucketUrl {
-            store: skyc_targets::storage::Store::S3,
-            scheme: "s3".into(),
-            bucket: to.bucket.clone(),
             path: to.path.clone(),
+            ..to.store.url(&to.bucket)
         };
         let w = Wanted {
             destination: m.destination.clone(),
@@ -438,6 +438,7 @@ fn mount_buckets(task: &Task, here: bool, found: &mut Found<'_>) -> Vec<Mounted>
             Ok((mounted, make)) => {
                 if to.create && !named.iter().any(|n| n.bucket == to.bucket) {
                     named.push(Named {
+                        store: to.store,
                         bucket: to.bucket.clone(),
                         span: m.at.0,
                         make,
@@ -504,6 +505,7 @@ impl Naming {
 /// (`make`), deleted after its groups unless `persistent`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Named {
+    store: Store,
     bucket: String,
     span: Span,
     make: bool,
@@ -514,6 +516,7 @@ struct Named {
 /// there.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Upload {
+    store: Store,
     bucket: String,
     /// The snapshot of the source.
     tree: PathBuf,
@@ -521,21 +524,11 @@ struct Upload {
     source: String,
 }
 
-/// `s3://bucket`.
-fn s3_bucket(bucket: &str) -> BucketUrl {
-    BucketUrl {
-        store: skyc_targets::storage::Store::S3,
-        scheme: "s3".into(),
-        bucket: bucket.to_owned(),
-        path: String::new(),
-    }
-}
-
 /// Uploads each source to its bucket; a diagnostic at each that cannot
 /// be.
 fn upload(uploads: &[Upload], buckets: &mut Buckets, diagnostics: &mut Vec<Diagnostic>) {
     for u in uploads {
-        if let Err(e) = buckets.upload(&u.bucket, &u.tree) {
+        if let Err(e) = buckets.upload(u.store, &u.bucket, &u.tree) {
             let w = Wanted {
                 destination: String::new(),
                 written: &u.source,
@@ -544,7 +537,7 @@ fn upload(uploads: &[Upload], buckets: &mut Buckets, diagnostics: &mut Vec<Diagn
                 bucket: None,
                 upload: None,
             };
-            diagnostics.push(bucket_diagnostic(&w, &s3_bucket(&u.bucket), e));
+            diagnostics.push(bucket_diagnostic(&w, &u.store.url(&u.bucket), e));
         }
     }
 }
@@ -571,10 +564,10 @@ fn name_buckets(
             bucket: None,
             upload: None,
         };
-        diagnostics.push(bucket_diagnostic(&w, &s3_bucket(&n.bucket), e));
+        diagnostics.push(bucket_diagnostic(&w, &n.store.url(&n.bucket), e));
     };
     for n in named.iter().filter(|n| n.make) {
-        if let Err(e) = buckets.make_recorded(store, &n.bucket) {
+        if let Err(e) = buckets.make_recorded(store, n.store, &n.bucket) {
             failed(diagnostics, n, e);
             return;
         }
@@ -767,8 +760,20 @@ fn diagnostic(w: &Wanted<'_>, root: &Path, error: SourceError) -> Diagnostic {
 }
 
 fn bucket_diagnostic(w: &Wanted<'_>, url: &BucketUrl, error: CopyError) -> Diagnostic {
-    let credentials = "skyc reads buckets with the AWS configuration `aws` uses (AWS_PROFILE, \
-                       the shared files, AWS_ACCESS_KEY_ID, SSO, an instance role)";
+    let gcs = url.store == Store::Gcs;
+    let credentials = if gcs {
+        "skyc reads GCS buckets with Application Default Credentials, as `gcloud storage` \
+         does (GOOGLE_APPLICATION_CREDENTIALS, `gcloud auth application-default login`, an \
+         instance's service account)"
+    } else {
+        "skyc reads buckets with the AWS configuration `aws` uses (AWS_PROFILE, the shared \
+         files, AWS_ACCESS_KEY_ID, SSO, an instance role)"
+    };
+    let ls = if gcs {
+        "`gcloud storage ls`"
+    } else {
+        "`aws s3 ls`"
+    };
     let unreadable = |why: String, label: &str, help: String| {
         Diagnostic::new(
             Rule::UnreadableBucketSource,
@@ -785,7 +790,9 @@ fn bucket_diagnostic(w: &Wanted<'_>, url: &BucketUrl, error: CopyError) -> Diagn
             format!("bucket `{}` does not exist", url.bucket),
         )
         .label("no such bucket")
-        .help("name a bucket these credentials can list (`aws s3 ls` lists them)"),
+        .help(format!(
+            "name a bucket these credentials can list ({ls} lists them)"
+        )),
         CopyError::Nothing => Diagnostic::new(
             Rule::MissingBucketSource,
             w.span,
@@ -795,9 +802,15 @@ fn bucket_diagnostic(w: &Wanted<'_>, url: &BucketUrl, error: CopyError) -> Diagn
             ),
         )
         .label("not found")
-        .help("object keys are case-sensitive; `aws s3 ls` lists what the bucket holds"),
+        .help(format!(
+            "object keys are case-sensitive; {ls} lists what the bucket holds"
+        )),
         CopyError::NoCredentials(why) => unreadable(
-            format!("no AWS credentials: {why}"),
+            if gcs {
+                why
+            } else {
+                format!("no AWS credentials: {why}")
+            },
             "needs credentials",
             credentials.to_owned(),
         ),
@@ -822,16 +835,21 @@ fn bucket_diagnostic(w: &Wanted<'_>, url: &BucketUrl, error: CopyError) -> Diagn
                 w.destination
             ),
             "holds them",
-            "S3 keeps a key and keys under it apart, a filesystem cannot: copy a prefix that \
-             holds only one of them"
+            "a bucket keeps a key and keys under it apart, a filesystem cannot: copy a prefix \
+             that holds only one of them"
                 .to_owned(),
         ),
         CopyError::Failed(why) => unreadable(
             why,
             "cannot be read",
-            "skyc reaches S3 where the AWS configuration says (AWS_ENDPOINT_URL_S3, \
-             AWS_ENDPOINT_URL, the profile's `endpoint_url`); submit again once it answers"
-                .to_owned(),
+            if gcs {
+                "skyc reaches Google Cloud Storage (or the emulator STORAGE_EMULATOR_HOST names); \
+                 submit again once it answers"
+            } else {
+                "skyc reaches S3 where the AWS configuration says (AWS_ENDPOINT_URL_S3, \
+                 AWS_ENDPOINT_URL, the profile's `endpoint_url`); submit again once it answers"
+            }
+            .to_owned(),
         ),
         CopyError::TooLarge { limit, .. } => Diagnostic::new(
             Rule::FilesTooLarge,

@@ -9,9 +9,10 @@
 //! is a file; else it is the directory of the objects under it, the
 //! whole bucket for a bare `s3://bucket`.
 
-use super::{Buckets, CopyError};
+use super::client::why;
+use super::{Buckets, CopyError, Reach};
 use crate::aws::ec2::client::Error;
-use crate::aws::s3::{Object, S3};
+use crate::aws::s3::Object;
 use crate::files::source::{Budget, SourceError, Taken};
 use crate::files::store::{Snapshots, Writing, remove};
 use futures::StreamExt;
@@ -35,16 +36,16 @@ impl Buckets {
         writing: &Writing,
         budget: &mut Budget<'_>,
     ) -> Result<Taken, CopyError> {
-        let (s3, rt) = self.client()?;
-        rt.block_on(take(s3, url, snapshots, writing, budget, PARALLEL))
+        let (store, rt) = self.reach(url.store)?;
+        rt.block_on(take(store, url, snapshots, writing, budget, PARALLEL))
     }
 
     /// Whether `url` could be copied, read no further than its listing
     /// (for a submission refused already: each problem said, no data
     /// fetched).
     pub fn check(&mut self, url: &BucketUrl) -> Result<(), CopyError> {
-        let (s3, rt) = self.client()?;
-        rt.block_on(listed(s3, url)).map(drop)
+        let (store, rt) = self.reach(url.store)?;
+        rt.block_on(listed(store, url)).map(drop)
     }
 }
 
@@ -57,7 +58,7 @@ enum Listed {
 }
 
 /// What `url` names: one object (a file), or those under it.
-async fn listed(s3: &S3, url: &BucketUrl) -> Result<Listed, CopyError> {
+async fn listed(s3: Reach<'_>, url: &BucketUrl) -> Result<Listed, CopyError> {
     if url.path.is_empty() {
         let all = s3
             .list_under(&url.bucket, "", MAX_PAGES)
@@ -87,24 +88,6 @@ async fn listed(s3: &S3, url: &BucketUrl) -> Result<Listed, CopyError> {
     Ok(Listed::Dir(under))
 }
 
-pub(super) fn why(e: Error) -> CopyError {
-    match e.code() {
-        Some(
-            "AccessDenied"
-            | "InvalidAccessKeyId"
-            | "SignatureDoesNotMatch"
-            | "ExpiredToken"
-            | "InvalidToken",
-        ) => CopyError::Denied(e.to_string()),
-        Some(
-            "PermanentRedirect"
-            | "AuthorizationHeaderMalformed"
-            | "IllegalLocationConstraintException",
-        ) => CopyError::Region(e.to_string()),
-        _ => CopyError::Failed(e.to_string()),
-    }
-}
-
 /// Where `key` lands under the destination: the key after the prefix,
 /// each part a plain name (no `.`, `..` or empty part: S3 allows them, a
 /// path under the destination cannot hold them).
@@ -128,7 +111,7 @@ fn relative<'k>(key: &'k str, prefix: &str) -> Result<Option<&'k str>, CopyError
 
 /// Lists, downloads `parallel` objects at once, and keeps the snapshot.
 pub async fn take(
-    s3: &S3,
+    s3: Reach<'_>,
     url: &BucketUrl,
     snapshots: &Snapshots,
     writing: &Writing,
@@ -245,7 +228,7 @@ fn plan<'o>(
 /// Downloads `files` (made empty by [`plan`]), `parallel` at once,
 /// showing the bytes come as `budget`'s progress.
 async fn fill(
-    s3: &S3,
+    s3: Reach<'_>,
     bucket: &str,
     files: &[(&Object, PathBuf)],
     parallel: usize,
@@ -267,7 +250,7 @@ async fn fill(
                 bytes += size;
                 (budget.progress)(budget.files + count, budget.bytes + bytes);
             }
-            // Writing here failed (a full disk): not S3's doing.
+            // Writing here failed (a full disk): not the store's doing.
             Err((_, Error::Request(why))) => return Err(CopyError::Write(why)),
             Err((key, e)) => {
                 return Err(match why(e) {

@@ -14,13 +14,13 @@
 //!   uploaded behind; the node does not end before its uploads have, as
 //!   SkyPilot's job does not.
 //!
-//! rclone reads the node's own AWS configuration (`env_auth`: its
-//! environment, shared files, instance role), and the endpoint and region
-//! the submission used. Another node's writes show within
+//! rclone reads the node's own credentials (S3: its AWS configuration,
+//! `env_auth`; GCS: its Application Default Credentials), and the
+//! endpoint and region the submission used. Another node's writes show within
 //! [`skyc_targets::storage::DIR_CACHE`] of their upload.
 
-use super::copy::why;
-use super::{Buckets, CopyError};
+use super::client::why;
+use super::{Buckets, CopyError, Store};
 use skyc_targets::storage::{Mounted, RCLONE_FLUSHED, ToMount, rclone_remote, rclone_settings};
 use std::fs;
 use std::io;
@@ -40,38 +40,40 @@ impl Buckets {
     /// there yet), which [`Buckets::make`] does once the whole
     /// submission is known good.
     pub fn mount(&mut self, to: &ToMount, destination: &str) -> Result<(Mounted, bool), CopyError> {
-        let exists = self.listable(&to.bucket, &to.path)?;
-        let region = self.client()?.0.region().to_owned();
+        let exists = self.listable(to.store, &to.bucket, &to.path)?;
+        let region = self.reach(to.store)?.0.region();
         if !exists && !to.create {
             return Err(CopyError::NoBucket);
         }
         let mounted = Mounted {
             destination: destination.to_owned(),
+            store: to.store,
             bucket: to.bucket.clone(),
             path: to.path.clone(),
             cached: to.cached,
-            endpoint: self.endpoint(),
+            endpoint: self.endpoint(to.store),
             region,
         };
         Ok((mounted, !exists))
     }
 
-    /// Whether `bucket` is there (and these credentials may list it).
-    pub fn exists(&mut self, bucket: &str) -> Result<bool, CopyError> {
-        self.listable(bucket, "")
+    /// Whether `bucket` of `store` is there (and these credentials may
+    /// list it).
+    pub fn exists(&mut self, store: Store, bucket: &str) -> Result<bool, CopyError> {
+        self.listable(store, bucket, "")
     }
 
     /// Whether `bucket` can be listed under `path`: one key asked for.
-    fn listable(&mut self, bucket: &str, path: &str) -> Result<bool, CopyError> {
-        let (s3, rt) = self.client()?;
-        let found = rt.block_on(s3.first_under(bucket, path)).map_err(why)?;
+    fn listable(&mut self, store: Store, bucket: &str, path: &str) -> Result<bool, CopyError> {
+        let (client, rt) = self.reach(store)?;
+        let found = rt.block_on(client.first_under(bucket, path)).map_err(why)?;
         Ok(found.is_some())
     }
 
-    /// Makes `bucket` (one this account has already is made).
-    pub fn make(&mut self, bucket: &str) -> Result<(), CopyError> {
-        let (s3, rt) = self.client()?;
-        rt.block_on(s3.create_bucket(bucket)).map_err(why)
+    /// Makes `bucket` of `store` (one this account has already is made).
+    pub fn make(&mut self, store: Store, bucket: &str) -> Result<(), CopyError> {
+        let (client, rt) = self.reach(store)?;
+        rt.block_on(client.create_bucket(bucket)).map_err(why)
     }
 }
 
@@ -118,7 +120,8 @@ pub fn start(
     let rclone = client().map_err(io::Error::other)?;
     let log = scratch.join(format!("rclone-{index}.log"));
     let cache = scratch.join(format!("rclone-cache-{index}"));
-    let remote = rclone_remote(&m.bucket, &m.path);
+    let remote = rclone_remote(m.store, &m.bucket, &m.path);
+    let url = format!("{}://{}/{}", m.store.scheme(), m.bucket, m.path);
     let own = fs::read_link("/proc/self/ns/net").ok();
     let mut cmd = match host_net {
         Some(net) if fs::read_link(net).ok() != own => {
@@ -139,6 +142,7 @@ pub fn start(
         .arg("--cache-dir")
         .arg(&cache)
         .envs(rclone_settings(
+            m.store,
             m.cached,
             Some(&m.region),
             m.endpoint.as_deref(),
@@ -176,17 +180,14 @@ pub fn start(
                 let why = last_error(&running.log);
                 running.finish();
                 return Err(io::Error::other(format!(
-                    "rclone mounted s3://{}/{} but cannot list it ({e}): {why}",
-                    m.bucket, m.path
+                    "rclone mounted {url} but cannot list it ({e}): {why}"
                 )));
             }
             return Ok(running);
         }
         if let Some(status) = child.try_wait()? {
             return Err(io::Error::other(format!(
-                "rclone could not mount s3://{}/{} ({status}): {}",
-                m.bucket,
-                m.path,
+                "rclone could not mount {url} ({status}): {}",
                 last_error(&log)
             )));
         }
@@ -194,9 +195,7 @@ pub fn start(
             let _ = child.kill();
             let _ = child.wait();
             return Err(io::Error::other(format!(
-                "rclone did not mount s3://{}/{} within {} s: {}",
-                m.bucket,
-                m.path,
+                "rclone did not mount {url} within {} s: {}",
                 MOUNT_WAIT.as_secs(),
                 last_error(&log)
             )));

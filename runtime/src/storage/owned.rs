@@ -8,24 +8,30 @@
 //! during a deletion leaves it to the next one. A bucket skyc did not
 //! make is never deleted.
 
-use super::{Buckets, CopyError, copy::PARALLEL, copy::why};
+use super::{Buckets, CopyError, client::why, copy::PARALLEL};
 use crate::files::Snapshots;
 use crate::store::{BucketRow, Store, now_ms};
 use futures::StreamExt;
+use skyc_targets::storage::Store as Kind;
 use std::path::Path;
 
 impl Buckets {
-    /// Makes bucket `name`, recorded first and not kept: the
+    /// Makes bucket `name` of `kind`, recorded first and not kept: the
     /// submission says whether it is kept once it has gone through
-    /// ([`Store::keep_bucket`]). One S3 did not confirm stays not kept:
-    /// S3 may have made it all the same (an answer lost), and the next
-    /// collection deletes it, or finds it gone and forgets it.
-    pub fn make_recorded(&mut self, store: &mut Store, name: &str) -> Result<(), CopyError> {
-        let region = self.client()?.0.region().to_owned();
+    /// ([`Store::keep_bucket`]). One the store did not confirm stays not
+    /// kept: it may have been made all the same (an answer lost), and the
+    /// next collection deletes it, or finds it gone and forgets it.
+    pub fn make_recorded(
+        &mut self,
+        store: &mut Store,
+        kind: Kind,
+        name: &str,
+    ) -> Result<(), CopyError> {
+        let region = self.reach(kind)?.0.region();
         let row = BucketRow {
             name: name.to_owned(),
-            store: "s3".into(),
-            endpoint: self.endpoint(),
+            store: kind.name().into(),
+            endpoint: self.endpoint(kind),
             region,
             persistent: false,
             created_at_ms: now_ms(),
@@ -38,7 +44,7 @@ impl Buckets {
         if !new {
             let _ = store.keep_bucket(name, false);
         }
-        self.make(name)
+        self.make(kind, name)
     }
 }
 
@@ -46,7 +52,7 @@ impl Buckets {
 /// then the bucket. One already gone is deleted.
 pub fn delete(row: &BucketRow) -> Result<(), CopyError> {
     let mut buckets = Buckets::at(row.endpoint.clone(), row.region.clone());
-    let (s3, rt) = buckets.client()?;
+    let (s3, rt) = buckets.reach(Kind::named(&row.store))?;
     rt.block_on(async {
         // A page at a time, deleted before the next is asked for: however
         // many objects, memory holds one page.
@@ -178,7 +184,7 @@ pub fn collect(state_dir: &Path) -> Result<Vec<(String, Option<String>)>, String
 /// A deletion's failure, in a line.
 fn reason(e: &CopyError) -> String {
     match e {
-        CopyError::NoCredentials(why) => format!("no AWS credentials: {why}"),
+        CopyError::NoCredentials(why) => format!("no credentials: {why}"),
         CopyError::Denied(why) | CopyError::Region(why) | CopyError::Failed(why) => why.clone(),
         other => format!("{other:?}"),
     }

@@ -4,8 +4,8 @@
 //! sync reads it (`source::Filters::Storage`: its ignore files applied,
 //! no `.git`, no links), every file at its path as the key, 16 at once.
 
-use super::{Buckets, CopyError, copy::PARALLEL, copy::why};
-use crate::aws::s3::Source;
+use super::{Buckets, CopyError, Store, client::why, copy::PARALLEL};
+use crate::objects::Source;
 use futures::StreamExt;
 use std::fs;
 use std::io;
@@ -13,12 +13,18 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 impl Buckets {
-    /// Uploads the directory `tree` to `bucket`: its files and bytes.
-    pub fn upload(&mut self, bucket: &str, tree: &Path) -> Result<(u64, u64), CopyError> {
+    /// Uploads the directory `tree` to `bucket` of `store`: its files
+    /// and bytes.
+    pub fn upload(
+        &mut self,
+        store: Store,
+        bucket: &str,
+        tree: &Path,
+    ) -> Result<(u64, u64), CopyError> {
         let mut files = Vec::new();
         walk(tree, "", &mut files)
             .map_err(|e| CopyError::Write(format!("{}: {e}", tree.display())))?;
-        let (s3, rt) = self.client()?;
+        let (s3, rt) = self.reach(store)?;
         rt.block_on(async {
             let mut puts = futures::stream::iter(&files)
                 .map(|(key, path)| async move {
@@ -52,7 +58,7 @@ fn walk(dir: &Path, prefix: &str, out: &mut Vec<(String, PathBuf)>) -> io::Resul
         let name = e.file_name();
         let Some(name) = name.to_str() else {
             return Err(io::Error::other(format!(
-                "{}: a name S3 cannot hold as a key",
+                "{}: a name a bucket cannot hold as a key",
                 e.path().display()
             )));
         };

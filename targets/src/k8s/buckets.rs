@@ -170,6 +170,7 @@ impl Lowerer<'_> {
             let found = resolved.iter().find(|r| r.destination == m.destination);
             let volume = format!("skyc-bucket-{n}");
             let mut env: Vec<Value> = storage::rclone_settings(
+                to.store,
                 to.cached,
                 found.map(|f| f.region.as_str()),
                 found.and_then(|f| f.endpoint.as_deref()),
@@ -178,7 +179,10 @@ impl Lowerer<'_> {
             .map(|(k, v)| json!({"name": k, "value": literal_env_value(&v)}))
             .collect();
             for (k, v) in [
-                ("SKYC_REMOTE", storage::rclone_remote(&to.bucket, &to.path)),
+                (
+                    "SKYC_REMOTE",
+                    storage::rclone_remote(to.store, &to.bucket, &to.path),
+                ),
                 ("SKYC_AT", AT.to_owned()),
                 ("SKYC_LOG", LOG.to_owned()),
                 ("SKYC_CACHE", CACHE.to_owned()),

@@ -201,6 +201,7 @@ fn pods_mount_buckets_through_their_sidecars() {
     // As the submission found them.
     let found = |destination: &str, bucket: &str, path: &str, cached: bool| Mounted {
         destination: destination.into(),
+        store: skyc_targets::storage::Store::S3,
         bucket: bucket.into(),
         path: path.into(),
         cached,
