@@ -197,18 +197,17 @@ impl Bucket {
             std::process::id(),
             key.replace('/', "_")
         ));
-        let size = self
+        let object = self
             .rt
             .block_on(self.store().list_under(&self.name, key, 1))
             .expect("list")
             .unwrap_or_default()
             .into_iter()
             .find(|o| o.key == key)
-            .unwrap_or_else(|| panic!("no object {key} in {}", self.name))
-            .size;
+            .unwrap_or_else(|| panic!("no object {key} in {}", self.name));
         std::fs::write(&to, b"").expect("the file to fill");
         self.rt
-            .block_on(self.store().get_object(&self.name, key, size, &to))
+            .block_on(self.store().get_object(&self.name, &object, &to))
             .expect("GetObject");
         let bytes = std::fs::read(&to).expect("read");
         let _ = std::fs::remove_file(&to);

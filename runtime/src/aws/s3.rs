@@ -63,6 +63,10 @@ impl std::fmt::Debug for S3 {
 pub struct Object {
     pub key: String,
     pub size: u64,
+    /// Its version as listed (S3's ETag, GCS's generation): a download
+    /// asks for exactly it, so an object replaced since its listing is
+    /// refused, not copied.
+    pub version: Option<String>,
 }
 
 /// Where one request goes: `scheme`, `host[:port]` and the path.
@@ -299,27 +303,22 @@ impl S3 {
         })
     }
 
-    /// Downloads `key`, `size` bytes as listed, into `to` (an existing
-    /// file, truncated for each try): fails when S3 sends other than
-    /// `size` bytes. Tried again while it fails for a while; a local
-    /// write that fails is `Error::Request`.
+    /// Downloads object `o` as listed into `to` (an existing file,
+    /// truncated for each try): fails when S3 sends other than its size,
+    /// or when it is no longer the version listed (`PreconditionFailed`).
+    /// Tried again while it fails for a while; a local write that fails is
+    /// `Error::Request`.
     pub async fn get_object(
         &self,
         bucket: &str,
-        key: &str,
-        size: u64,
+        o: &Object,
         to: &std::path::Path,
     ) -> Result<(), Error> {
-        retry::retried(self.tuning.backoff, || self.get_once(bucket, key, size, to)).await
+        retry::retried(self.tuning.backoff, || self.get_once(bucket, o, to)).await
     }
 
-    async fn get_once(
-        &self,
-        bucket: &str,
-        key: &str,
-        size: u64,
-        to: &std::path::Path,
-    ) -> Result<(), Error> {
+    async fn get_once(&self, bucket: &str, o: &Object, to: &std::path::Path) -> Result<(), Error> {
+        let (key, size) = (o.key.as_str(), o.size);
         let empty: Body = Full::new(Bytes::new())
             .map_err(|never| match never {})
             .boxed();
@@ -331,6 +330,14 @@ impl S3 {
             &[],
             (empty, 0, EMPTY_SHA256),
         )?;
+        let mut req = req;
+        if let Some(etag) = o
+            .version
+            .as_deref()
+            .and_then(|e| http::HeaderValue::from_str(e).ok())
+        {
+            req.headers_mut().insert(http::header::IF_MATCH, etag);
+        }
         let endpoint = format!("{}://{}", t.scheme, t.host);
         let http = &self.http;
         let fetch = http.request(req);
@@ -566,7 +573,11 @@ fn listing(xml: &str) -> Result<Listing, String> {
         let size = text(c, "Size")
             .and_then(|s| s.parse().ok())
             .ok_or("a listed object has no Size")?;
-        objects.push(Object { key, size });
+        objects.push(Object {
+            key,
+            size,
+            version: text(c, "ETag"),
+        });
     }
     let truncated = text(root, "IsTruncated").is_some_and(|t| t == "true");
     let next = if truncated {
@@ -705,7 +716,7 @@ mod tests {
 <ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">
   <Name>b</Name><KeyCount>2</KeyCount><IsTruncated>true</IsTruncated>
   <NextContinuationToken>1ueGcxLPRx1Tr/XYExHnhbYLgveDs2J/wm36Hy4vbOwM=</NextContinuationToken>
-  <Contents><Key>a.tar</Key><Size>10240</Size></Contents>
+  <Contents><Key>a.tar</Key><Size>10240</Size><ETag>"9b2cf535f27731c974343645a3985328"</ETag></Contents>
   <Contents><Key>b.tar</Key><Size>0</Size></Contents>
 </ListBucketResult>"#,
         )
@@ -715,11 +726,13 @@ mod tests {
             vec![
                 Object {
                     key: "a.tar".into(),
-                    size: 10240
+                    size: 10240,
+                    version: Some("\"9b2cf535f27731c974343645a3985328\"".into()),
                 },
                 Object {
                     key: "b.tar".into(),
-                    size: 0
+                    size: 0,
+                    version: None,
                 }
             ]
         );

@@ -829,6 +829,13 @@ fn bucket_diagnostic(w: &Wanted<'_>, url: &BucketUrl, error: CopyError) -> Diagn
             "a key with an empty, `.` or `..` part cannot be copied; copy a prefix without it"
                 .to_owned(),
         ),
+        CopyError::Changed(key) => unreadable(
+            format!("its object `{key}` was replaced while it was being copied"),
+            "changed while read",
+            "a copy is one version of every object: submit again once the bucket's writers are \
+             done"
+                .to_owned(),
+        ),
         CopyError::Collision(a, b) => unreadable(
             format!(
                 "its objects `{a}` and `{b}` would be one path under `{}`",

@@ -180,7 +180,7 @@ impl Gcs {
         let mut path = format!(
             "/storage/v1/b/{}/o?maxResults={max}&fields={}",
             encode(bucket),
-            encode("items(name,size),nextPageToken")
+            encode("items(name,size,generation),nextPageToken")
         );
         if !prefix.is_empty() {
             path.push_str(&format!("&prefix={}", encode(prefix)));
@@ -212,6 +212,10 @@ impl Gcs {
             objects.push(Object {
                 key: key.to_owned(),
                 size,
+                version: match &item["generation"] {
+                    serde_json::Value::String(g) => Some(g.clone()),
+                    g => g.as_u64().map(|g| g.to_string()),
+                },
             });
         }
         let next = v["nextPageToken"]
@@ -221,22 +225,25 @@ impl Gcs {
         Ok(Some((objects, next)))
     }
 
-    /// Downloads `key`, `size` bytes as listed, into `to` (an existing
-    /// file, truncated for each try). Tried again while it fails for a
-    /// while.
+    /// Downloads object `o` as listed into `to` (an existing file,
+    /// truncated for each try): its generation as listed, or GCS refuses
+    /// (`conditionNotMet`). Tried again while it fails for a while.
     pub async fn get_object(
         &self,
         bucket: &str,
-        key: &str,
-        size: u64,
+        o: &Object,
         to: &std::path::Path,
     ) -> Result<(), Error> {
+        let (key, size) = (o.key.as_str(), o.size);
         retry::retried(self.tuning.backoff, || async {
-            let path = format!(
+            let mut path = format!(
                 "/storage/v1/b/{}/o/{}?alt=media",
                 encode(bucket),
                 encode(key)
             );
+            if let Some(generation) = &o.version {
+                path.push_str(&format!("&ifGenerationMatch={}", encode(generation)));
+            }
             let req = self.request("GET", &path, empty(), None)?;
             crate::objects::download(
                 self.http.request(req),

@@ -66,16 +66,11 @@ impl Reach<'_> {
         }
     }
 
-    pub async fn get_object(
-        &self,
-        bucket: &str,
-        key: &str,
-        size: u64,
-        to: &Path,
-    ) -> Result<(), Error> {
+    /// Downloads `o`, the version listed, into `to`.
+    pub async fn get_object(&self, bucket: &str, o: &Object, to: &Path) -> Result<(), Error> {
         match self {
-            Reach::S3(s3) => s3.get_object(bucket, key, size, to).await,
-            Reach::Gcs(gcs) => gcs.get_object(bucket, key, size, to).await,
+            Reach::S3(s3) => s3.get_object(bucket, o, to).await,
+            Reach::Gcs(gcs) => gcs.get_object(bucket, o, to).await,
         }
     }
 
@@ -142,6 +137,8 @@ pub fn why(e: Error) -> CopyError {
             | "AuthorizationHeaderMalformed"
             | "IllegalLocationConstraintException",
         ) => CopyError::Region(e.to_string()),
+        // An object replaced since it was listed.
+        Some("PreconditionFailed" | "conditionNotMet") => CopyError::Changed(e.to_string()),
         _ => match &e {
             // GCS answers a token it does not take with 401 and no reason
             // some of the time.

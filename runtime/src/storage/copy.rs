@@ -236,7 +236,7 @@ async fn fill(
 ) -> Result<(), CopyError> {
     let mut downloads = futures::stream::iter(files.iter())
         .map(|(o, to)| async move {
-            s3.get_object(bucket, &o.key, o.size, to)
+            s3.get_object(bucket, o, to)
                 .await
                 .map(|()| o.size)
                 .map_err(|e| (o.key.clone(), e))
@@ -255,6 +255,7 @@ async fn fill(
             Err((key, e)) => {
                 return Err(match why(e) {
                     CopyError::Failed(m) => CopyError::Failed(format!("`{key}`: {m}")),
+                    CopyError::Changed(_) => CopyError::Changed(key),
                     other => other,
                 });
             }

@@ -42,6 +42,9 @@ pub enum CopyError {
     Key(String),
     /// Two keys that would be one path (`a` and `a/b`).
     Collision(String, String),
+    /// An object replaced between its listing and its download (its
+    /// key; what the store said, when no key is known).
+    Changed(String),
     /// The store could not be reached, or failed.
     Failed(String),
     TooLarge {

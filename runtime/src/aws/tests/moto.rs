@@ -279,12 +279,49 @@ fn s3_keeps_objects_and_serves_them_presigned() {
         .unwrap();
         let listed = s3.list(&bucket).await.unwrap().unwrap();
         assert_eq!(
-            listed,
-            vec![crate::aws::s3::Object {
-                key: "a.tar".into(),
-                size: data.len() as u64
-            }]
+            listed
+                .iter()
+                .map(|o| (o.key.as_str(), o.size))
+                .collect::<Vec<_>>(),
+            [("a.tar", data.len() as u64)]
         );
+        // An object replaced since its listing, by one of the same size:
+        // the listed version is refused, not downloaded.
+        let to = std::env::temp_dir().join(format!("skyc-s3-version-{}", std::process::id()));
+        std::fs::write(&to, b"").unwrap();
+        s3.get_object(&bucket, &listed[0], &to).await.unwrap();
+        assert_eq!(std::fs::read(&to).unwrap(), data);
+        let other: Vec<u8> = data.iter().map(|b| b.wrapping_add(1)).collect();
+        let other_sha = crate::files::tar::sha256(&other);
+        s3.put_object(
+            &bucket,
+            "a.tar",
+            other.len() as u64,
+            &other_sha,
+            source(other.clone()),
+        )
+        .await
+        .unwrap();
+        let e = s3.get_object(&bucket, &listed[0], &to).await.unwrap_err();
+        assert_eq!(e.code(), Some("PreconditionFailed"), "{e}");
+        assert!(matches!(
+            crate::storage::client::why(e),
+            crate::storage::CopyError::Changed(_)
+        ));
+        let relisted = s3.list(&bucket).await.unwrap().unwrap();
+        assert_ne!(relisted[0].version, listed[0].version);
+        s3.get_object(&bucket, &relisted[0], &to).await.unwrap();
+        assert_eq!(std::fs::read(&to).unwrap(), other);
+        let _ = std::fs::remove_file(&to);
+        s3.put_object(
+            &bucket,
+            "a.tar",
+            data.len() as u64,
+            &sha,
+            source(data.clone()),
+        )
+        .await
+        .unwrap();
     });
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

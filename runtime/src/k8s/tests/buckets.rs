@@ -138,7 +138,7 @@ impl Bucket {
             .rt
             .block_on(self.s3.list_under(&self.name, key, 1))
             .ok()??;
-        let size = objects.iter().find(|o| o.key == key)?.size;
+        let object = objects.into_iter().find(|o| o.key == key)?;
         let to = std::env::temp_dir().join(format!(
             "skyc-k8s-get-{}-{}",
             std::process::id(),
@@ -146,7 +146,7 @@ impl Bucket {
         ));
         std::fs::write(&to, b"").ok()?;
         self.rt
-            .block_on(self.s3.get_object(&self.name, key, size, &to))
+            .block_on(self.s3.get_object(&self.name, &object, &to))
             .ok()?;
         let bytes = std::fs::read(&to).ok();
         let _ = std::fs::remove_file(&to);
