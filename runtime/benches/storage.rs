@@ -109,7 +109,7 @@ fn main() {
         let start = Instant::now();
         let taken = rt
             .block_on(copy::take(
-                &far,
+                skyc_runtime::storage::Reach::S3(&far),
                 &url,
                 &snapshots,
                 &writing,
@@ -155,6 +155,7 @@ fn mount(endpoint: &str, bucket: &str, objects: u64, size: u64) {
     std::fs::create_dir_all(&at).expect("mount point");
     let m = skyc_targets::storage::Mounted {
         destination: at.display().to_string(),
+        store: skyc_targets::storage::Store::S3,
         bucket: bucket.to_owned(),
         path: "data".into(),
         cached: false,
