@@ -685,7 +685,9 @@ fn mount(target: Target, stand: Option<Stand>) {
          ---\nname: rollout\nfile_mounts:\n  /policy:\n    name: {policy}{store}\n    mode: MOUNT\n\
          run: |\n  for i in $(seq 120); do test -f /policy/v1.bin && break; sleep 0.5; done\n  \
          echo \"rollout reads $(sha256sum < /policy/v1.bin | cut -c1-16)\"\n  \
-         echo served-v1 > /policy/ack\n",
+         echo served-v1 > /policy/ack\n  \
+         (sleep 0.2 &)\n  sleep 1.5\n  \
+         echo \"zombies $(awk '$3 == \"Z\"' /proc/[0-9]*/stat 2>/dev/null | wc -l)\"\n",
         ckpt = ckpt.name,
         dir = s.dir.display(),
         scheme = endpoint.scheme(),
@@ -708,6 +710,12 @@ fn mount(target: Target, stand: Option<Stand>) {
         stdout.contains("(trainer-0) trainer sees served-v1"),
         "{stdout}"
     );
+    // On Slurm the files helper is the first process of the step's PID
+    // namespace, so the parent of what the task leaves behind: an orphan
+    // that has ended is reaped while the task runs.
+    if target == Target::Slurm {
+        assert!(stdout.contains("(rollout-0) zombies 0"), "{stdout}");
+    }
     // Made for its name, and kept with what both tasks wrote.
     let made = Bucket::at(&endpoint, &policy);
     assert_eq!(made.keys(), ["ack", "v1.bin"]);
@@ -1068,6 +1076,81 @@ fn a_bucket_not_kept_is_deleted_by_the_next_supervisor_after_a_crash() {
     assert!(exists(&moto, &kept));
     Bucket::at(&moto, &kept).remove();
     assert!(theirs.remove(), "the user's bucket was deleted");
+}
+
+/// A name is one store's bucket in a state directory: a bucket skyc made
+/// in S3 is not taken for the GCS bucket of that name, whose spec is
+/// refused at the mount, and the S3 bucket's fate is unchanged.
+#[test]
+fn a_bucket_skyc_made_in_one_store_is_not_taken_for_the_other() {
+    let (Some(s3), Some(gs)) = (moto(), gcs()) else {
+        return;
+    };
+    let s = Scratch::new("storage-two-stores");
+    let name = format!("skyc-twice-{}", std::process::id());
+    Bucket::at(&s3, &name).remove();
+    std::fs::create_dir_all(s.dir.join("src")).expect("src");
+    s.write("src/a.txt", "a\n");
+    let group = |store: &str| {
+        format!(
+            "name: t\nfile_mounts:\n  /data:\n    name: {name}\n    source: ./src\n    \
+             mode: COPY{store}\nrun: cat /data/a.txt\n"
+        )
+    };
+    s.write("s3.yaml", &group(""));
+    s.write(
+        "gcs.yaml",
+        &group("\n    store: gcs\n    persistent: false"),
+    );
+    let home = s.dir.join("home");
+    std::fs::create_dir_all(&home).expect("home");
+    let out = with_aws(s.skyc(&["run", "s3.yaml"]), &s3, &home)
+        .output()
+        .expect("run");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(Bucket::at(&s3, &name).keys(), ["a.txt"]);
+    let out = with_aws(s.skyc(&["run", "gcs.yaml"]), &gs, &home)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "bucket `{name}` is named in gcs, and skyc made `s3://{name}` in s3"
+        )) && stderr.contains("--> gcs.yaml:"),
+        "{stderr}"
+    );
+    assert!(!exists(&gs, &name), "a GCS bucket was made");
+    let listed = storage_ls(&s, &s3, &home);
+    assert_eq!(listed.len(), 1, "{listed:#?}");
+    assert_eq!(
+        (&listed[0]["store"], &listed[0]["persistent"]),
+        (&serde_json::json!("s3"), &serde_json::json!(true))
+    );
+    assert!(Bucket::at(&s3, &name).remove());
+    // Under a name of its own, the source is uploaded to GCS (the
+    // bucket holds its bytes), the node reads it, and `skyc storage
+    // delete` deletes the bucket skyc made.
+    let other = format!("{name}-gs");
+    s.write(
+        "gcs.yaml",
+        &group("\n    store: gcs").replace(&name, &other),
+    );
+    let out = with_aws(s.skyc(&["run", "gcs.yaml"]), &gs, &home)
+        .output()
+        .expect("run");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("(t-0) a"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert_eq!(Bucket::at(&gs, &other).get("a.txt"), b"a\n");
+    let out = with_aws(s.skyc(&["storage", "delete", &other]), &gs, &home)
+        .output()
+        .expect("storage delete");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(!exists(&gs, &other), "`storage delete` left the GCS bucket");
 }
 
 /// A storage spec's local `source` is uploaded to its named bucket when

@@ -88,7 +88,11 @@ fn beside(
             return format!("cannot keep the node's mounts through a signal: {e}");
         }
     }
-    let status = match std::process::Command::new(program).args(args).status() {
+    let status = match std::process::Command::new(program)
+        .args(args)
+        .spawn()
+        .and_then(|mut child| wait_reaping(&mut child, &buckets))
+    {
         Ok(status) => status,
         Err(error) => {
             for b in buckets {
@@ -107,6 +111,67 @@ fn beside(
         .or_else(|| status.signal().map(|s| 128 + s))
         .unwrap_or(1);
     std::process::exit(code)
+}
+
+/// How often the first process of a PID namespace looks for orphans to
+/// reap while the command runs.
+const REAP_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Waits for `child`. As the first process of a PID namespace (a Slurm
+/// step's), this helper is also the parent of every process the task
+/// leaves behind: each one that has ended is reaped meanwhile, so none
+/// stays a zombie for the task's life. rclone's processes are
+/// [`mount::Running`]'s to wait for, and are left to it.
+fn wait_reaping(
+    child: &mut std::process::Child,
+    buckets: &[mount::Running],
+) -> io::Result<std::process::ExitStatus> {
+    if !rustix::process::getpid().is_init() {
+        return child.wait();
+    }
+    let ours: HashSet<u32> = buckets
+        .iter()
+        .filter_map(mount::Running::pid)
+        .chain([child.id()])
+        .collect();
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(status);
+        }
+        for pid in ended_orphans(&ours) {
+            if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+                let _ = rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::NOHANG);
+            }
+        }
+        std::thread::sleep(REAP_EVERY);
+    }
+}
+
+/// This process's children that have ended (zombies), but for `ours`:
+/// read from `/proc`, which a PID namespace's first process sees as its
+/// own (the step mounts it so).
+fn ended_orphans(ours: &HashSet<u32>) -> Vec<i32> {
+    let me = std::process::id();
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| !ours.contains(pid))
+        .filter(|pid| {
+            // `pid (comm) state ppid ...`: comm may hold anything, so the
+            // fields are read after its last `)`.
+            fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                let mut rest = stat
+                    .rsplit_once(')')
+                    .map_or("", |(_, r)| r)
+                    .split_whitespace();
+                rest.next() == Some("Z") && rest.next() == Some(me.to_string().as_str())
+            })
+        })
+        .filter_map(|pid| i32::try_from(pid).ok())
+        .collect()
 }
 
 fn err(what: impl std::fmt::Display, e: impl std::fmt::Display) -> io::Error {

@@ -239,7 +239,7 @@ pub fn take(group: &Group, taking: &mut Taking<'_>) -> (Files, Vec<Diagnostic>) 
     };
     let mut buckets = Buckets::default();
     let mut named: Vec<Named> = Vec::new();
-    let deleting = being_deleted(taking.into.map(|(s, _)| s));
+    let recorded = Recorded::read(taking.into.map(|(s, _)| s));
     let mut uploads: Vec<Upload> = Vec::new();
     for task in &group.tasks {
         let mut mounts = Vec::new();
@@ -251,7 +251,7 @@ pub fn take(group: &Group, taking: &mut Taking<'_>) -> (Files, Vec<Diagnostic>) 
                 let Some((store, writing)) = taking.into else {
                     continue;
                 };
-                if deleting.contains(&url.bucket) {
+                if recorded.deleting(&url.bucket, url.store) {
                     diagnostics.push(goes(w.span, &url.bucket));
                     continue;
                 }
@@ -317,8 +317,12 @@ pub fn take(group: &Group, taking: &mut Taking<'_>) -> (Files, Vec<Diagnostic>) 
                 }
             };
             if let Ok(taken) = taken {
-                if let Some(u) = w.upload.as_ref().filter(|u| deleting.contains(&u.bucket)) {
-                    diagnostics.push(goes(w.span, &u.bucket));
+                if let Some(d) = w
+                    .upload
+                    .as_ref()
+                    .and_then(|u| recorded.refusal(w.span, &u.bucket, u.store))
+                {
+                    diagnostics.push(d);
                 } else if let (Some(u), Some((store, _)), true) =
                     (&w.upload, taking.into, taking.submitting)
                 {
@@ -365,7 +369,7 @@ pub fn take(group: &Group, taking: &mut Taking<'_>) -> (Files, Vec<Diagnostic>) 
                 buckets: &mut buckets,
                 diagnostics: &mut diagnostics,
                 named: &mut named,
-                deleting: &deleting,
+                recorded: &recorded,
             };
             mount_buckets(task, here, &mut found)
         } else {
@@ -387,8 +391,8 @@ struct Found<'a> {
     buckets: &'a mut Buckets,
     diagnostics: &'a mut Vec<Diagnostic>,
     named: &'a mut Vec<Named>,
-    /// The buckets skyc is deleting now.
-    deleting: &'a HashSet<String>,
+    /// The buckets skyc made.
+    recorded: &'a Recorded,
 }
 
 fn mount_buckets(task: &Task, here: bool, found: &mut Found<'_>) -> Vec<Mounted> {
@@ -396,15 +400,22 @@ fn mount_buckets(task: &Task, here: bool, found: &mut Found<'_>) -> Vec<Mounted>
         buckets,
         diagnostics,
         named,
-        deleting,
+        recorded,
     } = found;
     let mut out = Vec::new();
     for m in &task.file_mounts {
         let Some(to) = skyc_targets::storage::to_mount(m) else {
             continue;
         };
-        if deleting.contains(&to.bucket) {
-            diagnostics.push(goes(m.at.0, &to.bucket));
+        let refused = if to.create {
+            recorded.refusal(m.at.0, &to.bucket, to.store)
+        } else {
+            recorded
+                .deleting(&to.bucket, to.store)
+                .then(|| goes(m.at.0, &to.bucket))
+        };
+        if let Some(d) = refused {
+            diagnostics.push(d);
             continue;
         }
         if here && let Err(why) = crate::storage::mount::client() {
@@ -592,23 +603,70 @@ fn name_buckets(
     }
 }
 
-/// The buckets skyc is deleting now (a group's last end, `skyc storage
-/// delete`): a submission may not use them.
-fn being_deleted(snapshots: Option<&Snapshots>) -> HashSet<String> {
-    let Some(snapshots) = snapshots else {
-        return HashSet::new();
-    };
-    crate::store::Store::open_read_only(snapshots.state_dir())
-        .ok()
-        .flatten()
-        .and_then(|store| store.buckets().ok())
-        .map(|rows| {
-            rows.into_iter()
+/// The buckets skyc made, as the state directory records them.
+#[derive(Default)]
+struct Recorded {
+    /// Those being deleted now (a group's last end, `skyc storage
+    /// delete`): a submission may not use them.
+    deleting: HashSet<String>,
+    /// The store of each: a name is one store's bucket in a state
+    /// directory.
+    stores: HashMap<String, Store>,
+}
+
+impl Recorded {
+    fn read(snapshots: Option<&Snapshots>) -> Recorded {
+        let rows = snapshots
+            .and_then(|s| {
+                crate::store::Store::open_read_only(s.state_dir())
+                    .ok()
+                    .flatten()
+            })
+            .and_then(|store| store.buckets().ok())
+            .unwrap_or_default();
+        Recorded {
+            deleting: rows
+                .iter()
                 .filter(|r| r.deleting)
-                .map(|r| r.name)
-                .collect()
+                .map(|r| r.name.clone())
+                .collect(),
+            stores: rows
+                .into_iter()
+                .map(|r| (r.name, Store::named(&r.store)))
+                .collect(),
+        }
+    }
+
+    /// Whether skyc is deleting bucket `name` of `store`.
+    fn deleting(&self, name: &str, store: Store) -> bool {
+        self.deleting.contains(name) && self.stores.get(name) == Some(&store)
+    }
+
+    /// Why bucket `name` of `store`, named at `span`, cannot be used:
+    /// being deleted, or skyc's in another store.
+    fn refusal(&self, span: Span, name: &str, store: Store) -> Option<Diagnostic> {
+        if self.deleting(name, store) {
+            return Some(goes(span, name));
+        }
+        let theirs = *self.stores.get(name)?;
+        (theirs != store).then(|| {
+            Diagnostic::new(
+                Rule::UnreadableBucketSource,
+                span,
+                format!(
+                    "bucket `{name}` is named in {}, and skyc made `{}` in {}: one name is one \
+                     store's bucket in a state directory",
+                    store.name(),
+                    theirs.url(name),
+                    theirs.name()
+                ),
+            )
+            .label("in another store")
+            .help(format!(
+                "name another bucket, or delete skyc's first (`skyc storage delete {name}`)"
+            ))
         })
-        .unwrap_or_default()
+    }
 }
 
 /// A bucket that is being deleted, named at `span`.

@@ -86,13 +86,14 @@ impl Access {
         }
     }
 
-    /// The same credentials, for a bucket made at `endpoint`: the
-    /// emulator it names, else Google's own.
-    pub fn at(self, endpoint: Option<String>) -> Result<Access, String> {
-        match (endpoint, &self.how) {
-            (Some(e), _) => Ok(Access::emulated(&e)),
-            (None, How::Emulator(_)) => Access::google(),
-            (None, _) => Ok(self),
+    /// The credentials for a bucket made at `endpoint`: the emulator it
+    /// names (without reading any credentials), else Google's own (with
+    /// Application Default Credentials, whatever emulator the
+    /// environment names).
+    pub fn at(endpoint: Option<String>) -> Result<Access, String> {
+        match endpoint {
+            Some(e) => Ok(Access::emulated(&e)),
+            None => Access::google(),
         }
     }
 
@@ -142,14 +143,14 @@ impl Access {
         }
     }
 
-    /// An access token for [`SCOPE`] (none for an emulator), asked for
-    /// with `http` within `limit`; and the project, asked of the metadata
-    /// server when none is configured there.
+    /// An access token for [`SCOPE`] and how long it lasts (none for an
+    /// emulator), asked for with `http` within `limit`; and the project,
+    /// asked of the metadata server when none is configured there.
     pub async fn token(
         &mut self,
         http: &HttpClient<Https, Body>,
         limit: Duration,
-    ) -> Result<Option<String>, Error> {
+    ) -> Result<Option<(String, Duration)>, Error> {
         let form = |pairs: &[(&str, &str)]| {
             pairs
                 .iter()
@@ -217,7 +218,9 @@ impl Access {
                 .ok()
                 .map(|p| p.trim().to_owned());
         }
-        Ok(Some(token))
+        // An hour, as Google's tokens last, when the answer does not say.
+        let lasts = Duration::from_secs(answer["expires_in"].as_u64().unwrap_or(3600));
+        Ok(Some((token, lasts)))
     }
 }
 
@@ -324,7 +327,9 @@ fn read_file(path: &Path) -> Result<(How, Option<String>), String> {
                 refresh_token: need("refresh_token")?,
                 token_uri,
             },
-            field("quota_project_id"),
+            // Its `quota_project_id` bills quota; it is not the project
+            // (Google's libraries take `gcloud`'s for a user).
+            None,
         )),
         other => Err(format!(
             "{at} holds credentials of type `{}`, which skyc does not use: give a service \
@@ -347,9 +352,13 @@ fn pem_pkcs8(pem: &str) -> Option<Vec<u8>> {
 
 /// The project of `gcloud`'s active configuration under `config`.
 fn gcloud_project(config: &Path) -> Option<String> {
-    let active = std::fs::read_to_string(config.join("active_config"))
-        .map(|s| s.trim().to_owned())
-        .unwrap_or_else(|_| "default".into());
+    let active = var("CLOUDSDK_ACTIVE_CONFIG_NAME")
+        .or_else(|| {
+            std::fs::read_to_string(config.join("active_config"))
+                .ok()
+                .map(|s| s.trim().to_owned())
+        })
+        .unwrap_or_else(|| "default".into());
     let text = std::fs::read_to_string(
         config
             .join("configurations")
@@ -470,7 +479,8 @@ mod tests {
         assert!(
             matches!(how, How::AuthorizedUser { ref refresh_token, .. } if refresh_token == "r")
         );
-        assert_eq!(project.as_deref(), Some("proj-b"));
+        // A quota project is not where buckets are made.
+        assert_eq!(project, None);
         let other = dir.join("other.json");
         std::fs::write(&other, r#"{"type": "external_account"}"#).unwrap();
         assert!(read_file(&other).unwrap_err().contains("external_account"));

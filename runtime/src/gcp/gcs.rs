@@ -16,7 +16,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::rt::TokioExecutor;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// GCS's own endpoint.
 const ENDPOINT: &str = "https://storage.googleapis.com";
@@ -33,12 +33,18 @@ const SLOWEST_BYTES_PER_SEC: u64 = 256 << 10;
 /// Where SkyPilot makes a GCS bucket when nothing says where.
 pub const DEFAULT_LOCATION: &str = "us-central1";
 
-/// A client of Google Cloud Storage (or its emulator), with one token.
+/// A token is asked for again when less than this is left of it.
+const REFRESH_BEFORE: Duration = Duration::from_secs(5 * 60);
+
+/// A client of Google Cloud Storage (or its emulator).
 #[derive(Clone)]
 pub struct Gcs {
     /// `scheme://host[:port]`, no trailing `/`.
     endpoint: String,
-    token: Option<String>,
+    access: Access,
+    /// The token requests carry, and until when it is good; renewed as
+    /// it runs out (none for an emulator).
+    token: std::sync::Arc<tokio::sync::Mutex<Option<(String, Instant)>>>,
     project: Option<String>,
     http: HttpClient<Https, Body>,
     tuning: Tuning,
@@ -69,13 +75,36 @@ impl Gcs {
                 )
             })?;
         let endpoint = access.emulator().unwrap_or(ENDPOINT).to_owned();
+        let token = token.map(|(t, lasts)| (t, Instant::now() + lasts));
         Ok(Gcs {
             endpoint,
-            token,
-            project: access.project,
+            project: access.project.clone(),
+            access,
+            token: std::sync::Arc::new(tokio::sync::Mutex::new(token)),
             http,
             tuning,
         })
+    }
+
+    /// The token to send now: the held one, or a new one when it runs
+    /// out within [`REFRESH_BEFORE`] (a copy or a deletion may outlast
+    /// an hour).
+    async fn bearer(&self) -> Result<Option<String>, Error> {
+        let mut held = self.token.lock().await;
+        match held.as_ref() {
+            None => return Ok(None),
+            Some((t, until)) if *until > Instant::now() + REFRESH_BEFORE => {
+                return Ok(Some(t.clone()));
+            }
+            Some(_) => {}
+        }
+        let mut access = self.access.clone();
+        let renewed = access
+            .token(&self.http, self.tuning.request_timeout)
+            .await?
+            .map(|(t, lasts)| (t, Instant::now() + lasts));
+        *held = renewed;
+        Ok(held.as_ref().map(|(t, _)| t.clone()))
     }
 
     /// The emulator's endpoint, when this is one (the nodes reach it
@@ -244,7 +273,7 @@ impl Gcs {
             if let Some(generation) = &o.version {
                 path.push_str(&format!("&ifGenerationMatch={}", encode(generation)));
             }
-            let req = self.request("GET", &path, empty(), None)?;
+            let req = self.request("GET", &path, empty(), None).await?;
             crate::objects::download(
                 self.http.request(req),
                 self.tuning.request_timeout,
@@ -279,7 +308,11 @@ impl Gcs {
                 self.tuning.request_timeout + Duration::from_secs(bytes / SLOWEST_BYTES_PER_SEC);
             retry::retried(self.tuning.backoff, || async {
                 let body = crate::objects::stream(source.clone());
-                let req = self.request("POST", &path, body, Some(bytes))?;
+                let mut req = self.request("POST", &path, body, Some(bytes)).await?;
+                req.headers_mut().insert(
+                    http::header::CONTENT_TYPE,
+                    http::HeaderValue::from_static("application/octet-stream"),
+                );
                 self.answer("objects.insert", req, limit).await
             })
             .await?
@@ -319,7 +352,9 @@ impl Gcs {
             let full: Body = Full::new(body.clone())
                 .map_err(|never| match never {})
                 .boxed();
-            let mut req = self.request("POST", &path, full, Some(body.len() as u64))?;
+            let mut req = self
+                .request("POST", &path, full, Some(body.len() as u64))
+                .await?;
             req.headers_mut().insert(
                 http::header::CONTENT_TYPE,
                 http::HeaderValue::from_str(&content_type)
@@ -357,7 +392,9 @@ impl Gcs {
             let full: Body = Full::new(body.clone())
                 .map_err(|never| match never {})
                 .boxed();
-            let mut req = self.request(method, path, full, Some(body.len() as u64))?;
+            let mut req = self
+                .request(method, path, full, Some(body.len() as u64))
+                .await?;
             if json.is_some() {
                 req.headers_mut().insert(
                     http::header::CONTENT_TYPE,
@@ -385,7 +422,7 @@ impl Gcs {
         Err(api_error(action, status, &bytes))
     }
 
-    fn request(
+    async fn request(
         &self,
         method: &str,
         path: &str,
@@ -402,7 +439,7 @@ impl Gcs {
         if let Some(n) = len {
             req = req.header(http::header::CONTENT_LENGTH, n);
         }
-        if let Some(t) = &self.token {
+        if let Some(t) = self.bearer().await? {
             req = req.header(http::header::AUTHORIZATION, format!("Bearer {t}"));
         }
         req.body(body)
@@ -434,8 +471,18 @@ fn api_error(action: &str, status: u16, body: &[u8]) -> Error {
     let e = &v["error"];
     let code = e["errors"][0]["reason"]
         .as_str()
-        .or_else(|| e["status"].as_str())
         .map(str::to_owned)
+        // The newer error shape: a status name alone.
+        .or_else(|| {
+            e["status"].as_str().map(|s| match s {
+                "NOT_FOUND" => "notFound".to_owned(),
+                "ALREADY_EXISTS" | "ABORTED" => "conflict".to_owned(),
+                "PERMISSION_DENIED" => "forbidden".to_owned(),
+                "UNAUTHENTICATED" => "unauthorized".to_owned(),
+                "FAILED_PRECONDITION" => "conditionNotMet".to_owned(),
+                other => other.to_owned(),
+            })
+        })
         // The emulator answers some errors with their code alone, or an
         // empty body: its status is its reason then.
         .or_else(|| match (e["code"].as_u64(), body.is_empty(), status) {
@@ -491,5 +538,18 @@ mod tests {
         );
         assert_eq!(e.code(), Some("conflict"));
         assert_eq!(api_error("objects.list", 404, b"").code(), Some("notFound"));
+        let e = api_error(
+            "objects.list",
+            404,
+            br#"{"error": {"code": 404, "status": "NOT_FOUND", "message": "gone"}}"#,
+        );
+        assert_eq!(e.code(), Some("notFound"));
+        // GCS's rate limits are waited out, as S3's SlowDown is.
+        let e = api_error(
+            "objects.insert",
+            403,
+            br#"{"error": {"code": 403, "errors": [{"reason": "rateLimitExceeded"}]}}"#,
+        );
+        assert!(crate::aws::ec2::retry::is_transient(&e));
     }
 }

@@ -291,8 +291,7 @@ fn not_applied(task: &Task) -> Vec<String> {
         .any(|m| !delivered(m) && skyc_targets::storage::to_mount(m).is_none())
     {
         out.push(
-            "file mounts from buckets other than S3 and GCS, and Storage uploaded from a local \
-             source, are not applied on this machine"
+            "file mounts from buckets other than S3 and GCS are not applied on this machine"
                 .to_owned(),
         );
     }

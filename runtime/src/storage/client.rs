@@ -18,12 +18,18 @@ pub enum Reach<'a> {
 }
 
 impl Reach<'_> {
-    /// Where buckets made are: S3's region, GCS's location.
-    pub fn region(&self) -> String {
+    /// The region the client reaches (S3's); `None` for GCS, whose
+    /// buckets are reached wherever they are.
+    pub fn region(&self) -> Option<String> {
         match self {
-            Reach::S3(s3) => s3.region().to_owned(),
-            Reach::Gcs(_) => DEFAULT_LOCATION.to_owned(),
+            Reach::S3(s3) => Some(s3.region().to_owned()),
+            Reach::Gcs(_) => None,
         }
+    }
+
+    /// Where a bucket it makes is: S3's region, GCS's location.
+    pub fn made_in(&self) -> String {
+        self.region().unwrap_or_else(|| DEFAULT_LOCATION.to_owned())
     }
 
     /// The objects under `prefix`, at most `pages` pages of 1,000; `None`
@@ -90,7 +96,7 @@ impl Reach<'_> {
         }
     }
 
-    /// Makes `bucket` where [`Reach::region`] says; one this account
+    /// Makes `bucket` where [`Reach::made_in`] says; one this account
     /// already has is made.
     pub async fn create_bucket(&self, bucket: &str) -> Result<(), Error> {
         match self {

@@ -168,10 +168,10 @@ fn connect_s3(at: Option<(Option<String>, String)>) -> Result<S3Client, String> 
 /// The GCS client of the submitting user's Application Default
 /// Credentials (the emulator `at` names, or Google's own, when given).
 fn connect_gcs(at: Option<(Option<String>, String)>) -> Result<GcsClient, String> {
-    let mut access = gcp::credentials::Access::from_env()?;
-    if let Some((endpoint, _)) = at {
-        access = access.at(endpoint)?;
-    }
+    let access = match at {
+        Some((endpoint, _)) => gcp::credentials::Access::at(endpoint)?,
+        None => gcp::credentials::Access::from_env()?,
+    };
     let rt = runtime()?;
     let gcs = rt.block_on(Gcs::connect(access, Tuning::default()))?;
     Ok(GcsClient { gcs, rt })

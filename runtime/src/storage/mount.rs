@@ -41,7 +41,7 @@ impl Buckets {
     /// submission is known good.
     pub fn mount(&mut self, to: &ToMount, destination: &str) -> Result<(Mounted, bool), CopyError> {
         let exists = self.listable(to.store, &to.bucket, &to.path)?;
-        let region = self.reach(to.store)?.0.region();
+        let region = self.reach(to.store)?.0.region().unwrap_or_default();
         if !exists && !to.create {
             return Err(CopyError::NoBucket);
         }
@@ -205,6 +205,11 @@ pub fn start(
 }
 
 impl Running {
+    /// rclone's process, while it is this mount's.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// The node has ended: its cached writes are waited for (said in the
     /// node's log while they last), then the bucket is unmounted.
     pub fn finish(mut self) {

@@ -27,7 +27,7 @@ impl Buckets {
         kind: Kind,
         name: &str,
     ) -> Result<(), CopyError> {
-        let region = self.reach(kind)?.0.region();
+        let region = self.reach(kind)?.0.made_in();
         let row = BucketRow {
             name: name.to_owned(),
             store: kind.name().into(),
@@ -121,7 +121,8 @@ pub enum Refusal {
     NotFound,
     /// A live group mounts it.
     InUse(String),
-    /// S3 or the store failed.
+    /// The bucket's store (S3, GCS), or the state directory's record,
+    /// failed.
     Failed(String),
 }
 

@@ -63,7 +63,7 @@ pub struct Supervisor {
     /// not take charge of, and when it tries again ([`ADOPT_RETRY`]).
     unadopted: BTreeMap<i64, i64>,
     /// The deletion of buckets not kept ([`crate::storage::owned`]),
-    /// which runs beside the loop (S3 may be slow), and whether another
+    /// which runs beside the loop (a store may be slow), and whether another
     /// is due since it started.
     bucket_deletion: Option<std::thread::JoinHandle<bool>>,
     buckets_due: bool,
@@ -72,7 +72,7 @@ pub struct Supervisor {
     buckets_retry_at: Option<i64>,
 }
 
-/// Between two tries at deleting a bucket S3 would not delete.
+/// Between two tries at deleting a bucket its store would not delete.
 const BUCKET_RETRY: Duration = Duration::from_secs(60);
 
 /// The backends of [`registry::BACKENDS`], each started with its first

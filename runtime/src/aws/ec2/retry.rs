@@ -24,6 +24,9 @@ const THROTTLING: &[&str] = &[
     "LimitExceededException",
     "RequestThrottled",
     "SlowDown",
+    // Google Cloud Storage's (its client shares this retry).
+    "rateLimitExceeded",
+    "userRateLimitExceeded",
     "PriorRequestNotComplete",
     "EC2ThrottledException",
 ];
