@@ -1892,3 +1892,71 @@ fn a_supervisor_that_takes_a_group_over_deletes_its_bucket_on_aws() {
     drop(r);
     let _ = std::fs::remove_dir_all(&src);
 }
+
+/// Buckets mounted on the instances (`mode: MOUNT`, `MOUNT_CACHED`): each
+/// stand-in machine mounts them with rclone before setup, reading the
+/// run's credentials, which the runtime delivers (and the boot script
+/// never carries). The node reads an object through the mount and
+/// writes one; a MOUNT_CACHED checkpoint written just before the node
+/// ends is in the bucket, byte for byte, once the group has ended.
+#[test]
+fn buckets_are_mounted_on_aws_instances_with_the_runs_credentials() {
+    if ready().is_none() || skyc_runtime::storage::mount::client().is_err() {
+        assert!(
+            std::env::var_os("SKYC_FUSE_REQUIRED").is_none() || ready().is_none(),
+            "SKYC_FUSE_REQUIRED is set but rclone or /dev/fuse is missing"
+        );
+        return;
+    }
+    let bucket = format!("skyc-aws-mount-{}", std::process::id());
+    let weights: Vec<u8> = (0..1_500_000u32).map(|i| (i * 13 % 241) as u8).collect();
+    put_objects(&bucket, &[("policy/weights.bin", weights.clone())]);
+    let dir = std::env::temp_dir().join(format!("skyc-aws-mount-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let yaml = format!(
+        "name: mnt\nexecution: parallel\n---\nname: trainer\n\
+         file_mounts:\n  /var/lib/policy:\n    source: s3://{bucket}/policy\n    mode: MOUNT\n  \
+         ~/ckpt:\n    source: s3://{bucket}/ckpt\n    mode: MOUNT_CACHED\n\
+         run: |\n  sha256sum /var/lib/policy/weights.bin\n  \
+         echo from-the-node > /var/lib/policy/ack.txt\n  \
+         python3 -c 'import sys; sys.stdout.buffer.write(bytes(i * 7 % 251 for i in range(3000000)))' \
+         > ~/ckpt/step-1.bin\n  echo written\n"
+    );
+    let file = dir.join("mnt.yaml");
+    std::fs::write(&file, yaml).expect("group file");
+    let Some(mut r) = Run::start_at("aws-mount", &file, &[], None, true) else {
+        return;
+    };
+    let status = r.until("finished", finished);
+    let log = r.logs("trainer-0");
+    assert_eq!(status["status"], "SUCCEEDED", "{status:#}\n{log}");
+    let sum = skyc_runtime::files::tar::sha256(&weights);
+    assert!(
+        log.contains(&format!("{sum}  /var/lib/policy/weights.bin")),
+        "{log}"
+    );
+    assert!(log.contains("written"), "{log}");
+    let moto = std::env::var("SKYC_MOTO_ENDPOINT").expect("the stand-in");
+    let s3 = crate::support::stand_in_s3(&moto, "us-east-1");
+    let get = |key: &str| {
+        let listed =
+            r.rt.block_on(s3.list_under(&bucket, key, 1))
+                .expect("ListObjectsV2")
+                .unwrap_or_default();
+        let object = listed
+            .into_iter()
+            .find(|o| o.key == key)
+            .unwrap_or_else(|| panic!("no {key} in {bucket}"));
+        let to = dir.join(key.replace('/', "_"));
+        std::fs::write(&to, b"").expect("file");
+        r.rt.block_on(s3.get_object(&bucket, &object, &to))
+            .expect("GetObject");
+        std::fs::read(&to).expect("read")
+    };
+    assert_eq!(get("policy/ack.txt"), b"from-the-node\n");
+    let want: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    assert_eq!(get("ckpt/step-1.bin"), want);
+    r.assert_nothing_left();
+    drop(r);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1601,7 +1601,11 @@ run: python eval.py
             .collect();
         k8s::Options {
             namespace: Some("team".into()),
-            files: Some(files::Files { tasks, packs }),
+            files: Some(files::Files {
+                tasks,
+                packs,
+                buckets: Vec::new(),
+            }),
             ..Default::default()
         }
     }

@@ -7,6 +7,7 @@ use super::target::{
 };
 use clap::ValueEnum;
 use skyc_runtime::aws::{JobPlan, PoolPlan, RunOptions, RunPlan};
+use skyc_runtime::files::take::Mounting;
 use skyc_runtime::local::plan::run_timestamp;
 use skyc_runtime::store::Backend;
 use skyc_targets::cloud::Cloud;
@@ -67,8 +68,10 @@ impl AwsArgs {
 /// boot scripts check them.
 fn packs(run: &RunInput<'_>) -> Result<skyc_targets::files::Files, String> {
     let snapshots = skyc_runtime::files::Snapshots::of(run.state_dir);
-    skyc_runtime::files::pack::packs(&run.files.tasks, &snapshots, false)
-        .map_err(|e| format!("{}: {e}", snapshots.dir().display()))
+    let mut files = skyc_runtime::files::pack::packs(&run.files.tasks, &snapshots, false)
+        .map_err(|e| format!("{}: {e}", snapshots.dir().display()))?;
+    files.buckets = run.files.buckets.clone();
+    Ok(files)
 }
 
 /// Says when the credentials are ones nothing renews.
@@ -103,6 +106,12 @@ fn login_name(user: &str) -> Result<String, String> {
 impl Plans for AwsArgs {
     fn backend(&self) -> Backend {
         Backend::Aws
+    }
+
+    /// Each instance mounts its task's S3 buckets (found, or made, at
+    /// submission).
+    fn mounting(&self) -> Mounting {
+        Mounting::Nodes
     }
 
     /// The options without a default (`--ssh-user` and `--ssh-via` have

@@ -69,6 +69,9 @@ pub struct Files {
     pub tasks: Vec<Vec<Mount>>,
     /// Each snapshot's stream, by the snapshot's digest.
     pub packs: BTreeMap<String, Pack>,
+    /// Each task's mounted buckets, as the submission found them (for a
+    /// target whose nodes mount them).
+    pub buckets: Vec<Vec<crate::storage::Mounted>>,
 }
 
 /// One snapshot as a tar stream.
@@ -94,6 +97,11 @@ impl std::fmt::Debug for Pack {
 impl Files {
     pub fn of(&self, task: usize) -> &[Mount] {
         self.tasks.get(task).map_or(&[], Vec::as_slice)
+    }
+
+    /// Task `task`'s mounted buckets, as the submission found them.
+    pub fn buckets_of(&self, task: usize) -> &[crate::storage::Mounted] {
+        self.buckets.get(task).map_or(&[], Vec::as_slice)
     }
 
     /// The snapshots task `task`'s nodes fetch: each digest once, sorted.

@@ -283,7 +283,12 @@ pub fn rclone_settings(
     if store == Store::Gcs {
         if let Some(e) = endpoint {
             out.extend([
-                ("RCLONE_GCS_ENDPOINT", e.to_owned()),
+                // The JSON API's base path, as Google's Go client wants
+                // an endpoint (without it, it asks for `/b/...`).
+                (
+                    "RCLONE_GCS_ENDPOINT",
+                    format!("{}/storage/v1/", e.trim_end_matches('/')),
+                ),
                 ("RCLONE_GCS_ANONYMOUS", "true".to_owned()),
             ]);
         }
@@ -312,6 +317,44 @@ pub fn rclone_remote(store: Store, bucket: &str, path: &str) -> String {
         format!(":{backend}:{bucket}/{path}")
     }
 }
+
+/// The program that serves one mounted bucket on a node that is not this
+/// machine's (a Kubernetes sidecar, a cloud instance): rclone in the
+/// background; on SIGTERM (the task has ended), for a cached mount, the
+/// wait for its uploads, then rclone's end (it unmounts). POSIX sh
+/// (rclone's image has no bash). Everything it is given comes from its
+/// environment, quoted: nothing of a bucket's name is shell.
+pub const MOUNT_SCRIPT: &str = r#"#!/bin/sh
+set -u
+# rclone's AWS SDK refuses AWS_CA_BUNDLE with rclone's own transport: the
+# bundle is rclone's flag instead.
+if [ -n "${AWS_CA_BUNDLE:-}" ]; then
+  RCLONE_CA_CERT=$AWS_CA_BUNDLE
+  export RCLONE_CA_CERT
+  unset AWS_CA_BUNDLE
+fi
+rclone mount "$SKYC_REMOTE" "$SKYC_AT" --config /dev/null --log-file "$SKYC_LOG" --cache-dir "$SKYC_CACHE" &
+pid=$!
+# shellcheck disable=SC2317 # called by the trap below
+finish() {
+  if [ "$SKYC_CACHED" = 1 ]; then
+    from=$(wc -c < "$SKYC_LOG")
+    sleep 2
+    until tail -c +"$((from + 1))" "$SKYC_LOG" | grep 'vfs cache: cleaned:' | tail -n 1 | grep -q "$SKYC_FLUSHED"; do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 1
+    done
+  fi
+  kill -TERM "$pid" 2>/dev/null
+  wait "$pid"
+  exit 0
+}
+trap finish TERM INT
+wait "$pid"
+status=$?
+tail -n 20 "$SKYC_LOG" >&2
+exit "$status"
+"#;
 
 /// What rclone logs, each cache poll, once nothing is open or left to
 /// upload: the end of a MOUNT_CACHED node waits for it, as SkyPilot's

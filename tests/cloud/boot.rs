@@ -52,6 +52,9 @@ fn shellcheck_passes_on_every_boot_script() {
     let files = dir.join("files.sh");
     std::fs::write(&files, skyc_targets::cloud::files_functions()).unwrap();
     shellcheck(&files);
+    let mounts = dir.join("mounts.sh");
+    std::fs::write(&mounts, skyc_targets::cloud::mounts_functions()).unwrap();
+    shellcheck(&mounts);
     let mut docs: Vec<(String, Value)> = example_specs()
         .into_iter()
         .filter_map(|(file, cloud, _, doc, _)| Some((format!("{file}.{}", cloud.name()), doc?)))
@@ -471,5 +474,99 @@ fn values_no_shell_string_carries_are_located_errors() {
         let out = render_human(&c);
         assert!(out.contains("error[cloud-unrepresentable]"), "{out}");
         assert!(out.contains("`envs.A` holds a NUL byte"), "{out}");
+    }
+}
+
+/// An S3 bucket a task mounts is mounted by the AWS node itself: the
+/// node's spec holds the `mounts.sh` the runtime delivers (shellcheck
+/// clean), whose `skyc_mount` lines carry the bucket, the destination and
+/// rclone's settings word for word, whatever they hold; the boot script
+/// says only how many (`skyc_mounts`); the program that serves each
+/// mount is the shared one. A GCS mount on AWS and any mount on GCP are
+/// refused at the mount.
+#[test]
+fn an_aws_node_mounts_its_s3_buckets_word_for_word() {
+    let odd = "/var/lib/it's $(touch \"$SKYC_CANARY\") `touch \"$SKYC_CANARY\"`";
+    let yaml = format!(
+        "name: m\nresources:\n  infra: aws/us-east-1\n  cpus: 2\nfile_mounts:\n  \
+         {odd:?}:\n    source: s3://bkt/we ird/$(p)\n    mode: MOUNT_CACHED\n  \
+         ~/data:\n    name: made-by-skyc\nrun: x\n"
+    );
+    let doc = spec(&yaml, Cloud::Aws);
+    let node = &doc["nodes"][0];
+    let dir = tmp_dir("aws-mounts");
+    let canary = dir.join("CANARY");
+    let files = dir.join("node");
+    write_node_files(boot_script(node), &files, &canary);
+    let mounts = node["mounts"].as_str().expect("the node's mounts.sh");
+    std::fs::write(files.join("mounts.sh"), mounts).unwrap();
+    if have("shellcheck") {
+        shellcheck(&files.join("mounts.sh"));
+    }
+    // Its functions, then what it does: the latter is run, with the
+    // functions it calls stood in for by ones that print their words.
+    let calls = &mounts[mounts.find("skyc_mount_ready || return 1").unwrap()..];
+    std::fs::write(files.join("calls.sh"), calls).unwrap();
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(
+            r#". "$1/node.env" && printf '%s\0\n' "$skyc_mounts" && skyc_dir=$1 HOME=/home/u &&
+               skyc_mount_ready() { :; } &&
+               skyc_mount() { printf '%s\0' "$@"; printf '\n'; } && . "$1/calls.sh""#,
+        )
+        .arg("bash")
+        .arg(&files)
+        .env("SKYC_CANARY", &canary)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!canary.exists(), "a value ran as shell");
+    assert_eq!(
+        std::fs::read_to_string(files.join("bucket-mount.sh")).unwrap(),
+        skyc_targets::storage::MOUNT_SCRIPT
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut lines = text.split('\n');
+    assert_eq!(lines.next(), Some("2\0"));
+    let first: Vec<&str> = lines.next().unwrap().split('\0').collect();
+    assert_eq!(
+        &first[..4],
+        ["0", "1", ":s3:bkt/we ird/$(p)", odd],
+        "{first:?}"
+    );
+    assert!(first.contains(&"RCLONE_S3_REGION=us-east-1"), "{first:?}");
+    assert!(first.contains(&"RCLONE_VFS_CACHE_MODE=full"), "{first:?}");
+    let second: Vec<&str> = lines.next().unwrap().split('\0').collect();
+    assert_eq!(
+        &second[..4],
+        ["1", "0", ":s3:made-by-skyc", "/home/u/data"],
+        "{second:?}"
+    );
+    // No credential is in the boot script: the runtime delivers them.
+    assert!(!boot_script(node).contains("AWS_SECRET_ACCESS_KEY"));
+
+    for (text, cloud) in [
+        (
+            "name: m\nresources:\n  infra: aws/us-east-1\nfile_mounts:\n  /d:\n    name: b\n    store: gcs\nrun: x\n",
+            Cloud::Aws,
+        ),
+        (
+            "name: m\nresources:\n  infra: gcp/us-central1\nfile_mounts:\n  /d:\n    name: b\nrun: x\n",
+            Cloud::Gcp,
+        ),
+    ] {
+        let (c, doc) = build("m.yaml", text, cloud);
+        assert!(doc.is_none(), "{}", render_human(&c));
+        assert!(
+            c.diagnostics
+                .iter()
+                .any(|d| d.rule == skyc_compiler::Rule::CloudBucketMount),
+            "{}",
+            render_human(&c)
+        );
     }
 }

@@ -218,6 +218,7 @@ fn the_boot_script_carries_each_tasks_places() {
                 )
             })
             .collect(),
+        buckets: Vec::new(),
     };
     let built = cloud::build_with_files(&group, &Catalog::snapshot(Cloud::Aws), Some(&files));
     let doc = built

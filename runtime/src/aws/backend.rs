@@ -303,6 +303,9 @@ impl Backend for Aws {
         );
         data.secrets = run.secrets.clone();
         data.private = run.private;
+        data.mounts = (0..run.plan.spec.tasks.len())
+            .map(|t| run.plan.mounts(t).map(str::to_owned))
+            .collect();
         // The run's files go through S3 when a task has some.
         let files = match &run.plan.bucket {
             None => None,
@@ -609,6 +612,11 @@ impl Group {
                 return self.poll;
             }
         };
+        // Nodes that mount buckets read the run's credentials of now,
+        // delivered again whenever they are renewed.
+        if self.data.mounts.iter().any(Option::is_some) {
+            self.data.node_credentials = self.keeper.held().map(node_credentials);
+        }
         // Each node is given URLs presigned now, with the credentials of
         // now: valid for a while after it gets them, whenever that is.
         if let Some(f) = &self.files {
@@ -703,4 +711,24 @@ impl Group {
         // their directories from the worker.
         jobs::step(&mut self.jobs, &self.data, &self.plan, world, errors);
     }
+}
+/// `credentials` as the AWS configuration's `credential_process` prints
+/// them (its version 1 document): an SDK asks again once they expire.
+fn node_credentials(credentials: &crate::aws::credentials::Fetched) -> String {
+    let c = &credentials.credentials;
+    let mut doc = serde_json::json!({
+        "Version": 1,
+        "AccessKeyId": c.access_key_id,
+        "SecretAccessKey": c.secret_access_key,
+    });
+    if let Some(token) = &c.session_token {
+        doc["SessionToken"] = serde_json::json!(token);
+    }
+    if let Some(t) = credentials
+        .expires
+        .and_then(|e| jiff::Timestamp::try_from(e).ok())
+    {
+        doc["Expiration"] = serde_json::json!(format!("{t:.0}"));
+    }
+    doc.to_string()
 }

@@ -62,6 +62,11 @@ pub struct Plan {
     /// ([`crate::aws::control::files`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bucket: Option<Bucket>,
+    /// Per task (by index), the `mounts.sh` its nodes are given when
+    /// they mount S3 buckets (the spec's), with the run's credentials to
+    /// mount them with.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mounts: Vec<Option<String>>,
 }
 
 /// The bucket made for one run: every snapshot's stream uploaded once
@@ -146,6 +151,11 @@ pub fn valid_run(run: &str) -> bool {
 }
 
 impl Plan {
+    /// Task `index`'s `mounts.sh`, when its nodes mount buckets.
+    pub fn mounts(&self, index: usize) -> Option<&str> {
+        self.mounts.get(index)?.as_deref()
+    }
+
     /// The plan of `spec` (the document of `skyc build --target aws`),
     /// for a run `run` of the group whose engine spec is `group_spec`.
     pub fn from_spec(doc: &Value, group_spec: GroupSpec, run: &str) -> Result<Plan, PlanError> {
@@ -186,6 +196,7 @@ impl Plan {
             .iter()
             .map(|t| vec![Value::Null; t.num_nodes as usize])
             .collect();
+        let mut mounts: Vec<Option<String>> = Vec::new();
         for n in doc["nodes"].as_array().into_iter().flatten() {
             let task = n["task"].as_str().unwrap_or_default();
             let Some(t) = group_spec.tasks.iter().position(|s| s.name == task) else {
@@ -201,6 +212,12 @@ impl Plan {
                 ));
             }
             *slot = n["launch"]["request"].clone();
+            if let Some(m) = n["mounts"].as_str() {
+                if mounts.len() <= t {
+                    mounts.resize(t + 1, None);
+                }
+                mounts[t] = Some(m.to_owned());
+            }
         }
         for (t, ranks) in nodes.iter().enumerate() {
             if let Some(rank) = ranks.iter().position(|r| !r.is_object()) {
@@ -220,6 +237,7 @@ impl Plan {
             ssh: None,
             pool: None,
             bucket: None,
+            mounts,
         })
     }
 
@@ -440,6 +458,7 @@ impl RunPlan {
         let run = crate::backend::run_token(options.submitted_ms);
         let mut plan = Plan::from_spec(&doc, GroupSpec::from_ir(group, options.grace), &run)
             .map_err(|e| format!("the instance spec: {e}"))?;
+
         if let Some(files) = options.files.filter(|f| f.any()) {
             if let Some((m, p)) = files.tasks.iter().flatten().find_map(|m| {
                 let p = files.packs.get(&m.taken.digest)?;

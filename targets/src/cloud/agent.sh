@@ -98,6 +98,11 @@ while :; do
     for skyc_secret in $skyc_secrets; do
         [ -e "$skyc_dir/secrets/$skyc_secret" ] || skyc_missing="$skyc_missing secrets/$skyc_secret"
     done
+    if [ "${skyc_mounts:-0}" -gt 0 ]; then
+        for skyc_need in mounts.sh aws/credentials.json; do
+            [ -e "$skyc_dir/$skyc_need" ] || skyc_missing="$skyc_missing $skyc_need"
+        done
+    fi
     if [ "$skyc_files_placed" = 0 ]; then
         skyc_place_files
         for skyc_digest in ${skyc_files:-}; do
@@ -125,6 +130,9 @@ for skyc_secret in $skyc_secrets; do
     [ -e "$skyc_dir/secrets/$skyc_secret" ] ||
         skyc_failure="skyc: secret $skyc_secret was not delivered to $skyc_dir/secrets/$skyc_secret"
 done
+if [ "${skyc_mounts:-0}" -gt 0 ] && { [ ! -e "$skyc_dir/mounts.sh" ] || [ ! -e "$skyc_dir/aws/credentials.json" ]; }; then
+    skyc_failure="skyc: the runtime did not deliver the task's bucket mounts and their credentials ($skyc_dir/mounts.sh, $skyc_dir/aws/credentials.json) within $skyc_wait_secs s"
+fi
 if [ "$skyc_files_placed" = 0 ] && [ -n "${skyc_files:-}" ]; then
     skyc_failure="skyc: the runtime did not deliver where to fetch the task's files ($skyc_dir/files/*.url) within $skyc_wait_secs s"
 fi
@@ -193,6 +201,12 @@ skyc_phase() {
         done
         skyc_child=""
     fi
+    # The node ends with this phase (its run, or a failed setup): its
+    # buckets' writes are uploaded before its end is written, since the
+    # runtime ends the instance then.
+    if { [ "$skyc_phase_name" = run ] || [ "$skyc_code" != 0 ]; } && declare -F skyc_unmount_all >/dev/null; then
+        skyc_unmount_all
+    fi
     echo "$skyc_code" >"$skyc_dir/$skyc_phase_name.exit.tmp" && mv -f "$skyc_dir/$skyc_phase_name.exit.tmp" "$skyc_dir/$skyc_phase_name.exit"
     skyc_status "$skyc_phase_name" exit "$skyc_code"
     return "$skyc_code"
@@ -204,6 +218,19 @@ if [ -z "$skyc_failure" ] && [ -n "$skyc_git_url" ]; then
         { [ -n "$skyc_git_ref" ] &&
             ! git -C "$skyc_dir/workdir" checkout --quiet --end-of-options "$skyc_git_ref" -- >>"$skyc_dir/setup.log" 2>&1; }; then
         skyc_failure="skyc: cloning the git workdir failed"
+    fi
+fi
+
+# The task's mounted buckets: mounts.sh, delivered by the runtime with
+# the credentials they are read with, mounts them (docs/targets/cloud.md,
+# "Mounted S3 buckets on AWS instances") and defines skyc_unmount_all.
+if [ -z "$skyc_failure" ] && [ "${skyc_mounts:-0}" -gt 0 ]; then
+    skyc_status buckets mount
+    # shellcheck source=/dev/null
+    if . "$skyc_dir/mounts.sh" >>"$skyc_dir/setup.log" 2>&1; then
+        skyc_status buckets ready
+    else
+        skyc_failure="skyc: the task's buckets could not be mounted (the lines above say why)"
     fi
 fi
 

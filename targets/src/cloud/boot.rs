@@ -10,6 +10,7 @@
 use super::request::number;
 use crate::files::{Files, Mount, WORKDIR, under_home};
 use crate::shell::{is_variable_name, quote};
+use crate::storage::{self, MOUNT_SCRIPT, Store, ToMount};
 use skyc_compiler::ir::{Execution, Group, InterConnection, Task, Workdir};
 use std::fmt::Write as _;
 
@@ -23,6 +24,14 @@ pub fn agent() -> &'static str {
     static AGENT: std::sync::LazyLock<String> =
         std::sync::LazyLock::new(|| without_comments(include_str!("agent.sh")));
     &AGENT
+}
+
+/// The functions of a node's `mounts.sh` (its task's buckets mounted and
+/// ended), before its own lines.
+pub fn mounts_functions() -> &'static str {
+    static MOUNTS: std::sync::LazyLock<String> =
+        std::sync::LazyLock::new(|| without_comments(include_str!("mounts.sh")));
+    &MOUNTS
 }
 
 /// The functions of a node's `files.sh` (its task's files fetched,
@@ -233,6 +242,12 @@ fn settings(node: &Node) -> Result<String, Unrepresentable> {
     if !digests.is_empty() {
         set("files", &digests.join(" "));
     }
+    // The buckets the node mounts (`mounts.sh`), once the runtime has
+    // delivered the credentials they are read with.
+    let mounted = mounted(node).len();
+    if mounted > 0 {
+        set("mounts", &mounted.to_string());
+    }
     // A pipeline's steps are plain managed-job tasks (no group name, no
     // group hostnames); only their nodes carry the setting, so a group's
     // node.env is as it was.
@@ -292,11 +307,78 @@ fn destination(m: &Mount) -> String {
     if m.workdir {
         return "\"$skyc_dir/workdir\"".to_owned();
     }
-    match under_home(&m.destination) {
+    place(&m.destination)
+}
+
+/// A destination as a word of the node's scripts: under `~` in the
+/// agent's `$HOME`, else where it says.
+fn place(destination: &str) -> String {
+    match under_home(destination) {
         Some("") => "\"$HOME\"".to_owned(),
         Some(rel) => format!("\"$HOME\"/{}", quote(rel)),
-        None => quote(&m.destination),
+        None => quote(destination),
     }
+}
+
+/// The buckets the node mounts itself: S3's, on AWS (any other is refused
+/// before a script is made).
+fn mounted<'n>(node: &Node<'n>) -> Vec<(&'n skyc_compiler::ir::FileMount, ToMount)> {
+    if node.cloud != "aws" {
+        return Vec::new();
+    }
+    node.task
+        .file_mounts
+        .iter()
+        .filter_map(|m| Some((m, storage::to_mount(m)?)))
+        .filter(|(_, to)| to.store == Store::S3)
+        .collect()
+}
+
+/// `mounts.sh`, which the runtime delivers to a node that mounts buckets
+/// (EC2's 16 KiB of user data cannot hold it beside the agent and the
+/// task): its functions, then rclone checked for, the program that
+/// serves a mount written, and a `skyc_mount` of each bucket with
+/// rclone's settings as every target gives them (the region and endpoint
+/// the submission found the bucket at; a build's, the node's region and
+/// S3's own endpoint). `None` when the node mounts none.
+pub(super) fn mounts(node: &Node) -> Result<Option<String>, Unrepresentable> {
+    let resolved = node.files.map_or(&[][..], |f| f.buckets_of(node.index));
+    let mounted = mounted(node);
+    if mounted.is_empty() {
+        return Ok(None);
+    }
+    let mut s = mounts_functions().to_owned();
+    // The program is skyc's own: no line of it ends its here-document.
+    s.push_str("skyc_mount_ready || return 1\n");
+    s.push_str("cat >\"$skyc_dir/bucket-mount.sh\" <<'SKYC_MOUNT_SCRIPT' || return 1\n");
+    s.push_str(MOUNT_SCRIPT);
+    s.push_str("SKYC_MOUNT_SCRIPT\n");
+    for (n, (m, to)) in mounted.into_iter().enumerate() {
+        check(&m.destination, "a bucket's destination")?;
+        let found = resolved.iter().find(|r| r.destination == m.destination);
+        let region = found.map_or(node.region, |f| f.region.as_str());
+        let endpoint = found.and_then(|f| f.endpoint.as_deref());
+        let mut settings = storage::rclone_settings(to.store, to.cached, Some(region), endpoint);
+        settings.push(("SKYC_FLUSHED", storage::RCLONE_FLUSHED.to_owned()));
+        let settings: Vec<String> = settings
+            .iter()
+            .map(|(k, v)| {
+                check(v, "a bucket's setting")?;
+                Ok(quote(&format!("{k}={v}")))
+            })
+            .collect::<Result<_, Unrepresentable>>()?;
+        let remote = storage::rclone_remote(to.store, &to.bucket, &to.path);
+        check(&remote, "a bucket's name")?;
+        let _ = writeln!(
+            s,
+            "skyc_mount {n} {} {} {} {} || return 1",
+            u8::from(to.cached),
+            quote(&remote),
+            place(&m.destination),
+            settings.join(" ")
+        );
+    }
+    Ok(Some(s))
 }
 
 /// `SKYPILOT_TASK_ID` of a task: `skyc-<cloud>_<group>_<task>-<index>`

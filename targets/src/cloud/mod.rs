@@ -40,7 +40,7 @@ pub mod request;
 pub mod select;
 mod spec;
 
-pub use boot::{LAUNCHER_MARKER, NODE_DIR, agent, files_functions};
+pub use boot::{LAUNCHER_MARKER, NODE_DIR, agent, files_functions, mounts_functions};
 pub use catalog::{Catalog, CatalogError, Origin, SNAPSHOT_DATE};
 pub use spec::{API_VERSION, KIND};
 
@@ -590,21 +590,26 @@ impl Lowerer<'_> {
     fn not_applied(&mut self, index: usize, task: &Task, c: &Candidate) {
         let delivered = self.files.is_some();
         let taken = self.files.map_or(&[][..], |f| f.of(index));
-        // A mounted bucket: refused, not a node that starts without it.
+        // A mounted bucket the instance cannot mount: refused, not a
+        // node that starts without it. An AWS instance mounts S3's
+        // (`boot::mounts`).
         for m in &task.file_mounts {
             let Some(to) = crate::storage::to_mount(m) else {
                 continue;
+            };
+            if mounts_on_instances(self.cloud, &to) {
+                continue;
+            }
+            let why = match self.cloud {
+                Cloud::Aws => "the AWS target mounts only S3 buckets on its instances",
+                _ => "the GCP target does not mount buckets on its instances yet",
             };
             self.error(
                 Rule::CloudBucketMount,
                 crate::storage::mount_span(task, m),
                 format!(
-                    "task `{}`: bucket `{}` cannot be mounted at `{}`: the {} target does not \
-                     mount buckets on its instances yet",
-                    task.name,
-                    to.bucket,
-                    m.destination,
-                    self.cloud.display()
+                    "task `{}`: bucket `{}` cannot be mounted at `{}`: {why}",
+                    task.name, to.bucket, m.destination,
                 ),
                 "mounted here",
                 Some(
@@ -816,22 +821,36 @@ impl Lowerer<'_> {
         if self.boot_budget == 0 {
             return Vec::new();
         }
-        let script = |rank: u32| {
-            boot::script(&boot::Node {
-                group: self.group,
-                task,
-                index,
-                rank,
-                cloud: self.cloud.name(),
-                region,
-                zone: zone.as_deref(),
-                gpus,
-                task_ids: &self.task_ids,
-                files: self.files,
-            })
+        let node = |rank: u32| boot::Node {
+            group: self.group,
+            task,
+            index,
+            rank,
+            cloud: self.cloud.name(),
+            region,
+            zone: zone.as_deref(),
+            gpus,
+            task_ids: &self.task_ids,
+            files: self.files,
         };
+        let script = |rank: u32| boot::script(&node(rank));
         // The ranks' scripts differ only in the rank: the first tells the
         // size of all.
+        // What the runtime delivers to each node that mounts buckets, for
+        // review beside the boot script.
+        let mounts = match boot::mounts(&node(0)) {
+            Ok(m) => m,
+            Err(boot::Unrepresentable(why)) => {
+                self.error(
+                    Rule::CloudUnrepresentable,
+                    task.name_span,
+                    format!("task `{}`: {why}", task.name),
+                    "in this task",
+                    None,
+                );
+                return Vec::new();
+            }
+        };
         let first = match script(0) {
             Ok(s) => s,
             Err(boot::Unrepresentable(why)) => {
@@ -900,14 +919,11 @@ impl Lowerer<'_> {
                 Cloud::Aws => aws::run_instances(&spec),
                 Cloud::Gcp => gcp::insert(&spec, region),
             };
-            out.push(spec::node(
-                self.group,
-                task,
-                rank,
-                offer,
-                zone.as_deref(),
-                launch,
-            ));
+            let mut entry = spec::node(self.group, task, rank, offer, zone.as_deref(), launch);
+            if let Some(m) = &mounts {
+                entry["mounts"] = serde_json::json!(m);
+            }
+            out.push(entry);
         }
         out
     }
@@ -924,6 +940,12 @@ fn task_text_bytes(task: &Task) -> usize {
 }
 
 /// `SKYPILOT_TASK_IDS`: one id per task, `skyc-<cloud>_<group>_<task>-<i>`.
+/// Whether `cloud`'s instances mount bucket `to` themselves (rclone, with
+/// the credentials the runtime delivers): S3's, on AWS.
+pub(crate) fn mounts_on_instances(cloud: Cloud, to: &crate::storage::ToMount) -> bool {
+    cloud == Cloud::Aws && to.store == crate::storage::Store::S3
+}
+
 fn task_ids(group: &Group, cloud: Cloud) -> String {
     let ids: Vec<String> = group
         .tasks

@@ -16,9 +16,11 @@
 //! settings as on this machine and Slurm ([`crate::storage::rclone_settings`]);
 //! at the pod's end a MOUNT_CACHED sidecar waits until rclone says
 //! nothing is left to upload before it unmounts (the pod's grace period
-//! is raised for it). rclone reads the pod's own AWS identity
-//! (`env_auth`: its environment, a web identity token such as EKS's
-//! IRSA, or the node's instance role).
+//! is raised for it). rclone reads the pod's own identity: for S3 its
+//! AWS configuration (`env_auth`: its environment, a web identity token
+//! such as EKS's IRSA, or the node's instance role); for GCS its
+//! Application Default Credentials (GKE's Workload Identity, a key file
+//! the pod is given).
 
 use super::names::SCRIPTS_DIR;
 use super::pod::literal_env_value;
@@ -53,34 +55,9 @@ const AT: &str = "/mnt/skyc-bucket";
 const LOG: &str = "/tmp/rclone.log";
 const CACHE: &str = "/tmp/rclone-cache";
 
-/// The sidecar's program: rclone in the background; on SIGTERM (the
-/// task's container has ended), for a cached mount, the wait for its
-/// uploads, then rclone's end (it unmounts). Everything it is given comes
-/// from its environment, quoted: nothing of a bucket's name is shell.
-pub const SCRIPT: &str = r#"#!/bin/sh
-set -u
-rclone mount "$SKYC_REMOTE" "$SKYC_AT" --config /dev/null --log-file "$SKYC_LOG" --cache-dir "$SKYC_CACHE" &
-pid=$!
-# shellcheck disable=SC2317 # called by the trap below
-finish() {
-  if [ "$SKYC_CACHED" = 1 ]; then
-    from=$(wc -c < "$SKYC_LOG")
-    sleep 2
-    until tail -c +"$((from + 1))" "$SKYC_LOG" | grep 'vfs cache: cleaned:' | tail -n 1 | grep -q "$SKYC_FLUSHED"; do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 1
-    done
-  fi
-  kill -TERM "$pid" 2>/dev/null
-  wait "$pid"
-  exit 0
-}
-trap finish TERM INT
-wait "$pid"
-status=$?
-tail -n 20 "$SKYC_LOG" >&2
-exit "$status"
-"#;
+/// The sidecar's program ([`storage::MOUNT_SCRIPT`], shared with cloud
+/// nodes).
+pub const SCRIPT: &str = storage::MOUNT_SCRIPT;
 
 /// The sidecar's program in the group's scripts ConfigMap.
 pub(super) const SCRIPT_KEY: &str = "bucket-mount.sh";
@@ -166,7 +143,7 @@ impl Lowerer<'_> {
                 continue;
             }
             // The region and endpoint the submission found; a build
-            // leaves them to the pod's AWS configuration.
+            // leaves them to the pod's own configuration.
             let found = resolved.iter().find(|r| r.destination == m.destination);
             let volume = format!("skyc-bucket-{n}");
             let mut env: Vec<Value> = storage::rclone_settings(

@@ -51,6 +51,11 @@ impl Keeper {
         &self.access
     }
 
+    /// The credentials held now, and when they expire.
+    pub fn held(&self) -> Option<&Fetched> {
+        self.held.as_ref().map(|(f, _)| f)
+    }
+
     /// EC2 refused the held credentials (expired, revoked, rotated):
     /// the next [`Keeper::step`] asks the source again.
     pub fn refused(&mut self, why: String) {

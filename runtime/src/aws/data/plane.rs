@@ -58,6 +58,14 @@ pub struct DataPlane {
     /// presigned URL), delivered to each of its instances with the
     /// secrets.
     pub files: Vec<Vec<(String, String)>>,
+    /// Per task, the `mounts.sh` of its nodes when they mount buckets,
+    /// delivered with the secrets.
+    pub mounts: Vec<Option<String>>,
+    /// The credentials nodes that mount buckets read, now (what
+    /// `credential_process` prints): the run's, renewed with them.
+    pub node_credentials: Option<String>,
+    /// The credentials each instance has.
+    credentialed: HashMap<String, String>,
     /// The hosts file each instance has.
     delivered: HashMap<String, String>,
     /// Instances that have their task's secrets.
@@ -97,17 +105,25 @@ struct Visit<'a> {
     secrets: Option<Arming<'a>>,
     /// The hosts file, when the instance does not have this one.
     hosts: Option<&'a str>,
+    /// The credentials its buckets are mounted with, when the instance
+    /// does not have these.
+    credentials: Option<&'a str>,
     offsets: [u64; 2],
 }
 
-/// What arms an instance: its task's secrets (name, value) and where
-/// its files are fetched from (digest, URL).
-type Arming<'a> = (&'a [(String, String)], &'a [(String, String)]);
+/// What arms an instance: its task's secrets (name, value), where its
+/// files are fetched from (digest, URL), and its `mounts.sh`.
+type Arming<'a> = (
+    &'a [(String, String)],
+    &'a [(String, String)],
+    Option<&'a str>,
+);
 
 /// What a visit did; `result` is the node's outcome or why it has none.
 struct Visited {
     armed: bool,
     delivered: bool,
+    credentialed: bool,
     offsets: [u64; 2],
     result: Result<Outcome, RemoteError>,
 }
@@ -123,6 +139,9 @@ impl DataPlane {
             private: false,
             secrets: Vec::new(),
             files: Vec::new(),
+            mounts: Vec::new(),
+            node_credentials: None,
+            credentialed: HashMap::new(),
             delivered: HashMap::new(),
             armed: HashSet::new(),
             offsets: HashMap::new(),
@@ -184,11 +203,17 @@ impl DataPlane {
                     (
                         self.secrets.get(task).map(Vec::as_slice).unwrap_or(&[]),
                         self.files.get(task).map(Vec::as_slice).unwrap_or(&[]),
+                        self.mounts.get(task).and_then(Option::as_deref),
                     )
                 }),
                 hosts: hosts
                     .as_deref()
                     .filter(|h| self.delivered.get(&id).map(String::as_str) != Some(h)),
+                credentials: self
+                    .node_credentials
+                    .as_deref()
+                    .filter(|_| self.mounts.get(task).is_some_and(Option::is_some))
+                    .filter(|c| self.credentialed.get(&id).map(String::as_str) != Some(c)),
                 offsets: self
                     .offsets
                     .get(&id)
@@ -240,6 +265,11 @@ impl DataPlane {
                 && let Some(h) = v.hosts
             {
                 self.delivered.insert(v.id.clone(), h.to_owned());
+            }
+            if done.credentialed
+                && let Some(c) = v.credentials
+            {
+                self.credentialed.insert(v.id.clone(), c.to_owned());
             }
             if done.offsets != v.offsets {
                 self.offsets.insert(v.id.clone(), done.offsets);
@@ -300,6 +330,7 @@ impl DataPlane {
         let mut done = Visited {
             armed: false,
             delivered: false,
+            credentialed: false,
             offsets: v.offsets,
             result: Ok(Outcome::Starting),
         };
@@ -308,7 +339,7 @@ impl DataPlane {
     }
 
     fn visit_steps(&self, v: &Visit<'_>, done: &mut Visited) -> Result<Outcome, RemoteError> {
-        if let Some((secrets, files)) = v.secrets {
+        if let Some((secrets, files, mounts)) = v.secrets {
             for (name, value) in secrets {
                 // Names are checked when the group is built; one that no
                 // command can carry is never sent.
@@ -321,6 +352,14 @@ impl DataPlane {
             if let Some(command) = remote::deliver_file_urls(&self.node_dir, files) {
                 self.ssh.run(&v.id, &v.address, &command, self.timeout)?;
             }
+            if let Some(script) = mounts {
+                self.ssh.run(
+                    &v.id,
+                    &v.address,
+                    &remote::deliver_mounts(&self.node_dir, script),
+                    self.timeout,
+                )?;
+            }
             done.armed = true;
         }
         if let Some(hosts) = v.hosts {
@@ -331,6 +370,15 @@ impl DataPlane {
                 self.timeout,
             )?;
             done.delivered = true;
+        }
+        if let Some(credentials) = v.credentials {
+            self.ssh.run(
+                &v.id,
+                &v.address,
+                &remote::deliver_credentials(&self.node_dir, credentials),
+                self.timeout,
+            )?;
+            done.credentialed = true;
         }
         loop {
             let out = self.ssh.run(

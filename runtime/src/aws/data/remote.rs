@@ -61,6 +61,31 @@ pub fn deliver_secret(dir: &str, name: &str, value: &[u8]) -> Option<Command> {
     })
 }
 
+/// Writes the credentials a node's buckets are mounted with
+/// (`aws/credentials.json`, what the AWS configuration's
+/// `credential_process` prints), atomically, readable by root alone.
+pub fn deliver_credentials(dir: &str, json: &str) -> Command {
+    let aws = quote(&format!("{dir}/aws"));
+    let path = quote(&format!("{dir}/aws/credentials.json"));
+    let tmp = quote(&format!("{dir}/aws/.credentials.json.tmp"));
+    Command {
+        script: format!("umask 077 && mkdir -p {aws} && cat > {tmp} && mv -f {tmp} {path}"),
+        stdin: json.as_bytes().to_vec(),
+    }
+}
+
+/// Writes a node's `mounts.sh` (what mounts its task's buckets),
+/// atomically.
+pub fn deliver_mounts(dir: &str, script: &str) -> Command {
+    let path = quote(&format!("{dir}/mounts.sh"));
+    let tmp = quote(&format!("{dir}/.mounts.sh.tmp"));
+    let dir = quote(dir);
+    Command {
+        script: format!("umask 077 && mkdir -p {dir} && cat > {tmp} && mv -f {tmp} {path}"),
+        stdin: script.as_bytes().to_vec(),
+    }
+}
+
 /// Writes where each of a task's snapshots is fetched from
 /// (`files/DIGEST.url`, one line), each atomically: the URLs come on
 /// standard input, one a line, in the order given. `None` when there are
