@@ -1918,6 +1918,9 @@ fn buckets_are_mounted_on_aws_instances_with_the_runs_credentials() {
          file_mounts:\n  /var/lib/policy:\n    source: s3://{bucket}/policy\n    mode: MOUNT\n  \
          ~/ckpt:\n    source: s3://{bucket}/ckpt\n    mode: MOUNT_CACHED\n\
          run: |\n  sha256sum /var/lib/policy/weights.bin\n  \
+         python3 -c 'import json; print(\"key\", json.load(open(\"/var/lib/skyc/aws/credentials.json\"))[\"AccessKeyId\"])'\n  \
+         sleep 4\n  \
+         python3 -c 'import json; print(\"key\", json.load(open(\"/var/lib/skyc/aws/credentials.json\"))[\"AccessKeyId\"])'\n  \
          echo from-the-node > /var/lib/policy/ack.txt\n  \
          python3 -c 'import sys; sys.stdout.buffer.write(bytes(i * 7 % 251 for i in range(3000000)))' \
          > ~/ckpt/step-1.bin\n  echo written\n"
@@ -1936,6 +1939,16 @@ fn buckets_are_mounted_on_aws_instances_with_the_runs_credentials() {
         "{log}"
     );
     assert!(log.contains("written"), "{log}");
+    // What rclone reads: the run's credentials (the test profile's, which
+    // last 8 s), delivered by the runtime and delivered again as they
+    // are renewed, while the bucket stays mounted.
+    let keys: Vec<&str> = log.lines().filter_map(|l| l.strip_prefix("key ")).collect();
+    assert_eq!(keys.len(), 2, "{log}");
+    assert!(keys.iter().all(|k| k.starts_with("AKPROC")), "{log}");
+    assert_ne!(
+        keys[0], keys[1],
+        "the credentials were not delivered again:\n{log}"
+    );
     let moto = std::env::var("SKYC_MOTO_ENDPOINT").expect("the stand-in");
     let s3 = crate::support::stand_in_s3(&moto, "us-east-1");
     let get = |key: &str| {

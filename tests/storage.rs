@@ -686,6 +686,7 @@ fn mount(target: Target, stand: Option<Stand>) {
          run: |\n  for i in $(seq 120); do test -f /policy/v1.bin && break; sleep 0.5; done\n  \
          echo \"rollout reads $(sha256sum < /policy/v1.bin | cut -c1-16)\"\n  \
          echo served-v1 > /policy/ack\n  \
+         echo \"pid 1 is $(tr '\\0' ' ' < /proc/1/cmdline)\"\n  \
          (sleep 0.2 &)\n  sleep 1.5\n  \
          echo \"zombies $(awk '$3 == \"Z\"' /proc/[0-9]*/stat 2>/dev/null | wc -l)\"\n",
         ckpt = ckpt.name,
@@ -714,6 +715,12 @@ fn mount(target: Target, stand: Option<Stand>) {
     // namespace, so the parent of what the task leaves behind: an orphan
     // that has ended is reaped while the task runs.
     if target == Target::Slurm {
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.starts_with("(rollout-0) pid 1 is ") && l.contains(" __node-files ")),
+            "the files helper is not the step's first process:\n{stdout}"
+        );
         assert!(stdout.contains("(rollout-0) zombies 0"), "{stdout}");
     }
     // Made for its name, and kept with what both tasks wrote.

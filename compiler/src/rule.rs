@@ -122,7 +122,7 @@ rules! {
     K8sIgnoredSetting = "k8s-ignored-setting", Warning, "A setting with no Kubernetes meaning, or one the manifests cannot carry; it is not applied.";
     K8sUnsupported = "k8s-unsupported", Error, "A setting the Kubernetes target cannot honour.";
     K8sBucketMount = "k8s-bucket-mount", Error, "A bucket mounted in pods where skyc may not mount it (no `--bucket-mounts sidecar`), or at a path a pod volume cannot be.";
-    CloudBucketMount = "cloud-bucket-mount", Error, "A bucket mounted on cloud instances, which the cloud targets do not mount yet.";
+    CloudBucketMount = "cloud-bucket-mount", Error, "A bucket mounted on cloud instances that cannot mount it: a GCS bucket on AWS, any bucket on GCP.";
     K8sPodSetCap = "k8s-podset-cap", Warning, "More replicated Jobs than Kueue admits in one workload.";
     K8sTooLarge = "k8s-too-large", Error, "An object larger than the Kubernetes API server stores.";
     // Lowering to Slurm.

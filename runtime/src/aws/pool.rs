@@ -68,12 +68,17 @@ impl PoolPlan {
         let task = &group.tasks[0];
         // The nodes' requests hold all a worker is made of (the instance
         // type and image, disks, and in the boot script the setup, envs
-        // and workdir), and the secrets are delivered to it: a change of
-        // any is a new generation of workers.
-        let made_of = serde_json::json!({
+        // and workdir), and the secrets and the buckets it mounts are
+        // delivered to it: a change of any is a new generation of
+        // workers. (Only a worker that mounts carries `mounts`, so the
+        // others keep their key.)
+        let mut made_of = serde_json::json!({
             "nodes": worker.plan.nodes,
             "secrets": worker.secrets,
         });
+        if !worker.plan.mounts.is_empty() {
+            made_of["mounts"] = serde_json::json!(worker.plan.mounts);
+        }
         let spec = PoolSpec::new(pool, task.num_nodes, offer, &made_of);
         Ok((Some(PoolPlan { pool: spec, worker }), diagnostics))
     }

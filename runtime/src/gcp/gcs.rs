@@ -44,7 +44,7 @@ pub struct Gcs {
     access: Access,
     /// The token requests carry, and until when it is good; renewed as
     /// it runs out (none for an emulator).
-    token: std::sync::Arc<tokio::sync::Mutex<Option<(String, Instant)>>>,
+    token: std::sync::Arc<tokio::sync::Mutex<Option<(String, Instant, Duration)>>>,
     project: Option<String>,
     http: HttpClient<Https, Body>,
     tuning: Tuning,
@@ -75,7 +75,7 @@ impl Gcs {
                 )
             })?;
         let endpoint = access.emulator().unwrap_or(ENDPOINT).to_owned();
-        let token = token.map(|(t, lasts)| (t, Instant::now() + lasts));
+        let token = token.map(|(t, lasts)| (t, Instant::now() + lasts, lasts));
         Ok(Gcs {
             endpoint,
             project: access.project.clone(),
@@ -93,7 +93,9 @@ impl Gcs {
         let mut held = self.token.lock().await;
         match held.as_ref() {
             None => return Ok(None),
-            Some((t, until)) if *until > Instant::now() + REFRESH_BEFORE => {
+            // A token that lasts less than twice the margin (a metadata
+            // server's, near its end) is kept for half its life.
+            Some((t, until, lasts)) if *until > Instant::now() + REFRESH_BEFORE.min(*lasts / 2) => {
                 return Ok(Some(t.clone()));
             }
             Some(_) => {}
@@ -102,9 +104,9 @@ impl Gcs {
         let renewed = access
             .token(&self.http, self.tuning.request_timeout)
             .await?
-            .map(|(t, lasts)| (t, Instant::now() + lasts));
+            .map(|(t, lasts)| (t, Instant::now() + lasts, lasts));
         *held = renewed;
-        Ok(held.as_ref().map(|(t, _)| t.clone()))
+        Ok(held.as_ref().map(|(t, ..)| t.clone()))
     }
 
     /// The emulator's endpoint, when this is one (the nodes reach it

@@ -15,13 +15,21 @@ skyc_mount() { # INDEX CACHED REMOTE DESTINATION [NAME=VALUE]...
     local skyc_i=$1 skyc_cached=$2 skyc_remote=$3 skyc_at=$4 skyc_t
     shift 4
     mkdir -p -- "$skyc_at" || return 1
-    env "$@" AWS_CONFIG_FILE="$skyc_dir/aws/config" AWS_SDK_LOAD_CONFIG=1 \
+    # The runtime's credentials alone: not a key the image or root has.
+    env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY -u AWS_SESSION_TOKEN -u AWS_PROFILE \
+        "$@" AWS_CONFIG_FILE="$skyc_dir/aws/config" AWS_SDK_LOAD_CONFIG=1 \
+        AWS_SHARED_CREDENTIALS_FILE=/dev/null \
         SKYC_REMOTE="$skyc_remote" SKYC_AT="$skyc_at" SKYC_CACHED="$skyc_cached" \
         SKYC_LOG="$skyc_dir/mounts/$skyc_i.log" SKYC_CACHE="$skyc_dir/mounts/$skyc_i.cache" \
         setsid sh "$skyc_dir/bucket-mount.sh" >>"$skyc_dir/mounts/$skyc_i.out" 2>&1 </dev/null &
     skyc_mount_pids="$skyc_mount_pids $!"
     for ((skyc_t = 0; skyc_t < 300; skyc_t++)); do
-        findmnt -n -M "$skyc_at" -t fuse.rclone >/dev/null 2>&1 && return 0
+        if findmnt -n -M "$skyc_at" -t fuse.rclone >/dev/null 2>&1; then
+            # rclone mounts before it asks S3 anything: a listing says
+            # now, not at the task's first read, that it cannot.
+            ls -- "$skyc_at" >/dev/null 2>&1 && return 0
+            break
+        fi
         kill -0 "$!" 2>/dev/null || break
         sleep 0.1
     done
@@ -33,8 +41,10 @@ skyc_mount_ready() {
         # The image's packages, when it has none (SkyPilot's images are
         # Ubuntu's).
         if command -v apt-get >/dev/null 2>&1; then
-            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rclone fuse3 >/dev/null 2>&1 ||
-                { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rclone fuse3 >/dev/null; }
+            # A new image's own upgrades may hold dpkg's lock a while.
+            DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq rclone fuse3 >/dev/null 2>&1 ||
+                { apt-get -o DPkg::Lock::Timeout=300 update -qq &&
+                    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq rclone fuse3 >/dev/null; }
         fi
         if ! command -v rclone >/dev/null 2>&1 || [ ! -e /dev/fuse ]; then
             echo "skyc: mounting buckets needs rclone and FUSE on the node (Debian and Ubuntu: apt-get install rclone fuse3)" >&2
@@ -44,20 +54,24 @@ skyc_mount_ready() {
     mkdir -p "$skyc_dir/mounts" || return 1
     printf '[default]\ncredential_process = cat %s/aws/credentials.json\n' "$skyc_dir" >"$skyc_dir/aws/config"
 }
-# Ends every mount: SIGTERM, then its uploads are waited for (at most 10
-# minutes, as on every target), then it is killed.
+# Ends every mount: SIGTERM, then their uploads are waited for (at most
+# 10 minutes in all, as on every target), then what is left is killed.
 skyc_unmount_all() {
-    local skyc_pid skyc_t
+    local skyc_pid skyc_t skyc_left
     [ -n "$skyc_mount_pids" ] || return 0
     skyc_status buckets unmount
     for skyc_pid in $skyc_mount_pids; do
         kill -TERM "$skyc_pid" 2>/dev/null
     done
-    for skyc_pid in $skyc_mount_pids; do
-        for ((skyc_t = 0; skyc_t < 6000; skyc_t++)); do
-            kill -0 "$skyc_pid" 2>/dev/null || break
-            sleep 0.1
+    for ((skyc_t = 0; skyc_t < 6000; skyc_t++)); do
+        skyc_left=""
+        for skyc_pid in $skyc_mount_pids; do
+            kill -0 "$skyc_pid" 2>/dev/null && skyc_left=1
         done
+        [ -n "$skyc_left" ] || break
+        sleep 0.1
+    done
+    for skyc_pid in $skyc_mount_pids; do
         kill -KILL "$skyc_pid" 2>/dev/null
     done
     skyc_mount_pids=""

@@ -77,7 +77,11 @@ pub fn outcome(files: &NodeFiles) -> Outcome {
         Some(w) if w.starts_with("run ") || code(&files.setup_exit) == Some(0) => {
             Outcome::Running(Phase::Run)
         }
-        Some(w) if w.starts_with("setup ") || w.starts_with("workdir ") => {
+        Some(w)
+            if w.starts_with("setup ")
+                || w.starts_with("workdir ")
+                || w.starts_with("buckets ") =>
+        {
             Outcome::Running(Phase::Setup)
         }
         _ => Outcome::Starting,
