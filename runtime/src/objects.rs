@@ -18,6 +18,13 @@ pub type Body = BoxBody<Bytes, io::Error>;
 /// upload, on a thread of its own.
 pub type Source = std::sync::Arc<dyn Fn(&mut dyn Write) -> io::Result<()> + Send + Sync>;
 
+/// A body held in memory.
+pub fn full(bytes: Bytes) -> Body {
+    http_body_util::Full::new(bytes)
+        .map_err(|never| match never {})
+        .boxed()
+}
+
 /// The chunk a streamed body is sent in.
 const CHUNK: usize = 1 << 20;
 

@@ -17,7 +17,6 @@ use crate::aws::ec2::client::{Error, Https, SetupError, Tuning, connector, excha
 use crate::aws::ec2::retry;
 use crate::aws::ec2::sigv4::{self, Credentials};
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::rt::TokioExecutor;
 use std::time::Duration;
@@ -319,9 +318,7 @@ impl S3 {
 
     async fn get_once(&self, bucket: &str, o: &Object, to: &std::path::Path) -> Result<(), Error> {
         let (key, size) = (o.key.as_str(), o.size);
-        let empty: Body = Full::new(Bytes::new())
-            .map_err(|never| match never {})
-            .boxed();
+        let empty = crate::objects::full(Bytes::new());
         let (req, t) = self.request(
             "GetObject",
             "GET",
@@ -430,9 +427,7 @@ impl S3 {
         let len = body.len() as u64;
         let body = Bytes::from(body);
         retry::retried(self.tuning.backoff, || {
-            let full: Body = Full::new(body.clone())
-                .map_err(|never| match never {})
-                .boxed();
+            let full = crate::objects::full(body.clone());
             self.try_once(action, method, bucket, key, query, (full, len, &sha256))
         })
         .await

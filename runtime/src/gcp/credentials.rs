@@ -19,7 +19,6 @@ use crate::objects::Body;
 use base64::Engine;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client as HttpClient;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -265,9 +264,7 @@ async fn call(
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
-    let body: Body = Full::new(Bytes::from(form.unwrap_or_default()))
-        .map_err(|never| match never {})
-        .boxed();
+    let body = crate::objects::full(Bytes::from(form.unwrap_or_default()));
     let req = req
         .body(body)
         .map_err(|e| Error::Request(format!("{uri}: {e}")))?;

@@ -13,7 +13,6 @@ use crate::aws::ec2::sigv4::encode;
 use crate::aws::s3::Object;
 use crate::objects::{Body, Source};
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::rt::TokioExecutor;
 use std::time::{Duration, Instant};
@@ -131,7 +130,8 @@ impl Gcs {
         })
         .to_string();
         let path = format!("/storage/v1/b?project={}", encode(project));
-        match self.call("buckets.insert", "POST", &path, Some(body)).await {
+        let body = Some((Bytes::from(body), "application/json"));
+        match self.call("buckets.insert", "POST", &path, body).await {
             Err(e) if e.code() == Some("conflict") => {
                 // Names are global: made before by this project (readable
                 // here), or someone else's.
@@ -339,6 +339,7 @@ impl Gcs {
     /// every GCS server takes (the emulator refuses an empty media
     /// upload).
     async fn put_empty(&self, bucket: &str, key: &str) -> Result<String, Error> {
+        const MULTIPART: &str = "multipart/related; boundary=skyc-empty-object";
         const BOUNDARY: &str = "skyc-empty-object";
         let path = format!(
             "/upload/storage/v1/b/{}/o?uploadType=multipart",
@@ -349,23 +350,8 @@ impl Gcs {
             "--{BOUNDARY}\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n{meta}\r\n\
              --{BOUNDARY}\r\nContent-Type: application/octet-stream\r\n\r\n\r\n--{BOUNDARY}--\r\n"
         ));
-        let content_type = format!("multipart/related; boundary={BOUNDARY}");
-        retry::retried(self.tuning.backoff, || async {
-            let full: Body = Full::new(body.clone())
-                .map_err(|never| match never {})
-                .boxed();
-            let mut req = self
-                .request("POST", &path, full, Some(body.len() as u64))
-                .await?;
-            req.headers_mut().insert(
-                http::header::CONTENT_TYPE,
-                http::HeaderValue::from_str(&content_type)
-                    .map_err(|e| Error::Request(e.to_string()))?,
-            );
-            self.answer("objects.insert", req, self.tuning.request_timeout)
-                .await
-        })
-        .await
+        self.call("objects.insert", "POST", &path, Some((body, MULTIPART)))
+            .await
     }
 
     /// Deletes one object (one already gone is deleted).
@@ -380,27 +366,25 @@ impl Gcs {
         gone_is_done(self.call("buckets.delete", "DELETE", &path, None).await)
     }
 
-    /// A request with a body held in memory (JSON), retried when it fails
-    /// for a while; the answer's text.
+    /// A request with a body held in memory (its bytes and content type),
+    /// retried when it fails for a while; the answer's text.
     async fn call(
         &self,
         action: &str,
         method: &str,
         path: &str,
-        json: Option<String>,
+        body: Option<(Bytes, &'static str)>,
     ) -> Result<String, Error> {
-        let body = Bytes::from(json.clone().unwrap_or_default());
+        let (bytes, content_type) = body.unwrap_or_default();
         retry::retried(self.tuning.backoff, || async {
-            let full: Body = Full::new(body.clone())
-                .map_err(|never| match never {})
-                .boxed();
+            let len = bytes.len() as u64;
             let mut req = self
-                .request(method, path, full, Some(body.len() as u64))
+                .request(method, path, crate::objects::full(bytes.clone()), Some(len))
                 .await?;
-            if json.is_some() {
+            if !content_type.is_empty() {
                 req.headers_mut().insert(
                     http::header::CONTENT_TYPE,
-                    http::HeaderValue::from_static("application/json"),
+                    http::HeaderValue::from_static(content_type),
                 );
             }
             self.answer(action, req, self.tuning.request_timeout).await
@@ -458,9 +442,7 @@ impl Gcs {
 }
 
 fn empty() -> Body {
-    Full::new(Bytes::new())
-        .map_err(|never| match never {})
-        .boxed()
+    crate::objects::full(Bytes::new())
 }
 
 /// GCS's answer to a failed call: its error's first reason as the code

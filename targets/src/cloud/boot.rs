@@ -10,7 +10,7 @@
 use super::request::number;
 use crate::files::{Files, Mount, WORKDIR, under_home};
 use crate::shell::{is_variable_name, quote};
-use crate::storage::{self, MOUNT_SCRIPT, Store, ToMount};
+use crate::storage::{self, MOUNT_SCRIPT, ToMount};
 use skyc_compiler::ir::{Execution, Group, InterConnection, Task, Workdir};
 use std::fmt::Write as _;
 
@@ -320,17 +320,17 @@ fn place(destination: &str) -> String {
     }
 }
 
-/// The buckets the node mounts itself: S3's, on AWS (any other is refused
-/// before a script is made).
+/// The buckets the node mounts itself ([`super::mounts_on_instances`];
+/// any other is refused before a script is made).
 fn mounted<'n>(node: &Node<'n>) -> Vec<(&'n skyc_compiler::ir::FileMount, ToMount)> {
-    if node.cloud != "aws" {
+    let Some(cloud) = super::Cloud::named(node.cloud) else {
         return Vec::new();
-    }
+    };
     node.task
         .file_mounts
         .iter()
         .filter_map(|m| Some((m, storage::to_mount(m)?)))
-        .filter(|(_, to)| to.store == Store::S3)
+        .filter(|(_, to)| super::mounts_on_instances(cloud, to))
         .collect()
 }
 

@@ -69,6 +69,13 @@ impl Cloud {
         }
     }
 
+    /// The cloud named `name` (`aws`, `gcp`), as [`Cloud::name`] says it.
+    pub(crate) fn named(name: &str) -> Option<Cloud> {
+        [Cloud::Aws, Cloud::Gcp]
+            .into_iter()
+            .find(|c| c.name() == name)
+    }
+
     /// `AWS`, `GCP`.
     pub fn display(self) -> &'static str {
         match self {
@@ -834,25 +841,12 @@ impl Lowerer<'_> {
             files: self.files,
         };
         let script = |rank: u32| boot::script(&node(rank));
-        // The ranks' scripts differ only in the rank: the first tells the
-        // size of all.
-        // What the runtime delivers to each node that mounts buckets, for
-        // review beside the boot script.
-        let mounts = match boot::mounts(&node(0)) {
-            Ok(m) => m,
-            Err(boot::Unrepresentable(why)) => {
-                self.error(
-                    Rule::CloudUnrepresentable,
-                    task.name_span,
-                    format!("task `{}`: {why}", task.name),
-                    "in this task",
-                    None,
-                );
-                return Vec::new();
-            }
-        };
-        let first = match script(0) {
-            Ok(s) => s,
+        // What the runtime delivers to each node that mounts buckets (for
+        // review beside the boot script), and the first rank's boot
+        // script: the ranks' scripts differ only in the rank, so the first
+        // tells the size of all.
+        let (mounts, first) = match boot::mounts(&node(0)).and_then(|m| Ok((m, script(0)?))) {
+            Ok(both) => both,
             Err(boot::Unrepresentable(why)) => {
                 self.error(
                     Rule::CloudUnrepresentable,
