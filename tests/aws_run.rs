@@ -64,7 +64,9 @@ printf '{{"Version": 1, "AccessKeyId": "AKPROC%s", "SecretAccessKey": "skyc-test
         s.write(
             ".aws/config",
             &format!(
-                "[profile skyc-test]\ncredential_process = {}\n",
+                "[profile skyc-test]\ncredential_process = {}\n\
+                 [profile skyc-keys]\naws_access_key_id = AKIDSKYCKEYS\n\
+                 aws_secret_access_key = skyc-keys-secret\n",
                 script.display()
             ),
         );
@@ -281,6 +283,23 @@ impl Run {
         through: Option<&dyn Fn(&str) -> String>,
         s3: bool,
     ) -> Option<Run> {
+        Self::launch(name, file, extra, through, s3, "skyc-test")
+    }
+
+    /// A run with S3 whose credentials are profile `profile`'s
+    /// (`skyc-keys`: an IAM user's keys).
+    fn start_as(name: &str, file: &Path, profile: &str) -> Option<Run> {
+        Self::launch(name, file, &[], None, true, profile)
+    }
+
+    fn launch(
+        name: &str,
+        file: &Path,
+        extra: &[&str],
+        through: Option<&dyn Fn(&str) -> String>,
+        s3: bool,
+        profile: &str,
+    ) -> Option<Run> {
         let moto = ready()?;
         let endpoint = through.map_or_else(|| moto.clone(), |f| f(&moto));
         let serial = std::fs::File::create("/tmp/skyc-standin.lock").expect("lock file");
@@ -307,6 +326,7 @@ impl Run {
         ];
         args.extend_from_slice(extra);
         let mut cmd = aws_skyc(&s, &endpoint, &args);
+        cmd.env("AWS_PROFILE", profile);
         if let Some(relay) = &relay {
             cmd.env("AWS_ENDPOINT_URL_S3", relay);
         }
@@ -1945,6 +1965,15 @@ fn buckets_are_mounted_on_aws_instances_with_the_runs_credentials() {
     let keys: Vec<&str> = log.lines().filter_map(|l| l.strip_prefix("key ")).collect();
     assert_eq!(keys.len(), 2, "{log}");
     assert!(keys.iter().all(|k| k.starts_with("AKPROC")), "{log}");
+    // STS cannot narrow a credential_process's, and `status` says so.
+    assert_eq!(
+        status["tasks"][0]["credentials"],
+        format!(
+            "the run's own AWS credentials (a credential_process's: STS cannot narrow them to \
+             s3://{bucket}), renewed with them"
+        ),
+        "{status:#}"
+    );
     assert_ne!(
         keys[0], keys[1],
         "the credentials were not delivered again:\n{log}"
@@ -1969,6 +1998,65 @@ fn buckets_are_mounted_on_aws_instances_with_the_runs_credentials() {
     assert_eq!(get("policy/ack.txt"), b"from-the-node\n");
     let want: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
     assert_eq!(get("ckpt/step-1.bin"), want);
+    r.assert_nothing_left();
+    drop(r);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// On an IAM user's keys, the nodes mount their bucket with credentials
+/// STS narrowed to it (`GetFederationToken`, with the spec's session
+/// policy), never the keys, and `status` says so. moto answers every
+/// federation token with its one example key and enforces no policy:
+/// what the policy allows is shown in `runtime/src/aws/tests` (against
+/// moto's IAM), not here.
+#[test]
+fn aws_nodes_mount_with_credentials_narrowed_to_their_buckets() {
+    if ready().is_none() || skyc_runtime::storage::mount::client().is_err() {
+        return;
+    }
+    let bucket = format!("skyc-aws-narrow-{}", std::process::id());
+    let weights: Vec<u8> = (0..200_000u32).map(|i| (i * 31 % 239) as u8).collect();
+    put_objects(&bucket, &[("w.bin", weights.clone())]);
+    let dir = std::env::temp_dir().join(format!("skyc-aws-narrow-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let yaml = format!(
+        "name: narrow\nexecution: parallel\n---\nname: trainer\n\
+         file_mounts:\n  /data:\n    source: s3://{bucket}\n    mode: MOUNT\n\
+         run: |\n  sha256sum /data/w.bin\n  \
+         python3 -c 'import json; print(\"key\", json.load(open(\"/var/lib/skyc/aws/credentials.json\"))[\"AccessKeyId\"])'\n  \
+         sleep 3\n"
+    );
+    let file = dir.join("narrow.yaml");
+    std::fs::write(&file, yaml).expect("group file");
+    let Some(mut r) = Run::start_as("aws-narrow", &file, "skyc-keys") else {
+        return;
+    };
+    // While it runs, `status ID` says what the nodes hold.
+    r.until_logged("trainer-0", "key ");
+    let out =
+        r.s.skyc(&["status", &r.gid.to_string()])
+            .output()
+            .expect("status");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!(
+            "credentials of trainer's nodes: AWS credentials narrowed to s3://{bucket} \
+             (STS GetFederationToken), short-lived"
+        )),
+        "{text}"
+    );
+    let status = r.until("finished", finished);
+    let log = r.logs("trainer-0");
+    assert_eq!(status["status"], "SUCCEEDED", "{status:#}\n{log}");
+    let sum = skyc_runtime::files::tar::sha256(&weights);
+    assert!(log.contains(&format!("{sum}  /data/w.bin")), "{log}");
+    let keys: Vec<&str> = log.lines().filter_map(|l| l.strip_prefix("key ")).collect();
+    assert_eq!(keys, ["AKIAIOSFODNN7EXAMPLE"], "{log}");
+    assert_eq!(
+        status["tasks"][0]["credentials"],
+        format!("AWS credentials narrowed to s3://{bucket} (STS GetFederationToken), short-lived"),
+        "{status:#}"
+    );
     r.assert_nothing_left();
     drop(r);
     let _ = std::fs::remove_dir_all(&dir);

@@ -83,6 +83,10 @@ pub enum Report {
     /// reason, the scheduler's message); `None` once they no longer wait.
     /// Said when it changes.
     Waiting { task: usize, why: Option<String> },
+    /// What the task's nodes hold to reach its buckets (credentials the
+    /// runtime delivers: narrowed to them, or what instead and why), for
+    /// `skyc status`. Said when it changes.
+    Credentials { task: usize, says: String },
     /// Every node of the task's attempt is past its setup. For a pool's
     /// worker: it is ready for jobs.
     Ready { task: usize, attempt: u32 },

@@ -117,6 +117,21 @@ fn show(args: &Args) -> Result<u8, String> {
         && let Some(one) = shown.first()
     {
         out!("\n{}", nodes_table(one).render());
+        // What the runtime delivered to the nodes to reach their buckets.
+        let held: Vec<String> = one
+            .tasks
+            .iter()
+            .filter_map(|t| {
+                Some(format!(
+                    "credentials of {}'s nodes: {}",
+                    t.name,
+                    t.credentials.as_ref()?
+                ))
+            })
+            .collect();
+        if live(one) && !held.is_empty() {
+            out!("\n{}\n", held.join("\n"));
+        }
         if let Some(outage) = one.group.outage.as_ref().filter(|_| live(one)) {
             out!("\nunreachable: {outage}\n");
         }
@@ -344,6 +359,7 @@ pub(crate) fn group_json(s: &Shown, supervisor: Option<i64>) -> serde_json::Valu
             "restarts": t.restarts,
             "restarts_on_errors": t.restarts_on_errors,
             "num_nodes": t.num_nodes,
+            "credentials": t.credentials,
             "waiting": t.waiting.as_ref().map(|why| json!({
                 "why": why,
                 "since_ms": t.waiting_since_ms,

@@ -548,6 +548,17 @@ fn an_aws_node_mounts_its_s3_buckets_word_for_word() {
     );
     // No credential is in the boot script: the runtime delivers them.
     assert!(!boot_script(node).contains("AWS_SECRET_ACCESS_KEY"));
+    // What the delivered credentials are narrowed to: both buckets (whole:
+    // rclone looks at a mounted path's parent) and what rclone does in
+    // them; nothing for a node that mounts none.
+    crate::support::snapshots("cloud").bind(|| {
+        insta::assert_json_snapshot!("aws_node_session_policy", node["session_policy"]);
+    });
+    let plain = spec(
+        "name: m\nresources:\n  infra: aws/us-east-1\n  cpus: 2\nrun: x\n",
+        Cloud::Aws,
+    );
+    assert!(plain["nodes"][0].get("session_policy").is_none());
 
     for (text, cloud) in [
         (

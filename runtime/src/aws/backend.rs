@@ -22,7 +22,7 @@ use super::pool::JobPlan;
 use crate::aws::control::files::{self, RunFiles};
 use crate::aws::control::ops;
 use crate::aws::control::pass::pass;
-use crate::aws::credentials::{Keeper, Step};
+use crate::aws::credentials::{Keeper, NodeCredentials, Step};
 use crate::aws::data::jobs::{self, Placed};
 use crate::aws::data::plane::DataPlane;
 use crate::aws::data::remote::Ssh;
@@ -323,6 +323,7 @@ impl Backend for Aws {
         let (tx, rx) = mpsc::channel();
         let out = self.outbox.post().out(gid);
         let region = run.plan.region.clone();
+        let nodes = NodeCredentials::new(&run.plan.group);
         let group = Group {
             hold: run.hold,
             jobs: BTreeMap::new(),
@@ -331,6 +332,8 @@ impl Backend for Aws {
             ec2,
             files,
             keeper: Keeper::new(run.access, region),
+            nodes,
+            said: Vec::new(),
             data,
             out,
             sent_nodes: BTreeMap::new(),
@@ -463,6 +466,11 @@ struct Group {
     /// The run's files' bucket, when a task has files; signs as `ec2`.
     files: Option<RunFiles>,
     keeper: Keeper,
+    /// What the nodes that mount buckets are given, narrowed from the
+    /// keeper's.
+    nodes: NodeCredentials,
+    /// What `status` was last told of each task's credentials.
+    said: Vec<Option<String>>,
     data: DataPlane,
     out: Out,
     /// What `status` was last told of each node, so a pass that finds
@@ -612,10 +620,10 @@ impl Group {
                 return self.poll;
             }
         };
-        // Nodes that mount buckets read the run's credentials of now,
+        // Nodes that mount buckets read credentials narrowed to them,
         // delivered again whenever they are renewed.
         if self.data.mounts.iter().any(Option::is_some) {
-            self.data.node_credentials = self.keeper.held().map(node_credentials);
+            self.deliver_credentials(rt);
         }
         // Each node is given URLs presigned now, with the credentials of
         // now: valid for a while after it gets them, whenever that is.
@@ -678,6 +686,42 @@ impl Group {
         next
     }
 
+    /// Each task's node credentials of now, and what `status` says of
+    /// them when that changes. A task whose plan names no session policy
+    /// (one made before skyc narrowed them) is given the run's own.
+    fn deliver_credentials(&mut self, rt: &tokio::runtime::Runtime) {
+        let policies: Vec<Option<String>> = (0..self.plan.spec.tasks.len())
+            .map(|t| match (self.plan.mounts(t), self.plan.policy(t)) {
+                (None, _) => None,
+                (Some(_), p) => Some(p.unwrap_or_default().to_owned()),
+            })
+            .collect();
+        let (deliveries, errors) = rt.block_on(self.nodes.step(
+            &self.keeper,
+            &policies,
+            std::time::SystemTime::now(),
+        ));
+        for e in errors {
+            if self.sent_errors.insert(e.clone()) {
+                self.out.send(Report::Error(e));
+            }
+        }
+        self.said.resize(deliveries.len(), None);
+        self.data.node_credentials = Vec::with_capacity(deliveries.len());
+        for (task, d) in deliveries.into_iter().enumerate() {
+            if let Some(d) = &d
+                && self.said[task].as_ref() != Some(&d.says)
+            {
+                self.out.send(Report::Credentials {
+                    task,
+                    says: d.says.clone(),
+                });
+                self.said[task] = Some(d.says.clone());
+            }
+            self.data.node_credentials.push(d.and_then(|d| d.document));
+        }
+    }
+
     /// A worker's part of a pass: ready once every node holds (its setup
     /// ended well), its jobs followed, and lost with it once it is
     /// retired.
@@ -711,24 +755,4 @@ impl Group {
         // their directories from the worker.
         jobs::step(&mut self.jobs, &self.data, &self.plan, world, errors);
     }
-}
-/// `credentials` as the AWS configuration's `credential_process` prints
-/// them (its version 1 document): an SDK asks again once they expire.
-fn node_credentials(credentials: &crate::aws::credentials::Fetched) -> String {
-    let c = &credentials.credentials;
-    let mut doc = serde_json::json!({
-        "Version": 1,
-        "AccessKeyId": c.access_key_id,
-        "SecretAccessKey": c.secret_access_key,
-    });
-    if let Some(token) = &c.session_token {
-        doc["SessionToken"] = serde_json::json!(token);
-    }
-    if let Some(t) = credentials
-        .expires
-        .and_then(|e| jiff::Timestamp::try_from(e).ok())
-    {
-        doc["Expiration"] = serde_json::json!(format!("{t:.0}"));
-    }
-    doc.to_string()
 }

@@ -67,6 +67,10 @@ pub struct Plan {
     /// mount them with.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mounts: Vec<Option<String>>,
+    /// Per task, the session policy (JSON) its nodes' credentials are
+    /// narrowed by (the spec's `session_policy`: its mounted buckets).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub policies: Vec<Option<String>>,
 }
 
 /// The bucket made for one run: every snapshot's stream uploaded once
@@ -156,6 +160,11 @@ impl Plan {
         self.mounts.get(index)?.as_deref()
     }
 
+    /// Task `index`'s session policy, when its nodes mount buckets.
+    pub fn policy(&self, index: usize) -> Option<&str> {
+        self.policies.get(index)?.as_deref()
+    }
+
     /// The plan of `spec` (the document of `skyc build --target aws`),
     /// for a run `run` of the group whose engine spec is `group_spec`.
     pub fn from_spec(doc: &Value, group_spec: GroupSpec, run: &str) -> Result<Plan, PlanError> {
@@ -197,6 +206,7 @@ impl Plan {
             .map(|t| vec![Value::Null; t.num_nodes as usize])
             .collect();
         let mut mounts: Vec<Option<String>> = Vec::new();
+        let mut policies: Vec<Option<String>> = Vec::new();
         for n in doc["nodes"].as_array().into_iter().flatten() {
             let task = n["task"].as_str().unwrap_or_default();
             let Some(t) = group_spec.tasks.iter().position(|s| s.name == task) else {
@@ -218,6 +228,12 @@ impl Plan {
                 }
                 mounts[t] = Some(m.to_owned());
             }
+            if n["session_policy"].is_object() {
+                if policies.len() <= t {
+                    policies.resize(t + 1, None);
+                }
+                policies[t] = Some(n["session_policy"].to_string());
+            }
         }
         for (t, ranks) in nodes.iter().enumerate() {
             if let Some(rank) = ranks.iter().position(|r| !r.is_object()) {
@@ -238,6 +254,7 @@ impl Plan {
             pool: None,
             bucket: None,
             mounts,
+            policies,
         })
     }
 

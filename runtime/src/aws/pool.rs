@@ -78,6 +78,7 @@ impl PoolPlan {
         });
         if !worker.plan.mounts.is_empty() {
             made_of["mounts"] = serde_json::json!(worker.plan.mounts);
+            made_of["policies"] = serde_json::json!(worker.plan.policies);
         }
         let spec = PoolSpec::new(pool, task.num_nodes, offer, &made_of);
         Ok((Some(PoolPlan { pool: spec, worker }), diagnostics))

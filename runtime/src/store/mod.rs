@@ -129,6 +129,9 @@ pub struct TaskRow {
     pub waiting: Option<String>,
     /// Since when they wait for that reason.
     pub waiting_since_ms: Option<i64>,
+    /// What its nodes hold to reach its buckets, when the runtime
+    /// delivers credentials.
+    pub credentials: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -484,7 +487,7 @@ impl Store {
         // Cached: listings ask for the tasks and nodes of every group.
         let mut stmt = self.conn.prepare_cached(
             "SELECT idx, name, role, status, attempt, restarts, restarts_on_errors, num_nodes, \
-             waiting, waiting_since_ms \
+             waiting, waiting_since_ms, credentials \
              FROM tasks WHERE group_id = ?1 ORDER BY idx",
         )?;
         stmt.query_map(params![id], |r| task_row(r, 0))?.collect()
@@ -495,7 +498,7 @@ impl Store {
     pub fn tasks_from(&self, first: i64) -> Result<BTreeMap<i64, Vec<TaskRow>>> {
         let mut stmt = self.conn.prepare_cached(
             "SELECT group_id, idx, name, role, status, attempt, restarts, restarts_on_errors, \
-             num_nodes, waiting, waiting_since_ms FROM tasks WHERE group_id >= ?1 \
+             num_nodes, waiting, waiting_since_ms, credentials FROM tasks WHERE group_id >= ?1 \
              ORDER BY group_id, idx",
         )?;
         let mut by_group: BTreeMap<i64, Vec<TaskRow>> = BTreeMap::new();
@@ -944,6 +947,17 @@ impl Tx<'_> {
         Ok(n > 0)
     }
 
+    /// What task `task`'s nodes hold to reach its buckets. Whether it
+    /// changed.
+    pub fn set_credentials(&self, id: i64, task: usize, says: &str) -> Result<bool> {
+        let n = self.0.execute(
+            "UPDATE tasks SET credentials = ?3 \
+             WHERE group_id = ?1 AND idx = ?2 AND credentials IS NOT ?3",
+            params![id, task as i64, says],
+        )?;
+        Ok(n > 0)
+    }
+
     pub fn set_task(
         &self,
         id: i64,
@@ -1032,6 +1046,7 @@ fn task_row(r: &rusqlite::Row<'_>, at: usize) -> Result<TaskRow> {
         num_nodes: r.get(at + 7)?,
         waiting: r.get(at + 8)?,
         waiting_since_ms: r.get(at + 9)?,
+        credentials: r.get(at + 10)?,
     })
 }
 

@@ -153,6 +153,12 @@ CREATE TABLE bucket_uses (
 );
 CREATE INDEX bucket_uses_by_bucket ON bucket_uses (bucket);
 ",
+    r"
+-- what a task's nodes hold to reach its buckets, when the runtime
+-- delivers credentials (AWS instances): narrowed to them, or the run's
+-- own and why
+ALTER TABLE tasks ADD COLUMN credentials TEXT;
+",
 ];
 
 /// The schema version this skyc writes and reads.

@@ -699,6 +699,14 @@ impl Supervisor {
                                 tx.append_event(gid, now, &entry.to_string())?;
                             }
                         }
+                        Report::Credentials { task, says } => {
+                            if tx.set_credentials(gid, *task, says)? {
+                                let entry = serde_json::json!({
+                                    "credentials": {"task": task, "says": says},
+                                });
+                                tx.append_event(gid, now, &entry.to_string())?;
+                            }
+                        }
                         Report::Refused(e) => refused.push((gid, e.clone())),
                         Report::Unstarted(status) => {
                             tx.end_unstarted(gid, status.as_str(), now)?;

@@ -322,7 +322,7 @@ fn place(destination: &str) -> String {
 
 /// The buckets the node mounts itself ([`super::mounts_on_instances`];
 /// any other is refused before a script is made).
-fn mounted<'n>(node: &Node<'n>) -> Vec<(&'n skyc_compiler::ir::FileMount, ToMount)> {
+pub(super) fn mounted<'n>(node: &Node<'n>) -> Vec<(&'n skyc_compiler::ir::FileMount, ToMount)> {
     let Some(cloud) = super::Cloud::named(node.cloud) else {
         return Vec::new();
     };

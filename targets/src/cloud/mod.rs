@@ -26,6 +26,7 @@
 //! - `group`: the Job Group rule;
 //! - `boot` (with `agent.sh`): the boot script and node agent;
 //! - `node`, `aws`, `gcp`: the native requests;
+//! - `scope`: the session policy a node's credentials are narrowed by;
 //! - `spec`: the document.
 
 mod aws;
@@ -37,11 +38,13 @@ mod gcp;
 pub mod group;
 mod node;
 pub mod request;
+mod scope;
 pub mod select;
 mod spec;
 
 pub use boot::{LAUNCHER_MARKER, NODE_DIR, agent, files_functions, mounts_functions};
 pub use catalog::{Catalog, CatalogError, Origin, SNAPSHOT_DATE};
+pub use scope::session_policy;
 pub use spec::{API_VERSION, KIND};
 
 use crate::files::Files;
@@ -845,6 +848,7 @@ impl Lowerer<'_> {
         // review beside the boot script), and the first rank's boot
         // script: the ranks' scripts differ only in the rank, so the first
         // tells the size of all.
+        let policy = scope::of_node(&node(0));
         let (mounts, first) = match boot::mounts(&node(0)).and_then(|m| Ok((m, script(0)?))) {
             Ok(both) => both,
             Err(boot::Unrepresentable(why)) => {
@@ -916,6 +920,9 @@ impl Lowerer<'_> {
             let mut entry = spec::node(self.group, task, rank, offer, zone.as_deref(), launch);
             if let Some(m) = &mounts {
                 entry["mounts"] = serde_json::json!(m);
+            }
+            if let Some(p) = &policy {
+                entry["session_policy"] = p.clone();
             }
             out.push(entry);
         }

@@ -56,6 +56,16 @@ impl Keeper {
         self.held.as_ref().map(|(f, _)| f)
     }
 
+    /// The held credentials and the chain they came from.
+    pub(super) fn held_with_chain(&self) -> Option<(&Fetched, &Chain)> {
+        self.held.as_ref().map(|(f, c)| (f, c))
+    }
+
+    /// The run's region.
+    pub fn region(&self) -> &str {
+        &self.region
+    }
+
     /// EC2 refused the held credentials (expired, revoked, rotated):
     /// the next [`Keeper::step`] asks the source again.
     pub fn refused(&mut self, why: String) {

@@ -23,6 +23,9 @@
 //!   again before the credentials expire, and when EC2 refuses them; when
 //!   the source gives none, the run is in an outage that says what to
 //!   renew.
+//! - **Given to nodes narrowed** (`scoped.rs`): the nodes that mount
+//!   buckets get credentials STS made from the run's with the task's
+//!   session policy, renewed on their own.
 //! - **Never stored**: the plan keeps [`Access`] (the profile, the
 //!   source's kind, the region, the EC2 endpoint and where the shared
 //!   files are); the supervisor asks that source itself.
@@ -31,9 +34,11 @@ mod chain;
 mod fetch;
 pub(crate) mod files;
 mod keeper;
+mod scoped;
 
 pub use chain::Source;
 pub use keeper::{Keeper, REFRESH_BEFORE, Step};
+pub use scoped::{Delivery, NodeCredentials};
 
 use crate::aws::ec2::config::Settings;
 use crate::aws::ec2::sigv4::Credentials;
@@ -315,7 +320,7 @@ impl Chain {
     /// Asks the source (and STS for each role), `region` being the run's
     /// when the configuration names none.
     pub async fn fetch(&self, access: &Access, region: &str) -> Result<Fetched, String> {
-        fetch::fetch(&self.0, access, region).await
+        fetch::fetch(&self.0, access, region, None).await
     }
 }
 

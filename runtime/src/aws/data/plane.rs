@@ -61,9 +61,9 @@ pub struct DataPlane {
     /// Per task, the `mounts.sh` of its nodes when they mount buckets,
     /// delivered with the secrets.
     pub mounts: Vec<Option<String>>,
-    /// The credentials nodes that mount buckets read, now (what
-    /// `credential_process` prints): the run's, renewed with them.
-    pub node_credentials: Option<String>,
+    /// Per task, the credentials its nodes read to mount its buckets,
+    /// now (what `credential_process` prints): narrowed to them, renewed.
+    pub node_credentials: Vec<Option<String>>,
     /// The credentials each instance has.
     credentialed: HashMap<String, String>,
     /// The hosts file each instance has.
@@ -140,7 +140,7 @@ impl DataPlane {
             secrets: Vec::new(),
             files: Vec::new(),
             mounts: Vec::new(),
-            node_credentials: None,
+            node_credentials: Vec::new(),
             credentialed: HashMap::new(),
             delivered: HashMap::new(),
             armed: HashSet::new(),
@@ -211,8 +211,8 @@ impl DataPlane {
                     .filter(|h| self.delivered.get(&id).map(String::as_str) != Some(h)),
                 credentials: self
                     .node_credentials
-                    .as_deref()
-                    .filter(|_| self.mounts.get(task).is_some_and(Option::is_some))
+                    .get(task)
+                    .and_then(Option::as_deref)
                     .filter(|c| self.credentialed.get(&id).map(String::as_str) != Some(c)),
                 offsets: self
                     .offsets

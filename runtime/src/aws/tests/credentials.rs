@@ -22,7 +22,7 @@
 //! environment it needs ([`in_child`]).
 
 use crate::aws::control::ops;
-use crate::aws::credentials::{Access, Keeper, REFRESH_BEFORE, Source, Step};
+use crate::aws::credentials::{Access, Keeper, NodeCredentials, REFRESH_BEFORE, Source, Step};
 use crate::aws::ec2::client::{Ec2, Tuning};
 use crate::aws::ec2::sigv4::Credentials;
 use std::collections::BTreeMap;
@@ -44,7 +44,7 @@ fn child(test: &str) -> bool {
 /// Runs `test` in a child process of this test binary whose environment
 /// is only `PATH` and `env` (the SDK's providers read the process's own),
 /// where [`child`] tells it to run its body; fails when that fails.
-fn in_child(test: &str, env: &[(&str, String)]) {
+fn in_child(test: &str, env: &[(&str, String)]) -> String {
     let name = format!("aws::tests::credentials::{test}");
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args([name.as_str(), "--exact", "--nocapture", "--test-threads=1"])
@@ -63,6 +63,7 @@ fn in_child(test: &str, env: &[(&str, String)]) {
     assert!(out.status.success(), "the child failed:\n{text}");
     // The child ran the test (a filter matching none passes too).
     assert!(text.contains("1 passed"), "the child ran no test:\n{text}");
+    text
 }
 
 /// The child's scratch directory (its HOME).
@@ -853,4 +854,255 @@ fn container_credentials_through_a_stand_in_endpoint() {
         ],
     );
     assert_eq!(endpoint.seen()[0].path, "/v1/credentials");
+}
+
+/// A task's session policy, as the spec gives it: bucket `data`.
+const POLICY: &str = r#"{"Version":"2012-10-17","Statement":[{"Sid":"SkycMountedBuckets","Effect":"Allow","Action":["s3:ListBucket"],"Resource":["arn:aws:s3:::data"]},{"Sid":"SkycMountedObjects","Effect":"Allow","Action":["s3:GetObject"],"Resource":["arn:aws:s3:::data/*"]}]}"#;
+
+/// In a child: the run's credentials, then what its nodes are given for
+/// a task that mounts `data` and one that mounts nothing, at each of
+/// `after` (seconds from now). Prints, each time, the key the first
+/// task's nodes get (`delivered KEY`), what `status` says of it
+/// (`says ...`) and each error (`error ...`), for the parent.
+fn deliver_in_child(after: &[u64]) {
+    let (_, mut keeper) = from_env();
+    let rt = rt();
+    used(rt.block_on(keeper.step(SystemTime::now())));
+    // On a line of its own: the harness's `test NAME ... ` has none.
+    println!("\nrun {}", keeper.held().unwrap().credentials.access_key_id);
+    let mut nodes = NodeCredentials::new("g");
+    let policies = [Some(POLICY.to_owned()), None];
+    let start = SystemTime::now();
+    for s in after {
+        let now = start + Duration::from_secs(*s);
+        let (delivered, errors) = rt.block_on(nodes.step(&keeper, &policies, now));
+        assert!(delivered[1].is_none(), "{delivered:?}");
+        let d = delivered[0].clone().expect("a delivery");
+        let doc: serde_json::Value =
+            serde_json::from_str(d.document.as_deref().expect("credentials")).unwrap();
+        // As `credential_process` prints them, with an expiry an SDK
+        // renews at.
+        assert_eq!(doc["Version"], 1);
+        assert!(doc["SessionToken"].is_string() && doc["Expiration"].is_string());
+        println!("delivered {}", doc["AccessKeyId"].as_str().unwrap());
+        println!("says {}", d.says);
+        for e in errors {
+            println!("error {e}");
+        }
+    }
+}
+
+/// The value of the child's line `prefix ...`.
+fn printed<'t>(text: &'t str, prefix: &str) -> Vec<&'t str> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix(prefix)?.strip_prefix(' '))
+        .collect()
+}
+
+/// A profile with an IAM user's keys, STS at `url`.
+fn long_term_keys(dir: &Path, url: &str) {
+    write(
+        &dir.join(".aws/credentials"),
+        "[default]\naws_access_key_id = AKIDBASE\naws_secret_access_key = basesecret\n",
+    );
+    write(
+        &dir.join(".aws/config"),
+        &format!("[default]\nregion = us-east-1\nendpoint_url = {url}\n"),
+    );
+}
+
+#[test]
+fn an_iam_users_keys_reach_nodes_narrowed_by_a_federation_token() {
+    const TEST: &str = "an_iam_users_keys_reach_nodes_narrowed_by_a_federation_token";
+    if child(TEST) {
+        return deliver_in_child(&[0]);
+    }
+    let Some(moto) = moto() else { return };
+    let dir = scratch("federation");
+    let rec = Server::recorder(&moto);
+    long_term_keys(&dir, &rec.url);
+    let text = in_child(
+        TEST,
+        &[
+            ("HOME", dir.display().to_string()),
+            ("AWS_EC2_METADATA_DISABLED", "true".into()),
+        ],
+    );
+    let calls = assumed(&rec, "GetFederationToken");
+    assert_eq!(calls.len(), 1, "{calls:#?}");
+    let call = &calls[0];
+    assert_eq!(call.key().as_deref(), Some("AKIDBASE"));
+    assert_eq!(call.param("Policy").as_deref(), Some(POLICY));
+    assert_eq!(call.param("Name").as_deref(), Some("skyc-g"));
+    assert_eq!(call.param("DurationSeconds").as_deref(), Some("3600"));
+    // The nodes hold the federated user's credentials, never the keys.
+    let key = call.answered("AccessKeyId").unwrap();
+    assert_eq!(printed(&text, "delivered"), [key.as_str()], "{text}");
+    assert_ne!(key, "AKIDBASE");
+    assert_eq!(
+        printed(&text, "says"),
+        ["AWS credentials narrowed to s3://data (STS GetFederationToken), short-lived"],
+        "{text}"
+    );
+    assert!(printed(&text, "error").is_empty(), "{text}");
+}
+
+#[test]
+fn a_roles_nodes_get_it_again_with_the_session_policy() {
+    const TEST: &str = "a_roles_nodes_get_it_again_with_the_session_policy";
+    if child(TEST) {
+        return deliver_in_child(&[0]);
+    }
+    let Some(moto) = moto() else { return };
+    let dir = scratch("role-narrowed");
+    let rec = Server::recorder(&moto);
+    write(
+        &dir.join(".aws/credentials"),
+        "[base]\naws_access_key_id = AKIDBASE\naws_secret_access_key = basesecret\n",
+    );
+    write(
+        &dir.join(".aws/config"),
+        &format!(
+            "[profile deploy]\nrole_arn = arn:aws:iam::123456789012:role/deploy\n\
+             source_profile = base\nregion = us-east-1\nendpoint_url = {}\n",
+            rec.url
+        ),
+    );
+    let text = in_child(
+        TEST,
+        &[
+            ("HOME", dir.display().to_string()),
+            ("AWS_PROFILE", "deploy".into()),
+            ("AWS_EC2_METADATA_DISABLED", "true".into()),
+        ],
+    );
+    // The run's role as the profile says, then the nodes' with the
+    // policy: both from the source profile's keys.
+    let calls = assumed(&rec, "AssumeRole");
+    assert_eq!(calls.len(), 2, "{calls:#?}");
+    for c in &calls {
+        assert_eq!(c.key().as_deref(), Some("AKIDBASE"));
+        assert_eq!(
+            c.param("RoleArn").as_deref(),
+            Some("arn:aws:iam::123456789012:role/deploy")
+        );
+    }
+    assert_eq!(calls[0].param("Policy"), None);
+    assert_eq!(calls[1].param("Policy").as_deref(), Some(POLICY));
+    let run = calls[0].answered("AccessKeyId").unwrap();
+    let nodes = calls[1].answered("AccessKeyId").unwrap();
+    assert_eq!(printed(&text, "run"), [run.as_str()], "{text}");
+    assert_eq!(printed(&text, "delivered"), [nodes.as_str()], "{text}");
+    assert_ne!(run, nodes);
+    assert_eq!(
+        printed(&text, "says"),
+        ["AWS credentials narrowed to s3://data (the role's session policy), short-lived"],
+        "{text}"
+    );
+    assert!(assumed(&rec, "GetFederationToken").is_empty());
+}
+
+#[test]
+fn credentials_sts_cannot_narrow_are_the_runs_own_and_say_so() {
+    const TEST: &str = "credentials_sts_cannot_narrow_are_the_runs_own_and_say_so";
+    if child(TEST) {
+        return deliver_in_child(&[0]);
+    }
+    let Some(moto) = moto() else { return };
+    let dir = scratch("unnarrowed");
+    let rec = Server::recorder(&moto);
+    let script = process_script(&dir, 3600);
+    write(
+        &dir.join(".aws/config"),
+        &format!(
+            "[default]\ncredential_process = {}\nregion = us-east-1\nendpoint_url = {}\n",
+            script.display(),
+            rec.url
+        ),
+    );
+    let text = in_child(
+        TEST,
+        &[
+            ("HOME", dir.display().to_string()),
+            ("AWS_EC2_METADATA_DISABLED", "true".into()),
+        ],
+    );
+    assert_eq!(printed(&text, "delivered"), ["AKPROC1"], "{text}");
+    assert_eq!(
+        printed(&text, "says"),
+        [
+            "the run's own AWS credentials (a credential_process's: STS cannot narrow them \
+             to s3://data), renewed with them"
+        ],
+        "{text}"
+    );
+    assert!(rec.seen().is_empty(), "{:#?}", rec.seen());
+}
+
+#[test]
+fn a_refused_federation_gives_nodes_a_session_token_never_the_keys() {
+    const TEST: &str = "a_refused_federation_gives_nodes_a_session_token_never_the_keys";
+    if child(TEST) {
+        return deliver_in_child(&[0, 1, 301]);
+    }
+    let Some(moto) = moto() else { return };
+    let dir = scratch("federation-refused");
+    // STS as an IAM user without sts:GetFederationToken finds it.
+    let host = moto.trim_start_matches("http://").to_owned();
+    let rec = Server::start(move |req| {
+        if req.param("Action").as_deref() == Some("GetFederationToken") {
+            return (
+                403,
+                "text/xml",
+                "<ErrorResponse><Error><Type>Sender</Type><Code>AccessDenied</Code>\
+                 <Message>User: arn:aws:iam::123456789012:user/u is not authorized to \
+                 perform: sts:GetFederationToken</Message></Error>\
+                 <RequestId>r</RequestId></ErrorResponse>"
+                    .to_owned(),
+            );
+        }
+        forward(&host, req)
+    });
+    long_term_keys(&dir, &rec.url);
+    let text = in_child(
+        TEST,
+        &[
+            ("HOME", dir.display().to_string()),
+            ("AWS_EC2_METADATA_DISABLED", "true".into()),
+        ],
+    );
+    // Asked at once, not a second later (the passes in between), again
+    // after 5 minutes; the session token, good for an hour, kept.
+    assert_eq!(
+        assumed(&rec, "GetFederationToken").len(),
+        2,
+        "{:#?}",
+        rec.seen()
+    );
+    let tokens = assumed(&rec, "GetSessionToken");
+    assert_eq!(tokens.len(), 1, "{:#?}", rec.seen());
+    assert_eq!(tokens[0].key().as_deref(), Some("AKIDBASE"));
+    let key = tokens[0].answered("AccessKeyId").unwrap();
+    assert_eq!(printed(&text, "delivered"), [key.as_str(); 3], "{text}");
+    let says = printed(&text, "says");
+    assert!(
+        says.len() == 3
+            && says.iter().all(|s| s == &says[0])
+            && says[0].starts_with(
+                "short-lived AWS credentials of the run's IAM user (STS GetSessionToken), \
+                 not narrowed to s3://data: STS GetFederationToken: "
+            )
+            && says[0].contains("not authorized to perform: sts:GetFederationToken")
+            && says[0].ends_with("tried again every 5 minutes"),
+        "{text}"
+    );
+    let errors = printed(&text, "error");
+    assert!(
+        errors.len() == 1
+            && errors[0]
+                .starts_with("cannot narrow the AWS credentials of the nodes that mount s3://data")
+            && errors[0]
+                .ends_with("they are given a session token of the run's IAM user meanwhile"),
+        "{text}"
+    );
 }

@@ -1,11 +1,13 @@
 //! The AWS control plane: the reconciler and observer on their own (pure,
 //! `units`), and the whole loop (`scenarios`) against an EC2 stand-in on
 //! loopback (`moto`: moto's server, which scripts/test starts) and, when
-//! asked, against AWS (`e2e`).
+//! asked, against AWS (`e2e`); the credentials of every source
+//! (`credentials`) and what the nodes' are narrowed to (`policy`).
 
 mod credentials;
 mod e2e;
 mod moto;
+mod policy;
 mod scenarios;
 mod ssh;
 mod standin;
