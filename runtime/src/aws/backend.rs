@@ -19,6 +19,7 @@
 
 use super::plan::{Plan, RunPlan};
 use super::pool::JobPlan;
+use super::pool_job::JobRun;
 use crate::aws::control::files::{self, RunFiles};
 use crate::aws::control::ops;
 use crate::aws::control::pass::pass;
@@ -62,7 +63,7 @@ pub fn poll_interval() -> Duration {
 const SSH_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What a group's thread hears.
-enum Msg {
+pub(super) enum Msg {
     Goal(Goal),
     Release,
     /// A pool job's attempt placed on this worker.
@@ -73,28 +74,13 @@ enum Msg {
     Forget(i64),
 }
 
-/// A pool job, as the backend follows it (its thread is its worker's).
-struct JobRun {
-    plan: JobPlan,
-    /// Its engine's attempt.
-    attempt: u32,
-    /// Where its latest attempt was placed, and that attempt.
-    placed: Option<(i64, u32)>,
-    /// The nodes of the placed attempt that ended (exited or lost).
-    ended: BTreeSet<u32>,
-    /// The attempt a stop was sent for.
-    stopped: Option<u32>,
-    finished: bool,
-    settled: bool,
-}
-
 pub struct Aws {
-    state_dir: PathBuf,
-    groups: BTreeMap<i64, mpsc::Sender<Msg>>,
-    jobs: BTreeMap<i64, JobRun>,
+    pub(super) state_dir: PathBuf,
+    pub(super) groups: BTreeMap<i64, mpsc::Sender<Msg>>,
+    pub(super) jobs: BTreeMap<i64, JobRun>,
     /// Reports made here rather than by a thread.
-    reports: Vec<(i64, Report)>,
-    outbox: Outbox,
+    pub(super) reports: Vec<(i64, Report)>,
+    pub(super) outbox: Outbox,
     /// The tuning of every group's client (tests make it short).
     tuning: Tuning,
     /// [`poll_interval`], read once.
@@ -160,86 +146,6 @@ fn ssh_dir(group_dir: &Path) -> io::Result<PathBuf> {
     }
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
     Ok(dir)
-}
-
-impl Aws {
-    /// A pool job's engine decided: it waits for a place (`TaskQueued`,
-    /// as every backend says it), or its attempt stops: on its worker, or
-    /// here when it has none (its nodes answered lost, as nothing runs).
-    fn execute_job(&mut self, gid: i64, engine: &Engine, actions: &[Action]) {
-        let Some(job) = self.jobs.get_mut(&gid) else {
-            return;
-        };
-        job.attempt = engine.attempt(0);
-        job.finished = engine.is_finished();
-        for action in actions {
-            match *action {
-                Action::Start { task, attempt } => {
-                    self.reports.push((
-                        gid,
-                        Report::Event {
-                            event: Event::TaskQueued { task, attempt },
-                            at_ms: None,
-                        },
-                    ));
-                }
-                Action::Terminate { attempt, .. } | Action::Kill { attempt, .. } => {
-                    let Some(job) = self.jobs.get_mut(&gid) else {
-                        return;
-                    };
-                    if job.stopped == Some(attempt) {
-                        continue;
-                    }
-                    job.stopped = Some(attempt);
-                    match job.placed {
-                        Some((worker, placed)) if placed == attempt => {
-                            let sent = self
-                                .groups
-                                .get(&worker)
-                                .is_some_and(|tx| tx.send(Msg::Stop(gid)).is_ok());
-                            if !sent {
-                                self.lose_unplaced(gid, attempt, "its worker is gone");
-                            }
-                        }
-                        _ => self.lose_unplaced(gid, attempt, "stopped before it had a worker"),
-                    }
-                }
-                _ => {}
-            }
-        }
-    }
-
-    /// Answers every node of a job's attempt that runs nowhere as lost.
-    fn lose_unplaced(&mut self, gid: i64, attempt: u32, why: &str) {
-        let Some(job) = self.jobs.get_mut(&gid) else {
-            return;
-        };
-        let nodes = job.plan.spec.tasks[0].num_nodes;
-        if job.placed.is_some_and(|(_, a)| a == attempt) {
-            for node in 0..nodes {
-                job.ended.insert(node);
-            }
-        }
-        let logs = crate::paths::group_dir(&self.state_dir, gid).join("logs");
-        let task = &job.plan.spec.tasks[0].name;
-        for node in 0..nodes {
-            let log = logs.join(crate::paths::log_name(task, node));
-            let _ = crate::aws::data::plane::append(&log, format!("skyc: {why}\n").as_bytes());
-        }
-        for node in 0..nodes {
-            self.reports.push((
-                gid,
-                Report::Event {
-                    event: Event::NodeLost {
-                        task: 0,
-                        attempt,
-                        node,
-                    },
-                    at_ms: None,
-                },
-            ));
-        }
-    }
 }
 
 impl Backend for Aws {
@@ -409,43 +315,7 @@ impl Backend for Aws {
     }
 
     fn place(&mut self, job: i64, attempt: Attempt, worker: i64, placement: &Placement) {
-        let Some(j) = self.jobs.get_mut(&job) else {
-            return;
-        };
-        if attempt != j.attempt || j.finished {
-            return;
-        }
-        let nodes = j.plan.spec.tasks[0].num_nodes;
-        if j.placed != Some((worker, attempt)) {
-            j.placed = Some((worker, attempt));
-            j.ended.clear();
-        }
-        let Some(tx) = self.groups.get(&worker) else {
-            // Its worker is gone: lost with it, so its engine runs it again
-            // elsewhere without using its budget.
-            self.lose_unplaced(job, attempt, "its worker is gone");
-            return;
-        };
-        let logs = crate::paths::group_dir(&self.state_dir, job).join("logs");
-        let scripts = (0..nodes as usize)
-            .map(|rank| {
-                let gpus = placement.gpus.get(rank).map_or(&[][..], Vec::as_slice);
-                j.plan.job_sh(skyc_targets::cloud::NODE_DIR, job, gpus)
-            })
-            .collect();
-        let mut placed = Placed::new(
-            attempt,
-            scripts,
-            j.plan.grace_secs,
-            j.plan.spec.tasks[0].name.clone(),
-            logs,
-            self.outbox.post().out(job),
-            0,
-        );
-        placed.stop = j.stopped == Some(attempt);
-        if tx.send(Msg::Place(job, Box::new(placed))).is_err() {
-            self.lose_unplaced(job, attempt, "its worker is gone");
-        }
+        self.place_job(job, attempt, worker, placement);
     }
 
     fn wake_fd(&self) -> Option<BorrowedFd<'_>> {

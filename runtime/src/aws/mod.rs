@@ -19,7 +19,7 @@
 //! `plan.rs` ([`Plan`]: the build's spec with the run's own names, tags
 //! and `ClientToken`s; [`RunPlan::for_run`], which plans a run once EC2
 //! has answered with the run's credentials), `pool.rs` (a pool's worker
-//! and job plans) and
+//! and job plans), `pool_job.rs` (a job's actions and placement) and
 //! [`backend`] (the supervisor's [`crate::backend::Backend`] for AWS
 //! groups, a thread per group running both planes).
 
@@ -30,6 +30,7 @@ pub mod data;
 pub mod ec2;
 mod plan;
 mod pool;
+mod pool_job;
 pub mod s3;
 pub mod world;
 

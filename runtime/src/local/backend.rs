@@ -13,7 +13,7 @@
 
 use super::agent::{self, KILL_REQUEST, Launch};
 use super::capacity::{Allocator, Capacity, Grant, Holder};
-use super::env::{job_env, node_env};
+use super::env::node_env;
 use super::files::NodeFiles;
 use super::network::{self, GroupNetwork};
 use super::plan::Plan;
@@ -35,11 +35,11 @@ pub struct Local {
     state_dir: PathBuf,
     /// Starts the node agents (skyc's executable, with the agent beside
     /// it).
-    spawner: Spawner,
+    pub(super) spawner: Spawner,
     /// Gives nodes their task's files.
-    files: NodeFiles,
+    pub(super) files: NodeFiles,
     allocator: Allocator,
-    groups: BTreeMap<i64, GroupRun>,
+    pub(super) groups: BTreeMap<i64, GroupRun>,
     /// Task attempts waiting for capacity, oldest first, and whether the
     /// wait was reported (as `TaskQueued`).
     queue: VecDeque<(i64, TaskId, Attempt, bool)>,
@@ -47,38 +47,38 @@ pub struct Local {
     epoll: OwnedFd,
     slots: BTreeMap<u64, (i64, TaskId, u32)>,
     next_slot: u64,
-    reports: Vec<(i64, Report)>,
+    pub(super) reports: Vec<(i64, Report)>,
 }
 
-struct GroupRun {
-    dir: PathBuf,
+pub(super) struct GroupRun {
+    pub(super) dir: PathBuf,
     /// As `skyc status` shows it (a pool's worker: `{pool}-{n}`).
     name: String,
-    plan: Plan,
-    net: GroupNetwork,
+    pub(super) plan: Plan,
+    pub(super) net: GroupNetwork,
     /// Per task, per rank.
-    nodes: Vec<Vec<NodeRun>>,
-    grants: Vec<Option<Grant>>,
+    pub(super) nodes: Vec<Vec<NodeRun>>,
+    pub(super) grants: Vec<Option<Grant>>,
     /// The engine as last executed: each task's attempt, whether it has
     /// ended, and whether the whole group has.
-    attempts: Vec<Attempt>,
-    ended: Vec<bool>,
+    pub(super) attempts: Vec<Attempt>,
+    pub(super) ended: Vec<bool>,
     finished: bool,
     settled: bool,
     /// A pool job: the worker its attempt runs on, once placed.
-    worker: Option<i64>,
+    pub(super) worker: Option<i64>,
     /// A pool job whose worker was lost: its nodes' ends are losses.
-    worker_lost: bool,
+    pub(super) worker_lost: bool,
     /// Per task, why it waits for the machine, as last reported.
     waiting: Vec<Option<String>>,
 }
 
-struct NodeRun {
-    attempt: Attempt,
-    state: NodeState,
+pub(super) struct NodeRun {
+    pub(super) attempt: Attempt,
+    pub(super) state: NodeState,
 }
 
-enum NodeState {
+pub(super) enum NodeState {
     /// Not started in this attempt (or waiting for capacity).
     Idle,
     Running {
@@ -94,36 +94,6 @@ enum NodeState {
     /// theirs before `run` starts on all of them.
     SetupDone,
     Done,
-}
-
-impl GroupRun {
-    /// A worker's node `rank` is held: its setup ended well and its hold
-    /// runs.
-    fn holds(&self, rank: u32) -> bool {
-        self.nodes[0].get(rank as usize).is_some_and(|n| {
-            matches!(
-                n.state,
-                NodeState::Running {
-                    phase: Phase::Run,
-                    ..
-                }
-            )
-        })
-    }
-
-    /// A pool job whose worker was lost: its running nodes are stopped,
-    /// and their ends are losses.
-    fn lose_worker(&mut self) {
-        if self.worker_lost {
-            return;
-        }
-        self.worker_lost = true;
-        for node in self.nodes.iter().flatten() {
-            if let NodeState::Running { pidfd, .. } = &node.state {
-                let _ = rustix::process::pidfd_send_signal(pidfd, KILL_REQUEST);
-            }
-        }
-    }
 }
 
 impl Local {
@@ -144,7 +114,7 @@ impl Local {
         })
     }
 
-    fn event(&mut self, gid: i64, event: Event) {
+    pub(super) fn event(&mut self, gid: i64, event: Event) {
         self.reports
             .push((gid, Report::Event { event, at_ms: None }));
     }
@@ -253,7 +223,13 @@ impl Local {
         }
     }
 
-    fn watch(&mut self, gid: i64, task: TaskId, rank: u32, pidfd: &OwnedFd) -> io::Result<u64> {
+    pub(super) fn watch(
+        &mut self,
+        gid: i64,
+        task: TaskId,
+        rank: u32,
+        pidfd: &OwnedFd,
+    ) -> io::Result<u64> {
         let slot = self.next_slot;
         self.next_slot += 1;
         epoll::add(
@@ -549,7 +525,7 @@ impl Local {
 
     /// A node whose agent could not be started: said in its log, and
     /// answered as a command not found (127).
-    fn not_started(
+    pub(super) fn not_started(
         &mut self,
         gid: i64,
         g: &mut GroupRun,
@@ -572,68 +548,6 @@ impl Local {
                 code: 127,
             },
         );
-    }
-
-    /// A worker's node ended (its hold was killed, its agent lost): the
-    /// jobs on it are lost with it, and are stopped now.
-    fn lose_jobs_on(&mut self, worker: i64) {
-        for job in self.groups.values_mut() {
-            if job.worker == Some(worker) {
-                job.lose_worker();
-            }
-        }
-    }
-
-    /// Starts a pool job's attempt on its worker: each node's `run` in the
-    /// worker's node of the same rank.
-    fn start_job(
-        &mut self,
-        gid: i64,
-        g: &mut GroupRun,
-        worker_gid: i64,
-        placement: &Placement,
-    ) -> Result<(), String> {
-        let task = 0;
-        let attempt = g.attempts[task];
-        let worker = self.groups.get(&worker_gid).ok_or("its worker is gone")?;
-        if !(0..g.plan.tasks[task].num_nodes).all(|rank| worker.holds(rank)) {
-            return Err("its worker is not ready".into());
-        }
-        let mut spawned = Vec::new();
-        for rank in 0..g.plan.tasks[task].num_nodes {
-            let gpus = placement
-                .gpus
-                .get(rank as usize)
-                .cloned()
-                .unwrap_or_default();
-            let started =
-                spawn_job_agent(&mut self.spawner, &self.files, gid, g, worker, rank, &gpus)
-                    .map_err(|e| format!("cannot start the node: {e}"));
-            spawned.push(started);
-        }
-        for (rank, started) in (0..).zip(spawned) {
-            match started.and_then(|(pid, pidfd)| {
-                let slot = self
-                    .watch(gid, task, rank, &pidfd)
-                    .map_err(|e| e.to_string())?;
-                Ok((pid, pidfd, slot))
-            }) {
-                Ok((pid, pidfd, slot)) => {
-                    g.nodes[task][rank as usize].state = NodeState::Running {
-                        phase: Phase::Run,
-                        pid,
-                        pidfd,
-                        slot,
-                    };
-                    let mut info = node_info(g, task, rank, Some(pid), None);
-                    info.machine = format!("worker {worker_gid}");
-                    self.reports.push((gid, Report::Node(info)));
-                }
-                Err(e) => self.not_started(gid, g, task, rank, Phase::Run, &e),
-            }
-        }
-        self.event(gid, Event::TaskStarted { task, attempt });
-        Ok(())
     }
 
     /// Starts `run` on every node of the task once all their setups ended
@@ -868,46 +782,7 @@ impl Backend for Local {
     }
 
     fn place(&mut self, job: i64, attempt: Attempt, worker: i64, placement: &Placement) {
-        let Some(mut g) = self.groups.remove(&job) else {
-            return;
-        };
-        let task = 0;
-        let current = g.attempts[task] == attempt && !g.ended[task];
-        let unstarted = g.nodes[task]
-            .iter()
-            .all(|n| n.attempt == attempt && matches!(n.state, NodeState::Idle));
-        if current {
-            g.worker = Some(worker);
-            // Found running after a crash on a worker that was lost
-            // meanwhile: lost with it.
-            let holding = self
-                .groups
-                .get(&worker)
-                .is_some_and(|w| (0..w.plan.tasks[0].num_nodes).all(|rank| w.holds(rank)));
-            if !unstarted && !holding {
-                g.lose_worker();
-            }
-        }
-        if current
-            && unstarted
-            && let Err(reason) = self.start_job(job, &mut g, worker, placement)
-        {
-            // Placed on a worker that cannot take it: lost with it, so its
-            // engine restarts it without using its budget.
-            for rank in 0..g.plan.tasks[task].num_nodes {
-                append_log(&g, task, rank, &format!("skyc: {reason}\n"));
-                g.nodes[task][rank as usize].state = NodeState::Done;
-                self.event(
-                    job,
-                    Event::NodeLost {
-                        task,
-                        attempt,
-                        node: rank,
-                    },
-                );
-            }
-        }
-        self.groups.insert(job, g);
+        self.place_job(job, attempt, worker, placement);
     }
 
     fn wake_fd(&self) -> Option<BorrowedFd<'_>> {
@@ -915,63 +790,6 @@ impl Backend for Local {
     }
 }
 
-/// A pool job's node `rank` on its worker: the job's `run`, in the
-/// worker's node directory and network, with the worker's environment
-/// and the job's own on top.
-fn spawn_job_agent(
-    spawner: &mut Spawner,
-    files: &NodeFiles,
-    gid: i64,
-    job: &GroupRun,
-    worker: &GroupRun,
-    rank: u32,
-    gpus: &[u32],
-) -> io::Result<(Pid, OwnedFd)> {
-    let task = 0;
-    let attempt = job.attempts[task];
-    let adir = paths::attempt_dir(&paths::node_dir(&job.dir, task, rank), attempt, Phase::Run);
-    fs::create_dir_all(&adir)?;
-    // The pool's files, as submitted, under a writable layer of the job's
-    // own.
-    let mounts = &worker.plan.tasks[0].files;
-    let volumes = &worker.plan.tasks[0].volumes;
-    let buckets = &worker.plan.tasks[0].buckets;
-    let cwd = match &worker.plan.tasks[0].workdir {
-        _ if !mounts.is_empty() || !volumes.is_empty() || !buckets.is_empty() => adir.clone(),
-        Some(dir) => dir.clone(),
-        None => paths::node_dir(&worker.dir, 0, rank).join("work"),
-    };
-    let net = worker
-        .net
-        .node(0, rank)
-        .ok_or_else(|| io::Error::other("the worker's node has no address"))?;
-    let worker_grant = worker.grants[0].clone().unwrap_or_default();
-    let mut env = job_env(
-        &job.plan,
-        gid,
-        &worker.plan,
-        &worker.net,
-        &worker_grant,
-        rank,
-        gpus,
-    );
-    env.push((NODE_MARKER_VAR.into(), adir.display().to_string()));
-    let command = bash(&paths::script(&job.dir, task, Phase::Run));
-    let argv = worker.net.wrap(
-        net,
-        files.wrap(mounts, volumes, buckets, &env, &adir.join("files"), command),
-    );
-    let log = paths::log(&job.dir, &job.plan.tasks[task].name, rank);
-    spawner.spawn(Launch {
-        dir: &adir,
-        log: &log,
-        argv,
-        env,
-        cwd: &cwd,
-    })
-}
-
-/// A new group's directory, scripts and network.
 /// What holds the machine: these groups and pool workers, each with what
 /// it was granted.
 fn holders_of<'a>(groups: impl Iterator<Item = (&'a i64, &'a GroupRun)>) -> Vec<Holder> {
@@ -1010,7 +828,7 @@ fn first_phase(plan: &Plan, task: TaskId) -> Phase {
     }
 }
 
-fn node_info(
+pub(super) fn node_info(
     g: &GroupRun,
     task: TaskId,
     rank: u32,
@@ -1054,7 +872,7 @@ fn note_restart(g: &GroupRun, task: TaskId, attempt: Attempt) {
     }
 }
 
-fn append_log(g: &GroupRun, task: TaskId, rank: u32, line: &str) {
+pub(super) fn append_log(g: &GroupRun, task: TaskId, rank: u32, line: &str) {
     let log = paths::log(&g.dir, &g.plan.tasks[task].name, rank);
     let _ = logindex::append(&log, line.as_bytes());
 }
@@ -1096,7 +914,7 @@ fn kill_orphans(adir: &Path) {
 }
 
 /// How a node's phase script runs: bash without the user's start-up files.
-fn bash(script: &Path) -> Vec<String> {
+pub(super) fn bash(script: &Path) -> Vec<String> {
     vec![
         "bash".into(),
         "--noprofile".into(),

@@ -1,6 +1,7 @@
 //! The local target: a group's nodes as process trees on this machine.
 //!
-//! - [`plan`]: what to run, made from the IR by the client;
+//! - [`plan`]: what to run, made from the IR by the client; `pool`: a
+//!   pool's workers planned, `pool_job`: a job run on a worker;
 //! - [`capacity`]: the machine as a one-node cluster (cpus, memory, GPUs);
 //! - [`network`]: a network identity per node and the group's hostnames;
 //! - [`env`](mod@env): the environment contract of a node;
@@ -19,6 +20,8 @@ pub mod files;
 pub mod logindex;
 pub mod network;
 pub mod plan;
+mod pool;
+mod pool_job;
 pub mod spawner;
 
 /// Set in every node process to its attempt directory: how the processes

@@ -5,9 +5,9 @@ use super::capacity::{Capacity, Demand};
 use crate::files::take::delivered;
 use crate::files::{Files, Mount, Volume};
 use crate::policy::GroupSpec;
-use crate::pool::{JobSpec, PoolSpec, Room};
+use crate::pool::JobSpec;
 use serde::{Deserialize, Serialize};
-use skyc_compiler::ir::{self, Group, InterConnection, Task, Workdir};
+use skyc_compiler::ir::{Group, InterConnection, Task, Workdir};
 use skyc_compiler::{Diagnostic, Rule};
 use skyc_targets::storage::Mounted;
 use std::path::PathBuf;
@@ -43,58 +43,6 @@ pub struct Plan {
 
 /// A pool as the local target runs it: each worker made from a [`Plan`].
 pub type PoolPlan = crate::pool::PoolPlan<Plan>;
-
-impl PoolPlan {
-    /// A pool file's group, planned for this machine: each worker is a
-    /// node environment holding the pool's resources while it exists, and
-    /// offers jobs what it holds (this machine's cpus and memory, for
-    /// what the pool does not name; GPUs only as the pool names them).
-    pub fn new(
-        group: &Group,
-        pool: &ir::Pool,
-        options: &PlanOptions<'_>,
-    ) -> (Option<Self>, Vec<Diagnostic>) {
-        let (plan, diagnostics) = Plan::new(group, options);
-        let Some(mut worker) = plan else {
-            return (None, diagnostics);
-        };
-        worker.hold = true;
-        // A worker whose setup fails is replaced by the pool, not restarted.
-        for t in &mut worker.spec.tasks {
-            t.max_restarts_on_errors = 0;
-            t.recover_on_exit_codes.clear();
-        }
-        let task = &worker.tasks[0];
-        let demand = task.demand;
-        let machine = options.capacity;
-        let offer = Room {
-            cpus: if demand.cpus > 0.0 {
-                demand.cpus
-            } else {
-                machine.cpus
-            },
-            memory_gb: if demand.memory_gb > 0.0 {
-                demand.memory_gb
-            } else {
-                machine.memory_gb
-            },
-            // GPUs are held one by one: a worker offers only those it
-            // holds, never the machine's others.
-            gpus: demand.gpus,
-        };
-        let made_of = serde_json::json!({
-            "setup": task.setup,
-            "envs": task.envs,
-            "workdir": task.workdir,
-            // New files make new workers.
-            "files": task.files,
-            "demand": task.demand,
-            "num_nodes": task.num_nodes,
-        });
-        let spec = PoolSpec::new(pool, task.num_nodes, offer, &made_of);
-        (Some(Self { pool: spec, worker }), diagnostics)
-    }
-}
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TaskPlan {

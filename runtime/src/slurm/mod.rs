@@ -19,7 +19,8 @@
 //!   state directory, its statuses recorded like a local group's;
 //! - [`PoolPlan`], [`JobPlan`]: a pool's workers (a batch job each,
 //!   holding its allocation) and jobs (steps of a worker's allocation),
-//!   whose policy the supervisor runs (`members`).
+//!   whose policy the supervisor runs (`members` for the workers,
+//!   `pool_job` for a job on one).
 
 mod backend;
 mod client;
@@ -27,8 +28,7 @@ mod members;
 mod pipeline;
 mod plan;
 mod pool;
-#[cfg(test)]
-mod pool_tests;
+mod pool_job;
 mod state;
 mod status;
 mod submit;

@@ -3,11 +3,11 @@
 //! once across a crash, ready from its nodes' files, and its loss taking
 //! its jobs with it. What a real cluster does is `tests/slurm_pools.rs`'s.
 
-use super::pool::{JobPlan, TaskRun, WorkerPlan};
-use super::{Plan, SlurmBackend};
 use crate::backend::{Adoption, Backend as _, Report, Role};
 use crate::policy::{Engine, Event, Execution, GroupSpec, TaskSpec};
 use crate::pool::{JobSpec, Placement};
+use crate::slurm::pool::{JobPlan, TaskRun, WorkerPlan};
+use crate::slurm::{Plan, SlurmBackend};
 use crate::store::{Store, now_ms};
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -586,7 +586,7 @@ fn a_step_that_failed_while_the_supervisor_was_down_is_a_failure_not_a_loss() {
     let worker = ready_worker(&mut f);
     let job = placed_job(&mut f);
     // The supervisor dies; the step fails meanwhile.
-    f.backend = super::SlurmBackend::new(&f.state);
+    f.backend = crate::slurm::SlurmBackend::new(&f.state);
     let adir = f.group(2).join(".skyc/a0");
     fs::write(adir.join("exit.0.0.0"), "run 3\n").unwrap();
     let plan = f.worker();

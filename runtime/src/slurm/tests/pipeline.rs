@@ -3,9 +3,9 @@
 //! which record what they are asked and answer from files the test
 //! writes. What a real cluster does with the jobs is `tests/slurm_run.rs`'s.
 
-use super::{Plan, PlannedStep, SUBMITTING, SlurmBackend};
 use crate::backend::{Adoption, Backend as _, Report, Role, Statuses};
 use crate::policy::{Engine, Execution, GroupSpec, Status, TaskSpec};
+use crate::slurm::{Plan, PlannedStep, SUBMITTING, SlurmBackend};
 use crate::store::{Store, now_ms};
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -200,7 +200,7 @@ impl Fake {
     fn submitted_before(&self, ids: &[u32]) {
         let jobs = self.jobs();
         let subs = self.plan.submissions(&jobs);
-        super::submit::prepare(&self.plan, &jobs, &subs).unwrap();
+        crate::slurm::submit::prepare(&self.plan, &jobs, &subs).unwrap();
         let mut queue = String::new();
         for (i, id) in ids.iter().enumerate() {
             queue.push_str(&format!("{id}|{}\n", self.tok(i)));
