@@ -174,6 +174,7 @@ impl Backend for Aws {
         }
         let mut run: RunPlan = serde_json::from_str(adoption.plan)
             .map_err(|e| format!("the group's AWS plan: {e}"))?;
+        run.hold = adoption.role == Role::Worker;
         if run.hold {
             let dir = crate::paths::group_dir(&self.state_dir, gid).join("key");
             run = run.for_worker(gid, &dir)?;

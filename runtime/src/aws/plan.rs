@@ -118,8 +118,9 @@ pub struct RunPlan {
     #[serde(default)]
     pub secrets: Vec<Vec<(String, String)>>,
     /// A pool's worker: its nodes hold after setup, running the jobs the
-    /// runtime hands them (docs/pools.md).
-    #[serde(default)]
+    /// runtime hands them (docs/pools.md). Its store row's role, set when
+    /// the backend adopts it (not stored).
+    #[serde(skip)]
     pub hold: bool,
 }
 

@@ -49,7 +49,6 @@ impl PoolPlan {
         if let Some(dir) = worker.key.parent() {
             let _ = std::fs::remove_dir(dir);
         }
-        worker.hold = true;
         worker.plan.pool = Some(name.to_owned());
         // A worker whose setup fails is replaced by the pool, not restarted.
         for t in &mut worker.plan.spec.tasks {

@@ -200,15 +200,17 @@ impl Drop for Kubernetes {
 }
 
 impl Kubernetes {
-    /// Takes charge of a group of `plan` ([`Backend::adopt`], parsed).
+    /// Takes charge of a group of `plan` ([`Backend::adopt`], parsed), in
+    /// its store row's role.
     pub fn adopt_plan(
         &mut self,
         gid: i64,
         role: Role,
-        plan: Plan,
+        mut plan: Plan,
         engine: &Engine,
         job: Option<String>,
     ) {
+        plan.hold = role == Role::Worker;
         let _ = self.tx.send(Command::Adopt {
             gid,
             role,

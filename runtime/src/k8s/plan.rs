@@ -38,8 +38,9 @@ pub struct Plan {
     /// create.
     pub token: String,
     /// A pool's worker: its nodes hold after setup ([`k8s::worker`]),
-    /// ready for the pool's jobs once their pods are `Ready`.
-    #[serde(default)]
+    /// ready for the pool's jobs once their pods are `Ready`. Its store
+    /// row's role, set when the backend adopts it (not stored).
+    #[serde(skip)]
     pub hold: bool,
     /// A job of a pool: its one task runs in the pods of the worker the
     /// pool gives it ([`super::exec`]); it applies nothing of its own.

@@ -70,7 +70,6 @@ impl PoolPlan {
         named.name.clone_from(&placeholder);
         let manifests = worker::lower(group, &placeholder, lowering.options);
         let mut plan = Plan::of(&named, manifests, lowering)?;
-        plan.hold = true;
         // A worker whose setup fails is replaced by the pool, not
         // restarted.
         for t in &mut plan.spec.tasks {

@@ -600,7 +600,8 @@ impl Backend for Local {
     /// a previous supervisor ran gets its nodes back from their
     /// directories.
     fn adopt(&mut self, gid: i64, adoption: &Adoption<'_>) -> Result<(), String> {
-        let plan: Plan = serde_json::from_str(adoption.plan).map_err(|e| e.to_string())?;
+        let mut plan: Plan = serde_json::from_str(adoption.plan).map_err(|e| e.to_string())?;
+        plan.hold = adoption.role == Role::Worker;
         let dir = paths::group_dir(&self.state_dir, gid);
         let net = match adoption.kept.map(serde_json::from_str) {
             Some(Ok(net)) => net,

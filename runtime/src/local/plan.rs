@@ -29,8 +29,9 @@ pub struct Plan {
     pub tasks: Vec<TaskPlan>,
     /// A pool's worker: once its setup ended well on every node, each node
     /// is held (its directory, address and resources kept) until the
-    /// worker is retired, and the pool's jobs run in it.
-    #[serde(default)]
+    /// worker is retired, and the pool's jobs run in it. Its store row's
+    /// role, set when the backend adopts it (not stored in the plan).
+    #[serde(skip)]
     pub hold: bool,
     /// A job of a pool: its one task's `run` runs on a worker the pool
     /// gives it, in the worker's directory and environment.

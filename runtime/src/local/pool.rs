@@ -21,7 +21,6 @@ impl PoolPlan {
         let Some(mut worker) = plan else {
             return (None, diagnostics);
         };
-        worker.hold = true;
         // A worker whose setup fails is replaced by the pool, not restarted.
         for t in &mut worker.spec.tasks {
             t.max_restarts_on_errors = 0;

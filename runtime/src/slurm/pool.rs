@@ -22,8 +22,6 @@ use std::time::Duration;
 pub struct WorkerPlan {
     #[serde(flatten)]
     pub plan: Plan,
-    /// Always true: how the backend tells a worker's plan.
-    pub hold: bool,
     /// What the pool's jobs run with: the task's envs (after `--env`)
     /// and its workdir.
     pub task: TaskRun,
@@ -172,7 +170,6 @@ pub fn plan_pool(
     let spec = PoolSpec::new(pool, group.tasks[0].num_nodes, offer, &made_of);
     let worker = WorkerPlan {
         plan,
-        hold: true,
         task,
         files,
         volumes,

@@ -3,7 +3,7 @@
 //! exactly as the supervisor does through [`Backend`].
 
 use super::fake::{Fake, NS, World};
-use crate::backend::{Backend, Report, Role};
+use crate::backend::{Backend, Report};
 use crate::backoff::Backoff;
 use crate::k8s::client::Cluster;
 use crate::k8s::exec::PodExec;
@@ -160,7 +160,7 @@ impl Driver {
             Kubernetes::start(self.dir.clone(), connect, self.tuning).expect("the backend starts");
         backend.adopt_plan(
             GID,
-            Role::Group,
+            super::role(&self.plan),
             self.plan.clone(),
             &self.engine,
             self.job.clone(),

@@ -267,3 +267,16 @@ fn a_clean_run_with_a_termination_delay() {
     });
     assert_eq!(d.fake.world().everything(), Vec::<String>::new());
 }
+
+/// The store row's role of a test's plan: a worker's holds its nodes,
+/// a job's runs on a worker.
+pub(super) fn role(plan: &super::plan::Plan) -> crate::backend::Role {
+    use crate::backend::Role;
+    if plan.hold {
+        Role::Worker
+    } else if plan.pool_job.is_some() {
+        Role::Job
+    } else {
+        Role::Group
+    }
+}

@@ -6,7 +6,7 @@
 use super::driver::{connect, tuning};
 use super::fake::{Fake, NS, Process};
 use super::pools::worker;
-use crate::backend::{Backend, Report, Role};
+use crate::backend::{Backend, Report};
 use crate::goal::Goal;
 use crate::k8s::job_scripts::{self, attempt_dir};
 use crate::k8s::{Kubernetes, Plan};
@@ -41,17 +41,6 @@ fn job_of(text: &str, secrets: &[(String, String)], rank: u32, num_jobs: u32) ->
     assert_eq!(plan.namespace, NS, "where the workers are");
     assert_eq!(plan.pool_job.as_ref().map(|j| j.rank), Some(rank));
     plan
-}
-
-/// The role the store would give the group of `plan`.
-fn role(plan: &Plan) -> Role {
-    if plan.hold {
-        Role::Worker
-    } else if plan.pool_job.is_some() {
-        Role::Job
-    } else {
-        Role::Group
-    }
 }
 
 fn plan_jobs(
@@ -194,7 +183,7 @@ impl Pool {
     fn add(&mut self, gid: i64, plan: Plan) {
         let mut engine = Engine::new(plan.spec.clone());
         self.backend()
-            .adopt_plan(gid, role(&plan), plan.clone(), &engine, None);
+            .adopt_plan(gid, super::role(&plan), plan.clone(), &engine, None);
         let actions = engine.start();
         self.engines.insert(gid, engine);
         self.plans.insert(gid, plan);
@@ -348,7 +337,7 @@ impl Pool {
         for (gid, plan) in &self.plans {
             backend.adopt_plan(
                 *gid,
-                role(plan),
+                super::role(plan),
                 plan.clone(),
                 &self.engines[gid],
                 Some(String::new()),

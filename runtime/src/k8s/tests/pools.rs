@@ -51,9 +51,11 @@ pub(super) fn pool_plan(yaml: &str) -> PoolPlan {
 }
 
 /// Worker `n` as the backend adopts it: the pool's plan under its row's
-/// name.
+/// name, holding its nodes (its row's role).
 pub(super) fn worker(n: u32) -> Plan {
-    pool_plan(POOL).worker.named(&format!("pool-{n}"))
+    let mut plan = pool_plan(POOL).worker.named(&format!("pool-{n}"));
+    plan.hold = true;
+    plan
 }
 
 fn created(fake: &Fake) -> Vec<String> {

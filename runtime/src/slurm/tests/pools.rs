@@ -156,7 +156,6 @@ impl Fake {
     fn worker(&self) -> Member {
         let plan = WorkerPlan {
             plan: self.plan("w"),
-            hold: true,
             task: TaskRun {
                 name: "w".into(),
                 envs: vec![("FROM_POOL".into(), "1".into())],
