@@ -61,10 +61,15 @@ fn main() {
     for arg in ["-nostartfiles", "-nostdlib", "-static", "-no-pie"] {
         bin.arg("-C").arg(format!("link-arg={arg}"));
     }
-    if var("TARGET").ends_with("-musl") {
+    if env::var("CARGO_CFG_TARGET_ENV").as_deref() == Ok("musl") {
         // A static skyc: musl's targets link their own C start-up files
         // and a static-PIE by default; the agent has its own `_start`.
-        bin.args(["-C", "link-self-contained=no", "-C", "relocation-model=static"]);
+        bin.args([
+            "-C",
+            "link-self-contained=no",
+            "-C",
+            "relocation-model=static",
+        ]);
     }
     run(bin);
 

@@ -12,8 +12,8 @@
 //! the run's instances by their `skyc-run` tag and goes on (logs are read
 //! again from their start).
 //!
-//! Pools: a worker is a group like any other whose plan holds (`hold`),
-//! under a run name of its own; a job of a pool has no thread: its
+//! Pools: a worker is a group like any other whose nodes hold (its row is
+//! a worker's: `Adoption::role`), under a run name of its own; a job of a pool has no thread: its
 //! attempt is handed to its worker's thread ([`Backend::place`]), which
 //! follows it on the worker's nodes ([`jobs`]) and reports for it.
 

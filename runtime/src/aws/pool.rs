@@ -4,7 +4,8 @@
 //! - A worker is the pool file's group run on instances of its own (one
 //!   per node, of the type SkyPilot's catalog rule chooses, tagged with
 //!   the pool's name), whose agents hold after setup and run the jobs the
-//!   runtime hands them ([`PoolPlan`]: the run's plan with `hold`).
+//!   runtime hands them ([`PoolPlan`]: the run's plan; it holds because
+//!   its store row is a worker's, `Adoption::role`).
 //! - A job is a group of the pool whose plan is its script
 //!   ([`JobPlan`]): the runtime writes it to each node of the worker the
 //!   pool engine chose, over the worker's SSH, and follows it there.

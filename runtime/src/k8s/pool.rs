@@ -238,7 +238,10 @@ impl Plan {
             }
             value["objects"][i][field] = v;
         }
-        serde_json::from_value(value).unwrap_or_else(|_| self.clone())
+        // What is not stored (`hold`, the role's) is carried over.
+        let mut named: Plan = serde_json::from_value(value).unwrap_or_else(|_| self.clone());
+        named.hold = self.hold;
+        named
     }
 }
 

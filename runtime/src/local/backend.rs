@@ -812,8 +812,9 @@ fn holders_of<'a>(groups: impl Iterator<Item = (&'a i64, &'a GroupRun)>) -> Vec<
         .collect()
 }
 
-/// `again`: the group was adopted before (its supervisor died before it
-/// recorded the network), so it may hold leases to give back.
+/// A new group's directory, scripts and network. `again`: the group was
+/// adopted before (its supervisor died before it recorded the network),
+/// so it may hold leases to give back.
 fn prepare(plan: &Plan, dir: &Path, again: bool) -> Result<GroupNetwork, String> {
     fs::create_dir_all(dir.join("logs")).map_err(|e| format!("{}: {e}", dir.display()))?;
     write_scripts(dir, plan).map_err(|e| format!("{}: {e}", dir.display()))?;

@@ -1,6 +1,7 @@
-//! A pool on this machine: each worker is a group whose [`Plan`] holds
-//! its nodes once their setup ended well (`hold`), offering jobs what it
-//! holds. The jobs on a worker are `pool_job.rs`'s.
+//! A pool on this machine: each worker is a group whose nodes are held
+//! once their setup ended well (its store row is a worker's:
+//! `Adoption::role`), offering jobs what it holds. The jobs on a worker
+//! are `pool_job.rs`'s.
 
 use super::plan::{Plan, PlanOptions, PoolPlan};
 use crate::pool::{PoolSpec, Room};

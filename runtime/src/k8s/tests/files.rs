@@ -572,7 +572,9 @@ fn a_pool_worker_gets_the_pools_files_under_its_own_names() {
         },
     )
     .unwrap();
-    let worker = pool.worker.named("pool-3");
+    // As the backend adopts a worker: named after its row, holding.
+    let mut worker = pool.worker.named("pool-3");
+    worker.hold = true;
     let init = worker.templates[0]["spec"]["initContainers"][0].to_string();
     assert!(init.contains("skyc-files.pool-3:8080"), "{init}");
     assert!(init.contains("pool-3-skyc-files"), "{init}");
