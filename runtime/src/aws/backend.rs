@@ -230,7 +230,16 @@ impl Backend for Aws {
         let (tx, rx) = mpsc::channel();
         let out = self.outbox.post().out(gid);
         let region = run.plan.region.clone();
-        let nodes = NodeCredentials::new(&run.plan.group);
+        // A task that mounts buckets but whose plan names no session
+        // policy (made by an older skyc) is `""`.
+        let policies = (0..run.plan.spec.tasks.len())
+            .map(|t| {
+                run.plan
+                    .mounts(t)
+                    .map(|_| run.plan.policy(t).unwrap_or_default().to_owned())
+            })
+            .collect();
+        let nodes = NodeCredentials::new(&run.plan.group, policies);
         let group = Group {
             hold: run.hold,
             jobs: BTreeMap::new(),
@@ -558,20 +567,10 @@ impl Group {
     }
 
     /// Each task's node credentials of now, and what `status` says of
-    /// them when that changes. A task whose plan names no session policy
-    /// (one made before skyc narrowed them) is given the run's own.
+    /// them when that changes.
     fn deliver_credentials(&mut self, rt: &tokio::runtime::Runtime) {
-        let policies: Vec<Option<String>> = (0..self.plan.spec.tasks.len())
-            .map(|t| match (self.plan.mounts(t), self.plan.policy(t)) {
-                (None, _) => None,
-                (Some(_), p) => Some(p.unwrap_or_default().to_owned()),
-            })
-            .collect();
-        let (deliveries, errors) = rt.block_on(self.nodes.step(
-            &self.keeper,
-            &policies,
-            std::time::SystemTime::now(),
-        ));
+        let (deliveries, errors) =
+            rt.block_on(self.nodes.step(&self.keeper, std::time::SystemTime::now()));
         for e in errors {
             if self.sent_errors.insert(e.clone()) {
                 self.out.send(Report::Error(e));

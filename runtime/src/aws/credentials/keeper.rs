@@ -51,13 +51,9 @@ impl Keeper {
         &self.access
     }
 
-    /// The credentials held now, and when they expire.
-    pub fn held(&self) -> Option<&Fetched> {
-        self.held.as_ref().map(|(f, _)| f)
-    }
-
-    /// The held credentials and the chain they came from.
-    pub(super) fn held_with_chain(&self) -> Option<(&Fetched, &Chain)> {
+    /// The credentials held now (and when they expire), and the chain
+    /// they came from.
+    pub fn held(&self) -> Option<(&Fetched, &Chain)> {
         self.held.as_ref().map(|(f, c)| (f, c))
     }
 

@@ -70,6 +70,9 @@ struct Refusal {
 pub struct NodeCredentials {
     /// The federated user's name (`skyc-GROUP`, as STS allows it).
     name: String,
+    /// Per task, its session policy and its buckets (for messages);
+    /// `None`: it mounts none. Fixed for the run.
+    tasks: Vec<Option<(String, String)>>,
     by_policy: BTreeMap<String, Narrowed>,
 }
 
@@ -98,7 +101,11 @@ fn narrowing(chain: &chain::Chain) -> Narrowing {
 }
 
 impl NodeCredentials {
-    pub fn new(group: &str) -> NodeCredentials {
+    /// The node credentials of group `group`, whose tasks' session
+    /// policies are `policies` (`None`: the task mounts no bucket; `""`:
+    /// its plan names none, made by an older skyc: its nodes get what a
+    /// refused narrowing gives).
+    pub fn new(group: &str, policies: Vec<Option<String>>) -> NodeCredentials {
         let mut name: String = format!("skyc-{group}")
             .chars()
             .map(|c| {
@@ -110,37 +117,42 @@ impl NodeCredentials {
             })
             .collect();
         name.truncate(32);
+        let tasks = policies
+            .into_iter()
+            .map(|p| {
+                p.map(|p| {
+                    let buckets = buckets_of(&p);
+                    (p, buckets)
+                })
+            })
+            .collect();
         NodeCredentials {
             name,
+            tasks,
             by_policy: BTreeMap::new(),
         }
     }
 
     /// Per task, what its nodes are given at `now` (`None`: it mounts no
     /// bucket), from `keeper`'s credentials of now, and the errors to
-    /// show (each refusal once). A policy `""` is a task whose plan names
-    /// none (made by an older skyc): its nodes get what a refused
-    /// narrowing gives. Nothing while the keeper holds no credentials.
+    /// show (each refusal once). Nothing while the keeper holds no
+    /// credentials.
     pub async fn step(
         &mut self,
         keeper: &Keeper,
-        policies: &[Option<String>],
         now: SystemTime,
     ) -> (Vec<Option<Delivery>>, Vec<String>) {
         let mut errors = Vec::new();
-        let Some((run, chain)) = keeper.held_with_chain() else {
-            return (vec![None; policies.len()], errors);
+        let Some((run, chain)) = keeper.held() else {
+            return (vec![None; self.tasks.len()], errors);
         };
         let how = narrowing(&chain.0);
-        self.by_policy
-            .retain(|p, _| policies.iter().any(|q| q.as_deref() == Some(p)));
-        let mut out = Vec::with_capacity(policies.len());
-        for policy in policies {
-            let Some(policy) = policy else {
+        let mut out = Vec::with_capacity(self.tasks.len());
+        for task in &self.tasks {
+            let Some((policy, buckets)) = task else {
                 out.push(None);
                 continue;
             };
-            let buckets = buckets_of(policy);
             if let Narrowing::Not(what) = how {
                 out.push(Some(Delivery {
                     document: Some(document(run)),
@@ -170,11 +182,11 @@ impl NodeCredentials {
                     how: &how,
                     name: &self.name,
                     policy,
-                    buckets: &buckets,
+                    buckets,
                 };
                 errors.extend(n.renew(&ask, now).await);
             }
-            out.push(Some(n.delivery(run, &how, &buckets)));
+            out.push(Some(n.delivery(run, &how, buckets)));
         }
         (out, errors)
     }
@@ -205,7 +217,7 @@ impl Narrowed {
     /// (temporary: they cannot be narrowed at all otherwise).
     async fn renew(&mut self, ask: &Ask<'_>, now: SystemTime) -> Option<String> {
         let (access, region) = (ask.keeper.access(), ask.keeper.region());
-        let (run, _) = ask.keeper.held_with_chain()?;
+        let (run, _) = ask.keeper.held()?;
         let from = run.credentials.access_key_id.clone();
         let got = if ask.policy.is_empty() {
             Err("the run's plan names no session policy (an older skyc made it)".to_owned())
@@ -373,7 +385,7 @@ mod tests {
 
     #[test]
     fn a_federated_users_name_is_what_sts_allows() {
-        let n = NodeCredentials::new("rlhf policy/sync-with-a-very-long-name");
+        let n = NodeCredentials::new("rlhf policy/sync-with-a-very-long-name", Vec::new());
         assert_eq!(n.name, "skyc-rlhf-policy-sync-with-a-ver");
         assert_eq!(n.name.len(), 32);
     }

@@ -869,13 +869,15 @@ fn deliver_in_child(after: &[u64]) {
     let rt = rt();
     used(rt.block_on(keeper.step(SystemTime::now())));
     // On a line of its own: the harness's `test NAME ... ` has none.
-    println!("\nrun {}", keeper.held().unwrap().credentials.access_key_id);
-    let mut nodes = NodeCredentials::new("g");
-    let policies = [Some(POLICY.to_owned()), None];
+    println!(
+        "\nrun {}",
+        keeper.held().unwrap().0.credentials.access_key_id
+    );
+    let mut nodes = NodeCredentials::new("g", vec![Some(POLICY.to_owned()), None]);
     let start = SystemTime::now();
     for s in after {
         let now = start + Duration::from_secs(*s);
-        let (delivered, errors) = rt.block_on(nodes.step(&keeper, &policies, now));
+        let (delivered, errors) = rt.block_on(nodes.step(&keeper, now));
         assert!(delivered[1].is_none(), "{delivered:?}");
         let d = delivered[0].clone().expect("a delivery");
         let doc: serde_json::Value =
