@@ -2,40 +2,45 @@
 //!
 //! Each group is one thread: every [`poll_interval`] (sooner after a pass
 //! EC2 took an operation of, at once when the engine decides
-//! something) it reads the run's world, runs the data plane over
-//! the running nodes ([`DataPlane::step`]: hosts, exits, logs over SSH,
-//! blocking), then one control-plane [`pass`] from the engine's latest
-//! state, and sends what they found to the supervisor through a channel
-//! and a byte in the wake pipe, as the Kubernetes backend does. The
-//! thread holds nothing EC2, the store and the group's directory do not
-//! also hold: a new supervisor adopts with the committed engine, finds
-//! the run's instances by their `skyc-run` tag and goes on (logs are read
-//! again from their start).
+//! something) it reads the run's world once, runs the cloud runtime's
+//! data plane over the running nodes ([`DataPlane::step`]: hosts, exits,
+//! logs over SSH, blocking), then its control plane with EC2 as the
+//! provider ([`Control`], through the [`reconciler`] runner the
+//! Kubernetes backend runs too) from the engine's latest state, and sends
+//! what they found to the supervisor through a channel and a byte in the
+//! wake pipe. The thread holds nothing EC2, the store and the group's
+//! directory do not also hold: a new supervisor adopts with the committed
+//! engine, finds the run's instances by their `skyc-run` tag and goes on
+//! (logs are read again from their start).
 //!
 //! Pools: a worker is a group like any other whose nodes hold (its row is
-//! a worker's: `Adoption::role`), under a run name of its own; a job of a pool has no thread: its
-//! attempt is handed to its worker's thread ([`Backend::place`]), which
+//! a worker's: `Adoption::role`), under a run name of its own; a job of a
+//! pool has no thread: its attempt is handed to its worker's thread
+//! ([`Backend::place`]), which
 //! follows it on the worker's nodes ([`jobs`]) and reports for it.
 
 use super::plan::{Plan, RunPlan};
 use super::pool::JobPlan;
 use super::pool_job::JobRun;
 use crate::aws::control::files::{self, RunFiles};
-use crate::aws::control::ops;
-use crate::aws::control::pass::pass;
+use crate::aws::control::provider::Ec2Run;
 use crate::aws::credentials::{Keeper, NodeCredentials, Step};
-use crate::aws::data::jobs::{self, Placed};
-use crate::aws::data::plane::DataPlane;
-use crate::aws::data::remote::Ssh;
 use crate::aws::ec2::client::{Ec2, Tuning};
 use crate::aws::ec2::retry;
 use crate::aws::ec2::sigv4::Credentials;
 use crate::aws::s3::S3;
-use crate::backend::{Adoption, Backend, NodeInfo, Report, Role};
-use crate::goal::{Goal, Want};
-use crate::outbox::{Out, Outbox};
+use crate::backend::{Adoption, Backend, Report, Role};
+use crate::cloud::Provider as _;
+use crate::cloud::control::pass::Control;
+use crate::cloud::data::jobs::{self, Placed};
+use crate::cloud::data::plane::DataPlane;
+use crate::cloud::data::remote::Ssh;
+use crate::cloud::world::World;
 use crate::policy::{Action, Attempt, Engine, Event};
 use crate::pool::Placement;
+use crate::reconciler::goal::{Goal, Want};
+use crate::reconciler::outbox::{Out, Outbox};
+use crate::reconciler::{self, Told};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::os::fd::BorrowedFd;
@@ -249,14 +254,9 @@ impl Backend for Aws {
             files,
             keeper: Keeper::new(run.access, region),
             nodes,
-            said: Vec::new(),
             data,
             out,
-            sent_nodes: BTreeMap::new(),
-            sent_events: BTreeSet::new(),
-            sent_errors: BTreeSet::new(),
-            outage: None,
-            settled: false,
+            told: Told::default(),
             poll: self.poll,
         };
         std::thread::Builder::new()
@@ -349,19 +349,10 @@ struct Group {
     /// What the nodes that mount buckets are given, narrowed from the
     /// keeper's.
     nodes: NodeCredentials,
-    /// What `status` was last told of each task's credentials.
-    said: Vec<Option<String>>,
     data: DataPlane,
     out: Out,
-    /// What `status` was last told of each node, so a pass that finds
-    /// nothing new says nothing.
-    sent_nodes: BTreeMap<(usize, u32, u32), NodeInfo>,
-    /// Events already told (by their text).
-    sent_events: BTreeSet<String>,
-    /// Data-plane errors already shown.
-    sent_errors: BTreeSet<String>,
-    outage: Option<String>,
-    settled: bool,
+    /// What the supervisor has been told: each fact once.
+    told: Told,
     poll: Duration,
 }
 
@@ -426,7 +417,8 @@ impl Group {
             Msg::Forget(job) => {
                 if let Some(p) = self.jobs.remove(&job) {
                     for (id, address, name) in p.handed() {
-                        let command = super::data::remote::remove_job(&self.data.node_dir, &name);
+                        let command =
+                            crate::cloud::data::remote::remove_job(&self.data.node_dir, &name);
                         let _ = self.data.ssh.run(id, address, &command, self.data.timeout);
                     }
                 }
@@ -451,15 +443,23 @@ impl Group {
         }
     }
 
-    fn set_outage(&mut self, outage: Option<String>) {
-        if outage != self.outage {
-            self.out.send(Report::Outage(outage.clone()));
-            self.outage = outage;
+    /// Tells the supervisor what it has not been told.
+    fn tell(&mut self, report: Report) {
+        if let Some(news) = self.told.news(report) {
+            self.out.send(news);
         }
     }
 
-    /// One pass: the data plane over the world as it is, then the
-    /// control plane; how long until the next one.
+    /// Tells an error the first time it is met.
+    fn tell_once(&mut self, error: String) {
+        if let Some(news) = self.told.once(error) {
+            self.out.send(news);
+        }
+    }
+
+    /// One pass: the run's world read, the data plane over its nodes,
+    /// then the control plane through the [`reconciler`]; how long until
+    /// the next one.
     fn step(&mut self, rt: &tokio::runtime::Runtime) -> Duration {
         match rt.block_on(self.keeper.step(std::time::SystemTime::now())) {
             Step::Keep => {}
@@ -469,37 +469,56 @@ impl Group {
                 }
                 self.ec2 = self.ec2.with_credentials(credentials);
             }
-            Step::Warn(e) => {
-                if self.sent_errors.insert(e.clone()) {
-                    self.out.send(Report::Error(e));
-                }
-            }
+            Step::Warn(e) => self.tell_once(e),
             Step::Outage(why) => {
-                self.set_outage(Some(why));
+                self.tell(Report::Outage(Some(why)));
                 return self.poll;
             }
         }
-        let world = match rt.block_on(ops::world(&self.ec2, &self.plan)) {
-            Ok(w) => w,
-            Err(e) if crate::aws::control::pass::is_outage(&e) => {
-                self.set_outage(Some(e.to_string()));
-                return self.poll;
-            }
+        let provider = Ec2Run {
+            ec2: &self.ec2,
+            files: self.files.as_ref(),
+            plan: &self.plan,
+        };
+        let seen = rt.block_on(provider.world());
+        match &seen {
             Err(e) if e.code().is_some_and(retry::is_expired_credentials) => {
                 // The run's source is asked again on the next pass; the
                 // same credentials again are an outage.
                 self.keeper.refused(e.to_string());
-                let e = format!("{e}; asking the run's credential source again");
-                if self.sent_errors.insert(e.clone()) {
-                    self.out.send(Report::Error(e));
-                }
+                self.tell_once(format!("{e}; asking the run's credential source again"));
                 return self.poll;
             }
-            Err(e) => {
-                self.out.send(Report::Error(e.to_string()));
-                return self.poll;
-            }
+            Ok(world) => self.data_step(rt, world),
+            // Told by the pass.
+            Err(_) => {}
+        }
+        let provider = Ec2Run {
+            ec2: &self.ec2,
+            files: self.files.as_ref(),
+            plan: &self.plan,
         };
+        let passed = rt.block_on(reconciler::pass(&mut Control {
+            provider: &provider,
+            goal: &self.goal,
+            outcomes: self.data.outcomes(),
+            told: &mut self.told,
+            seen: Some(seen),
+        }));
+        for report in passed.reports {
+            self.out.send(report);
+        }
+        if passed.acted {
+            SOON.min(self.poll)
+        } else {
+            self.poll
+        }
+    }
+
+    /// The data plane's part of a pass, over the world as read: the
+    /// nodes' credentials and files handed over, each node read over SSH,
+    /// and a worker's jobs.
+    fn data_step(&mut self, rt: &tokio::runtime::Runtime, world: &World) {
         // Nodes that mount buckets read credentials narrowed to them,
         // delivered again whenever they are renewed.
         if self.data.mounts.iter().any(Option::is_some) {
@@ -515,55 +534,13 @@ impl Group {
                 .map(|task| files::urls(f, &self.plan, task, now))
                 .collect();
         }
-        let (outcomes, mut errors) = self.data.step(&self.plan, &world, &self.goal);
-        let passed = rt.block_on(pass(
-            &self.ec2,
-            self.files.as_ref(),
-            &self.plan,
-            &self.goal,
-            outcomes,
-        ));
+        let (_, mut errors) = self.data.step(&self.plan.as_run(), world, &self.goal);
         if self.hold {
-            self.pool_step(&world, &mut errors);
+            self.pool_step(world, &mut errors);
         }
         for e in errors {
-            if self.sent_errors.insert(e.clone()) {
-                self.out.send(Report::Error(e));
-            }
+            self.tell_once(e);
         }
-        self.set_outage(passed.outage);
-        let next = if passed.acted {
-            SOON.min(self.poll)
-        } else {
-            self.poll
-        };
-        let mut settled = false;
-        for report in passed.reports {
-            match report {
-                Report::Node(info) => {
-                    let key = (info.task, info.rank, info.attempt);
-                    if self.sent_nodes.get(&key) != Some(&info) {
-                        self.sent_nodes.insert(key, info.clone());
-                        self.out.send(Report::Node(info));
-                    }
-                }
-                Report::Settled => settled = true,
-                // A pass finds the same facts again (a running task is
-                // started at every pass): each is told once, or the
-                // store's history would grow by a row a pass.
-                Report::Event { event, at_ms } => {
-                    if self.sent_events.insert(format!("{event:?}")) {
-                        self.out.send(Report::Event { event, at_ms });
-                    }
-                }
-                other => self.out.send(other),
-            }
-        }
-        if settled && !self.settled {
-            self.out.send(Report::Settled);
-        }
-        self.settled = settled;
-        next
     }
 
     /// Each task's node credentials of now, and what `status` says of
@@ -572,21 +549,15 @@ impl Group {
         let (deliveries, errors) =
             rt.block_on(self.nodes.step(&self.keeper, std::time::SystemTime::now()));
         for e in errors {
-            if self.sent_errors.insert(e.clone()) {
-                self.out.send(Report::Error(e));
-            }
+            self.tell_once(e);
         }
-        self.said.resize(deliveries.len(), None);
         self.data.node_credentials = Vec::with_capacity(deliveries.len());
         for (task, d) in deliveries.into_iter().enumerate() {
-            if let Some(d) = &d
-                && self.said[task].as_ref() != Some(&d.says)
-            {
-                self.out.send(Report::Credentials {
+            if let Some(d) = &d {
+                self.tell(Report::Credentials {
                     task,
                     says: d.says.clone(),
                 });
-                self.said[task] = Some(d.says.clone());
             }
             self.data.node_credentials.push(d.and_then(|d| d.document));
         }
@@ -595,34 +566,41 @@ impl Group {
     /// A worker's part of a pass: ready once every node holds (its setup
     /// ended well), its jobs followed, and lost with it once it is
     /// retired.
-    fn pool_step(&mut self, world: &super::world::World, errors: &mut Vec<String>) {
+    fn pool_step(&mut self, world: &World, errors: &mut Vec<String>) {
         let Some(task) = self.goal.tasks.first() else {
             return;
         };
         let attempt = task.attempt;
         let holds = (0..task.live.len() as u32).all(|rank| {
-            let key = super::world::NodeKey {
+            let key = crate::cloud::world::NodeKey {
                 task: 0,
                 rank,
                 attempt,
             };
             matches!(
                 self.data.outcome(key),
-                Some(super::data::node::Outcome::Running(
+                Some(crate::cloud::data::node::Outcome::Running(
                     crate::policy::Phase::Run
                 ))
             )
         });
-        if holds && task.want == Want::Run && self.sent_events.insert(format!("ready {attempt}")) {
-            self.out.send(Report::Ready { task: 0, attempt });
+        let (want, cancel) = (task.want, self.goal.cancel);
+        if holds && want == Want::Run {
+            self.tell(Report::Ready { task: 0, attempt });
         }
-        if self.goal.cancel || task.want == Want::Done {
+        if cancel || want == Want::Done {
             for p in self.jobs.values_mut() {
                 p.lose_all("its worker was retired");
             }
         }
         // Ended jobs stay until they are closed (`Forget`), which removes
         // their directories from the worker.
-        jobs::step(&mut self.jobs, &self.data, &self.plan, world, errors);
+        jobs::step(
+            &mut self.jobs,
+            &self.data,
+            &self.plan.as_run(),
+            world,
+            errors,
+        );
     }
 }

@@ -21,6 +21,7 @@
 use crate::aws::control::ops;
 use crate::aws::credentials::{Access, ConfigError, Source};
 use crate::aws::ec2::client::{Ec2, Tuning};
+use crate::cloud::run::Run;
 use crate::policy::{Execution, GroupSpec};
 use ring::digest;
 use serde::{Deserialize, Serialize};
@@ -31,13 +32,7 @@ use skyc_targets::cloud::{self, Catalog};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub const RUN_TAG: &str = "skyc-run";
-pub const TASK_TAG: &str = "skyc-task";
-pub const RANK_TAG: &str = "skyc-rank";
-pub const ATTEMPT_TAG: &str = "skyc-attempt";
-pub const GROUP_TAG: &str = "skyc-group";
-/// On a pool worker's instances: the pool's name.
-pub const POOL_TAG: &str = "skyc-pool";
+use crate::cloud::run::{ATTEMPT_TAG, Bucket, GROUP_TAG, POOL_TAG, RUN_TAG};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Plan {
@@ -71,20 +66,6 @@ pub struct Plan {
     /// narrowed by (the spec's `session_policy`: its mounted buckets).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub policies: Vec<Option<String>>,
-}
-
-/// The bucket made for one run: every snapshot's stream uploaded once
-/// (as `{digest}.tar`) before any instance is launched, fetched by each
-/// node, deleted with everything in it once the group has ended.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Bucket {
-    /// `skyc-{group}-{random}`: bucket names are global to S3.
-    pub name: String,
-    /// Kept as a `files` list of `digest`s, which is how the state
-    /// directory finds the snapshots a stored plan holds on to.
-    pub files: Vec<crate::files::pack::Packed>,
-    /// Per task (by index), the digests its nodes fetch, each once.
-    pub tasks: Vec<Vec<String>>,
 }
 
 /// What `skyc run --target aws` stores for a group: the run's plan and
@@ -157,6 +138,16 @@ pub fn valid_run(run: &str) -> bool {
 
 impl Plan {
     /// Task `index`'s `mounts.sh`, when its nodes mount buckets.
+    /// What the cloud runtime reads of the plan.
+    pub fn as_run(&self) -> Run<'_> {
+        Run {
+            group: &self.group,
+            run: &self.run,
+            spec: &self.spec,
+            bucket: self.bucket.as_ref(),
+        }
+    }
+
     pub fn mounts(&self, index: usize) -> Option<&str> {
         self.mounts.get(index)?.as_deref()
     }

@@ -4,8 +4,8 @@
 
 use super::backend::{Aws, Msg};
 use super::pool::JobPlan;
-use crate::aws::data::jobs::Placed;
 use crate::backend::Report;
+use crate::cloud::data::jobs::Placed;
 use crate::policy::{Action, Attempt, Engine, Event};
 use crate::pool::Placement;
 use std::collections::BTreeSet;
@@ -87,7 +87,7 @@ impl Aws {
         let task = &job.plan.spec.tasks[0].name;
         for node in 0..nodes {
             let log = logs.join(crate::paths::log_name(task, node));
-            let _ = crate::aws::data::plane::append(&log, format!("skyc: {why}\n").as_bytes());
+            let _ = crate::cloud::data::plane::append(&log, format!("skyc: {why}\n").as_bytes());
         }
         for node in 0..nodes {
             self.reports.push((

@@ -4,7 +4,7 @@
 //! kube's client is async; the supervisor is not, and should not become
 //! so for one backend. The supervisor sends commands over an unbounded
 //! channel (sending never blocks); the thread sends reports back over a
-//! [`Outbox`](crate::outbox::Outbox) whose pipe's read end is the
+//! [`Outbox`](crate::reconciler::outbox::Outbox) whose pipe's read end is the
 //! [`Backend::wake_fd`] the supervisor polls. Each group is one task on
 //! the thread: it connects, checks and applies, then watches its JobSet,
 //! Jobs and pods, and on every change observes ([`observe`]) and
@@ -25,12 +25,13 @@ use super::reconcile::{self, Op};
 use super::request::{self, Apis, Outcome};
 use super::retry;
 use super::watch::{self, Shared, SharedRef, lock};
-use crate::backend::{Adoption, Backend, NodeInfo, Report, Role};
-use crate::backoff::Backoff;
-use crate::goal::Goal;
-use crate::outbox::{Out, Outbox, Post};
+use crate::backend::{Adoption, Backend, Report, Role};
 use crate::policy::{Action, Attempt, Engine, Event};
 use crate::pool::Placement;
+use crate::reconciler::backoff::Backoff;
+use crate::reconciler::goal::Goal;
+use crate::reconciler::outbox::{Out, Outbox, Post};
+use crate::reconciler::{self, Applied, Reconciler, Settled, Sight, Told};
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use k8s_openapi::api::batch::v1::Job;
@@ -451,14 +452,10 @@ struct Group {
     out: Out,
     ctx: Arc<Ctx>,
     kills: Vec<(usize, u32)>,
-    /// Reports already sent (events by their text, nodes by their place).
-    sent_events: BTreeSet<String>,
-    sent_nodes: BTreeMap<(usize, u32), NodeInfo>,
-    /// A worker's attempts reported ready.
-    sent_ready: BTreeSet<(usize, u32)>,
-    /// Why each task waits, as last said.
-    sent_waiting: BTreeMap<usize, Option<String>>,
-    outage: Option<String>,
+    /// What the supervisor has been told: each fact once.
+    told: Told,
+    /// What answers to requests found, for the pass to tell.
+    answers: Vec<Report>,
     /// The last refusal shown for a group this run has applied.
     refusal: Option<String>,
     /// The last request shown as failing for a while.
@@ -466,7 +463,6 @@ struct Group {
     /// Ops not to send again before the instant: done (their effect may
     /// not be visible yet) or failing (backing off).
     held: BTreeMap<Op, Instant>,
-    settled: bool,
     /// When the engine was first seen finished.
     finished_at: Option<Instant>,
     /// The API server, for messages.
@@ -502,15 +498,11 @@ impl Group {
             out,
             ctx,
             kills: Vec::new(),
-            sent_events: BTreeSet::new(),
-            sent_nodes: BTreeMap::new(),
-            sent_ready: BTreeSet::new(),
-            sent_waiting: BTreeMap::new(),
-            outage: None,
+            told: Told::default(),
+            answers: Vec::new(),
             refusal: None,
             retrying: None,
             held: BTreeMap::new(),
-            settled: false,
             finished_at: None,
             server: String::new(),
             following: BTreeSet::new(),
@@ -559,11 +551,15 @@ impl Group {
         }
     }
 
-    fn set_outage(&mut self, outage: Option<String>) {
-        if outage != self.outage {
-            self.outage.clone_from(&outage);
-            self.out.send(Report::Outage(outage));
+    /// Tells the supervisor what it has not been told.
+    fn tell(&mut self, report: Report) {
+        if let Some(news) = self.told.news(report) {
+            self.out.send(news);
         }
+    }
+
+    fn set_outage(&mut self, outage: Option<String>) {
+        self.tell(Report::Outage(outage));
     }
 
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Msg>) {
@@ -684,9 +680,7 @@ impl Group {
     }
 
     fn send_event(&mut self, event: Event, at_ms: Option<i64>) {
-        if self.sent_events.insert(format!("{event:?}")) {
-            self.out.send(Report::Event { event, at_ms });
-        }
+        self.tell(Report::Event { event, at_ms });
     }
 
     async fn supervise(mut self, cluster: &Cluster, mut rx: mpsc::UnboundedReceiver<Msg>) {
@@ -738,12 +732,12 @@ impl Group {
                 .copied()
                 .chain(
                     self.finished_at
-                        .filter(|_| !self.settled)
+                        .filter(|_| !self.told.settled())
                         .map(|at| at + self.ctx.tuning.settle_limit),
                 )
                 .chain(
                     self.cluster_settled_at
-                        .filter(|_| !self.settled)
+                        .filter(|_| !self.told.settled())
                         .map(|_| Instant::now() + LOG_TAIL_POLL),
                 )
                 .chain(
@@ -775,7 +769,16 @@ impl Group {
             }
             let now = Instant::now();
             self.held.retain(|_, until| *until > now);
-            if self.pass(&apis, &shared).await {
+            let passed = reconciler::pass(&mut Pass {
+                group: &mut self,
+                apis: &apis,
+                shared: &shared,
+            })
+            .await;
+            for report in passed.reports {
+                self.out.send(report);
+            }
+            if passed.asked {
                 // Something was written: look again at once.
                 notify.notify_one();
             }
@@ -837,173 +840,6 @@ impl Group {
         self.filling = Some((op, task));
     }
 
-    /// One look at the group: report what changed, send what the goal
-    /// needs. Returns whether any request was made.
-    async fn pass(&mut self, apis: &Apis, shared: &SharedRef) -> bool {
-        // A fill that ended is answered as any request is.
-        if self.filling.as_ref().is_some_and(|(_, t)| t.is_finished())
-            && let Some((op, task)) = self.filling.take()
-        {
-            let outcome = task
-                .await
-                .unwrap_or_else(|e| Outcome::Retry(format!("the fill stopped: {e}")));
-            self.answered(shared, op, outcome);
-        }
-        let (mut objs, outage, listed) = {
-            let s = lock(shared);
-            let listed = [Kind::JobSet, Kind::Job, Kind::Pod]
-                .iter()
-                .all(|k| s.listed.contains(k));
-            (s.objs.clone(), s.outage.clone(), listed)
-        };
-        // Only this run's pods: an earlier run's of the same names may
-        // still be going away.
-        objs.pods
-            .retain(|_, p| objects::run_of(&p.metadata) == Some(self.plan.token.as_str()));
-        self.set_outage(outage);
-        // Workloads are not waited for: they only say why.
-        if !listed {
-            return false;
-        }
-        // The JobSet gone, or failed, while the group runs: nothing will
-        // run its tasks again, so the group ends as cancelled, before its
-        // nodes are read as lost (which would restart them).
-        if self.goal.end.is_none() && !self.goal.cancel {
-            let outside = match &objs.jobset {
-                None => Some("was deleted"),
-                Some(js) if js.terminal_state() == Some("Failed") => Some("failed"),
-                Some(_) => None,
-            };
-            if let Some(what) = outside
-                && !self
-                    .sent_events
-                    .contains(&format!("{:?}", Event::CancelRequested))
-            {
-                self.out.send(Report::Error(format!(
-                    "the JobSet {} {what} outside skyc",
-                    self.plan.group
-                )));
-                self.send_event(Event::CancelRequested, None);
-            }
-        }
-        for report in observe(&self.plan, &objs, &self.goal) {
-            match report {
-                Report::Node(info) => {
-                    let key = (info.task, info.rank);
-                    if self.sent_nodes.get(&key) != Some(&info) {
-                        self.sent_nodes.insert(key, info.clone());
-                        self.out.send(Report::Node(info));
-                    }
-                }
-                Report::Event { event, at_ms } => self.send_event(event, at_ms),
-                Report::Ready { task, attempt } => {
-                    if self.sent_ready.insert((task, attempt)) {
-                        self.out.send(Report::Ready { task, attempt });
-                    }
-                }
-                // Said when it changes; no word yet is not waiting.
-                Report::Waiting { task, why } => {
-                    let said = self.sent_waiting.get(&task).cloned().flatten();
-                    if said != why {
-                        self.sent_waiting.insert(task, why.clone());
-                        self.out.send(Report::Waiting { task, why });
-                    }
-                }
-                other => self.out.send(other),
-            }
-        }
-        let mut ops = reconcile::reconcile(&self.plan, &objs, &self.goal);
-        ops.extend(self.overdue(&objs));
-        ops.extend(reconcile::remove_worker(
-            &self.plan,
-            &objs,
-            &self.goal,
-            self.logs_read(),
-        ));
-        for (task, attempt) in std::mem::take(&mut self.kills) {
-            ops.extend(reconcile::kill(&self.plan, &objs, task, attempt));
-        }
-        let ops: Vec<Op> = ops
-            .into_iter()
-            .filter(|op| !self.held.contains_key(op))
-            // A fill runs: not asked again meanwhile.
-            .filter(|op| !(self.filling.is_some() && matches!(op, Op::FillFiles { .. })))
-            .collect();
-        let wrote = !ops.is_empty();
-        // Pod deletions go out some at once (a large task's restart
-        // deletes every node's pod); the rest in the reconciler's order.
-        let (deletes, rest): (Vec<Op>, Vec<Op>) = ops
-            .into_iter()
-            .partition(|op| matches!(op, Op::DeletePod { .. } | Op::KillPod { .. }));
-        let backoff = self.backoff();
-        let plan = &self.plan;
-        let done: Vec<(Op, Outcome)> = futures::stream::iter(deletes)
-            .map(|op| async move {
-                let outcome = request::execute(plan, apis, shared, &op, backoff).await;
-                (op, outcome)
-            })
-            .buffer_unordered(DELETE_CONCURRENCY)
-            .collect()
-            .await;
-        for (op, outcome) in done {
-            self.answered(shared, op, outcome);
-        }
-        for op in rest {
-            if let Op::FillFiles { pod, uid } = &op {
-                self.fill(apis, shared, op.clone(), pod.clone(), uid.clone());
-                continue;
-            }
-            let outcome = request::execute(&self.plan, apis, shared, &op, backoff).await;
-            self.answered(shared, op, outcome);
-        }
-        if self.ctx.tuning.logs {
-            self.follow_logs(apis, shared, &objs);
-        }
-        if self.goal.end.is_some() {
-            self.finished_at.get_or_insert_with(Instant::now);
-        }
-        if reconcile::ended(&self.plan, &objs, &self.goal) {
-            // The last lines of pods that just ended are read first, so
-            // `skyc logs` has all of a finished group's output.
-            self.cluster_settled_at.get_or_insert_with(Instant::now);
-        }
-        if !self.settled {
-            self.settle(&objs);
-        }
-        wrote
-    }
-
-    /// Says the group settled once nothing more will happen on the
-    /// cluster and its logs are read, or once the limit has passed.
-    fn settle(&mut self, objs: &objects::Objects) {
-        let settled = reconcile::settled(&self.plan, objs, &self.goal);
-        if settled && self.logs_read() {
-            self.settled = true;
-            self.out.send(Report::Settled);
-        } else if !settled
-            && self
-                .finished_at
-                .is_some_and(|at| at.elapsed() >= self.ctx.tuning.settle_limit)
-        {
-            // The JobSet controller did not finish it, or a worker's
-            // JobSet is not deleted (the controller or the garbage
-            // collector down, someone else's finalizer): the group's end
-            // is the engine's all the same.
-            self.settled = true;
-            let what = if self.plan.hold {
-                "was not deleted"
-            } else {
-                "did not reach its end"
-            };
-            self.out.send(Report::Error(format!(
-                "the JobSet {} {what} within {} s of the group's end; it is left as it is",
-                self.plan.group,
-                self.ctx.tuning.settle_limit.as_secs()
-            )));
-            self.out.send(Report::Settled);
-        }
-    }
-
     /// The last lines of the ended pods are read (or have had their time).
     fn logs_read(&self) -> bool {
         self.cluster_settled_at.is_some_and(|since| {
@@ -1021,8 +857,8 @@ impl Group {
                 self.retrying = None;
             }
             Outcome::Refused(why) => {
-                self.out
-                    .send(Report::Error(format!("{}: {why}", request::describe(&op))));
+                self.answers
+                    .push(Report::Error(format!("{}: {why}", request::describe(&op))));
                 if let Op::Launch { task, attempt, .. } = op {
                     self.unlaunchable(shared, task, attempt);
                 }
@@ -1030,7 +866,7 @@ impl Group {
                 // attempt fails its setup, as a refused launch does.
                 if let Op::FillFiles { .. } | Op::MakeFilesPod { .. } = op {
                     let running: Vec<(usize, u32)> = (self.goal.tasks.iter().enumerate())
-                        .filter(|(_, t)| t.want == crate::goal::Want::Run)
+                        .filter(|(_, t)| t.want == crate::reconciler::goal::Want::Run)
                         .map(|(task, t)| (task, t.attempt))
                         .collect();
                     for (task, attempt) in running {
@@ -1042,7 +878,7 @@ impl Group {
             Outcome::Retry(why) => {
                 let said = format!("{}: {why}", request::describe(&op));
                 if self.retrying.as_ref() != Some(&said) {
-                    self.out.send(Report::Error(said.clone()));
+                    self.answers.push(Report::Error(said.clone()));
                     self.retrying = Some(said);
                 }
             }
@@ -1059,16 +895,16 @@ impl Group {
         for rank in 0..nodes {
             let name = self.plan.pod_of(task, rank, attempt);
             if !lock(shared).objs.pods.contains_key(&name) {
-                self.send_event(
-                    Event::NodeExited {
+                self.answers.push(Report::Event {
+                    event: Event::NodeExited {
                         task,
                         attempt,
                         node: rank,
                         phase: crate::policy::Phase::Setup,
                         code: UNLAUNCHABLE,
                     },
-                    None,
-                );
+                    at_ms: None,
+                });
             }
         }
     }
@@ -1148,6 +984,183 @@ impl Group {
                     failures += 1;
                 }
             }));
+        }
+    }
+}
+
+/// A pass over one group, as the [`reconciler`] runs it: the watchers'
+/// cache is the world, and requests go out one at a time in the
+/// reconciler's order (pod deletions some at once).
+struct Pass<'a> {
+    group: &'a mut Group,
+    apis: &'a Apis,
+    shared: &'a SharedRef,
+}
+
+impl Reconciler for Pass<'_> {
+    type World = objects::Objects;
+    type Op = Op;
+
+    fn told(&mut self) -> &mut Told {
+        &mut self.group.told
+    }
+
+    async fn see(&mut self) -> Sight<objects::Objects> {
+        let g = &mut *self.group;
+        // A fill that ended is answered as any request is.
+        if g.filling.as_ref().is_some_and(|(_, t)| t.is_finished())
+            && let Some((op, task)) = g.filling.take()
+        {
+            let outcome = task
+                .await
+                .unwrap_or_else(|e| Outcome::Retry(format!("the fill stopped: {e}")));
+            g.answered(self.shared, op, outcome);
+        }
+        let (mut objs, outage, listed) = {
+            let s = lock(self.shared);
+            let listed = [Kind::JobSet, Kind::Job, Kind::Pod]
+                .iter()
+                .all(|k| s.listed.contains(k));
+            (s.objs.clone(), s.outage.clone(), listed)
+        };
+        let mut reports = std::mem::take(&mut g.answers);
+        // Workloads are not waited for: they only say why.
+        if !listed {
+            return Sight {
+                world: None,
+                outage,
+                reports,
+            };
+        }
+        // Only this run's pods: an earlier run's of the same names may
+        // still be going away.
+        objs.pods
+            .retain(|_, p| objects::run_of(&p.metadata) == Some(g.plan.token.as_str()));
+        // The JobSet gone, or failed, while the group runs: nothing will
+        // run its tasks again, so the group ends as cancelled, before its
+        // nodes are read as lost (which would restart them).
+        if g.goal.end.is_none() && !g.goal.cancel && !g.told.has_told(&Event::CancelRequested) {
+            let outside = match &objs.jobset {
+                None => Some("was deleted"),
+                Some(js) if js.terminal_state() == Some("Failed") => Some("failed"),
+                Some(_) => None,
+            };
+            if let Some(what) = outside {
+                reports.push(Report::Error(format!(
+                    "the JobSet {} {what} outside skyc",
+                    g.plan.group
+                )));
+                reports.push(Report::Event {
+                    event: Event::CancelRequested,
+                    at_ms: None,
+                });
+            }
+        }
+        Sight {
+            world: Some(objs),
+            outage,
+            reports,
+        }
+    }
+
+    fn observe(&mut self, objs: &objects::Objects) -> Vec<Report> {
+        observe(&self.group.plan, objs, &self.group.goal)
+    }
+
+    fn reconcile(&mut self, objs: &objects::Objects) -> Vec<Op> {
+        let g = &mut *self.group;
+        let mut ops = reconcile::reconcile(&g.plan, objs, &g.goal);
+        ops.extend(g.overdue(objs));
+        ops.extend(reconcile::remove_worker(
+            &g.plan,
+            objs,
+            &g.goal,
+            g.logs_read(),
+        ));
+        for (task, attempt) in std::mem::take(&mut g.kills) {
+            ops.extend(reconcile::kill(&g.plan, objs, task, attempt));
+        }
+        ops.into_iter()
+            .filter(|op| !g.held.contains_key(op))
+            // A fill runs: not asked again meanwhile.
+            .filter(|op| !(g.filling.is_some() && matches!(op, Op::FillFiles { .. })))
+            .collect()
+    }
+
+    async fn apply(&mut self, objs: &objects::Objects, ops: Vec<Op>) -> Applied {
+        let (g, apis, shared) = (&mut *self.group, self.apis, self.shared);
+        let acted = !ops.is_empty();
+        // Pod deletions go out some at once (a large task's restart
+        // deletes every node's pod); the rest in the reconciler's order.
+        let (deletes, rest): (Vec<Op>, Vec<Op>) = ops
+            .into_iter()
+            .partition(|op| matches!(op, Op::DeletePod { .. } | Op::KillPod { .. }));
+        let backoff = g.backoff();
+        let plan = &g.plan;
+        let done: Vec<(Op, Outcome)> = futures::stream::iter(deletes)
+            .map(|op| async move {
+                let outcome = request::execute(plan, apis, shared, &op, backoff).await;
+                (op, outcome)
+            })
+            .buffer_unordered(DELETE_CONCURRENCY)
+            .collect()
+            .await;
+        for (op, outcome) in done {
+            g.answered(shared, op, outcome);
+        }
+        for op in rest {
+            if let Op::FillFiles { pod, uid } = &op {
+                g.fill(apis, shared, op.clone(), pod.clone(), uid.clone());
+                continue;
+            }
+            let outcome = request::execute(&g.plan, apis, shared, &op, backoff).await;
+            g.answered(shared, op, outcome);
+        }
+        if g.ctx.tuning.logs {
+            g.follow_logs(apis, shared, objs);
+        }
+        if g.goal.end.is_some() {
+            g.finished_at.get_or_insert_with(Instant::now);
+        }
+        if reconcile::ended(&g.plan, objs, &g.goal) {
+            // The last lines of pods that just ended are read first, so
+            // `skyc logs` has all of a finished group's output.
+            g.cluster_settled_at.get_or_insert_with(Instant::now);
+        }
+        Applied {
+            reports: std::mem::take(&mut g.answers),
+            outage: None,
+            acted,
+        }
+    }
+
+    /// Settled once nothing more will happen on the cluster and its logs
+    /// are read, or once the limit has passed.
+    fn settled(&mut self, objs: &objects::Objects, _asked: bool) -> Settled {
+        let g = &*self.group;
+        let settled = reconcile::settled(&g.plan, objs, &g.goal);
+        if settled && g.logs_read() {
+            Settled::Yes
+        } else if !settled
+            && g.finished_at
+                .is_some_and(|at| at.elapsed() >= g.ctx.tuning.settle_limit)
+        {
+            // The JobSet controller did not finish it, or a worker's
+            // JobSet is not deleted (the controller or the garbage
+            // collector down, someone else's finalizer): the group's end
+            // is the engine's all the same.
+            let what = if g.plan.hold {
+                "was not deleted"
+            } else {
+                "did not reach its end"
+            };
+            Settled::GaveUp(format!(
+                "the JobSet {} {what} within {} s of the group's end; it is left as it is",
+                g.plan.group,
+                g.ctx.tuning.settle_limit.as_secs()
+            ))
+        } else {
+            Settled::No
         }
     }
 }

@@ -1,7 +1,7 @@
 //! What the runtime runs in a worker's pod (through `pods/exec`) to
 //! start a pool job's node, to read how it is doing, and to stop it, and
 //! how the answers are read: fixed scripts, much as the AWS data plane's
-//! over SSH (`aws::data::remote`).
+//! over SSH (`cloud::data::remote`).
 //!
 //! Every script is fixed text run as `bash -c SCRIPT NAME ARGS...`: the
 //! values (the attempt's directory, a log offset) are positional

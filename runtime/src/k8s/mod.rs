@@ -13,7 +13,7 @@
 //!   server-side apply;
 //! - [`observe`] and [`reconcile`]: pure, where the engine meets the
 //!   cluster: the JobSet, Jobs and pods to engine events, and the engine's
-//!   state to API requests (launches, pod deletions, the gate; [`goal`](crate::goal)
+//!   state to API requests (launches, pod deletions, the gate; [`goal`](crate::reconciler::goal)
 //!   reads that state);
 //! - [`watch`], [`request`], [`logs`], [`retry`]: the I/O, on one thread
 //!   of its own;

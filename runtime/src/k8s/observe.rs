@@ -31,8 +31,8 @@
 use super::objects::{self, Objects};
 use super::plan::Plan;
 use crate::backend::{NodeInfo, Report};
-use crate::goal::{Goal, Want};
 use crate::policy::{Event, Phase};
+use crate::reconciler::goal::{Goal, Want};
 use k8s_openapi::api::core::v1::Pod;
 
 /// How one node of the current attempt looks.

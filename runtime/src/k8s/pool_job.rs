@@ -21,15 +21,15 @@ use super::job_scripts::{self, Started, State};
 use super::plan::Plan;
 use super::request::CALL_TIMEOUT;
 use crate::backend::Report;
-use crate::backoff::Backoff;
-use crate::goal::{Goal, Want};
-use crate::outbox::Out;
 use crate::policy::{Event, Phase};
 use crate::pool::Placement;
+use crate::reconciler::Told;
+use crate::reconciler::backoff::Backoff;
+use crate::reconciler::goal::{Goal, Want};
+use crate::reconciler::outbox::Out;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use skyc_targets::k8s::names::CONTAINER;
-use std::collections::BTreeSet;
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -86,10 +86,9 @@ pub(super) struct PoolJob {
     pub(super) poll: Duration,
     placed: Option<Placed>,
     nodes: Vec<Node>,
-    sent: BTreeSet<String>,
     kill: bool,
-    settled: bool,
-    outage: Option<String>,
+    /// What the supervisor has been told: each fact once.
+    told: Told,
     /// The last exec refusal reported.
     denied: Option<String>,
 }
@@ -112,10 +111,8 @@ impl PoolJob {
             poll,
             placed: None,
             nodes: Vec::new(),
-            sent: BTreeSet::new(),
             kill: false,
-            settled: false,
-            outage: None,
+            told: Told::default(),
             denied: None,
         };
         // A node asked to start before a crash is taken as started: it is
@@ -215,17 +212,19 @@ impl PoolJob {
         self.poll
     }
 
-    fn event(&mut self, event: Event) {
-        if self.sent.insert(format!("{event:?}")) {
-            self.out.send(Report::Event { event, at_ms: None });
+    /// Tells the supervisor what it has not been told.
+    fn tell(&mut self, report: Report) {
+        if let Some(news) = self.told.news(report) {
+            self.out.send(news);
         }
     }
 
+    fn event(&mut self, event: Event) {
+        self.tell(Report::Event { event, at_ms: None });
+    }
+
     fn set_outage(&mut self, outage: Option<String>) {
-        if outage != self.outage {
-            self.outage.clone_from(&outage);
-            self.out.send(Report::Outage(outage));
-        }
+        self.tell(Report::Outage(outage));
     }
 
     /// The job's `run` and environment for node `rank`: the job's own
@@ -290,7 +289,7 @@ impl PoolJob {
 
     /// One look at the job's nodes.
     pub(super) async fn pass(&mut self, cluster: &Cluster) {
-        if self.settled {
+        if self.told.settled() {
             return;
         }
         let Some(tg) = self.goal.tasks.first().cloned() else {
@@ -538,10 +537,7 @@ impl PoolJob {
     }
 
     fn settle(&mut self) {
-        if !self.settled {
-            self.settled = true;
-            self.out.send(Report::Settled);
-        }
+        self.tell(Report::Settled);
     }
 
     fn log_path(&self, rank: u32) -> PathBuf {

@@ -41,8 +41,8 @@
 
 use super::objects::{self, Objects};
 use super::plan::Plan;
-use crate::goal::{Goal, Want};
 use crate::policy::Status;
+use crate::reconciler::goal::{Goal, Want};
 use k8s_openapi::api::core::v1::Pod;
 use skyc_targets::k8s::pods::TASK_LABEL;
 

@@ -15,7 +15,7 @@ use super::plan::{FIELD_MANAGER, LAUNCHED_ANNOTATION, Plan};
 use super::reconcile::Op;
 use super::retry;
 use super::watch::{SharedRef, Watched, lock};
-use crate::backoff::Backoff;
+use crate::reconciler::backoff::Backoff;
 use either::Either;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;

@@ -1,5 +1,5 @@
 //! What an API error means for the runtime: whether to ask again (how
-//! long to wait is [`Backoff`](crate::backoff::Backoff)'s).
+//! long to wait is [`Backoff`](crate::reconciler::backoff::Backoff)'s).
 //!
 //! - Transient, retried with exponential backoff: no answer at all (the
 //!   connection failed, timed out or broke), `429 Too Many Requests`,

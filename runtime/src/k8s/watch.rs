@@ -14,7 +14,7 @@ use super::jobset::JobSet;
 use super::kueue::Workload;
 use super::objects::{self, Kind, Objects};
 use super::retry;
-use crate::backoff::Backoff;
+use crate::reconciler::backoff::Backoff;
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;

@@ -15,8 +15,10 @@
 //!   after a crash.
 
 use crate::aws::ec2::client::Error;
-use crate::aws::plan::{Bucket, Plan};
+use crate::aws::plan::Plan;
 use crate::aws::s3::{S3, Source};
+use crate::cloud::run::Bucket;
+pub use crate::cloud::run::key;
 use crate::files::Snapshots;
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -69,11 +71,6 @@ pub fn worker_bucket(pool_bucket: &str, gid: i64) -> String {
     format!("{pool_bucket}-w{}", gid.unsigned_abs())
 }
 
-/// The object a snapshot's stream is kept as.
-pub fn key(digest: &str) -> String {
-    format!("{digest}.tar")
-}
-
 /// The keys of the run's bucket, or `None` when it has none (or the run
 /// has no files).
 pub async fn observe(files: Option<&RunFiles>, plan: &Plan) -> Result<Option<Vec<String>>, Error> {
@@ -85,18 +82,6 @@ pub async fn observe(files: Option<&RunFiles>, plan: &Plan) -> Result<Option<Vec
         .list(&bucket.name)
         .await?
         .map(|objects| objects.into_iter().map(|o| o.key).collect()))
-}
-
-/// Whether `keys` (the bucket as listed) hold every stream of `bucket`.
-pub fn complete(bucket: &Bucket, keys: Option<&[String]>) -> bool {
-    let Some(keys) = keys else {
-        return false;
-    };
-    let have: BTreeSet<&str> = keys.iter().map(String::as_str).collect();
-    bucket
-        .files
-        .iter()
-        .all(|p| have.contains(key(&p.digest).as_str()))
 }
 
 /// Makes the bucket and uploads each stream it lacks.

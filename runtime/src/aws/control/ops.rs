@@ -16,12 +16,13 @@
 //!   tries again.
 
 use crate::aws::control::files::RunFiles;
-use crate::aws::control::reconcile::Op;
 use crate::aws::ec2::client::{Ec2, Error};
 use crate::aws::ec2::query;
 use crate::aws::ec2::response::{self, Instance, SecurityGroup};
-use crate::aws::plan::{Plan, RUN_TAG};
-use crate::aws::world::{Network, READY_TAG, World};
+use crate::aws::plan::Plan;
+use crate::cloud::control::reconcile::Op;
+use crate::cloud::run::RUN_TAG;
+use crate::cloud::world::{Network, READY_TAG, World};
 use base64::Engine as _;
 
 /// Page size of DescribeInstances (EC2 allows 5 to 1000).

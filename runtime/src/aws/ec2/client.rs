@@ -11,7 +11,7 @@ use crate::aws::ec2::query;
 use crate::aws::ec2::response;
 use crate::aws::ec2::retry;
 use crate::aws::ec2::sigv4::{self, Credentials};
-use crate::backoff::Backoff;
+use crate::reconciler::backoff::Backoff;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::client::legacy::Client as HttpClient;

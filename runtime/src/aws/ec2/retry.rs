@@ -1,5 +1,5 @@
 //! What an EC2 error means for the runtime: whether to ask again (how
-//! long to wait is [`Backoff`](crate::backoff::Backoff)'s, with jitter).
+//! long to wait is [`Backoff`](crate::reconciler::backoff::Backoff)'s, with jitter).
 //!
 //! - Transient, retried with exponential backoff and jitter (AWS's advice
 //!   for throttling): no answer at all (connection refused, reset, timed
@@ -108,7 +108,10 @@ pub fn is_transient(e: &Error) -> bool {
 
 /// `once` until it succeeds, fails for good, or has been tried as often
 /// as `backoff` allows, transient failures apart by its jittered delays.
-pub async fn retried<T, F, Fut>(backoff: crate::backoff::Backoff, mut once: F) -> Result<T, Error>
+pub async fn retried<T, F, Fut>(
+    backoff: crate::reconciler::backoff::Backoff,
+    mut once: F,
+) -> Result<T, Error>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, Error>>,

@@ -18,7 +18,7 @@ use crate::aws::control::ops;
 use crate::aws::ec2::client::{Ec2, Error, Tuning};
 use crate::aws::ec2::config::Settings;
 use crate::aws::ec2::sigv4::Credentials;
-use crate::backoff::Backoff;
+use crate::reconciler::backoff::Backoff;
 use std::time::{Duration, Instant};
 
 fn settings(endpoint: &str) -> Settings {
@@ -146,8 +146,8 @@ fn an_unreachable_endpoint_fails_in_bounded_time() {
 /// counts as nothing taken, so the group is not passed over again at once.
 #[test]
 fn a_network_still_in_use_is_not_taken_as_deleted() {
-    use crate::aws::control::reconcile::Op;
-    use crate::aws::world::{Network, World};
+    use crate::cloud::control::reconcile::Op;
+    use crate::cloud::world::{Network, World};
     use std::io::{BufRead, BufReader, Read, Write};
 
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

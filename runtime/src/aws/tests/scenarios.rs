@@ -11,17 +11,19 @@
 
 use super::{Driven, PREP, REPORT, TRAIN, exited, plan};
 use crate::aws::control::ops;
-use crate::aws::control::reconcile::{reconcile, settled};
-use crate::aws::data::node::Outcomes;
+use crate::aws::control::provider::Ec2Run;
 use crate::aws::ec2::client::{Ec2, Tuning};
 use crate::aws::ec2::config::Settings;
 use crate::aws::ec2::query;
 use crate::aws::ec2::response::State;
 use crate::aws::plan::{Plan, client_token};
-use crate::aws::world::{NodeKey, World};
 use crate::backend::Report;
-use crate::goal::Goal;
+use crate::cloud::control::reconcile::{reconcile, settled};
+use crate::cloud::data::node::Outcomes;
+use crate::cloud::world::{NodeKey, World};
 use crate::policy::{Event, Phase, Status, Timer};
+use crate::reconciler::Told;
+use crate::reconciler::goal::Goal;
 use futures::FutureExt as _;
 use futures::future::BoxFuture;
 use std::panic::AssertUnwindSafe;
@@ -103,15 +105,19 @@ fn run_id(name: &str) -> String {
     )
 }
 
-/// One pass of the supervisor's loop ([`crate::aws::control::pass`]), with the
-/// engine hearing what it reports. Returns the reports.
+/// One pass of the supervisor's loop ([`crate::cloud::control::pass`]), with
+/// the engine hearing what it reports. Returns the reports.
 async fn pass(t: &Target, ec2: &Ec2, p: &Plan, d: &mut Driven) -> Vec<Report> {
-    let passed = crate::aws::control::pass::pass(
-        ec2,
-        None,
-        p,
+    let passed = crate::cloud::control::pass::pass(
+        &Ec2Run {
+            ec2,
+            files: None,
+            plan: p,
+        },
         &Goal::from_engine(&d.engine),
         &Outcomes::new(),
+        // Each pass's reports whole, as the engine ignores a repeat.
+        &mut Told::default(),
     )
     .await;
     let errors: Vec<&Report> = passed
@@ -178,7 +184,7 @@ async fn world_when(t: &Target, ec2: &Ec2, p: &Plan, done: impl Fn(&World) -> bo
 fn state_of(world: &World, p: &Plan, task: usize, rank: u32, attempt: u32) -> Option<State> {
     world
         .instance(
-            p,
+            &p.as_run(),
             NodeKey {
                 task,
                 rank,
@@ -220,7 +226,7 @@ pub(super) async fn launches_a_groups_instances_from_the_build(t: &Target, p: &P
     for (task, rank) in [(TRAINER, 0), (TRAINER, 1), (BUFFER, 0)] {
         let i = world
             .instance(
-                p,
+                &p.as_run(),
                 NodeKey {
                     task,
                     rank,
@@ -270,7 +276,7 @@ pub(super) async fn launches_a_groups_instances_from_the_build(t: &Target, p: &P
             .unwrap(),
     )
     .unwrap();
-    let key = crate::aws::world::World::key(p, &world.instances[0]).unwrap();
+    let key = crate::cloud::world::World::key(&p.as_run(), &world.instances[0]).unwrap();
     assert_eq!(
         text,
         p.nodes[key.task][key.rank as usize]["UserData"]
@@ -328,7 +334,7 @@ pub(super) async fn a_launch_repeated_is_one_instance(t: &Target, p: &Plan, ec2:
         w.network.is_some() && !w.instances.is_empty()
     })
     .await;
-    let ops_now = reconcile(p, &world, &goal);
+    let ops_now = reconcile(&p.as_run(), &world, &goal);
     assert_eq!(ops_now.len(), 2, "{ops_now:?}");
     for op in &ops_now {
         ops::apply(ec2, None, p, &world, op).await.unwrap();
@@ -338,7 +344,7 @@ pub(super) async fn a_launch_repeated_is_one_instance(t: &Target, p: &Plan, ec2:
     assert_eq!(
         world
             .instance(
-                p,
+                &p.as_run(),
                 NodeKey {
                     task: TRAINER,
                     rank: 0,
@@ -349,7 +355,7 @@ pub(super) async fn a_launch_repeated_is_one_instance(t: &Target, p: &Plan, ec2:
             .id,
         first.id
     );
-    assert!(reconcile(p, &world, &goal).is_empty());
+    assert!(reconcile(&p.as_run(), &world, &goal).is_empty());
 }
 
 pub(super) async fn a_new_client_finds_the_run_again(t: &Target, p: &Plan, ec2: &Ec2) {
@@ -362,7 +368,7 @@ pub(super) async fn a_new_client_finds_the_run_again(t: &Target, p: &Plan, ec2: 
     let after = ops::world(&again, &stored).await.unwrap();
     assert_eq!(after.network, before.network);
     assert_eq!(live_ids(&after), live_ids(&before));
-    assert!(reconcile(&stored, &after, &Goal::from_engine(&d.engine)).is_empty());
+    assert!(reconcile(&stored.as_run(), &after, &Goal::from_engine(&d.engine)).is_empty());
     // Another run of the same group sees none of it.
     let other = plan(t.group, &run_id("other"));
     let theirs = ops::world(&again, &other).await.unwrap();
@@ -379,7 +385,7 @@ pub(super) async fn auxiliaries_end_after_the_primaries_and_the_network_last(
         .await
         .unwrap()
         .instance(
-            p,
+            &p.as_run(),
             NodeKey {
                 task: BUFFER,
                 rank: 0,
@@ -450,7 +456,7 @@ pub(super) async fn an_instance_terminated_out_of_band_is_a_lost_node(
     let world = ops::world(ec2, p).await.unwrap();
     let victim = world
         .instance(
-            p,
+            &p.as_run(),
             NodeKey {
                 task: TRAINER,
                 rank: 1,
@@ -462,7 +468,7 @@ pub(super) async fn an_instance_terminated_out_of_band_is_a_lost_node(
         .clone();
     let buffer = world
         .instance(
-            p,
+            &p.as_run(),
             NodeKey {
                 task: BUFFER,
                 rank: 0,
@@ -527,7 +533,7 @@ pub(super) async fn an_instance_terminated_out_of_band_is_a_lost_node(
     assert_eq!(
         world
             .instance(
-                p,
+                &p.as_run(),
                 NodeKey {
                     task: BUFFER,
                     rank: 0,
@@ -551,7 +557,7 @@ pub(super) async fn an_instance_stopped_out_of_band_is_a_lost_node(
     let world = ops::world(ec2, p).await.unwrap();
     let buffer = world
         .instance(
-            p,
+            &p.as_run(),
             NodeKey {
                 task: BUFFER,
                 rank: 0,
@@ -601,7 +607,7 @@ pub(super) async fn a_network_left_incomplete_is_completed(t: &Target, p: &Plan,
     let world = world_when(t, ec2, p, |w| w.network.is_some()).await;
     assert_eq!(
         world.network,
-        Some(crate::aws::world::Network {
+        Some(crate::cloud::world::Network {
             id: sg.clone(),
             ready: false
         })
@@ -686,7 +692,7 @@ fn step_ids(world: &World, p: &Plan, task: usize) -> Vec<String> {
         .filter_map(|rank| {
             world
                 .instance(
-                    p,
+                    &p.as_run(),
                     NodeKey {
                         task,
                         rank,
@@ -703,7 +709,7 @@ fn launched(world: &World, p: &Plan, task: usize) -> bool {
     world
         .instances
         .iter()
-        .any(|i| World::key(p, i).is_some_and(|k| k.task == task))
+        .any(|i| World::key(&p.as_run(), i).is_some_and(|k| k.task == task))
 }
 
 /// Passes until `task` runs; on every pass, no step but the ones up to
@@ -743,7 +749,7 @@ pub(super) async fn a_pipelines_steps_run_one_after_another_on_their_own_instanc
     let train = step_ids(&world, p, TRAIN);
     assert_eq!(train.len(), 2);
     for i in &world.instances {
-        if World::key(p, i).is_some_and(|k| k.task == TRAIN) {
+        if World::key(&p.as_run(), i).is_some_and(|k| k.task == TRAIN) {
             assert_eq!(i.tags["Name"], format!("p-train-{}", i.tags["skyc-rank"]));
         }
     }

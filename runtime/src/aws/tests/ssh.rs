@@ -5,8 +5,8 @@
 //! missing and sets SKYC_SSHD_REQUIRED=1; without sshd these tests skip,
 //! loudly.
 
-use crate::aws::data::node::{Outcome, outcome};
-use crate::aws::data::remote::{
+use crate::cloud::data::node::{Outcome, outcome};
+use crate::cloud::data::remote::{
     RemoteError, Ssh, deliver_hosts, deliver_secret, parse_node, read_node,
 };
 use crate::policy::Phase;
@@ -235,7 +235,7 @@ fn an_address_given_to_a_new_instance_is_a_new_host() {
         ssh.run(
             id,
             at,
-            &crate::aws::data::remote::Command {
+            &crate::cloud::data::remote::Command {
                 script: "echo here".into(),
                 stdin: Vec::new(),
             },

@@ -11,19 +11,21 @@
 
 use super::Driven;
 use crate::aws::control::ops;
-use crate::aws::control::pass::pass;
-use crate::aws::data::plane::DataPlane;
-use crate::aws::data::remote::Ssh;
+use crate::aws::control::provider::Ec2Run;
 use crate::aws::ec2::client::{Ec2, Tuning};
 use crate::aws::ec2::config::Settings;
 use crate::aws::ec2::query;
 use crate::aws::ec2::response::State;
 use crate::aws::ec2::sigv4::Credentials;
 use crate::aws::plan::Plan;
-use crate::aws::world::{NodeKey, World};
 use crate::backend::Report;
-use crate::goal::Goal;
+use crate::cloud::control::pass::pass;
+use crate::cloud::data::plane::DataPlane;
+use crate::cloud::data::remote::Ssh;
+use crate::cloud::world::{NodeKey, World};
 use crate::policy::{Event, Status, Timer};
+use crate::reconciler::Told;
+use crate::reconciler::goal::Goal;
 use base64::Engine as _;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -172,7 +174,7 @@ impl Harness {
     fn instance_id(&self, task: usize, rank: u32, attempt: u32) -> Option<String> {
         self.world()
             .instance(
-                &self.p,
+                &self.p.as_run(),
                 NodeKey {
                     task,
                     rank,
@@ -235,11 +237,18 @@ impl Harness {
                     .unwrap();
             }
         }
-        let (outcomes, errs) = self.data.step(&self.p, &world, &goal);
+        let (outcomes, errs) = self.data.step(&self.p.as_run(), &world, &goal);
         self.errors.extend(errs);
-        let passed = self
-            .rt
-            .block_on(pass(&self.ec2, None, &self.p, &goal, outcomes));
+        let passed = self.rt.block_on(pass(
+            &Ec2Run {
+                ec2: &self.ec2,
+                files: None,
+                plan: &self.p,
+            },
+            &goal,
+            outcomes,
+            &mut Told::default(),
+        ));
         self.settled = false;
         for r in passed.reports {
             match r {
@@ -362,7 +371,7 @@ fn the_example_group_succeeds_on_stand_in_machines() {
         h.until("launched", |h| h.instance_id(TRAINER, 0, 0).is_some());
         let w = h.world();
         w.instance(
-            &h.p,
+            &h.p.as_run(),
             NodeKey {
                 task: TRAINER,
                 rank: 0,
@@ -450,14 +459,14 @@ fn a_lost_instance_is_replaced_and_the_other_task_untouched() {
     let helpers: Vec<_> = world
         .instances
         .iter()
-        .filter(|i| World::key(&h.p, i).is_some_and(|k| k.task == 1))
+        .filter(|i| World::key(&h.p.as_run(), i).is_some_and(|k| k.task == 1))
         .map(|i| i.id.clone())
         .collect();
     assert_eq!(helpers, vec![helper]);
     // The new nodes have new addresses, and the hostnames follow them.
     let new1 = world
         .instance(
-            &h.p,
+            &h.p.as_run(),
             NodeKey {
                 task: TRAINER,
                 rank: 1,
@@ -611,7 +620,7 @@ fn step_instances(h: &Harness, world: &World, task: usize) -> Vec<String> {
     world
         .instances
         .iter()
-        .filter(|i| World::key(&h.p, i).is_some_and(|k| k.task == task))
+        .filter(|i| World::key(&h.p.as_run(), i).is_some_and(|k| k.task == task))
         .map(|i| i.id.clone())
         .collect()
 }
@@ -670,7 +679,7 @@ fn a_pipeline_runs_its_steps_one_after_another_on_their_own_machines() {
     let ip = |task: usize, rank: u32| {
         world
             .instance(
-                &h.p,
+                &h.p.as_run(),
                 NodeKey {
                     task,
                     rank,

@@ -2,16 +2,17 @@
 //! engine over made-up instance lists.
 
 use super::{Driven, GROUP, PREP, REPORT, TRAIN, exited, plan};
-use crate::aws::control::observe::observe;
-use crate::aws::control::reconcile::{Op, reconcile, settled};
-use crate::aws::data::node::Outcomes;
 use crate::aws::ec2::query;
 use crate::aws::ec2::response::{Instance, State};
-use crate::aws::plan::{ATTEMPT_TAG, Plan, RANK_TAG, RUN_TAG, TASK_TAG, client_token};
-use crate::aws::world::{Network, World};
+use crate::aws::plan::{Plan, client_token};
 use crate::backend::Report;
-use crate::goal::Goal;
+use crate::cloud::control::observe::observe;
+use crate::cloud::control::reconcile::{Op, reconcile, settled};
+use crate::cloud::data::node::Outcomes;
+use crate::cloud::run::{ATTEMPT_TAG, RANK_TAG, RUN_TAG, TASK_TAG};
+use crate::cloud::world::{Network, World};
 use crate::policy::{Event, Phase, Status, Timer};
+use crate::reconciler::goal::Goal;
 use serde_json::json;
 
 const TRAINER: usize = 0;
@@ -62,7 +63,12 @@ fn events(reports: &[Report]) -> Vec<Event> {
 
 /// Observes `world` and tells the engine.
 fn step(p: &Plan, world: &World, d: &mut Driven) {
-    let reports = observe(p, world, &Goal::from_engine(&d.engine), &Outcomes::new());
+    let reports = observe(
+        &p.as_run(),
+        world,
+        &Goal::from_engine(&d.engine),
+        &Outcomes::new(),
+    );
     feed(d, &reports);
 }
 
@@ -118,7 +124,7 @@ fn running(plan: &Plan) -> (Driven, World) {
         network: Some(net("sg-1")),
         ..World::default()
     };
-    let ops = reconcile(plan, &world, &Goal::from_engine(&d.engine));
+    let ops = reconcile(&plan.as_run(), &world, &Goal::from_engine(&d.engine));
     launch_all(plan, &mut world, &ops);
     for i in &mut world.instances {
         i.state = Some(State::Running);
@@ -247,31 +253,37 @@ fn a_new_group_gets_its_network_then_every_node() {
     let d = Driven::start(&p);
     let goal = Goal::from_engine(&d.engine);
     let mut world = World::default();
-    assert_eq!(reconcile(&p, &world, &goal), vec![Op::EnsureNetwork]);
+    assert_eq!(
+        reconcile(&p.as_run(), &world, &goal),
+        vec![Op::EnsureNetwork]
+    );
     // A security group without its rules yet (its maker died): made
     // complete before any launch.
     world.network = Some(Network {
         id: "sg-1".into(),
         ready: false,
     });
-    assert_eq!(reconcile(&p, &world, &goal), vec![Op::EnsureNetwork]);
+    assert_eq!(
+        reconcile(&p.as_run(), &world, &goal),
+        vec![Op::EnsureNetwork]
+    );
     world.network = Some(net("sg-1"));
-    let ops = reconcile(&p, &world, &goal);
+    let ops = reconcile(&p.as_run(), &world, &goal);
     assert_eq!(launches(&ops), vec![(0, 0, 0), (0, 1, 0), (1, 0, 0)]);
     // Idempotent: the same state, the same calls; once launched, none.
-    assert_eq!(reconcile(&p, &world, &goal), ops);
+    assert_eq!(reconcile(&p.as_run(), &world, &goal), ops);
     launch_all(&p, &mut world, &ops);
-    assert_eq!(reconcile(&p, &world, &goal), vec![]);
+    assert_eq!(reconcile(&p.as_run(), &world, &goal), vec![]);
     // Pending instances: nothing for the engine yet but where they run.
-    let reports = observe(&p, &world, &goal, &Outcomes::new());
+    let reports = observe(&p.as_run(), &world, &goal, &Outcomes::new());
     assert!(events(&reports).is_empty());
     assert_eq!(reports.len(), 3);
     // One running is not the task started; all are.
     set(&mut world, "i-000", State::Running, None);
-    assert!(events(&observe(&p, &world, &goal, &Outcomes::new())).is_empty());
+    assert!(events(&observe(&p.as_run(), &world, &goal, &Outcomes::new())).is_empty());
     set(&mut world, "i-010", State::Running, None);
     assert_eq!(
-        events(&observe(&p, &world, &goal, &Outcomes::new())),
+        events(&observe(&p.as_run(), &world, &goal, &Outcomes::new())),
         vec![Event::TaskStarted {
             task: TRAINER,
             attempt: 0
@@ -291,7 +303,12 @@ fn a_node_lost_out_of_band_restarts_its_task_only() {
         State::Terminated,
         Some("Server.SpotInstanceTermination"),
     );
-    let reports = observe(&p, &world, &Goal::from_engine(&d.engine), &Outcomes::new());
+    let reports = observe(
+        &p.as_run(),
+        &world,
+        &Goal::from_engine(&d.engine),
+        &Outcomes::new(),
+    );
     assert_eq!(
         losses(&reports),
         vec![Event::NodeLost {
@@ -316,7 +333,7 @@ fn a_node_lost_out_of_band_restarts_its_task_only() {
     assert_eq!(d.engine.task_status(TRAINER), Status::Recovering);
     // The attempt ends: its other node is terminated, the buffer is not.
     let goal = Goal::from_engine(&d.engine);
-    let ops = reconcile(&p, &world, &goal);
+    let ops = reconcile(&p.as_run(), &world, &goal);
     assert_eq!(
         ops,
         vec![Op::Terminate {
@@ -324,12 +341,15 @@ fn a_node_lost_out_of_band_restarts_its_task_only() {
         }]
     );
     // Until it is down, the engine waits; then the task starts again.
-    assert!(losses(&observe(&p, &world, &goal, &Outcomes::new())).is_empty());
+    assert!(losses(&observe(&p.as_run(), &world, &goal, &Outcomes::new())).is_empty());
     set(&mut world, "i-000", State::ShuttingDown, None);
-    feed(&mut d, &observe(&p, &world, &goal, &Outcomes::new()));
+    feed(
+        &mut d,
+        &observe(&p.as_run(), &world, &goal, &Outcomes::new()),
+    );
     assert_eq!(d.engine.attempt(TRAINER), 1);
     assert_eq!(d.engine.restarts(TRAINER), (1, 0), "no budget used");
-    let ops = reconcile(&p, &world, &Goal::from_engine(&d.engine));
+    let ops = reconcile(&p.as_run(), &world, &Goal::from_engine(&d.engine));
     assert_eq!(launches(&ops), vec![(0, 0, 1), (0, 1, 1)]);
     assert!(terminated(&ops).is_empty());
     launch_all(&p, &mut world, &ops);
@@ -342,8 +362,8 @@ fn a_node_lost_out_of_band_restarts_its_task_only() {
     assert_eq!(
         world
             .instance(
-                &p,
-                crate::aws::world::NodeKey {
+                &p.as_run(),
+                crate::cloud::world::NodeKey {
                     task: BUFFER,
                     rank: 0,
                     attempt: 0
@@ -353,7 +373,10 @@ fn a_node_lost_out_of_band_restarts_its_task_only() {
             .id,
         buffer_instance
     );
-    assert_eq!(reconcile(&p, &world, &Goal::from_engine(&d.engine)), vec![]);
+    assert_eq!(
+        reconcile(&p.as_run(), &world, &Goal::from_engine(&d.engine)),
+        vec![]
+    );
 }
 
 #[test]
@@ -368,7 +391,7 @@ fn a_stopped_instance_is_lost_too() {
     );
     assert_eq!(
         losses(&observe(
-            &p,
+            &p.as_run(),
             &world,
             &Goal::from_engine(&d.engine),
             &Outcomes::new()
@@ -397,26 +420,38 @@ fn auxiliaries_end_after_their_delay_and_the_network_last() {
     assert_eq!(d.engine.task_status(TRAINER), Status::Succeeded);
     // The trainer's instances are no longer needed; the buffer's is,
     // until its delay.
-    let ops = reconcile(&p, &world, &Goal::from_engine(&d.engine));
+    let ops = reconcile(&p.as_run(), &world, &Goal::from_engine(&d.engine));
     assert_eq!(terminated(&ops), vec!["i-000", "i-010"]);
     for id in ["i-000", "i-010"] {
         set(&mut world, id, State::Terminated, None);
     }
-    assert_eq!(reconcile(&p, &world, &Goal::from_engine(&d.engine)), vec![]);
+    assert_eq!(
+        reconcile(&p.as_run(), &world, &Goal::from_engine(&d.engine)),
+        vec![]
+    );
     assert_eq!(d.timers, vec![Timer::AuxiliaryDelay(BUFFER)]);
     d.handle(Event::TimerFired(Timer::AuxiliaryDelay(BUFFER)));
     let goal = Goal::from_engine(&d.engine);
-    assert_eq!(terminated(&reconcile(&p, &world, &goal)), vec!["i-100"]);
+    assert_eq!(
+        terminated(&reconcile(&p.as_run(), &world, &goal)),
+        vec!["i-100"]
+    );
     set(&mut world, "i-100", State::ShuttingDown, None);
-    feed(&mut d, &observe(&p, &world, &goal, &Outcomes::new()));
+    feed(
+        &mut d,
+        &observe(&p.as_run(), &world, &goal, &Outcomes::new()),
+    );
     assert_eq!(d.engine.task_status(BUFFER), Status::Cancelled);
     assert_eq!(d.engine.group_status(), Status::Succeeded);
     let goal = Goal::from_engine(&d.engine);
     // The security group waits for the last instance to be terminated.
-    assert_eq!(reconcile(&p, &world, &goal), vec![]);
+    assert_eq!(reconcile(&p.as_run(), &world, &goal), vec![]);
     assert!(!settled(&world, &goal));
     set(&mut world, "i-100", State::Terminated, None);
-    assert_eq!(reconcile(&p, &world, &goal), vec![Op::DeleteNetwork]);
+    assert_eq!(
+        reconcile(&p.as_run(), &world, &goal),
+        vec![Op::DeleteNetwork]
+    );
     world.network = None;
     assert!(settled(&world, &goal));
 }
@@ -431,15 +466,21 @@ fn cancel_terminates_every_instance() {
         .push(instance(&p, TRAINER, 0, 7, State::ShuttingDown));
     d.handle(Event::CancelRequested);
     let goal = Goal::from_engine(&d.engine);
-    let ops = reconcile(&p, &world, &goal);
+    let ops = reconcile(&p.as_run(), &world, &goal);
     assert_eq!(terminated(&ops), vec!["i-000", "i-010", "i-100"]);
     for id in ["i-000", "i-010", "i-100", "i-007"] {
         set(&mut world, id, State::Terminated, None);
     }
-    feed(&mut d, &observe(&p, &world, &goal, &Outcomes::new()));
+    feed(
+        &mut d,
+        &observe(&p.as_run(), &world, &goal, &Outcomes::new()),
+    );
     assert_eq!(d.engine.group_status(), Status::Cancelled);
     let goal = Goal::from_engine(&d.engine);
-    assert_eq!(reconcile(&p, &world, &goal), vec![Op::DeleteNetwork]);
+    assert_eq!(
+        reconcile(&p.as_run(), &world, &goal),
+        vec![Op::DeleteNetwork]
+    );
 }
 
 #[test]
@@ -449,8 +490,11 @@ fn cancel_before_launch_answers_every_node() {
     d.handle(Event::CancelRequested);
     let world = World::default();
     let goal = Goal::from_engine(&d.engine);
-    assert_eq!(reconcile(&p, &world, &goal), vec![]);
-    feed(&mut d, &observe(&p, &world, &goal, &Outcomes::new()));
+    assert_eq!(reconcile(&p.as_run(), &world, &goal), vec![]);
+    feed(
+        &mut d,
+        &observe(&p.as_run(), &world, &goal, &Outcomes::new()),
+    );
     assert!(d.engine.is_finished());
     assert!(settled(&world, &Goal::from_engine(&d.engine)));
 }
@@ -471,7 +515,7 @@ fn instances_not_of_this_run_or_attempt_are_not_kept() {
         .instances
         .push(instance(&p, BUFFER, 0, 5, State::Running));
     assert_eq!(
-        reconcile(&p, &world, &goal),
+        reconcile(&p.as_run(), &world, &goal),
         vec![Op::Terminate {
             ids: vec!["i-105".into(), "i-stray".into()]
         }]
@@ -493,20 +537,20 @@ fn a_restarted_supervisor_launches_nothing_twice() {
     world
         .instances
         .push(instance(&p, TRAINER, 1, 0, State::Pending));
-    let ops = reconcile(&p, &world, &Goal::from_engine(&committed));
+    let ops = reconcile(&p.as_run(), &world, &Goal::from_engine(&committed));
     assert_eq!(launches(&ops), vec![(0, 0, 0), (1, 0, 0)]);
 }
 
 #[test]
 fn a_node_that_ended_is_not_lost_when_its_instance_goes() {
-    use crate::aws::data::node::Outcome;
+    use crate::cloud::data::node::Outcome;
     let p = plan(GROUP, "r1");
     let (mut d, mut world) = running(&p);
     // The buffer failed (its files say so), then its instance went.
     set(&mut world, "i-100", State::Terminated, None);
     let mut outcomes = Outcomes::new();
     outcomes.insert(
-        crate::aws::world::NodeKey {
+        crate::cloud::world::NodeKey {
             task: BUFFER,
             rank: 0,
             attempt: 0,
@@ -516,7 +560,12 @@ fn a_node_that_ended_is_not_lost_when_its_instance_goes() {
             code: 3,
         },
     );
-    let reports = observe(&p, &world, &Goal::from_engine(&d.engine), &outcomes);
+    let reports = observe(
+        &p.as_run(),
+        &world,
+        &Goal::from_engine(&d.engine),
+        &outcomes,
+    );
     assert_eq!(
         events(&reports)
             .into_iter()
@@ -540,14 +589,19 @@ fn a_node_that_ended_is_not_lost_when_its_instance_goes() {
     assert_eq!(d.engine.task_status(TRAINER), Status::Running);
     // A node whose VM booted again is lost.
     outcomes.insert(
-        crate::aws::world::NodeKey {
+        crate::cloud::world::NodeKey {
             task: TRAINER,
             rank: 1,
             attempt: 0,
         },
         Outcome::Rebooted,
     );
-    let reports = observe(&p, &world, &Goal::from_engine(&d.engine), &outcomes);
+    let reports = observe(
+        &p.as_run(),
+        &world,
+        &Goal::from_engine(&d.engine),
+        &outcomes,
+    );
     assert_eq!(
         losses(&reports),
         vec![Event::NodeLost {
@@ -558,18 +612,28 @@ fn a_node_that_ended_is_not_lost_when_its_instance_goes() {
     );
     // A node that answered and then went silent is lost too; its error
     // (what SSH said) comes from the data plane, so none is added.
-    let rank1 = crate::aws::world::NodeKey {
+    let rank1 = crate::cloud::world::NodeKey {
         task: TRAINER,
         rank: 1,
         attempt: 0,
     };
     outcomes.insert(rank1, Outcome::Silent { answered: true });
-    let reports = observe(&p, &world, &Goal::from_engine(&d.engine), &outcomes);
+    let reports = observe(
+        &p.as_run(),
+        &world,
+        &Goal::from_engine(&d.engine),
+        &outcomes,
+    );
     assert_eq!(losses(&reports).len(), 1);
     assert!(!reports.iter().any(|r| matches!(r, Report::Error(_))));
     // One never reached failed its setup, as ssh's status says.
     outcomes.insert(rank1, Outcome::Silent { answered: false });
-    let reports = observe(&p, &world, &Goal::from_engine(&d.engine), &outcomes);
+    let reports = observe(
+        &p.as_run(),
+        &world,
+        &Goal::from_engine(&d.engine),
+        &outcomes,
+    );
     assert!(losses(&reports).is_empty());
     assert!(events(&reports).contains(&Event::NodeExited {
         task: TRAINER,
@@ -582,7 +646,7 @@ fn a_node_that_ended_is_not_lost_when_its_instance_goes() {
 
 #[test]
 fn every_node_gets_the_groups_hosts_once_all_have_addresses() {
-    use crate::aws::data::node::hosts;
+    use crate::cloud::data::node::hosts;
     let p = plan(GROUP, "r1");
     let d = Driven::start(&p);
     let goal = Goal::from_engine(&d.engine);
@@ -590,22 +654,27 @@ fn every_node_gets_the_groups_hosts_once_all_have_addresses() {
         network: Some(net("sg-1")),
         ..World::default()
     };
-    assert_eq!(hosts(&p, &world, &goal), None);
-    let ops = reconcile(&p, &world, &goal);
+    assert_eq!(hosts(&p.as_run(), &world, &goal), None);
+    let ops = reconcile(&p.as_run(), &world, &goal);
     launch_all(&p, &mut world, &ops);
     world.instances[2].private_ip = None;
-    assert_eq!(hosts(&p, &world, &goal), None, "an address is missing");
+    assert_eq!(
+        hosts(&p.as_run(), &world, &goal),
+        None,
+        "an address is missing"
+    );
     world.instances[2].private_ip = Some("10.0.9.9".into());
     assert_eq!(
-        hosts(&p, &world, &goal).unwrap(),
+        hosts(&p.as_run(), &world, &goal).unwrap(),
         "10.0.0.0 trainer-0.g\n10.0.0.1 trainer-1.g\n10.0.9.9 buffer-0.g\n"
     );
 }
 
 #[test]
 fn a_launch_without_capacity_leaves_its_task_pending() {
-    use crate::aws::control::pass::refused;
+    use crate::aws::control::provider::Ec2Run;
     use crate::aws::ec2::client::Error;
+    use crate::cloud::control::pass::refused;
     let p = plan(GROUP, "r1");
     let mut d = Driven::start(&p);
     let launch = Op::Launch {
@@ -621,7 +690,7 @@ fn a_launch_without_capacity_leaves_its_task_pending() {
         message: "We currently do not have sufficient m6i.2xlarge capacity".into(),
         request_id: None,
     };
-    let reports = refused(&p, &launch, &no_room);
+    let reports = refused::<Ec2Run<'_>>(p.as_run(), &launch, &no_room);
     assert_eq!(
         reports[1],
         Report::Waiting {
@@ -646,7 +715,7 @@ fn a_launch_without_capacity_leaves_its_task_pending() {
         request_id: None,
     };
     assert_eq!(
-        refused(&p, &launch, &bad),
+        refused::<Ec2Run<'_>>(p.as_run(), &launch, &bad),
         vec![Report::Error(
             "EC2 refused RunInstances: InvalidAMIID.NotFound (HTTP 400)".into()
         )]
@@ -665,7 +734,10 @@ fn an_ended_node_keeps_its_instance_until_its_task_ends() {
         phase: Phase::Run,
         code: 0,
     });
-    assert_eq!(reconcile(&p, &world, &Goal::from_engine(&d.engine)), vec![]);
+    assert_eq!(
+        reconcile(&p.as_run(), &world, &Goal::from_engine(&d.engine)),
+        vec![]
+    );
     d.handle(Event::NodeExited {
         task: TRAINER,
         attempt: 0,
@@ -674,7 +746,11 @@ fn an_ended_node_keeps_its_instance_until_its_task_ends() {
         code: 0,
     });
     assert_eq!(
-        terminated(&reconcile(&p, &world, &Goal::from_engine(&d.engine))),
+        terminated(&reconcile(
+            &p.as_run(),
+            &world,
+            &Goal::from_engine(&d.engine)
+        )),
         vec!["i-000", "i-010"]
     );
 }
@@ -687,7 +763,7 @@ fn a_second_instance_of_one_attempt_is_terminated() {
     twin.id = "i-twin".into();
     world.instances.push(twin);
     assert_eq!(
-        reconcile(&p, &world, &Goal::from_engine(&d.engine)),
+        reconcile(&p.as_run(), &world, &Goal::from_engine(&d.engine)),
         vec![Op::Terminate {
             ids: vec!["i-twin".into()]
         }]
@@ -699,9 +775,9 @@ fn a_second_instance_of_one_attempt_is_terminated() {
 /// node is silent though some answered before (the runtime is cut off).
 #[test]
 fn silent_nodes_are_given_up_on_unless_the_runtime_is_cut_off() {
-    use crate::aws::data::node::Outcome;
-    use crate::aws::data::plane::DataPlane;
-    use crate::aws::data::remote::Ssh;
+    use crate::cloud::data::node::Outcome;
+    use crate::cloud::data::plane::DataPlane;
+    use crate::cloud::data::remote::Ssh;
     if std::process::Command::new("ssh")
         .arg("-V")
         .output()
@@ -743,7 +819,7 @@ fn silent_nodes_are_given_up_on_unless_the_runtime_is_cut_off() {
     let nodes = world.instances.len();
 
     let mut never = data("never");
-    let (outcomes, errors) = never.step(&p, &world, &goal);
+    let (outcomes, errors) = never.step(&p.as_run(), &world, &goal);
     assert_eq!(outcomes.len(), nodes);
     assert!(
         outcomes
@@ -758,7 +834,7 @@ fn silent_nodes_are_given_up_on_unless_the_runtime_is_cut_off() {
     let id = &world.instances[0].id;
     std::fs::write(offsets.join(format!("{id}.run.log.offset")), "12").unwrap();
     let mut once = data("once");
-    let (outcomes, errors) = once.step(&p, &world, &goal);
+    let (outcomes, errors) = once.step(&p.as_run(), &world, &goal);
     assert!(outcomes.is_empty(), "{outcomes:?}");
     assert!(
         errors.len() == 1 && errors[0].starts_with("no node of the run answers over SSH"),
@@ -770,7 +846,7 @@ fn silent_nodes_are_given_up_on_unless_the_runtime_is_cut_off() {
 /// Marks the instances of `task`'s `attempt` running.
 fn run_task(world: &mut World, plan: &Plan, task: usize, attempt: u32) {
     for i in &mut world.instances {
-        if World::key(plan, i).is_some_and(|k| k.task == task && k.attempt == attempt) {
+        if World::key(&plan.as_run(), i).is_some_and(|k| k.task == task && k.attempt == attempt) {
             i.state = Some(State::Running);
         }
     }
@@ -783,9 +859,12 @@ fn pipeline_running() -> (Plan, Driven, World) {
     let mut d = Driven::start(&p);
     let mut world = World::default();
     let goal = Goal::from_engine(&d.engine);
-    assert_eq!(reconcile(&p, &world, &goal), vec![Op::EnsureNetwork]);
+    assert_eq!(
+        reconcile(&p.as_run(), &world, &goal),
+        vec![Op::EnsureNetwork]
+    );
     world.network = Some(net("sg-1"));
-    let ops = reconcile(&p, &world, &goal);
+    let ops = reconcile(&p.as_run(), &world, &goal);
     assert_eq!(launches(&ops), vec![(PREP, 0, 0)], "the first step only");
     launch_all(&p, &mut world, &ops);
     run_task(&mut world, &p, PREP, 0);
@@ -798,20 +877,23 @@ fn pipeline_running() -> (Plan, Driven, World) {
 
 #[test]
 fn a_pipeline_launches_each_step_as_it_starts_and_ends_it_as_the_next_starts() {
-    use crate::aws::data::node::hosts;
+    use crate::cloud::data::node::hosts;
     let (p, mut d, mut world) = pipeline_running();
     // The later steps are wanted but not started: nothing of them is
     // launched, observed or listed.
     let goal = Goal::from_engine(&d.engine);
     assert!(!goal.tasks[TRAIN].awaits_nodes());
-    assert_eq!(reconcile(&p, &world, &goal), vec![]);
-    assert_eq!(hosts(&p, &world, &goal).unwrap(), "10.0.0.0 prep-0.p\n");
+    assert_eq!(reconcile(&p.as_run(), &world, &goal), vec![]);
+    assert_eq!(
+        hosts(&p.as_run(), &world, &goal).unwrap(),
+        "10.0.0.0 prep-0.p\n"
+    );
     // The first step ends: its instance goes as the second's are launched.
     d.handle(exited(PREP, 0, 0));
     assert_eq!(d.engine.task_status(PREP), Status::Succeeded);
     assert_eq!(d.engine.task_status(TRAIN), Status::Starting);
     let goal = Goal::from_engine(&d.engine);
-    let ops = reconcile(&p, &world, &goal);
+    let ops = reconcile(&p.as_run(), &world, &goal);
     assert_eq!(
         ops[0],
         Op::Terminate {
@@ -823,7 +905,7 @@ fn a_pipeline_launches_each_step_as_it_starts_and_ends_it_as_the_next_starts() {
     set(&mut world, "i-000", State::Terminated, None);
     // The step's hosts are its own nodes'.
     assert_eq!(
-        hosts(&p, &world, &goal).unwrap(),
+        hosts(&p.as_run(), &world, &goal).unwrap(),
         "10.0.1.0 train-0.p\n10.0.1.1 train-1.p\n"
     );
     run_task(&mut world, &p, TRAIN, 0);
@@ -831,9 +913,12 @@ fn a_pipeline_launches_each_step_as_it_starts_and_ends_it_as_the_next_starts() {
     assert_eq!(d.engine.task_status(TRAIN), Status::Running);
     // The first node done keeps its instance until the step ends.
     d.handle(exited(TRAIN, 0, 0));
-    assert_eq!(reconcile(&p, &world, &Goal::from_engine(&d.engine)), vec![]);
+    assert_eq!(
+        reconcile(&p.as_run(), &world, &Goal::from_engine(&d.engine)),
+        vec![]
+    );
     d.handle(exited(TRAIN, 1, 0));
-    let ops = reconcile(&p, &world, &Goal::from_engine(&d.engine));
+    let ops = reconcile(&p.as_run(), &world, &Goal::from_engine(&d.engine));
     assert_eq!(terminated(&ops), vec!["i-100", "i-110"]);
     assert_eq!(launches(&ops), vec![(REPORT, 0, 0)]);
     launch_all(&p, &mut world, &ops);
@@ -845,9 +930,15 @@ fn a_pipeline_launches_each_step_as_it_starts_and_ends_it_as_the_next_starts() {
     d.handle(exited(REPORT, 0, 0));
     assert_eq!(d.engine.group_status(), Status::Succeeded);
     let goal = Goal::from_engine(&d.engine);
-    assert_eq!(terminated(&reconcile(&p, &world, &goal)), vec!["i-200"]);
+    assert_eq!(
+        terminated(&reconcile(&p.as_run(), &world, &goal)),
+        vec!["i-200"]
+    );
     set(&mut world, "i-200", State::Terminated, None);
-    assert_eq!(reconcile(&p, &world, &goal), vec![Op::DeleteNetwork]);
+    assert_eq!(
+        reconcile(&p.as_run(), &world, &goal),
+        vec![Op::DeleteNetwork]
+    );
     world.network = None;
     assert!(settled(&world, &goal));
     // One instance per node of every step, each launched once.
@@ -858,7 +949,7 @@ fn a_pipeline_launches_each_step_as_it_starts_and_ends_it_as_the_next_starts() {
 fn a_failed_step_cancels_the_later_ones_which_are_never_launched() {
     let (p, mut d, mut world) = pipeline_running();
     d.handle(exited(PREP, 0, 0));
-    let ops = reconcile(&p, &world, &Goal::from_engine(&d.engine));
+    let ops = reconcile(&p.as_run(), &world, &Goal::from_engine(&d.engine));
     launch_all(&p, &mut world, &ops);
     set(&mut world, "i-000", State::Terminated, None);
     run_task(&mut world, &p, TRAIN, 0);
@@ -867,7 +958,7 @@ fn a_failed_step_cancels_the_later_ones_which_are_never_launched() {
     // its other node's instance is terminated.
     d.handle(exited(TRAIN, 1, 1));
     let goal = Goal::from_engine(&d.engine);
-    let ops = reconcile(&p, &world, &goal);
+    let ops = reconcile(&p.as_run(), &world, &goal);
     assert_eq!(
         ops,
         vec![Op::Terminate {
@@ -881,16 +972,19 @@ fn a_failed_step_cancels_the_later_ones_which_are_never_launched() {
     assert_eq!(d.engine.task_status(REPORT), Status::Cancelled);
     assert_eq!(d.engine.group_status(), Status::Failed);
     let goal = Goal::from_engine(&d.engine);
-    assert!(launches(&reconcile(&p, &world, &goal)).is_empty());
+    assert!(launches(&reconcile(&p.as_run(), &world, &goal)).is_empty());
     for id in ["i-100", "i-110"] {
         set(&mut world, id, State::Terminated, None);
     }
-    assert_eq!(reconcile(&p, &world, &goal), vec![Op::DeleteNetwork]);
+    assert_eq!(
+        reconcile(&p.as_run(), &world, &goal),
+        vec![Op::DeleteNetwork]
+    );
     assert!(
         !world
             .instances
             .iter()
-            .any(|i| World::key(&p, i).is_some_and(|k| k.task == REPORT)),
+            .any(|i| World::key(&p.as_run(), i).is_some_and(|k| k.task == REPORT)),
         "the cancelled step was never launched"
     );
 }
@@ -901,7 +995,7 @@ fn cancel_mid_pipeline_terminates_the_running_step_and_cancels_the_rest() {
     d.handle(Event::CancelRequested);
     let goal = Goal::from_engine(&d.engine);
     assert_eq!(
-        reconcile(&p, &world, &goal),
+        reconcile(&p.as_run(), &world, &goal),
         vec![Op::Terminate {
             ids: vec!["i-000".into()]
         }]
@@ -914,7 +1008,10 @@ fn cancel_mid_pipeline_terminates_the_running_step_and_cancels_the_rest() {
         assert_eq!(d.engine.task_status(t), Status::Cancelled);
     }
     let goal = Goal::from_engine(&d.engine);
-    assert_eq!(reconcile(&p, &world, &goal), vec![Op::DeleteNetwork]);
+    assert_eq!(
+        reconcile(&p.as_run(), &world, &goal),
+        vec![Op::DeleteNetwork]
+    );
 }
 
 #[test]
@@ -929,7 +1026,7 @@ fn a_restarted_supervisor_mid_pipeline_resumes_at_the_running_step() {
     world
         .instances
         .push(instance(&p, TRAIN, 0, 0, State::Pending));
-    let ops = reconcile(&p, &world, &Goal::from_engine(&committed));
+    let ops = reconcile(&p.as_run(), &world, &Goal::from_engine(&committed));
     assert_eq!(terminated(&ops), vec!["i-000"]);
     assert_eq!(
         launches(&ops),
@@ -960,7 +1057,7 @@ fn a_plan_refuses_a_spec_of_the_other_execution() {
 /// EC2's part goes on (the network is made, instances terminated).
 #[test]
 fn launches_wait_for_the_files_and_an_unread_bucket_blocks_only_the_files() {
-    use crate::aws::plan::Bucket;
+    use crate::cloud::run::Bucket;
     use crate::files::pack::Packed;
     let mut p = plan(GROUP, "r1");
     p.bucket = Some(Bucket {
@@ -990,20 +1087,24 @@ fn launches_wait_for_the_files_and_an_unread_bucket_blocks_only_the_files() {
             .count()
     };
     // No bucket yet: uploaded first, nothing launched.
-    let ops = reconcile(&p, &world(None, None), &goal);
+    let ops = reconcile(&p.as_run(), &world(None, None), &goal);
     assert_eq!(ops, [Op::UploadFiles]);
     // A part of it: the rest uploaded, nothing launched.
-    let ops = reconcile(&p, &world(Some(vec![]), None), &goal);
+    let ops = reconcile(&p.as_run(), &world(Some(vec![]), None), &goal);
     assert_eq!(ops, [Op::UploadFiles]);
     // Unread: neither upload nor launch, until it is read.
     let ops = reconcile(
-        &p,
+        &p.as_run(),
         &world(None, Some("S3 refused ListObjectsV2: AccessDenied")),
         &goal,
     );
     assert!(ops.is_empty(), "{ops:?}");
     // Complete: every node launched.
-    let ops = reconcile(&p, &world(Some(vec!["ab.tar".into()]), None), &goal);
+    let ops = reconcile(
+        &p.as_run(),
+        &world(Some(vec!["ab.tar".into()]), None),
+        &goal,
+    );
     assert_eq!(
         launches(&ops),
         goal.tasks.iter().map(|t| t.live.len()).sum::<usize>()
@@ -1011,10 +1112,14 @@ fn launches_wait_for_the_files_and_an_unread_bucket_blocks_only_the_files() {
     // Cancelled: the bucket deleted once read, and only then settled.
     d.handle(Event::CancelRequested);
     let goal = Goal::from_engine(&d.engine);
-    let ops = reconcile(&p, &world(Some(vec!["ab.tar".into()]), None), &goal);
+    let ops = reconcile(
+        &p.as_run(),
+        &world(Some(vec!["ab.tar".into()]), None),
+        &goal,
+    );
     assert!(ops.contains(&Op::DeleteFiles), "{ops:?}");
     let unread = world(None, Some("no answer"));
-    assert!(!reconcile(&p, &unread, &goal).contains(&Op::DeleteFiles));
+    assert!(!reconcile(&p.as_run(), &unread, &goal).contains(&Op::DeleteFiles));
     let mut gone = world(None, None);
     gone.network = None;
     let mut unread = unread;

@@ -4,11 +4,11 @@
 
 use super::fake::{Fake, NS, World};
 use crate::backend::{Backend, Report};
-use crate::backoff::Backoff;
 use crate::k8s::client::Cluster;
 use crate::k8s::exec::PodExec;
 use crate::k8s::{Connect, Kubernetes, Lowering, Plan, Tuning};
 use crate::policy::{Action, Engine, Event, Status, Timer};
+use crate::reconciler::backoff::Backoff;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -5,12 +5,12 @@ use super::DELAYED;
 use super::driver::plan;
 use super::fake::World;
 use crate::backend::Report;
-use crate::goal::Goal;
 use crate::k8s::jobset::JobSet;
 use crate::k8s::objects::Objects;
 use crate::k8s::observe::observe;
 use crate::k8s::{LAUNCHED_ANNOTATION, Plan};
 use crate::policy::{Engine, Event, Phase};
+use crate::reconciler::goal::Goal;
 use serde_json::{Value, json};
 
 /// The world's objects as the backend's cache holds them.

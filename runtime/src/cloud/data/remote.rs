@@ -8,7 +8,7 @@
 //! base64 on one line each, so no byte of a file or a secret is ever
 //! parsed by a shell.
 
-use crate::aws::data::node::NodeFiles;
+use crate::cloud::data::node::NodeFiles;
 use base64::Engine as _;
 use rustix::process::{Pid, Signal, kill_process};
 use skyc_targets::shell::{is_variable_name, quote, single_quoted};

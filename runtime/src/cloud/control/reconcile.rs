@@ -1,5 +1,5 @@
-//! From the engine's goal and the run's instances to the EC2 calls that
-//! close the gap. Pure and idempotent, like the Kubernetes reconciler: the
+//! From the engine's goal and the run's instances to the provider's
+//! calls that close the gap (named here as EC2's). Pure and idempotent, like the Kubernetes reconciler: the
 //! same state gives the same calls, and once a call's effect is seen it is
 //! not asked again.
 //!
@@ -20,13 +20,12 @@
 //!   before the first launch, and deleted, bucket and all, as soon as the
 //!   group has ended or is cancelled.
 
-use crate::aws::control::files;
-use crate::aws::ec2::response::State;
-use crate::aws::plan::Plan;
-use crate::aws::world::{NodeKey, World};
-use crate::goal::{Goal, Want};
+use crate::cloud::instance::State;
+use crate::cloud::run::Run;
+use crate::cloud::world::{NodeKey, World};
+use crate::reconciler::goal::{Goal, Want};
 
-/// One EC2 operation, as data.
+/// One operation of the provider's, as data.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Op {
     /// Terminate these instances (sorted).
@@ -49,7 +48,7 @@ pub enum Op {
 }
 
 /// The calls that bring the run's instances to the goal, in order.
-pub fn reconcile(plan: &Plan, world: &World, goal: &Goal) -> Vec<Op> {
+pub fn reconcile(plan: &Run<'_>, world: &World, goal: &Goal) -> Vec<Op> {
     let everything_ends = goal.cancel || goal.end.is_some();
     let mut terminate: Vec<String> = Vec::new();
     for instance in &world.instances {
@@ -110,8 +109,7 @@ pub fn reconcile(plan: &Plan, world: &World, goal: &Goal) -> Vec<Op> {
         let network = world.network.as_ref().is_some_and(|n| n.ready);
         let files = plan
             .bucket
-            .as_ref()
-            .is_none_or(|b| files::complete(b, world.bucket.as_deref()));
+            .is_none_or(|b| b.complete(world.bucket.as_deref()));
         if !network {
             ops.push(Op::EnsureNetwork);
         }

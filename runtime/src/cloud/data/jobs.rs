@@ -14,15 +14,15 @@
 //! so it never runs twice; one placed again after a crash whose worker
 //! node was replaced meanwhile is lost, not started on the new instance.
 
-use crate::aws::data::node::Outcome;
-use crate::aws::data::plane::{self, DataPlane};
-use crate::aws::data::remote::{self, RemoteError};
-use crate::aws::ec2::response::State;
-use crate::aws::plan::Plan;
-use crate::aws::world::{NodeKey, World};
 use crate::backend::{NodeInfo, Report};
-use crate::outbox::Out;
+use crate::cloud::data::node::Outcome;
+use crate::cloud::data::plane::{self, DataPlane};
+use crate::cloud::data::remote::{self, RemoteError};
+use crate::cloud::instance::State;
+use crate::cloud::run::Run;
+use crate::cloud::world::{NodeKey, World};
 use crate::policy::{Event, Phase};
+use crate::reconciler::outbox::Out;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -135,7 +135,7 @@ fn handed_name(job: &str, rank: u32) -> String {
 pub fn step(
     jobs: &mut BTreeMap<i64, Placed>,
     data: &DataPlane,
-    plan: &Plan,
+    plan: &Run<'_>,
     world: &World,
     errors: &mut Vec<String>,
 ) {

@@ -3,9 +3,9 @@
 //! and its security group. Each instance is a node's attempt, read from
 //! its tags.
 
-use crate::aws::ec2::response::{Instance, State};
-use crate::aws::plan::{ATTEMPT_TAG, Plan, RANK_TAG, RUN_TAG, TASK_TAG};
-use crate::goal::{Goal, TaskGoal};
+use crate::cloud::instance::{Instance, State};
+use crate::cloud::run::{ATTEMPT_TAG, RANK_TAG, RUN_TAG, Run, TASK_TAG};
+use crate::reconciler::goal::{Goal, TaskGoal};
 
 /// Which node's attempt an instance runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -61,8 +61,8 @@ impl NodeKey {
 
 impl World {
     /// The node an instance of this run runs, if its tags say so.
-    pub fn key(plan: &Plan, instance: &Instance) -> Option<NodeKey> {
-        if instance.tags.get(RUN_TAG) != Some(&plan.run) {
+    pub fn key(plan: &Run<'_>, instance: &Instance) -> Option<NodeKey> {
+        if instance.tags.get(RUN_TAG).map(String::as_str) != Some(plan.run) {
             return None;
         }
         let task_name = instance.tags.get(TASK_TAG)?;
@@ -79,7 +79,7 @@ impl World {
     /// The instance of a node's attempt. Should EC2 ever show two (it
     /// will not, given one `ClientToken` per attempt), the one still
     /// running counts.
-    pub fn instance(&self, plan: &Plan, key: NodeKey) -> Option<&Instance> {
+    pub fn instance(&self, plan: &Run<'_>, key: NodeKey) -> Option<&Instance> {
         let mut found: Vec<&Instance> = self
             .instances
             .iter()

@@ -18,23 +18,23 @@
 //! why (its `stateReason`, e.g. `Server.SpotInstanceTermination`).
 //!
 //! How a node's setup and run ended comes from the data plane (its files,
-//! [`crate::aws::data::node::Outcomes`]): a node done is `NodeExited` with its phase
+//! [`crate::cloud::data::node::Outcomes`]): a node done is `NodeExited` with its phase
 //! and code whatever its instance shows (a node that ended and was then
 //! terminated is not lost), and exits come before losses in one pass; a
 //! node whose VM booted again is lost. A node SSH never reached in the
 //! data plane's limit failed its setup (exit 255, as `ssh` says); one
 //! that answered, then went silent that long, is lost.
 
-use crate::aws::data::node::{Outcome, Outcomes};
-use crate::aws::ec2::response::{Instance, State};
-use crate::aws::plan::Plan;
-use crate::aws::world::{NodeKey, World};
 use crate::backend::{NodeInfo, Report};
-use crate::goal::{Goal, Want};
+use crate::cloud::data::node::{Outcome, Outcomes};
+use crate::cloud::instance::{Instance, State};
+use crate::cloud::run::Run;
+use crate::cloud::world::{NodeKey, World};
 use crate::policy::{Event, Phase};
+use crate::reconciler::goal::{Goal, Want};
 
 /// What the run's instances say now, for the engine and for status.
-pub fn observe(plan: &Plan, world: &World, goal: &Goal, outcomes: &Outcomes) -> Vec<Report> {
+pub fn observe(plan: &Run<'_>, world: &World, goal: &Goal, outcomes: &Outcomes) -> Vec<Report> {
     let mut started = Vec::new();
     let mut exits = Vec::new();
     let mut losses = Vec::new();
@@ -153,7 +153,7 @@ pub fn node_info(key: NodeKey, i: &Instance) -> NodeInfo {
 
 /// `trainer-1 (i-0abc, spot) was terminated out of band:
 /// Server.SpotInstanceTermination (a spot interruption)`.
-fn lost_message(plan: &Plan, key: NodeKey, i: &Instance) -> String {
+fn lost_message(plan: &Run<'_>, key: NodeKey, i: &Instance) -> String {
     let task = &plan.spec.tasks[key.task].name;
     let state = match i.state {
         Some(State::Stopping | State::Stopped) => "stopped",

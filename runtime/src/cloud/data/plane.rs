@@ -21,12 +21,12 @@
 //! never read cannot be set up (a wrong login user, no sudo, a refused
 //! key, a blocked port), one read before has failed.
 
-use crate::aws::data::node::{self, Outcome, Outcomes};
-use crate::aws::data::remote::{self, LOGS, RemoteError, Ssh};
-use crate::aws::ec2::response::{Instance, State};
-use crate::aws::plan::Plan;
-use crate::aws::world::{NodeKey, World};
-use crate::goal::{Goal, Want};
+use crate::cloud::data::node::{self, Outcome, Outcomes};
+use crate::cloud::data::remote::{self, LOGS, RemoteError, Ssh};
+use crate::cloud::instance::{Instance, State};
+use crate::cloud::run::Run;
+use crate::cloud::world::{NodeKey, World};
+use crate::reconciler::goal::{Goal, Want};
 use std::collections::{HashMap, HashSet};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -164,10 +164,15 @@ impl DataPlane {
         self.outcomes.get(&key).copied()
     }
 
+    /// The last outcome read of each node.
+    pub fn outcomes(&self) -> &Outcomes {
+        &self.outcomes
+    }
+
     /// One pass over the nodes; the outcomes so far, and what went wrong
     /// (a node not answering while it boots is not wrong, until it has
     /// been silent too long).
-    pub fn step(&mut self, plan: &Plan, world: &World, goal: &Goal) -> (&Outcomes, Vec<String>) {
+    pub fn step(&mut self, plan: &Run<'_>, world: &World, goal: &Goal) -> (&Outcomes, Vec<String>) {
         let hosts = node::hosts(plan, world, goal);
         let mut visits = Vec::new();
         for (tg, key) in NodeKey::current(goal) {

@@ -4,10 +4,10 @@
 //! is docs/targets/cloud.md, "The node's directory"; how the files travel
 //! (SSH) is docs/targets/cloud.md's, "Inside the AWS runtime".
 
-use crate::aws::plan::Plan;
-use crate::aws::world::{NodeKey, World};
-use crate::goal::{Goal, Want};
+use crate::cloud::run::Run;
+use crate::cloud::world::{NodeKey, World};
 use crate::policy::Phase;
+use crate::reconciler::goal::{Goal, Want};
 use std::collections::BTreeMap;
 
 /// A node's files as last read.
@@ -95,7 +95,7 @@ pub fn outcome(files: &NodeFiles) -> Outcome {
 /// pipeline's steps not started yet have no instances and are left out
 /// (so a step's file lists that step's nodes: the others have ended or
 /// not begun).
-pub fn hosts(plan: &Plan, world: &World, goal: &Goal) -> Option<String> {
+pub fn hosts(plan: &Run<'_>, world: &World, goal: &Goal) -> Option<String> {
     let mut out = String::new();
     for (tg, key) in NodeKey::current(goal) {
         if tg.want != Want::Run || !tg.awaits_nodes() {
