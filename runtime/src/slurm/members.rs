@@ -145,6 +145,38 @@ impl Members {
             .push((gid, Report::Event { event, at_ms: None }));
     }
 
+    /// Node `node` of the member's (one task's) attempt is lost.
+    pub(super) fn lost(&mut self, gid: i64, attempt: u32, node: u32) {
+        self.event(
+            gid,
+            Event::NodeLost {
+                task: 0,
+                attempt,
+                node,
+            },
+        );
+    }
+
+    /// What adopting a worker or a job begins with: its plan read, its
+    /// group directory (absolute: its batch scripts run elsewhere) with
+    /// its logs folder, and whether a node of its attempt still runs (a
+    /// `fresh` member's none does).
+    pub(super) fn adopting<P: serde::de::DeserializeOwned>(
+        &self,
+        gid: i64,
+        plan: &str,
+        engine: &Engine,
+        fresh: bool,
+    ) -> Result<(P, PathBuf, bool), String> {
+        let plan: P = serde_json::from_str(plan).map_err(|e| e.to_string())?;
+        let dir = std::path::absolute(paths::group_dir(&self.state_dir, gid))
+            .map_err(|e| e.to_string())?;
+        fs::create_dir_all(dir.join("logs")).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let nodes = engine.spec().tasks.first().map_or(1, |t| t.num_nodes);
+        let live = !fresh && (0..nodes).any(|r| engine.node_live(0, r));
+        Ok((plan, dir, live))
+    }
+
     pub(super) fn adopt_worker(
         &mut self,
         gid: i64,
@@ -152,13 +184,9 @@ impl Members {
         engine: &Engine,
         fresh: bool,
     ) -> Result<(), String> {
-        let plan: WorkerPlan = serde_json::from_str(plan).map_err(|e| e.to_string())?;
-        let dir = std::path::absolute(paths::group_dir(&self.state_dir, gid))
-            .map_err(|e| e.to_string())?;
-        fs::create_dir_all(dir.join("logs")).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let (plan, dir, live): (WorkerPlan, _, _) = self.adopting(gid, plan, engine, fresh)?;
         let attempt = engine.attempt(0);
         let nodes = plan.plan.num_nodes.first().copied().unwrap_or(1);
-        let live = !fresh && (0..nodes).any(|r| engine.node_live(0, r));
         let job = read_line(&dir.join(format!("jobid.{attempt}")));
         let submitting = dir.join(format!("submitting.{attempt}")).exists();
         // Being retired, never submitted (no job, no sbatch that may have
@@ -167,14 +195,7 @@ impl Members {
         let retired = live && engine.stopping(0) && job.is_none() && !submitting;
         if retired {
             for node in (0..nodes).filter(|&r| engine.node_live(0, r)) {
-                self.event(
-                    gid,
-                    Event::NodeLost {
-                        task: 0,
-                        attempt,
-                        node,
-                    },
-                );
+                self.lost(gid, attempt, node);
             }
         }
         let live = live && !retired;
@@ -292,14 +313,7 @@ impl Members {
             lost.extend(j.stop(signal));
         }
         for node in lost {
-            self.event(
-                gid,
-                Event::NodeLost {
-                    task: 0,
-                    attempt,
-                    node,
-                },
-            );
+            self.lost(gid, attempt, node);
         }
     }
 
@@ -426,14 +440,7 @@ impl Members {
                     w.live = false;
                     for node in 0..w.nodes() {
                         let attempt = w.attempt;
-                        self.event(
-                            gid,
-                            Event::NodeLost {
-                                task: 0,
-                                attempt,
-                                node,
-                            },
-                        );
+                        self.lost(gid, attempt, node);
                     }
                     return;
                 }
