@@ -86,19 +86,7 @@ impl Submission<'_> {
             spec: &spec,
         };
         let planned = self.planners.get(backend).jobs(run, &jobs)?;
-        compilation.diagnostics.extend(planned.diagnostics);
-        let planned = planned.plan;
-        // The buckets they make, once nothing else refuses them.
-        if planned.is_some() && !compilation.has_errors() {
-            compilation
-                .diagnostics
-                .extend(run.files.naming.carry_out(run.state_dir));
-        }
-        compilation
-            .diagnostics
-            .sort_by_key(|d| (d.primary.span.start, d.rule));
-        show(&compilation);
-        let Some(plans) = planned.filter(|_| !compilation.has_errors()) else {
+        let Some(plans) = planned.conclude(&mut compilation, run, show) else {
             return Ok(Submitted::Invalid);
         };
         let name = self.run_name.unwrap_or(&group.name);

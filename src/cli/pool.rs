@@ -214,18 +214,7 @@ fn apply(args: &ApplyArgs) -> Result<u8, String> {
         files: &taken.files,
     };
     let PlannedPool { planned, size } = planner.pool(&run, &args.pool, &pool)?;
-    compilation.diagnostics.extend(planned.diagnostics);
-    // The buckets it makes, once nothing else refuses it.
-    if planned.plan.is_some() && !compilation.has_errors() {
-        compilation
-            .diagnostics
-            .extend(taken.files.naming.carry_out(&state_dir));
-    }
-    compilation
-        .diagnostics
-        .sort_by_key(|d| (d.primary.span.start, d.rule));
-    show(&compilation);
-    let Some(json) = planned.plan.filter(|_| !compilation.has_errors()) else {
+    let Some(json) = planned.conclude(&mut compilation, &run, show) else {
         return Ok(INVALID);
     };
     match live {

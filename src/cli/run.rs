@@ -220,19 +220,7 @@ fn submit(args: &Args) -> Result<Submitted, String> {
         }
         return submitted;
     }
-    let planned = planner.group(&run)?;
-    compilation.diagnostics.extend(planned.diagnostics);
-    // The buckets it makes, once nothing else refuses it.
-    if planned.plan.is_some() && !compilation.has_errors() {
-        compilation
-            .diagnostics
-            .extend(taken.files.naming.carry_out(&state_dir));
-    }
-    compilation
-        .diagnostics
-        .sort_by_key(|d| (d.primary.span.start, d.rule));
-    show(&compilation);
-    let Some(plan) = planned.plan.filter(|_| !compilation.has_errors()) else {
+    let Some(plan) = planner.group(&run)?.conclude(&mut compilation, &run, show) else {
         return Ok(Submitted::Invalid);
     };
     let (dir, mut store) = args.submit.state.open()?;

@@ -65,6 +65,30 @@ impl Planned {
     }
 }
 
+impl<T> Planned<T> {
+    /// The plan, once planning's findings join the file's (sorted, then
+    /// shown); `None` when any of them refuses the submission. The buckets
+    /// the run names are made first, once nothing else refuses it.
+    pub(crate) fn conclude(
+        self,
+        compilation: &mut skyc_compiler::Compilation,
+        run: &RunInput<'_>,
+        show: impl Fn(&skyc_compiler::Compilation),
+    ) -> Option<T> {
+        compilation.diagnostics.extend(self.diagnostics);
+        if self.plan.is_some() && !compilation.has_errors() {
+            compilation
+                .diagnostics
+                .extend(run.files.naming.carry_out(run.state_dir));
+        }
+        compilation
+            .diagnostics
+            .sort_by_key(|d| (d.primary.span.start, d.rule));
+        show(compilation);
+        self.plan.filter(|_| !compilation.has_errors())
+    }
+}
+
 pub(crate) fn to_json(plan: &impl serde::Serialize) -> Result<String, String> {
     serde_json::to_string(plan).map_err(|e| e.to_string())
 }
