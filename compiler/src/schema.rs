@@ -357,15 +357,13 @@ fn report(error: &ValidationError<'_>, kind: DocumentKind, root: &Node, out: &mu
             );
         }
         ValidationErrorKind::Type { kind: expected } => {
-            let expected = describe_types(expected);
-            out.push(
-                Diagnostic::new(
-                    field_rule(&target.field, Rule::InvalidType),
-                    span,
-                    format!("{field} must be {expected}, found {found}"),
-                )
-                .label(format!("expected {expected}")),
-            );
+            out.push(invalid_type(
+                &target,
+                span,
+                &field,
+                &describe_types(expected),
+                found,
+            ));
         }
         ValidationErrorKind::AnyOf { context } | ValidationErrorKind::OneOfNotValid { context } => {
             // Report the branch whose type the value has; if none or
@@ -391,14 +389,7 @@ fn report(error: &ValidationError<'_>, kind: DocumentKind, root: &Node, out: &mu
                 } else {
                     join_or(&types)
                 };
-                out.push(
-                    Diagnostic::new(
-                        field_rule(&target.field, Rule::InvalidType),
-                        span,
-                        format!("{field} must be {expected}, found {found}"),
-                    )
-                    .label(format!("expected {expected}")),
-                );
+                out.push(invalid_type(&target, span, &field, &expected, found));
             }
         }
         ValidationErrorKind::Pattern { .. } => out.push(pattern_error(&target, &field, span)),
@@ -655,6 +646,22 @@ fn field_rule(field: &str, default: Rule) -> Rule {
         "num_nodes" => Rule::InvalidNumNodes,
         _ => default,
     }
+}
+
+/// A value of a type the schema does not take here.
+fn invalid_type(
+    target: &Target<'_>,
+    span: Span,
+    field: &str,
+    expected: &str,
+    found: &str,
+) -> Diagnostic {
+    Diagnostic::new(
+        field_rule(&target.field, Rule::InvalidType),
+        span,
+        format!("{field} must be {expected}, found {found}"),
+    )
+    .label(format!("expected {expected}"))
 }
 
 fn pattern_error(target: &Target<'_>, field: &str, span: Span) -> Diagnostic {

@@ -26,6 +26,27 @@ pub(crate) struct Taken {
 }
 
 impl Taken {
+    /// Whether taking the files refuses the submission: their findings
+    /// join the file's, and its errors are said now (sorted, shown); its
+    /// warnings are said later with the plan's.
+    pub(crate) fn refuses(
+        &mut self,
+        compilation: &mut skyc_compiler::Compilation,
+        show: impl Fn(&skyc_compiler::Compilation),
+    ) -> bool {
+        compilation
+            .diagnostics
+            .extend(std::mem::take(&mut self.diagnostics));
+        if !compilation.has_errors() {
+            return false;
+        }
+        compilation
+            .diagnostics
+            .sort_by_key(|d| (d.primary.span.start, d.rule));
+        show(compilation);
+        true
+    }
+
     /// The group given these files is recorded: they are its now.
     pub(crate) fn recorded(&mut self) {
         self.writing = None;

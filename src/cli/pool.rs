@@ -194,14 +194,7 @@ fn apply(args: &ApplyArgs) -> Result<u8, String> {
     let secrets = secret_values(&args.secrets, &group);
     let state_dir = args.submit.state.dir();
     let mut taken = super::files::take(&group, args.target, &state_dir, true, planner.mounting())?;
-    compilation
-        .diagnostics
-        .extend(std::mem::take(&mut taken.diagnostics));
-    if compilation.has_errors() {
-        compilation
-            .diagnostics
-            .sort_by_key(|d| (d.primary.span.start, d.rule));
-        show(&compilation);
+    if taken.refuses(&mut compilation, show) {
         return Ok(INVALID);
     }
     let run = RunInput {

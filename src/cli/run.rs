@@ -185,15 +185,7 @@ fn submit(args: &Args) -> Result<Submitted, String> {
         args.pool.is_none(),
         planner.mounting(),
     )?;
-    // Its warnings are said with the plan's; its errors now.
-    compilation
-        .diagnostics
-        .extend(std::mem::take(&mut taken.diagnostics));
-    if compilation.has_errors() {
-        compilation
-            .diagnostics
-            .sort_by_key(|d| (d.primary.span.start, d.rule));
-        show(&compilation);
+    if taken.refuses(&mut compilation, show) {
         return Ok(Submitted::Invalid);
     }
     let run = RunInput {

@@ -137,7 +137,6 @@ pub fn valid_run(run: &str) -> bool {
 }
 
 impl Plan {
-    /// Task `index`'s `mounts.sh`, when its nodes mount buckets.
     /// What the cloud runtime reads of the plan.
     pub fn as_run(&self) -> Run<'_> {
         Run {
@@ -148,6 +147,7 @@ impl Plan {
         }
     }
 
+    /// Task `index`'s `mounts.sh`, when its nodes mount buckets.
     pub fn mounts(&self, index: usize) -> Option<&str> {
         self.mounts.get(index)?.as_deref()
     }

@@ -15,7 +15,7 @@ pub const GROUP_TAG: &str = "skyc-group";
 /// On a pool worker's instances: the pool's name.
 pub const POOL_TAG: &str = "skyc-pool";
 
-/// A run, as its provider's plan gives it (AWS: [`crate::aws::Plan::run`]).
+/// A run, as its provider's plan gives it (AWS: [`crate::aws::Plan::as_run`]).
 #[derive(Clone, Copy, Debug)]
 pub struct Run<'a> {
     pub group: &'a str,

@@ -1,7 +1,7 @@
-//! What the runtime knows of a run on EC2: its instances as
-//! DescribeInstances reports them (every state, found by the run's tag)
-//! and its security group. Each instance is a node's attempt, read from
-//! its tags.
+//! What the runtime knows of a run on a cloud: its instances as the
+//! provider lists them (every state, found by the run's tag; EC2:
+//! DescribeInstances), its network (EC2: the security group) and its
+//! files' bucket. Each instance is a node's attempt, read from its tags.
 
 use crate::cloud::instance::{Instance, State};
 use crate::cloud::run::{ATTEMPT_TAG, RANK_TAG, RUN_TAG, Run, TASK_TAG};
@@ -23,10 +23,11 @@ pub struct World {
     /// The run's security group, when it exists.
     pub network: Option<Network>,
     /// The keys of the run's files' bucket, when it exists
-    /// ([`crate::aws::control::files`]).
+    /// ([`crate::cloud::run::Bucket`]).
     pub bucket: Option<Vec<String>>,
-    /// Why S3 could not be read this pass: the bucket is then neither
-    /// filled, deleted nor taken for gone, and EC2's part goes on.
+    /// Why the object store could not be read this pass: the bucket is
+    /// then neither filled, deleted nor taken for gone, and the compute
+    /// part goes on.
     pub bucket_unread: Option<String>,
 }
 

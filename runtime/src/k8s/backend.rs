@@ -401,7 +401,7 @@ async fn run_job(
         match (ctx.connect)(&plan).await {
             Ok(c) => break c,
             Err(e) => {
-                job.out.send(Report::Outage(Some(e)));
+                job.set_outage(Some(e));
                 let until = Instant::now() + job.backoff().delay(failures);
                 failures += 1;
                 loop {
@@ -416,9 +416,7 @@ async fn run_job(
             }
         }
     };
-    if failures > 0 {
-        job.out.send(Report::Outage(None));
-    }
+    job.set_outage(None);
     // What was said meanwhile (a placement given again, a cancel) is heard
     // before the first pass.
     while let Ok(msg) = rx.try_recv() {

@@ -223,7 +223,7 @@ impl PoolJob {
         self.tell(Report::Event { event, at_ms: None });
     }
 
-    fn set_outage(&mut self, outage: Option<String>) {
+    pub(super) fn set_outage(&mut self, outage: Option<String>) {
         self.tell(Report::Outage(outage));
     }
 

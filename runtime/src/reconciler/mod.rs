@@ -137,12 +137,21 @@ pub struct Passed {
 pub async fn pass<R: Reconciler>(r: &mut R) -> Passed {
     let mut passed = Passed::default();
     let sight = r.see().await;
-    passed.outage.clone_from(&sight.outage);
-    tell(r, &mut passed, Report::Outage(sight.outage));
+    // An outage is told before what the pass found, its end after what
+    // the pass asked has answered: one word per pass, not an end and a
+    // start again when a request finds the cluster out of reach.
+    passed.outage = sight.outage;
+    if passed.outage.is_some() {
+        let outage = passed.outage.clone();
+        tell(r, &mut passed, Report::Outage(outage));
+    }
     for report in sight.reports {
         tell(r, &mut passed, report);
     }
     let Some(world) = sight.world else {
+        if passed.outage.is_none() {
+            tell(r, &mut passed, Report::Outage(None));
+        }
         return passed;
     };
     for report in r.observe(&world) {
@@ -155,7 +164,7 @@ pub async fn pass<R: Reconciler>(r: &mut R) -> Passed {
     for report in applied.reports {
         tell(r, &mut passed, report);
     }
-    if applied.outage.is_some() {
+    if passed.outage.is_none() {
         passed.outage.clone_from(&applied.outage);
         tell(r, &mut passed, Report::Outage(applied.outage));
     }
@@ -189,6 +198,8 @@ mod tests {
         told: Told,
         at: u32,
         down: bool,
+        /// Requests find the cluster out of reach.
+        unreachable: bool,
         asked: Vec<u32>,
     }
 
@@ -218,6 +229,12 @@ mod tests {
             (*world < 3).then_some(*world + 1).into_iter().collect()
         }
         async fn apply(&mut self, _: &u32, ops: Vec<u32>) -> Applied {
+            if self.unreachable && !ops.is_empty() {
+                return Applied {
+                    outage: Some("no answer to a request".into()),
+                    ..Applied::default()
+                };
+            }
             self.asked.extend(&ops);
             if let Some(&to) = ops.last() {
                 self.at = to;
@@ -245,10 +262,23 @@ mod tests {
             told: Told::default(),
             at: 0,
             down: false,
+            unreachable: true,
             asked: Vec::new(),
         };
+        // Seen, but every request unanswered: the outage is told once,
+        // not ended and started again at each pass.
+        let p = rt.block_on(pass(&mut c));
+        assert_eq!(p.outage.as_deref(), Some("no answer to a request"));
+        assert_eq!(
+            p.reports,
+            vec![Report::Outage(Some("no answer to a request".into()))]
+        );
+        assert!(rt.block_on(pass(&mut c)).reports.is_empty());
+        c.unreachable = false;
+        let p = rt.block_on(pass(&mut c));
+        assert_eq!(p.reports, vec![Report::Outage(None)]);
         let mut all = Vec::new();
-        for _ in 0..3 {
+        for _ in 0..2 {
             let p = rt.block_on(pass(&mut c));
             assert!(p.asked && p.acted);
             all.extend(p.reports);

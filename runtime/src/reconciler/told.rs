@@ -29,7 +29,9 @@ impl Told {
     /// been told:
     /// - an event, a ready attempt and the group's settling: once;
     /// - a node, why a task waits, what its nodes hold, and an outage: when
-    ///   they change (no word of waiting yet is not waiting);
+    ///   they change (the first word of waiting too, even that the task
+    ///   does not wait: a supervisor that adopts the group may have shown
+    ///   an old reason; no word of an outage yet is no outage);
     /// - anything else: always (an error is told each time it happens;
     ///   [`Told::once`] tells one once).
     pub fn news(&mut self, report: Report) -> Option<Report> {
@@ -45,8 +47,7 @@ impl Told {
             }
             Report::Ready { task, attempt } => self.ready.insert((*task, *attempt)),
             Report::Waiting { task, why } => {
-                let said = self.waiting.get(task).cloned().flatten();
-                let new = said != *why;
+                let new = self.waiting.get(task) != Some(why);
                 if new {
                     self.waiting.insert(*task, why.clone());
                 }
@@ -134,7 +135,8 @@ mod tests {
             task: 0,
             why: why.map(str::to_owned),
         };
-        assert!(told.news(waiting(None)).is_none(), "no word yet");
+        assert!(told.news(waiting(None)).is_some(), "the first word");
+        assert!(told.news(waiting(None)).is_none());
         assert!(told.news(waiting(Some("quota"))).is_some());
         assert!(told.news(waiting(Some("quota"))).is_none());
         assert!(told.news(waiting(None)).is_some());

@@ -1,5 +1,6 @@
 //! From the run's instances to the engine's events: where the policy
-//! engine meets EC2. Level-triggered, as the Kubernetes observer: it reads
+//! engine meets the cloud (states and reasons named here as EC2's, onto
+//! which a provider maps its own). Level-triggered, as the Kubernetes observer: it reads
 //! the whole state each time, and reading the same state twice gives the
 //! same events, which the engine ignores the second time.
 //!

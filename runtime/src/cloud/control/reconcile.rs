@@ -1,7 +1,7 @@
 //! From the engine's goal and the run's instances to the provider's
-//! calls that close the gap (named here as EC2's). Pure and idempotent, like the Kubernetes reconciler: the
-//! same state gives the same calls, and once a call's effect is seen it is
-//! not asked again.
+//! calls that close the gap (named here as EC2's). Pure and idempotent,
+//! like the Kubernetes reconciler: the same state gives the same calls,
+//! and once a call's effect is seen it is not asked again.
 //!
 //! - **Launch** a node's instance when its task should run, the engine
 //!   still waits for the node, and no instance of that node's attempt
@@ -12,7 +12,8 @@
 //!   not wanted: of an older attempt, of an attempt that is ending
 //!   (the engine's SIGTERM), of a task that has ended, and all of them on
 //!   cancel and at the group's end. A node that has ended keeps its
-//!   instance until its task ends. Instances already shutting down or terminated are left alone.
+//!   instance until its task ends. Instances already shutting down or
+//!   terminated are left alone.
 //! - **The network** (the run's security group and placement groups) is
 //!   made before the first launch and deleted once the group has ended and
 //!   every instance is terminated (EC2 refuses to delete a group in use).
