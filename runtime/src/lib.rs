@@ -30,6 +30,7 @@
 pub mod aws;
 pub mod backend;
 pub mod cloud;
+pub mod controller;
 pub mod files;
 pub mod gcp;
 pub mod k8s;

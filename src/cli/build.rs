@@ -18,8 +18,8 @@ use std::path::{Path, PathBuf};
 #[derive(clap::Args)]
 pub(crate) struct Args {
     /// The Job Group (or task) file; `-` reads standard input.
-    #[arg(value_name = "FILE")]
-    file: String,
+    #[arg(value_name = "FILE", required_unless_present = "controller")]
+    file: Option<String>,
     /// What to build.
     #[arg(long, value_enum)]
     target: Target,
@@ -55,6 +55,12 @@ pub(crate) struct Args {
     /// node's first pod), for review (k8s).
     #[arg(long, value_enum, default_value_t = Layout::Jobset, help_heading = "Kubernetes")]
     layout: Layout,
+    /// Emit skyc's controller instead of a group: the objects that run the
+    /// supervisor and its state in the namespace (k8s; docs/controller.md).
+    #[arg(long, conflicts_with_all = ["file", "rbac"], help_heading = "Kubernetes")]
+    controller: bool,
+    #[command(flatten)]
+    controller_args: super::controller::ControllerArgs,
     #[command(flatten)]
     slurm: SlurmArgs,
     /// Seconds between SIGTERM and SIGKILL when a task is terminated
@@ -115,6 +121,9 @@ pub(crate) fn run(args: &Args) -> u8 {
         errln!("error: --layout is for the k8s target");
         return USAGE;
     }
+    if args.controller {
+        return controller(args);
+    }
     let mut k8s_options = match args.k8s.options() {
         Ok(options) => options,
         Err(message) if matches!(args.target, Target::K8s) => {
@@ -133,7 +142,7 @@ pub(crate) fn run(args: &Args) -> u8 {
         },
         None => None,
     };
-    let (name, bytes) = match input::read(&args.file) {
+    let (name, bytes) = match input::read(args.file.as_deref().unwrap_or("-")) {
         Ok(read) => read,
         Err(message) => {
             errln!("error: {message}");
@@ -373,4 +382,27 @@ fn write_files(dir: &Path, files: &[(String, String)]) -> u8 {
         }
     }
     OK
+}
+
+/// `--controller`: the controller's objects, as the group's are written.
+fn controller(args: &Args) -> u8 {
+    if !matches!(args.target, Target::K8s) {
+        errln!("error: --controller is for the k8s target");
+        return USAGE;
+    }
+    let objects = match args.controller_args.objects(args.k8s.namespace.clone()) {
+        Ok(objects) => objects,
+        Err(message) => {
+            errln!("error: {message}");
+            return USAGE;
+        }
+    };
+    let format = match args.output {
+        Output::Yaml => k8s::emit::Format::Yaml,
+        Output::Json => k8s::emit::Format::Json,
+    };
+    match &args.out {
+        Some(dir) => write_files(dir, &k8s::emit::files(&objects, format)),
+        None => write_stdout(&k8s::emit::render(&objects, format)),
+    }
 }

@@ -8,6 +8,7 @@ mod cancel;
 mod catalog;
 mod check;
 mod completions;
+mod controller;
 mod crash;
 mod dashboard;
 mod exit;
@@ -73,6 +74,8 @@ enum Command {
     Volume(volume::Args),
     /// The buckets skyc made for the groups' storage.
     Storage(storage::Args),
+    /// skyc's controller: the supervisor where the groups run.
+    Controller(controller::Args),
     Schema(schema::Args),
     Completions(completions::Args),
     Lsp(lsp::Args),
@@ -120,6 +123,7 @@ pub(crate) fn main() -> ExitCode {
         Command::Pool(args) => pool::run(&args),
         Command::Volume(args) => volume::run(&args),
         Command::Storage(args) => storage::run(&args),
+        Command::Controller(args) => controller::run(&args),
         Command::Schema(args) => schema::run(&args),
         Command::Completions(args) => completions::run(&args),
         Command::Lsp(args) => {

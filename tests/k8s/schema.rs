@@ -1,6 +1,8 @@
 //! Structural validation of emitted objects: every JobSet against the
-//! JobSet CRD's schema made strict, every Job template, Service, ConfigMap
-//! and Secret against Kubernetes v1.33's strict JSON Schemas.
+//! JobSet CRD's schema made strict, every Job template, Service, ConfigMap,
+//! Secret, PersistentVolumeClaim and the controller's objects (Deployment,
+//! ServiceAccount, Role, RoleBinding) against Kubernetes v1.33's strict
+//! JSON Schemas.
 
 use crate::support::root;
 use serde_json::{Value, json};
@@ -77,6 +79,11 @@ pub(crate) struct Validators {
     service: jsonschema::Validator,
     config_map: jsonschema::Validator,
     secret: jsonschema::Validator,
+    claim: jsonschema::Validator,
+    deployment: jsonschema::Validator,
+    service_account: jsonschema::Validator,
+    role: jsonschema::Validator,
+    role_binding: jsonschema::Validator,
 }
 
 pub(crate) fn validators() -> &'static Validators {
@@ -99,12 +106,27 @@ pub(crate) fn validators() -> &'static Validators {
                 .build(&schema)
                 .unwrap_or_else(|e| panic!("{file}: {e}"))
         };
+        // A kind with no file of its own: its definition.
+        let definition = |name: &str| {
+            let schema = json!({
+                "$ref": format!("https://kubernetes.io/api/_definitions.json#/$defs/{name}")
+            });
+            jsonschema::options()
+                .with_registry(&registry)
+                .build(&schema)
+                .unwrap_or_else(|e| panic!("{name}: {e}"))
+        };
         Validators {
             jobset: jsonschema::validator_for(&jobset_schema()).unwrap(),
             job: kind("job-batch-v1.json"),
             service: kind("service-v1.json"),
             config_map: kind("configmap-v1.json"),
             secret: kind("secret-v1.json"),
+            claim: kind("persistentvolumeclaim-v1.json"),
+            deployment: definition("io.k8s.api.apps.v1.Deployment"),
+            service_account: definition("io.k8s.api.core.v1.ServiceAccount"),
+            role: definition("io.k8s.api.rbac.v1.Role"),
+            role_binding: definition("io.k8s.api.rbac.v1.RoleBinding"),
         }
     })
 }
@@ -172,6 +194,13 @@ pub(crate) fn validate(objects: &[Value]) -> Vec<String> {
             Some("Service") => out.extend(errors(&v.service, "Service", o)),
             Some("ConfigMap") => out.extend(errors(&v.config_map, "ConfigMap", o)),
             Some("Secret") => out.extend(errors(&v.secret, "Secret", o)),
+            Some("PersistentVolumeClaim") => out.extend(errors(&v.claim, "PVC", o)),
+            Some("Deployment") => out.extend(errors(&v.deployment, "Deployment", o)),
+            Some("ServiceAccount") => {
+                out.extend(errors(&v.service_account, "ServiceAccount", o));
+            }
+            Some("Role") => out.extend(errors(&v.role, "Role", o)),
+            Some("RoleBinding") => out.extend(errors(&v.role_binding, "RoleBinding", o)),
             other => out.push(format!("unexpected kind {other:?}")),
         }
     }

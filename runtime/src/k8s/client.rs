@@ -5,6 +5,7 @@
 use super::retry;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
+use std::path::Path;
 use std::time::Duration;
 
 /// How long a connection to the API server may take.
@@ -108,14 +109,101 @@ pub fn pin(kubeconfig: Option<&str>, context: Option<&str>) -> (Option<String>, 
     (kubeconfig, context)
 }
 
+/// Where a pod finds its service account: its token, the cluster's CA
+/// and its namespace.
+pub const SERVICE_ACCOUNT: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+/// The configuration of a pod's own service account, as client-go reads
+/// it: the API server at `KUBERNETES_SERVICE_HOST` and `_PORT` (`env`),
+/// the token, CA and namespace files of `dir` ([`SERVICE_ACCOUNT`] in a
+/// pod). The token file is read again as the kubelet rotates it.
+pub fn in_cluster(env: impl Fn(&str) -> Option<String>, dir: &Path) -> Result<Config, String> {
+    let var = |name: &str| {
+        env(name)
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| format!("{name} is not set: not a pod's environment"))
+    };
+    let (host, port) = (
+        var("KUBERNETES_SERVICE_HOST")?,
+        var("KUBERNETES_SERVICE_PORT")?,
+    );
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("KUBERNETES_SERVICE_PORT `{port}` is not a port"))?;
+    // An IPv6 address is bracketed in a URL.
+    let host = if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host
+    };
+    let url: http::Uri = format!("https://{host}:{port}")
+        .parse()
+        .map_err(|e| format!("the API server https://{host}:{port}: {e}"))?;
+    let read = |file: &str| {
+        std::fs::read_to_string(dir.join(file))
+            .map_err(|e| format!("the service account's {}: {e}", dir.join(file).display()))
+    };
+    let ca = pem_certificates(&read("ca.crt")?);
+    if ca.is_empty() {
+        return Err(format!(
+            "the service account's {} holds no certificate",
+            dir.join("ca.crt").display()
+        ));
+    }
+    let token = dir.join("token");
+    read("token")?;
+    let mut config = Config::new(url);
+    config.default_namespace = read("namespace")?.trim().to_owned();
+    config.root_cert = Some(ca);
+    config.auth_info.token_file = Some(token.display().to_string());
+    Ok(config)
+}
+
+/// The DER certificates of a PEM bundle.
+fn pem_certificates(pem: &str) -> Vec<Vec<u8>> {
+    use base64::Engine as _;
+    let mut out = Vec::new();
+    let mut body: Option<String> = None;
+    for line in pem.lines().map(str::trim) {
+        match (line, &mut body) {
+            ("-----BEGIN CERTIFICATE-----", _) => body = Some(String::new()),
+            ("-----END CERTIFICATE-----", Some(b)) => {
+                if let Ok(der) = base64::engine::general_purpose::STANDARD.decode(b.as_bytes()) {
+                    out.push(der);
+                }
+                body = None;
+            }
+            (line, Some(b)) => b.push_str(line),
+            _ => {}
+        }
+    }
+    out
+}
+
 /// The client of a loaded configuration.
-pub fn from_config(mut config: Config) -> Result<Cluster, String> {
+pub fn from_config(config: Config) -> Result<Cluster, String> {
+    build(config, None)
+}
+
+/// The client of a controller's replica: its writes pass `fence`
+/// ([`super::lease::Fenced`]).
+pub fn fenced(config: Config, fence: super::lease::Fence) -> Result<Cluster, String> {
+    build(config, Some(fence))
+}
+
+fn build(mut config: Config, fence: Option<super::lease::Fence>) -> Result<Cluster, String> {
     config.connect_timeout = Some(CONNECT_TIMEOUT);
     config.default_retry = false;
     let server = config.cluster_url.to_string();
     let namespace = config.default_namespace.clone();
-    let client =
-        Client::try_from(config).map_err(|e| format!("the Kubernetes client for {server}: {e}"))?;
+    let failed = |e: kube::Error| format!("the Kubernetes client for {server}: {e}");
+    let client = match fence {
+        None => Client::try_from(config).map_err(failed)?,
+        Some(fence) => kube::client::ClientBuilder::try_from(config)
+            .map_err(failed)?
+            .with_layer(&super::lease::FenceLayer(fence))
+            .build(),
+    };
     Ok(Cluster {
         exec: std::sync::Arc::new(super::exec::Timed(
             super::exec::KubeExec(client.clone()),
@@ -196,6 +284,51 @@ mod tests {
             std::path::Path::new(&relative).is_absolute() && relative.ends_with("some/kubeconfig"),
             "{relative}"
         );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_pods_service_account_is_read_from_its_environment() {
+        let dir = std::env::temp_dir().join(format!("skyc-sa-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("token"), "eyJ.token").unwrap();
+        std::fs::write(dir.join("namespace"), "ml\n").unwrap();
+        // Two certificates, base64 of "one" and "two", lines folded.
+        std::fs::write(
+            dir.join("ca.crt"),
+            "-----BEGIN CERTIFICATE-----\nb25\nl\n-----END CERTIFICATE-----\n\
+             -----BEGIN CERTIFICATE-----\ndHdv\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+        let env = |host: &'static str| {
+            move |name: &str| match name {
+                "KUBERNETES_SERVICE_HOST" => Some(host.to_owned()),
+                "KUBERNETES_SERVICE_PORT" => Some("443".to_owned()),
+                _ => None,
+            }
+        };
+        let config = in_cluster(env("10.96.0.1"), &dir).unwrap();
+        assert_eq!(config.cluster_url.to_string(), "https://10.96.0.1:443/");
+        assert_eq!(config.default_namespace, "ml");
+        assert_eq!(
+            config.root_cert,
+            Some(vec![b"one".to_vec(), b"two".to_vec()])
+        );
+        assert_eq!(
+            config.auth_info.token_file,
+            Some(dir.join("token").display().to_string())
+        );
+        let v6 = in_cluster(env("fd00::1"), &dir).unwrap();
+        assert_eq!(v6.cluster_url.to_string(), "https://[fd00::1]:443/");
+        // Not a pod: each missing piece is named.
+        let none = in_cluster(|_| None, &dir).unwrap_err();
+        assert!(
+            none.contains("KUBERNETES_SERVICE_HOST is not set"),
+            "{none}"
+        );
+        std::fs::remove_file(dir.join("token")).unwrap();
+        let no_token = in_cluster(env("10.96.0.1"), &dir).unwrap_err();
+        assert!(no_token.contains("token"), "{no_token}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

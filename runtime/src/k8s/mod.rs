@@ -33,6 +33,7 @@ pub mod files;
 pub mod job_scripts;
 pub mod jobset;
 pub mod kueue;
+pub mod lease;
 pub mod logs;
 pub mod objects;
 pub mod observe;

@@ -70,7 +70,14 @@ pub struct Supervisor {
     /// When a deletion that failed is tried again, while this supervisor
     /// runs for other reasons (the next one tries at its start).
     buckets_retry_at: Option<i64>,
+    /// A controller's replica ([`crate::controller`]): it supervises while
+    /// this says it leads, idle or not. `None`: the supervisor a client
+    /// started, which ends once it has had nothing to do for a while.
+    lead: Option<Lead>,
 }
+
+/// Whether a controller's replica leads now.
+pub type Lead = Box<dyn Fn() -> bool + Send>;
 
 /// Between two tries at deleting a bucket its store would not delete.
 const BUCKET_RETRY: Duration = Duration::from_secs(60);
@@ -144,6 +151,16 @@ pub fn main(dir: &Path) -> io::Result<()> {
 /// through `k8s` (the kubeconfig's, or a test's); returns once it has had
 /// nothing to do for a while, or when another supervisor holds `dir`.
 pub fn serve(dir: &Path, k8s: (Connect, Tuning)) -> io::Result<()> {
+    serve_with(dir, k8s, None)
+}
+
+/// The supervisor of `dir` in a controller's replica: it runs while
+/// `lead` holds, and returns as soon as it does not.
+pub fn serve_leading(dir: &Path, k8s: (Connect, Tuning), lead: Lead) -> io::Result<()> {
+    serve_with(dir, k8s, Some(lead))
+}
+
+fn serve_with(dir: &Path, k8s: (Connect, Tuning), lead: Option<Lead>) -> io::Result<()> {
     // Node agents run in other directories and are found again by the
     // paths they were given.
     let dir = &std::path::absolute(dir)?;
@@ -184,6 +201,7 @@ pub fn serve(dir: &Path, k8s: (Connect, Tuning)) -> io::Result<()> {
         bucket_deletion: None,
         buckets_due: false,
         buckets_retry_at: None,
+        lead,
     };
     let result = supervisor.run();
     // Clients that find no socket start a new supervisor; remove it before
@@ -226,8 +244,16 @@ impl Supervisor {
         self.scan()?;
         let mut idle_since = None;
         loop {
+            // A replica that no longer leads stops before its next action:
+            // another may lead by now.
+            if self.lead.as_ref().is_some_and(|lead| !lead()) {
+                return Ok(());
+            }
             self.turn()?;
             self.delete_buckets();
+            if self.lead.is_some() {
+                continue;
+            }
             if self.idle() {
                 let since = *idle_since.get_or_insert_with(now_ms);
                 if now_ms() - since >= IDLE_EXIT.as_millis() as i64 {

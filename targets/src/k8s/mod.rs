@@ -15,6 +15,7 @@
 //! diagnostics located in the source; [`emit`] turns objects into text.
 
 mod buckets;
+pub mod controller;
 pub mod emit;
 pub mod files;
 mod jobset;

@@ -5,7 +5,8 @@
 //! It keeps objects with resource versions, answers get, list, watch
 //! (streamed, replaying from the requested version, `410 Gone` on
 //! demand), server-side apply, merge patch (with the uid check), delete
-//! (uid preconditions, foreground), discovery and the authorization
+//! (uid preconditions, foreground), update (resource-version
+//! preconditions: a Lease's), discovery and the authorization
 //! reviews; it records every request; it fails requests on demand
 //! (codes, or no answer at all). The controllers (JobSet, Job, kubelet)
 //! are script steps that write what the real ones write (labels,
@@ -339,6 +340,7 @@ fn api_version(resource: &str) -> &'static str {
         "jobsets" => "jobset.x-k8s.io/v1alpha2",
         "jobs" => "batch/v1",
         "workloads" => "kueue.x-k8s.io/v1beta1",
+        "leases" => "coordination.k8s.io/v1",
         _ => "v1",
     }
 }
@@ -353,6 +355,7 @@ fn kind(resource: &str) -> &'static str {
         "services" => "Service",
         "workloads" => "Workload",
         "persistentvolumeclaims" => "PersistentVolumeClaim",
+        "leases" => "Lease",
         _ => "Unknown",
     }
 }
@@ -719,6 +722,30 @@ impl World {
                     );
                 }
                 merge(&mut obj, &patch);
+                let obj = self.put(&resource, obj);
+                response(200, &obj)
+            }
+            // An update: refused when the object changed since the
+            // version it names (optimistic concurrency).
+            ("PUT", Some(name), _) => {
+                let Some(current) = self.get(&resource, &name).cloned() else {
+                    return not_found(&resource, &name);
+                };
+                let body = seen.body.clone().unwrap_or(json!({}));
+                let asked = &body["metadata"]["resourceVersion"];
+                if !asked.is_null() && *asked != current["metadata"]["resourceVersion"] {
+                    return status(
+                        409,
+                        "Conflict",
+                        &format!(
+                            "Operation cannot be fulfilled on {resource} \"{name}\": the object has been modified; please apply your changes to the latest version and try again"
+                        ),
+                    );
+                }
+                let mut obj = body;
+                obj["metadata"]["uid"] = current["metadata"]["uid"].clone();
+                obj["metadata"]["creationTimestamp"] =
+                    current["metadata"]["creationTimestamp"].clone();
                 let obj = self.put(&resource, obj);
                 response(200, &obj)
             }

@@ -6,12 +6,14 @@
 //! engine's statuses.
 
 mod buckets;
+mod controller;
 mod controllers;
 mod driver;
 mod exec;
 mod fake;
 mod files;
 mod kubelet;
+mod lease;
 mod pipeline;
 mod pool_jobs;
 mod pools;

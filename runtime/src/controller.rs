@@ -1,0 +1,167 @@
+//! skyc's controller: the supervisor of a state directory run in the
+//! cluster, by whichever of its replicas holds the Lease
+//! (docs/controller.md).
+//!
+//! A replica waits until it leads ([`crate::k8s::lease::Elector`]), then
+//! supervises the state directory as the supervisor a client starts does,
+//! with two differences: it does not end when it has nothing to do, and
+//! it stops the moment it no longer leads. Its Kubernetes client is
+//! fenced ([`crate::k8s::lease::Fenced`]): a request that changes
+//! anything is not sent unless the Lease is held, so a replica that lost
+//! the Lease (its renewals unanswered, a node cut off) changes nothing
+//! even before its loop has noticed. The Lease is renewed on a thread of
+//! its own, never behind the supervisor's work.
+
+use crate::k8s::lease::{Elector, Fence, Round, Timing};
+use crate::k8s::{Connect, Tuning};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::Api;
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// One replica of the controller.
+#[derive(Clone, Debug)]
+pub struct Replica {
+    /// Its name in the Lease (the pod's).
+    pub identity: String,
+    /// The Lease's name.
+    pub lease: String,
+    pub timing: Timing,
+}
+
+/// How a replica ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// It led, then lost the Lease: another replica leads, or none can
+    /// reach the API server.
+    Lost,
+    /// Asked to stop (`stop`), without releasing the Lease: the next
+    /// leader takes it once it has expired, as after a crash.
+    Stopped,
+}
+
+/// Runs replica `replica` of the controller of `dir`: waits to lead
+/// through the Leases API `leases` makes (on the election's thread, whose
+/// runtime its client lives in), then supervises with the Kubernetes
+/// client `connect(fence)` makes, until it loses the Lease or `stop` is
+/// set.
+pub fn serve(
+    dir: &Path,
+    leases: impl FnOnce() -> Result<Api<Lease>, String> + Send + 'static,
+    connect: impl FnOnce(Fence) -> Connect,
+    replica: &Replica,
+    tuning: Tuning,
+    stop: Arc<AtomicBool>,
+) -> io::Result<Ended> {
+    let (leads, led) = std::sync::mpsc::channel::<Fence>();
+    let lost = Arc::new(AtomicBool::new(false));
+    // The election's own thread and runtime: its client's connections
+    // live there, and its renewals never wait for the supervisor.
+    let election = {
+        let (stop, lost, retry) = (stop.clone(), lost.clone(), replica.timing.retry);
+        let replica = replica.clone();
+        std::thread::Builder::new()
+            .name("skyc-lease".into())
+            .spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| format!("the election's runtime: {e}"))?;
+                rt.block_on(async {
+                    let mut elector =
+                        Elector::new(leases()?, &replica.lease, &replica.identity, replica.timing);
+                    let mut said = None;
+                    loop {
+                        if stop.load(Ordering::SeqCst) {
+                            return Ok(());
+                        }
+                        match elector.round().await {
+                            Ok(Round::Leads(_)) => break,
+                            Ok(Round::Follows(holder)) if holder != said => {
+                                crate::supervisor::log(format_args!(
+                                    "the Lease is held by {}: waiting",
+                                    holder.as_deref().unwrap_or("nobody")
+                                ));
+                                said = holder;
+                            }
+                            Ok(Round::Follows(_)) => {}
+                            Err(e) => crate::supervisor::log(format_args!("the Lease: {e}")),
+                        }
+                        tokio::time::sleep(retry).await;
+                    }
+                    let _ = leads.send(elector.fence());
+                    tokio::select! {
+                        () = elector.keep() => {}
+                        () = stopped(&stop) => {}
+                    }
+                    lost.store(true, Ordering::SeqCst);
+                    Ok(())
+                })
+            })?
+    };
+    // Until it leads, or is stopped before.
+    let fence = loop {
+        if let Ok(fence) = led.recv_timeout(std::time::Duration::from_millis(100)) {
+            break fence;
+        }
+        if stop.load(Ordering::SeqCst) || election.is_finished() {
+            return match election.join() {
+                Ok(Err(e)) => Err(io::Error::other::<String>(e)),
+                _ => Ok(Ended::Stopped),
+            };
+        }
+    };
+    crate::supervisor::log(format_args!("leading as {}", replica.identity));
+    let k8s = (connect(fence.clone()), tuning);
+    let lead = {
+        let (stop, lost) = (stop.clone(), lost.clone());
+        Box::new(move || {
+            fence.holds() && !lost.load(Ordering::SeqCst) && !stop.load(Ordering::SeqCst)
+        })
+    };
+    crate::supervisor::serve_leading(dir, k8s, lead)?;
+    let _ = election.join();
+    Ok(if stop.load(Ordering::SeqCst) {
+        Ended::Stopped
+    } else {
+        crate::supervisor::log("the Lease is lost: this replica stops");
+        Ended::Lost
+    })
+}
+
+/// [`serve`] in a pod: the Lease in the pod's namespace, through a client
+/// of `config` (the pod's service account); groups through a client of
+/// the same account, fenced by the Lease.
+pub fn serve_in_cluster(
+    dir: &Path,
+    config: kube::Config,
+    replica: &Replica,
+    stop: Arc<AtomicBool>,
+) -> Result<Ended, String> {
+    let leases = {
+        let (config, namespace) = (config.clone(), config.default_namespace.clone());
+        move || {
+            // Not fenced: the Lease is how the fence is kept. Its client
+            // is built as the groups' is (`client::from_config`).
+            let cluster = crate::k8s::client::from_config(config)?;
+            Ok(Api::namespaced(cluster.client, &namespace))
+        }
+    };
+    let connect = move |fence: Fence| -> Connect {
+        Arc::new(move |_plan: &crate::k8s::Plan| {
+            let cluster = crate::k8s::client::fenced(config.clone(), fence.clone());
+            Box::pin(async move { cluster })
+        })
+    };
+    serve(dir, leases, connect, replica, Tuning::default(), stop)
+        .map_err(|e| format!("the controller of {}: {e}", dir.display()))
+}
+
+/// Resolves once `stop` is set.
+async fn stopped(stop: &AtomicBool) {
+    while !stop.load(Ordering::SeqCst) {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}

@@ -1,0 +1,411 @@
+//! Leader election with a `coordination.k8s.io` Lease, as client-go's
+//! `leaderelection` does it, and the fence the leader's every action
+//! passes: of the controller's replicas, one supervises; a second one,
+//! or an old pod still running on a node cut off from the cluster, never
+//! acts (docs/controller.md).
+//!
+//! - **Who leads** is the Lease's `holderIdentity`. A replica takes the
+//!   Lease when none exists, when it names no holder, or when its record
+//!   has not changed for its `leaseDurationSeconds` *as this replica has
+//!   watched it* (its own clock, from when it first saw that record: the
+//!   cluster's clocks and the holder's need not agree with its own).
+//!   Taking and renewing are updates that name the resource version read,
+//!   so of two replicas that try at once the API server lets one through.
+//! - **The fence.** A renewal that succeeds lets the leader act until the
+//!   instant it was sent plus [`Timing::renew_deadline`], shorter than the
+//!   Lease's duration: a leader that cannot renew stops acting before any
+//!   other replica may take the Lease. [`Fence::holds`] is what the
+//!   leader asks before each action.
+//!
+//! [`decide`] is pure; [`Elector`] reads and writes the Lease through the
+//! API server; [`Fenced`] is the leader's Kubernetes client: a request
+//! that changes anything is not sent once the fence does not hold.
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::api::{Api, PostParams};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// The Lease's timing, as client-go's defaults.
+#[derive(Clone, Copy, Debug)]
+pub struct Timing {
+    /// How long a record unchanged means its holder is gone.
+    pub duration: Duration,
+    /// How long after a renewal was sent the leader may act without
+    /// another; shorter than [`duration`](Self::duration).
+    pub renew_deadline: Duration,
+    /// Between two rounds.
+    pub retry: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Self {
+            duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry: Duration::from_secs(2),
+        }
+    }
+}
+
+/// What a Lease says, as far as an election reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    pub holder: Option<String>,
+    pub duration_seconds: i32,
+    pub transitions: i32,
+    /// The API server's version of the object: updates name it.
+    pub version: String,
+}
+
+/// A record, and when this replica first saw it as it is.
+#[derive(Clone, Debug)]
+pub struct Observed {
+    pub record: Record,
+    pub since: Instant,
+    /// When its holder acquired it, as the Lease says.
+    pub acquired: Option<MicroTime>,
+}
+
+/// What a round does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// No Lease yet: make it, held.
+    Create,
+    /// Take it from a holder gone (or none).
+    Take,
+    /// Held by this replica: renew it.
+    Renew,
+    /// Another replica holds it: look again later.
+    Wait,
+}
+
+/// What replica `me` does with the Lease as observed, at `now`.
+pub fn decide(observed: Option<&Observed>, me: &str, now: Instant) -> Decision {
+    let Some(o) = observed else {
+        return Decision::Create;
+    };
+    match o.record.holder.as_deref() {
+        Some(h) if h == me => Decision::Renew,
+        None | Some("") => Decision::Take,
+        Some(_) => {
+            let lasts = Duration::from_secs(o.record.duration_seconds.max(1) as u64);
+            if now >= o.since + lasts {
+                Decision::Take
+            } else {
+                Decision::Wait
+            }
+        }
+    }
+}
+
+/// Until when the leader may act, shared with whatever acts for it.
+#[derive(Clone, Debug, Default)]
+pub struct Fence(Arc<Mutex<Option<Instant>>>);
+
+impl Fence {
+    /// Whether this replica leads now: its last renewal is recent enough
+    /// that no other can have taken the Lease.
+    pub fn holds(&self) -> bool {
+        self.until().is_some_and(|u| Instant::now() < u)
+    }
+
+    pub fn until(&self) -> Option<Instant> {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn extend(&self, until: Instant) {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(until);
+    }
+
+    fn drop_lead(&self) {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+    }
+}
+
+/// One replica's side of the election.
+pub struct Elector {
+    api: Api<Lease>,
+    name: String,
+    me: String,
+    timing: Timing,
+    observed: Option<Observed>,
+    fence: Fence,
+}
+
+/// How a round ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Round {
+    /// This replica leads, fenced until the instant.
+    Leads(Instant),
+    /// Another does (`holder`).
+    Follows(Option<String>),
+}
+
+impl Elector {
+    /// Replica `me` of the Lease `name` in `api`'s namespace.
+    pub fn new(api: Api<Lease>, name: &str, me: &str, timing: Timing) -> Self {
+        Self {
+            api,
+            name: name.to_owned(),
+            me: me.to_owned(),
+            timing,
+            observed: None,
+            fence: Fence::default(),
+        }
+    }
+
+    /// What acts for this replica asks.
+    pub fn fence(&self) -> Fence {
+        self.fence.clone()
+    }
+
+    /// One round: the Lease read, then made, taken or renewed when this
+    /// replica may. An answer of the API server other than a lost race
+    /// is the caller's: it leaves the fence as it is (it runs out).
+    pub async fn round(&mut self) -> Result<Round, kube::Error> {
+        let sent = Instant::now();
+        let lease = self.api.get_opt(&self.name).await?;
+        self.observe(lease.as_ref(), sent);
+        let written = match decide(self.observed.as_ref(), &self.me, sent) {
+            Decision::Wait => None,
+            Decision::Create => {
+                let lease = self.lease(None, 0);
+                Some(self.api.create(&PostParams::default(), &lease).await)
+            }
+            Decision::Take | Decision::Renew => {
+                let Some(o) = &self.observed else {
+                    return Ok(Round::Follows(None));
+                };
+                let held = o.record.holder.as_deref() == Some(self.me.as_str());
+                let transitions = o.record.transitions + i32::from(!held);
+                let mut lease = self.lease(Some(o.record.version.clone()), transitions);
+                // A renewal keeps when the Lease was acquired.
+                if held && let Some(spec) = lease.spec.as_mut() {
+                    spec.acquire_time.clone_from(&o.acquired);
+                }
+                Some(
+                    self.api
+                        .replace(&self.name, &PostParams::default(), &lease)
+                        .await,
+                )
+            }
+        };
+        match written {
+            None => {
+                self.fence.drop_lead();
+                Ok(Round::Follows(
+                    self.observed.as_ref().and_then(|o| o.record.holder.clone()),
+                ))
+            }
+            Some(Ok(lease)) => {
+                self.observe(Some(&lease), sent);
+                let until = sent + self.timing.renew_deadline;
+                self.fence.extend(until);
+                Ok(Round::Leads(until))
+            }
+            // Another replica wrote first: it leads.
+            Some(Err(kube::Error::Api(e))) if e.code == 409 => {
+                self.fence.drop_lead();
+                self.observed = None;
+                Ok(Round::Follows(None))
+            }
+            Some(Err(e)) => Err(e),
+        }
+    }
+
+    /// Rounds until this replica leads: a follower waits here.
+    pub async fn lead(&mut self) {
+        loop {
+            if let Ok(Round::Leads(_)) = self.round().await {
+                return;
+            }
+            tokio::time::sleep(self.timing.retry).await;
+        }
+    }
+
+    /// Renews every [`Timing::retry`] while this replica leads; returns
+    /// once it does not (another holds the Lease, or no renewal got
+    /// through before the fence ran out).
+    pub async fn keep(&mut self) {
+        loop {
+            tokio::time::sleep(self.timing.retry).await;
+            match self.round().await {
+                Ok(Round::Leads(_)) => {}
+                Ok(Round::Follows(_)) => return,
+                Err(_) if self.fence.holds() => {}
+                Err(_) => return,
+            }
+        }
+    }
+
+    fn observe(&mut self, lease: Option<&Lease>, now: Instant) {
+        let seen = lease.map(|l| {
+            let spec = l.spec.clone().unwrap_or_default();
+            let record = Record {
+                holder: spec.holder_identity,
+                duration_seconds: spec.lease_duration_seconds.unwrap_or(15),
+                transitions: spec.lease_transitions.unwrap_or(0),
+                version: l.metadata.resource_version.clone().unwrap_or_default(),
+            };
+            (record, spec.acquire_time)
+        });
+        self.observed = match (seen, self.observed.take()) {
+            (None, _) => None,
+            // The same record: watched since it was first seen.
+            (Some((r, _)), Some(o)) if r == o.record => Some(o),
+            (Some((record, acquired)), _) => Some(Observed {
+                record,
+                since: now,
+                acquired,
+            }),
+        };
+    }
+
+    /// The Lease as this replica writes it, held.
+    fn lease(&self, version: Option<String>, transitions: i32) -> Lease {
+        let now = MicroTime(jiff::Timestamp::now());
+        Lease {
+            metadata: ObjectMeta {
+                name: Some(self.name.clone()),
+                resource_version: version,
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(self.me.clone()),
+                lease_duration_seconds: Some(self.timing.duration.as_secs().max(1) as i32),
+                lease_transitions: Some(transitions),
+                acquire_time: Some(now.clone()),
+                renew_time: Some(now),
+                ..LeaseSpec::default()
+            }),
+        }
+    }
+}
+
+/// What a fenced client answers a write it did not send.
+#[derive(Debug)]
+pub struct NotLeading;
+
+impl std::fmt::Display for NotLeading {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("this controller does not hold its Lease: nothing is changed on the cluster")
+    }
+}
+
+impl std::error::Error for NotLeading {}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A client's service whose requests that change anything pass the fence:
+/// every method but `GET`, and a `GET` that upgrades the connection (a
+/// command run in a pod, `pods/exec`).
+#[derive(Clone)]
+pub struct Fenced<S> {
+    inner: S,
+    fence: Fence,
+}
+
+impl<S> Fenced<S> {
+    pub fn new(inner: S, fence: Fence) -> Self {
+        Self { inner, fence }
+    }
+}
+
+/// [`Fenced`], as a layer of kube's client stack.
+#[derive(Clone)]
+pub struct FenceLayer(pub Fence);
+
+impl<S> tower_layer::Layer<S> for FenceLayer {
+    type Service = Fenced<S>;
+
+    fn layer(&self, inner: S) -> Fenced<S> {
+        Fenced::new(inner, self.0.clone())
+    }
+}
+
+/// Whether a request changes anything on the cluster.
+fn writes<B>(req: &http::Request<B>) -> bool {
+    req.method() != http::Method::GET || req.headers().contains_key(http::header::UPGRADE)
+}
+
+impl<S, B> tower_service::Service<http::Request<B>> for Fenced<S>
+where
+    S: tower_service::Service<http::Request<B>>,
+    S::Response: Send + 'static,
+    S::Error: Into<BoxError>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = BoxError;
+    type Future = futures::future::BoxFuture<'static, Result<S::Response, BoxError>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        if writes(&req) && !self.fence.holds() {
+            return Box::pin(std::future::ready(Err(NotLeading.into())));
+        }
+        let answer = self.inner.call(req);
+        Box::pin(async move { answer.await.map_err(Into::into) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn observed(holder: Option<&str>, since: Instant) -> Observed {
+        Observed {
+            record: Record {
+                holder: holder.map(str::to_owned),
+                duration_seconds: 15,
+                transitions: 0,
+                version: "1".into(),
+            },
+            since,
+            acquired: None,
+        }
+    }
+
+    #[test]
+    fn a_lease_is_taken_only_when_its_holder_is_gone() {
+        let t0 = Instant::now();
+        assert_eq!(decide(None, "a", t0), Decision::Create);
+        assert_eq!(
+            decide(Some(&observed(Some("a"), t0)), "a", t0),
+            Decision::Renew
+        );
+        assert_eq!(decide(Some(&observed(None, t0)), "a", t0), Decision::Take);
+        assert_eq!(
+            decide(Some(&observed(Some(""), t0)), "a", t0),
+            Decision::Take
+        );
+        let b = observed(Some("b"), t0);
+        assert_eq!(decide(Some(&b), "a", t0), Decision::Wait);
+        assert_eq!(
+            decide(Some(&b), "a", t0 + Duration::from_millis(14_999)),
+            Decision::Wait
+        );
+        assert_eq!(
+            decide(Some(&b), "a", t0 + Duration::from_secs(15)),
+            Decision::Take
+        );
+    }
+}

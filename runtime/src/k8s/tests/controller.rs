@@ -1,0 +1,214 @@
+//! Two replicas of the controller, on threads of the test, sharing one
+//! state directory (the controller's claim) and the fake API server. What
+//! is asserted is what the cluster and the store end up with: one leader
+//! at a time, the group taken over by the other replica when the leader
+//! ends without releasing the Lease (as a SIGKILLed pod does), no pod
+//! created twice, and the group's end as the engine decides it.
+//!
+//! Not covered here: the replicas as processes of their own reaching the
+//! API server over TLS with a pod's service account (the client of
+//! `skyc controller serve` reads it: `k8s::client::in_cluster`, tested on
+//! its own), and a leader frozen rather than ended.
+
+use super::driver::{plan, tuning};
+use super::fake::{Fake, NS};
+use crate::controller::{self, Ended, Replica};
+use crate::k8s::client::Cluster;
+use crate::k8s::lease::{Fenced, Timing};
+use crate::k8s::{Connect, Plan};
+use crate::store::{Backend, NewGroup, NewTask, Store};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+const GROUP: &str = "\
+name: g
+execution: parallel
+primary_tasks: [trainer]
+termination_delay: 1s
+---
+name: trainer
+num_nodes: 2
+run: echo train
+---
+name: buffer
+run: sleep 1000
+";
+
+fn timing() -> Timing {
+    Timing {
+        duration: Duration::from_secs(2),
+        renew_deadline: Duration::from_millis(1_200),
+        retry: Duration::from_millis(200),
+    }
+}
+
+/// The fake cluster, through a client fenced by the replica's Lease.
+fn fenced(fake: &Fake, fence: crate::k8s::lease::Fence) -> Connect {
+    let fake = fake.clone();
+    Arc::new(move |_: &Plan| {
+        let (fake, fence) = (fake.clone(), fence.clone());
+        Box::pin(async move {
+            Ok(Cluster {
+                exec: Arc::new(super::exec::FakeExec(fake.clone())),
+                client: kube::Client::new(Fenced::new(fake, fence), NS),
+                server: "https://api.test:6443".into(),
+                namespace: NS.into(),
+            })
+        })
+    })
+}
+
+struct Running {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<std::io::Result<Ended>>,
+}
+
+fn replica(fake: &Fake, dir: &std::path::Path, me: &str) -> Running {
+    let stop = Arc::new(AtomicBool::new(false));
+    let (fake, dir, me, halt) = (fake.clone(), dir.to_owned(), me.to_owned(), stop.clone());
+    let thread = std::thread::spawn(move || {
+        let leases = {
+            let fake = fake.clone();
+            move || Ok(kube::api::Api::namespaced(kube::Client::new(fake, NS), NS))
+        };
+        let replica = Replica {
+            identity: me,
+            lease: "skyc-controller".into(),
+            timing: timing(),
+        };
+        controller::serve(
+            &dir,
+            leases,
+            |fence| fenced(&fake, fence),
+            &replica,
+            tuning(),
+            halt,
+        )
+    });
+    Running { stop, thread }
+}
+
+fn holder(fake: &Fake) -> Option<String> {
+    fake.world()
+        .get("leases", "skyc-controller")
+        .and_then(|l| l["spec"]["holderIdentity"].as_str().map(str::to_owned))
+}
+
+/// Runs the cluster's controllers until `done`, at most 30 s.
+fn until(fake: &Fake, what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}: not reached");
+        {
+            let mut w = fake.world();
+            w.reconcile_cluster();
+            w.run_pending();
+            for pod in w.names("pods") {
+                let gate = w.get("pods", &pod).is_some_and(|p| {
+                    pod.starts_with("g-skyc-gate-") && p["status"]["phase"] == "Running"
+                });
+                if gate {
+                    w.exit(&pod, 0);
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn the_other_replica_takes_the_group_over_when_the_leader_ends() {
+    let dir = std::env::temp_dir().join(format!("skyc-controller-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = plan(GROUP);
+    let gid = Store::open(&dir)
+        .unwrap()
+        .insert_group(&NewGroup {
+            name: "g",
+            source: "g.yaml",
+            submitted_at_ms: crate::store::now_ms(),
+            plan: &serde_json::to_string(&p).unwrap(),
+            backend: Backend::Kubernetes,
+            snapshots: &[],
+            buckets: &[],
+            tasks: p
+                .spec
+                .tasks
+                .iter()
+                .map(|t| NewTask {
+                    name: &t.name,
+                    primary: t.primary,
+                    num_nodes: t.num_nodes,
+                })
+                .collect(),
+        })
+        .unwrap();
+    let fake = Fake::default();
+    fake.world().wall_clock = true;
+    let a = replica(&fake, &dir, "pod-a");
+    until(&fake, "pod-a leads", || {
+        holder(&fake).as_deref() == Some("pod-a")
+    });
+    let b = replica(&fake, &dir, "pod-b");
+    let store = Store::open(&dir).unwrap();
+    let statuses = |st: &Store| -> Vec<String> {
+        st.tasks(gid)
+            .unwrap()
+            .into_iter()
+            .map(|t| t.status)
+            .collect()
+    };
+    until(&fake, "every task running", || {
+        statuses(&store) == ["RUNNING", "RUNNING"]
+    });
+    // While pod-a renews, pod-b waits: for longer than the Lease lasts.
+    let watched = Instant::now();
+    while watched.elapsed() < Duration::from_millis(2_500) {
+        assert_eq!(holder(&fake).as_deref(), Some("pod-a"), "one leader");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let created = fake.world().created_pods();
+    assert_eq!(created.len(), 3, "{created:?}");
+    // The leader ends without releasing anything.
+    a.stop.store(true, Ordering::SeqCst);
+    let ended = Instant::now();
+    assert_eq!(a.thread.join().unwrap().unwrap(), Ended::Stopped);
+    // The trainers end meanwhile: nobody supervises until pod-b leads.
+    {
+        let mut w = fake.world();
+        for pod in ["g-trainer-0-0", "g-trainer-1-0"] {
+            w.exit(pod, 0);
+        }
+    }
+    until(&fake, "pod-b leads", || {
+        holder(&fake).as_deref() == Some("pod-b")
+    });
+    assert!(
+        ended.elapsed() >= Duration::from_millis(1_500),
+        "not before the Lease expired: {:?}",
+        ended.elapsed()
+    );
+    until(&fake, "the group closed", || {
+        store
+            .group(gid)
+            .unwrap()
+            .is_some_and(|g| g.finished_at_ms.is_some())
+    });
+    let group = store.group(gid).unwrap().unwrap();
+    assert_eq!(group.status, "SUCCEEDED");
+    assert_eq!(statuses(&store), ["SUCCEEDED", "CANCELLED"]);
+    // pod-b adopted what pod-a made: no pod of the group made twice.
+    assert_eq!(fake.world().created_pods(), created);
+    // The replica goes on leading, with nothing to do.
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        !b.thread.is_finished(),
+        "a controller does not end when idle"
+    );
+    assert_eq!(holder(&fake).as_deref(), Some("pod-b"));
+    b.stop.store(true, Ordering::SeqCst);
+    assert_eq!(b.thread.join().unwrap().unwrap(), Ended::Stopped);
+    let _ = std::fs::remove_dir_all(&dir);
+}
