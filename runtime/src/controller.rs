@@ -57,10 +57,14 @@ pub fn serve(
 ) -> io::Result<Ended> {
     let (leads, led) = std::sync::mpsc::channel::<Fence>();
     let lost = Arc::new(AtomicBool::new(false));
+    // Set once the supervisor has returned, for whatever reason: the
+    // replica renews no more (it no longer acts), and ends.
+    let done = Arc::new(AtomicBool::new(false));
     // The election's own thread and runtime: its client's connections
     // live there, and its renewals never wait for the supervisor.
     let election = {
         let (stop, lost, retry) = (stop.clone(), lost.clone(), replica.timing.retry);
+        let done = done.clone();
         let replica = replica.clone();
         std::thread::Builder::new()
             .name("skyc-lease".into())
@@ -95,6 +99,7 @@ pub fn serve(
                     tokio::select! {
                         () = elector.keep() => {}
                         () = stopped(&stop) => {}
+                        () = stopped(&done) => {}
                     }
                     lost.store(true, Ordering::SeqCst);
                     Ok(())
@@ -108,8 +113,9 @@ pub fn serve(
         }
         if stop.load(Ordering::SeqCst) || election.is_finished() {
             return match election.join() {
+                Ok(Ok(())) => Ok(Ended::Stopped),
                 Ok(Err(e)) => Err(io::Error::other::<String>(e)),
-                _ => Ok(Ended::Stopped),
+                Err(_) => Err(io::Error::other("the election's thread panicked")),
             };
         }
     };
@@ -121,8 +127,14 @@ pub fn serve(
             fence.holds() && !lost.load(Ordering::SeqCst) && !stop.load(Ordering::SeqCst)
         })
     };
-    crate::supervisor::serve_leading(dir, k8s, lead)?;
+    // The supervisor returns once the replica does not lead, or when it
+    // cannot take the state directory (another supervisor holds it: a
+    // replica frozen, or whose lock a shared volume has not let go yet);
+    // either way it is not acting, and neither is the election.
+    let served = crate::supervisor::serve_leading(dir, k8s, lead);
+    done.store(true, Ordering::SeqCst);
     let _ = election.join();
+    served?;
     Ok(if stop.load(Ordering::SeqCst) {
         Ended::Stopped
     } else {

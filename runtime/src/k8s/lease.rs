@@ -141,7 +141,30 @@ pub struct Elector {
     me: String,
     timing: Timing,
     observed: Option<Observed>,
+    /// When this replica last saw another hold the Lease: a Lease gone or
+    /// emptied since is not made or taken before a duration has passed
+    /// (its holder may still be acting on its last renewal).
+    other_seen: Option<Instant>,
     fence: Fence,
+}
+
+/// Why a round could not be had.
+#[derive(Debug)]
+pub enum Error {
+    Kube(kube::Error),
+    /// No answer within the time given.
+    Unanswered(Duration),
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Kube(e) => write!(f, "{e}"),
+            Error::Unanswered(limit) => {
+                write!(f, "the API server did not answer within {limit:?}")
+            }
+        }
+    }
 }
 
 /// How a round ended.
@@ -162,6 +185,7 @@ impl Elector {
             me: me.to_owned(),
             timing,
             observed: None,
+            other_seen: None,
             fence: Fence::default(),
         }
     }
@@ -172,17 +196,40 @@ impl Elector {
     }
 
     /// One round: the Lease read, then made, taken or renewed when this
-    /// replica may. An answer of the API server other than a lost race
-    /// is the caller's: it leaves the fence as it is (it runs out).
-    pub async fn round(&mut self) -> Result<Round, kube::Error> {
+    /// replica may. An answer of the API server other than a lost race,
+    /// or none within half the renew deadline, is the caller's: it leaves
+    /// the fence as it is (it runs out).
+    pub async fn round(&mut self) -> Result<Round, Error> {
+        // The leader's deadline counts from before it asked; a follower's
+        // watch of a record, from when it had the answer.
         let sent = Instant::now();
-        let lease = self.api.get_opt(&self.name).await?;
-        self.observe(lease.as_ref(), sent);
-        let written = match decide(self.observed.as_ref(), &self.me, sent) {
+        let lease = self.timed(self.api.get_opt(&self.name)).await?;
+        let read = Instant::now();
+        self.observe(lease.as_ref(), read);
+        let decision = match decide(self.observed.as_ref(), &self.me, read) {
+            // Gone or emptied while another held it: not before it could
+            // have renewed for the last time.
+            Decision::Create | Decision::Take
+                if self
+                    .observed
+                    .as_ref()
+                    .is_none_or(|o| o.record.holder.as_deref().is_none_or(str::is_empty))
+                    && self
+                        .other_seen
+                        .is_some_and(|at| read < at + self.timing.duration) =>
+            {
+                Decision::Wait
+            }
+            d => d,
+        };
+        let written = match decision {
             Decision::Wait => None,
             Decision::Create => {
                 let lease = self.lease(None, 0);
-                Some(self.api.create(&PostParams::default(), &lease).await)
+                Some(
+                    self.timed(self.api.create(&PostParams::default(), &lease))
+                        .await,
+                )
             }
             Decision::Take | Decision::Renew => {
                 let Some(o) = &self.observed else {
@@ -196,8 +243,7 @@ impl Elector {
                     spec.acquire_time.clone_from(&o.acquired);
                 }
                 Some(
-                    self.api
-                        .replace(&self.name, &PostParams::default(), &lease)
+                    self.timed(self.api.replace(&self.name, &PostParams::default(), &lease))
                         .await,
                 )
             }
@@ -216,12 +262,26 @@ impl Elector {
                 Ok(Round::Leads(until))
             }
             // Another replica wrote first: it leads.
-            Some(Err(kube::Error::Api(e))) if e.code == 409 => {
+            Some(Err(Error::Kube(kube::Error::Api(e)))) if e.code == 409 => {
                 self.fence.drop_lead();
                 self.observed = None;
+                self.other_seen = Some(Instant::now());
                 Ok(Round::Follows(None))
             }
             Some(Err(e)) => Err(e),
+        }
+    }
+
+    /// A request of the election, given half the renew deadline: a
+    /// renewal that cannot finish by then would not keep the fence.
+    async fn timed<T>(
+        &self,
+        request: impl std::future::Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, Error> {
+        let limit = self.timing.renew_deadline / 2;
+        match tokio::time::timeout(limit, request).await {
+            Ok(answer) => answer.map_err(Error::Kube),
+            Err(_) => Err(Error::Unanswered(limit)),
         }
     }
 
@@ -236,21 +296,33 @@ impl Elector {
     }
 
     /// Renews every [`Timing::retry`] while this replica leads; returns
-    /// once it does not (another holds the Lease, or no renewal got
-    /// through before the fence ran out).
+    /// once it does not: another holds the Lease, or the fence ran out
+    /// (no renewal got through in time, or one came back too late). A
+    /// replica that stopped leading does not lead again here: what acted
+    /// for it has stopped, and starts again only by [`lead`](Self::lead).
     pub async fn keep(&mut self) {
         loop {
             tokio::time::sleep(self.timing.retry).await;
             match self.round().await {
-                Ok(Round::Leads(_)) => {}
                 Ok(Round::Follows(_)) => return,
-                Err(_) if self.fence.holds() => {}
-                Err(_) => return,
+                _ if !self.fence.holds() => {
+                    self.fence.drop_lead();
+                    return;
+                }
+                _ => {}
             }
         }
     }
 
     fn observe(&mut self, lease: Option<&Lease>, now: Instant) {
+        if let Some(holder) = lease
+            .and_then(|l| l.spec.as_ref())
+            .and_then(|s| s.holder_identity.as_deref())
+            && !holder.is_empty()
+            && holder != self.me
+        {
+            self.other_seen = Some(now);
+        }
         let seen = lease.map(|l| {
             let spec = l.spec.clone().unwrap_or_default();
             let record = Record {
@@ -310,7 +382,9 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// A client's service whose requests that change anything pass the fence:
 /// every method but `GET`, and a `GET` that upgrades the connection (a
-/// command run in a pod, `pods/exec`).
+/// command run in a pod, `pods/exec`). Such a request is sent only while
+/// the fence holds, and abandoned if it has no answer when the fence
+/// ends.
 #[derive(Clone)]
 pub struct Fenced<S> {
     inner: S,
@@ -359,11 +433,23 @@ where
     }
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        if writes(&req) && !self.fence.holds() {
-            return Box::pin(std::future::ready(Err(NotLeading.into())));
+        if !writes(&req) {
+            let answer = self.inner.call(req);
+            return Box::pin(async move { answer.await.map_err(Into::into) });
         }
+        let Some(until) = self.fence.until().filter(|_| self.fence.holds()) else {
+            return Box::pin(std::future::ready(Err(NotLeading.into())));
+        };
+        // A write not answered by the fence's end is abandoned there
+        // (its connection dropped): none is still on its way when
+        // another replica may lead.
         let answer = self.inner.call(req);
-        Box::pin(async move { answer.await.map_err(Into::into) })
+        Box::pin(async move {
+            match tokio::time::timeout_at(until, answer).await {
+                Ok(answer) => answer.map_err(Into::into),
+                Err(_) => Err(NotLeading.into()),
+            }
+        })
     }
 }
 

@@ -10,11 +10,13 @@
 //!   snapshots), which outlives the pod;
 //! - a Deployment of `skyc controller serve`. Its replicas elect a leader
 //!   with the Lease [`LEASE`] (`coordination.k8s.io`); only the holder
-//!   supervises, and it stops acting the moment it cannot renew, so a
-//!   second replica, or an old pod still running on a node cut off from
-//!   the cluster, never acts on the groups. One replica (the default) is
-//!   restarted by the Deployment; two need a claim every node can mount
-//!   (`ReadWriteMany`, a storage class that provides it).
+//!   supervises, and its client sends no write once it has not renewed
+//!   within the renew deadline, shorter than the time another replica
+//!   waits, so a second replica, or an old pod still running on a node
+//!   cut off from the cluster, does not act on the groups beside the
+//!   leader. One replica (the default) is restarted by the Deployment;
+//!   two need a claim every node can mount (`ReadWriteMany`, a storage
+//!   class that provides it).
 //!
 //! Pure: options in, objects out.
 
@@ -84,8 +86,8 @@ pub fn objects(c: &Controller) -> Result<Vec<Value>, String> {
         service_account(c),
         rbac::role(c.namespace.as_deref()),
         lease_role(c),
-        binding(c, rbac::ROLE),
-        binding(c, NAME),
+        binding(c, &format!("{NAME}-runner"), rbac::ROLE),
+        binding(c, NAME, NAME),
         claim(c),
         deployment(c),
     ])
@@ -129,7 +131,10 @@ fn lease_role(c: &Controller) -> Value {
     })
 }
 
-fn binding(c: &Controller, role: &str) -> Value {
+/// The binding `name` of `role` to the controller's account: not named
+/// after the Role, whose own binding (to the users who run groups) a
+/// cluster administrator names so.
+fn binding(c: &Controller, name: &str, role: &str) -> Value {
     let mut subject = json!({"kind": "ServiceAccount", "name": NAME});
     if let Some(ns) = &c.namespace {
         subject["namespace"] = json!(ns);
@@ -137,7 +142,7 @@ fn binding(c: &Controller, role: &str) -> Value {
     json!({
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "RoleBinding",
-        "metadata": metadata(c, role),
+        "metadata": metadata(c, name),
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
         "subjects": [subject],
     })
@@ -186,6 +191,9 @@ fn deployment(c: &Controller) -> Value {
                         "runAsUser": 65532,
                         "runAsGroup": 65532,
                         "fsGroup": 65532,
+                        // The claim's files are the pod's group's once, not
+                        // walked again at every start.
+                        "fsGroupChangePolicy": "OnRootMismatch",
                         "seccompProfile": {"type": "RuntimeDefault"},
                     },
                     "containers": [{
@@ -204,7 +212,8 @@ fn deployment(c: &Controller) -> Value {
                         },
                         "volumeMounts": [
                             {"name": "state", "mountPath": STATE_DIR},
-                            // The supervisor's socket and scratch files.
+                            // SQLite's and the runtime's scratch files (the
+                            // root filesystem is read-only).
                             {"name": "tmp", "mountPath": "/tmp"},
                         ],
                     }],
@@ -271,5 +280,8 @@ mod tests {
         assert_eq!(all[6]["spec"]["replicas"], 2);
         assert!(all.iter().all(|o| o["metadata"]["namespace"] == "ml"));
         assert_eq!(all[3]["subjects"][0]["namespace"], "ml");
+        // Not the name an administrator gives the users' binding.
+        assert_eq!(all[3]["metadata"]["name"], "skyc-controller-runner");
+        assert_eq!(all[3]["roleRef"]["name"], rbac::ROLE);
     }
 }

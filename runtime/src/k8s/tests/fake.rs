@@ -173,6 +173,9 @@ pub(super) struct World {
     faults: Vec<Fault>,
     /// The API server does not answer anything.
     pub(super) down: bool,
+    /// The API server takes requests and never answers them (a stalled
+    /// connection).
+    pub(super) hang: bool,
     pub(super) crd: bool,
     /// Timestamps are the real time (see [`World::now`]).
     pub(super) wall_clock: bool,
@@ -219,6 +222,7 @@ impl Default for World {
             requests: Vec::new(),
             faults: Vec::new(),
             down: false,
+            hang: false,
             crd: true,
             wall_clock: false,
             rules: json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]),
@@ -280,11 +284,18 @@ impl tower_service::Service<Request<Body>> for Fake {
                 body,
                 at: std::time::Instant::now(),
             };
-            let mut w = fake.world();
-            w.requests.push(seen.clone());
-            if w.down {
-                return Err("connection refused".into());
+            let hang = {
+                let mut w = fake.world();
+                w.requests.push(seen.clone());
+                if w.down {
+                    return Err("connection refused".into());
+                }
+                w.hang
+            };
+            if hang {
+                return std::future::pending().await;
             }
+            let mut w = fake.world();
             if let Some(f) = w.faults.iter_mut().find(|f| {
                 f.left > 0 && f.method == seen.method && seen.path.contains(&f.path_contains)
             }) {
