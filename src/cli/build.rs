@@ -284,16 +284,7 @@ pub(crate) fn run(args: &Args) -> u8 {
             json.push('\n');
             write_stdout(&json)
         }
-        Target::K8s => {
-            let format = match args.output {
-                Output::Yaml => k8s::emit::Format::Yaml,
-                Output::Json => k8s::emit::Format::Json,
-            };
-            match &args.out {
-                Some(dir) => write_files(dir, &k8s::emit::files(&objects, format)),
-                None => write_stdout(&k8s::emit::render(&objects, format)),
-            }
-        }
+        Target::K8s => write_objects(args, &objects),
         Target::Slurm => {
             if let Some(pipeline) = pipeline {
                 return match &args.out {
@@ -390,19 +381,23 @@ fn controller(args: &Args) -> u8 {
         errln!("error: --controller is for the k8s target");
         return USAGE;
     }
-    let objects = match args.controller_args.objects(args.k8s.namespace.clone()) {
-        Ok(objects) => objects,
+    match args.controller_args.objects(args.k8s.namespace.clone()) {
+        Ok(objects) => write_objects(args, &objects),
         Err(message) => {
             errln!("error: {message}");
-            return USAGE;
+            USAGE
         }
-    };
+    }
+}
+
+/// Kubernetes objects, as `-o` and `--out` ask.
+fn write_objects(args: &Args, objects: &[serde_json::Value]) -> u8 {
     let format = match args.output {
         Output::Yaml => k8s::emit::Format::Yaml,
         Output::Json => k8s::emit::Format::Json,
     };
     match &args.out {
-        Some(dir) => write_files(dir, &k8s::emit::files(&objects, format)),
-        None => write_stdout(&k8s::emit::render(&objects, format)),
+        Some(dir) => write_files(dir, &k8s::emit::files(objects, format)),
+        None => write_stdout(&k8s::emit::render(objects, format)),
     }
 }

@@ -13,15 +13,8 @@ use skyc_targets::k8s::controller::{self, Controller};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-/// skyc's controller, where the groups run.
-#[derive(clap::Args)]
-pub(crate) struct Args {
-    #[command(subcommand)]
-    command: Command,
-}
-
 #[derive(clap::Subcommand)]
-enum Command {
+pub(crate) enum Command {
     Serve(ServeArgs),
 }
 
@@ -33,7 +26,7 @@ enum Command {
 /// Lease is $SKYC_CONTROLLER_ID, else $HOSTNAME. Exits 75 when it loses
 /// the Lease (its Deployment starts it again, to wait), 0 on SIGTERM.
 #[derive(clap::Args)]
-struct ServeArgs {
+pub(crate) struct ServeArgs {
     #[command(flatten)]
     state: StateArgs,
 }
@@ -41,8 +34,8 @@ struct ServeArgs {
 /// A replica that lost its Lease: started again, it waits for it.
 const LOST: u8 = 75;
 
-pub(crate) fn run(args: &Args) -> u8 {
-    match &args.command {
+pub(crate) fn run(command: &Command) -> u8 {
+    match command {
         Command::Serve(serve) => match self::serve(serve) {
             Ok(Ended::Stopped) => OK,
             Ok(Ended::Lost) => LOST,

@@ -69,13 +69,17 @@ enum Command {
     Cancel(cancel::Args),
     Dashboard(dashboard::Args),
     /// Pools of warm workers that jobs are submitted to.
-    Pool(pool::Args),
+    #[command(subcommand)]
+    Pool(pool::Command),
     /// Volumes that tasks mount, made beforehand.
-    Volume(volume::Args),
+    #[command(subcommand)]
+    Volume(volume::Command),
     /// The buckets skyc made for the groups' storage.
-    Storage(storage::Args),
+    #[command(subcommand)]
+    Storage(storage::Command),
     /// skyc's controller: the supervisor where the groups run.
-    Controller(controller::Args),
+    #[command(subcommand)]
+    Controller(controller::Command),
     Schema(schema::Args),
     Completions(completions::Args),
     Lsp(lsp::Args),
@@ -120,10 +124,10 @@ pub(crate) fn main() -> ExitCode {
         Command::Logs(args) => logs::run(&args),
         Command::Cancel(args) => cancel::run(&args),
         Command::Dashboard(args) => dashboard::run(&args),
-        Command::Pool(args) => pool::run(&args),
-        Command::Volume(args) => volume::run(&args),
-        Command::Storage(args) => storage::run(&args),
-        Command::Controller(args) => controller::run(&args),
+        Command::Pool(command) => pool::run(&command),
+        Command::Volume(command) => volume::run(&command),
+        Command::Storage(command) => storage::run(&command),
+        Command::Controller(command) => controller::run(&command),
         Command::Schema(args) => schema::run(&args),
         Command::Completions(args) => completions::run(&args),
         Command::Lsp(args) => {

@@ -16,14 +16,8 @@ use skyc_runtime::store::{Backend, GroupRow, Kind, NewGroup, Store, now_ms};
 use skyc_runtime::supervisor::{self, PoolRequest};
 use std::collections::BTreeMap;
 
-#[derive(clap::Args)]
-pub(crate) struct Args {
-    #[command(subcommand)]
-    command: Command,
-}
-
 #[derive(clap::Subcommand)]
-enum Command {
+pub(crate) enum Command {
     Apply(Box<ApplyArgs>),
     Status(StatusArgs),
     Down(DownArgs),
@@ -34,7 +28,7 @@ enum Command {
 /// are made of starts new workers and retires the old ones as they become
 /// idle.
 #[derive(clap::Args)]
-struct ApplyArgs {
+pub(crate) struct ApplyArgs {
     /// The pool's name.
     #[arg(short = 'p', long = "pool", value_name = "NAME", value_parser = pool_name)]
     pool: String,
@@ -62,7 +56,7 @@ struct ApplyArgs {
 
 /// Show pools: their workers and the jobs on them.
 #[derive(clap::Args)]
-struct StatusArgs {
+pub(crate) struct StatusArgs {
     /// The pools to show [default: every live pool].
     #[arg(value_name = "NAME")]
     names: Vec<String>,
@@ -78,7 +72,7 @@ struct StatusArgs {
 
 /// Take pools down: their jobs are cancelled, their workers terminated.
 #[derive(clap::Args)]
-struct DownArgs {
+pub(crate) struct DownArgs {
     /// The pools to take down.
     #[arg(value_name = "NAME", required_unless_present = "all")]
     names: Vec<String>,
@@ -89,8 +83,8 @@ struct DownArgs {
     state: StateArgs,
 }
 
-pub(crate) fn run(args: &Args) -> u8 {
-    let result = match &args.command {
+pub(crate) fn run(command: &Command) -> u8 {
+    let result = match command {
         Command::Apply(a) => apply(a),
         Command::Status(a) => status(a),
         Command::Down(a) => down(a),

@@ -10,15 +10,8 @@ use super::table::{Table, ago};
 use skyc_runtime::storage::owned::{self, Refusal};
 use skyc_runtime::store::{Store, now_ms};
 
-/// The buckets skyc made for the groups' storage.
-#[derive(clap::Args)]
-pub(crate) struct Args {
-    #[command(subcommand)]
-    command: Command,
-}
-
 #[derive(clap::Subcommand)]
-enum Command {
+pub(crate) enum Command {
     Ls(LsArgs),
     Delete(DeleteArgs),
 }
@@ -26,7 +19,7 @@ enum Command {
 /// List the buckets skyc made, whether each is kept after its groups, and
 /// the live groups that mount it.
 #[derive(clap::Args)]
-struct LsArgs {
+pub(crate) struct LsArgs {
     /// As JSON.
     #[arg(long)]
     json: bool,
@@ -37,7 +30,7 @@ struct LsArgs {
 /// Delete buckets skyc made, with every object they hold; refused while
 /// a live group mounts one.
 #[derive(clap::Args)]
-struct DeleteArgs {
+pub(crate) struct DeleteArgs {
     /// The buckets' names.
     #[arg(value_name = "NAME", required_unless_present = "all")]
     names: Vec<String>,
@@ -51,8 +44,8 @@ struct DeleteArgs {
     state: StateArgs,
 }
 
-pub(crate) fn run(args: &Args) -> u8 {
-    let result = match &args.command {
+pub(crate) fn run(command: &Command) -> u8 {
+    let result = match command {
         Command::Ls(a) => ls(a),
         Command::Delete(a) => delete(a),
     };

@@ -12,15 +12,8 @@ use skyc_compiler::{Compilation, compile_volume};
 use skyc_runtime::store::{Backend, Store};
 use skyc_runtime::volumes::{self, Applied};
 
-/// Volumes that tasks mount at their `volumes` paths, made beforehand.
-#[derive(clap::Args)]
-pub(crate) struct Args {
-    #[command(subcommand)]
-    command: Command,
-}
-
 #[derive(clap::Subcommand)]
-enum Command {
+pub(crate) enum Command {
     Apply(ApplyArgs),
     Ls(LsArgs),
     Delete(DeleteArgs),
@@ -31,7 +24,7 @@ enum Command {
 /// a directory of the state directory, shared by every node that mounts
 /// it; on Kubernetes a PersistentVolumeClaim of its name.
 #[derive(clap::Args)]
-struct ApplyArgs {
+pub(crate) struct ApplyArgs {
     /// The volume file (`name`, `type`, `size`, ...); `-` reads standard
     /// input.
     #[arg(value_name = "FILE", required_unless_present = "name")]
@@ -62,7 +55,7 @@ struct ApplyArgs {
 
 /// List the volumes.
 #[derive(clap::Args)]
-struct LsArgs {
+pub(crate) struct LsArgs {
     /// As JSON.
     #[arg(long)]
     json: bool,
@@ -73,15 +66,15 @@ struct LsArgs {
 /// Delete volumes and what they hold; refused while a live group mounts
 /// one.
 #[derive(clap::Args)]
-struct DeleteArgs {
+pub(crate) struct DeleteArgs {
     #[arg(value_name = "NAME", required = true)]
     names: Vec<String>,
     #[command(flatten)]
     state: StateArgs,
 }
 
-pub(crate) fn run(args: &Args) -> u8 {
-    let result = match &args.command {
+pub(crate) fn run(command: &Command) -> u8 {
+    let result = match command {
         Command::Apply(a) => apply(a),
         Command::Ls(a) => ls(a),
         Command::Delete(a) => delete(a),
