@@ -177,3 +177,109 @@ async fn stopped(stop: &AtomicBool) {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }
+
+/// The controller of a namespace as the cluster shows it
+/// (`skyc controller status`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Status {
+    pub namespace: String,
+    /// The Deployment's replicas: wanted, and ready.
+    pub replicas: i32,
+    pub ready: i32,
+    pub image: Option<String>,
+    /// The Lease's holder, and how long ago it renewed it (by this
+    /// machine's clock against the holder's: approximate); `None` when no
+    /// replica has led yet.
+    pub leader: Option<String>,
+    pub renewed_seconds_ago: Option<i64>,
+    pub transitions: i32,
+    /// The state claim's phase (`Bound`), `None` when it is missing.
+    pub state: Option<String>,
+}
+
+/// The controller's Deployment, Lease and state claim in `namespace`;
+/// `None` when the Deployment is not there.
+pub async fn status(client: kube::Client, namespace: &str) -> Result<Option<Status>, String> {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+    use skyc_targets::k8s::controller::{LEASE, NAME};
+    let failed = |what: &str, e: kube::Error| {
+        format!(
+            "the controller's {what} in {namespace}: {}",
+            crate::k8s::retry::describe(&e)
+        )
+    };
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+    let Some(deployment) = deployments
+        .get_opt(NAME)
+        .await
+        .map_err(|e| failed("Deployment", e))?
+    else {
+        return Ok(None);
+    };
+    let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
+    let lease = leases
+        .get_opt(LEASE)
+        .await
+        .map_err(|e| failed("Lease", e))?;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client, namespace);
+    let claim = claims
+        .get_opt(&format!("{NAME}-state"))
+        .await
+        .map_err(|e| failed("state claim", e))?;
+    let spec = lease.and_then(|l| l.spec).unwrap_or_default();
+    let now = jiff::Timestamp::now();
+    Ok(Some(Status {
+        namespace: namespace.to_owned(),
+        replicas: deployment
+            .spec
+            .as_ref()
+            .and_then(|s| s.replicas)
+            .unwrap_or(1),
+        ready: deployment
+            .status
+            .as_ref()
+            .and_then(|s| s.ready_replicas)
+            .unwrap_or(0),
+        image: deployment
+            .spec
+            .and_then(|s| s.template.spec)
+            .and_then(|s| s.containers.into_iter().next())
+            .and_then(|c| c.image),
+        leader: spec.holder_identity.filter(|h| !h.is_empty()),
+        renewed_seconds_ago: spec
+            .renew_time
+            .map(|t| now.duration_since(t.0).as_secs().max(0)),
+        transitions: spec.lease_transitions.unwrap_or(0),
+        state: claim.map(|c| {
+            c.status
+                .and_then(|s| s.phase)
+                .unwrap_or_else(|| "Pending".into())
+        }),
+    }))
+}
+
+/// [`status`] for a caller outside any async runtime: the cluster of
+/// kubeconfig context `context` (the current one when `None`), in
+/// `namespace` (the context's when `None`).
+pub fn status_of(context: Option<&str>, namespace: Option<&str>) -> Result<Option<Status>, String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the Kubernetes client: {e}"))?;
+    rt.block_on(async {
+        let cluster = crate::k8s::client::connect(None, context).await?;
+        let namespace = namespace.unwrap_or(&cluster.namespace).to_owned();
+        let asked = status(cluster.client, &namespace);
+        match tokio::time::timeout(crate::k8s::client::PROBE_TIMEOUT, asked).await {
+            Ok(answer) => {
+                answer.map_err(|e| format!("the Kubernetes API server {}: {e}", cluster.server))
+            }
+            Err(_) => Err(format!(
+                "the Kubernetes API server {} did not answer within {} s",
+                cluster.server,
+                crate::k8s::client::PROBE_TIMEOUT.as_secs()
+            )),
+        }
+    })
+}

@@ -3,8 +3,8 @@
 //! what runs it on Kubernetes; `skyc controller serve` is what its pods
 //! run.
 
-use super::exit::{OK, USAGE};
-use super::out::errln;
+use super::exit::{NOT_FOUND, OK, USAGE};
+use super::out::{errln, outln};
 use super::state::StateArgs;
 use skyc_runtime::controller::{Ended, Replica};
 use skyc_runtime::k8s::client;
@@ -15,7 +15,23 @@ use std::sync::atomic::AtomicBool;
 
 #[derive(clap::Subcommand)]
 pub(crate) enum Command {
+    Status(StatusArgs),
     Serve(ServeArgs),
+}
+
+/// Show the controller of a namespace: its replicas, which one leads and
+/// when it last renewed its Lease, its state claim.
+#[derive(clap::Args)]
+pub(crate) struct StatusArgs {
+    /// The controller's namespace; default: the kubeconfig context's.
+    #[arg(long, value_name = "NAME")]
+    namespace: Option<String>,
+    /// The kubeconfig context [default: the current one].
+    #[arg(long, value_name = "NAME")]
+    context: Option<String>,
+    /// As JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Run a replica of the controller in a pod: wait for its Lease, then
@@ -34,8 +50,60 @@ pub(crate) struct ServeArgs {
 /// A replica that lost its Lease: started again, it waits for it.
 const LOST: u8 = 75;
 
+fn status(args: &StatusArgs) -> u8 {
+    let found =
+        skyc_runtime::controller::status_of(args.context.as_deref(), args.namespace.as_deref());
+    let status = match found {
+        Ok(Some(status)) => status,
+        Ok(None) => {
+            errln!(
+                "skyc: no controller in {}: `skyc build --target k8s --controller` prints one to apply",
+                args.namespace
+                    .as_deref()
+                    .unwrap_or("the context's namespace")
+            );
+            return NOT_FOUND;
+        }
+        Err(message) => {
+            errln!("error: {message}");
+            return USAGE;
+        }
+    };
+    if args.json {
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&status).unwrap_or_default()
+        );
+        return OK;
+    }
+    let image = status.image.as_deref().unwrap_or("?");
+    outln!(
+        "controller in {}: {} of {} replicas ready ({image})",
+        status.namespace,
+        status.ready,
+        status.replicas
+    );
+    match (&status.leader, status.renewed_seconds_ago) {
+        (Some(leader), Some(ago)) => outln!(
+            "leader: {leader}, Lease renewed {ago} s ago ({} changes of leader)",
+            status.transitions
+        ),
+        (Some(leader), None) => outln!("leader: {leader}"),
+        (None, _) => outln!("leader: none yet"),
+    }
+    outln!(
+        "state: {}",
+        status
+            .state
+            .as_deref()
+            .unwrap_or("no claim (skyc-controller-state is missing)")
+    );
+    OK
+}
+
 pub(crate) fn run(command: &Command) -> u8 {
     match command {
+        Command::Status(args) => status(args),
         Command::Serve(serve) => match self::serve(serve) {
             Ok(Ended::Stopped) => OK,
             Ok(Ended::Lost) => LOST,

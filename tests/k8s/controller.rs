@@ -91,3 +91,34 @@ fn controller_options_that_cannot_work_are_refused() {
         json!(["ReadWriteMany"])
     );
 }
+
+#[test]
+fn status_names_an_api_server_that_does_not_answer() {
+    // Bound and dropped: nothing listens there any more.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port");
+    let dir = std::env::temp_dir().join(format!("skyc-controller-status-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: \
+             https://127.0.0.1:{port}\ncontexts:\n- name: c\n  context: {{cluster: c, user: u, \
+             namespace: team}}\ncurrent-context: c\nusers:\n- name: u\n  user: {{token: t}}\n"
+        ),
+    )
+    .unwrap();
+    let out = skyc()
+        .args(["controller", "status"])
+        .env("KUBECONFIG", &kubeconfig)
+        .output()
+        .expect("skyc controller status");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("127.0.0.1:{port}")), "{err}");
+    assert!(err.contains("the controller's Deployment in team"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -212,3 +212,55 @@ fn the_other_replica_takes_the_group_over_when_the_leader_ends() {
     assert_eq!(b.thread.join().unwrap().unwrap(), Ended::Stopped);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn status_says_who_leads_how_many_replicas_are_ready_and_the_state() {
+    let fake = Fake::default();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let client = || kube::Client::new(fake.clone(), NS);
+        assert_eq!(controller::status(client(), NS).await.unwrap(), None);
+        // The objects `build --target k8s --controller` makes, as the
+        // cluster shows them once a replica leads.
+        let objects = skyc_targets::k8s::controller::objects(
+            &skyc_targets::k8s::controller::Controller::default(),
+        )
+        .unwrap();
+        {
+            let mut w = fake.world();
+            let mut deployment = objects[6].clone();
+            deployment["status"] = serde_json::json!({"readyReplicas": 1});
+            w.put("deployments", deployment);
+            let mut claim = objects[5].clone();
+            claim["status"] = serde_json::json!({"phase": "Bound"});
+            w.put("persistentvolumeclaims", claim);
+        }
+        let mut a = crate::k8s::lease::Elector::new(
+            kube::api::Api::namespaced(client(), NS),
+            "skyc-controller",
+            "skyc-controller-5d8f-x2k4p",
+            timing(),
+        );
+        assert!(matches!(
+            a.round().await,
+            Ok(crate::k8s::lease::Round::Leads(_))
+        ));
+        let status = controller::status(client(), NS).await.unwrap().unwrap();
+        assert_eq!(status.replicas, 1);
+        assert_eq!(status.ready, 1);
+        assert_eq!(
+            status.image.as_deref(),
+            Some(skyc_targets::k8s::controller::DEFAULT_IMAGE)
+        );
+        assert_eq!(status.leader.as_deref(), Some("skyc-controller-5d8f-x2k4p"));
+        assert!(status.renewed_seconds_ago.is_some_and(|s| s <= 1));
+        assert_eq!(status.state.as_deref(), Some("Bound"));
+        // A refusal of the API server is named.
+        fake.world().fail("GET", "/leases/", Some(403), 1);
+        let refused = controller::status(client(), NS).await.unwrap_err();
+        assert!(refused.contains("the controller's Lease"), "{refused}");
+    });
+}

@@ -352,6 +352,7 @@ fn api_version(resource: &str) -> &'static str {
         "jobs" => "batch/v1",
         "workloads" => "kueue.x-k8s.io/v1beta1",
         "leases" => "coordination.k8s.io/v1",
+        "deployments" => "apps/v1",
         _ => "v1",
     }
 }
@@ -367,6 +368,7 @@ fn kind(resource: &str) -> &'static str {
         "workloads" => "Workload",
         "persistentvolumeclaims" => "PersistentVolumeClaim",
         "leases" => "Lease",
+        "deployments" => "Deployment",
         _ => "Unknown",
     }
 }
