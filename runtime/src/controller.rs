@@ -12,7 +12,7 @@
 //! even before its loop has noticed. The Lease is renewed on a thread of
 //! its own, never behind the supervisor's work.
 
-use crate::k8s::lease::{Elector, Fence, Round, Timing};
+use crate::k8s::lease::{Elector, Fence, Timing};
 use crate::k8s::{Connect, Tuning};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
@@ -63,7 +63,7 @@ pub fn serve(
     // The election's own thread and runtime: its client's connections
     // live there, and its renewals never wait for the supervisor.
     let election = {
-        let (stop, lost, retry) = (stop.clone(), lost.clone(), replica.timing.retry);
+        let (stop, lost) = (stop.clone(), lost.clone());
         let done = done.clone();
         let replica = replica.clone();
         std::thread::Builder::new()
@@ -76,24 +76,23 @@ pub fn serve(
                 rt.block_on(async {
                     let mut elector =
                         Elector::new(leases()?, &replica.lease, &replica.identity, replica.timing);
-                    let mut said = None;
-                    loop {
-                        if stop.load(Ordering::SeqCst) {
-                            return Ok(());
+                    // Who holds the Lease, said when it changes.
+                    let mut said: Option<Option<String>> = None;
+                    let heard = |heard: Result<Option<&str>, &crate::k8s::lease::Error>| match heard
+                    {
+                        Ok(holder) if said.as_ref().is_none_or(|s| s.as_deref() != holder) => {
+                            crate::supervisor::log(format_args!(
+                                "the Lease is held by {}: waiting",
+                                holder.unwrap_or("nobody")
+                            ));
+                            said = Some(holder.map(str::to_owned));
                         }
-                        match elector.round().await {
-                            Ok(Round::Leads(_)) => break,
-                            Ok(Round::Follows(holder)) if holder != said => {
-                                crate::supervisor::log(format_args!(
-                                    "the Lease is held by {}: waiting",
-                                    holder.as_deref().unwrap_or("nobody")
-                                ));
-                                said = holder;
-                            }
-                            Ok(Round::Follows(_)) => {}
-                            Err(e) => crate::supervisor::log(format_args!("the Lease: {e}")),
-                        }
-                        tokio::time::sleep(retry).await;
+                        Ok(_) => {}
+                        Err(e) => crate::supervisor::log(format_args!("the Lease: {e}")),
+                    };
+                    tokio::select! {
+                        () = elector.lead(heard) => {}
+                        () = stopped(&stop) => return Ok(()),
                     }
                     let _ = leads.send(elector.fence());
                     tokio::select! {

@@ -109,7 +109,12 @@ impl Fence {
     /// Whether this replica leads now: its last renewal is recent enough
     /// that no other can have taken the Lease.
     pub fn holds(&self) -> bool {
-        self.until().is_some_and(|u| Instant::now() < u)
+        self.holding().is_some()
+    }
+
+    /// Until when, if it holds now.
+    pub fn holding(&self) -> Option<Instant> {
+        self.until().filter(|u| Instant::now() < *u)
     }
 
     pub fn until(&self) -> Option<Instant> {
@@ -285,11 +290,15 @@ impl Elector {
         }
     }
 
-    /// Rounds until this replica leads: a follower waits here.
-    pub async fn lead(&mut self) {
+    /// Rounds until this replica leads: a follower waits here. `heard`
+    /// is told each round that does not make it lead: the holder it
+    /// follows, or why the round failed.
+    pub async fn lead(&mut self, mut heard: impl FnMut(Result<Option<&str>, &Error>)) {
         loop {
-            if let Ok(Round::Leads(_)) = self.round().await {
-                return;
+            match self.round().await {
+                Ok(Round::Leads(_)) => return,
+                Ok(Round::Follows(holder)) => heard(Ok(holder.as_deref())),
+                Err(e) => heard(Err(&e)),
             }
             tokio::time::sleep(self.timing.retry).await;
         }
@@ -437,7 +446,7 @@ where
             let answer = self.inner.call(req);
             return Box::pin(async move { answer.await.map_err(Into::into) });
         }
-        let Some(until) = self.fence.until().filter(|_| self.fence.holds()) else {
+        let Some(until) = self.fence.holding() else {
             return Box::pin(std::future::ready(Err(NotLeading.into())));
         };
         // A write not answered by the fence's end is abandoned there

@@ -91,11 +91,6 @@ impl Told {
     pub fn settled(&self) -> bool {
         self.settled
     }
-
-    /// The outage as last told.
-    pub fn outage(&self) -> Option<&str> {
-        self.outage.as_deref()
-    }
 }
 
 #[cfg(test)]
@@ -151,7 +146,6 @@ mod tests {
 
         assert!(told.news(Report::Outage(None)).is_none());
         assert!(told.news(Report::Outage(Some("down".into()))).is_some());
-        assert_eq!(told.outage(), Some("down"));
         assert!(told.news(Report::Outage(Some("down".into()))).is_none());
         assert!(told.news(Report::Outage(None)).is_some());
 

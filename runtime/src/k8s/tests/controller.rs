@@ -10,13 +10,13 @@
 //! `skyc controller serve` reads it: `k8s::client::in_cluster`, tested on
 //! its own), and a leader frozen rather than ended.
 
-use super::driver::{plan, tuning};
+use super::driver::{insert, plan, tuning, turn};
 use super::fake::{Fake, NS};
 use crate::controller::{self, Ended, Replica};
 use crate::k8s::client::Cluster;
 use crate::k8s::lease::{Fenced, Timing};
 use crate::k8s::{Connect, Plan};
-use crate::store::{Backend, NewGroup, NewTask, Store};
+use crate::store::Store;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -100,19 +100,7 @@ fn until(fake: &Fake, what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while !done() {
         assert!(Instant::now() < deadline, "{what}: not reached");
-        {
-            let mut w = fake.world();
-            w.reconcile_cluster();
-            w.run_pending();
-            for pod in w.names("pods") {
-                let gate = w.get("pods", &pod).is_some_and(|p| {
-                    pod.starts_with("g-skyc-gate-") && p["status"]["phase"] == "Running"
-                });
-                if gate {
-                    w.exit(&pod, 0);
-                }
-            }
-        }
+        turn(&mut fake.world());
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -122,29 +110,7 @@ fn the_other_replica_takes_the_group_over_when_the_leader_ends() {
     let dir = std::env::temp_dir().join(format!("skyc-controller-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let p = plan(GROUP);
-    let gid = Store::open(&dir)
-        .unwrap()
-        .insert_group(&NewGroup {
-            name: "g",
-            source: "g.yaml",
-            submitted_at_ms: crate::store::now_ms(),
-            plan: &serde_json::to_string(&p).unwrap(),
-            backend: Backend::Kubernetes,
-            snapshots: &[],
-            buckets: &[],
-            tasks: p
-                .spec
-                .tasks
-                .iter()
-                .map(|t| NewTask {
-                    name: &t.name,
-                    primary: t.primary,
-                    num_nodes: t.num_nodes,
-                })
-                .collect(),
-        })
-        .unwrap();
+    let gid = insert(&dir, &plan(GROUP));
     let fake = Fake::default();
     fake.world().wall_clock = true;
     let a = replica(&fake, &dir, "pod-a");

@@ -65,6 +65,49 @@ pub(super) fn connect_with(fake: &Fake, exec: Option<Arc<dyn PodExec>>) -> Conne
     })
 }
 
+/// Group `g` of `plan` recorded in the store of `dir`, as `skyc run
+/// --target k8s` records it; its id.
+pub(super) fn insert(dir: &std::path::Path, plan: &Plan) -> i64 {
+    use crate::store::{Backend, NewGroup, NewTask, Store};
+    Store::open(dir)
+        .unwrap()
+        .insert_group(&NewGroup {
+            name: "g",
+            source: "g.yaml",
+            submitted_at_ms: crate::store::now_ms(),
+            plan: &serde_json::to_string(&plan).unwrap(),
+            backend: Backend::Kubernetes,
+            snapshots: &[],
+            buckets: &[],
+            tasks: plan
+                .spec
+                .tasks
+                .iter()
+                .map(|t| NewTask {
+                    name: &t.name,
+                    primary: t.primary,
+                    num_nodes: t.num_nodes,
+                })
+                .collect(),
+        })
+        .unwrap()
+}
+
+/// One turn of the cluster's controllers; a gate's pod does nothing but
+/// end well.
+pub(super) fn turn(w: &mut World) {
+    w.reconcile_cluster();
+    w.run_pending();
+    for pod in w.names("pods") {
+        let gate = w
+            .get("pods", &pod)
+            .is_some_and(|p| pod.starts_with("g-skyc-gate-") && p["status"]["phase"] == "Running");
+        if gate {
+            w.exit(&pod, 0);
+        }
+    }
+}
+
 pub(super) fn tuning() -> Tuning {
     Tuning {
         backoff: Backoff {

@@ -25,6 +25,17 @@ fn elector(fake: &Fake, me: &str) -> Elector {
     Elector::new(api, "skyc-controller", me, timing())
 }
 
+/// A ConfigMap to write: any write does.
+fn map(name: &str) -> k8s_openapi::api::core::v1::ConfigMap {
+    k8s_openapi::api::core::v1::ConfigMap {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -47,7 +58,7 @@ fn the_follower_takes_over_once_the_leader_is_gone_and_never_before() {
             a.keep().await;
         });
         let follower = tokio::spawn(async move {
-            b.lead().await;
+            b.lead(|_| {}).await;
             b
         });
         // The leader renews: two seconds, twice the Lease's duration, and
@@ -155,13 +166,6 @@ fn a_fenced_client_changes_nothing_once_its_fence_has_run_out() {
         let mut a = elector(&fake, "pod-a");
         let fenced = kube::Client::new(Fenced::new(fake.clone(), a.fence()), NS);
         let maps: Api<ConfigMap> = Api::namespaced(fenced, NS);
-        let map = |name: &str| ConfigMap {
-            metadata: kube::api::ObjectMeta {
-                name: Some(name.into()),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
         // Not leading yet: refused, and the API server never hears of it.
         let refused = maps.create(&PostParams::default(), &map("early")).await;
         assert!(
@@ -212,17 +216,10 @@ fn a_leader_whose_api_server_stalls_stops_leading_at_its_deadline() {
         let maps: Api<ConfigMap> = Api::namespaced(fenced, NS);
         // Requests are taken and never answered.
         fake.world().hang = true;
-        let map = ConfigMap {
-            metadata: kube::api::ObjectMeta {
-                name: Some("stalled".into()),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
         // A write sent while leading is abandoned when the fence ends.
         let write = tokio::time::timeout(
             Duration::from_secs(5),
-            maps.create(&PostParams::default(), &map),
+            maps.create(&PostParams::default(), &map("stalled")),
         )
         .await
         .expect("the write ends with the fence");

@@ -3,9 +3,9 @@
 //! around the backend, end to end through the store as `skyc status`
 //! reads it (adoption, reports recorded, timers, the group closed).
 
-use super::driver::{connect, plan, tuning};
+use super::driver::{connect, insert, plan, tuning, turn};
 use super::fake::{Fake, World};
-use crate::store::{Backend, NewGroup, NewTask, Store};
+use crate::store::Store;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -49,29 +49,7 @@ impl Scene {
             std::env::temp_dir().join(format!("skyc-supervised-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let plan = plan(yaml);
-        let mut store = Store::open(&dir).unwrap();
-        store
-            .insert_group(&NewGroup {
-                name: "g",
-                source: "g.yaml",
-                submitted_at_ms: crate::store::now_ms(),
-                plan: &serde_json::to_string(&plan).unwrap(),
-                backend: Backend::Kubernetes,
-                snapshots: &[],
-                buckets: &[],
-                tasks: plan
-                    .spec
-                    .tasks
-                    .iter()
-                    .map(|t| NewTask {
-                        name: &t.name,
-                        primary: t.primary,
-                        num_nodes: t.num_nodes,
-                    })
-                    .collect(),
-            })
-            .unwrap();
+        insert(&dir, &plan(yaml));
         let fake = Fake::default();
         fake.world().wall_clock = true;
         setup(&mut fake.world());
@@ -110,20 +88,7 @@ impl Scene {
                     .map(|r| r.line())
                     .collect::<Vec<_>>()
             );
-            {
-                let mut w = self.fake.world();
-                w.reconcile_cluster();
-                w.run_pending();
-                // The gate's pod does nothing but end well.
-                for pod in w.names("pods") {
-                    let gate = w.get("pods", &pod).is_some_and(|p| {
-                        pod.starts_with("g-skyc-gate-") && p["status"]["phase"] == "Running"
-                    });
-                    if gate {
-                        w.exit(&pod, 0);
-                    }
-                }
-            }
+            turn(&mut self.fake.world());
             std::thread::sleep(Duration::from_millis(20));
         }
     }
