@@ -5,6 +5,7 @@
 //! name) resolves, and a model of the JobSet controller proving when each
 //! task or step starts and how the JobSet ends.
 
+mod client;
 mod controller;
 mod dns;
 mod order;

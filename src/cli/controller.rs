@@ -3,7 +3,7 @@
 //! what runs it on Kubernetes; `skyc controller serve` is what its pods
 //! run.
 
-use super::exit::{NOT_FOUND, OK, USAGE};
+use super::exit::{FAILED, NOT_FOUND, OK, USAGE};
 use super::out::{errln, outln};
 use super::state::StateArgs;
 use skyc_runtime::controller::{Ended, Replica};
@@ -15,8 +15,92 @@ use std::sync::atomic::AtomicBool;
 
 #[derive(clap::Subcommand)]
 pub(crate) enum Command {
+    Up(UpArgs),
     Status(StatusArgs),
+    Down(DownArgs),
     Serve(ServeArgs),
+    /// The live groups and pools of the state directory, a line each.
+    #[command(hide = true)]
+    Live(LiveArgs),
+    /// A client's command, run on the controller (`--state-dir
+    /// k8s://NS`): ended when the session's input closes.
+    #[command(hide = true)]
+    Answer(AnswerArgs),
+    /// A group a client planned: recorded here, with its snapshots.
+    #[command(hide = true)]
+    Accept(AcceptArgs),
+    /// Which of the snapshots named the state directory does not hold.
+    #[command(hide = true)]
+    Missing(MissingArgs),
+}
+
+#[derive(clap::Args)]
+pub(crate) struct AnswerArgs {
+    /// The command line to run, without `skyc`.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+    args: Vec<String>,
+}
+
+#[derive(clap::Args)]
+pub(crate) struct AcceptArgs {
+    #[command(flatten)]
+    state: StateArgs,
+}
+
+#[derive(clap::Args)]
+pub(crate) struct MissingArgs {
+    #[arg(value_name = "DIGEST")]
+    digests: Vec<String>,
+    #[command(flatten)]
+    state: StateArgs,
+}
+
+/// Start skyc's controller in a namespace: apply its objects (those
+/// `skyc build --target k8s --controller` prints) with your credentials,
+/// and wait until a replica leads. Then `--state-dir k8s://NAMESPACE`
+/// submits to it and lists, follows and cancels its groups.
+#[derive(clap::Args)]
+pub(crate) struct UpArgs {
+    /// Where the controller runs: Kubernetes (`k8s`).
+    #[arg(long, value_parser = ["k8s"], default_value = "k8s")]
+    target: String,
+    /// The controller's namespace; default: the kubeconfig context's.
+    #[arg(long, value_name = "NAME")]
+    namespace: Option<String>,
+    /// The kubeconfig context [default: the current one].
+    #[arg(long, value_name = "NAME")]
+    context: Option<String>,
+    /// How long to wait for a replica to lead.
+    #[arg(long, value_name = "SECONDS", default_value_t = 300)]
+    wait: u64,
+    #[command(flatten)]
+    controller: ControllerArgs,
+}
+
+/// Remove skyc's controller from a namespace: refused while it supervises
+/// a live group or pool. Its state claim (groups, logs) is kept for the
+/// next `up` unless `--purge`; the Role `skyc-runner` is kept (your
+/// users' binding may name it).
+#[derive(clap::Args)]
+pub(crate) struct DownArgs {
+    /// The controller's namespace; default: the kubeconfig context's.
+    #[arg(long, value_name = "NAME")]
+    namespace: Option<String>,
+    /// The kubeconfig context [default: the current one].
+    #[arg(long, value_name = "NAME")]
+    context: Option<String>,
+    /// Delete the state claim too: every group's record and logs.
+    #[arg(long)]
+    purge: bool,
+    /// Remove it without asking what is live (when no replica leads).
+    #[arg(long)]
+    force: bool,
+}
+
+#[derive(clap::Args)]
+pub(crate) struct LiveArgs {
+    #[command(flatten)]
+    state: StateArgs,
 }
 
 /// Show the controller of a namespace: its replicas, which one leads and
@@ -103,7 +187,24 @@ fn status(args: &StatusArgs) -> u8 {
 
 pub(crate) fn run(command: &Command) -> u8 {
     match command {
+        Command::Up(args) => up(args),
+        Command::Down(args) => down(args),
+        Command::Live(args) => live(args),
         Command::Status(args) => status(args),
+        Command::Answer(args) => answer(args),
+        Command::Accept(args) => accept(args),
+        Command::Missing(args) => match args.state.local() {
+            Ok(dir) => {
+                for digest in skyc_runtime::controller::submission::missing(&dir, &args.digests) {
+                    outln!("{digest}");
+                }
+                OK
+            }
+            Err(message) => {
+                errln!("error: {message}");
+                USAGE
+            }
+        },
         Command::Serve(serve) => match self::serve(serve) {
             Ok(Ended::Stopped) => OK,
             Ok(Ended::Lost) => LOST,
@@ -123,7 +224,7 @@ fn serve(args: &ServeArgs) -> Result<Ended, String> {
         .iter()
         .find_map(|v| std::env::var(v).ok().filter(|v| !v.is_empty()))
         .ok_or("neither SKYC_CONTROLLER_ID nor HOSTNAME names this replica")?;
-    let dir = args.state.dir();
+    let dir = args.state.local()?;
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
@@ -182,5 +283,168 @@ impl ControllerArgs {
             storage_class: self.controller_storage_class.clone(),
             ..Controller::default()
         })
+    }
+}
+
+/// Runs a client's command line here; the process ends when the session
+/// that asked for it does (its input closed): a client gone leaves
+/// nothing running, `logs -f` included.
+fn answer(args: &AnswerArgs) -> u8 {
+    use clap::Parser;
+    let cli = match super::Cli::try_parse_from(
+        std::iter::once("skyc".to_owned()).chain(args.args.iter().cloned()),
+    ) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { USAGE } else { OK };
+        }
+    };
+    if matches!(
+        cli.command,
+        super::Command::Controller(_) | super::Command::Run(_)
+    ) {
+        errln!("error: only status, logs, cancel and pool commands are answered for a client");
+        return USAGE;
+    }
+    std::thread::spawn(|| {
+        let _ = std::io::copy(&mut std::io::stdin().lock(), &mut std::io::sink());
+        std::process::exit(i32::from(CLIENT_GONE));
+    });
+    super::dispatch(cli.command)
+}
+
+/// The client that asked has gone.
+const CLIENT_GONE: u8 = 130;
+
+/// Records a group a client planned (`skyc run --state-dir k8s://NS`),
+/// its stream on stdin; prints its id.
+fn accept(args: &AcceptArgs) -> u8 {
+    let stdin = std::io::stdin();
+    let accepted = args
+        .state
+        .local()
+        .and_then(|dir| skyc_runtime::controller::submission::accept(&dir, stdin.lock()));
+    match accepted {
+        Ok(gid) => {
+            outln!("{gid}");
+            OK
+        }
+        Err(message) => {
+            errln!("error: {message}");
+            USAGE
+        }
+    }
+}
+
+fn up(args: &UpArgs) -> u8 {
+    use skyc_runtime::controller::install;
+    let wait = std::time::Duration::from_secs(args.wait);
+    let done = install::with_cluster(
+        args.context.as_deref(),
+        args.namespace.as_deref(),
+        |client, namespace| async move {
+            let objects = args.controller.objects(Some(namespace.clone()))?;
+            let applied = install::apply(&client, &namespace, &objects).await?;
+            for object in &applied {
+                errln!("skyc: applied {object}");
+            }
+            let leader = install::leader(&client, &namespace, wait).await?;
+            Ok((namespace, leader))
+        },
+    );
+    match done {
+        Ok((namespace, leader)) => {
+            let state = skyc_runtime::controller::remote::Remote {
+                namespace: namespace.clone(),
+                context: args.context.clone(),
+            };
+            errln!("skyc: the controller in {namespace} leads as {leader}");
+            errln!("  submit to it:  skyc run FILE --target k8s --state-dir {state}");
+            errln!("  its groups:    skyc status --state-dir {state}");
+            OK
+        }
+        Err(message) => {
+            errln!("error: {message}");
+            USAGE
+        }
+    }
+}
+
+fn down(args: &DownArgs) -> u8 {
+    use skyc_runtime::controller::install::{self, Down};
+    let done = install::with_cluster(
+        args.context.as_deref(),
+        args.namespace.as_deref(),
+        |client, namespace| async move {
+            install::down(&client, &namespace, args.purge, args.force)
+                .await
+                .map(|down| (namespace, down))
+        },
+    );
+    match done {
+        Ok((namespace, Down::Removed(removed))) => {
+            if removed.is_empty() {
+                errln!("skyc: no controller in {namespace}");
+                return NOT_FOUND;
+            }
+            for object in removed {
+                errln!("skyc: deleted {object}");
+            }
+            if !args.purge {
+                errln!(
+                    "skyc: kept persistentvolumeclaim/{}-state (its groups and logs; \
+                     `--purge` deletes it)",
+                    controller::NAME
+                );
+            }
+            OK
+        }
+        Ok((namespace, Down::Live(live))) => {
+            errln!("error: the controller in {namespace} supervises what is live:");
+            for line in live {
+                errln!("  {line}");
+            }
+            let state = skyc_runtime::controller::remote::Remote {
+                namespace,
+                context: args.context.clone(),
+            };
+            errln!(
+                "cancel them first: `skyc cancel --all --state-dir {state}`, \
+                 `skyc pool down --all --state-dir {state}`"
+            );
+            FAILED
+        }
+        Err(message) => {
+            errln!("error: {message}");
+            USAGE
+        }
+    }
+}
+
+/// The live groups and pools of a state directory, a line each: what
+/// `controller down` refuses to end.
+fn live(args: &LiveArgs) -> u8 {
+    let listed = args.state.local().and_then(|dir| {
+        let store = skyc_runtime::store::Store::open(&dir).map_err(|e| e.to_string())?;
+        let live = store.live_groups().map_err(|e| e.to_string())?;
+        live.into_iter()
+            .filter_map(|id| store.group(id).transpose())
+            .map(|g| g.map_err(|e| e.to_string()))
+            .collect::<Result<Vec<_>, _>>()
+    });
+    match listed {
+        Ok(groups) => {
+            for g in groups {
+                if g.kind != skyc_runtime::store::Kind::Worker {
+                    outln!("{} {} ({}) {}", g.kind.as_str(), g.id, g.name, g.status);
+                }
+            }
+            OK
+        }
+        Err(message) => {
+            errln!("error: {message}");
+            USAGE
+        }
     }
 }

@@ -30,11 +30,29 @@ pub(crate) struct Args {
     /// Follow a group in progress until it ends (the default).
     #[arg(short, long)]
     follow: bool,
+    /// The supervisor's own log instead: the state directory's
+    /// `supervisor.log`, or a controller's (`--state-dir k8s://NS`), its
+    /// leading replica's.
+    #[arg(long, conflicts_with_all = ["id_or_task", "task", "name"])]
+    controller: bool,
     #[command(flatten)]
     state: StateArgs,
 }
 
+impl Args {
+    pub(crate) fn controller(&self) -> bool {
+        self.controller
+    }
+
+    pub(crate) fn follows(&self) -> bool {
+        self.follow
+    }
+}
+
 pub(crate) fn run(args: &Args) -> u8 {
+    if args.controller {
+        return supervisor_log(args);
+    }
     // With `-n NAME` the one positional is the task (`skyc logs -n exp 0`).
     let mut args = args.clone();
     if args.by_name.name.is_some()
@@ -101,4 +119,30 @@ fn print(args: &Args) -> Result<u8, String> {
         &group.status,
         group.finished_at_ms.is_some(),
     ))
+}
+
+/// `logs --controller` of a local state directory: its supervisor's log,
+/// as written so far.
+fn supervisor_log(args: &Args) -> u8 {
+    let path = args.state.dir().join("supervisor.log");
+    match std::fs::File::open(&path) {
+        Ok(mut file) => match std::io::copy(&mut file, &mut out::stdout()) {
+            Ok(_) => exit::OK,
+            Err(e) => {
+                errln!("error: {}: {e}", path.display());
+                USAGE
+            }
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            errln!(
+                "skyc: no supervisor has run for {} yet",
+                args.state.dir().display()
+            );
+            NOT_FOUND
+        }
+        Err(e) => {
+            errln!("error: {}: {e}", path.display());
+            USAGE
+        }
+    }
 }

@@ -23,6 +23,7 @@ mod logs;
 mod lsp;
 pub(crate) mod out;
 mod pool;
+mod remote;
 mod report;
 mod run;
 mod schema;
@@ -116,7 +117,69 @@ pub(crate) fn main() -> ExitCode {
             return ExitCode::from(if e.use_stderr() { USAGE } else { OK });
         }
     };
-    let code = match cli.command {
+    // A controller's state directory: the command acts there.
+    if let Some(remote) = remote::named(&args[1..]) {
+        let remote = match remote {
+            Ok(remote) => remote,
+            Err(message) => {
+                errln!("error: {message}");
+                return ExitCode::from(USAGE);
+            }
+        };
+        if let Some(code) = through_controller(&cli.command, &remote, &args[1..]) {
+            return ExitCode::from(code);
+        }
+    }
+    ExitCode::from(dispatch(cli.command))
+}
+
+/// What a command does when its state directory is a controller's:
+/// `None` for those that act here (`run` submits there itself).
+fn through_controller(
+    command: &Command,
+    remote: &skyc_runtime::controller::remote::Remote,
+    args: &[std::ffi::OsString],
+) -> Option<u8> {
+    match command {
+        Command::Check(_)
+        | Command::Build(_)
+        | Command::Run(_)
+        | Command::Controller(_)
+        | Command::Schema(_)
+        | Command::Completions(_)
+        | Command::Lsp(_) => None,
+        Command::Logs(logs) if logs.controller() => {
+            Some(remote::controller_log(remote, logs.follows()))
+        }
+        Command::Status(_)
+        | Command::Logs(_)
+        | Command::Cancel(_)
+        | Command::Pool(pool::Command::Status(_) | pool::Command::Down(_)) => {
+            Some(remote::forward(remote, args))
+        }
+        Command::Dashboard(_)
+        | Command::Pool(pool::Command::Apply(_))
+        | Command::Volume(_)
+        | Command::Storage(_) => {
+            let name = args
+                .iter()
+                .take_while(|a| !a.to_string_lossy().starts_with('-'))
+                .take(2)
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+                .join(" ");
+            errln!(
+                "error: `skyc {name}` does not act through a controller yet: give it a local \
+                 --state-dir (docs/controller.md)"
+            );
+            Some(USAGE)
+        }
+    }
+}
+
+/// Runs a parsed command line.
+fn dispatch(command: Command) -> u8 {
+    match command {
         Command::Check(args) => check::run(&args),
         Command::Build(args) => build::run(&args),
         Command::Run(args) => run::run(&args),
@@ -134,8 +197,7 @@ pub(crate) fn main() -> ExitCode {
             crash::unwind_on_panic();
             lsp::run(&args)
         }
-    };
-    ExitCode::from(code)
+    }
 }
 
 /// `--env KEY=VALUE`.

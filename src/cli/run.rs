@@ -9,6 +9,9 @@ use super::target::{self, Planners, RunInput, SubmitArgs};
 use super::{input, parse_env, report};
 use skyc_compiler::ir::Group;
 use skyc_compiler::{Diagnostic, Rule};
+use skyc_runtime::controller::remote::Remote;
+use skyc_runtime::controller::submission::Submission;
+use skyc_runtime::files::Snapshots;
 use skyc_runtime::store::{Backend, NewGroup, NewTask, Store, now_ms};
 use skyc_runtime::supervisor;
 use std::path::Path;
@@ -105,6 +108,27 @@ pub(crate) fn run(args: &Args) -> u8 {
                 follow(args, &dir, gid)
             }
         }
+        Ok(Submitted::Remote(remote, gid)) => {
+            if args.detach {
+                outln!("{gid}");
+                print_next_steps(args, gid);
+                return OK;
+            }
+            errln!(
+                "skyc: group {gid} submitted to the controller in {} (Ctrl-C stops following; \
+                 the group goes on)",
+                remote.namespace
+            );
+            let follow = ["logs".to_owned(), gid.to_string(), "--follow".to_owned()];
+            let (mut stdout, mut stderr) = (std::io::stdout(), std::io::stderr());
+            match remote.run(&follow, None, &mut stdout, &mut stderr) {
+                Ok(code) => u8::try_from(code).unwrap_or(USAGE),
+                Err(message) => {
+                    errln!("error: {message}");
+                    USAGE
+                }
+            }
+        }
         Err(message) => {
             errln!("error: {message}");
             USAGE
@@ -138,6 +162,8 @@ pub(super) enum Submitted {
     Group(std::path::PathBuf, i64),
     /// `--pool` or `--num-jobs`: jobs, in rank order.
     Jobs(std::path::PathBuf, Vec<i64>),
+    /// Recorded by a controller.
+    Remote(Remote, i64),
 }
 
 fn submit(args: &Args) -> Result<Submitted, String> {
@@ -176,6 +202,20 @@ fn submit(args: &Args) -> Result<Submitted, String> {
         return Ok(Submitted::Invalid);
     }
     let secrets = secret_values(&args.secrets, &group);
+    let remote = args.submit.state.remote()?;
+    if remote.is_some() {
+        if args.pool.is_some() || args.num_jobs > 1 {
+            return Err("--pool and --num-jobs do not go through a controller yet: \
+                        give a local --state-dir"
+                .into());
+        }
+        if args.target != Backend::Kubernetes {
+            return Err(format!(
+                "a controller on Kubernetes runs groups of --target k8s, not {}",
+                args.target.as_str()
+            ));
+        }
+    }
     let state_dir = args.submit.state.dir();
     // A pool's jobs are given the pool's files.
     let mut taken = super::files::take(
@@ -215,19 +255,27 @@ fn submit(args: &Args) -> Result<Submitted, String> {
     let Some(plan) = planner.group(&run)?.conclude(&mut compilation, &run, show) else {
         return Ok(Submitted::Invalid);
     };
+    let new = NewGroup {
+        name: args.name.as_deref().unwrap_or(&group.name),
+        source: &name,
+        submitted_at_ms: run.submitted_ms,
+        plan: &plan,
+        backend: args.target,
+        snapshots: &taken.files.digests(),
+        buckets: &taken.files.bucket_names(),
+        tasks: NewTask::of(&group),
+    };
+    if let Some(remote) = remote {
+        // Planned here, where the files are; recorded and supervised
+        // there.
+        let submission = Submission::of(&new);
+        let gid = remote.submit(&submission, &Snapshots::of(&state_dir))?;
+        taken.recorded();
+        return Ok(Submitted::Remote(remote, gid));
+    }
     let (dir, mut store) = args.submit.state.open()?;
-    let tasks = NewTask::of(&group);
     let gid = store
-        .insert_group(&NewGroup {
-            name: args.name.as_deref().unwrap_or(&group.name),
-            source: &name,
-            submitted_at_ms: run.submitted_ms,
-            plan: &plan,
-            backend: args.target,
-            snapshots: &taken.files.digests(),
-            buckets: &taken.files.bucket_names(),
-            tasks,
-        })
+        .insert_group(&new)
         .map_err(|e| format!("{}: {e}", dir.display()))?;
     taken.recorded();
     supervisor::wake(&dir).map_err(|e| format!("supervisor: {e}"))?;

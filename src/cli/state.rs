@@ -1,6 +1,7 @@
 //! The state directory shared by `run`, `status`, `logs` and `cancel`.
 
-use skyc_runtime::store::{Store, default_state_dir};
+use skyc_runtime::controller::remote::Remote;
+use skyc_runtime::store::{Store, default_state_dir, user_state_dir};
 use skyc_runtime::supervisor;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::PathBuf;
@@ -9,14 +10,38 @@ use std::path::PathBuf;
 #[derive(clap::Args, Clone)]
 pub(crate) struct StateArgs {
     /// Where groups, logs and the supervisor live [default:
-    /// $SKYC_STATE_DIR, else $XDG_STATE_HOME/skyc, else ~/.local/state/skyc].
+    /// $SKYC_STATE_DIR, else $XDG_STATE_HOME/skyc, else ~/.local/state/skyc];
+    /// `k8s://NAMESPACE[@CONTEXT]`: the controller's in that namespace.
     #[arg(long, value_name = "DIR")]
     pub(crate) state_dir: Option<PathBuf>,
 }
 
 impl StateArgs {
+    /// The local state directory. For a controller's (`k8s://NS`), the
+    /// one this machine would use otherwise: where a submission's
+    /// snapshots are taken before they are sent.
     pub(crate) fn dir(&self) -> PathBuf {
+        if matches!(self.remote(), Ok(Some(_)) | Err(_)) {
+            return user_state_dir();
+        }
         self.state_dir.clone().unwrap_or_else(default_state_dir)
+    }
+
+    /// The state directory, which must be on this machine.
+    pub(crate) fn local(&self) -> Result<PathBuf, String> {
+        match self.remote()? {
+            Some(_) => Err("--state-dir: a directory on this machine, not a controller's".into()),
+            None => Ok(self.dir()),
+        }
+    }
+
+    /// The controller the state directory names (`k8s://NS[@CONTEXT]`).
+    pub(crate) fn remote(&self) -> Result<Option<Remote>, String> {
+        let named = match &self.state_dir {
+            Some(dir) => dir.to_str().map(str::to_owned),
+            None => std::env::var("SKYC_STATE_DIR").ok(),
+        };
+        named.and_then(|n| Remote::parse(&n)).transpose()
     }
 
     /// Opens the store, creating the directory (private: it holds secrets

@@ -157,7 +157,7 @@ pub fn start(dir: &str, run: &str, env: &[(String, String)]) -> Command {
 
 /// The job's `run` and environment from a start's input, as the start
 /// script reads them; `None` for an input cut short.
-#[cfg(test)]
+#[cfg(any(test, feature = "fake-cluster"))]
 pub fn start_input(input: &[u8]) -> Option<(String, Vec<(String, String)>)> {
     let text = std::str::from_utf8(input).ok()?;
     let mut lines = text.lines();

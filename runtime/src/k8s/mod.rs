@@ -51,5 +51,7 @@ pub use jobset::JobSet;
 pub use plan::{FIELD_MANAGER, GROUP_LABEL, LAUNCHED_ANNOTATION, Lowering, Plan, RUN_ANNOTATION};
 pub use pool::{PoolInput, PoolPlan};
 
-#[cfg(test)]
+#[cfg(any(test, feature = "fake-cluster"))]
 mod tests;
+#[cfg(feature = "fake-cluster")]
+pub use tests::front::FakeCluster;

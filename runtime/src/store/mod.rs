@@ -1077,6 +1077,13 @@ pub fn default_state_dir() -> PathBuf {
     if let Some(dir) = var("SKYC_STATE_DIR") {
         return dir.into();
     }
+    user_state_dir()
+}
+
+/// The user's state directory, whatever `$SKYC_STATE_DIR` says:
+/// `$XDG_STATE_HOME/skyc`, else `~/.local/state/skyc`.
+pub fn user_state_dir() -> PathBuf {
+    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
     if let Some(xdg) = var("XDG_STATE_HOME") {
         return PathBuf::from(xdg).join("skyc");
     }

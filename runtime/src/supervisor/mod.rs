@@ -1016,21 +1016,25 @@ fn node_row(info: &NodeInfo) -> NodeRow {
 }
 
 /// Asks the supervisor of `dir` to pick up what the caller wrote to the
+/// store; an error when none answers (none is started: a controller's
+/// replica that does not lead must not supervise).
+pub fn poke(dir: &Path) -> io::Result<()> {
+    let mut stream = UnixStream::connect(dir.join("supervisor.sock"))?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    stream.write_all(b"wake\n")?;
+    let mut line = String::new();
+    BufReader::new(&stream).read_line(&mut line)?;
+    if line.trim() == "ok" {
+        Ok(())
+    } else {
+        Err(io::Error::other("the supervisor did not answer"))
+    }
+}
+
+/// Asks the supervisor of `dir` to pick up what the caller wrote to the
 /// store, starting one if none answers.
 pub fn wake(dir: &Path) -> io::Result<()> {
-    let socket = dir.join("supervisor.sock");
-    let ask = || -> io::Result<()> {
-        let mut stream = UnixStream::connect(&socket)?;
-        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-        stream.write_all(b"wake\n")?;
-        let mut line = String::new();
-        BufReader::new(&stream).read_line(&mut line)?;
-        if line.trim() == "ok" {
-            Ok(())
-        } else {
-            Err(io::Error::other("the supervisor did not answer"))
-        }
-    };
+    let ask = || poke(dir);
     if ask().is_ok() {
         return Ok(());
     }

@@ -353,6 +353,7 @@ fn api_version(resource: &str) -> &'static str {
         "workloads" => "kueue.x-k8s.io/v1beta1",
         "leases" => "coordination.k8s.io/v1",
         "deployments" => "apps/v1",
+        "roles" | "rolebindings" => "rbac.authorization.k8s.io/v1",
         _ => "v1",
     }
 }
@@ -369,6 +370,9 @@ fn kind(resource: &str) -> &'static str {
         "persistentvolumeclaims" => "PersistentVolumeClaim",
         "leases" => "Lease",
         "deployments" => "Deployment",
+        "serviceaccounts" => "ServiceAccount",
+        "roles" => "Role",
+        "rolebindings" => "RoleBinding",
         _ => "Unknown",
     }
 }

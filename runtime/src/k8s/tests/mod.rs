@@ -5,24 +5,45 @@
 //! the backend made (method, path, the body's essentials) and the
 //! engine's statuses.
 
+// The fake cluster, and the front that serves it to processes of their
+// own, are built for the `fake-cluster` feature too (the command line's
+// tests of a controller); the scenarios are tests only.
+#![cfg_attr(not(test), allow(dead_code, unused_imports))]
+
+#[cfg(test)]
 mod buckets;
+#[cfg(test)]
 mod controller;
 mod controllers;
 mod driver;
 mod exec;
 mod fake;
+#[cfg(test)]
 mod files;
+pub(super) mod front;
+#[cfg(test)]
 mod kubelet;
+#[cfg(test)]
 mod lease;
+#[cfg(test)]
 mod pipeline;
+#[cfg(test)]
 mod pool_jobs;
+#[cfg(test)]
 mod pools;
+#[cfg(test)]
 mod recovery;
+#[cfg(test)]
 mod refusals;
+#[cfg(test)]
 mod supervised;
+#[cfg(test)]
 mod supervised_pool;
+#[cfg(test)]
 mod units;
+#[cfg(test)]
 mod volumes;
+#[cfg(test)]
 mod ws_exec;
 
 use crate::backend::Report;

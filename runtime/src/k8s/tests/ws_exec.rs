@@ -27,26 +27,6 @@ enum Answer {
     Refuse(u16),
 }
 
-/// `+` and `%XX` decoded, as kube's query encoder writes them.
-fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < b.len() => {
-                let hex = std::str::from_utf8(&b[i + 1..i + 3]).unwrap_or("");
-                out.push(u8::from_str_radix(hex, 16).unwrap_or(b'?'));
-                i += 2;
-            }
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 /// The `command` parameters of an exec request, in order.
 fn command_of(request: &Request) -> Vec<String> {
     request
@@ -56,7 +36,7 @@ fn command_of(request: &Request) -> Vec<String> {
         .split('&')
         .filter_map(|kv| kv.split_once('='))
         .filter(|(k, _)| *k == "command")
-        .map(|(_, v)| unescape(v))
+        .map(|(_, v)| super::front::unescape(v))
         .collect()
 }
 

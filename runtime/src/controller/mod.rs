@@ -12,6 +12,10 @@
 //! even before its loop has noticed. The Lease is renewed on a thread of
 //! its own, never behind the supervisor's work.
 
+pub mod install;
+pub mod remote;
+pub mod submission;
+
 use crate::k8s::lease::{Elector, Fence, Timing};
 use crate::k8s::{Connect, Tuning};
 use k8s_openapi::api::coordination::v1::Lease;

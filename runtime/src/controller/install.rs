@@ -1,0 +1,267 @@
+//! `skyc controller up|down` on Kubernetes: the controller's objects
+//! (`skyc_targets::k8s::controller::objects`) applied with the user's
+//! own credentials, the way `kubectl apply --server-side` would, and
+//! removed again.
+//!
+//! Down refuses while the controller supervises a live group or pool, as
+//! SkyPilot's `sky jobs controller down` does: what is live is asked of
+//! the controller itself (`skyc controller live` in its leading pod). It
+//! keeps the Role `skyc-runner` (the users' own binding may name it) and,
+//! unless purged, the state claim: a next `up` finds its groups, logs and
+//! snapshots again.
+
+use super::remote;
+use crate::k8s::FIELD_MANAGER;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
+};
+use serde_json::Value;
+use skyc_targets::k8s::controller::{LEASE, NAME};
+use std::time::{Duration, Instant};
+
+/// How the controller ended up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Up {
+    /// Each object applied, as `kind/name`.
+    pub applied: Vec<String>,
+    /// The replica that leads.
+    pub leader: String,
+}
+
+/// The objects of `down`, by kind and name: all but the Role
+/// `skyc-runner`; the claim only when purged.
+fn owned(purge: bool) -> Vec<(&'static str, &'static str, &'static str, String)> {
+    let mut owned = vec![
+        ("apps/v1", "Deployment", "deployments", NAME.to_owned()),
+        (
+            "rbac.authorization.k8s.io/v1",
+            "RoleBinding",
+            "rolebindings",
+            NAME.to_owned(),
+        ),
+        (
+            "rbac.authorization.k8s.io/v1",
+            "RoleBinding",
+            "rolebindings",
+            format!("{NAME}-runner"),
+        ),
+        (
+            "rbac.authorization.k8s.io/v1",
+            "Role",
+            "roles",
+            NAME.to_owned(),
+        ),
+        ("v1", "ServiceAccount", "serviceaccounts", NAME.to_owned()),
+        (
+            "coordination.k8s.io/v1",
+            "Lease",
+            "leases",
+            LEASE.to_owned(),
+        ),
+    ];
+    if purge {
+        owned.push((
+            "v1",
+            "PersistentVolumeClaim",
+            "persistentvolumeclaims",
+            format!("{NAME}-state"),
+        ));
+    }
+    owned
+}
+
+fn resource(api_version: &str, kind: &str, plural: &str) -> ApiResource {
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+}
+
+/// Applies `objects` in `namespace`, in their order.
+pub async fn apply(
+    client: &kube::Client,
+    namespace: &str,
+    objects: &[Value],
+) -> Result<Vec<String>, String> {
+    let mut applied = Vec::new();
+    for object in objects {
+        let kind = object["kind"].as_str().unwrap_or_default();
+        let name = object["metadata"]["name"].as_str().unwrap_or_default();
+        let api_version = object["apiVersion"].as_str().unwrap_or_default();
+        // Every kind of the controller's is its name, lower case, with an s.
+        let plural = format!("{}s", kind.to_lowercase());
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            client.clone(),
+            namespace,
+            &resource(api_version, kind, &plural),
+        );
+        let mut object = object.clone();
+        object["metadata"]["namespace"] = Value::String(namespace.to_owned());
+        api.patch(
+            name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&object),
+        )
+        .await
+        .map_err(|e| {
+            format!(
+                "applying {kind} {name}: {}",
+                crate::k8s::retry::describe(&e)
+            )
+        })?;
+        applied.push(format!("{}/{name}", kind.to_lowercase()));
+    }
+    Ok(applied)
+}
+
+/// Waits until a replica holds the Lease and has renewed it lately (by
+/// this machine's clock); answers its name.
+pub async fn leader(
+    client: &kube::Client,
+    namespace: &str,
+    within: Duration,
+) -> Result<String, String> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
+    let deadline = Instant::now() + within;
+    loop {
+        let lease = leases.get_opt(LEASE).await.ok().flatten();
+        let spec = lease.and_then(|l| l.spec).unwrap_or_default();
+        let fresh = spec.renew_time.as_ref().is_some_and(|t| {
+            let age = jiff::Timestamp::now().duration_since(t.0);
+            age.as_secs() <= i64::from(spec.lease_duration_seconds.unwrap_or(15))
+        });
+        if let Some(holder) = spec.holder_identity.filter(|h| !h.is_empty() && fresh) {
+            return Ok(holder);
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "no replica leads after {} s (`skyc controller status` shows its pods; \
+                 `kubectl describe deployment {NAME}` why they do not run)",
+                within.as_secs()
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// What down removed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Down {
+    Removed(Vec<String>),
+    /// Live groups and pools, as the controller lists them: nothing
+    /// removed.
+    Live(Vec<String>),
+}
+
+/// Removes the controller of `namespace`, unless it supervises something
+/// live (asked of its leader; without one, only when `force`).
+pub async fn down(
+    client: &kube::Client,
+    namespace: &str,
+    purge: bool,
+    force: bool,
+) -> Result<Down, String> {
+    if !force {
+        let pod = remote::leader(client, namespace)
+            .await
+            .map_err(|e| format!("{e}; without a leader, what is live cannot be asked: `--force` removes the controller anyway"))?;
+        let argv = ["skyc", "controller", "live", "--state-dir"]
+            .into_iter()
+            .map(str::to_owned)
+            .chain([skyc_targets::k8s::controller::STATE_DIR.to_owned()])
+            .collect();
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let code = remote::exec(client, namespace, &pod, argv, None, &mut out, &mut err).await?;
+        if code != 0 {
+            return Err(format!(
+                "pod {pod} could not say what is live: {}",
+                String::from_utf8_lossy(&err).trim()
+            ));
+        }
+        let live: Vec<String> = String::from_utf8_lossy(&out)
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned)
+            .collect();
+        if !live.is_empty() {
+            return Ok(Down::Live(live));
+        }
+    }
+    let mut removed = Vec::new();
+    for (api_version, kind, plural, name) in owned(purge) {
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            client.clone(),
+            namespace,
+            &resource(api_version, kind, plural),
+        );
+        // The Deployment in the foreground (it goes once its pods have);
+        // the rest have no dependents.
+        let params = if kind == "Deployment" {
+            DeleteParams::foreground()
+        } else {
+            DeleteParams::default()
+        };
+        match api.delete(&name, &params).await {
+            Ok(_) => removed.push(format!("{}/{name}", kind.to_lowercase())),
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => {
+                return Err(format!(
+                    "deleting {kind} {name}: {}",
+                    crate::k8s::retry::describe(&e)
+                ));
+            }
+        }
+    }
+    // Foreground: the Deployment goes once its pods have, and with them
+    // their hold on the state claim.
+    let deployments: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        namespace,
+        &resource("apps/v1", "Deployment", "deployments"),
+    );
+    let deadline = Instant::now() + POD_END;
+    while deployments
+        .get_opt(NAME)
+        .await
+        .map_err(|e| format!("its Deployment: {}", crate::k8s::retry::describe(&e)))?
+        .is_some()
+    {
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "its pods have not ended after {} s (`kubectl get pods -l \
+                 app.kubernetes.io/name={NAME}`)",
+                POD_END.as_secs()
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    Ok(Down::Removed(removed))
+}
+
+/// How long down waits for the controller's pods to end: longer than
+/// their grace period (30 s).
+const POD_END: Duration = Duration::from_secs(120);
+
+/// A client of kubeconfig context `context` (the current one when
+/// `None`) and the namespace (`namespace`, else the context's); `f` run
+/// with them outside any async runtime.
+pub fn with_cluster<T, F>(
+    context: Option<&str>,
+    namespace: Option<&str>,
+    f: impl FnOnce(kube::Client, String) -> F,
+) -> Result<T, String>
+where
+    F: std::future::Future<Output = Result<T, String>>,
+{
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the Kubernetes client: {e}"))?;
+    rt.block_on(async {
+        let cluster = crate::k8s::client::connect(None, context).await?;
+        let namespace = namespace.unwrap_or(&cluster.namespace).to_owned();
+        let server = cluster.server.clone();
+        f(cluster.client, namespace)
+            .await
+            .map_err(|e| format!("{e} (the Kubernetes API server {server})"))
+    })
+}

@@ -1,0 +1,431 @@
+//! The command line as a controller's client (docs/controller.md).
+//!
+//! A state directory named `k8s://NAMESPACE[@CONTEXT]` is the state
+//! directory of the controller in that namespace. Its commands are run
+//! there, by the replica that leads, as the command line would run them
+//! against a local state directory: `skyc ARGS --state-dir STATE_DIR`,
+//! through the API server's `pods/exec`. So their output is the same by
+//! construction, the user's kubeconfig and RBAC (`pods/exec` on the
+//! controller's pods, `get` on its Lease) are the authentication, and the
+//! controller listens on no port at all. SkyPilot's client reaches its
+//! jobs controller the same way: commands run on the controller.
+//!
+//! The session's input is held open while the command runs and a
+//! command run for a client ends when it closes ([`ANSWER`]): a client
+//! gone (Ctrl-C, a closed laptop) leaves nothing running there.
+
+use super::submission::Submission;
+use crate::files::Snapshots;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, AttachParams, LogParams};
+use skyc_targets::k8s::controller::{LEASE, STATE_DIR};
+use std::io::Write;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// How a state directory names a controller's.
+pub const SCHEME: &str = "k8s://";
+
+/// The controller's container in its pods.
+pub const CONTAINER: &str = "controller";
+
+/// The argument that runs a client's command in a controller's pod,
+/// ended when the session's input closes:
+/// `skyc controller answer -- ARGS`.
+pub const ANSWER: [&str; 3] = ["controller", "answer", "--"];
+
+/// The controller a state directory names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Remote {
+    pub namespace: String,
+    /// The kubeconfig context; the current one when `None`.
+    pub context: Option<String>,
+}
+
+impl Remote {
+    /// `k8s://NAMESPACE[@CONTEXT]`; `None` when `s` names a local
+    /// directory.
+    pub fn parse(s: &str) -> Option<Result<Self, String>> {
+        let rest = s.strip_prefix(SCHEME)?;
+        let (namespace, context) = match rest.split_once('@') {
+            Some((ns, ctx)) => (ns, Some(ctx)),
+            None => (rest, None),
+        };
+        let label = !namespace.is_empty()
+            && namespace.len() <= 63
+            && namespace
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !namespace.starts_with('-')
+            && !namespace.ends_with('-');
+        Some(if !label {
+            Err(format!(
+                "`{s}`: a controller's state is `k8s://NAMESPACE[@CONTEXT]`, NAMESPACE a \
+                 Kubernetes namespace's name"
+            ))
+        } else if context == Some("") {
+            Err(format!("`{s}`: no context after `@`"))
+        } else {
+            Ok(Self {
+                namespace: namespace.to_owned(),
+                context: context.map(str::to_owned),
+            })
+        })
+    }
+
+    /// Runs `skyc ARGS` on the controller (its state directory given), its
+    /// output written to `stdout` and `stderr` as it comes; `stdin` is
+    /// sent first. Answers the command's exit status.
+    pub fn run(
+        &self,
+        args: &[String],
+        stdin: Option<&[u8]>,
+        stdout: &mut dyn Write,
+        stderr: &mut dyn Write,
+    ) -> Result<i32, String> {
+        self.block_on(|client, namespace| async move {
+            let pod = leader(&client, &namespace).await?;
+            let argv = answer_argv(args);
+            exec(&client, &namespace, &pod, argv, stdin, stdout, stderr).await
+        })
+    }
+
+    /// Submits a group planned here: the snapshots of `snapshots` the
+    /// controller does not hold are sent with it (once: a snapshot it
+    /// holds is not sent again). Answers the group's id there.
+    pub fn submit(&self, submission: &Submission, snapshots: &Snapshots) -> Result<i64, String> {
+        self.block_on(|client, namespace| async move {
+            let pod = leader(&client, &namespace).await?;
+            // Asked again once if a snapshot the controller held was
+            // collected before the group that needs it was recorded.
+            let mut last = String::new();
+            for _ in 0..2 {
+                let mut asked = vec!["skyc".to_owned(), "controller".into(), "missing".into()];
+                asked.extend(["--state-dir".to_owned(), STATE_DIR.to_owned()]);
+                asked.extend(submission.snapshots.iter().cloned());
+                let (mut out, mut err) = (Vec::new(), Vec::new());
+                let code = exec(&client, &namespace, &pod, asked, None, &mut out, &mut err).await?;
+                if code != 0 {
+                    return Err(refused(&err));
+                }
+                let sending: Vec<String> = String::from_utf8_lossy(&out)
+                    .split_whitespace()
+                    .map(str::to_owned)
+                    .collect();
+                let mut stream = Vec::new();
+                submission
+                    .write(snapshots, &sending, &mut stream)
+                    .map_err(|e| format!("reading the snapshots to send: {e}"))?;
+                let accept = ["skyc", "controller", "accept", "--state-dir", STATE_DIR]
+                    .map(str::to_owned)
+                    .to_vec();
+                let (mut out, mut err) = (Vec::new(), Vec::new());
+                let code = exec(
+                    &client,
+                    &namespace,
+                    &pod,
+                    accept,
+                    Some(&stream),
+                    &mut out,
+                    &mut err,
+                )
+                .await?;
+                if code == 0 {
+                    return String::from_utf8_lossy(&out)
+                        .trim()
+                        .parse()
+                        .map_err(|_| format!("pod {pod} answered no group id"));
+                }
+                last = refused(&err);
+            }
+            Err(last)
+        })
+    }
+
+    /// The leading replica's own log (the container's), written to `out`;
+    /// followed while it runs when `follow`.
+    pub fn controller_log(&self, follow: bool, out: &mut dyn Write) -> Result<(), String> {
+        self.block_on(|client, namespace| async move {
+            let pod = leader(&client, &namespace).await?;
+            let pods: Api<Pod> = Api::namespaced(client, &namespace);
+            let params = LogParams {
+                container: Some(CONTAINER.into()),
+                follow,
+                ..LogParams::default()
+            };
+            let failed = |e: kube::Error| {
+                format!("the log of pod {pod}: {}", crate::k8s::retry::describe(&e))
+            };
+            let mut stream = pods.log_stream(&pod, &params).await.map_err(failed)?;
+            let mut buf = vec![0; 64 << 10];
+            loop {
+                let n = futures::AsyncReadExt::read(&mut stream, &mut buf)
+                    .await
+                    .map_err(|e| format!("the log of pod {pod}: {e}"))?;
+                if n == 0 {
+                    return Ok(());
+                }
+                out.write_all(&buf[..n])
+                    .and_then(|()| out.flush())
+                    .map_err(|e| format!("writing the log: {e}"))?;
+            }
+        })
+    }
+
+    /// Connects with the user's kubeconfig and runs `f` in the namespace.
+    fn block_on<'a, T, F>(&'a self, f: impl FnOnce(kube::Client, String) -> F) -> Result<T, String>
+    where
+        F: std::future::Future<Output = Result<T, String>> + 'a,
+    {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot start the Kubernetes client: {e}"))?;
+        rt.block_on(async {
+            let cluster = crate::k8s::client::connect(None, self.context.as_deref()).await?;
+            let server = cluster.server.clone();
+            f(cluster.client, self.namespace.clone())
+                .await
+                .map_err(|e| format!("the controller in {} ({server}): {e}", self.namespace))
+        })
+    }
+}
+
+/// As the command line names it: `k8s://NAMESPACE[@CONTEXT]`.
+impl std::fmt::Display for Remote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{SCHEME}{}", self.namespace)?;
+        match &self.context {
+            Some(context) => write!(f, "@{context}"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The argv a client's `args` run as in the controller's pod.
+pub fn answer_argv(args: &[String]) -> Vec<String> {
+    std::iter::once("skyc".to_owned())
+        .chain(ANSWER.iter().map(|s| (*s).to_owned()))
+        .chain(args.iter().cloned())
+        .chain(["--state-dir".to_owned(), STATE_DIR.to_owned()])
+        .collect()
+}
+
+/// The pod of the replica that holds the Lease in `namespace`. A user
+/// who may not read the Lease (the Role `skyc-runner` does not grant it)
+/// is given a running pod of the controller instead: every replica reads
+/// the same state, and a group one records is taken on by the leader.
+pub async fn leader(client: &kube::Client, namespace: &str) -> Result<String, String> {
+    let timed = |_| {
+        format!(
+            "the API server did not answer within {} s",
+            crate::k8s::client::PROBE_TIMEOUT.as_secs()
+        )
+    };
+    let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
+    let lease = tokio::time::timeout(crate::k8s::client::PROBE_TIMEOUT, leases.get_opt(LEASE))
+        .await
+        .map_err(timed)?;
+    let lease = match lease {
+        Ok(lease) => lease,
+        Err(kube::Error::Api(e)) if e.code == 403 => {
+            return running_pod(client, namespace).await;
+        }
+        Err(e) => return Err(format!("its Lease: {}", crate::k8s::retry::describe(&e))),
+    };
+    lease
+        .and_then(|l| l.spec?.holder_identity)
+        .filter(|h| !h.is_empty())
+        .ok_or_else(no_leader)
+}
+
+fn no_leader() -> String {
+    "no replica leads (`skyc controller status` shows why; \
+     `skyc controller up` starts one)"
+        .to_owned()
+}
+
+/// A running pod of the controller, by its label.
+async fn running_pod(client: &kube::Client, namespace: &str) -> Result<String, String> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let selector = format!(
+        "app.kubernetes.io/name={}",
+        skyc_targets::k8s::controller::NAME
+    );
+    let listed = tokio::time::timeout(
+        crate::k8s::client::PROBE_TIMEOUT,
+        pods.list(&kube::api::ListParams::default().labels(&selector)),
+    )
+    .await
+    .map_err(|_| {
+        format!(
+            "the API server did not answer within {} s",
+            crate::k8s::client::PROBE_TIMEOUT.as_secs()
+        )
+    })?
+    .map_err(|e| format!("its pods: {}", crate::k8s::retry::describe(&e)))?;
+    let mut running: Vec<String> = listed
+        .items
+        .into_iter()
+        .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    running.sort();
+    running.into_iter().next().ok_or_else(no_leader)
+}
+
+/// Runs `argv` in `pod`'s controller container: `stdin` is written and
+/// the session's input then held open until the command ends (closing it
+/// ends a command run through [`ANSWER`]); stdout and stderr are copied
+/// as they come. Answers the exit status.
+pub async fn exec(
+    client: &kube::Client,
+    namespace: &str,
+    pod: &str,
+    argv: Vec<String>,
+    stdin: Option<&[u8]>,
+    stdout: &mut dyn Write,
+    stderr: &mut dyn Write,
+) -> Result<i32, String> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let params = AttachParams::default()
+        .container(CONTAINER)
+        .stdin(true)
+        .stdout(true)
+        .stderr(true);
+    let mut attached = pods
+        .exec(pod, argv, &params)
+        .await
+        .map_err(|e| format!("exec in pod {pod}: {}", crate::k8s::retry::describe(&e)))?;
+    let status = attached.take_status();
+    let mut input = attached.stdin();
+    let mut out = attached.stdout();
+    let mut err = attached.stderr();
+    // The input is written while the output is read: neither waits on
+    // the other. It is never shut down (on a session without the v5
+    // protocol kube ends the whole session there): the commands fed input
+    // read what they need and no more.
+    let write = async {
+        if let (Some(w), Some(bytes)) = (input.as_mut(), stdin) {
+            w.write_all(bytes).await?;
+            w.flush().await?;
+        }
+        std::io::Result::Ok(())
+    };
+    let copy = async {
+        let (mut out_buf, mut err_buf) = (vec![0u8; 16 << 10], vec![0u8; 16 << 10]);
+        let (mut out_open, mut err_open) = (out.is_some(), err.is_some());
+        while out_open || err_open {
+            tokio::select! {
+                n = read(out.as_mut(), &mut out_buf), if out_open => match n {
+                    0 => out_open = false,
+                    n => { let _ = stdout.write_all(&out_buf[..n]); let _ = stdout.flush(); }
+                },
+                n = read(err.as_mut(), &mut err_buf), if err_open => match n {
+                    0 => err_open = false,
+                    n => { let _ = stderr.write_all(&err_buf[..n]); let _ = stderr.flush(); }
+                },
+            }
+        }
+    };
+    let (written, ()) = tokio::join!(write, copy);
+    let status = match status {
+        Some(s) => s.await,
+        None => None,
+    };
+    drop(input);
+    match exit_code(status.as_ref()) {
+        Some(code) => code,
+        None => Err(match written {
+            Err(e) => format!("sending to pod {pod}: {e}"),
+            Ok(()) => format!("pod {pod} ended the session without the command's status"),
+        }),
+    }
+}
+
+/// What a command that refused said, without its `error: ` prefix.
+fn refused(stderr: &[u8]) -> String {
+    let text = String::from_utf8_lossy(stderr);
+    let text = text.trim();
+    text.strip_prefix("error: ").unwrap_or(text).to_owned()
+}
+
+async fn read(stream: Option<&mut (impl tokio::io::AsyncRead + Unpin)>, buf: &mut [u8]) -> usize {
+    match stream {
+        Some(s) => s.read(buf).await.unwrap_or(0),
+        None => 0,
+    }
+}
+
+/// The exit status an exec's `Status` carries: `Success` is 0, a
+/// command that exited otherwise is its code (`NonZeroExitCode`, the
+/// code in its causes); any other failure (the container gone, the
+/// command not found) is an error.
+fn exit_code(
+    status: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Status>,
+) -> Option<Result<i32, String>> {
+    let status = status?;
+    if status.status.as_deref() == Some("Success") {
+        return Some(Ok(0));
+    }
+    let code = status
+        .details
+        .as_ref()
+        .and_then(|d| d.causes.as_ref())
+        .into_iter()
+        .flatten()
+        .find(|c| c.reason.as_deref() == Some("ExitCode"))
+        .and_then(|c| c.message.as_deref()?.parse().ok());
+    Some(match (status.reason.as_deref(), code) {
+        (Some("NonZeroExitCode"), Some(code)) => Ok(code),
+        _ => Err(status
+            .message
+            .clone()
+            .unwrap_or_else(|| "the command failed".into())),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_controllers_state_is_named_by_namespace_and_context() {
+        assert_eq!(Remote::parse("/var/lib/skyc"), None);
+        assert_eq!(
+            Remote::parse("k8s://team"),
+            Some(Ok(Remote {
+                namespace: "team".into(),
+                context: None
+            }))
+        );
+        assert_eq!(
+            Remote::parse("k8s://team@arn:aws:eks:us-west-2:1:cluster/x"),
+            Some(Ok(Remote {
+                namespace: "team".into(),
+                context: Some("arn:aws:eks:us-west-2:1:cluster/x".into())
+            }))
+        );
+        for bad in ["k8s://", "k8s://Team", "k8s://-a", "k8s://a/b", "k8s://a@"] {
+            assert!(matches!(Remote::parse(bad), Some(Err(_))), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_commands_argv_names_the_controllers_state() {
+        assert_eq!(
+            answer_argv(&["status".into(), "--json".into()]),
+            [
+                "skyc",
+                "controller",
+                "answer",
+                "--",
+                "status",
+                "--json",
+                "--state-dir",
+                STATE_DIR
+            ]
+        );
+    }
+}

@@ -1,0 +1,414 @@
+//! A group submitted to a controller: what the client recorded in a local
+//! store ([`NewGroup`]), sent instead to the controller's, with the
+//! snapshots of its files the controller does not hold yet.
+//!
+//! The client compiles, plans and takes the files where the user's files
+//! are; the controller only records. One stream carries it all, so the
+//! controller holds its snapshots' lock from the first byte to the group
+//! recorded, and no collection removes a snapshot in between:
+//!
+//! ```text
+//! {"name":...,"plan":...,"snapshots":[...]}\n     the group, one line
+//! snapshot DIGEST dir|file BYTES\n<BYTES of tar>   each snapshot sent
+//! end\n
+//! ```
+//!
+//! A snapshot is its [`crate::files::tar`] stream, unpacked beside the
+//! controller's snapshots and kept only when it reads back to the digest
+//! it was sent as: the same bytes, whatever the way.
+
+use crate::files::Snapshots;
+use crate::files::source::Budget;
+use crate::store::{Backend, NewGroup, NewTask, Store};
+use serde::{Deserialize, Serialize};
+use skyc_targets::files::TAR_FILE_ENTRY;
+use std::io::{self, BufRead, Read, Write};
+use std::path::Path;
+
+/// The most a group's line may hold: a plan carries its secrets and its
+/// nodes' environments, never gigabytes.
+const MAX_GROUP_LINE: u64 = 64 << 20;
+
+/// The group as the client planned it ([`NewGroup`], owned).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Submission {
+    pub name: String,
+    pub source: String,
+    pub submitted_at_ms: i64,
+    pub plan: String,
+    pub backend: Backend,
+    pub tasks: Vec<Task>,
+    pub snapshots: Vec<String>,
+    pub buckets: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Task {
+    pub name: String,
+    pub primary: bool,
+    pub num_nodes: u32,
+}
+
+impl Submission {
+    pub fn of(new: &NewGroup<'_>) -> Self {
+        Self {
+            name: new.name.to_owned(),
+            source: new.source.to_owned(),
+            submitted_at_ms: new.submitted_at_ms,
+            plan: new.plan.to_owned(),
+            backend: new.backend,
+            tasks: new
+                .tasks
+                .iter()
+                .map(|t| Task {
+                    name: t.name.to_owned(),
+                    primary: t.primary,
+                    num_nodes: t.num_nodes,
+                })
+                .collect(),
+            snapshots: new.snapshots.to_vec(),
+            buckets: new.buckets.to_vec(),
+        }
+    }
+
+    fn as_new(&self) -> NewGroup<'_> {
+        NewGroup {
+            name: &self.name,
+            source: &self.source,
+            submitted_at_ms: self.submitted_at_ms,
+            plan: &self.plan,
+            backend: self.backend,
+            tasks: self
+                .tasks
+                .iter()
+                .map(|t| NewTask {
+                    name: &t.name,
+                    primary: t.primary,
+                    num_nodes: t.num_nodes,
+                })
+                .collect(),
+            snapshots: &self.snapshots,
+            buckets: &self.buckets,
+        }
+    }
+
+    /// Writes the stream: the group, then the snapshots `sending` of the
+    /// client's `snapshots`.
+    pub fn write(
+        &self,
+        snapshots: &Snapshots,
+        sending: &[String],
+        mut out: impl Write,
+    ) -> io::Result<()> {
+        serde_json::to_writer(&mut out, self)?;
+        out.write_all(b"\n")?;
+        for digest in sending {
+            let path = snapshots.path(digest);
+            let kind = if std::fs::symlink_metadata(&path)?.is_dir() {
+                "dir"
+            } else {
+                "file"
+            };
+            // Written twice (sized, then sent) rather than held: a
+            // snapshot may be larger than memory should be.
+            let (_, bytes) = crate::files::tar::digest(&path)?;
+            writeln!(out, "snapshot {digest} {kind} {bytes}")?;
+            crate::files::tar::write(&path, &mut out)?;
+        }
+        out.write_all(b"end\n")?;
+        out.flush()
+    }
+}
+
+/// Which of `digests` the state directory `dir` does not hold.
+pub fn missing(dir: &Path, digests: &[String]) -> Vec<String> {
+    let snapshots = Snapshots::of(dir);
+    digests
+        .iter()
+        .filter(|d| !is_digest(d) || snapshots.path(d).symlink_metadata().is_err())
+        .cloned()
+        .collect()
+}
+
+/// A snapshot's name: what [`Snapshots`] names one by, and nothing that
+/// reaches outside its directory.
+fn is_digest(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 128 && s.bytes().all(|b| b.is_ascii_alphanumeric())
+}
+
+/// Records the group the stream `input` carries in the state directory
+/// `dir`, keeping the snapshots it brings; answers its id. The
+/// controller's supervisor is told; none is started (a controller's
+/// replica that does not lead does not supervise).
+pub fn accept(dir: &Path, mut input: impl BufRead) -> Result<i64, String> {
+    let mut line = Vec::new();
+    (&mut input)
+        .take(MAX_GROUP_LINE)
+        .read_until(b'\n', &mut line)
+        .map_err(|e| format!("reading the group: {e}"))?;
+    if line.last() != Some(&b'\n') {
+        return Err("the group's line ended early or is too long".into());
+    }
+    let submission: Submission =
+        serde_json::from_slice(&line).map_err(|e| format!("the group's line: {e}"))?;
+    let snapshots = Snapshots::of(dir);
+    let writing = snapshots
+        .writing()
+        .map_err(|e| format!("{}: {e}", snapshots.dir().display()))?;
+    loop {
+        line.clear();
+        (&mut input)
+            .take(1024)
+            .read_until(b'\n', &mut line)
+            .map_err(|e| format!("reading the snapshots: {e}"))?;
+        if line.is_empty() {
+            return Err("the stream ended early: submit again".into());
+        }
+        let text = String::from_utf8_lossy(&line);
+        let words: Vec<&str> = text.split_whitespace().collect();
+        match words.as_slice() {
+            ["end"] => break,
+            ["snapshot", digest, kind @ ("dir" | "file"), bytes] if is_digest(digest) => {
+                let bytes: u64 = bytes
+                    .parse()
+                    .map_err(|_| format!("snapshot {digest}: `{bytes}` is not a size"))?;
+                receive(
+                    &snapshots,
+                    &writing,
+                    digest,
+                    *kind == "dir",
+                    (&mut input).take(bytes),
+                )?;
+            }
+            _ => return Err(format!("unexpected in the stream: `{}`", text.trim_end())),
+        }
+    }
+    let gone = missing(dir, &submission.snapshots);
+    if !gone.is_empty() {
+        return Err(format!(
+            "snapshot{} {} not held here: submit again",
+            if gone.len() == 1 { "" } else { "s" },
+            gone.join(", ")
+        ));
+    }
+    let mut store = Store::open(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let gid = store
+        .insert_group(&submission.as_new())
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    drop(writing);
+    // A replica that does not lead has no supervisor listening: the
+    // leader's next scan of the store takes the group on.
+    let _ = crate::supervisor::poke(dir);
+    Ok(gid)
+}
+
+/// Unpacks one snapshot's stream beside `snapshots` and keeps it, if it
+/// reads back to `digest`.
+fn receive(
+    snapshots: &Snapshots,
+    writing: &crate::files::store::Writing,
+    digest: &str,
+    dir: bool,
+    mut stream: impl Read,
+) -> Result<(), String> {
+    let failed = |e: &dyn std::fmt::Display| format!("snapshot {digest}: {e}");
+    let staged = snapshots.staging(writing).map_err(|e| failed(&e))?;
+    let unpacked = (|| -> io::Result<std::path::PathBuf> {
+        let mut archive = tar::Archive::new(&mut stream);
+        archive.set_preserve_permissions(true);
+        archive.set_overwrite(false);
+        archive.unpack(&staged)?;
+        // The rest of the frame, if the archive ended before it.
+        io::copy(&mut stream, &mut io::sink())?;
+        if dir {
+            return Ok(staged.clone());
+        }
+        // One file: the stream's only entry, taken out of its directory.
+        let file = staged.with_extension("file");
+        std::fs::rename(staged.join(TAR_FILE_ENTRY), &file)?;
+        crate::files::store::remove(&staged);
+        Ok(file)
+    })();
+    let unpacked = match unpacked {
+        Ok(path) => path,
+        Err(e) => {
+            crate::files::store::remove(&staged);
+            return Err(failed(&e));
+        }
+    };
+    let mut quiet = |_, _| {};
+    let mut budget = Budget {
+        limit: u64::MAX,
+        files: 0,
+        bytes: 0,
+        progress: &mut quiet,
+    };
+    let kept = snapshots
+        .keep(writing, &unpacked, dir, &mut budget)
+        .map_err(|e| failed(&format!("{e:?}")))?;
+    if kept.digest != digest {
+        return Err(failed(&format!(
+            "arrived as {} (damaged on the way, or not skyc's stream)",
+            kept.digest
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::files::source::Filters;
+    use std::path::PathBuf;
+
+    struct Dirs {
+        root: PathBuf,
+        client: PathBuf,
+        controller: PathBuf,
+    }
+
+    impl Dirs {
+        fn new(name: &str) -> Self {
+            let root =
+                std::env::temp_dir().join(format!("skyc-submission-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&root);
+            let (client, controller) = (root.join("client"), root.join("controller"));
+            std::fs::create_dir_all(root.join("src/sub")).unwrap();
+            std::fs::create_dir_all(&client).unwrap();
+            std::fs::create_dir_all(&controller).unwrap();
+            std::fs::write(root.join("src/run.sh"), "echo hi\n").unwrap();
+            std::fs::write(root.join("src/sub/data.bin"), [0u8, 1, 2, 255]).unwrap();
+            std::fs::write(root.join("one.txt"), "one file\n").unwrap();
+            Self {
+                root,
+                client,
+                controller,
+            }
+        }
+
+        /// `source` taken into the client's snapshots: its digest.
+        fn take(&self, source: &str, dir: bool) -> String {
+            let snapshots = Snapshots::of(&self.client);
+            let writing = snapshots.writing().unwrap();
+            let mut quiet = |_, _| {};
+            let mut budget = Budget {
+                limit: u64::MAX,
+                files: 0,
+                bytes: 0,
+                progress: &mut quiet,
+            };
+            snapshots
+                .take(
+                    &writing,
+                    &self.root.join(source),
+                    dir,
+                    Filters::All,
+                    &mut budget,
+                )
+                .unwrap()
+                .digest
+        }
+
+        fn stream(&self, snapshots: &[String], sending: &[String]) -> Vec<u8> {
+            let submission = Submission {
+                name: "g".into(),
+                source: "g.yaml".into(),
+                submitted_at_ms: 1,
+                plan: "{}".into(),
+                backend: Backend::Kubernetes,
+                tasks: vec![Task {
+                    name: "a".into(),
+                    primary: true,
+                    num_nodes: 2,
+                }],
+                snapshots: snapshots.to_vec(),
+                buckets: Vec::new(),
+            };
+            let mut out = Vec::new();
+            submission
+                .write(&Snapshots::of(&self.client), sending, &mut out)
+                .unwrap();
+            out
+        }
+
+        fn groups(&self) -> usize {
+            Store::open(&self.controller)
+                .unwrap()
+                .groups()
+                .unwrap()
+                .len()
+        }
+    }
+
+    impl Drop for Dirs {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.root);
+        }
+    }
+
+    /// A tree and a single file arrive as the same bytes, under the same
+    /// digests, and the group is recorded with them; what the controller
+    /// holds is not asked for again.
+    #[test]
+    fn snapshots_arrive_whole_and_are_sent_once() {
+        let d = Dirs::new("whole");
+        let (tree, file) = (d.take("src", true), d.take("one.txt", false));
+        let both = [tree.clone(), file.clone()];
+        assert_eq!(missing(&d.controller, &both), both);
+        let gid = accept(&d.controller, &d.stream(&both, &both)[..]).unwrap();
+        let kept = Snapshots::of(&d.controller);
+        assert_eq!(
+            std::fs::read(kept.path(&tree).join("sub/data.bin")).unwrap(),
+            [0, 1, 2, 255]
+        );
+        assert_eq!(
+            std::fs::read_to_string(kept.path(&tree).join("run.sh")).unwrap(),
+            "echo hi\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(kept.path(&file)).unwrap(),
+            "one file\n"
+        );
+        assert!(missing(&d.controller, &both).is_empty());
+        let store = Store::open(&d.controller).unwrap();
+        let group = store.group(gid).unwrap().unwrap();
+        assert_eq!(group.name, "g");
+        assert_eq!(store.tasks(gid).unwrap()[0].num_nodes, 2);
+        // Again, sending nothing: recorded on what is held.
+        accept(&d.controller, &d.stream(&both, &[])[..]).unwrap();
+        assert_eq!(d.groups(), 2);
+    }
+
+    /// A snapshot damaged on the way, one not sent nor held, a stream cut
+    /// short and names that reach outside the snapshots are refused, and
+    /// nothing is recorded.
+    #[test]
+    fn what_does_not_arrive_whole_is_refused() {
+        let d = Dirs::new("refused");
+        let tree = d.take("src", true);
+        let mut damaged = d.stream(std::slice::from_ref(&tree), std::slice::from_ref(&tree));
+        let at = damaged
+            .windows(8)
+            .position(|w| w == b"echo hi\n")
+            .expect("the file's bytes in the stream");
+        damaged[at] = b'E';
+        let refused = accept(&d.controller, &damaged[..]).unwrap_err();
+        assert!(refused.contains("damaged"), "{refused}");
+        let refused = accept(
+            &d.controller,
+            &d.stream(std::slice::from_ref(&tree), &[])[..],
+        )
+        .unwrap_err();
+        assert!(refused.contains("not held here"), "{refused}");
+        let whole = d.stream(std::slice::from_ref(&tree), std::slice::from_ref(&tree));
+        let refused = accept(&d.controller, &whole[..whole.len() - 4]).unwrap_err();
+        assert!(refused.contains("ended early"), "{refused}");
+        let outside = b"{\"name\":\"g\",\"source\":\"s\",\"submitted_at_ms\":1,\"plan\":\"{}\",\
+            \"backend\":\"k8s\",\"tasks\":[],\"snapshots\":[],\"buckets\":[]}\n\
+            snapshot ../../etc dir 0\nend\n";
+        let refused = accept(&d.controller, &outside[..]).unwrap_err();
+        assert!(refused.contains("unexpected"), "{refused}");
+        assert_eq!(missing(&d.controller, &["../x".into()]), ["../x"]);
+        assert_eq!(d.groups(), 0);
+    }
+}

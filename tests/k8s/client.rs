@@ -1,0 +1,467 @@
+//! The command line as the controller's client (`--state-dir k8s://NS`):
+//! the skyc binary under test, against the fake API server on a loopback
+//! port (`skyc_runtime::k8s::FakeCluster`, the `fake-cluster` feature),
+//! whose controller replica runs in this test process, fenced by its
+//! Lease, and whose controller pod's `pods/exec` runs the same binary on
+//! the controller's state directory. The group's pods are the fake's:
+//! they run until the test ends them, as the cluster's would.
+//!
+//! What is asserted is what the user sees (each command's output and exit
+//! status) and what the controller ends up with: the group recorded
+//! there, its workdir's bytes in the controller's state, the group ended
+//! as the engine decides with no client left running, no pod made twice.
+//!
+//! Not covered: TLS, the API server's authentication and its exec proxy
+//! through a kubelet (the front runs the command itself), the controller
+//! as a pod of its own.
+
+use crate::support::scratch::{Scratch, text};
+use serde_json::Value;
+use skyc_runtime::k8s::FakeCluster;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const STATE: &str = "k8s://team";
+
+const GROUP: &str = "\
+name: g
+execution: parallel
+primary_tasks: [trainer]
+termination_delay: 1s
+---
+name: trainer
+workdir: ./work
+run: python train.py
+---
+name: buffer
+run: sleep 1000
+";
+
+struct Client {
+    scratch: Scratch,
+    kubeconfig: PathBuf,
+    cluster: FakeCluster,
+    /// The controller's claim.
+    state: PathBuf,
+}
+
+impl Client {
+    fn new(name: &str) -> Self {
+        let scratch = Scratch::new(name);
+        let mut cluster = FakeCluster::start();
+        let kubeconfig = scratch.write("kubeconfig", &cluster.kubeconfig());
+        let state = scratch.dir.join("controller-state");
+        std::fs::create_dir_all(&state).unwrap();
+        cluster.controller(
+            "skyc-controller-0",
+            Path::new(env!("CARGO_BIN_EXE_skyc")),
+            &state,
+        );
+        Self {
+            scratch,
+            kubeconfig,
+            cluster,
+            state,
+        }
+    }
+
+    /// `skyc ARGS --state-dir k8s://team`, as the user's machine runs it.
+    fn skyc(&self, args: &[&str]) -> Command {
+        let mut cmd = crate::support::skyc();
+        cmd.args(args)
+            .args(["--state-dir", STATE])
+            .current_dir(&self.scratch.dir)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("XDG_STATE_HOME", self.scratch.dir.join("laptop"))
+            .env_remove("SKYC_STATE_DIR");
+        cmd
+    }
+
+    fn output(&self, args: &[&str]) -> Output {
+        self.skyc(args).output().expect("skyc")
+    }
+
+    fn status(&self, gid: i64) -> Value {
+        let out = self.output(&["status", &gid.to_string(), "--json"]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        serde_json::from_slice::<Value>(&out.stdout).expect("status JSON")[0].clone()
+    }
+
+    fn wait(&self, what: &str, mut done: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !done() {
+            assert!(Instant::now() < deadline, "{what}: not reached");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Group [`GROUP`], named `name`, submitted detached.
+    fn submit(&self, extra: &[&str], name: &str) -> i64 {
+        let file = self.scratch.write(
+            &format!("{name}.yaml"),
+            &GROUP.replacen("name: g\n", &format!("name: {name}\n"), 1),
+        );
+        let mut args = vec!["run", file.to_str().unwrap(), "--target", "k8s", "-d"];
+        args.extend_from_slice(extra);
+        let out = self.output(&args);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout).trim().parse().expect("a group id")
+    }
+
+    /// The processes that run a client's command on the controller.
+    fn answering(&self) -> usize {
+        let me = env!("CARGO_BIN_EXE_skyc");
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| {
+                std::fs::read(e.ok()?.path().join("cmdline"))
+                    .ok()
+                    .filter(|c| c.starts_with(me.as_bytes()))
+            })
+            .filter(|c| {
+                let c = String::from_utf8_lossy(c);
+                c.contains("answer") && c.contains(&*self.state.to_string_lossy())
+            })
+            .count()
+    }
+}
+
+#[test]
+fn a_group_submitted_through_the_controller_ends_as_the_engine_decides_without_its_client() {
+    let c = Client::new("k8s-client");
+    std::fs::create_dir_all(c.scratch.dir.join("work")).unwrap();
+    c.scratch
+        .write("work/train.py", "print('bytes from the laptop')\n");
+    let gid = c.submit(&[], "g");
+    // The client has exited: nothing of the submitting side runs. The
+    // controller recorded the group, and holds the workdir's bytes.
+    let status = c.status(gid);
+    assert_eq!(status["name"], "g", "{status:#}");
+    let files: Vec<PathBuf> = std::fs::read_dir(c.state.join("files"))
+        .unwrap()
+        .filter_map(|e| Some(e.ok()?.path()))
+        .filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    assert_eq!(
+        std::fs::read_to_string(files[0].join("train.py")).unwrap(),
+        "print('bytes from the laptop')\n"
+    );
+    // Another group from the same workdir while the first is live: the
+    // snapshot is not sent again (the controller holds it).
+    let again = c.submit(&["-n", "again"], "g2");
+    let sent: Vec<String> = c
+        .cluster
+        .execs()
+        .into_iter()
+        .filter(|(argv, _)| argv.iter().any(|a| a == "accept"))
+        .map(|(_, input)| String::from_utf8_lossy(&input).into_owned())
+        .collect();
+    assert_eq!(sent.len(), 2, "two submissions");
+    assert!(sent[0].contains("\nsnapshot "), "the first sends it");
+    assert!(
+        !sent[1].contains("\nsnapshot ") && sent[1].ends_with("\nend\n"),
+        "the second does not: {}",
+        sent[1]
+    );
+    let out = c.output(&["cancel", &again.to_string()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    c.wait("every task running", || {
+        c.cluster.running("g-trainer-0-0") && c.cluster.running("g-buffer-0-0")
+    });
+    // `skyc logs` follows the group through the controller until it ends.
+    let follower = c
+        .skyc(&["logs", &gid.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    c.cluster
+        .exit("g-trainer-0-0", "trained on the cluster\n", 0);
+    // The primary ended: the auxiliary is stopped after its delay.
+    c.wait("the group ended", || {
+        !c.status(gid)["finished_at_ms"].is_null()
+    });
+    let status = c.status(gid);
+    assert_eq!(status["status"], "SUCCEEDED", "{status:#}");
+    let tasks: Vec<&str> = status["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(tasks, ["SUCCEEDED", "CANCELLED"], "{status:#}");
+    let followed = follower.wait_with_output().unwrap();
+    assert_eq!(
+        followed.status.code(),
+        Some(0),
+        "{}",
+        text(&followed.stderr)
+    );
+    assert!(
+        text(&followed.stdout).contains("(trainer-0) trained on the cluster"),
+        "{}",
+        text(&followed.stdout)
+    );
+    assert!(
+        !c.cluster.running("g-buffer-0-0"),
+        "the auxiliary was stopped"
+    );
+    let created: Vec<String> = c
+        .cluster
+        .created_pods()
+        .into_iter()
+        .filter(|p| p.starts_with("g-"))
+        .collect();
+    assert_eq!(
+        created,
+        ["g-skyc-files", "g-trainer-0-0", "g-buffer-0-0"],
+        "no pod made twice"
+    );
+    let again = c.status(again);
+    assert_eq!(again["status"], "CANCELLED", "{again:#}");
+    // The same table as a local state directory prints.
+    let table = c.output(&["status"]);
+    assert!(table.status.success(), "{}", text(&table.stderr));
+    let table = text(&table.stdout);
+    assert!(
+        table.lines().next().unwrap_or("").starts_with("ID"),
+        "{table}"
+    );
+    assert!(table.contains("SUCCEEDED"), "{table}");
+}
+
+#[test]
+fn cancel_and_a_client_gone_leave_nothing_running_on_the_controller() {
+    let c = Client::new("k8s-client-cancel");
+    let file = c.scratch.write(
+        "sleepy.yaml",
+        "name: s\nexecution: parallel\n---\nname: a\nrun: sleep 1000\n",
+    );
+    // Followed, then the client killed: the group goes on, and the
+    // command the controller ran for it ends with its session.
+    let mut run = c
+        .skyc(&["run", file.to_str().unwrap(), "--target", "k8s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    c.wait("the pod running", || c.cluster.running("s-a-0-0"));
+    c.wait("the client following", || c.answering() == 1);
+    run.kill().unwrap();
+    let _ = run.wait();
+    c.wait("the answer ended with its client", || c.answering() == 0);
+    let listed = c.output(&["status", "--json"]);
+    let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let gid = listed[0]["id"].as_i64().expect("the group listed");
+    assert_eq!(listed[0]["status"], "RUNNING", "{listed:#}");
+    // A user who may not read the Lease (`skyc-runner` does not grant
+    // it) reaches a running pod of the controller all the same.
+    c.cluster.fail("GET", "/leases/", 403, 2);
+    let out = c.output(&["status", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let again: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(again[0]["id"], gid);
+    let out = c.output(&["logs", "--controller"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // Cancelled through the controller.
+    let out = c.output(&["cancel", &gid.to_string()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    c.wait("the group ended", || {
+        !c.status(gid)["finished_at_ms"].is_null()
+    });
+    assert_eq!(c.status(gid)["status"], "CANCELLED");
+    c.wait("its pod gone", || !c.cluster.running("s-a-0-0"));
+    // The controller's own log: its leading pod's.
+    c.cluster
+        .log("skyc-controller-0", "[1] leading as skyc-controller-0\n");
+    let out = c.output(&["logs", "--controller"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "[1] leading as skyc-controller-0\n");
+    // What does not go through a controller says so.
+    let out = c.output(&["dashboard"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("does not act through a controller"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn a_state_dir_that_names_no_controller_is_refused() {
+    let s = Scratch::new("k8s-client-none");
+    let out = crate::support::skyc()
+        .args(["status", "--state-dir", "k8s://Not_A_Namespace"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("k8s://NAMESPACE[@CONTEXT]"),
+        "{}",
+        text(&out.stderr)
+    );
+    // A cluster without a controller: said, and how to make one.
+    let cluster = FakeCluster::start();
+    let kubeconfig = s.write("kubeconfig", &cluster.kubeconfig());
+    let out = crate::support::skyc()
+        .args(["status", "--state-dir", STATE])
+        .env("KUBECONFIG", &kubeconfig)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("no replica leads"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+/// `controller up` applies the objects with the user's credentials and
+/// returns once a replica leads; `down` refuses while a group is live,
+/// then removes what is the controller's and keeps its state and the
+/// users' Role.
+#[test]
+fn up_waits_for_a_leader_and_down_refuses_while_a_group_is_live() {
+    let scratch = Scratch::new("k8s-client-up");
+    let mut cluster = FakeCluster::start();
+    let kubeconfig = scratch.write("kubeconfig", &cluster.kubeconfig());
+    let skyc = |args: &[&str]| {
+        let mut cmd = crate::support::skyc();
+        cmd.args(args)
+            .env("KUBECONFIG", &kubeconfig)
+            .env("XDG_STATE_HOME", scratch.dir.join("laptop"))
+            .env_remove("SKYC_STATE_DIR");
+        cmd
+    };
+    let up = skyc(&[
+        "controller",
+        "up",
+        "--controller-image",
+        "registry.example/skyc:test",
+        "--wait",
+        "30",
+    ])
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    // Once its Deployment is there, the cluster starts its pod.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while cluster.object("deployments", "skyc-controller").is_none() {
+        assert!(Instant::now() < deadline, "no Deployment applied");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let state = scratch.dir.join("controller-state");
+    std::fs::create_dir_all(&state).unwrap();
+    cluster.controller(
+        "skyc-controller-7f9c-abcde",
+        Path::new(env!("CARGO_BIN_EXE_skyc")),
+        &state,
+    );
+    let up = up.wait_with_output().unwrap();
+    let said = text(&up.stderr);
+    assert_eq!(up.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains("leads as skyc-controller-7f9c-abcde")
+            && said.contains("--state-dir k8s://team"),
+        "{said}"
+    );
+    for (resource, name) in [
+        ("serviceaccounts", "skyc-controller"),
+        ("roles", "skyc-runner"),
+        ("roles", "skyc-controller"),
+        ("rolebindings", "skyc-controller-runner"),
+        ("rolebindings", "skyc-controller"),
+        ("persistentvolumeclaims", "skyc-controller-state"),
+    ] {
+        assert!(
+            cluster.object(resource, name).is_some(),
+            "{resource}/{name}"
+        );
+    }
+    let deployment = cluster.object("deployments", "skyc-controller").unwrap();
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["containers"][0]["image"],
+        "registry.example/skyc:test"
+    );
+    // A live group: down refuses, names it, and removes nothing.
+    let file = scratch.write(
+        "sleepy.yaml",
+        "name: s\nexecution: parallel\n---\nname: a\nrun: sleep 1000\n",
+    );
+    let out = skyc(&[
+        "run",
+        file.to_str().unwrap(),
+        "--target",
+        "k8s",
+        "-d",
+        "--state-dir",
+        STATE,
+    ])
+    .output()
+    .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let gid = text(&out.stdout).trim().to_owned();
+    let out = skyc(&["controller", "down"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(100), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains(&format!("group {gid} (s)")),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(cluster.object("deployments", "skyc-controller").is_some());
+    // Cancelled and ended: down removes the controller.
+    let out = skyc(&["cancel", &gid, "--state-dir", STATE])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = skyc(&["controller", "down"]).output().unwrap();
+        if out.status.code() == Some(0) {
+            break;
+        }
+        assert_eq!(out.status.code(), Some(100), "{}", text(&out.stderr));
+        assert!(Instant::now() < deadline, "the group did not end");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    for (resource, name) in [
+        ("deployments", "skyc-controller"),
+        ("serviceaccounts", "skyc-controller"),
+        ("roles", "skyc-controller"),
+        ("rolebindings", "skyc-controller-runner"),
+        ("rolebindings", "skyc-controller"),
+    ] {
+        assert!(
+            cluster.object(resource, name).is_none(),
+            "{resource}/{name}"
+        );
+    }
+    assert!(cluster.object("roles", "skyc-runner").is_some(), "kept");
+    assert!(
+        cluster
+            .object("persistentvolumeclaims", "skyc-controller-state")
+            .is_some(),
+        "kept"
+    );
+    // Nothing leads any more: down says it cannot ask, and `--force`
+    // finds nothing left to remove.
+    let out = skyc(&["controller", "down"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("--force"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = skyc(&["controller", "down", "--force", "--purge"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        cluster
+            .object("persistentvolumeclaims", "skyc-controller-state")
+            .is_none(),
+        "purged"
+    );
+}
