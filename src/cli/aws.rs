@@ -14,7 +14,7 @@ use skyc_targets::cloud::Cloud;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-#[derive(clap::Args)]
+#[derive(clap::Args, Clone)]
 #[command(next_help_heading = "AWS")]
 pub(crate) struct AwsArgs {
     /// SkyPilot's catalog directory (`DIR/aws/vms.csv`, as in

@@ -127,6 +127,17 @@ pub(crate) struct StatusArgs {
 /// the Lease (its Deployment starts it again, to wait), 0 on SIGTERM.
 #[derive(clap::Args)]
 pub(crate) struct ServeArgs {
+    /// Run out of the cluster, as this kubeconfig says (a controller run
+    /// by hand, or by tests), instead of as the pod's service account.
+    #[arg(long, value_name = "FILE")]
+    kubeconfig: Option<std::path::PathBuf>,
+    /// With --kubeconfig: its context [default: the current one].
+    #[arg(long, value_name = "NAME", requires = "kubeconfig")]
+    context: Option<String>,
+    /// With --kubeconfig: the namespace of the Lease [default: the
+    /// context's].
+    #[arg(long, value_name = "NAME", requires = "kubeconfig")]
+    namespace: Option<String>,
     #[command(flatten)]
     state: StateArgs,
 }
@@ -217,9 +228,25 @@ pub(crate) fn run(command: &Command) -> u8 {
 }
 
 fn serve(args: &ServeArgs) -> Result<Ended, String> {
-    let accounts = std::env::var_os("SKYC_SERVICEACCOUNT_DIR")
-        .map_or_else(|| client::SERVICE_ACCOUNT.into(), std::path::PathBuf::from);
-    let config = client::in_cluster(|name| std::env::var(name).ok(), &accounts)?;
+    let config = match &args.kubeconfig {
+        Some(file) => {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| format!("cannot start the Kubernetes client: {e}"))?;
+            let file = file.to_string_lossy();
+            let mut config = rt.block_on(client::load(Some(&file), args.context.as_deref()))?;
+            if let Some(namespace) = &args.namespace {
+                config.default_namespace.clone_from(namespace);
+            }
+            config
+        }
+        None => {
+            let accounts = std::env::var_os("SKYC_SERVICEACCOUNT_DIR")
+                .map_or_else(|| client::SERVICE_ACCOUNT.into(), std::path::PathBuf::from);
+            client::in_cluster(|name| std::env::var(name).ok(), &accounts)?
+        }
+    };
     let identity = ["SKYC_CONTROLLER_ID", "HOSTNAME"]
         .iter()
         .find_map(|v| std::env::var(v).ok().filter(|v| !v.is_empty()))
@@ -235,7 +262,13 @@ fn serve(args: &ServeArgs) -> Result<Ended, String> {
         lease: controller::LEASE.to_owned(),
         timing: Timing::default(),
     };
-    skyc_runtime::controller::serve_in_cluster(&dir, config, &replica, stop)
+    skyc_runtime::controller::serve_in_cluster(
+        &dir,
+        config,
+        &replica,
+        skyc_runtime::k8s::Tuning::default(),
+        stop,
+    )
 }
 
 /// How the controller runs (`skyc build --target k8s --controller`).
@@ -300,13 +333,20 @@ fn answer(args: &AnswerArgs) -> u8 {
             return if e.use_stderr() { USAGE } else { OK };
         }
     };
-    if matches!(
+    let answered = matches!(
         cli.command,
-        super::Command::Controller(_) | super::Command::Run(_)
-    ) {
-        errln!("error: only status, logs, cancel and pool commands are answered for a client");
+        super::Command::Status(_)
+            | super::Command::Logs(_)
+            | super::Command::Cancel(_)
+            | super::Command::Pool(super::pool::Command::Status(_) | super::pool::Command::Down(_))
+    );
+    if !answered {
+        errln!("error: only status, logs, cancel and pool status|down are answered for a client");
         return USAGE;
     }
+    // The replica that leads supervises; a command run for a client in a
+    // pod that does not lead must not start a supervisor of its own.
+    skyc_runtime::supervisor::never_start();
     std::thread::spawn(|| {
         let _ = std::io::copy(&mut std::io::stdin().lock(), &mut std::io::sink());
         std::process::exit(i32::from(CLIENT_GONE));
@@ -345,11 +385,21 @@ fn up(args: &UpArgs) -> u8 {
         args.namespace.as_deref(),
         |client, namespace| async move {
             let objects = args.controller.objects(Some(namespace.clone()))?;
+            let (generation, holder) = (
+                install::generation(&client, &namespace).await?,
+                install::holder(&client, &namespace).await?,
+            );
             let applied = install::apply(&client, &namespace, &objects).await?;
             for object in &applied {
                 errln!("skyc: applied {object}");
             }
-            let leader = install::leader(&client, &namespace, wait).await?;
+            // Changed, the Deployment replaces its pods: a replica of the
+            // update must lead, not the one leading before.
+            let before = match install::generation(&client, &namespace).await? {
+                now if now != generation => holder,
+                _ => None,
+            };
+            let leader = install::leader(&client, &namespace, before.as_deref(), wait).await?;
             Ok((namespace, leader))
         },
     );

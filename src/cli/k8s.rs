@@ -79,7 +79,7 @@ impl K8sArgs {
 }
 
 /// The Kubernetes options of `run`: the shared ones, and the context.
-#[derive(clap::Args)]
+#[derive(clap::Args, Clone)]
 pub(crate) struct K8sRunArgs {
     #[command(flatten)]
     k8s: K8sArgs,
@@ -89,6 +89,30 @@ pub(crate) struct K8sRunArgs {
 }
 
 impl K8sRunArgs {
+    /// A run a controller supervises: on the cluster its state is reached
+    /// through, in its namespace unless `--namespace` names another.
+    pub(crate) fn for_controller(
+        &mut self,
+        remote: &skyc_runtime::controller::remote::Remote,
+    ) -> Result<(), String> {
+        if let Some(context) = &self.context
+            && Some(context) != remote.context.as_ref()
+        {
+            return Err(format!(
+                "--context {context}: the controller ({remote}) is reached through {}",
+                remote
+                    .context
+                    .as_deref()
+                    .map_or("the current context".to_owned(), |c| format!("context {c}"))
+            ));
+        }
+        self.context = remote.context.clone();
+        if self.k8s.namespace.is_none() {
+            self.k8s.namespace = Some(remote.namespace.clone());
+        }
+        Ok(())
+    }
+
     /// The options of a run: the command line's, and the files the
     /// submission took, as streams of its snapshots.
     fn options(&self, run: &RunInput<'_>) -> Result<k8s::Options, String> {

@@ -118,28 +118,40 @@ pub(crate) fn main() -> ExitCode {
         }
     };
     // A controller's state directory: the command acts there.
-    if let Some(remote) = remote::named(&args[1..]) {
-        let remote = match remote {
-            Ok(remote) => remote,
-            Err(message) => {
-                errln!("error: {message}");
-                return ExitCode::from(USAGE);
-            }
-        };
-        if let Some(code) = through_controller(&cli.command, &remote, &args[1..]) {
-            return ExitCode::from(code);
-        }
+    if let Some(remote) = remote::named(&args[1..])
+        && let Some(code) = through_controller(&cli.command, remote, &args[1..])
+    {
+        return ExitCode::from(code);
     }
     ExitCode::from(dispatch(cli.command))
 }
 
-/// What a command does when its state directory is a controller's:
-/// `None` for those that act here (`run` submits there itself).
+/// What a command does when its state directory names a controller's:
+/// `None` for those that act here (`run` submits there itself; those
+/// with no state take no notice of it).
 fn through_controller(
     command: &Command,
-    remote: &skyc_runtime::controller::remote::Remote,
+    remote: Result<skyc_runtime::controller::remote::Remote, String>,
     args: &[std::ffi::OsString],
 ) -> Option<u8> {
+    if matches!(
+        command,
+        Command::Check(_)
+            | Command::Build(_)
+            | Command::Schema(_)
+            | Command::Completions(_)
+            | Command::Lsp(_)
+    ) {
+        return None;
+    }
+    let remote = match remote {
+        Ok(remote) => remote,
+        Err(message) => {
+            errln!("error: {message}");
+            return Some(USAGE);
+        }
+    };
+    let remote = &remote;
     match command {
         Command::Check(_)
         | Command::Build(_)

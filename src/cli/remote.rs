@@ -41,6 +41,18 @@ pub(crate) fn without_state_dir(args: &[OsString]) -> Result<Vec<String>, String
     let mut kept = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
+        if a == "--" {
+            // The rest is not the command line's options.
+            kept.push("--".to_owned());
+            for a in it.by_ref() {
+                kept.push(
+                    a.to_str()
+                        .ok_or_else(|| format!("{}: not UTF-8", a.to_string_lossy()))?
+                        .to_owned(),
+                );
+            }
+            break;
+        }
         if a == "--state-dir" {
             it.next();
             continue;
@@ -66,7 +78,7 @@ pub(crate) fn forward(remote: &Remote, args: &[OsString]) -> u8 {
         }
     };
     let (mut stdout, mut stderr) = (std::io::stdout(), std::io::stderr());
-    match remote.run(&args, None, &mut stdout, &mut stderr) {
+    match remote.run(&args, &mut stdout, &mut stderr) {
         Ok(code) => u8::try_from(code).unwrap_or(USAGE),
         Err(message) => {
             errln!("error: {message}");

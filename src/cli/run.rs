@@ -121,7 +121,7 @@ pub(crate) fn run(args: &Args) -> u8 {
             );
             let follow = ["logs".to_owned(), gid.to_string(), "--follow".to_owned()];
             let (mut stdout, mut stderr) = (std::io::stdout(), std::io::stderr());
-            match remote.run(&follow, None, &mut stdout, &mut stderr) {
+            match remote.run(&follow, &mut stdout, &mut stderr) {
                 Ok(code) => u8::try_from(code).unwrap_or(USAGE),
                 Err(message) => {
                     errln!("error: {message}");
@@ -171,7 +171,12 @@ fn submit(args: &Args) -> Result<Submitted, String> {
     if !(args.grace.is_finite() && (0.0..=86_400.0).contains(&args.grace)) {
         return Err("--grace must be a number of seconds from 0 to 86400".into());
     }
-    let planners = Planners::new(args.network, &args.submit.backends);
+    let remote = args.submit.state.remote()?;
+    let mut backends = args.submit.backends.clone();
+    if let Some(remote) = &remote {
+        backends.k8s.for_controller(remote)?;
+    }
+    let planners = Planners::new(args.network, &backends);
     let planner = planners.of(args.target)?;
     let (name, mut compilation) = input::compile(&args.file, &args.env)?;
     let color = args.submit.color.enabled();
@@ -202,7 +207,6 @@ fn submit(args: &Args) -> Result<Submitted, String> {
         return Ok(Submitted::Invalid);
     }
     let secrets = secret_values(&args.secrets, &group);
-    let remote = args.submit.state.remote()?;
     if remote.is_some() {
         if args.pool.is_some() || args.num_jobs > 1 {
             return Err("--pool and --num-jobs do not go through a controller yet: \
@@ -270,7 +274,9 @@ fn submit(args: &Args) -> Result<Submitted, String> {
         // there.
         let submission = Submission::of(&new);
         let gid = remote.submit(&submission, &Snapshots::of(&state_dir))?;
-        taken.recorded();
+        // Not recorded here: the snapshots taken on this machine go with
+        // `taken` (the controller holds its own).
+        drop(taken);
         return Ok(Submitted::Remote(remote, gid));
     }
     let (dir, mut store) = args.submit.state.open()?;

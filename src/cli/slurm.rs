@@ -56,7 +56,7 @@ fn sbatch_option(s: &str) -> Result<SbatchOption, String> {
 }
 
 /// The Slurm options of `run`: the shared ones, and the job's directory.
-#[derive(clap::Args)]
+#[derive(clap::Args, Clone)]
 pub(crate) struct SlurmRunArgs {
     #[command(flatten)]
     slurm: SlurmArgs,

@@ -203,7 +203,7 @@ pub(crate) struct SubmitArgs {
 
 /// The options of every backend but this machine's, which `run` and
 /// `pool apply` list last, each under its heading.
-#[derive(clap::Args)]
+#[derive(clap::Args, Clone)]
 pub(crate) struct BackendArgs {
     #[command(flatten)]
     pub(crate) slurm: SlurmRunArgs,

@@ -465,3 +465,154 @@ fn up_waits_for_a_leader_and_down_refuses_while_a_group_is_live() {
         "purged"
     );
 }
+
+/// A controller that refuses a submission before it has read it all (its
+/// state cannot take snapshots) is heard at once: the client stops
+/// sending, says why and exits, with nothing recorded.
+#[test]
+fn a_refusal_in_the_middle_of_a_submission_is_said_at_once() {
+    let c = Client::new("k8s-client-refused");
+    let _ = std::fs::remove_dir_all(c.state.join("files"));
+    std::fs::write(c.state.join("files"), "not a directory").unwrap();
+    std::fs::create_dir_all(c.scratch.dir.join("work")).unwrap();
+    // Larger than every buffer between the two sides.
+    let big: Vec<u8> = (0..32u32 << 20)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect();
+    std::fs::write(c.scratch.dir.join("work/weights.bin"), &big).unwrap();
+    let file = c.scratch.write("g.yaml", GROUP);
+    let mut run = c
+        .skyc(&["run", file.to_str().unwrap(), "--target", "k8s", "-d"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while run.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = run.kill();
+            panic!("the client is still sending to a controller that refused");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = run.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("files"),
+        "the controller's reason: {}",
+        text(&out.stderr)
+    );
+    let listed = c.output(&["status", "--json"]);
+    assert_eq!(text(&listed.stdout).trim(), "[]", "nothing recorded");
+}
+
+/// Replicas that are processes of their own (`skyc controller serve`,
+/// run out of the cluster with the fake's kubeconfig), killed on drop.
+struct Replicas(Vec<std::process::Child>);
+
+impl Drop for Replicas {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Two replicas of the controller as processes sharing the state claim;
+/// the leader SIGKILLed mid-group while the primary ends: the other leads
+/// within the Lease's time (15 s, and its 2 s of retry), adopts the group,
+/// stops the auxiliary after its delay and closes it SUCCEEDED, no pod
+/// made twice; the client reaches whichever leads.
+#[test]
+fn the_leader_killed_mid_group_is_replaced_within_the_lease_time() {
+    let scratch = Scratch::new("k8s-client-failover");
+    let cluster = FakeCluster::start();
+    let kubeconfig = scratch.write("kubeconfig", &cluster.kubeconfig());
+    let state = scratch.dir.join("controller-state");
+    std::fs::create_dir_all(&state).unwrap();
+    let serve = |me: &str| {
+        cluster.controller_pod(me, Path::new(env!("CARGO_BIN_EXE_skyc")), &state);
+        crate::support::skyc()
+            .args(["controller", "serve", "--kubeconfig"])
+            .arg(&kubeconfig)
+            .arg("--state-dir")
+            .arg(&state)
+            .env("SKYC_CONTROLLER_ID", me)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let wait = |what: &str, limit: Duration, mut done: Box<dyn FnMut() -> bool + '_>| {
+        let deadline = Instant::now() + limit;
+        while !done() {
+            assert!(Instant::now() < deadline, "{what}: not reached");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let mut replicas = Replicas(vec![serve("pod-a")]);
+    wait(
+        "pod-a leads",
+        Duration::from_secs(30),
+        Box::new(|| cluster.leader().as_deref() == Some("pod-a")),
+    );
+    replicas.0.push(serve("pod-b"));
+    let skyc = |args: &[&str]| {
+        let mut cmd = crate::support::skyc();
+        cmd.args(args)
+            .args(["--state-dir", STATE])
+            .env("KUBECONFIG", &kubeconfig)
+            .env("XDG_STATE_HOME", scratch.dir.join("laptop"))
+            .env_remove("SKYC_STATE_DIR");
+        cmd
+    };
+    let file = scratch.write("g.yaml", &GROUP.replace("workdir: ./work\n", ""));
+    let out = skyc(&["run", file.to_str().unwrap(), "--target", "k8s", "-d"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let gid: i64 = text(&out.stdout).trim().parse().unwrap();
+    wait(
+        "every task running",
+        Duration::from_secs(60),
+        Box::new(|| cluster.running("g-trainer-0-0") && cluster.running("g-buffer-0-0")),
+    );
+    // The leader is killed; the primary ends while nobody leads.
+    replicas.0[0].kill().unwrap();
+    let _ = replicas.0[0].wait();
+    let killed = Instant::now();
+    cluster.exit("g-trainer-0-0", "trained\n", 0);
+    wait(
+        "pod-b leads",
+        Duration::from_secs(30),
+        Box::new(|| cluster.leader().as_deref() == Some("pod-b")),
+    );
+    let took = killed.elapsed();
+    assert!(took <= Duration::from_secs(20), "taken over after {took:?}");
+    let status = |gid: i64| -> Value {
+        let out = skyc(&["status", &gid.to_string(), "--json"])
+            .output()
+            .unwrap();
+        serde_json::from_slice::<Value>(&out.stdout).unwrap_or(Value::Null)[0].clone()
+    };
+    wait(
+        "the group ended",
+        Duration::from_secs(60),
+        Box::new(|| !status(gid)["finished_at_ms"].is_null()),
+    );
+    let ended = status(gid);
+    assert_eq!(ended["status"], "SUCCEEDED", "{ended:#}");
+    let tasks: Vec<&str> = ended["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(tasks, ["SUCCEEDED", "CANCELLED"], "{ended:#}");
+    assert_eq!(
+        cluster.created_pods(),
+        ["g-trainer-0-0", "g-buffer-0-0"],
+        "no pod made twice"
+    );
+}

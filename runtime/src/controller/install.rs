@@ -113,34 +113,71 @@ pub async fn apply(
     Ok(applied)
 }
 
-/// Waits until a replica holds the Lease and has renewed it lately (by
-/// this machine's clock); answers its name.
+/// The Lease's holder and when it renewed, if it is fresh (renewed
+/// within its duration, by this machine's clock).
+async fn fresh_holder(leases: &Api<Lease>) -> Result<Option<String>, String> {
+    let lease = leases
+        .get_opt(LEASE)
+        .await
+        .map_err(|e| format!("its Lease: {}", crate::k8s::retry::describe(&e)))?;
+    let spec = lease.and_then(|l| l.spec).unwrap_or_default();
+    let fresh = spec.renew_time.as_ref().is_some_and(|t| {
+        let age = jiff::Timestamp::now().duration_since(t.0);
+        age.as_secs() <= i64::from(spec.lease_duration_seconds.unwrap_or(15))
+    });
+    Ok(spec.holder_identity.filter(|h| !h.is_empty() && fresh))
+}
+
+/// The replica leading before an update: `up` waits for another.
+pub async fn holder(client: &kube::Client, namespace: &str) -> Result<Option<String>, String> {
+    fresh_holder(&Api::namespaced(client.clone(), namespace)).await
+}
+
+/// Waits until a replica other than `before` holds the Lease and has
+/// renewed it lately; answers its name.
 pub async fn leader(
     client: &kube::Client,
     namespace: &str,
+    before: Option<&str>,
     within: Duration,
 ) -> Result<String, String> {
     let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
     let deadline = Instant::now() + within;
     loop {
-        let lease = leases.get_opt(LEASE).await.ok().flatten();
-        let spec = lease.and_then(|l| l.spec).unwrap_or_default();
-        let fresh = spec.renew_time.as_ref().is_some_and(|t| {
-            let age = jiff::Timestamp::now().duration_since(t.0);
-            age.as_secs() <= i64::from(spec.lease_duration_seconds.unwrap_or(15))
-        });
-        if let Some(holder) = spec.holder_identity.filter(|h| !h.is_empty() && fresh) {
+        if let Some(holder) = fresh_holder(&leases).await?
+            && Some(holder.as_str()) != before
+        {
             return Ok(holder);
         }
         if Instant::now() >= deadline {
             return Err(format!(
-                "no replica leads after {} s (`skyc controller status` shows its pods; \
+                "no replica {}leads after {} s (`skyc controller status` shows its pods; \
                  `kubectl describe deployment {NAME}` why they do not run)",
+                if before.is_some() {
+                    "of the update "
+                } else {
+                    ""
+                },
                 within.as_secs()
             ));
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+/// The Deployment's generation (`None`: there is none): an apply that
+/// changes it replaces the pods.
+pub async fn generation(client: &kube::Client, namespace: &str) -> Result<Option<i64>, String> {
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        namespace,
+        &resource("apps/v1", "Deployment", "deployments"),
+    );
+    Ok(api
+        .get_opt(NAME)
+        .await
+        .map_err(|e| format!("its Deployment: {}", crate::k8s::retry::describe(&e)))?
+        .and_then(|d| d.metadata.generation))
 }
 
 /// What down removed.
@@ -187,14 +224,15 @@ pub async fn down(
         }
     }
     let mut removed = Vec::new();
+    // The Deployment first, in the foreground, and waited for: its pods
+    // end (their grace) while their account, Roles and Lease still
+    // stand, and their hold on the claim goes with them.
     for (api_version, kind, plural, name) in owned(purge) {
         let api: Api<DynamicObject> = Api::namespaced_with(
             client.clone(),
             namespace,
             &resource(api_version, kind, plural),
         );
-        // The Deployment in the foreground (it goes once its pods have);
-        // the rest have no dependents.
         let params = if kind == "Deployment" {
             DeleteParams::foreground()
         } else {
@@ -210,17 +248,18 @@ pub async fn down(
                 ));
             }
         }
+        if kind == "Deployment" {
+            gone(&api, &name).await?;
+        }
     }
-    // Foreground: the Deployment goes once its pods have, and with them
-    // their hold on the state claim.
-    let deployments: Api<DynamicObject> = Api::namespaced_with(
-        client.clone(),
-        namespace,
-        &resource("apps/v1", "Deployment", "deployments"),
-    );
+    Ok(Down::Removed(removed))
+}
+
+/// Waits until `name` is gone (its foreground deletion done).
+async fn gone(api: &Api<DynamicObject>, name: &str) -> Result<(), String> {
     let deadline = Instant::now() + POD_END;
-    while deployments
-        .get_opt(NAME)
+    while api
+        .get_opt(name)
         .await
         .map_err(|e| format!("its Deployment: {}", crate::k8s::retry::describe(&e)))?
         .is_some()
@@ -234,7 +273,7 @@ pub async fn down(
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    Ok(Down::Removed(removed))
+    Ok(())
 }
 
 /// How long down waits for the controller's pods to end: longer than

@@ -153,6 +153,7 @@ pub fn serve_in_cluster(
     dir: &Path,
     config: kube::Config,
     replica: &Replica,
+    tuning: Tuning,
     stop: Arc<AtomicBool>,
 ) -> Result<Ended, String> {
     let leases = {
@@ -170,7 +171,7 @@ pub fn serve_in_cluster(
             Box::pin(async move { cluster })
         })
     };
-    serve(dir, leases, connect, replica, Tuning::default(), stop)
+    serve(dir, leases, connect, replica, tuning, stop)
         .map_err(|e| format!("the controller of {}: {e}", dir.display()))
 }
 

@@ -74,19 +74,18 @@ impl Remote {
     }
 
     /// Runs `skyc ARGS` on the controller (its state directory given), its
-    /// output written to `stdout` and `stderr` as it comes; `stdin` is
-    /// sent first. Answers the command's exit status.
+    /// output written to `stdout` and `stderr` as it comes. Answers the
+    /// command's exit status.
     pub fn run(
         &self,
         args: &[String],
-        stdin: Option<&[u8]>,
         stdout: &mut dyn Write,
         stderr: &mut dyn Write,
     ) -> Result<i32, String> {
         self.block_on(|client, namespace| async move {
             let pod = leader(&client, &namespace).await?;
             let argv = answer_argv(args);
-            exec(&client, &namespace, &pod, argv, stdin, stdout, stderr).await
+            exec(&client, &namespace, &pod, argv, None, stdout, stderr).await
         })
     }
 
@@ -108,14 +107,26 @@ impl Remote {
                 if code != 0 {
                     return Err(refused(&err));
                 }
-                let sending: Vec<String> = String::from_utf8_lossy(&out)
-                    .split_whitespace()
-                    .map(str::to_owned)
+                // Only what this group names: the answer is the
+                // controller's, the paths read are this machine's.
+                let answer = String::from_utf8_lossy(&out).into_owned();
+                let sending: Vec<String> = submission
+                    .snapshots
+                    .iter()
+                    .filter(|d| answer.split_whitespace().any(|m| m == d.as_str()))
+                    .cloned()
                     .collect();
-                let mut stream = Vec::new();
-                submission
-                    .write(snapshots, &sending, &mut stream)
-                    .map_err(|e| format!("reading the snapshots to send: {e}"))?;
+                let (to, input) = tokio::sync::mpsc::channel(4);
+                let writer = {
+                    let (submission, snapshots) = (submission.clone(), snapshots.clone());
+                    std::thread::spawn(move || {
+                        let chunks = Chunks {
+                            to,
+                            chunk: Vec::with_capacity(STDIN_BUFFER),
+                        };
+                        submission.write(&snapshots, &sending, chunks)
+                    })
+                };
                 let accept = ["skyc", "controller", "accept", "--state-dir", STATE_DIR]
                     .map(str::to_owned)
                     .to_vec();
@@ -125,18 +136,34 @@ impl Remote {
                     &namespace,
                     &pod,
                     accept,
-                    Some(&stream),
+                    Some(input),
                     &mut out,
                     &mut err,
                 )
-                .await?;
+                .await;
+                // The session has ended: a writer still sending finds its
+                // input gone, and ends.
+                let written = writer
+                    .join()
+                    .unwrap_or_else(|_| Err(std::io::Error::other("the sending thread panicked")));
+                // A refusal whose status was lost with the connection is
+                // still the controller's words.
+                let code = code.map_err(|e| if err.is_empty() { e } else { refused(&err) })?;
                 if code == 0 {
                     return String::from_utf8_lossy(&out)
                         .trim()
                         .parse()
                         .map_err(|_| format!("pod {pod} answered no group id"));
                 }
-                last = refused(&err);
+                last = match written {
+                    Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+                        format!("reading the snapshots to send: {e}")
+                    }
+                    _ => refused(&err),
+                };
+                if !last.contains("submit again") {
+                    break;
+                }
             }
             Err(last)
         })
@@ -202,12 +229,15 @@ impl std::fmt::Display for Remote {
     }
 }
 
-/// The argv a client's `args` run as in the controller's pod.
+/// The argv a client's `args` run as in the controller's pod: its state
+/// directory given before any `--`.
 pub fn answer_argv(args: &[String]) -> Vec<String> {
+    let at = args.iter().position(|a| a == "--").unwrap_or(args.len());
     std::iter::once("skyc".to_owned())
         .chain(ANSWER.iter().map(|s| (*s).to_owned()))
-        .chain(args.iter().cloned())
+        .chain(args[..at].iter().cloned())
         .chain(["--state-dir".to_owned(), STATE_DIR.to_owned()])
+        .chain(args[at..].iter().cloned())
         .collect()
 }
 
@@ -275,16 +305,34 @@ async fn running_pod(client: &kube::Client, namespace: &str) -> Result<String, S
     running.into_iter().next().ok_or_else(no_leader)
 }
 
+/// What a command run on the controller reads: chunks as they come (a
+/// submission is written by a thread as it reads the snapshots, never
+/// held whole).
+pub type Input = tokio::sync::mpsc::Receiver<Vec<u8>>;
+
+/// The exit status of a command whose output cannot be written here any
+/// more (a closed pipe: `| head`), as the command line's own.
+const CLOSED_OUTPUT: i32 = 141;
+
+/// How long the output may still come once the command's status has.
+const OUTPUT_AFTER_STATUS: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// How many bytes of input kube's pipe holds ahead of the session.
+const STDIN_BUFFER: usize = 64 << 10;
+
 /// Runs `argv` in `pod`'s controller container: `stdin` is written and
 /// the session's input then held open until the command ends (closing it
 /// ends a command run through [`ANSWER`]); stdout and stderr are copied
-/// as they come. Answers the exit status.
+/// as they come. Answers the exit status. The session ends with the
+/// command's status, or when the connection does, whatever is still
+/// being written: a command that stopped reading its input, or a network
+/// gone, never leaves the client waiting.
 pub async fn exec(
     client: &kube::Client,
     namespace: &str,
     pod: &str,
     argv: Vec<String>,
-    stdin: Option<&[u8]>,
+    mut stdin: Option<Input>,
     stdout: &mut dyn Write,
     stderr: &mut dyn Write,
 ) -> Result<i32, String> {
@@ -293,11 +341,14 @@ pub async fn exec(
         .container(CONTAINER)
         .stdin(true)
         .stdout(true)
-        .stderr(true);
-    let mut attached = pods
-        .exec(pod, argv, &params)
-        .await
-        .map_err(|e| format!("exec in pod {pod}: {}", crate::k8s::retry::describe(&e)))?;
+        .stderr(true)
+        .max_stdin_buf_size(STDIN_BUFFER);
+    let mut attached = pods.exec(pod, argv, &params).await.map_err(|e| match &e {
+        kube::Error::Api(s) if s.code == 404 => {
+            format!("pod {pod} is not there: no replica leads (`skyc controller status` shows why)")
+        }
+        _ => format!("exec in pod {pod}: {}", crate::k8s::retry::describe(&e)),
+    })?;
     let status = attached.take_status();
     let mut input = attached.stdin();
     let mut out = attached.stdout();
@@ -307,8 +358,10 @@ pub async fn exec(
     // protocol kube ends the whole session there): the commands fed input
     // read what they need and no more.
     let write = async {
-        if let (Some(w), Some(bytes)) = (input.as_mut(), stdin) {
-            w.write_all(bytes).await?;
+        if let (Some(w), Some(chunks)) = (input.as_mut(), stdin.as_mut()) {
+            while let Some(chunk) = chunks.recv().await {
+                w.write_all(&chunk).await?;
+            }
             w.flush().await?;
         }
         std::io::Result::Ok(())
@@ -320,27 +373,77 @@ pub async fn exec(
             tokio::select! {
                 n = read(out.as_mut(), &mut out_buf), if out_open => match n {
                     0 => out_open = false,
-                    n => { let _ = stdout.write_all(&out_buf[..n]); let _ = stdout.flush(); }
+                    n => stdout.write_all(&out_buf[..n]).and_then(|()| stdout.flush())?,
                 },
                 n = read(err.as_mut(), &mut err_buf), if err_open => match n {
                     0 => err_open = false,
-                    n => { let _ = stderr.write_all(&err_buf[..n]); let _ = stderr.flush(); }
+                    n => stderr.write_all(&err_buf[..n]).and_then(|()| stderr.flush())?,
                 },
             }
         }
+        std::io::Result::Ok(())
     };
-    let (written, ()) = tokio::join!(write, copy);
-    let status = match status {
-        Some(s) => s.await,
-        None => None,
+    // Resolves with the command's status, or `None` once kube's session
+    // has ended without one.
+    let status = async move {
+        match status {
+            Some(status) => status.await,
+            None => None,
+        }
     };
-    drop(input);
+    tokio::pin!(write, copy, status);
+    let (mut written, mut copied) = (None, false);
+    let status = loop {
+        tokio::select! {
+            w = &mut write, if written.is_none() => written = Some(w),
+            c = &mut copy, if !copied => match c {
+                Ok(()) => copied = true,
+                // Nobody reads what it prints here: the session is
+                // dropped, and the command with it.
+                Err(_) => return Ok(CLOSED_OUTPUT),
+            },
+            s = &mut status => break s,
+        }
+    };
+    if !copied
+        && tokio::time::timeout(OUTPUT_AFTER_STATUS, &mut copy)
+            .await
+            .is_ok_and(|c| c.is_err())
+    {
+        return Ok(CLOSED_OUTPUT);
+    }
     match exit_code(status.as_ref()) {
         Some(code) => code,
         None => Err(match written {
-            Err(e) => format!("sending to pod {pod}: {e}"),
-            Ok(()) => format!("pod {pod} ended the session without the command's status"),
+            Some(Err(e)) => format!("sending to pod {pod}: {e}"),
+            _ => format!("pod {pod} ended the session without the command's status"),
         }),
+    }
+}
+
+/// A [`Write`] of chunks into an exec's [`Input`], from a thread that
+/// is not the session's.
+struct Chunks {
+    to: tokio::sync::mpsc::Sender<Vec<u8>>,
+    chunk: Vec<u8>,
+}
+
+impl Write for Chunks {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.chunk.extend_from_slice(bytes);
+        if self.chunk.len() >= STDIN_BUFFER {
+            self.flush()?;
+        }
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if !self.chunk.is_empty() {
+            self.to
+                .blocking_send(std::mem::take(&mut self.chunk))
+                .map_err(|_| std::io::Error::from(std::io::ErrorKind::BrokenPipe))?;
+        }
+        Ok(())
     }
 }
 

@@ -151,6 +151,13 @@ pub fn accept(dir: &Path, mut input: impl BufRead) -> Result<i64, String> {
     }
     let submission: Submission =
         serde_json::from_slice(&line).map_err(|e| format!("the group's line: {e}"))?;
+    // A controller supervises what runs where it does.
+    if submission.backend != Backend::Kubernetes {
+        return Err(format!(
+            "a controller on Kubernetes runs groups of --target k8s, not {}",
+            submission.backend.as_str()
+        ));
+    }
     let snapshots = Snapshots::of(dir);
     let writing = snapshots
         .writing()
@@ -202,6 +209,16 @@ pub fn accept(dir: &Path, mut input: impl BufRead) -> Result<i64, String> {
     Ok(gid)
 }
 
+/// A budget without a limit: what arrives was within the client's.
+fn unlimited(progress: &mut dyn FnMut(u64, u64)) -> Budget<'_> {
+    Budget {
+        limit: u64::MAX,
+        files: 0,
+        bytes: 0,
+        progress,
+    }
+}
+
 /// Unpacks one snapshot's stream beside `snapshots` and keeps it, if it
 /// reads back to `digest`.
 fn receive(
@@ -236,22 +253,27 @@ fn receive(
             return Err(failed(&e));
         }
     };
-    let mut quiet = |_, _| {};
-    let mut budget = Budget {
-        limit: u64::MAX,
-        files: 0,
-        bytes: 0,
-        progress: &mut quiet,
-    };
-    let kept = snapshots
-        .keep(writing, &unpacked, dir, &mut budget)
-        .map_err(|e| failed(&format!("{e:?}")))?;
-    if kept.digest != digest {
-        return Err(failed(&format!(
-            "arrived as {} (damaged on the way, or not skyc's stream)",
-            kept.digest
-        )));
+    let (mut quiet, mut quieter) = (|_, _| {}, |_, _| {});
+    // Read before it is kept: what does not read back to its digest is
+    // removed, never kept under another.
+    let arrived = crate::files::source::read_tree(
+        &unpacked,
+        dir,
+        None,
+        &mut unlimited(&mut quiet),
+        crate::files::source::Filters::All,
+    )
+    .map(|t| t.digest);
+    if arrived.as_deref().ok() != Some(digest) {
+        crate::files::store::remove(&unpacked);
+        return Err(failed(&match arrived {
+            Ok(other) => format!("arrived as {other} (damaged on the way, or not skyc's stream)"),
+            Err(e) => format!("{e:?}"),
+        }));
     }
+    snapshots
+        .keep(writing, &unpacked, dir, &mut unlimited(&mut quieter))
+        .map_err(|e| failed(&format!("{e:?}")))?;
     Ok(())
 }
 
@@ -394,6 +416,12 @@ mod tests {
         damaged[at] = b'E';
         let refused = accept(&d.controller, &damaged[..]).unwrap_err();
         assert!(refused.contains("damaged"), "{refused}");
+        let kept: Vec<_> = std::fs::read_dir(Snapshots::of(&d.controller).dir())
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n != ".lock")
+            .collect();
+        assert!(kept.is_empty(), "nothing kept of it: {kept:?}");
         let refused = accept(
             &d.controller,
             &d.stream(std::slice::from_ref(&tree), &[])[..],

@@ -42,6 +42,11 @@ impl std::fmt::Debug for Cluster {
 /// process's own lookup. kube's own retry layer is off: the runtime
 /// retries itself ([`retry`]), the same way for every request.
 pub async fn connect(kubeconfig: Option<&str>, context: Option<&str>) -> Result<Cluster, String> {
+    from_config(load(kubeconfig, context).await?)
+}
+
+/// The configuration [`connect`] builds its client from.
+pub async fn load(kubeconfig: Option<&str>, context: Option<&str>) -> Result<Config, String> {
     let options = KubeConfigOptions {
         context: context.map(str::to_owned),
         ..KubeConfigOptions::default()
@@ -73,7 +78,7 @@ pub async fn connect(kubeconfig: Option<&str>, context: Option<&str>) -> Result<
             .map_err(|e| named(&e))?,
         None => Config::infer().await.map_err(|e| named(&e))?,
     };
-    from_config(config)
+    Ok(config)
 }
 
 /// What `skyc run` records of the cluster it checked, so that the

@@ -1031,11 +1031,21 @@ pub fn poke(dir: &Path) -> io::Result<()> {
     }
 }
 
+/// Whether [`wake`] may start a supervisor.
+static STARTS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// From now on [`wake`] starts no supervisor: in a controller's pod, where
+/// only the replica that leads supervises (a command run there for a
+/// client leaves what it wrote to the leader's next scan of the store).
+pub fn never_start() {
+    STARTS.store(false, std::sync::atomic::Ordering::SeqCst);
+}
+
 /// Asks the supervisor of `dir` to pick up what the caller wrote to the
-/// store, starting one if none answers.
+/// store, starting one if none answers (unless [`never_start`]).
 pub fn wake(dir: &Path) -> io::Result<()> {
     let ask = || poke(dir);
-    if ask().is_ok() {
+    if ask().is_ok() || !STARTS.load(std::sync::atomic::Ordering::SeqCst) {
         return Ok(());
     }
     let log = fs::OpenOptions::new()

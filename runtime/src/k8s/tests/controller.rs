@@ -5,10 +5,11 @@
 //! ends without releasing the Lease (as a SIGKILLed pod does), no pod
 //! created twice, and the group's end as the engine decides it.
 //!
-//! Not covered here: the replicas as processes of their own reaching the
-//! API server over TLS with a pod's service account (the client of
-//! `skyc controller serve` reads it: `k8s::client::in_cluster`, tested on
-//! its own), and a leader frozen rather than ended.
+//! The replicas as processes of their own, one SIGKILLed, are the
+//! command line's test (`tests/k8s/client.rs`). Not covered: replicas
+//! reaching the API server over TLS with a pod's service account (the
+//! client of `skyc controller serve` reads it: `k8s::client::in_cluster`,
+//! tested on its own), and a leader frozen rather than ended.
 
 use super::driver::{insert, plan, tuning, turn};
 use super::fake::{Fake, NS};

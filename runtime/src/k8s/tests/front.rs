@@ -149,9 +149,22 @@ impl FakeCluster {
         NS
     }
 
+    /// The server's URL (`http://127.0.0.1:PORT`).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
     /// Starts the controller: its pod `pod` (whose commands run `skyc`,
     /// its claim `state_dir`) and its replica, leading once this returns.
     pub fn controller(&mut self, pod: &str, skyc: &Path, state_dir: &Path) {
+        self.controller_pod(pod, skyc, state_dir);
+        self.replica(pod, state_dir);
+    }
+
+    /// The controller's pod `pod` (whose commands run `skyc`, its claim
+    /// `state_dir`), running, and nothing else: its replica is the
+    /// caller's (a process of its own, or [`Self::hold_lease`]).
+    pub fn controller_pod(&self, pod: &str, skyc: &Path, state_dir: &Path) {
         self.fake.world().put(
             "pods",
             json!({
@@ -167,6 +180,11 @@ impl FakeCluster {
                 state_dir: state_dir.to_owned(),
             },
         );
+    }
+
+    /// Starts a replica of the controller for pod `pod` on a thread of
+    /// this process; it leads once this returns.
+    fn replica(&mut self, pod: &str, state_dir: &Path) {
         let halt = Arc::new(AtomicBool::new(false));
         let thread = {
             let (fake, dir, me, halt) = (
@@ -208,13 +226,29 @@ impl FakeCluster {
             .push((pod.to_owned(), halt.clone()));
         self.replica = Some((halt, thread));
         let deadline = Instant::now() + Duration::from_secs(30);
-        while self.holder().as_deref() != Some(pod) {
+        while self.leader().as_deref() != Some(pod) {
             assert!(Instant::now() < deadline, "the controller does not lead");
             std::thread::sleep(Duration::from_millis(20));
         }
     }
 
-    fn holder(&self) -> Option<String> {
+    /// The Lease held by `pod`, renewed now: a leader as clients find it.
+    pub fn hold_lease(&self, pod: &str) {
+        let now = jiff::Timestamp::now()
+            .strftime("%Y-%m-%dT%H:%M:%S%.6fZ")
+            .to_string();
+        self.fake.world().put(
+            "leases",
+            json!({
+                "metadata": {"name": skyc_targets::k8s::controller::LEASE},
+                "spec": {"holderIdentity": pod, "leaseDurationSeconds": 15,
+                         "acquireTime": now, "renewTime": now}
+            }),
+        );
+    }
+
+    /// The Lease's holder.
+    pub fn leader(&self) -> Option<String> {
         self.fake
             .world()
             .get("leases", skyc_targets::k8s::controller::LEASE)
@@ -245,6 +279,18 @@ impl FakeCluster {
     /// The names of the pods there now.
     pub fn pods(&self) -> Vec<String> {
         self.fake.world().names("pods")
+    }
+
+    /// How many pods run.
+    pub fn running_pods(&self) -> usize {
+        let w = self.fake.world();
+        w.names("pods")
+            .iter()
+            .filter(|p| {
+                w.get("pods", p)
+                    .is_some_and(|p| p["status"]["phase"] == "Running")
+            })
+            .count()
     }
 
     /// Whether pod `pod`'s container runs.
@@ -329,6 +375,8 @@ fn serve(listener: std::net::TcpListener, served: Served, stop: Arc<AtomicBool>)
             else {
                 continue;
             };
+            // As Go's servers (the API server's) do.
+            let _ = stream.set_nodelay(true);
             let served = served.clone();
             tokio::spawn(async move {
                 let service = hyper::service::service_fn(move |req| {
@@ -408,8 +456,7 @@ fn upgrade(req: Request<hyper::body::Incoming>, pod: Pod, execs: Execs) -> Respo
             None,
         )
         .await;
-        let input = run(ws, argv.clone(), &pod).await;
-        execs.lock().unwrap().push((argv, input));
+        run(ws, argv, &pod, &execs).await;
     });
     let mut response = Response::new(FakeBody::Full(None));
     *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
@@ -439,9 +486,14 @@ fn url_query(query: &str) -> Vec<String> {
 
 /// Runs `argv` as the controller's pod would: its output on the
 /// session's channels, its input from it, closed when the session ends.
-/// Answers the input it was sent.
-async fn run<S>(ws: tokio_tungstenite::WebSocketStream<S>, argv: Vec<String>, pod: &Pod) -> Vec<u8>
-where
+/// It is recorded in `execs` with the input it was sent before its
+/// status is: a client that has its answer finds it there.
+async fn run<S>(
+    ws: tokio_tungstenite::WebSocketStream<S>,
+    argv: Vec<String>,
+    pod: &Pod,
+    execs: &Execs,
+) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
     let (mut tx, mut rx) = ws.split();
@@ -480,7 +532,7 @@ where
             frame.extend_from_slice(status.to_string().as_bytes());
             let _ = tx.send(Message::binary(frame)).await;
             let _ = tx.close().await;
-            return Vec::new();
+            return;
         }
     };
     let mut input = Vec::new();
@@ -535,11 +587,23 @@ where
                            "message": format!("command terminated with non-zero exit code: exit code {code}"),
                            "details": {"causes": [{"reason": "ExitCode", "message": code.to_string()}]}})
                 };
+                execs.lock().unwrap().push((argv, input));
                 let mut frame = vec![3u8];
                 frame.extend_from_slice(status.to_string().as_bytes());
                 let _ = tx.send(Message::binary(frame)).await;
                 let _ = tx.close().await;
-                return input;
+                // The closing handshake: what the client still sends is
+                // read until it closes too, so the connection is not
+                // reset under the status it has yet to read.
+                let _ = tokio::time::timeout(Duration::from_secs(5), async {
+                    while let Some(Ok(message)) = rx.next().await {
+                        if message.is_close() {
+                            break;
+                        }
+                    }
+                })
+                .await;
+                return;
             }
         }
     }
@@ -547,8 +611,8 @@ where
     // and is left to end on its own (killed after two minutes, longer
     // than any test waits for it to end).
     drop(stdin);
+    execs.lock().unwrap().push((argv, input));
     let _ = tokio::time::timeout(Duration::from_secs(120), child.wait()).await;
-    input
 }
 
 /// `+` and `%XX` decoded, as kube's query encoder writes them.

@@ -20,6 +20,8 @@ mod exec;
 mod fake;
 #[cfg(test)]
 mod files;
+// Its server is the command line's tests' (the feature's).
+#[cfg_attr(not(feature = "fake-cluster"), allow(dead_code, unreachable_pub))]
 pub(super) mod front;
 #[cfg(test)]
 mod kubelet;
