@@ -280,6 +280,27 @@ fn cancel_and_a_client_gone_leave_nothing_running_on_the_controller() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "[1] leading as skyc-controller-0\n");
     // What does not go through a controller says so.
+    let out = c.output(&[
+        "run",
+        file.to_str().unwrap(),
+        "--target",
+        "k8s",
+        "--num-jobs",
+        "2",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("do not go through a controller yet"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = c.output(&["run", file.to_str().unwrap(), "--target", "local"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("runs groups of --target k8s"),
+        "{}",
+        text(&out.stderr)
+    );
     let out = c.output(&["dashboard"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(

@@ -115,9 +115,24 @@ impl Watched for Job {
     }
 }
 
+/// What the runtime keeps of a pod: its metadata (without the field
+/// managers' records), the node it runs on, its status. Its spec (the
+/// task's scripts and environment, its volumes: most of a pod's size)
+/// is read from the plan instead, and a group of 1,000 nodes would
+/// otherwise hold 1,000 of them, and copy them at each pass.
+fn slim(mut pod: Pod) -> Pod {
+    pod.metadata.managed_fields = None;
+    pod.spec = pod.spec.map(|spec| k8s_openapi::api::core::v1::PodSpec {
+        node_name: spec.node_name,
+        ..Default::default()
+    });
+    pod
+}
+
 impl Watched for Pod {
     const KIND: Kind = Kind::Pod;
     fn put(objs: &mut Objects, obj: Self) {
+        let obj = slim(obj);
         let name = obj.name_any();
         if newer(objs.pods.get(&name).map(|p| &p.metadata), &obj.metadata) {
             objs.pods.insert(name, obj);
