@@ -12,7 +12,7 @@
 //! - **`status` of 1,000 groups through the API**: `skyc status
 //!   --state-dir k8s://team`, the whole client process (its kubeconfig,
 //!   the Lease, the exec in the controller's pod, the controller's skyc
-//!   listing 1,000 groups of 3 tasks, the table streamed back), beside
+//!   listing 1,000 groups of 2 tasks, the table streamed back), beside
 //!   `skyc status` of the same state directory on this machine. Goal:
 //!   ≤ 50 ms.
 //!

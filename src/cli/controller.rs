@@ -204,9 +204,13 @@ pub(crate) fn run(command: &Command) -> u8 {
         Command::Status(args) => status(args),
         Command::Answer(args) => answer(args),
         Command::Accept(args) => accept(args),
-        Command::Missing(args) => match args.state.local() {
-            Ok(dir) => {
-                for digest in skyc_runtime::controller::submission::missing(&dir, &args.digests) {
+        Command::Missing(args) => match args
+            .state
+            .local()
+            .and_then(|dir| skyc_runtime::controller::submission::missing(&dir, &args.digests))
+        {
+            Ok(missing) => {
+                for digest in missing {
                     outln!("{digest}");
                 }
                 OK
@@ -385,18 +389,19 @@ fn up(args: &UpArgs) -> u8 {
         args.namespace.as_deref(),
         |client, namespace| async move {
             let objects = args.controller.objects(Some(namespace.clone()))?;
-            let (generation, holder) = (
-                install::generation(&client, &namespace).await?,
+            let (template, holder) = (
+                install::template(&client, &namespace).await?,
                 install::holder(&client, &namespace).await?,
             );
             let applied = install::apply(&client, &namespace, &objects).await?;
             for object in &applied {
                 errln!("skyc: applied {object}");
             }
-            // Changed, the Deployment replaces its pods: a replica of the
-            // update must lead, not the one leading before.
-            let before = match install::generation(&client, &namespace).await? {
-                now if now != generation => holder,
+            // A changed pod template replaces the pods: a replica of the
+            // update must lead, not the one leading before. (A change of
+            // the replicas alone keeps the leader.)
+            let before = match install::template(&client, &namespace).await? {
+                now if template.is_some() && now != template => holder,
                 _ => None,
             };
             let leader = install::leader(&client, &namespace, before.as_deref(), wait).await?;

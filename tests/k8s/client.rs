@@ -406,6 +406,62 @@ fn up_waits_for_a_leader_and_down_refuses_while_a_group_is_live() {
         deployment["spec"]["template"]["spec"]["containers"][0]["image"],
         "registry.example/skyc:test"
     );
+    // Applied again with only more replicas: the pods stay, and so does
+    // the leader, at once.
+    let again = skyc(&[
+        "controller",
+        "up",
+        "--controller-image",
+        "registry.example/skyc:test",
+        "--controller-replicas",
+        "2",
+        "--controller-storage-class",
+        "shared",
+        "--wait",
+        "5",
+    ])
+    .output()
+    .unwrap();
+    assert_eq!(again.status.code(), Some(0), "{}", text(&again.stderr));
+    assert!(
+        text(&again.stderr).contains("leads as skyc-controller-7f9c-abcde"),
+        "{}",
+        text(&again.stderr)
+    );
+    // A new image: up waits until a replica of the update leads.
+    let update = skyc(&[
+        "controller",
+        "up",
+        "--controller-image",
+        "registry.example/skyc:v2",
+        "--wait",
+        "30",
+    ])
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let image = |cluster: &FakeCluster| {
+        cluster.object("deployments", "skyc-controller").unwrap()["spec"]["template"]["spec"]
+            ["containers"][0]["image"]
+            .clone()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while image(&cluster) != "registry.example/skyc:v2" {
+        assert!(Instant::now() < deadline, "the update not applied");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    cluster.replace_controller(
+        "skyc-controller-8a1d-fghij",
+        Path::new(env!("CARGO_BIN_EXE_skyc")),
+        &state,
+    );
+    let update = update.wait_with_output().unwrap();
+    assert_eq!(update.status.code(), Some(0), "{}", text(&update.stderr));
+    assert!(
+        text(&update.stderr).contains("leads as skyc-controller-8a1d-fghij"),
+        "{}",
+        text(&update.stderr)
+    );
     // A live group: down refuses, names it, and removes nothing.
     let file = scratch.write(
         "sleepy.yaml",
@@ -487,11 +543,12 @@ fn up_waits_for_a_leader_and_down_refuses_while_a_group_is_live() {
     );
 }
 
-/// A controller that refuses a submission before it has read it all (its
-/// state cannot take snapshots) is heard at once: the client stops
-/// sending, says why and exits, with nothing recorded.
+/// A controller whose state cannot keep snapshots refuses before any is
+/// sent (a refusal in the middle of a stream may lose its answer with
+/// the connection, as an API server closes it): the client, with 32 MiB
+/// to send, says why at once and exits, with nothing recorded.
 #[test]
-fn a_refusal_in_the_middle_of_a_submission_is_said_at_once() {
+fn a_controller_that_cannot_keep_snapshots_refuses_before_they_are_sent() {
     let c = Client::new("k8s-client-refused");
     let _ = std::fs::remove_dir_all(c.state.join("files"));
     std::fs::write(c.state.join("files"), "not a directory").unwrap();
@@ -610,7 +667,10 @@ fn the_leader_killed_mid_group_is_replaced_within_the_lease_time() {
         Box::new(|| cluster.leader().as_deref() == Some("pod-b")),
     );
     let took = killed.elapsed();
-    assert!(took <= Duration::from_secs(20), "taken over after {took:?}");
+    // The Lease's 15 s, counted from a renewal the follower may have
+    // seen a retry (2 s) late, and its next retry; with room for a
+    // loaded machine.
+    assert!(took <= Duration::from_secs(25), "taken over after {took:?}");
     let status = |gid: i64| -> Value {
         let out = skyc(&["status", &gid.to_string(), "--json"])
             .output()

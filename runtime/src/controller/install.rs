@@ -144,30 +144,35 @@ pub async fn leader(
     let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
     let deadline = Instant::now() + within;
     loop {
-        if let Some(holder) = fresh_holder(&leases).await?
-            && Some(holder.as_str()) != before
-        {
-            return Ok(holder);
-        }
+        // Asked again until the deadline: an API server that did not
+        // answer once may the next time; the last error is said.
+        let last = match fresh_holder(&leases).await {
+            Ok(Some(holder)) if Some(holder.as_str()) != before => return Ok(holder),
+            Ok(_) => None,
+            Err(e) => Some(e),
+        };
         if Instant::now() >= deadline {
-            return Err(format!(
-                "no replica {}leads after {} s (`skyc controller status` shows its pods; \
-                 `kubectl describe deployment {NAME}` why they do not run)",
-                if before.is_some() {
-                    "of the update "
-                } else {
-                    ""
-                },
-                within.as_secs()
-            ));
+            let update = if before.is_some() {
+                "of the update "
+            } else {
+                ""
+            };
+            return Err(last.unwrap_or_else(|| {
+                format!(
+                    "no replica {update}leads after {} s (`skyc controller status` shows its \
+                     pods; `kubectl describe deployment {NAME}` why they do not run)",
+                    within.as_secs()
+                )
+            }));
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
 
-/// The Deployment's generation (`None`: there is none): an apply that
-/// changes it replaces the pods.
-pub async fn generation(client: &kube::Client, namespace: &str) -> Result<Option<i64>, String> {
+/// The Deployment's pod template (`None`: there is no Deployment): an
+/// apply that changes it replaces the pods; one that changes only the
+/// replicas does not.
+pub async fn template(client: &kube::Client, namespace: &str) -> Result<Option<Value>, String> {
     let api: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
         namespace,
@@ -177,7 +182,7 @@ pub async fn generation(client: &kube::Client, namespace: &str) -> Result<Option
         .get_opt(NAME)
         .await
         .map_err(|e| format!("its Deployment: {}", crate::k8s::retry::describe(&e)))?
-        .and_then(|d| d.metadata.generation))
+        .map(|d| d.data["spec"]["template"].clone()))
 }
 
 /// What down removed.

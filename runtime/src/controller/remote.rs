@@ -117,16 +117,24 @@ impl Remote {
                     .cloned()
                     .collect();
                 let (to, input) = tokio::sync::mpsc::channel(4);
-                let writer = {
+                // Not joined: one still reading a large snapshot when the
+                // controller refused finds its input gone at its next
+                // send, and ends.
+                {
                     let (submission, snapshots) = (submission.clone(), snapshots.clone());
                     std::thread::spawn(move || {
-                        let chunks = Chunks {
-                            to,
+                        let mut chunks = Chunks {
+                            to: to.clone(),
                             chunk: Vec::with_capacity(STDIN_BUFFER),
                         };
-                        submission.write(&snapshots, &sending, chunks)
-                    })
-                };
+                        if let Err(e) = submission.write(&snapshots, &sending, &mut chunks) {
+                            // The session must end rather than wait for the
+                            // rest: the controller would wait with it.
+                            let _ = to
+                                .blocking_send(Err(format!("reading the snapshots to send: {e}")));
+                        }
+                    });
+                }
                 let accept = ["skyc", "controller", "accept", "--state-dir", STATE_DIR]
                     .map(str::to_owned)
                     .to_vec();
@@ -141,26 +149,22 @@ impl Remote {
                     &mut err,
                 )
                 .await;
-                // The session has ended: a writer still sending finds its
-                // input gone, and ends.
-                let written = writer
-                    .join()
-                    .unwrap_or_else(|_| Err(std::io::Error::other("the sending thread panicked")));
                 // A refusal whose status was lost with the connection is
                 // still the controller's words.
-                let code = code.map_err(|e| if err.is_empty() { e } else { refused(&err) })?;
+                let code = code.map_err(|e| {
+                    if err.is_empty() || e.starts_with("reading the snapshots") {
+                        e
+                    } else {
+                        refused(&err)
+                    }
+                })?;
                 if code == 0 {
                     return String::from_utf8_lossy(&out)
                         .trim()
                         .parse()
                         .map_err(|_| format!("pod {pod} answered no group id"));
                 }
-                last = match written {
-                    Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-                        format!("reading the snapshots to send: {e}")
-                    }
-                    _ => refused(&err),
-                };
+                last = refused(&err);
                 if !last.contains("submit again") {
                     break;
                 }
@@ -308,7 +312,8 @@ async fn running_pod(client: &kube::Client, namespace: &str) -> Result<String, S
 /// What a command run on the controller reads: chunks as they come (a
 /// submission is written by a thread as it reads the snapshots, never
 /// held whole).
-pub type Input = tokio::sync::mpsc::Receiver<Vec<u8>>;
+/// An `Err` ends the session at once: the input cannot be had whole.
+pub type Input = tokio::sync::mpsc::Receiver<Result<Vec<u8>, String>>;
 
 /// The exit status of a command whose output cannot be written here any
 /// more (a closed pipe: `| head`), as the command line's own.
@@ -360,11 +365,12 @@ pub async fn exec(
     let write = async {
         if let (Some(w), Some(chunks)) = (input.as_mut(), stdin.as_mut()) {
             while let Some(chunk) = chunks.recv().await {
-                w.write_all(&chunk).await?;
+                let chunk = chunk.map_err(Sent::Unread)?;
+                w.write_all(&chunk).await.map_err(Sent::Failed)?;
             }
-            w.flush().await?;
+            w.flush().await.map_err(Sent::Failed)?;
         }
-        std::io::Result::Ok(())
+        Ok(())
     };
     let copy = async {
         let (mut out_buf, mut err_buf) = (vec![0u8; 16 << 10], vec![0u8; 16 << 10]);
@@ -395,7 +401,12 @@ pub async fn exec(
     let (mut written, mut copied) = (None, false);
     let status = loop {
         tokio::select! {
-            w = &mut write, if written.is_none() => written = Some(w),
+            w = &mut write, if written.is_none() => match w {
+                // The rest of the input cannot be had: the session is
+                // dropped, so the command sees its input end.
+                Err(Sent::Unread(e)) => return Err(e),
+                w => written = Some(w),
+            },
             c = &mut copy, if !copied => match c {
                 Ok(()) => copied = true,
                 // Nobody reads what it prints here: the session is
@@ -415,16 +426,24 @@ pub async fn exec(
     match exit_code(status.as_ref()) {
         Some(code) => code,
         None => Err(match written {
-            Some(Err(e)) => format!("sending to pod {pod}: {e}"),
+            Some(Err(Sent::Failed(e))) => format!("sending to pod {pod}: {e}"),
             _ => format!("pod {pod} ended the session without the command's status"),
         }),
     }
 }
 
+/// Why an exec's input was not all sent.
+enum Sent {
+    /// Not to be had here (a snapshot that cannot be read).
+    Unread(String),
+    /// The session would not take it.
+    Failed(std::io::Error),
+}
+
 /// A [`Write`] of chunks into an exec's [`Input`], from a thread that
 /// is not the session's.
 struct Chunks {
-    to: tokio::sync::mpsc::Sender<Vec<u8>>,
+    to: tokio::sync::mpsc::Sender<Result<Vec<u8>, String>>,
     chunk: Vec<u8>,
 }
 
@@ -440,7 +459,7 @@ impl Write for Chunks {
     fn flush(&mut self) -> std::io::Result<()> {
         if !self.chunk.is_empty() {
             self.to
-                .blocking_send(std::mem::take(&mut self.chunk))
+                .blocking_send(Ok(std::mem::take(&mut self.chunk)))
                 .map_err(|_| std::io::Error::from(std::io::ErrorKind::BrokenPipe))?;
         }
         Ok(())
@@ -530,5 +549,105 @@ mod tests {
                 STATE_DIR
             ]
         );
+    }
+}
+
+/// The exec against the fake API server on a loopback port, its command
+/// a process of this machine.
+#[cfg(test)]
+mod exec_tests {
+    use super::*;
+    use crate::k8s::FakeCluster;
+    use std::time::{Duration, Instant};
+
+    fn client(cluster: &FakeCluster) -> kube::Client {
+        let mut config = kube::Config::new(cluster.url().parse().unwrap());
+        config.default_namespace = "team".into();
+        kube::Client::try_from(config).unwrap()
+    }
+
+    /// Input that cannot be had whole ends the session at once, though the
+    /// command still waits for the rest of it (`cat`): the client is not
+    /// left waiting, nor the command.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn input_that_cannot_be_read_ends_the_session() {
+        let cluster = FakeCluster::start();
+        let dir = std::env::temp_dir().join(format!("skyc-exec-{}", std::process::id()));
+        cluster.controller_pod("pod-0", std::path::Path::new("/nonexistent"), &dir);
+        let (to, input) = tokio::sync::mpsc::channel(4);
+        to.send(Ok(vec![b'x'; 100_000])).await.unwrap();
+        to.send(Err("reading the snapshots to send: gone".into()))
+            .await
+            .unwrap();
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let asked = Instant::now();
+        let answer = tokio::time::timeout(
+            Duration::from_secs(20),
+            exec(
+                &client(&cluster),
+                "team",
+                "pod-0",
+                vec!["cat".into()],
+                Some(input),
+                &mut out,
+                &mut err,
+            ),
+        )
+        .await
+        .expect("the exec ended");
+        assert_eq!(answer, Err("reading the snapshots to send: gone".into()));
+        assert!(asked.elapsed() < Duration::from_secs(10));
+    }
+
+    /// A command's output, its errors and its exit status come back; a
+    /// command that stops reading its input in the middle answers all
+    /// the same (its status, or the session's end: never a wait).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_command_that_stops_reading_ends_the_session() {
+        let cluster = FakeCluster::start();
+        let dir = std::env::temp_dir().join(format!("skyc-exec2-{}", std::process::id()));
+        cluster.controller_pod("pod-0", std::path::Path::new("/nonexistent"), &dir);
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let code = exec(
+            &client(&cluster),
+            "team",
+            "pod-0",
+            ["sh", "-c", "echo out; echo err >&2; exit 3"]
+                .map(str::to_owned)
+                .to_vec(),
+            None,
+            &mut out,
+            &mut err,
+        )
+        .await;
+        assert_eq!(code, Ok(3));
+        assert_eq!((&out[..], &err[..]), (&b"out\n"[..], &b"err\n"[..]));
+        let (to, input) = tokio::sync::mpsc::channel(4);
+        tokio::spawn(async move {
+            for _ in 0..512 {
+                if to.send(Ok(vec![b'x'; 64 << 10])).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let answer = tokio::time::timeout(
+            Duration::from_secs(20),
+            exec(
+                &client(&cluster),
+                "team",
+                "pod-0",
+                ["head", "-c", "10"].map(str::to_owned).to_vec(),
+                Some(input),
+                &mut out,
+                &mut err,
+            ),
+        )
+        .await
+        .expect("the exec ended");
+        match answer {
+            Ok(code) => assert_eq!(code, 0),
+            Err(e) => assert!(e.contains("without the command's status"), "{e}"),
+        }
     }
 }

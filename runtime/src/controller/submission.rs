@@ -120,9 +120,19 @@ impl Submission {
     }
 }
 
-/// Which of `digests` the state directory `dir` does not hold.
-pub fn missing(dir: &Path, digests: &[String]) -> Vec<String> {
+/// Which of `digests` the state directory `dir` does not hold; an error
+/// when it could not keep them: said before anything is sent, since a
+/// command that stops reading in the middle of a stream may have its
+/// answer lost with the connection.
+pub fn missing(dir: &Path, digests: &[String]) -> Result<Vec<String>, String> {
     let snapshots = Snapshots::of(dir);
+    snapshots
+        .writing()
+        .map_err(|e| format!("{}: {e}", snapshots.dir().display()))?;
+    Ok(held_not(&snapshots, digests))
+}
+
+fn held_not(snapshots: &Snapshots, digests: &[String]) -> Vec<String> {
     digests
         .iter()
         .filter(|d| !is_digest(d) || snapshots.path(d).symlink_metadata().is_err())
@@ -190,7 +200,7 @@ pub fn accept(dir: &Path, mut input: impl BufRead) -> Result<i64, String> {
             _ => return Err(format!("unexpected in the stream: `{}`", text.trim_end())),
         }
     }
-    let gone = missing(dir, &submission.snapshots);
+    let gone = held_not(&snapshots, &submission.snapshots);
     if !gone.is_empty() {
         return Err(format!(
             "snapshot{} {} not held here: submit again",
@@ -376,7 +386,7 @@ mod tests {
         let d = Dirs::new("whole");
         let (tree, file) = (d.take("src", true), d.take("one.txt", false));
         let both = [tree.clone(), file.clone()];
-        assert_eq!(missing(&d.controller, &both), both);
+        assert_eq!(missing(&d.controller, &both).unwrap(), both);
         let gid = accept(&d.controller, &d.stream(&both, &both)[..]).unwrap();
         let kept = Snapshots::of(&d.controller);
         assert_eq!(
@@ -391,7 +401,7 @@ mod tests {
             std::fs::read_to_string(kept.path(&file)).unwrap(),
             "one file\n"
         );
-        assert!(missing(&d.controller, &both).is_empty());
+        assert!(missing(&d.controller, &both).unwrap().is_empty());
         let store = Store::open(&d.controller).unwrap();
         let group = store.group(gid).unwrap().unwrap();
         assert_eq!(group.name, "g");
@@ -436,7 +446,7 @@ mod tests {
             snapshot ../../etc dir 0\nend\n";
         let refused = accept(&d.controller, &outside[..]).unwrap_err();
         assert!(refused.contains("unexpected"), "{refused}");
-        assert_eq!(missing(&d.controller, &["../x".into()]), ["../x"]);
+        assert_eq!(missing(&d.controller, &["../x".into()]).unwrap(), ["../x"]);
         assert_eq!(d.groups(), 0);
     }
 }

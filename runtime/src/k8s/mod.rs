@@ -53,5 +53,5 @@ pub use pool::{PoolInput, PoolPlan};
 
 #[cfg(any(test, feature = "fake-cluster"))]
 mod tests;
-#[cfg(feature = "fake-cluster")]
+#[cfg(any(test, feature = "fake-cluster"))]
 pub use tests::front::FakeCluster;

@@ -243,6 +243,7 @@ impl Supervisor {
         self.sweep();
         self.scan()?;
         let mut idle_since = None;
+        let mut scanned = now_ms();
         loop {
             // A replica that no longer leads stops before its next action:
             // another may lead by now.
@@ -252,6 +253,13 @@ impl Supervisor {
             self.turn()?;
             self.delete_buckets();
             if self.lead.is_some() {
+                // What a command run in another replica's pod wrote to the
+                // shared state (a group accepted, a cancel) reached no
+                // socket of this one: the store is read again.
+                if now_ms() - scanned >= LEADER_SCAN.as_millis() as i64 {
+                    self.scan()?;
+                    scanned = now_ms();
+                }
                 continue;
             }
             if self.idle() {
@@ -1014,6 +1022,10 @@ fn node_row(info: &NodeInfo) -> NodeRow {
         machine: info.machine.clone(),
     }
 }
+
+/// How often a controller's leader reads the store for what other
+/// replicas' pods wrote to it.
+const LEADER_SCAN: Duration = Duration::from_secs(2);
 
 /// Asks the supervisor of `dir` to pick up what the caller wrote to the
 /// store; an error when none answers (none is started: a controller's

@@ -232,6 +232,21 @@ impl FakeCluster {
         }
     }
 
+    /// The controller's pod replaced by `pod`, as its Deployment does on
+    /// a change of its template (`Recreate`): the running replica ends
+    /// without releasing the Lease, its pod goes, the new one starts.
+    pub fn replace_controller(&mut self, pod: &str, skyc: &Path, state_dir: &Path) {
+        if let Some((halt, thread)) = self.replica.take() {
+            halt.store(true, Ordering::SeqCst);
+            let _ = thread.join();
+        }
+        for (old, _) in std::mem::take(&mut *self.halts.lock().unwrap()) {
+            self.fake.world().remove("pods", &old);
+            self.pods.lock().unwrap().remove(&old);
+        }
+        self.controller(pod, skyc, state_dir);
+    }
+
     /// The Lease held by `pod`, renewed now: a leader as clients find it.
     pub fn hold_lease(&self, pod: &str) {
         let now = jiff::Timestamp::now()
@@ -592,17 +607,8 @@ async fn run<S>(
                 frame.extend_from_slice(status.to_string().as_bytes());
                 let _ = tx.send(Message::binary(frame)).await;
                 let _ = tx.close().await;
-                // The closing handshake: what the client still sends is
-                // read until it closes too, so the connection is not
-                // reset under the status it has yet to read.
-                let _ = tokio::time::timeout(Duration::from_secs(5), async {
-                    while let Some(Ok(message)) = rx.next().await {
-                        if message.is_close() {
-                            break;
-                        }
-                    }
-                })
-                .await;
+                // As the API server does: closed once the status is sent,
+                // whatever the client is still sending.
                 return;
             }
         }
