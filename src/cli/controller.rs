@@ -384,7 +384,7 @@ fn accept(args: &AcceptArgs) -> u8 {
 fn up(args: &UpArgs) -> u8 {
     use skyc_runtime::controller::install;
     let wait = std::time::Duration::from_secs(args.wait);
-    let done = install::with_cluster(
+    let done = skyc_runtime::controller::with_cluster(
         args.context.as_deref(),
         args.namespace.as_deref(),
         |client, namespace| async move {
@@ -428,7 +428,7 @@ fn up(args: &UpArgs) -> u8 {
 
 fn down(args: &DownArgs) -> u8 {
     use skyc_runtime::controller::install::{self, Down};
-    let done = install::with_cluster(
+    let done = skyc_runtime::controller::with_cluster(
         args.context.as_deref(),
         args.namespace.as_deref(),
         |client, namespace| async move {

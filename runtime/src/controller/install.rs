@@ -284,28 +284,3 @@ async fn gone(api: &Api<DynamicObject>, name: &str) -> Result<(), String> {
 /// How long down waits for the controller's pods to end: longer than
 /// their grace period (30 s).
 const POD_END: Duration = Duration::from_secs(120);
-
-/// A client of kubeconfig context `context` (the current one when
-/// `None`) and the namespace (`namespace`, else the context's); `f` run
-/// with them outside any async runtime.
-pub fn with_cluster<T, F>(
-    context: Option<&str>,
-    namespace: Option<&str>,
-    f: impl FnOnce(kube::Client, String) -> F,
-) -> Result<T, String>
-where
-    F: std::future::Future<Output = Result<T, String>>,
-{
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the Kubernetes client: {e}"))?;
-    rt.block_on(async {
-        let cluster = crate::k8s::client::connect(None, context).await?;
-        let namespace = namespace.unwrap_or(&cluster.namespace).to_owned();
-        let server = cluster.server.clone();
-        f(cluster.client, namespace)
-            .await
-            .map_err(|e| format!("{e} (the Kubernetes API server {server})"))
-    })
-}

@@ -267,6 +267,26 @@ pub async fn status(client: kube::Client, namespace: &str) -> Result<Option<Stat
 /// kubeconfig context `context` (the current one when `None`), in
 /// `namespace` (the context's when `None`).
 pub fn status_of(context: Option<&str>, namespace: Option<&str>) -> Result<Option<Status>, String> {
+    use crate::k8s::client::PROBE_TIMEOUT;
+    with_cluster(context, namespace, |client, namespace| async move {
+        tokio::time::timeout(PROBE_TIMEOUT, status(client, &namespace))
+            .await
+            .map_err(|_| format!("did not answer within {} s", PROBE_TIMEOUT.as_secs()))?
+    })
+}
+
+/// A client of kubeconfig context `context` (the current one when
+/// `None`) and the namespace (`namespace`, else the context's); `f` run
+/// with them outside any async runtime, its error said with the API
+/// server's address.
+pub fn with_cluster<T, F>(
+    context: Option<&str>,
+    namespace: Option<&str>,
+    f: impl FnOnce(kube::Client, String) -> F,
+) -> Result<T, String>
+where
+    F: std::future::Future<Output = Result<T, String>>,
+{
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -274,16 +294,9 @@ pub fn status_of(context: Option<&str>, namespace: Option<&str>) -> Result<Optio
     rt.block_on(async {
         let cluster = crate::k8s::client::connect(None, context).await?;
         let namespace = namespace.unwrap_or(&cluster.namespace).to_owned();
-        let asked = status(cluster.client, &namespace);
-        match tokio::time::timeout(crate::k8s::client::PROBE_TIMEOUT, asked).await {
-            Ok(answer) => {
-                answer.map_err(|e| format!("the Kubernetes API server {}: {e}", cluster.server))
-            }
-            Err(_) => Err(format!(
-                "the Kubernetes API server {} did not answer within {} s",
-                cluster.server,
-                crate::k8s::client::PROBE_TIMEOUT.as_secs()
-            )),
-        }
+        let server = cluster.server.clone();
+        f(cluster.client, namespace)
+            .await
+            .map_err(|e| format!("the Kubernetes API server {server}: {e}"))
     })
 }

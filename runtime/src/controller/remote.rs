@@ -204,21 +204,12 @@ impl Remote {
     }
 
     /// Connects with the user's kubeconfig and runs `f` in the namespace.
-    fn block_on<'a, T, F>(&'a self, f: impl FnOnce(kube::Client, String) -> F) -> Result<T, String>
+    fn block_on<T, F>(&self, f: impl FnOnce(kube::Client, String) -> F) -> Result<T, String>
     where
-        F: std::future::Future<Output = Result<T, String>> + 'a,
+        F: std::future::Future<Output = Result<T, String>>,
     {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| format!("cannot start the Kubernetes client: {e}"))?;
-        rt.block_on(async {
-            let cluster = crate::k8s::client::connect(None, self.context.as_deref()).await?;
-            let server = cluster.server.clone();
-            f(cluster.client, self.namespace.clone())
-                .await
-                .map_err(|e| format!("the controller in {} ({server}): {e}", self.namespace))
-        })
+        super::with_cluster(self.context.as_deref(), Some(&self.namespace), f)
+            .map_err(|e| format!("the controller in {}: {e}", self.namespace))
     }
 }
 

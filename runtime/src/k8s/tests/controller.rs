@@ -14,9 +14,7 @@
 use super::driver::{insert, plan, tuning, turn};
 use super::fake::{Fake, NS};
 use crate::controller::{self, Ended, Replica};
-use crate::k8s::client::Cluster;
-use crate::k8s::lease::{Fenced, Timing};
-use crate::k8s::{Connect, Plan};
+use crate::k8s::lease::Timing;
 use crate::store::Store;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -44,22 +42,6 @@ fn timing() -> Timing {
     }
 }
 
-/// The fake cluster, through a client fenced by the replica's Lease.
-fn fenced(fake: &Fake, fence: crate::k8s::lease::Fence) -> Connect {
-    let fake = fake.clone();
-    Arc::new(move |_: &Plan| {
-        let (fake, fence) = (fake.clone(), fence.clone());
-        Box::pin(async move {
-            Ok(Cluster {
-                exec: Arc::new(super::exec::FakeExec(fake.clone())),
-                client: kube::Client::new(Fenced::new(fake, fence), NS),
-                server: "https://api.test:6443".into(),
-                namespace: NS.into(),
-            })
-        })
-    })
-}
-
 struct Running {
     stop: Arc<AtomicBool>,
     thread: std::thread::JoinHandle<std::io::Result<Ended>>,
@@ -81,7 +63,7 @@ fn replica(fake: &Fake, dir: &std::path::Path, me: &str) -> Running {
         controller::serve(
             &dir,
             leases,
-            |fence| fenced(&fake, fence),
+            |fence| super::driver::fenced(&fake, fence),
             &replica,
             tuning(),
             halt,

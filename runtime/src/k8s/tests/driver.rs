@@ -65,6 +65,23 @@ pub(super) fn connect_with(fake: &Fake, exec: Option<Arc<dyn PodExec>>) -> Conne
     })
 }
 
+/// The fake cluster, through a client fenced by a controller replica's
+/// Lease.
+pub(super) fn fenced(fake: &Fake, fence: crate::k8s::lease::Fence) -> Connect {
+    let fake = fake.clone();
+    Arc::new(move |_: &Plan| {
+        let (fake, fence) = (fake.clone(), fence.clone());
+        Box::pin(async move {
+            Ok(Cluster {
+                exec: Arc::new(super::exec::FakeExec(fake.clone())),
+                client: kube::Client::new(crate::k8s::lease::Fenced::new(fake, fence), NS),
+                server: "https://api.test:6443".into(),
+                namespace: NS.into(),
+            })
+        })
+    })
+}
+
 /// Group `g` of `plan` recorded in the store of `dir`, as `skyc run
 /// --target k8s` records it; its id.
 pub(super) fn insert(dir: &std::path::Path, plan: &Plan) -> i64 {

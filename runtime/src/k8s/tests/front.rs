@@ -22,9 +22,7 @@
 
 use super::fake::{Fake, FakeBody, NS};
 use crate::controller::{self, Ended, Replica};
-use crate::k8s::client::Cluster;
-use crate::k8s::lease::{Fenced, Timing};
-use crate::k8s::{Connect, Plan};
+use crate::k8s::lease::Timing;
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use http::{Request, Response, StatusCode};
@@ -210,7 +208,7 @@ impl FakeCluster {
                 controller::serve(
                     &dir,
                     leases,
-                    |fence| fenced(&fake, fence),
+                    |fence| super::driver::fenced(&fake, fence),
                     &replica,
                     crate::k8s::Tuning {
                         logs: true,
@@ -348,22 +346,6 @@ impl Drop for FakeCluster {
             let _ = thread.join();
         }
     }
-}
-
-/// The fake, through a client fenced by the replica's Lease.
-fn fenced(fake: &Fake, fence: crate::k8s::lease::Fence) -> Connect {
-    let fake = fake.clone();
-    Arc::new(move |_: &Plan| {
-        let (fake, fence) = (fake.clone(), fence.clone());
-        Box::pin(async move {
-            Ok(Cluster {
-                exec: Arc::new(super::exec::FakeExec(fake.clone())),
-                client: kube::Client::new(Fenced::new(fake, fence), NS),
-                server: "https://api.test:6443".into(),
-                namespace: NS.into(),
-            })
-        })
-    })
 }
 
 /// What the port answers with.
