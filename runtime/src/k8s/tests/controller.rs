@@ -213,3 +213,34 @@ fn status_says_who_leads_how_many_replicas_are_ready_and_the_state() {
         assert!(refused.contains("the controller's Lease"), "{refused}");
     });
 }
+
+/// A group recorded by a command in another replica's pod reaches no
+/// socket of the leader's (a claim shared across nodes): the leader finds
+/// it in the store all the same, at its next read of it.
+#[test]
+fn the_leader_takes_on_what_another_pod_recorded_without_telling_it() {
+    let dir = std::env::temp_dir().join(format!("skyc-controller-scan-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let fake = Fake::default();
+    fake.world().wall_clock = true;
+    let a = replica(&fake, &dir, "pod-a");
+    until(&fake, "pod-a leads", || {
+        holder(&fake).as_deref() == Some("pod-a")
+    });
+    // Recorded as `skyc controller accept` records it, and nobody woken.
+    let gid = insert(&dir, &plan(GROUP));
+    let store = Store::open(&dir).unwrap();
+    let recorded = Instant::now();
+    until(&fake, "the group taken on", || {
+        store
+            .tasks(gid)
+            .unwrap()
+            .iter()
+            .all(|t| t.status == "RUNNING")
+    });
+    assert!(recorded.elapsed() < Duration::from_secs(10));
+    a.stop.store(true, Ordering::SeqCst);
+    assert_eq!(a.thread.join().unwrap().unwrap(), Ended::Stopped);
+    let _ = std::fs::remove_dir_all(&dir);
+}
