@@ -6,6 +6,7 @@
 use super::exit::{FAILED, NOT_FOUND, OK, USAGE};
 use super::out::{errln, outln};
 use super::state::StateArgs;
+use skyc_runtime::controller::remote::Remote;
 use skyc_runtime::controller::{Ended, Replica};
 use skyc_runtime::k8s::client;
 use skyc_runtime::k8s::lease::Timing;
@@ -64,12 +65,8 @@ pub(crate) struct UpArgs {
     /// Where the controller runs: Kubernetes (`k8s`).
     #[arg(long, value_parser = ["k8s"], default_value = "k8s")]
     target: String,
-    /// The controller's namespace; default: the kubeconfig context's.
-    #[arg(long, value_name = "NAME")]
-    namespace: Option<String>,
-    /// The kubeconfig context [default: the current one].
-    #[arg(long, value_name = "NAME")]
-    context: Option<String>,
+    #[command(flatten)]
+    cluster: ClusterArgs,
     /// How long to wait for a replica to lead.
     #[arg(long, value_name = "SECONDS", default_value_t = 300)]
     wait: u64,
@@ -83,12 +80,8 @@ pub(crate) struct UpArgs {
 /// users' binding may name it).
 #[derive(clap::Args)]
 pub(crate) struct DownArgs {
-    /// The controller's namespace; default: the kubeconfig context's.
-    #[arg(long, value_name = "NAME")]
-    namespace: Option<String>,
-    /// The kubeconfig context [default: the current one].
-    #[arg(long, value_name = "NAME")]
-    context: Option<String>,
+    #[command(flatten)]
+    cluster: ClusterArgs,
     /// Delete the state claim too: every group's record and logs.
     #[arg(long)]
     purge: bool,
@@ -103,16 +96,33 @@ pub(crate) struct LiveArgs {
     state: StateArgs,
 }
 
-/// Show the controller of a namespace: its replicas, which one leads and
-/// when it last renewed its Lease, its state claim.
+/// Which controller: its namespace, through which context.
 #[derive(clap::Args)]
-pub(crate) struct StatusArgs {
+pub(crate) struct ClusterArgs {
     /// The controller's namespace; default: the kubeconfig context's.
     #[arg(long, value_name = "NAME")]
     namespace: Option<String>,
     /// The kubeconfig context [default: the current one].
     #[arg(long, value_name = "NAME")]
     context: Option<String>,
+}
+
+impl ClusterArgs {
+    /// The `--state-dir` of the controller in `namespace`.
+    fn state_dir(&self, namespace: String) -> Remote {
+        Remote {
+            namespace,
+            context: self.context.clone(),
+        }
+    }
+}
+
+/// Show the controller of a namespace: its replicas, which one leads and
+/// when it last renewed its Lease, its state claim.
+#[derive(clap::Args)]
+pub(crate) struct StatusArgs {
+    #[command(flatten)]
+    cluster: ClusterArgs,
     /// As JSON.
     #[arg(long)]
     json: bool,
@@ -146,14 +156,17 @@ pub(crate) struct ServeArgs {
 const LOST: u8 = 75;
 
 fn status(args: &StatusArgs) -> u8 {
-    let found =
-        skyc_runtime::controller::status_of(args.context.as_deref(), args.namespace.as_deref());
+    let found = skyc_runtime::controller::status_of(
+        args.cluster.context.as_deref(),
+        args.cluster.namespace.as_deref(),
+    );
     let status = match found {
         Ok(Some(status)) => status,
         Ok(None) => {
             errln!(
                 "skyc: no controller in {}: `skyc build --target k8s --controller` prints one to apply",
-                args.namespace
+                args.cluster
+                    .namespace
                     .as_deref()
                     .unwrap_or("the context's namespace")
             );
@@ -385,8 +398,8 @@ fn up(args: &UpArgs) -> u8 {
     use skyc_runtime::controller::install;
     let wait = std::time::Duration::from_secs(args.wait);
     let done = skyc_runtime::controller::with_cluster(
-        args.context.as_deref(),
-        args.namespace.as_deref(),
+        args.cluster.context.as_deref(),
+        args.cluster.namespace.as_deref(),
         |client, namespace| async move {
             let objects = args.controller.objects(Some(namespace.clone()))?;
             let (template, holder) = (
@@ -410,10 +423,7 @@ fn up(args: &UpArgs) -> u8 {
     );
     match done {
         Ok((namespace, leader)) => {
-            let state = skyc_runtime::controller::remote::Remote {
-                namespace: namespace.clone(),
-                context: args.context.clone(),
-            };
+            let state = args.cluster.state_dir(namespace.clone());
             errln!("skyc: the controller in {namespace} leads as {leader}");
             errln!("  submit to it:  skyc run FILE --target k8s --state-dir {state}");
             errln!("  its groups:    skyc status --state-dir {state}");
@@ -429,8 +439,8 @@ fn up(args: &UpArgs) -> u8 {
 fn down(args: &DownArgs) -> u8 {
     use skyc_runtime::controller::install::{self, Down};
     let done = skyc_runtime::controller::with_cluster(
-        args.context.as_deref(),
-        args.namespace.as_deref(),
+        args.cluster.context.as_deref(),
+        args.cluster.namespace.as_deref(),
         |client, namespace| async move {
             install::down(&client, &namespace, args.purge, args.force)
                 .await
@@ -448,9 +458,9 @@ fn down(args: &DownArgs) -> u8 {
             }
             if !args.purge {
                 errln!(
-                    "skyc: kept persistentvolumeclaim/{}-state (its groups and logs; \
+                    "skyc: kept persistentvolumeclaim/{} (its groups and logs; \
                      `--purge` deletes it)",
-                    controller::NAME
+                    controller::CLAIM
                 );
             }
             OK
@@ -460,10 +470,7 @@ fn down(args: &DownArgs) -> u8 {
             for line in live {
                 errln!("  {line}");
             }
-            let state = skyc_runtime::controller::remote::Remote {
-                namespace,
-                context: args.context.clone(),
-            };
+            let state = args.cluster.state_dir(namespace);
             errln!(
                 "cancel them first: `skyc cancel --all --state-dir {state}`, \
                  `skyc pool down --all --state-dir {state}`"

@@ -17,63 +17,41 @@ use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
 };
 use serde_json::Value;
-use skyc_targets::k8s::controller::{LEASE, NAME};
+use skyc_targets::k8s::controller::{CLAIM, LEASE, NAME, RUNNER_BINDING};
 use std::time::{Duration, Instant};
 
-/// How the controller ended up.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Up {
-    /// Each object applied, as `kind/name`.
-    pub applied: Vec<String>,
-    /// The replica that leads.
-    pub leader: String,
-}
-
-/// The objects of `down`, by kind and name: all but the Role
-/// `skyc-runner`; the claim only when purged.
-fn owned(purge: bool) -> Vec<(&'static str, &'static str, &'static str, String)> {
+/// The objects of `down`, in order, by API version, kind and name: all
+/// but the Role `skyc-runner`; the claim only when purged. The
+/// Deployment first: its pods end while their account and Lease stand.
+fn owned(purge: bool) -> Vec<(&'static str, &'static str, &'static str)> {
+    let rbac = "rbac.authorization.k8s.io/v1";
     let mut owned = vec![
-        ("apps/v1", "Deployment", "deployments", NAME.to_owned()),
-        (
-            "rbac.authorization.k8s.io/v1",
-            "RoleBinding",
-            "rolebindings",
-            NAME.to_owned(),
-        ),
-        (
-            "rbac.authorization.k8s.io/v1",
-            "RoleBinding",
-            "rolebindings",
-            format!("{NAME}-runner"),
-        ),
-        (
-            "rbac.authorization.k8s.io/v1",
-            "Role",
-            "roles",
-            NAME.to_owned(),
-        ),
-        ("v1", "ServiceAccount", "serviceaccounts", NAME.to_owned()),
-        (
-            "coordination.k8s.io/v1",
-            "Lease",
-            "leases",
-            LEASE.to_owned(),
-        ),
+        ("apps/v1", "Deployment", NAME),
+        (rbac, "RoleBinding", NAME),
+        (rbac, "RoleBinding", RUNNER_BINDING),
+        (rbac, "Role", NAME),
+        ("v1", "ServiceAccount", NAME),
+        ("coordination.k8s.io/v1", "Lease", LEASE),
     ];
     if purge {
-        owned.push((
-            "v1",
-            "PersistentVolumeClaim",
-            "persistentvolumeclaims",
-            format!("{NAME}-state"),
-        ));
+        owned.push(("v1", "PersistentVolumeClaim", CLAIM));
     }
     owned
 }
 
-fn resource(api_version: &str, kind: &str, plural: &str) -> ApiResource {
+/// The API of the controller's objects of `kind` in `namespace`. Every
+/// kind of the controller's is named by its kind, lower case, with an s.
+fn api(
+    client: &kube::Client,
+    namespace: &str,
+    api_version: &str,
+    kind: &str,
+) -> Api<DynamicObject> {
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+    let plural = format!("{}s", kind.to_lowercase());
+    let resource =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), &plural);
+    Api::namespaced_with(client.clone(), namespace, &resource)
 }
 
 /// Applies `objects` in `namespace`, in their order.
@@ -87,27 +65,21 @@ pub async fn apply(
         let kind = object["kind"].as_str().unwrap_or_default();
         let name = object["metadata"]["name"].as_str().unwrap_or_default();
         let api_version = object["apiVersion"].as_str().unwrap_or_default();
-        // Every kind of the controller's is its name, lower case, with an s.
-        let plural = format!("{}s", kind.to_lowercase());
-        let api: Api<DynamicObject> = Api::namespaced_with(
-            client.clone(),
-            namespace,
-            &resource(api_version, kind, &plural),
-        );
         let mut object = object.clone();
         object["metadata"]["namespace"] = Value::String(namespace.to_owned());
-        api.patch(
-            name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&object),
-        )
-        .await
-        .map_err(|e| {
-            format!(
-                "applying {kind} {name}: {}",
-                crate::k8s::retry::describe(&e)
+        api(client, namespace, api_version, kind)
+            .patch(
+                name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&object),
             )
-        })?;
+            .await
+            .map_err(|e| {
+                format!(
+                    "applying {kind} {name}: {}",
+                    crate::k8s::retry::describe(&e)
+                )
+            })?;
         applied.push(format!("{}/{name}", kind.to_lowercase()));
     }
     Ok(applied)
@@ -173,12 +145,7 @@ pub async fn leader(
 /// apply that changes it replaces the pods; one that changes only the
 /// replicas does not.
 pub async fn template(client: &kube::Client, namespace: &str) -> Result<Option<Value>, String> {
-    let api: Api<DynamicObject> = Api::namespaced_with(
-        client.clone(),
-        namespace,
-        &resource("apps/v1", "Deployment", "deployments"),
-    );
-    Ok(api
+    Ok(api(client, namespace, "apps/v1", "Deployment")
         .get_opt(NAME)
         .await
         .map_err(|e| format!("its Deployment: {}", crate::k8s::retry::describe(&e)))?
@@ -206,11 +173,7 @@ pub async fn down(
         let pod = remote::leader(client, namespace)
             .await
             .map_err(|e| format!("{e}; without a leader, what is live cannot be asked: `--force` removes the controller anyway"))?;
-        let argv = ["skyc", "controller", "live", "--state-dir"]
-            .into_iter()
-            .map(str::to_owned)
-            .chain([skyc_targets::k8s::controller::STATE_DIR.to_owned()])
-            .collect();
+        let argv = remote::controller_argv("live", &[]);
         let (mut out, mut err) = (Vec::new(), Vec::new());
         let code = remote::exec(client, namespace, &pod, argv, None, &mut out, &mut err).await?;
         if code != 0 {
@@ -232,18 +195,14 @@ pub async fn down(
     // The Deployment first, in the foreground, and waited for: its pods
     // end (their grace) while their account, Roles and Lease still
     // stand, and their hold on the claim goes with them.
-    for (api_version, kind, plural, name) in owned(purge) {
-        let api: Api<DynamicObject> = Api::namespaced_with(
-            client.clone(),
-            namespace,
-            &resource(api_version, kind, plural),
-        );
+    for (api_version, kind, name) in owned(purge) {
+        let api = api(client, namespace, api_version, kind);
         let params = if kind == "Deployment" {
             DeleteParams::foreground()
         } else {
             DeleteParams::default()
         };
-        match api.delete(&name, &params).await {
+        match api.delete(name, &params).await {
             Ok(_) => removed.push(format!("{}/{name}", kind.to_lowercase())),
             Err(kube::Error::Api(e)) if e.code == 404 => {}
             Err(e) => {
@@ -254,7 +213,7 @@ pub async fn down(
             }
         }
         if kind == "Deployment" {
-            gone(&api, &name).await?;
+            gone(&api, name).await?;
         }
     }
     Ok(Down::Removed(removed))

@@ -206,7 +206,7 @@ pub struct Status {
 pub async fn status(client: kube::Client, namespace: &str) -> Result<Option<Status>, String> {
     use k8s_openapi::api::apps::v1::Deployment;
     use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-    use skyc_targets::k8s::controller::{LEASE, NAME};
+    use skyc_targets::k8s::controller::{CLAIM, LEASE, NAME};
     let failed = |what: &str, e: kube::Error| {
         format!(
             "the controller's {what} in {namespace}: {}",
@@ -228,7 +228,7 @@ pub async fn status(client: kube::Client, namespace: &str) -> Result<Option<Stat
         .map_err(|e| failed("Lease", e))?;
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client, namespace);
     let claim = claims
-        .get_opt(&format!("{NAME}-state"))
+        .get_opt(CLAIM)
         .await
         .map_err(|e| failed("state claim", e))?;
     let spec = lease.and_then(|l| l.spec).unwrap_or_default();

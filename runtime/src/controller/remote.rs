@@ -19,15 +19,12 @@ use crate::files::Snapshots;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, AttachParams, LogParams};
-use skyc_targets::k8s::controller::{LEASE, STATE_DIR};
+use skyc_targets::k8s::controller::{CONTAINER, LEASE, STATE_DIR};
 use std::io::Write;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// How a state directory names a controller's.
 pub const SCHEME: &str = "k8s://";
-
-/// The controller's container in its pods.
-pub const CONTAINER: &str = "controller";
 
 /// The argument that runs a client's command in a controller's pod,
 /// ended when the session's input closes:
@@ -99,9 +96,7 @@ impl Remote {
             // collected before the group that needs it was recorded.
             let mut last = String::new();
             for _ in 0..2 {
-                let mut asked = vec!["skyc".to_owned(), "controller".into(), "missing".into()];
-                asked.extend(["--state-dir".to_owned(), STATE_DIR.to_owned()]);
-                asked.extend(submission.snapshots.iter().cloned());
+                let asked = controller_argv("missing", &submission.snapshots);
                 let (mut out, mut err) = (Vec::new(), Vec::new());
                 let code = exec(&client, &namespace, &pod, asked, None, &mut out, &mut err).await?;
                 if code != 0 {
@@ -135,9 +130,7 @@ impl Remote {
                         }
                     });
                 }
-                let accept = ["skyc", "controller", "accept", "--state-dir", STATE_DIR]
-                    .map(str::to_owned)
-                    .to_vec();
+                let accept = controller_argv("accept", &[]);
                 let (mut out, mut err) = (Vec::new(), Vec::new());
                 let code = exec(
                     &client,
@@ -236,6 +229,16 @@ pub fn answer_argv(args: &[String]) -> Vec<String> {
         .collect()
 }
 
+/// The argv of `skyc controller COMMAND ARGS` on the controller's state,
+/// in its pod.
+pub fn controller_argv(command: &str, args: &[String]) -> Vec<String> {
+    ["skyc", "controller", command, "--state-dir", STATE_DIR]
+        .into_iter()
+        .map(str::to_owned)
+        .chain(args.iter().cloned())
+        .collect()
+}
+
 /// The pod of the replica that holds the Lease in `namespace`. A user
 /// who may not read the Lease (the Role `skyc-runner` does not grant it)
 /// is given a running pod of the controller instead: every replica reads
@@ -302,8 +305,8 @@ async fn running_pod(client: &kube::Client, namespace: &str) -> Result<String, S
 
 /// What a command run on the controller reads: chunks as they come (a
 /// submission is written by a thread as it reads the snapshots, never
-/// held whole).
-/// An `Err` ends the session at once: the input cannot be had whole.
+/// held whole); an `Err` ends the session at once, the input cannot be
+/// had whole.
 pub type Input = tokio::sync::mpsc::Receiver<Result<Vec<u8>, String>>;
 
 /// The exit status of a command whose output cannot be written here any

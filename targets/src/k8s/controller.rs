@@ -29,6 +29,16 @@ pub const NAME: &str = "skyc-controller";
 /// The Lease the controller's replicas elect their leader with.
 pub const LEASE: &str = "skyc-controller";
 
+/// The state claim.
+pub const CLAIM: &str = "skyc-controller-state";
+
+/// The binding of the `skyc-runner` Role to the controller's account
+/// (not `skyc-runner`: that is the users' binding an administrator makes).
+pub const RUNNER_BINDING: &str = "skyc-controller-runner";
+
+/// The container of the controller's pods.
+pub const CONTAINER: &str = "controller";
+
 /// Where the controller's pod mounts its state.
 pub const STATE_DIR: &str = "/var/lib/skyc";
 
@@ -86,7 +96,7 @@ pub fn objects(c: &Controller) -> Result<Vec<Value>, String> {
         service_account(c),
         rbac::role(c.namespace.as_deref()),
         lease_role(c),
-        binding(c, &format!("{NAME}-runner"), rbac::ROLE),
+        binding(c, RUNNER_BINDING, rbac::ROLE),
         binding(c, NAME, NAME),
         claim(c),
         deployment(c),
@@ -164,7 +174,7 @@ fn claim(c: &Controller) -> Value {
     json!({
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
-        "metadata": metadata(c, &format!("{NAME}-state")),
+        "metadata": metadata(c, CLAIM),
         "spec": spec,
     })
 }
@@ -197,7 +207,7 @@ fn deployment(c: &Controller) -> Value {
                         "seccompProfile": {"type": "RuntimeDefault"},
                     },
                     "containers": [{
-                        "name": "controller",
+                        "name": CONTAINER,
                         "image": c.image,
                         "command": ["skyc", "controller", "serve", "--state-dir", STATE_DIR],
                         "env": [
@@ -218,7 +228,7 @@ fn deployment(c: &Controller) -> Value {
                         ],
                     }],
                     "volumes": [
-                        {"name": "state", "persistentVolumeClaim": {"claimName": format!("{NAME}-state")}},
+                        {"name": "state", "persistentVolumeClaim": {"claimName": CLAIM}},
                         {"name": "tmp", "emptyDir": {}},
                     ],
                 },

@@ -167,7 +167,7 @@ impl FakeCluster {
             "pods",
             json!({
                 "metadata": {"name": pod, "labels": {"app.kubernetes.io/name": "skyc-controller"}},
-                "spec": {"containers": [{"name": "controller", "image": "skyc"}]},
+                "spec": {"containers": [{"name": skyc_targets::k8s::controller::CONTAINER, "image": "skyc"}]},
                 "status": {"phase": "Running"}
             }),
         );
