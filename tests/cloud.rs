@@ -2,11 +2,13 @@
 //! snapshots of the spec of SkyPilot's examples on both clouds, the
 //! selection rule pinned case by case (`selection`), every emitted request
 //! checked against the AWS and GCP API models (`api`), and the boot script
-//! and node agent run under bash (`boot`), and a task's files placed by
-//! the node's own scripts (`files`).
+//! and node agent run under bash (`boot`), a task's files placed by
+//! the node's own scripts (`files`), and skyc's controller on AWS
+//! (`controller`).
 
 mod api;
 mod boot;
+mod controller;
 mod files;
 mod selection;
 

@@ -56,8 +56,10 @@ pub(crate) struct Args {
     #[arg(long, value_enum, default_value_t = Layout::Jobset, help_heading = "Kubernetes")]
     layout: Layout,
     /// Emit skyc's controller instead of a group: the objects that run the
-    /// supervisor and its state in the namespace (k8s; docs/controller.md).
-    #[arg(long, conflicts_with_all = ["file", "rbac"], help_heading = "Kubernetes")]
+    /// supervisor and its state in the namespace (k8s), or its instance,
+    /// role and policy and the requests that make them (aws;
+    /// docs/controller.md).
+    #[arg(long, conflicts_with_all = ["file", "rbac"], help_heading = "Controller")]
     controller: bool,
     #[command(flatten)]
     controller_args: super::controller::ControllerArgs,
@@ -375,18 +377,44 @@ fn write_files(dir: &Path, files: &[(String, String)]) -> u8 {
     OK
 }
 
-/// `--controller`: the controller's objects, as the group's are written.
+/// `--controller`: the controller's objects (k8s) or its instance spec
+/// (aws), as the group's are written.
 fn controller(args: &Args) -> u8 {
-    if !matches!(args.target, Target::K8s) {
-        errln!("error: --controller is for the k8s target");
-        return USAGE;
-    }
-    match args.controller_args.objects(args.k8s.namespace.clone()) {
-        Ok(objects) => write_objects(args, &objects),
+    let built = match args.target {
+        Target::K8s => {
+            return match args.controller_args.objects(args.k8s.namespace.clone()) {
+                Ok(objects) => write_objects(args, &objects),
+                Err(message) => {
+                    errln!("error: {message}");
+                    USAGE
+                }
+            };
+        }
+        Target::Aws => catalog::load(Cloud::Aws, args.catalog.as_deref())
+            .and_then(|catalog| args.controller_args.aws_spec(&catalog)),
+        _ => {
+            errln!("error: --controller is for the k8s and aws targets");
+            return USAGE;
+        }
+    };
+    let spec = match built {
+        Ok(spec) => spec,
         Err(message) => {
             errln!("error: {message}");
-            USAGE
+            return USAGE;
         }
+    };
+    let (text, extension) = match args.output {
+        Output::Yaml => (k8s::yaml::stream(std::slice::from_ref(&spec)), "yaml"),
+        Output::Json => {
+            let mut t = serde_json::to_string_pretty(&spec).unwrap_or_default();
+            t.push('\n');
+            (t, "json")
+        }
+    };
+    match &args.out {
+        Some(dir) => write_files(dir, &[(format!("skyc-controller.aws.{extension}"), text)]),
+        None => write_stdout(&text),
     }
 }
 

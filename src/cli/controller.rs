@@ -10,6 +10,7 @@ use skyc_runtime::controller::remote::Remote;
 use skyc_runtime::controller::{Ended, Replica};
 use skyc_runtime::k8s::client;
 use skyc_runtime::k8s::lease::Timing;
+use skyc_targets::cloud::controller as aws_controller;
 use skyc_targets::k8s::controller::{self, Controller};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -317,6 +318,21 @@ pub(crate) struct ControllerArgs {
         help_heading = "Controller"
     )]
     controller_storage: String,
+    /// The controller's region (aws); default: the cheapest that offers
+    /// its instance.
+    #[arg(long, value_name = "REGION", help_heading = "Controller")]
+    controller_region: Option<String>,
+    /// The controller's instance type (aws); default: SkyPilot's rule
+    /// for its resources (4+ vCPUs, 4 GiB each), the cheapest on demand.
+    #[arg(long, value_name = "TYPE", help_heading = "Controller")]
+    controller_instance_type: Option<String>,
+    /// The controller's disk, in GB (aws): its state lives there.
+    #[arg(long, value_name = "GB", default_value_t = aws_controller::DEFAULT_DISK_GB, help_heading = "Controller")]
+    controller_disk: u64,
+    /// Minutes with nothing live after which the controller stops its
+    /// instance (aws); the next command that reaches it starts it again.
+    #[arg(long, value_name = "MINUTES", default_value_t = aws_controller::DEFAULT_IDLE_MINUTES, help_heading = "Controller")]
+    controller_idle_minutes: u64,
 }
 
 impl ControllerArgs {
@@ -333,6 +349,25 @@ impl ControllerArgs {
             storage_class: self.controller_storage_class.clone(),
             ..Controller::default()
         })
+    }
+
+    /// The controller on AWS, as these options ask.
+    pub(crate) fn aws(&self) -> aws_controller::Controller {
+        aws_controller::Controller {
+            region: self.controller_region.clone(),
+            instance_type: self.controller_instance_type.clone(),
+            disk_gb: self.controller_disk,
+            idle_minutes: self.controller_idle_minutes,
+        }
+    }
+
+    /// The controller's instance spec on AWS (`build --target aws
+    /// --controller`).
+    pub(crate) fn aws_spec(
+        &self,
+        catalog: &skyc_targets::cloud::Catalog,
+    ) -> Result<serde_json::Value, String> {
+        aws_controller::spec(&self.aws(), catalog)
     }
 }
 

@@ -20,16 +20,30 @@ fn ec2() -> &'static Value {
     M.get_or_init(|| model("aws-ec2-2016-11-15.subset.json"))
 }
 
+fn iam() -> &'static Value {
+    static M: OnceLock<Value> = OnceLock::new();
+    M.get_or_init(|| model("aws-iam-2010-05-08.subset.json"))
+}
+
 fn compute() -> &'static Value {
     static M: OnceLock<Value> = OnceLock::new();
     M.get_or_init(|| model("gcp-compute-v1.subset.json"))
 }
 
 /// Problems of an EC2 request for `operation`, each with its path.
-fn check_ec2(operation: &str, request: &Value) -> Vec<String> {
-    let m = ec2();
+pub(crate) fn check_ec2(operation: &str, request: &Value) -> Vec<String> {
+    check_aws(ec2(), "EC2", operation, request)
+}
+
+/// Problems of an IAM request for `operation`, each with its path.
+pub(crate) fn check_iam(operation: &str, request: &Value) -> Vec<String> {
+    check_aws(iam(), "IAM", operation, request)
+}
+
+/// Problems of a request of a botocore model's `operation`.
+fn check_aws(m: &Value, service: &str, operation: &str, request: &Value) -> Vec<String> {
     let Some(shape) = m["operations"][operation]["input"]["shape"].as_str() else {
-        return vec![format!("EC2 has no operation {operation}")];
+        return vec![format!("{service} has no operation {operation}")];
     };
     let mut errors = Vec::new();
     ec2_shape(m, shape, request, operation, &mut errors);
@@ -81,6 +95,13 @@ fn ec2_shape(m: &Value, name: &str, v: &Value, path: &str, errors: &mut Vec<Stri
                     "`{text}` is not one of its {} values",
                     allowed.len()
                 ));
+            }
+            let chars = text.chars().count() as i64;
+            if s["min"].as_i64().is_some_and(|min| chars < min) {
+                bad("shorter than its minimum");
+            }
+            if s["max"].as_i64().is_some_and(|max| chars > max) {
+                bad("longer than its maximum");
             }
         }
         Some("integer" | "long") => match v.as_i64() {

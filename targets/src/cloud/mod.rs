@@ -27,11 +27,14 @@
 //! - `boot` (with `agent.sh`): the boot script and node agent;
 //! - `node`, `aws`, `gcp`: the native requests;
 //! - `scope`: the session policy a node's credentials are narrowed by;
-//! - `spec`: the document.
+//! - `spec`: the document;
+//! - `controller`: skyc's controller on AWS (its instance, role and
+//!   policy).
 
 mod aws;
 mod boot;
 pub mod catalog;
+pub mod controller;
 mod csv;
 mod families;
 mod gcp;
