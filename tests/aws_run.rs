@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-const STANDIN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/standin");
+pub(crate) const STANDIN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/standin");
 
 /// How long the test profile's credentials last: less than the
 /// runtime's margin, so a supervisor asks for new ones on every pass.
@@ -190,7 +190,7 @@ fn secrets_reach_their_tasks_nodes_on_aws() {
 
 /// The stand-in's endpoint when it and the stand-in machines' tools are
 /// here; `None` (after a loud message) otherwise.
-fn ready() -> Option<String> {
+pub(crate) fn ready() -> Option<String> {
     let endpoint = std::env::var("SKYC_MOTO_ENDPOINT")
         .ok()
         .filter(|e| !e.is_empty());
@@ -218,7 +218,7 @@ fn ready() -> Option<String> {
 }
 
 /// The test's client of the EC2 stand-in, in `region`.
-fn stand_in_client(endpoint: &str, region: &str) -> Ec2 {
+pub(crate) fn stand_in_client(endpoint: &str, region: &str) -> Ec2 {
     let settings = Settings {
         profile: "default".into(),
         credentials: skyc_runtime::aws::ec2::sigv4::Credentials {
@@ -234,7 +234,7 @@ fn stand_in_client(endpoint: &str, region: &str) -> Ec2 {
 }
 
 /// An instance's user data, as the stand-in keeps it.
-fn user_data(rt: &tokio::runtime::Runtime, ec2: &Ec2, id: &str) -> String {
+pub(crate) fn user_data(rt: &tokio::runtime::Runtime, ec2: &Ec2, id: &str) -> String {
     let mut q = query::action("DescribeInstanceAttribute");
     q.push(("InstanceId".into(), id.to_owned()));
     q.push(("Attribute".into(), "userData".into()));
@@ -1684,7 +1684,7 @@ fn sha256sum(path: &Path) -> String {
 /// Starts a TCP relay from the stand-in machines' bridge to moto on
 /// loopback (scripts/standin relay, stopped with the machines of `dir`):
 /// S3's endpoint as the nodes and the runtime both reach it.
-fn relay(dir: &Path, moto: &str) -> String {
+pub(crate) fn relay(dir: &Path, moto: &str) -> String {
     let port = moto.rsplit(':').next().expect("moto's port");
     let ok = Command::new(STANDIN)
         .arg("relay")

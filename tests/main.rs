@@ -3,6 +3,7 @@
 mod support;
 
 mod agent;
+mod aws_controller;
 mod aws_run;
 mod cli;
 mod cloud;

@@ -34,6 +34,24 @@ pub(crate) enum Command {
     /// Which of the snapshots named the state directory does not hold.
     #[command(hide = true)]
     Missing(MissingArgs),
+    /// Start (or restart) the controller's service on its instance (aws).
+    #[command(hide = true)]
+    Start(StartArgs),
+}
+
+#[derive(clap::Args)]
+pub(crate) struct StartArgs {
+    #[command(flatten)]
+    state: StateArgs,
+}
+
+/// Where a controller runs.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Where {
+    /// Kubernetes: a Deployment in a namespace.
+    K8s,
+    /// AWS: an instance in a region.
+    Aws,
 }
 
 #[derive(clap::Args)]
@@ -45,6 +63,9 @@ pub(crate) struct AnswerArgs {
 
 #[derive(clap::Args)]
 pub(crate) struct AcceptArgs {
+    /// Where this controller runs groups.
+    #[arg(long, value_enum, default_value_t = Where::K8s)]
+    target: Where,
     #[command(flatten)]
     state: StateArgs,
 }
@@ -61,13 +82,22 @@ pub(crate) struct MissingArgs {
 /// `skyc build --target k8s --controller` prints) with your credentials,
 /// and wait until a replica leads. Then `--state-dir k8s://NAMESPACE`
 /// submits to it and lists, follows and cancels its groups.
+///
+/// With `--target aws`: make its role, instance profile, security group,
+/// key pair and instance in a region (those `skyc build --target aws
+/// --controller` prints), deliver skyc to it over SSH and start it. Then
+/// `--state-dir aws://REGION` reaches it; a stopped controller is started
+/// by the next command.
 #[derive(clap::Args)]
 pub(crate) struct UpArgs {
-    /// Where the controller runs: Kubernetes (`k8s`).
-    #[arg(long, value_parser = ["k8s"], default_value = "k8s")]
-    target: String,
+    /// Where the controller runs: a namespace of Kubernetes (`k8s`), or
+    /// an instance of AWS (`aws`).
+    #[arg(long, value_enum, default_value_t = Where::K8s)]
+    target: Where,
     #[command(flatten)]
     cluster: ClusterArgs,
+    #[command(flatten)]
+    pub(crate) aws: super::aws_controller::AwsUpArgs,
     /// How long to wait for a replica to lead.
     #[arg(long, value_name = "SECONDS", default_value_t = 300)]
     wait: u64,
@@ -78,11 +108,17 @@ pub(crate) struct UpArgs {
 /// Remove skyc's controller from a namespace: refused while it supervises
 /// a live group or pool. Its state claim (groups, logs) is kept for the
 /// next `up` unless `--purge`; the Role `skyc-runner` is kept (your
-/// users' binding may name it).
+/// users' binding may name it). With `--target aws`: its instance (its
+/// state with it), security group, key pair, instance profile and role.
 #[derive(clap::Args)]
 pub(crate) struct DownArgs {
+    /// Where the controller runs.
+    #[arg(long, value_enum, default_value_t = Where::K8s)]
+    target: Where,
     #[command(flatten)]
     cluster: ClusterArgs,
+    #[command(flatten)]
+    pub(crate) region: super::aws_controller::RegionArgs,
     /// Delete the state claim too: every group's record and logs.
     #[arg(long)]
     purge: bool,
@@ -111,19 +147,25 @@ pub(crate) struct ClusterArgs {
 impl ClusterArgs {
     /// The `--state-dir` of the controller in `namespace`.
     fn state_dir(&self, namespace: String) -> Remote {
-        Remote {
+        Remote::K8s(skyc_runtime::controller::pods::K8s {
             namespace,
             context: self.context.clone(),
-        }
+        })
     }
 }
 
 /// Show the controller of a namespace: its replicas, which one leads and
-/// when it last renewed its Lease, its state claim.
+/// when it last renewed its Lease, its state claim; of a region
+/// (`--target aws`): its instance and state.
 #[derive(clap::Args)]
 pub(crate) struct StatusArgs {
+    /// Where the controller runs.
+    #[arg(long, value_enum, default_value_t = Where::K8s)]
+    target: Where,
     #[command(flatten)]
     cluster: ClusterArgs,
+    #[command(flatten)]
+    pub(crate) region: super::aws_controller::RegionArgs,
     /// As JSON.
     #[arg(long)]
     json: bool,
@@ -138,6 +180,11 @@ pub(crate) struct StatusArgs {
 /// the Lease (its Deployment starts it again, to wait), 0 on SIGTERM.
 #[derive(clap::Args)]
 pub(crate) struct ServeArgs {
+    /// Where this controller runs: in a pod (`k8s`), or on its instance
+    /// (`aws`: its region, instance and idle time from its environment,
+    /// as the client wrote it).
+    #[arg(long, value_enum, default_value_t = Where::K8s)]
+    target: Where,
     /// Run out of the cluster, as this kubeconfig says (a controller run
     /// by hand, or by tests), instead of as the pod's service account.
     #[arg(long, value_name = "FILE")]
@@ -157,6 +204,9 @@ pub(crate) struct ServeArgs {
 const LOST: u8 = 75;
 
 fn status(args: &StatusArgs) -> u8 {
+    if args.target == Where::Aws {
+        return super::aws_controller::status(&args.region, args.json);
+    }
     let found = skyc_runtime::controller::status_of(
         args.cluster.context.as_deref(),
         args.cluster.namespace.as_deref(),
@@ -218,11 +268,10 @@ pub(crate) fn run(command: &Command) -> u8 {
         Command::Status(args) => status(args),
         Command::Answer(args) => answer(args),
         Command::Accept(args) => accept(args),
-        Command::Missing(args) => match args
-            .state
-            .local()
-            .and_then(|dir| skyc_runtime::controller::submission::missing(&dir, &args.digests))
-        {
+        Command::Missing(args) => match args.state.local().and_then(|dir| {
+            skyc_runtime::controller::aws::client_here(&dir);
+            skyc_runtime::controller::submission::missing(&dir, &args.digests)
+        }) {
             Ok(missing) => {
                 for digest in missing {
                     outln!("{digest}");
@@ -234,6 +283,20 @@ pub(crate) fn run(command: &Command) -> u8 {
                 USAGE
             }
         },
+        Command::Start(args) => {
+            match args.state.local().and_then(|dir| {
+                skyc_runtime::controller::aws::start(&dir, &dir.join("controller.env"))
+            }) {
+                Ok(()) => OK,
+                Err(message) => {
+                    errln!("error: {message}");
+                    USAGE
+                }
+            }
+        }
+        Command::Serve(serve) if serve.target == Where::Aws => {
+            super::aws_controller::serve(&serve.state)
+        }
         Command::Serve(serve) => match self::serve(serve) {
             Ok(Ended::Stopped) => OK,
             Ok(Ended::Lost) => LOST,
@@ -289,6 +352,21 @@ fn serve(args: &ServeArgs) -> Result<Ended, String> {
     )
 }
 
+/// `30s`, `10m`, `1h`: a whole number and its unit.
+fn duration(s: &str) -> Result<std::time::Duration, String> {
+    let (n, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = n
+        .parse()
+        .map_err(|_| format!("`{s}`: a number and its unit (`30s`, `10m`, `1h`)"))?;
+    let seconds = match unit {
+        "s" => n,
+        "m" => n.saturating_mul(60),
+        "h" => n.saturating_mul(3600),
+        _ => return Err(format!("`{s}`: the unit is `s`, `m` or `h`")),
+    };
+    Ok(std::time::Duration::from_secs(seconds))
+}
+
 /// How the controller runs (`skyc build --target k8s --controller`).
 #[derive(clap::Args)]
 pub(crate) struct ControllerArgs {
@@ -329,10 +407,11 @@ pub(crate) struct ControllerArgs {
     /// The controller's disk, in GB (aws): its state lives there.
     #[arg(long, value_name = "GB", default_value_t = aws_controller::DEFAULT_DISK_GB, help_heading = "Controller")]
     controller_disk: u64,
-    /// Minutes with nothing live after which the controller stops its
-    /// instance (aws); the next command that reaches it starts it again.
-    #[arg(long, value_name = "MINUTES", default_value_t = aws_controller::DEFAULT_IDLE_MINUTES, help_heading = "Controller")]
-    controller_idle_minutes: u64,
+    /// How long with nothing live and no client before the controller
+    /// stops its instance (aws): `30s`, `10m`, `1h`; the next command
+    /// that reaches it starts it again.
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = duration, help_heading = "Controller")]
+    pub(crate) controller_idle: std::time::Duration,
 }
 
 impl ControllerArgs {
@@ -357,7 +436,7 @@ impl ControllerArgs {
             region: self.controller_region.clone(),
             instance_type: self.controller_instance_type.clone(),
             disk_gb: self.controller_disk,
-            idle_minutes: self.controller_idle_minutes,
+            idle_seconds: self.controller_idle.as_secs(),
         }
     }
 
@@ -399,6 +478,11 @@ fn answer(args: &AnswerArgs) -> u8 {
     // The replica that leads supervises; a command run for a client in a
     // pod that does not lead must not start a supervisor of its own.
     skyc_runtime::supervisor::never_start();
+    // A client came: a controller that stops when idle is not idle.
+    if let Some(dir) = args.args.iter().skip_while(|a| *a != "--state-dir").nth(1) {
+        let seen = std::path::Path::new(dir).join(skyc_runtime::controller::aws::CLIENT_SEEN);
+        let _ = std::fs::write(seen, b"");
+    }
     std::thread::spawn(|| {
         let _ = std::io::copy(&mut std::io::stdin().lock(), &mut std::io::sink());
         std::process::exit(i32::from(CLIENT_GONE));
@@ -412,11 +496,20 @@ const CLIENT_GONE: u8 = 130;
 /// Records a group a client planned (`skyc run --state-dir k8s://NS`),
 /// its stream on stdin; prints its id.
 fn accept(args: &AcceptArgs) -> u8 {
+    use skyc_runtime::controller::submission;
+    if let Ok(dir) = args.state.local() {
+        skyc_runtime::controller::aws::client_here(&dir);
+    }
     let stdin = std::io::stdin();
-    let accepted = args
-        .state
-        .local()
-        .and_then(|dir| skyc_runtime::controller::submission::accept(&dir, stdin.lock()));
+    let accepted = args.state.local().and_then(|dir| match args.target {
+        Where::K8s => submission::accept(&dir, stdin.lock(), submission::on_kubernetes()),
+        Where::Aws => {
+            let gid = submission::accept(&dir, stdin.lock(), submission::on_aws(&dir))?;
+            // One machine: the supervisor runs beside the command.
+            skyc_runtime::supervisor::wake(&dir).map_err(|e| format!("supervisor: {e}"))?;
+            Ok(gid)
+        }
+    });
     match accepted {
         Ok(gid) => {
             outln!("{gid}");
@@ -431,6 +524,9 @@ fn accept(args: &AcceptArgs) -> u8 {
 
 fn up(args: &UpArgs) -> u8 {
     use skyc_runtime::controller::install;
+    if args.target == Where::Aws {
+        return super::aws_controller::up(&args.aws, &args.controller);
+    }
     let wait = std::time::Duration::from_secs(args.wait);
     let done = skyc_runtime::controller::with_cluster(
         args.cluster.context.as_deref(),
@@ -473,6 +569,9 @@ fn up(args: &UpArgs) -> u8 {
 
 fn down(args: &DownArgs) -> u8 {
     use skyc_runtime::controller::install::{self, Down};
+    if args.target == Where::Aws {
+        return super::aws_controller::down(&args.region, args.force);
+    }
     let done = skyc_runtime::controller::with_cluster(
         args.cluster.context.as_deref(),
         args.cluster.namespace.as_deref(),

@@ -93,7 +93,7 @@ impl K8sRunArgs {
     /// through, in its namespace unless `--namespace` names another.
     pub(crate) fn for_controller(
         &mut self,
-        remote: &skyc_runtime::controller::remote::Remote,
+        remote: &skyc_runtime::controller::pods::K8s,
     ) -> Result<(), String> {
         if let Some(context) = &self.context
             && Some(context) != remote.context.as_ref()

@@ -3,6 +3,7 @@
 //! reports, selection, tables, following logs).
 
 mod aws;
+mod aws_controller;
 mod build;
 mod cancel;
 mod catalog;

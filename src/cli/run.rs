@@ -115,9 +115,8 @@ pub(crate) fn run(args: &Args) -> u8 {
                 return OK;
             }
             errln!(
-                "skyc: group {gid} submitted to the controller in {} (Ctrl-C stops following; \
-                 the group goes on)",
-                remote.namespace
+                "skyc: group {gid} submitted to the controller {remote} (Ctrl-C stops following; \
+                 the group goes on)"
             );
             let follow = ["logs".to_owned(), gid.to_string(), "--follow".to_owned()];
             let (mut stdout, mut stderr) = (std::io::stdout(), std::io::stderr());
@@ -173,8 +172,8 @@ fn submit(args: &Args) -> Result<Submitted, String> {
     }
     let remote = args.submit.state.remote()?;
     let mut backends = args.submit.backends.clone();
-    if let Some(remote) = &remote {
-        backends.k8s.for_controller(remote)?;
+    if let Some(k8s) = remote.as_ref().and_then(Remote::k8s) {
+        backends.k8s.for_controller(k8s)?;
     }
     let planners = Planners::new(args.network, &backends);
     let planner = planners.of(args.target)?;
@@ -213,9 +212,15 @@ fn submit(args: &Args) -> Result<Submitted, String> {
                         give a local --state-dir"
                 .into());
         }
-        if args.target != Backend::Kubernetes {
+        let runs = match remote.as_ref().map(Remote::target) {
+            Some("aws") => Backend::Aws,
+            _ => Backend::Kubernetes,
+        };
+        if args.target != runs {
             return Err(format!(
-                "a controller on Kubernetes runs groups of --target k8s, not {}",
+                "the controller {} runs groups of --target {}, not {}",
+                remote.as_ref().map(ToString::to_string).unwrap_or_default(),
+                runs.as_str(),
                 args.target.as_str()
             ));
         }
@@ -273,10 +278,19 @@ fn submit(args: &Args) -> Result<Submitted, String> {
         // Planned here, where the files are; recorded and supervised
         // there.
         let submission = Submission::of(&new);
-        let gid = remote.submit(&submission, &Snapshots::of(&state_dir))?;
+        let gid = remote.submit(&submission, &Snapshots::of(&state_dir));
         // Not recorded here: the snapshots taken on this machine go with
-        // `taken` (the controller holds its own).
+        // `taken` (the controller holds its own), and so does a run's
+        // SSH key (the controller makes its own).
         drop(taken);
+        if let Some(run) = serde_json::from_str::<serde_json::Value>(&plan)
+            .ok()
+            .and_then(|p| p["run"].as_str().map(str::to_owned))
+            .filter(|r| args.target == Backend::Aws && skyc_runtime::aws::valid_run(r))
+        {
+            let _ = std::fs::remove_dir_all(state_dir.join("aws").join(run));
+        }
+        let gid = gid?;
         return Ok(Submitted::Remote(remote, gid));
     }
     let (dir, mut store) = args.submit.state.open()?;

@@ -11,7 +11,8 @@ use std::path::PathBuf;
 pub(crate) struct StateArgs {
     /// Where groups, logs and the supervisor live [default:
     /// $SKYC_STATE_DIR, else $XDG_STATE_HOME/skyc, else ~/.local/state/skyc];
-    /// `k8s://NAMESPACE[@CONTEXT]`: the controller's in that namespace.
+    /// `k8s://NAMESPACE[@CONTEXT]`: the controller's in that namespace;
+    /// `aws://REGION`: the controller's in that region.
     #[arg(long, value_name = "DIR")]
     pub(crate) state_dir: Option<PathBuf>,
 }
@@ -35,7 +36,8 @@ impl StateArgs {
         }
     }
 
-    /// The controller the state directory names (`k8s://NS[@CONTEXT]`).
+    /// The controller the state directory names (`k8s://NS[@CONTEXT]`,
+    /// `aws://REGION`).
     pub(crate) fn remote(&self) -> Result<Option<Remote>, String> {
         let named = match &self.state_dir {
             Some(dir) => dir.to_str().map(str::to_owned),

@@ -57,7 +57,10 @@ fn controller_options_that_cannot_work_are_refused() {
         .expect("skyc build");
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("--controller is for the k8s target"), "{err}");
+    assert!(
+        err.contains("--controller is for the k8s and aws targets"),
+        "{err}"
+    );
     // A file and --controller are one or the other.
     let out = skyc()
         .args([

@@ -44,7 +44,7 @@ use crate::reconciler::{self, Told};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::os::fd::BorrowedFd;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::Duration;
 
@@ -120,39 +120,6 @@ impl Drop for Aws {
     }
 }
 
-/// A directory for the run's `known_hosts` and SSH connection sockets:
-/// the group's own when its path is short enough for a socket's (107
-/// bytes, with `cm-` and 64 hex digits), else one under the temporary
-/// directory, private to this user, named after the group's directory.
-fn ssh_dir(group_dir: &Path) -> io::Result<PathBuf> {
-    let own = group_dir.join("ssh");
-    let dir = if own.as_os_str().len() <= 36 {
-        std::fs::create_dir_all(group_dir)?;
-        own
-    } else {
-        use std::os::unix::ffi::OsStrExt as _;
-        let uid = rustix::process::getuid().as_raw();
-        let hash = ring::digest::digest(&ring::digest::SHA256, group_dir.as_os_str().as_bytes());
-        let hex = crate::aws::ec2::sigv4::hex(hash.as_ref());
-        std::env::temp_dir().join(format!("skyc-ssh-{uid}-{}", &hex[..16]))
-    };
-    match std::fs::create_dir(&dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(e),
-    }
-    let meta = std::fs::symlink_metadata(&dir)?;
-    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
-    if !meta.is_dir() || meta.uid() != rustix::process::getuid().as_raw() {
-        return Err(io::Error::other(format!(
-            "{} is not this user's directory",
-            dir.display()
-        )));
-    }
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
-    Ok(dir)
-}
-
 impl Backend for Aws {
     fn adopt(&mut self, gid: i64, adoption: &Adoption<'_>) -> Result<(), String> {
         if adoption.role == Role::Job {
@@ -201,7 +168,8 @@ impl Backend for Aws {
         let ec2 =
             Ec2::new(&settings, Some(&run.plan.region), self.tuning).map_err(|e| e.to_string())?;
         let group_dir = crate::paths::group_dir(&self.state_dir, gid);
-        let dir = ssh_dir(&group_dir).map_err(|e| format!("the run's SSH directory: {e}"))?;
+        let dir = crate::cloud::data::remote::ssh_dir(&group_dir)
+            .map_err(|e| format!("the run's SSH directory: {e}"))?;
         let mut data = DataPlane::new(
             Ssh {
                 key: run.key.display().to_string(),

@@ -26,7 +26,7 @@ pub mod backend;
 pub mod control;
 pub mod credentials;
 pub mod ec2;
-mod plan;
+pub(crate) mod plan;
 mod pool;
 mod pool_job;
 pub mod s3;

@@ -516,6 +516,52 @@ impl RunPlan {
         Ok((Some(run), diagnostics))
     }
 
+    /// The plan a client made, made the controller's: the run's SSH key
+    /// made again in the controller's state directory `state_dir` (the
+    /// client's never leaves it), the nodes' `tcp/22` opened to `from`
+    /// (the controller's address; else its default route's), and the
+    /// credentials the controller's own (`access`: its instance
+    /// profile), not the client's.
+    pub fn for_controller(
+        &mut self,
+        state_dir: &Path,
+        from: Option<String>,
+        access: Access,
+    ) -> Result<(), String> {
+        if !valid_run(&self.plan.run) {
+            return Err(format!("`{}` is not a run id", self.plan.run));
+        }
+        // Nodes that mount buckets are given the run's credentials
+        // narrowed by STS; the instance profile's cannot be, and the
+        // controller's own must not reach a node.
+        if self.plan.mounts.iter().any(Option::is_some) {
+            return Err(
+                "a task mounts S3 buckets, and a controller on AWS cannot give its \
+                        nodes credentials narrowed to them yet: copy them (`mode: COPY`), or \
+                        run the group without a controller"
+                    .into(),
+            );
+        }
+        let key_dir = std::path::absolute(state_dir.join("aws").join(&self.plan.run))
+            .map_err(|e| format!("the run's key: {e}"))?;
+        if key_dir.exists() {
+            return Err(format!("run {} is already here", self.plan.run));
+        }
+        self.key = make_key(&key_dir, &self.plan.key_pair())?;
+        let public_key = std::fs::read_to_string(self.key.with_extension("pub"))
+            .map_err(|e| format!("the run's key: {e}"))?;
+        let from = match from {
+            Some(from) => from,
+            None => default_route_address()?,
+        };
+        self.plan.ssh = Some(SshAccess {
+            public_key: public_key.trim().to_owned(),
+            from,
+        });
+        self.access = access;
+        Ok(())
+    }
+
     /// Whether the credentials are the submitting environment's keys,
     /// which nothing renews.
     pub fn credentials_from_environment(&self) -> bool {
@@ -568,7 +614,7 @@ fn default_route_address() -> Result<String, String> {
 
 /// Makes the run's SSH key pair in `dir` (private to this user):
 /// `id_ed25519` and `id_ed25519.pub`; returns the private key's path.
-pub(super) fn make_key(dir: &Path, comment: &str) -> Result<PathBuf, String> {
+pub(crate) fn make_key(dir: &Path, comment: &str) -> Result<PathBuf, String> {
     use std::os::unix::fs::DirBuilderExt as _;
     std::fs::DirBuilder::new()
         .recursive(true)

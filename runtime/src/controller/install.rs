@@ -10,7 +10,7 @@
 //! unless purged, the state claim: a next `up` finds its groups, logs and
 //! snapshots again.
 
-use super::remote;
+use super::{pods, remote};
 use crate::k8s::FIELD_MANAGER;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{
@@ -170,12 +170,12 @@ pub async fn down(
     force: bool,
 ) -> Result<Down, String> {
     if !force {
-        let pod = remote::leader(client, namespace)
+        let pod = pods::leader(client, namespace)
             .await
             .map_err(|e| format!("{e}; without a leader, what is live cannot be asked: `--force` removes the controller anyway"))?;
         let argv = remote::controller_argv("live", &[]);
         let (mut out, mut err) = (Vec::new(), Vec::new());
-        let code = remote::exec(client, namespace, &pod, argv, None, &mut out, &mut err).await?;
+        let code = pods::exec(client, namespace, &pod, argv, None, &mut out, &mut err).await?;
         if code != 0 {
             return Err(format!(
                 "pod {pod} could not say what is live: {}",

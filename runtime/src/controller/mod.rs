@@ -12,8 +12,11 @@
 //! even before its loop has noticed. The Lease is renewed on a thread of
 //! its own, never behind the supervisor's work.
 
+pub mod aws;
 pub mod install;
+pub mod pods;
 pub mod remote;
+pub mod ssh;
 pub mod submission;
 
 use crate::k8s::lease::{Elector, Fence, Timing};

@@ -1,72 +1,97 @@
 //! The command line as a controller's client (docs/controller.md).
 //!
 //! A state directory named `k8s://NAMESPACE[@CONTEXT]` is the state
-//! directory of the controller in that namespace. Its commands are run
-//! there, by the replica that leads, as the command line would run them
-//! against a local state directory: `skyc ARGS --state-dir STATE_DIR`,
-//! through the API server's `pods/exec`. So their output is the same by
-//! construction, the user's kubeconfig and RBAC (`pods/exec` on the
-//! controller's pods, `get` on its Lease) are the authentication, and the
-//! controller listens on no port at all. SkyPilot's client reaches its
-//! jobs controller the same way: commands run on the controller.
+//! directory of the controller in that namespace; `aws://REGION` that of
+//! the controller instance in that region. Its commands are run there,
+//! as the command line would run them against a local state directory:
+//! `skyc ARGS --state-dir STATE_DIR`, through the API server's
+//! `pods/exec` ([`super::pods`]) or SSH ([`super::ssh`]). So their output
+//! is the same by construction, the user's own access (kubeconfig and
+//! RBAC, the controller's SSH key) is the authentication, and the
+//! controller listens on no port of its own. SkyPilot's client reaches
+//! its jobs controller the same way: commands run on the controller.
 //!
 //! The session's input is held open while the command runs and a
 //! command run for a client ends when it closes ([`ANSWER`]): a client
 //! gone (Ctrl-C, a closed laptop) leaves nothing running there.
 
+use super::aws::Aws;
+use super::pods::K8s;
 use super::submission::Submission;
 use crate::files::Snapshots;
-use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, AttachParams, LogParams};
-use skyc_targets::k8s::controller::{CONTAINER, LEASE, STATE_DIR};
+use skyc_targets::k8s::controller::STATE_DIR;
 use std::io::Write;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// How a state directory names a controller's.
-pub const SCHEME: &str = "k8s://";
-
-/// The argument that runs a client's command in a controller's pod,
-/// ended when the session's input closes:
-/// `skyc controller answer -- ARGS`.
+/// The argument that runs a client's command on a controller, ended
+/// when the session's input closes: `skyc controller answer -- ARGS`.
 pub const ANSWER: [&str; 3] = ["controller", "answer", "--"];
 
 /// The controller a state directory names.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Remote {
-    pub namespace: String,
-    /// The kubeconfig context; the current one when `None`.
-    pub context: Option<String>,
+pub enum Remote {
+    /// `k8s://NAMESPACE[@CONTEXT]`.
+    K8s(K8s),
+    /// `aws://REGION`.
+    Aws(Aws),
+}
+
+/// What a command run on the controller reads: chunks as they come (a
+/// submission is written by a thread as it reads the snapshots, never
+/// held whole); an `Err` ends the session at once, the input cannot be
+/// had whole.
+pub type Input = tokio::sync::mpsc::Receiver<Result<Vec<u8>, String>>;
+
+/// The exit status of a command whose output cannot be written here any
+/// more (a closed pipe: `| head`), as the command line's own.
+pub(super) const CLOSED_OUTPUT: i32 = 141;
+
+/// How many bytes of input a session's pipe holds ahead of it.
+pub(super) const STDIN_BUFFER: usize = 64 << 10;
+
+/// Commands on one controller: each run with its input streamed in and
+/// its output streamed back, answering its exit status. The session
+/// ends with the command's status, or when the connection does, whatever
+/// is still being written: a command that stopped reading its input, or
+/// a network gone, never leaves the client waiting.
+pub(super) trait Session {
+    fn exec(
+        &mut self,
+        argv: Vec<String>,
+        input: Option<Input>,
+        stdout: &mut dyn Write,
+        stderr: &mut dyn Write,
+    ) -> Result<i32, String>;
+
+    /// Where commands run, for messages (`pod NAME`, `instance ID`).
+    fn name(&self) -> String;
+
+    /// The controller's own log, followed while it runs when `follow`.
+    fn controller_log(&mut self, follow: bool, out: &mut dyn Write) -> Result<(), String>;
 }
 
 impl Remote {
-    /// `k8s://NAMESPACE[@CONTEXT]`; `None` when `s` names a local
-    /// directory.
+    /// `k8s://NAMESPACE[@CONTEXT]` or `aws://REGION`; `None` when `s`
+    /// names a local directory.
     pub fn parse(s: &str) -> Option<Result<Self, String>> {
-        let rest = s.strip_prefix(SCHEME)?;
-        let (namespace, context) = match rest.split_once('@') {
-            Some((ns, ctx)) => (ns, Some(ctx)),
-            None => (rest, None),
-        };
-        let label = !namespace.is_empty()
-            && namespace.len() <= 63
-            && namespace
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-            && !namespace.starts_with('-')
-            && !namespace.ends_with('-');
-        Some(if !label {
-            Err(format!(
-                "`{s}`: a controller's state is `k8s://NAMESPACE[@CONTEXT]`, NAMESPACE a \
-                 Kubernetes namespace's name"
-            ))
-        } else if context == Some("") {
-            Err(format!("`{s}`: no context after `@`"))
-        } else {
-            Ok(Self {
-                namespace: namespace.to_owned(),
-                context: context.map(str::to_owned),
-            })
+        if let Some(rest) = s.strip_prefix(super::pods::SCHEME) {
+            return Some(K8s::parse(s, rest).map(Remote::K8s));
+        }
+        let rest = s.strip_prefix(super::aws::SCHEME)?;
+        Some(Aws::parse(s, rest).map(Remote::Aws))
+    }
+
+    /// The controller on Kubernetes, if it is one.
+    pub fn k8s(&self) -> Option<&K8s> {
+        match self {
+            Remote::K8s(k8s) => Some(k8s),
+            Remote::Aws(_) => None,
+        }
+    }
+
+    fn session(&self) -> Result<Box<dyn Session>, String> {
+        Ok(match self {
+            Remote::K8s(k8s) => Box::new(k8s.session()?),
+            Remote::Aws(aws) => Box::new(aws.session()?),
         })
     }
 
@@ -79,145 +104,131 @@ impl Remote {
         stdout: &mut dyn Write,
         stderr: &mut dyn Write,
     ) -> Result<i32, String> {
-        self.block_on(|client, namespace| async move {
-            let pod = leader(&client, &namespace).await?;
-            let argv = answer_argv(args);
-            exec(&client, &namespace, &pod, argv, None, stdout, stderr).await
-        })
+        let mut session = self.session()?;
+        session
+            .exec(answer_argv(args), None, stdout, stderr)
+            .map_err(|e| self.failed(&e))
+    }
+
+    /// The controller's own log, written to `out`; followed while it runs
+    /// when `follow`.
+    pub fn controller_log(&self, follow: bool, out: &mut dyn Write) -> Result<(), String> {
+        self.session()?
+            .controller_log(follow, out)
+            .map_err(|e| self.failed(&e))
+    }
+
+    fn failed(&self, e: &str) -> String {
+        match self {
+            Remote::K8s(k8s) => format!("the controller in {}: {e}", k8s.namespace),
+            Remote::Aws(aws) => format!("the controller in {}: {e}", aws.region),
+        }
     }
 
     /// Submits a group planned here: the snapshots of `snapshots` the
     /// controller does not hold are sent with it (once: a snapshot it
     /// holds is not sent again). Answers the group's id there.
     pub fn submit(&self, submission: &Submission, snapshots: &Snapshots) -> Result<i64, String> {
-        self.block_on(|client, namespace| async move {
-            let pod = leader(&client, &namespace).await?;
-            // Asked again once if a snapshot the controller held was
-            // collected before the group that needs it was recorded.
-            let mut last = String::new();
-            for _ in 0..2 {
-                let asked = controller_argv("missing", &submission.snapshots);
-                let (mut out, mut err) = (Vec::new(), Vec::new());
-                let code = exec(&client, &namespace, &pod, asked, None, &mut out, &mut err).await?;
-                if code != 0 {
-                    return Err(refused(&err));
-                }
-                // Only what this group names: the answer is the
-                // controller's, the paths read are this machine's.
-                let answer = String::from_utf8_lossy(&out).into_owned();
-                let sending: Vec<String> = submission
-                    .snapshots
-                    .iter()
-                    .filter(|d| answer.split_whitespace().any(|m| m == d.as_str()))
-                    .cloned()
-                    .collect();
-                let (to, input) = tokio::sync::mpsc::channel(4);
-                // Not joined: one still reading a large snapshot when the
-                // controller refused finds its input gone at its next
-                // send, and ends.
-                {
-                    let (submission, snapshots) = (submission.clone(), snapshots.clone());
-                    std::thread::spawn(move || {
-                        let mut chunks = Chunks {
-                            to: to.clone(),
-                            chunk: Vec::with_capacity(STDIN_BUFFER),
-                        };
-                        if let Err(e) = submission.write(&snapshots, &sending, &mut chunks) {
-                            // The session must end rather than wait for the
-                            // rest: the controller would wait with it.
-                            let _ = to
-                                .blocking_send(Err(format!("reading the snapshots to send: {e}")));
-                        }
-                    });
-                }
-                let accept = controller_argv("accept", &[]);
-                let (mut out, mut err) = (Vec::new(), Vec::new());
-                let code = exec(
-                    &client,
-                    &namespace,
-                    &pod,
-                    accept,
-                    Some(input),
-                    &mut out,
-                    &mut err,
-                )
-                .await;
-                // A refusal whose status was lost with the connection is
-                // still the controller's words.
-                let code = code.map_err(|e| {
-                    if err.is_empty() || e.starts_with("reading the snapshots") {
-                        e
-                    } else {
-                        refused(&err)
-                    }
-                })?;
-                if code == 0 {
-                    return String::from_utf8_lossy(&out)
-                        .trim()
-                        .parse()
-                        .map_err(|_| format!("pod {pod} answered no group id"));
-                }
-                last = refused(&err);
-                if !last.contains("submit again") {
-                    break;
-                }
-            }
-            Err(last)
-        })
+        let mut session = self.session()?;
+        submit(session.as_mut(), self.target(), submission, snapshots).map_err(|e| self.failed(&e))
     }
 
-    /// The leading replica's own log (the container's), written to `out`;
-    /// followed while it runs when `follow`.
-    pub fn controller_log(&self, follow: bool, out: &mut dyn Write) -> Result<(), String> {
-        self.block_on(|client, namespace| async move {
-            let pod = leader(&client, &namespace).await?;
-            let pods: Api<Pod> = Api::namespaced(client, &namespace);
-            let params = LogParams {
-                container: Some(CONTAINER.into()),
-                follow,
-                ..LogParams::default()
-            };
-            let failed = |e: kube::Error| {
-                format!("the log of pod {pod}: {}", crate::k8s::retry::describe(&e))
-            };
-            let mut stream = pods.log_stream(&pod, &params).await.map_err(failed)?;
-            let mut buf = vec![0; 64 << 10];
-            loop {
-                let n = futures::AsyncReadExt::read(&mut stream, &mut buf)
-                    .await
-                    .map_err(|e| format!("the log of pod {pod}: {e}"))?;
-                if n == 0 {
-                    return Ok(());
-                }
-                out.write_all(&buf[..n])
-                    .and_then(|()| out.flush())
-                    .map_err(|e| format!("writing the log: {e}"))?;
-            }
-        })
-    }
-
-    /// Connects with the user's kubeconfig and runs `f` in the namespace.
-    fn block_on<T, F>(&self, f: impl FnOnce(kube::Client, String) -> F) -> Result<T, String>
-    where
-        F: std::future::Future<Output = Result<T, String>>,
-    {
-        super::with_cluster(self.context.as_deref(), Some(&self.namespace), f)
-            .map_err(|e| format!("the controller in {}: {e}", self.namespace))
-    }
-}
-
-/// As the command line names it: `k8s://NAMESPACE[@CONTEXT]`.
-impl std::fmt::Display for Remote {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{SCHEME}{}", self.namespace)?;
-        match &self.context {
-            Some(context) => write!(f, "@{context}"),
-            None => Ok(()),
+    /// The target the controller runs groups on (`k8s`, `aws`).
+    pub fn target(&self) -> &'static str {
+        match self {
+            Remote::K8s(_) => "k8s",
+            Remote::Aws(_) => "aws",
         }
     }
 }
 
-/// The argv a client's `args` run as in the controller's pod: its state
+/// [`Remote::submit`] through a session.
+fn submit(
+    session: &mut dyn Session,
+    target: &str,
+    submission: &Submission,
+    snapshots: &Snapshots,
+) -> Result<i64, String> {
+    // Asked again once if a snapshot the controller held was collected
+    // before the group that needs it was recorded.
+    let mut last = String::new();
+    for _ in 0..2 {
+        let asked = controller_argv("missing", &submission.snapshots);
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let code = session.exec(asked, None, &mut out, &mut err)?;
+        if code != 0 {
+            return Err(refused(&err));
+        }
+        // Only what this group names: the answer is the controller's,
+        // the paths read are this machine's.
+        let answer = String::from_utf8_lossy(&out).into_owned();
+        let sending: Vec<String> = submission
+            .snapshots
+            .iter()
+            .filter(|d| answer.split_whitespace().any(|m| m == d.as_str()))
+            .cloned()
+            .collect();
+        let (to, input) = tokio::sync::mpsc::channel(4);
+        // Not joined: one still reading a large snapshot when the
+        // controller refused finds its input gone at its next send, and
+        // ends.
+        {
+            let (submission, snapshots) = (submission.clone(), snapshots.clone());
+            std::thread::spawn(move || {
+                let mut chunks = Chunks {
+                    to: to.clone(),
+                    chunk: Vec::with_capacity(STDIN_BUFFER),
+                };
+                if let Err(e) = submission.write(&snapshots, &sending, &mut chunks) {
+                    // The session must end rather than wait for the rest:
+                    // the controller would wait with it.
+                    let _ = to.blocking_send(Err(format!("reading the snapshots to send: {e}")));
+                }
+            });
+        }
+        // `--target` only where it is not the default: a controller of an
+        // older skyc knows its own.
+        let accept = match target {
+            "k8s" => controller_argv("accept", &[]),
+            _ => controller_argv("accept", &["--target".to_owned(), target.to_owned()]),
+        };
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let code = session.exec(accept, Some(input), &mut out, &mut err);
+        // A refusal whose status was lost with the connection is still the
+        // controller's words.
+        let code = code.map_err(|e| {
+            if err.is_empty() || e.starts_with("reading the snapshots") {
+                e
+            } else {
+                refused(&err)
+            }
+        })?;
+        if code == 0 {
+            return String::from_utf8_lossy(&out)
+                .trim()
+                .parse()
+                .map_err(|_| format!("{} answered no group id", session.name()));
+        }
+        last = refused(&err);
+        if !last.contains("submit again") {
+            break;
+        }
+    }
+    Err(last)
+}
+
+/// As the command line names it: `k8s://NAMESPACE[@CONTEXT]`,
+/// `aws://REGION`.
+impl std::fmt::Display for Remote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Remote::K8s(k8s) => k8s.fmt(f),
+            Remote::Aws(aws) => aws.fmt(f),
+        }
+    }
+}
+
+/// The argv a client's `args` run as on the controller: its state
 /// directory given before any `--`.
 pub fn answer_argv(args: &[String]) -> Vec<String> {
     let at = args.iter().position(|a| a == "--").unwrap_or(args.len());
@@ -229,209 +240,13 @@ pub fn answer_argv(args: &[String]) -> Vec<String> {
         .collect()
 }
 
-/// The argv of `skyc controller COMMAND ARGS` on the controller's state,
-/// in its pod.
+/// The argv of `skyc controller COMMAND ARGS` on the controller's state.
 pub fn controller_argv(command: &str, args: &[String]) -> Vec<String> {
     ["skyc", "controller", command, "--state-dir", STATE_DIR]
         .into_iter()
         .map(str::to_owned)
         .chain(args.iter().cloned())
         .collect()
-}
-
-/// The pod of the replica that holds the Lease in `namespace`. A user
-/// who may not read the Lease (the Role `skyc-runner` does not grant it)
-/// is given a running pod of the controller instead: every replica reads
-/// the same state, and a group one records is taken on by the leader.
-pub async fn leader(client: &kube::Client, namespace: &str) -> Result<String, String> {
-    let timed = |_| {
-        format!(
-            "the API server did not answer within {} s",
-            crate::k8s::client::PROBE_TIMEOUT.as_secs()
-        )
-    };
-    let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
-    let lease = tokio::time::timeout(crate::k8s::client::PROBE_TIMEOUT, leases.get_opt(LEASE))
-        .await
-        .map_err(timed)?;
-    let lease = match lease {
-        Ok(lease) => lease,
-        Err(kube::Error::Api(e)) if e.code == 403 => {
-            return running_pod(client, namespace).await;
-        }
-        Err(e) => return Err(format!("its Lease: {}", crate::k8s::retry::describe(&e))),
-    };
-    lease
-        .and_then(|l| l.spec?.holder_identity)
-        .filter(|h| !h.is_empty())
-        .ok_or_else(no_leader)
-}
-
-fn no_leader() -> String {
-    "no replica leads (`skyc controller status` shows why; \
-     `skyc controller up` starts one)"
-        .to_owned()
-}
-
-/// A running pod of the controller, by its label.
-async fn running_pod(client: &kube::Client, namespace: &str) -> Result<String, String> {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    let selector = format!(
-        "app.kubernetes.io/name={}",
-        skyc_targets::k8s::controller::NAME
-    );
-    let listed = tokio::time::timeout(
-        crate::k8s::client::PROBE_TIMEOUT,
-        pods.list(&kube::api::ListParams::default().labels(&selector)),
-    )
-    .await
-    .map_err(|_| {
-        format!(
-            "the API server did not answer within {} s",
-            crate::k8s::client::PROBE_TIMEOUT.as_secs()
-        )
-    })?
-    .map_err(|e| format!("its pods: {}", crate::k8s::retry::describe(&e)))?;
-    let mut running: Vec<String> = listed
-        .items
-        .into_iter()
-        .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .filter_map(|p| p.metadata.name)
-        .collect();
-    running.sort();
-    running.into_iter().next().ok_or_else(no_leader)
-}
-
-/// What a command run on the controller reads: chunks as they come (a
-/// submission is written by a thread as it reads the snapshots, never
-/// held whole); an `Err` ends the session at once, the input cannot be
-/// had whole.
-pub type Input = tokio::sync::mpsc::Receiver<Result<Vec<u8>, String>>;
-
-/// The exit status of a command whose output cannot be written here any
-/// more (a closed pipe: `| head`), as the command line's own.
-const CLOSED_OUTPUT: i32 = 141;
-
-/// How long the output may still come once the command's status has.
-const OUTPUT_AFTER_STATUS: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// How many bytes of input kube's pipe holds ahead of the session.
-const STDIN_BUFFER: usize = 64 << 10;
-
-/// Runs `argv` in `pod`'s controller container: `stdin` is written and
-/// the session's input then held open until the command ends (closing it
-/// ends a command run through [`ANSWER`]); stdout and stderr are copied
-/// as they come. Answers the exit status. The session ends with the
-/// command's status, or when the connection does, whatever is still
-/// being written: a command that stopped reading its input, or a network
-/// gone, never leaves the client waiting.
-pub async fn exec(
-    client: &kube::Client,
-    namespace: &str,
-    pod: &str,
-    argv: Vec<String>,
-    mut stdin: Option<Input>,
-    stdout: &mut dyn Write,
-    stderr: &mut dyn Write,
-) -> Result<i32, String> {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    let params = AttachParams::default()
-        .container(CONTAINER)
-        .stdin(true)
-        .stdout(true)
-        .stderr(true)
-        .max_stdin_buf_size(STDIN_BUFFER);
-    let mut attached = pods.exec(pod, argv, &params).await.map_err(|e| match &e {
-        kube::Error::Api(s) if s.code == 404 => {
-            format!("pod {pod} is not there: no replica leads (`skyc controller status` shows why)")
-        }
-        _ => format!("exec in pod {pod}: {}", crate::k8s::retry::describe(&e)),
-    })?;
-    let status = attached.take_status();
-    let mut input = attached.stdin();
-    let mut out = attached.stdout();
-    let mut err = attached.stderr();
-    // The input is written while the output is read: neither waits on
-    // the other. It is never shut down (on a session without the v5
-    // protocol kube ends the whole session there): the commands fed input
-    // read what they need and no more.
-    let write = async {
-        if let (Some(w), Some(chunks)) = (input.as_mut(), stdin.as_mut()) {
-            while let Some(chunk) = chunks.recv().await {
-                let chunk = chunk.map_err(Sent::Unread)?;
-                w.write_all(&chunk).await.map_err(Sent::Failed)?;
-            }
-            w.flush().await.map_err(Sent::Failed)?;
-        }
-        Ok(())
-    };
-    let copy = async {
-        let (mut out_buf, mut err_buf) = (vec![0u8; 16 << 10], vec![0u8; 16 << 10]);
-        let (mut out_open, mut err_open) = (out.is_some(), err.is_some());
-        while out_open || err_open {
-            tokio::select! {
-                n = read(out.as_mut(), &mut out_buf), if out_open => match n {
-                    0 => out_open = false,
-                    n => stdout.write_all(&out_buf[..n]).and_then(|()| stdout.flush())?,
-                },
-                n = read(err.as_mut(), &mut err_buf), if err_open => match n {
-                    0 => err_open = false,
-                    n => stderr.write_all(&err_buf[..n]).and_then(|()| stderr.flush())?,
-                },
-            }
-        }
-        std::io::Result::Ok(())
-    };
-    // Resolves with the command's status, or `None` once kube's session
-    // has ended without one.
-    let status = async move {
-        match status {
-            Some(status) => status.await,
-            None => None,
-        }
-    };
-    tokio::pin!(write, copy, status);
-    let (mut written, mut copied) = (None, false);
-    let status = loop {
-        tokio::select! {
-            w = &mut write, if written.is_none() => match w {
-                // The rest of the input cannot be had: the session is
-                // dropped, so the command sees its input end.
-                Err(Sent::Unread(e)) => return Err(e),
-                w => written = Some(w),
-            },
-            c = &mut copy, if !copied => match c {
-                Ok(()) => copied = true,
-                // Nobody reads what it prints here: the session is
-                // dropped, and the command with it.
-                Err(_) => return Ok(CLOSED_OUTPUT),
-            },
-            s = &mut status => break s,
-        }
-    };
-    if !copied
-        && tokio::time::timeout(OUTPUT_AFTER_STATUS, &mut copy)
-            .await
-            .is_ok_and(|c| c.is_err())
-    {
-        return Ok(CLOSED_OUTPUT);
-    }
-    match exit_code(status.as_ref()) {
-        Some(code) => code,
-        None => Err(match written {
-            Some(Err(Sent::Failed(e))) => format!("sending to pod {pod}: {e}"),
-            _ => format!("pod {pod} ended the session without the command's status"),
-        }),
-    }
-}
-
-/// Why an exec's input was not all sent.
-enum Sent {
-    /// Not to be had here (a snapshot that cannot be read).
-    Unread(String),
-    /// The session would not take it.
-    Failed(std::io::Error),
 }
 
 /// A [`Write`] of chunks into an exec's [`Input`], from a thread that
@@ -467,41 +282,6 @@ fn refused(stderr: &[u8]) -> String {
     text.strip_prefix("error: ").unwrap_or(text).to_owned()
 }
 
-async fn read(stream: Option<&mut (impl tokio::io::AsyncRead + Unpin)>, buf: &mut [u8]) -> usize {
-    match stream {
-        Some(s) => s.read(buf).await.unwrap_or(0),
-        None => 0,
-    }
-}
-
-/// The exit status an exec's `Status` carries: `Success` is 0, a
-/// command that exited otherwise is its code (`NonZeroExitCode`, the
-/// code in its causes); any other failure (the container gone, the
-/// command not found) is an error.
-fn exit_code(
-    status: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Status>,
-) -> Option<Result<i32, String>> {
-    let status = status?;
-    if status.status.as_deref() == Some("Success") {
-        return Some(Ok(0));
-    }
-    let code = status
-        .details
-        .as_ref()
-        .and_then(|d| d.causes.as_ref())
-        .into_iter()
-        .flatten()
-        .find(|c| c.reason.as_deref() == Some("ExitCode"))
-        .and_then(|c| c.message.as_deref()?.parse().ok());
-    Some(match (status.reason.as_deref(), code) {
-        (Some("NonZeroExitCode"), Some(code)) => Ok(code),
-        _ => Err(status
-            .message
-            .clone()
-            .unwrap_or_else(|| "the command failed".into())),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -511,19 +291,34 @@ mod tests {
         assert_eq!(Remote::parse("/var/lib/skyc"), None);
         assert_eq!(
             Remote::parse("k8s://team"),
-            Some(Ok(Remote {
+            Some(Ok(Remote::K8s(K8s {
                 namespace: "team".into(),
                 context: None
-            }))
+            })))
         );
         assert_eq!(
             Remote::parse("k8s://team@arn:aws:eks:us-west-2:1:cluster/x"),
-            Some(Ok(Remote {
+            Some(Ok(Remote::K8s(K8s {
                 namespace: "team".into(),
                 context: Some("arn:aws:eks:us-west-2:1:cluster/x".into())
-            }))
+            })))
         );
-        for bad in ["k8s://", "k8s://Team", "k8s://-a", "k8s://a/b", "k8s://a@"] {
+        assert_eq!(
+            Remote::parse("aws://us-west-2"),
+            Some(Ok(Remote::Aws(Aws {
+                region: "us-west-2".into()
+            })))
+        );
+        for bad in [
+            "k8s://",
+            "k8s://Team",
+            "k8s://-a",
+            "k8s://a/b",
+            "k8s://a@",
+            "aws://",
+            "aws://US-WEST-2",
+            "aws://us-west-2/x",
+        ] {
             assert!(matches!(Remote::parse(bad), Some(Err(_))), "{bad}");
         }
     }
@@ -543,105 +338,5 @@ mod tests {
                 STATE_DIR
             ]
         );
-    }
-}
-
-/// The exec against the fake API server on a loopback port, its command
-/// a process of this machine.
-#[cfg(test)]
-mod exec_tests {
-    use super::*;
-    use crate::k8s::FakeCluster;
-    use std::time::{Duration, Instant};
-
-    fn client(cluster: &FakeCluster) -> kube::Client {
-        let mut config = kube::Config::new(cluster.url().parse().unwrap());
-        config.default_namespace = "team".into();
-        kube::Client::try_from(config).unwrap()
-    }
-
-    /// Input that cannot be had whole ends the session at once, though the
-    /// command still waits for the rest of it (`cat`): the client is not
-    /// left waiting, nor the command.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn input_that_cannot_be_read_ends_the_session() {
-        let cluster = FakeCluster::start();
-        let dir = std::env::temp_dir().join(format!("skyc-exec-{}", std::process::id()));
-        cluster.controller_pod("pod-0", std::path::Path::new("/nonexistent"), &dir);
-        let (to, input) = tokio::sync::mpsc::channel(4);
-        to.send(Ok(vec![b'x'; 100_000])).await.unwrap();
-        to.send(Err("reading the snapshots to send: gone".into()))
-            .await
-            .unwrap();
-        let (mut out, mut err) = (Vec::new(), Vec::new());
-        let asked = Instant::now();
-        let answer = tokio::time::timeout(
-            Duration::from_secs(20),
-            exec(
-                &client(&cluster),
-                "team",
-                "pod-0",
-                vec!["cat".into()],
-                Some(input),
-                &mut out,
-                &mut err,
-            ),
-        )
-        .await
-        .expect("the exec ended");
-        assert_eq!(answer, Err("reading the snapshots to send: gone".into()));
-        assert!(asked.elapsed() < Duration::from_secs(10));
-    }
-
-    /// A command's output, its errors and its exit status come back; a
-    /// command that stops reading its input in the middle answers all
-    /// the same (its status, or the session's end: never a wait).
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_command_that_stops_reading_ends_the_session() {
-        let cluster = FakeCluster::start();
-        let dir = std::env::temp_dir().join(format!("skyc-exec2-{}", std::process::id()));
-        cluster.controller_pod("pod-0", std::path::Path::new("/nonexistent"), &dir);
-        let (mut out, mut err) = (Vec::new(), Vec::new());
-        let code = exec(
-            &client(&cluster),
-            "team",
-            "pod-0",
-            ["sh", "-c", "echo out; echo err >&2; exit 3"]
-                .map(str::to_owned)
-                .to_vec(),
-            None,
-            &mut out,
-            &mut err,
-        )
-        .await;
-        assert_eq!(code, Ok(3));
-        assert_eq!((&out[..], &err[..]), (&b"out\n"[..], &b"err\n"[..]));
-        let (to, input) = tokio::sync::mpsc::channel(4);
-        tokio::spawn(async move {
-            for _ in 0..512 {
-                if to.send(Ok(vec![b'x'; 64 << 10])).await.is_err() {
-                    return;
-                }
-            }
-        });
-        let (mut out, mut err) = (Vec::new(), Vec::new());
-        let answer = tokio::time::timeout(
-            Duration::from_secs(20),
-            exec(
-                &client(&cluster),
-                "team",
-                "pod-0",
-                ["head", "-c", "10"].map(str::to_owned).to_vec(),
-                Some(input),
-                &mut out,
-                &mut err,
-            ),
-        )
-        .await
-        .expect("the exec ended");
-        match answer {
-            Ok(code) => assert_eq!(code, 0),
-            Err(e) => assert!(e.contains("without the command's status"), "{e}"),
-        }
     }
 }

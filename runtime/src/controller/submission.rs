@@ -29,6 +29,32 @@ use std::path::Path;
 /// nodes' environments, never gigabytes.
 const MAX_GROUP_LINE: u64 = 64 << 20;
 
+/// What a controller admits: groups of its target, made its own once
+/// all of a stream is here (its plan rewritten for where it runs).
+pub struct Admit<F> {
+    pub backend: Backend,
+    pub admit: F,
+}
+
+/// A controller on Kubernetes: its groups as the client planned them.
+pub fn on_kubernetes() -> Admit<impl FnOnce(&mut Submission) -> Result<(), String>> {
+    Admit {
+        backend: Backend::Kubernetes,
+        admit: |_: &mut Submission| Ok(()),
+    }
+}
+
+/// A controller on AWS: each plan made its own ([`super::aws::admit`]).
+pub fn on_aws(dir: &Path) -> Admit<impl FnOnce(&mut Submission) -> Result<(), String> + '_> {
+    Admit {
+        backend: Backend::Aws,
+        admit: move |submission: &mut Submission| {
+            submission.plan = super::aws::admit(dir, &submission.plan)?;
+            Ok(())
+        },
+    }
+}
+
 /// The group as the client planned it ([`NewGroup`], owned).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Submission {
@@ -150,7 +176,11 @@ fn is_digest(s: &str) -> bool {
 /// `dir`, keeping the snapshots it brings; answers its id. The
 /// controller's supervisor is told; none is started (a controller's
 /// replica that does not lead does not supervise).
-pub fn accept(dir: &Path, mut input: impl BufRead) -> Result<i64, String> {
+pub fn accept(
+    dir: &Path,
+    mut input: impl BufRead,
+    admit: Admit<impl FnOnce(&mut Submission) -> Result<(), String>>,
+) -> Result<i64, String> {
     let mut line = Vec::new();
     (&mut input)
         .take(MAX_GROUP_LINE)
@@ -159,12 +189,14 @@ pub fn accept(dir: &Path, mut input: impl BufRead) -> Result<i64, String> {
     if line.last() != Some(&b'\n') {
         return Err("the group's line ended early or is too long".into());
     }
-    let submission: Submission =
+    let mut submission: Submission =
         serde_json::from_slice(&line).map_err(|e| format!("the group's line: {e}"))?;
     // A controller supervises what runs where it does.
-    if submission.backend != Backend::Kubernetes {
+    if submission.backend != admit.backend {
         return Err(format!(
-            "a controller on Kubernetes runs groups of --target k8s, not {}",
+            "a controller on {} runs groups of --target {}, not {}",
+            admit.backend.descriptor().title,
+            admit.backend.as_str(),
             submission.backend.as_str()
         ));
     }
@@ -208,6 +240,9 @@ pub fn accept(dir: &Path, mut input: impl BufRead) -> Result<i64, String> {
             gone.join(", ")
         ));
     }
+    // Made the controller's once all of it is here: nothing of a stream
+    // refused is kept.
+    (admit.admit)(&mut submission)?;
     let mut store = Store::open(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let gid = store
         .insert_group(&submission.as_new())
@@ -387,7 +422,7 @@ mod tests {
         let (tree, file) = (d.take("src", true), d.take("one.txt", false));
         let both = [tree.clone(), file.clone()];
         assert_eq!(missing(&d.controller, &both).unwrap(), both);
-        let gid = accept(&d.controller, &d.stream(&both, &both)[..]).unwrap();
+        let gid = accept(&d.controller, &d.stream(&both, &both)[..], on_kubernetes()).unwrap();
         let kept = Snapshots::of(&d.controller);
         assert_eq!(
             std::fs::read(kept.path(&tree).join("sub/data.bin")).unwrap(),
@@ -407,7 +442,7 @@ mod tests {
         assert_eq!(group.name, "g");
         assert_eq!(store.tasks(gid).unwrap()[0].num_nodes, 2);
         // Again, sending nothing: recorded on what is held.
-        accept(&d.controller, &d.stream(&both, &[])[..]).unwrap();
+        accept(&d.controller, &d.stream(&both, &[])[..], on_kubernetes()).unwrap();
         assert_eq!(d.groups(), 2);
     }
 
@@ -424,7 +459,7 @@ mod tests {
             .position(|w| w == b"echo hi\n")
             .expect("the file's bytes in the stream");
         damaged[at] = b'E';
-        let refused = accept(&d.controller, &damaged[..]).unwrap_err();
+        let refused = accept(&d.controller, &damaged[..], on_kubernetes()).unwrap_err();
         assert!(refused.contains("damaged"), "{refused}");
         let kept: Vec<_> = std::fs::read_dir(Snapshots::of(&d.controller).dir())
             .unwrap()
@@ -435,16 +470,18 @@ mod tests {
         let refused = accept(
             &d.controller,
             &d.stream(std::slice::from_ref(&tree), &[])[..],
+            on_kubernetes(),
         )
         .unwrap_err();
         assert!(refused.contains("not held here"), "{refused}");
         let whole = d.stream(std::slice::from_ref(&tree), std::slice::from_ref(&tree));
-        let refused = accept(&d.controller, &whole[..whole.len() - 4]).unwrap_err();
+        let refused =
+            accept(&d.controller, &whole[..whole.len() - 4], on_kubernetes()).unwrap_err();
         assert!(refused.contains("ended early"), "{refused}");
         let outside = b"{\"name\":\"g\",\"source\":\"s\",\"submitted_at_ms\":1,\"plan\":\"{}\",\
             \"backend\":\"k8s\",\"tasks\":[],\"snapshots\":[],\"buckets\":[]}\n\
             snapshot ../../etc dir 0\nend\n";
-        let refused = accept(&d.controller, &outside[..]).unwrap_err();
+        let refused = accept(&d.controller, &outside[..], on_kubernetes()).unwrap_err();
         assert!(refused.contains("unexpected"), "{refused}");
         assert_eq!(missing(&d.controller, &["../x".into()]).unwrap(), ["../x"]);
         assert_eq!(d.groups(), 0);

@@ -57,7 +57,7 @@ const MEMORY_PER_CPU: f64 = 4.0;
 pub const DEFAULT_DISK_GB: u64 = 50;
 
 /// SkyPilot's jobs-controller autostop: stopped after 10 idle minutes.
-pub const DEFAULT_IDLE_MINUTES: u64 = 10;
+pub const DEFAULT_IDLE_SECONDS: u64 = 600;
 
 /// How the controller runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -67,7 +67,8 @@ pub struct Controller {
     /// `None`: SkyPilot's rule for the controller's resources.
     pub instance_type: Option<String>,
     pub disk_gb: u64,
-    pub idle_minutes: u64,
+    /// Nothing live for this long: the controller stops its instance.
+    pub idle_seconds: u64,
 }
 
 impl Default for Controller {
@@ -76,7 +77,7 @@ impl Default for Controller {
             region: None,
             instance_type: None,
             disk_gb: DEFAULT_DISK_GB,
-            idle_minutes: DEFAULT_IDLE_MINUTES,
+            idle_seconds: DEFAULT_IDLE_SECONDS,
         }
     }
 }
@@ -127,7 +128,7 @@ pub fn spec(c: &Controller, catalog: &Catalog) -> Result<Value, String> {
         "memory_gb": offer.memory_gib,
         "hourly_price": super::select::round_price(offer.price),
         "disk_gb": c.disk_gb,
-        "idle_minutes": c.idle_minutes,
+        "idle_seconds": c.idle_seconds,
         "catalog": {"source": catalog.origin.source, "date": catalog.origin.date},
         "state_dir": STATE_DIR,
         "policy": policy,
@@ -231,6 +232,7 @@ pub fn policy(region: &str) -> Value {
                     ec2("subnet"),
                     ec2("network-interface"),
                     ec2("vpc"),
+                    ec2("spot-instances-request"),
                 ],
             },
             {
@@ -304,9 +306,11 @@ pub fn boot_script() -> String {
     format!(
         r#"#!/bin/sh
 # skyc's controller: its state directory, and the service that runs skyc
-# once the client has delivered it ({BINARY}).
+# once the client has delivered it ({BINARY}). Without systemd the
+# client starts skyc itself.
 set -eu
 install -d -m 0700 {STATE_DIR} {STATE_DIR}/bin
+[ -d /run/systemd/system ] || exit 0
 cat > /etc/systemd/system/{SERVICE} <<'UNIT'
 [Unit]
 Description=skyc controller
@@ -317,8 +321,12 @@ Wants=network-online.target
 [Service]
 EnvironmentFile=-{ENVIRONMENT}
 ExecStart={BINARY} controller serve --target aws --state-dir {STATE_DIR}
+StandardOutput=append:{STATE_DIR}/supervisor.log
+StandardError=append:{STATE_DIR}/supervisor.log
 Restart=always
 RestartSec=2
+# A restart (a new skyc) leaves the supervisor it started at work.
+KillMode=process
 
 [Install]
 WantedBy=multi-user.target
@@ -449,7 +457,7 @@ mod tests {
     }
 
     #[test]
-    fn every_action_of_the_policy_is_named_once() {
+    fn the_policy_names_actions_not_wildcards_in_its_partition() {
         let actions = policy_actions(&policy("us-east-1"));
         assert!(actions.contains(&"ec2:StopInstances".to_owned()));
         assert!(!actions.iter().any(|a| a.contains('*')), "{actions:?}");

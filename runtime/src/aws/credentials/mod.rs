@@ -157,6 +157,10 @@ pub struct Access {
     pub endpoint: Option<String>,
     /// The configured S3 endpoint (the run's files); `None` is S3's own.
     pub s3_endpoint: Option<String>,
+    /// The configured IAM endpoint (the controller's role); `None` is
+    /// IAM's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iam_endpoint: Option<String>,
     /// The shared files the client read (absolute), read again by the
     /// supervisor whatever its own environment names.
     pub config_file: PathBuf,
@@ -174,6 +178,8 @@ struct Stored {
     endpoint: Option<String>,
     #[serde(default)]
     s3_endpoint: Option<String>,
+    #[serde(default)]
+    iam_endpoint: Option<String>,
     #[serde(default)]
     config_file: PathBuf,
     #[serde(default)]
@@ -196,6 +202,7 @@ impl From<Stored> for Access {
             region: s.region,
             endpoint: s.endpoint,
             s3_endpoint: s.s3_endpoint,
+            iam_endpoint: s.iam_endpoint,
             config_file: s.config_file,
             credentials_file: s.credentials_file,
         }
@@ -244,6 +251,7 @@ impl Access {
         };
         let endpoint = endpoint_of("ec2");
         let s3_endpoint = endpoint_of("s3");
+        let iam_endpoint = endpoint_of("iam");
         Ok((
             Access {
                 profile,
@@ -251,6 +259,7 @@ impl Access {
                 region,
                 endpoint,
                 s3_endpoint,
+                iam_endpoint,
                 config_file: files.config_path,
                 credentials_file: files.credentials_path,
             },

@@ -145,9 +145,36 @@ pub(crate) fn connector(tuning: &Tuning) -> Result<Https, SetupError> {
         .wrap_connector(http))
 }
 
-/// A client of one region's EC2 endpoint.
+/// Which Query API a client calls: EC2 (a region's), or IAM (global).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Api {
+    Ec2,
+    Iam,
+}
+
+impl Api {
+    /// The name requests are signed for.
+    fn signing_name(self) -> &'static str {
+        match self {
+            Api::Ec2 => "ec2",
+            Api::Iam => "iam",
+        }
+    }
+
+    /// The name messages give it.
+    fn display(self) -> &'static str {
+        match self {
+            Api::Ec2 => "EC2",
+            Api::Iam => "IAM",
+        }
+    }
+}
+
+/// A client of one region's EC2 endpoint (or of IAM's, [`Ec2::iam`]:
+/// the same Query protocol).
 #[derive(Clone)]
 pub struct Ec2 {
+    api: Api,
     /// `scheme://authority` (no trailing `/`), for messages.
     endpoint: String,
     uri: http::Uri,
@@ -213,6 +240,36 @@ impl Ec2 {
             .endpoint
             .clone()
             .unwrap_or_else(|| default_endpoint(&region));
+        Self::of(Api::Ec2, settings, region, endpoint, tuning)
+    }
+
+    /// A client of IAM (global: signed for `us-east-1`, or for its
+    /// partition's region in China and GovCloud), at `endpoint` when
+    /// configured.
+    pub fn iam(
+        settings: &Settings,
+        region: &str,
+        endpoint: Option<&str>,
+        tuning: Tuning,
+    ) -> Result<Ec2, SetupError> {
+        let (signing, own) = if region.starts_with("cn-") {
+            ("cn-north-1", "https://iam.cn-north-1.amazonaws.com.cn")
+        } else if region.starts_with("us-gov-") {
+            ("us-gov-west-1", "https://iam.us-gov.amazonaws.com")
+        } else {
+            ("us-east-1", "https://iam.amazonaws.com")
+        };
+        let endpoint = endpoint.unwrap_or(own).to_owned();
+        Self::of(Api::Iam, settings, signing.to_owned(), endpoint, tuning)
+    }
+
+    fn of(
+        api: Api,
+        settings: &Settings,
+        region: String,
+        endpoint: String,
+        tuning: Tuning,
+    ) -> Result<Ec2, SetupError> {
         let uri: http::Uri = endpoint
             .parse()
             .map_err(|e| SetupError::Endpoint(format!("`{endpoint}`: {e}")))?;
@@ -234,6 +291,7 @@ impl Ec2 {
         };
         let client = HttpClient::builder(TokioExecutor::new()).build(connector(&tuning)?);
         Ok(Ec2 {
+            api,
             endpoint: format!("{}://{host}", uri.scheme_str().unwrap_or("https")),
             uri,
             host,
@@ -290,7 +348,7 @@ impl Ec2 {
             },
             sigv4::Scope {
                 region: &self.region,
-                service: "ec2",
+                service: self.api.signing_name(),
                 amz_date: &amz_date,
             },
             &self.credentials,
@@ -314,7 +372,7 @@ impl Ec2 {
             self.tuning.request_timeout,
             MAX_BODY,
             |why| Error::Unreachable {
-                service: "EC2",
+                service: self.api.display(),
                 endpoint: self.endpoint.clone(),
                 why,
             },
@@ -326,7 +384,7 @@ impl Ec2 {
         }
         match response::error(&text) {
             Some(e) => Err(Error::Api {
-                service: "EC2",
+                service: self.api.display(),
                 action,
                 status,
                 code: e.code,
@@ -334,7 +392,7 @@ impl Ec2 {
                 request_id: e.request_id,
             }),
             None => Err(Error::Api {
-                service: "EC2",
+                service: self.api.display(),
                 action,
                 status,
                 code: String::new(),

@@ -482,6 +482,40 @@ impl Ssh {
     }
 }
 
+/// A directory for `known_hosts` and SSH connection sockets of what
+/// `group_dir` runs (a group's, a controller's): its own `ssh` when its
+/// path is short enough for a socket's (107 bytes, with `cm-` and 64 hex
+/// digits), else one under the temporary directory, private to this
+/// user, named after it.
+pub fn ssh_dir(group_dir: &Path) -> std::io::Result<std::path::PathBuf> {
+    let own = group_dir.join("ssh");
+    let dir = if own.as_os_str().len() <= 36 {
+        std::fs::create_dir_all(group_dir)?;
+        own
+    } else {
+        use std::os::unix::ffi::OsStrExt as _;
+        let uid = rustix::process::getuid().as_raw();
+        let hash = ring::digest::digest(&ring::digest::SHA256, group_dir.as_os_str().as_bytes());
+        let hex = crate::aws::ec2::sigv4::hex(hash.as_ref());
+        std::env::temp_dir().join(format!("skyc-ssh-{uid}-{}", &hex[..16]))
+    };
+    match std::fs::create_dir(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    let meta = std::fs::symlink_metadata(&dir)?;
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+    if !meta.is_dir() || meta.uid() != rustix::process::getuid().as_raw() {
+        return Err(std::io::Error::other(format!(
+            "{} is not this user's directory",
+            dir.display()
+        )));
+    }
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
+    Ok(dir)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
