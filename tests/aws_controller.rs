@@ -16,7 +16,7 @@
 //! (every machine reaches every other), and the instance's own stop at
 //! an OS shutdown (the controller asks EC2 to stop it, as here).
 
-use crate::aws_run::{STANDIN, ready, relay, stand_in_client, user_data};
+use crate::aws_run::{Machines, STANDIN, follow_machines, ready, relay, stand_in_client};
 use crate::support::scratch::{Scratch, text};
 use serde_json::Value;
 use skyc_runtime::aws::Ec2;
@@ -189,32 +189,23 @@ impl World {
     /// Machines follow the instances: one boots for each instance that
     /// runs, and goes when it stops or ends.
     fn follow(&mut self) {
-        for i in self.instances() {
-            let running = i.state == Some(State::Running);
-            if running && !self.up.contains_key(&i.id) {
-                let ud = self.s.dir.join(format!("{}.user-data", i.id));
-                std::fs::write(&ud, user_data(&self.rt, &self.ec2, &i.id)).expect("user data");
-                let ip = i.private_ip.clone().expect("an address");
-                let ok = Command::new(STANDIN)
-                    .arg("up")
-                    .arg(&self.machines)
-                    .arg(&i.id)
-                    .arg(&ip)
-                    .arg(&ud)
-                    .arg(self.authorized_key(&i))
-                    .status()
-                    .expect("scripts/standin")
-                    .success();
-                assert!(ok, "scripts/standin up {}", i.id);
-                self.up.insert(i.id.clone(), ip);
-            } else if !running && self.up.remove(&i.id).is_some() {
-                let _ = Command::new(STANDIN)
-                    .arg("down")
-                    .arg(&self.machines)
-                    .arg(&i.id)
-                    .status();
-            }
-        }
+        let instances = self.instances();
+        let keys: BTreeMap<String, PathBuf> = instances
+            .iter()
+            .filter(|i| i.state == Some(State::Running) && !self.up.contains_key(&i.id))
+            .map(|i| (i.id.clone(), self.authorized_key(i)))
+            .collect();
+        follow_machines(
+            &Machines {
+                rt: &self.rt,
+                ec2: &self.ec2,
+                scratch: &self.s.dir,
+                dir: &self.machines,
+            },
+            &mut self.up,
+            instances,
+            |i| keys[&i.id].clone(),
+        );
     }
 
     /// The controller's statuses, through the controller.
@@ -351,11 +342,17 @@ fn the_controller_supervises_a_group_stops_when_idle_and_comes_back_with_its_sta
     );
     assert_eq!(w.controller().map(|i| i.id), Some(controller.id.clone()));
 
+    // The trainer's code travels with the group: from this machine to
+    // the controller (once), then to its node through the run's bucket.
+    std::fs::create_dir_all(w.s.dir.join("code")).expect("code");
+    let data = format!("weights of run {}\n", std::process::id());
+    w.s.write("code/data.txt", &data);
     let group = w.s.write(
         "group.yaml",
         &format!(
             "name: {}\nexecution: parallel\nprimary_tasks: [trainer]\ntermination_delay: 2s\n\
-             ---\nname: trainer\nresources: {{infra: aws/{REGION}}}\nrun: |\n  sleep 20\n  echo trained\n\
+             ---\nname: trainer\nresources: {{infra: aws/{REGION}}}\nworkdir: code\n\
+             run: |\n  cat data.txt\n  sleep 20\n  echo trained\n\
              ---\nname: server\nresources: {{infra: aws/{REGION}}}\nrun: |\n  echo serving\n  sleep 600\n",
             group_name()
         ),
@@ -450,6 +447,10 @@ fn the_controller_supervises_a_group_stops_when_idle_and_comes_back_with_its_sta
     let log = w.following(&["logs", &gid.to_string(), "--state-dir", &state]);
     let log = text(&log.stdout);
     assert!(log.contains("trained") && log.contains("serving"), "{log}");
+    assert!(
+        log.contains(data.trim()),
+        "the workdir's bytes on the node: {log}"
+    );
     // Its own log is the supervisor's there.
     let own = w.following(&["logs", "--controller", "--state-dir", &state]);
     assert!(own.status.success(), "{}", text(&own.stderr));

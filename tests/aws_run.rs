@@ -247,6 +247,54 @@ pub(crate) fn user_data(rt: &tokio::runtime::Runtime, ec2: &Ec2, id: &str) -> St
     String::from_utf8(bytes).expect("UTF-8")
 }
 
+/// Where stand-in machines of a test are made, and whom they ask.
+pub(crate) struct Machines<'a> {
+    pub(crate) rt: &'a tokio::runtime::Runtime,
+    pub(crate) ec2: &'a Ec2,
+    /// Where the instances' user data is written for scripts/standin.
+    pub(crate) scratch: &'a Path,
+    /// scripts/standin's directory of machines.
+    pub(crate) dir: &'a Path,
+}
+
+/// Machines follow `instances`, as EC2 runs them: one boots (its user
+/// data run, SSH served with the public key `key` names) for each
+/// running instance not up, and one goes for each up whose instance no
+/// longer runs. `up`: instance id to address, of the machines up.
+pub(crate) fn follow_machines(
+    m: &Machines<'_>,
+    up: &mut BTreeMap<String, String>,
+    instances: Vec<skyc_runtime::aws::ec2::response::Instance>,
+    key: impl Fn(&skyc_runtime::aws::ec2::response::Instance) -> PathBuf,
+) {
+    for i in instances {
+        let running = i.state == Some(State::Running);
+        if running && !up.contains_key(&i.id) {
+            let ud = m.scratch.join(format!("{}.user-data", i.id));
+            std::fs::write(&ud, user_data(m.rt, m.ec2, &i.id)).expect("user data");
+            let ip = i.private_ip.clone().expect("an address");
+            let ok = Command::new(STANDIN)
+                .arg("up")
+                .arg(m.dir)
+                .arg(&i.id)
+                .arg(&ip)
+                .arg(&ud)
+                .arg(key(&i))
+                .status()
+                .expect("scripts/standin")
+                .success();
+            assert!(ok, "scripts/standin up {}", i.id);
+            up.insert(i.id.clone(), ip);
+        } else if !running && up.remove(&i.id).is_some() {
+            let _ = Command::new(STANDIN)
+                .arg("down")
+                .arg(m.dir)
+                .arg(&i.id)
+                .status();
+        }
+    }
+}
+
 /// A group run through `skyc run --target aws -d`, with a stand-in
 /// machine for each of its running instances.
 struct Run {
@@ -373,39 +421,21 @@ impl Run {
             .expect("DescribeInstances")
     }
 
-    fn user_data(&self, id: &str) -> String {
-        user_data(&self.rt, &self.ec2, id)
-    }
-
     /// Machines follow the instances: one boots for each instance that
     /// runs, and goes when its instance does.
     fn follow(&mut self) {
-        for i in self.instances() {
-            let running = i.state == Some(State::Running);
-            if running && !self.up.contains_key(&i.id) {
-                let ud = self.s.dir.join(format!("{}.user-data", i.id));
-                std::fs::write(&ud, self.user_data(&i.id)).expect("user data");
-                let ip = i.private_ip.clone().expect("an address");
-                let ok = Command::new(STANDIN)
-                    .arg("up")
-                    .arg(&self.machines)
-                    .arg(&i.id)
-                    .arg(&ip)
-                    .arg(&ud)
-                    .arg(self.key())
-                    .status()
-                    .expect("scripts/standin")
-                    .success();
-                assert!(ok, "scripts/standin up {}", i.id);
-                self.up.insert(i.id.clone(), ip);
-            } else if !running && self.up.remove(&i.id).is_some() {
-                let _ = Command::new(STANDIN)
-                    .arg("down")
-                    .arg(&self.machines)
-                    .arg(&i.id)
-                    .status();
-            }
-        }
+        let (key, instances) = (self.key(), self.instances());
+        follow_machines(
+            &Machines {
+                rt: &self.rt,
+                ec2: &self.ec2,
+                scratch: &self.s.dir,
+                dir: &self.machines,
+            },
+            &mut self.up,
+            instances,
+            |_| key.clone(),
+        );
     }
 
     fn status(&self) -> Value {
@@ -1152,50 +1182,31 @@ impl PoolRun {
             .expect("DescribeInstances")
     }
 
-    fn user_data(&self, id: &str) -> String {
-        user_data(&self.rt, &self.ec2, id)
-    }
-
     /// Machines follow the workers' instances, each authorising its
     /// worker's key (`groups/{worker}/key/`).
     fn follow(&mut self) {
-        for i in self.instances() {
-            let running = i.state == Some(State::Running);
-            if running && !self.up.contains_key(&i.id) {
+        let (state, instances) = (self.s.state(), self.instances());
+        follow_machines(
+            &Machines {
+                rt: &self.rt,
+                ec2: &self.ec2,
+                scratch: &self.s.dir,
+                dir: &self.machines,
+            },
+            &mut self.up,
+            instances,
+            |i| {
                 let worker = i.tags["skyc-run"]
                     .rsplit_once("-w")
                     .map(|(_, gid)| gid.to_owned())
                     .expect("a worker's run");
-                let key = self
-                    .s
-                    .state()
+                state
                     .join("groups")
                     .join(worker)
                     .join("key")
-                    .join("id_ed25519.pub");
-                let ud = self.s.dir.join(format!("{}.user-data", i.id));
-                std::fs::write(&ud, self.user_data(&i.id)).expect("user data");
-                let ip = i.private_ip.clone().expect("an address");
-                let ok = Command::new(STANDIN)
-                    .arg("up")
-                    .arg(&self.machines)
-                    .arg(&i.id)
-                    .arg(&ip)
-                    .arg(&ud)
-                    .arg(&key)
-                    .status()
-                    .expect("scripts/standin")
-                    .success();
-                assert!(ok, "scripts/standin up {}", i.id);
-                self.up.insert(i.id.clone(), ip);
-            } else if !running && self.up.remove(&i.id).is_some() {
-                let _ = Command::new(STANDIN)
-                    .arg("down")
-                    .arg(&self.machines)
-                    .arg(&i.id)
-                    .status();
-            }
-        }
+                    .join("id_ed25519.pub")
+            },
+        );
     }
 
     fn pool(&self) -> Value {

@@ -3,10 +3,11 @@
 //! "On AWS".
 
 use super::controller::ControllerArgs;
-use super::exit::{FAILED, NOT_FOUND, OK, USAGE};
+use super::exit::{NOT_FOUND, OK, USAGE};
 use super::out::{errln, outln};
 use super::state::StateArgs;
 use skyc_runtime::controller::aws::{self, Down, Serving, Up};
+use skyc_runtime::controller::remote::Remote;
 use skyc_targets::cloud::Cloud;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -47,7 +48,7 @@ impl RegionArgs {
                 .to_owned()
         })?;
         // As `aws://REGION` names one.
-        match skyc_runtime::controller::remote::Remote::parse(&format!("{}{region}", aws::SCHEME)) {
+        match Remote::parse(&format!("{}{region}", aws::SCHEME)) {
             Some(Ok(_)) => Ok(region),
             _ => Err(format!("`{region}` is not an AWS region's name")),
         }
@@ -200,16 +201,10 @@ pub(crate) fn down(args: &RegionArgs, force: bool) -> u8 {
             OK
         }
         Ok((region, Down::Live(live))) => {
-            errln!("error: the controller in {region} supervises what is live:");
-            for line in live {
-                errln!("  {line}");
-            }
-            let state = format!("{}{region}", aws::SCHEME);
-            errln!(
-                "cancel them first: `skyc cancel --all --state-dir {state}`, \
-                 `skyc pool down --all --state-dir {state}`"
-            );
-            FAILED
+            let state = Remote::Aws(aws::Aws {
+                region: region.clone(),
+            });
+            super::controller::refuse_live(&region, &live, &state)
         }
         Err(message) => {
             errln!("error: {message}");

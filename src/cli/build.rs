@@ -325,22 +325,8 @@ pub(crate) fn run(args: &Args) -> u8 {
             let Some(spec) = spec else {
                 return INVALID;
             };
-            let (text, extension) = match args.output {
-                Output::Yaml => (k8s::yaml::stream(std::slice::from_ref(&spec)), "yaml"),
-                Output::Json => {
-                    let mut t = serde_json::to_string_pretty(&spec).unwrap_or_default();
-                    t.push('\n');
-                    (t, "json")
-                }
-            };
-            match &args.out {
-                Some(dir) => {
-                    let cloud = args.target.cloud().map_or("cloud", Cloud::name);
-                    let file = format!("{}.{cloud}.{extension}", group.name);
-                    write_files(dir, &[(file, text)])
-                }
-                None => write_stdout(&text),
-            }
+            let cloud = args.target.cloud().map_or("cloud", Cloud::name);
+            write_spec(args, &spec, &format!("{}.{cloud}", group.name))
         }
     }
 }
@@ -404,16 +390,22 @@ fn controller(args: &Args) -> u8 {
             return USAGE;
         }
     };
+    write_spec(args, &spec, "skyc-controller.aws")
+}
+
+/// An instance spec, as `-o` and `--out` ask (`--out DIR`:
+/// `DIR/{name}.{yaml|json}`).
+fn write_spec(args: &Args, spec: &serde_json::Value, name: &str) -> u8 {
     let (text, extension) = match args.output {
-        Output::Yaml => (k8s::yaml::stream(std::slice::from_ref(&spec)), "yaml"),
+        Output::Yaml => (k8s::yaml::stream(std::slice::from_ref(spec)), "yaml"),
         Output::Json => {
-            let mut t = serde_json::to_string_pretty(&spec).unwrap_or_default();
+            let mut t = serde_json::to_string_pretty(spec).unwrap_or_default();
             t.push('\n');
             (t, "json")
         }
     };
     match &args.out {
-        Some(dir) => write_files(dir, &[(format!("skyc-controller.aws.{extension}"), text)]),
+        Some(dir) => write_files(dir, &[(format!("{name}.{extension}"), text)]),
         None => write_stdout(&text),
     }
 }

@@ -599,23 +599,30 @@ fn down(args: &DownArgs) -> u8 {
             }
             OK
         }
-        Ok((namespace, Down::Live(live))) => {
-            errln!("error: the controller in {namespace} supervises what is live:");
-            for line in live {
-                errln!("  {line}");
-            }
-            let state = args.cluster.state_dir(namespace);
-            errln!(
-                "cancel them first: `skyc cancel --all --state-dir {state}`, \
-                 `skyc pool down --all --state-dir {state}`"
-            );
-            FAILED
-        }
+        Ok((namespace, Down::Live(live))) => refuse_live(
+            &namespace,
+            &live,
+            &args.cluster.state_dir(namespace.clone()),
+        ),
         Err(message) => {
             errln!("error: {message}");
             USAGE
         }
     }
+}
+
+/// `down` refused: what is live on the controller `where_` (at `state`),
+/// and how to end it.
+pub(crate) fn refuse_live(where_: &str, live: &[String], state: &Remote) -> u8 {
+    errln!("error: the controller in {where_} supervises what is live:");
+    for line in live {
+        errln!("  {line}");
+    }
+    errln!(
+        "cancel them first: `skyc cancel --all --state-dir {state}`, \
+         `skyc pool down --all --state-dir {state}`"
+    );
+    FAILED
 }
 
 /// The live groups and pools of a state directory, a line each: what

@@ -7,7 +7,9 @@ use crate::policy::GroupSpec;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 
-pub const RUN_TAG: &str = "skyc-run";
+/// Unique to a run (skyc's controller on AWS may act on what carries
+/// it: its role's policy names it).
+pub const RUN_TAG: &str = skyc_targets::cloud::controller::RUN_TAG;
 pub const TASK_TAG: &str = "skyc-task";
 pub const RANK_TAG: &str = "skyc-rank";
 pub const ATTEMPT_TAG: &str = "skyc-attempt";
