@@ -497,16 +497,48 @@ fn the_controller_supervises_a_group_stops_when_idle_and_comes_back_with_its_sta
         "its machine went with it"
     );
 
-    // The next command starts it again, and its state is there.
+    // The next submission starts it again, and its state is there.
+    let second = w.s.write(
+        "second.yaml",
+        &format!(
+            "name: {}\nresources: {{infra: aws/{REGION}}}\nrun: echo again\n",
+            group_name()
+        ),
+    );
     let state_dir = format!("aws://{REGION}");
-    let out = w.following(&["status", "--json", "--state-dir", &state_dir]);
+    let out = w.following(&[
+        "run",
+        &second.to_string_lossy(),
+        "--target",
+        "aws",
+        "-d",
+        "--state-dir",
+        &state_dir,
+        "--ssh-user",
+        "root",
+        "--ssh-via",
+        "private",
+        "--grace",
+        "2",
+    ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(
         text(&out.stderr).contains("started it again"),
         "{}",
         text(&out.stderr)
     );
-    let statuses: Value = serde_json::from_slice(&out.stdout).expect("status JSON");
+    let again: i64 = text(&out.stdout).trim().parse().expect("group id");
+    let start = Instant::now();
+    let statuses = loop {
+        w.follow();
+        let statuses = w.statuses();
+        if !group_of(&statuses, again)["finished_at_ms"].is_null() {
+            break statuses;
+        }
+        assert!(start.elapsed() < Duration::from_secs(120), "{statuses:#}");
+        std::thread::sleep(Duration::from_secs(1));
+    };
+    assert_eq!(group_of(&statuses, again)["status"], "SUCCEEDED");
     assert_eq!(group_of(&statuses, gid)["status"], "SUCCEEDED");
     assert_eq!(w.controller().and_then(|i| i.state), Some(State::Running));
 
