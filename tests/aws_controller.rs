@@ -101,7 +101,8 @@ impl World {
             .env_remove("AWS_SHARED_CREDENTIALS_FILE")
             .env_remove("AWS_EC2_METADATA_DISABLED")
             .env_remove("AWS_ENDPOINT_URL_EC2")
-            .env_remove("AWS_ENDPOINT_URL_S3");
+            .env_remove("AWS_ENDPOINT_URL_S3")
+            .env_remove("SKYPILOT_CONFIG");
         cmd
     }
 
@@ -593,4 +594,88 @@ fn the_controller_supervises_a_group_stops_when_idle_and_comes_back_with_its_sta
             "{action}: {gone:?}"
         );
     }
+}
+
+/// A run to a region with no controller: refused, saying how to make
+/// one; with SkyPilot's `jobs.controller` configured, the run makes the
+/// controller that configuration describes, which then runs the group.
+#[test]
+fn a_run_makes_the_controller_skypilots_configuration_asks_for() {
+    let Some(mut w) = World::new("aws-controller-auto") else {
+        return;
+    };
+    let group = w.s.write(
+        "one.yaml",
+        &format!(
+            "name: {}\nresources: {{infra: aws/{REGION}}}\nrun: echo made\n",
+            group_name()
+        ),
+    );
+    let state = format!("aws://{REGION}");
+    let run = [
+        "run",
+        &*group.to_string_lossy(),
+        "--target",
+        "aws",
+        "-d",
+        "--state-dir",
+        &state,
+        "--ssh-user",
+        "root",
+        "--ssh-via",
+        "private",
+        "--grace",
+        "2",
+    ];
+    let refused = w.following(&run);
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused.stderr));
+    assert!(
+        text(&refused.stderr).contains("skyc controller up --target aws"),
+        "{}",
+        text(&refused.stderr)
+    );
+    assert!(w.controller().is_none());
+
+    std::fs::create_dir_all(w.s.dir.join(".sky")).expect(".sky");
+    w.s.write(
+        ".sky/config.yaml",
+        "jobs:\n  controller:\n    resources:\n      instance_type: m6id.large\n      \
+         disk_size: 60\n    autostop:\n      idle_minutes: 5\n",
+    );
+    let made = w.following(&run);
+    assert!(made.status.success(), "{}", text(&made.stderr));
+    assert!(
+        text(&made.stderr).contains("making the one"),
+        "{}",
+        text(&made.stderr)
+    );
+    let gid: i64 = text(&made.stdout).trim().parse().expect("group id");
+    let controller = w.controller().expect("the controller's instance");
+    assert_eq!(controller.instance_type, "m6id.large");
+    let env = std::fs::read_to_string(w.on_controller("skyc/controller.env")).expect("its env");
+    assert!(env.contains("SKYC_CONTROLLER_IDLE_SECONDS=300\n"), "{env}");
+    let start = Instant::now();
+    let finished = loop {
+        w.follow();
+        let g = group_of(&w.statuses(), gid);
+        if !g["finished_at_ms"].is_null() {
+            break g;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "not finished: {g:#}"
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    };
+    assert_eq!(finished["status"], "SUCCEEDED", "{finished:#}");
+    let down = w.following(&[
+        "controller",
+        "down",
+        "--target",
+        "aws",
+        "--controller-region",
+        REGION,
+    ]);
+    assert!(down.status.success(), "{}", text(&down.stderr));
+    assert!(w.controller().is_none());
 }

@@ -50,6 +50,12 @@ enum SshVia {
 }
 
 impl AwsArgs {
+    /// The login user and whether nodes are reached at their private
+    /// address: how a controller made for a run is reached too.
+    pub(crate) fn ssh(&self) -> (&str, bool) {
+        (&self.ssh_user, self.ssh_via == SshVia::Private)
+    }
+
     fn options<'a>(&self, run: &RunInput<'a>, state_dir: &'a Path) -> RunOptions<'a> {
         RunOptions {
             grace: Duration::from_secs_f64(run.grace),

@@ -65,49 +65,14 @@ pub(crate) fn up(args: &AwsUpArgs, controller: &ControllerArgs) -> u8 {
     if wanted.region.is_none() {
         wanted.region = configured();
     }
-    let made = super::catalog::load(Cloud::Aws, None)
-        .and_then(|catalog| skyc_targets::cloud::controller::spec(&wanted, &catalog))
-        .and_then(|spec| {
-            let region = spec["region"].as_str().unwrap_or_default().to_owned();
-            let binary = match &args.controller_binary {
-                Some(b) => b.clone(),
-                None => std::env::current_exe().map_err(|e| format!("this skyc: {e}"))?,
-            };
-            if dynamic(&binary) {
-                errln!(
-                    "skyc: note: {} is dynamically linked: the controller (Ubuntu 22.04) runs it \
-                     only if its C library is as new as the one it was built with; \
-                     scripts/static-build makes one that runs anywhere (--controller-binary)",
-                    binary.display()
-                );
-            }
-            errln!(
-                "skyc: the controller in {region}: {} (${}/h), stopped after {} s idle",
-                spec["instance_type"].as_str().unwrap_or("?"),
-                spec["hourly_price"],
-                controller.controller_idle.as_secs()
-            );
-            let upped = aws::up(&Up {
-                region: region.clone(),
-                spec,
-                user: args.ssh_user.clone(),
-                private: args.ssh_private,
-                binary,
-                idle: controller.controller_idle,
-            })?;
-            Ok((region, upped))
-        });
-    match made {
-        Ok((region, upped)) => {
-            for what in &upped.made {
-                errln!("skyc: made {what}");
-            }
+    match make(
+        &wanted,
+        &args.ssh_user,
+        args.ssh_private,
+        args.controller_binary.as_deref(),
+    ) {
+        Ok(region) => {
             let state = format!("{}{region}", aws::SCHEME);
-            errln!(
-                "skyc: the controller in {region} runs as instance {} at {}",
-                upped.instance,
-                upped.address
-            );
             errln!("  submit to it:  skyc run FILE --target aws --state-dir {state}");
             errln!("  its groups:    skyc status --state-dir {state}");
             OK
@@ -117,6 +82,96 @@ pub(crate) fn up(args: &AwsUpArgs, controller: &ControllerArgs) -> u8 {
             USAGE
         }
     }
+}
+
+/// Makes (or starts) the controller `wanted` asks for, reached as `user`
+/// (at its private address when `private`), running `binary` (else this
+/// skyc); says what it made. Answers its region.
+fn make(
+    wanted: &skyc_targets::cloud::controller::Controller,
+    user: &str,
+    private: bool,
+    binary: Option<&std::path::Path>,
+) -> Result<String, String> {
+    let catalog = super::catalog::load(Cloud::Aws, None)?;
+    let spec = skyc_targets::cloud::controller::spec(wanted, &catalog)?;
+    let region = spec["region"].as_str().unwrap_or_default().to_owned();
+    let binary = match binary {
+        Some(b) => b.to_owned(),
+        None => std::env::current_exe().map_err(|e| format!("this skyc: {e}"))?,
+    };
+    if dynamic(&binary) {
+        errln!(
+            "skyc: note: {} is dynamically linked: the controller (Ubuntu 22.04) runs it \
+             only if its C library is as new as the one it was built with; \
+             scripts/static-build makes one that runs anywhere (--controller-binary)",
+            binary.display()
+        );
+    }
+    let idle = std::time::Duration::from_secs(wanted.idle_seconds);
+    let idle_text = if wanted.idle_seconds == u64::MAX {
+        "never stopped when idle".to_owned()
+    } else {
+        format!("stopped after {} s idle", wanted.idle_seconds)
+    };
+    errln!(
+        "skyc: the controller in {region}: {} (${}/h), {idle_text}",
+        spec["instance_type"].as_str().unwrap_or("?"),
+        spec["hourly_price"],
+    );
+    let upped = aws::up(&Up {
+        region: region.clone(),
+        spec,
+        user: user.to_owned(),
+        private,
+        binary,
+        idle,
+    })?;
+    for what in &upped.made {
+        errln!("skyc: made {what}");
+    }
+    errln!(
+        "skyc: the controller in {region} runs as instance {} at {}",
+        upped.instance,
+        upped.address
+    );
+    Ok(region)
+}
+
+/// Before a run submits to `aws://REGION`: when this machine has brought
+/// no controller up there and SkyPilot's configuration has a
+/// `jobs.controller`, the controller it configures is made in that
+/// region (SkyPilot starts its controller on the first managed job),
+/// reached as the run reaches its nodes. Otherwise nothing: the
+/// submission says how to make one.
+pub(crate) fn ensure_for_run(region: &str, user: &str, private: bool) -> Result<(), String> {
+    let remote = aws::Aws {
+        region: region.to_owned(),
+    };
+    if remote.dir().join("controller.json").exists() {
+        return Ok(());
+    }
+    let Some(config) = super::sky_config::jobs_controller()? else {
+        return Ok(());
+    };
+    for note in &config.notes {
+        errln!("skyc: note: {}: jobs.controller: {note}", config.file);
+    }
+    let mut wanted = config.controller;
+    if let Some(other) = wanted.region.as_deref().filter(|r| *r != region) {
+        errln!(
+            "skyc: note: {}: jobs.controller's region is {other}; this run's controller is \
+             aws://{region}",
+            config.file
+        );
+    }
+    wanted.region = Some(region.to_owned());
+    errln!(
+        "skyc: no controller of this machine's in {region}: making the one {} configures \
+         (jobs.controller)",
+        config.file
+    );
+    make(&wanted, user, private, None).map(|_| ())
 }
 
 /// Whether `path` is an ELF executable that names a dynamic loader

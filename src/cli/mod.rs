@@ -29,6 +29,7 @@ mod report;
 mod run;
 mod schema;
 mod select;
+mod sky_config;
 mod slurm;
 mod state;
 mod status;

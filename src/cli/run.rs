@@ -275,6 +275,12 @@ fn submit(args: &Args) -> Result<Submitted, String> {
         tasks: NewTask::of(&group),
     };
     if let Some(remote) = remote {
+        // A controller SkyPilot's configuration asks for is made on the
+        // first run that needs it.
+        if let Remote::Aws(aws) = &remote {
+            let (user, private) = backends.aws.ssh();
+            super::aws_controller::ensure_for_run(&aws.region, user, private)?;
+        }
         // Planned here, where the files are; recorded and supervised
         // there.
         let submission = Submission::of(&new);
