@@ -217,6 +217,49 @@ impl World {
         serde_json::from_slice(&out.stdout).expect("status JSON")
     }
 
+    /// `skyc run FILE --target aws -d` to the controller, its nodes
+    /// reached as stand-in machines are (root, private addresses).
+    fn submit(&mut self, file: &std::path::Path) -> Output {
+        let state = format!("aws://{REGION}");
+        self.following(&[
+            "run",
+            &file.to_string_lossy(),
+            "--target",
+            "aws",
+            "-d",
+            "--state-dir",
+            &state,
+            "--ssh-user",
+            "root",
+            "--ssh-via",
+            "private",
+            "--grace",
+            "2",
+        ])
+    }
+
+    /// The statuses once group `gid` has finished (within `within`),
+    /// `each` asked of every look before.
+    fn until_finished(
+        &mut self,
+        gid: i64,
+        within: Duration,
+        each: impl Fn(&Self, &Value),
+    ) -> Value {
+        let start = Instant::now();
+        loop {
+            self.follow();
+            let statuses = self.statuses();
+            let g = group_of(&statuses, gid);
+            each(self, &g);
+            if !g["finished_at_ms"].is_null() {
+                return statuses;
+            }
+            assert!(start.elapsed() < within, "not finished: {g:#}");
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    }
+
     /// A file on the controller's volume.
     fn on_controller(&self, path: &str) -> PathBuf {
         let controller = self.controller().expect("the controller");
@@ -359,21 +402,7 @@ fn the_controller_supervises_a_group_stops_when_idle_and_comes_back_with_its_sta
         ),
     );
     let state = format!("aws://{REGION}");
-    let submitted = w.following(&[
-        "run",
-        &group.to_string_lossy(),
-        "--target",
-        "aws",
-        "-d",
-        "--state-dir",
-        &state,
-        "--ssh-user",
-        "root",
-        "--ssh-via",
-        "private",
-        "--grace",
-        "2",
-    ]);
+    let submitted = w.submit(&group);
     assert!(submitted.status.success(), "{}", text(&submitted.stderr));
     let gid: i64 = text(&submitted.stdout).trim().parse().expect("group id");
     // Nothing of the group is on this machine: no supervisor, no key.
@@ -426,24 +455,14 @@ fn the_controller_supervises_a_group_stops_when_idle_and_comes_back_with_its_sta
 
     // The controller supervises it to its end, running all along (the
     // primary outlasts the idle time: a live group keeps it up).
-    let start = Instant::now();
-    let finished = loop {
-        w.follow();
-        let g = group_of(&w.statuses(), gid);
+    let statuses = w.until_finished(gid, Duration::from_secs(180), |w, g| {
         assert_eq!(
             w.controller().and_then(|i| i.state),
             Some(State::Running),
             "stopped while {g:#}"
         );
-        if !g["finished_at_ms"].is_null() {
-            break g;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(180),
-            "not finished: {g:#}"
-        );
-        std::thread::sleep(Duration::from_secs(1));
-    };
+    });
+    let finished = group_of(&statuses, gid);
     assert_eq!(finished["status"], "SUCCEEDED", "{finished:#}");
     let log = w.following(&["logs", &gid.to_string(), "--state-dir", &state]);
     let log = text(&log.stdout);
@@ -506,22 +525,7 @@ fn the_controller_supervises_a_group_stops_when_idle_and_comes_back_with_its_sta
             group_name()
         ),
     );
-    let state_dir = format!("aws://{REGION}");
-    let out = w.following(&[
-        "run",
-        &second.to_string_lossy(),
-        "--target",
-        "aws",
-        "-d",
-        "--state-dir",
-        &state_dir,
-        "--ssh-user",
-        "root",
-        "--ssh-via",
-        "private",
-        "--grace",
-        "2",
-    ]);
+    let out = w.submit(&second);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(
         text(&out.stderr).contains("started it again"),
@@ -529,16 +533,7 @@ fn the_controller_supervises_a_group_stops_when_idle_and_comes_back_with_its_sta
         text(&out.stderr)
     );
     let again: i64 = text(&out.stdout).trim().parse().expect("group id");
-    let start = Instant::now();
-    let statuses = loop {
-        w.follow();
-        let statuses = w.statuses();
-        if !group_of(&statuses, again)["finished_at_ms"].is_null() {
-            break statuses;
-        }
-        assert!(start.elapsed() < Duration::from_secs(120), "{statuses:#}");
-        std::thread::sleep(Duration::from_secs(1));
-    };
+    let statuses = w.until_finished(again, Duration::from_secs(120), |_, _| {});
     assert_eq!(group_of(&statuses, again)["status"], "SUCCEEDED");
     assert_eq!(group_of(&statuses, gid)["status"], "SUCCEEDED");
     assert_eq!(w.controller().and_then(|i| i.state), Some(State::Running));
@@ -611,23 +606,7 @@ fn a_run_makes_the_controller_skypilots_configuration_asks_for() {
             group_name()
         ),
     );
-    let state = format!("aws://{REGION}");
-    let run = [
-        "run",
-        &*group.to_string_lossy(),
-        "--target",
-        "aws",
-        "-d",
-        "--state-dir",
-        &state,
-        "--ssh-user",
-        "root",
-        "--ssh-via",
-        "private",
-        "--grace",
-        "2",
-    ];
-    let refused = w.following(&run);
+    let refused = w.submit(&group);
     assert_eq!(refused.status.code(), Some(2), "{}", text(&refused.stderr));
     assert!(
         text(&refused.stderr).contains("skyc controller up --target aws"),
@@ -642,7 +621,7 @@ fn a_run_makes_the_controller_skypilots_configuration_asks_for() {
         "jobs:\n  controller:\n    resources:\n      instance_type: m6id.large\n      \
          disk_size: 60\n    autostop:\n      idle_minutes: 5\n",
     );
-    let made = w.following(&run);
+    let made = w.submit(&group);
     assert!(made.status.success(), "{}", text(&made.stderr));
     assert!(
         text(&made.stderr).contains("making the one"),
@@ -654,20 +633,12 @@ fn a_run_makes_the_controller_skypilots_configuration_asks_for() {
     assert_eq!(controller.instance_type, "m6id.large");
     let env = std::fs::read_to_string(w.on_controller("skyc/controller.env")).expect("its env");
     assert!(env.contains("SKYC_CONTROLLER_IDLE_SECONDS=300\n"), "{env}");
-    let start = Instant::now();
-    let finished = loop {
-        w.follow();
-        let g = group_of(&w.statuses(), gid);
-        if !g["finished_at_ms"].is_null() {
-            break g;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(120),
-            "not finished: {g:#}"
-        );
-        std::thread::sleep(Duration::from_secs(1));
-    };
-    assert_eq!(finished["status"], "SUCCEEDED", "{finished:#}");
+    let statuses = w.until_finished(gid, Duration::from_secs(120), |_, _| {});
+    assert_eq!(
+        group_of(&statuses, gid)["status"],
+        "SUCCEEDED",
+        "{statuses:#}"
+    );
     let down = w.following(&[
         "controller",
         "down",
