@@ -260,6 +260,18 @@ impl World {
         }
     }
 
+    /// `skyc controller down --target aws` of the test's region.
+    fn down(&mut self) -> Output {
+        self.following(&[
+            "controller",
+            "down",
+            "--target",
+            "aws",
+            "--controller-region",
+            REGION,
+        ])
+    }
+
     /// A file on the controller's volume.
     fn on_controller(&self, path: &str) -> PathBuf {
         let controller = self.controller().expect("the controller");
@@ -417,14 +429,7 @@ fn the_controller_supervises_a_group_stops_when_idle_and_comes_back_with_its_sta
     );
 
     // `down` refuses while it is live, and names it.
-    let refused = w.following(&[
-        "controller",
-        "down",
-        "--target",
-        "aws",
-        "--controller-region",
-        REGION,
-    ]);
+    let refused = w.down();
     assert_eq!(
         refused.status.code(),
         Some(100),
@@ -539,14 +544,7 @@ fn the_controller_supervises_a_group_stops_when_idle_and_comes_back_with_its_sta
     assert_eq!(w.controller().and_then(|i| i.state), Some(State::Running));
 
     // Down removes all of it, and this machine's key.
-    let down = w.following(&[
-        "controller",
-        "down",
-        "--target",
-        "aws",
-        "--controller-region",
-        REGION,
-    ]);
+    let down = w.down();
     assert!(down.status.success(), "{}", text(&down.stderr));
     assert!(w.controller().is_none());
     let keys =
@@ -639,14 +637,7 @@ fn a_run_makes_the_controller_skypilots_configuration_asks_for() {
         "SUCCEEDED",
         "{statuses:#}"
     );
-    let down = w.following(&[
-        "controller",
-        "down",
-        "--target",
-        "aws",
-        "--controller-region",
-        REGION,
-    ]);
+    let down = w.down();
     assert!(down.status.success(), "{}", text(&down.stderr));
     assert!(w.controller().is_none());
 }

@@ -139,9 +139,7 @@ impl Aws {
     /// A session with the controller: its instance started when it is
     /// stopped (its service started with it).
     pub(super) fn session(&self) -> Result<SshSession, String> {
-        let record = self.record()?;
         let cloud = Cloud::connect(&self.region)?;
-        let ssh = self.ssh(&record)?;
         let instance = cloud
             .rt
             .block_on(find(&cloud.ec2, &self.region))
@@ -153,6 +151,13 @@ impl Aws {
                     self.region, self.region
                 )
             })?;
+        self.session_with(&cloud, instance)
+    }
+
+    /// [`Aws::session`] with the instance `cloud` found.
+    fn session_with(&self, cloud: &Cloud, instance: Instance) -> Result<SshSession, String> {
+        let record = self.record()?;
+        let ssh = self.ssh(&record)?;
         let (instance, started) = cloud.running(instance)?;
         let address = address(&instance, record.private)?;
         if started {
@@ -702,7 +707,7 @@ pub fn down(region: &str, force: bool) -> Result<Down, String> {
     if let Some(instance) = &found
         && !force
     {
-        let mut session = remote.session()?;
+        let mut session = remote.session_with(&cloud, instance.clone())?;
         let (mut out, mut err) = (Vec::new(), Vec::new());
         let code = super::remote::Session::exec(
             &mut session,
