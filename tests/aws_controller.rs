@@ -180,11 +180,15 @@ impl World {
                 .join("id_ed25519.pub");
         }
         let controller = self.controller().expect("the controller");
-        self.machines
-            .join(&controller.id)
-            .join("disk/skyc/aws")
-            .join(i.tags.get("skyc-run").expect("a run's tag"))
-            .join("id_ed25519.pub")
+        let run = i.tags.get("skyc-run").expect("a run's tag");
+        let disk = self.machines.join(&controller.id).join("disk/skyc");
+        // A pool's worker makes its own, in its group's directory.
+        if let Some((_, gid)) = run.rsplit_once("-w")
+            && i.tags.contains_key("skyc-pool")
+        {
+            return disk.join("groups").join(gid).join("key/id_ed25519.pub");
+        }
+        disk.join("aws").join(run).join("id_ed25519.pub")
     }
 
     /// Machines follow the instances: one boots for each instance that
@@ -591,7 +595,8 @@ fn the_controller_supervises_a_group_stops_when_idle_and_comes_back_with_its_sta
 
 /// A run to a region with no controller: refused, saying how to make
 /// one; with SkyPilot's `jobs.controller` configured, the run makes the
-/// controller that configuration describes, which then runs the group.
+/// controller that configuration describes, which then runs the group,
+/// and a pool and its job.
 #[test]
 fn a_run_makes_the_controller_skypilots_configuration_asks_for() {
     let Some(mut w) = World::new("aws-controller-auto") else {
@@ -637,7 +642,90 @@ fn a_run_makes_the_controller_skypilots_configuration_asks_for() {
         "SUCCEEDED",
         "{statuses:#}"
     );
+    pool_through_the_controller(&mut w);
     let down = w.down();
     assert!(down.status.success(), "{}", text(&down.stderr));
     assert!(w.controller().is_none());
+}
+
+/// A pool applied through the controller: its worker made by the
+/// controller (its key there, its SSH open to it), a job planned here
+/// against it and run in the worker after the pool's setup, its log
+/// back through the controller; then the pool down, its instance ended.
+fn pool_through_the_controller(w: &mut World) {
+    let state = format!("aws://{REGION}");
+    let pool = w.s.write(
+        "pool.yaml",
+        &format!(
+            "name: {}\nresources: {{infra: aws/{REGION}}}\n\
+             setup: echo warmed > /var/lib/warm.txt\npool:\n  workers: 1\n",
+            group_name()
+        ),
+    );
+    let out = w.following(&[
+        "pool",
+        "apply",
+        "-p",
+        "ctlpool",
+        &pool.to_string_lossy(),
+        "--target",
+        "aws",
+        "--state-dir",
+        &state,
+        "--ssh-user",
+        "root",
+        "--ssh-via",
+        "private",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("pool `ctlpool` created"),
+        "{}",
+        text(&out.stderr)
+    );
+    let job = w.s.write(
+        "job.yaml",
+        "name: job\nrun: echo rank $SKYPILOT_JOB_RANK $(cat /var/lib/warm.txt)\n",
+    );
+    let out = w.following(&[
+        "run",
+        "--pool",
+        "ctlpool",
+        &job.to_string_lossy(),
+        "-d",
+        "--state-dir",
+        &state,
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let id: i64 = text(&out.stdout).trim().parse().expect("the job's id");
+    let statuses = w.until_finished(id, Duration::from_secs(180), |_, _| {});
+    let job = group_of(&statuses, id);
+    assert_eq!(job["status"], "SUCCEEDED", "{statuses:#}");
+    let logs = w.following(&["logs", &id.to_string(), "--state-dir", &state]);
+    assert!(
+        text(&logs.stdout).contains("rank 0 warmed"),
+        "{}{}",
+        text(&logs.stdout),
+        text(&logs.stderr)
+    );
+    let out = w.following(&["pool", "down", "ctlpool", "--state-dir", &state]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let start = Instant::now();
+    loop {
+        w.follow();
+        let out = w.following(&["pool", "status", "--json", "--state-dir", &state]);
+        let workers_live = w
+            .instances()
+            .iter()
+            .any(|i| i.tags.contains_key("skyc-pool") && !i.state.is_some_and(State::is_ending));
+        if text(&out.stdout).trim() == "[]" && !workers_live {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "the pool not down: {}",
+            text(&out.stdout)
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
 }

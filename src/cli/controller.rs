@@ -28,9 +28,18 @@ pub(crate) enum Command {
     /// k8s://NS`): ended when the session's input closes.
     #[command(hide = true)]
     Answer(AnswerArgs),
-    /// A group a client planned: recorded here, with its snapshots.
+    /// A group, pool file or jobs a client planned: recorded here, with
+    /// their snapshots.
     #[command(hide = true)]
     Accept(AcceptArgs),
+    /// The live pool of that name that takes jobs, as JSON: what a
+    /// client plans `run --pool` against.
+    #[command(hide = true)]
+    Pool(PoolArgs),
+    /// Jobs a client submitted, followed until they end (`run --pool`
+    /// through the controller): the jobs go on when the client goes.
+    #[command(hide = true)]
+    Follow(FollowArgs),
     /// Which of the snapshots named the state directory does not hold.
     #[command(hide = true)]
     Missing(MissingArgs),
@@ -66,6 +75,28 @@ pub(crate) struct AcceptArgs {
     /// Where this controller runs groups.
     #[arg(long, value_enum, default_value_t = Where::K8s)]
     target: Where,
+    /// The stream is a pool file applied.
+    #[arg(long, conflicts_with = "jobs")]
+    pool: bool,
+    /// The stream is jobs for a pool.
+    #[arg(long)]
+    jobs: bool,
+    #[command(flatten)]
+    state: StateArgs,
+}
+
+#[derive(clap::Args)]
+pub(crate) struct FollowArgs {
+    #[arg(value_name = "ID", required = true)]
+    ids: Vec<i64>,
+    #[command(flatten)]
+    state: StateArgs,
+}
+
+#[derive(clap::Args)]
+pub(crate) struct PoolArgs {
+    #[arg(value_name = "NAME")]
+    name: String,
     #[command(flatten)]
     state: StateArgs,
 }
@@ -268,6 +299,28 @@ pub(crate) fn run(command: &Command) -> u8 {
         Command::Status(args) => status(args),
         Command::Answer(args) => answer(args),
         Command::Accept(args) => accept(args),
+        Command::Follow(args) => match args.state.local() {
+            Ok(dir) => super::jobs::follow_for_client(&dir, &args.ids),
+            Err(message) => {
+                errln!("error: {message}");
+                USAGE
+            }
+        },
+        Command::Pool(args) => match args.state.local().and_then(|dir| {
+            skyc_runtime::controller::aws::client_here(&dir);
+            let store = skyc_runtime::store::Store::open(&dir)
+                .map_err(|e| format!("{}: {e}", dir.display()))?;
+            skyc_runtime::pool::admission::for_jobs(&store, &args.name)
+        }) {
+            Ok(found) => {
+                super::out::json(&found);
+                OK
+            }
+            Err(message) => {
+                errln!("error: {message}");
+                USAGE
+            }
+        },
         Command::Missing(args) => match args.state.local().and_then(|dir| {
             skyc_runtime::controller::aws::client_here(&dir);
             skyc_runtime::controller::submission::missing(&dir, &args.digests)
@@ -464,15 +517,22 @@ fn answer(args: &AnswerArgs) -> u8 {
             return if e.use_stderr() { USAGE } else { OK };
         }
     };
-    let answered = matches!(
-        cli.command,
+    use super::pool::Command as Pool;
+    let answered = match &cli.command {
         super::Command::Status(_)
-            | super::Command::Logs(_)
-            | super::Command::Cancel(_)
-            | super::Command::Pool(super::pool::Command::Status(_) | super::pool::Command::Down(_))
-    );
+        | super::Command::Logs(_)
+        | super::Command::Cancel(_)
+        | super::Command::Controller(Command::Follow(_))
+        | super::Command::Pool(Pool::Status(_) | Pool::Down(_)) => true,
+        // A file is planned by the client and accepted, never here.
+        super::Command::Pool(Pool::Apply(apply)) => !apply.has_file(),
+        _ => false,
+    };
     if !answered {
-        errln!("error: only status, logs, cancel and pool status|down are answered for a client");
+        errln!(
+            "error: only status, logs, cancel, pool status|down|apply --workers and following \
+             jobs are answered for a client"
+        );
         return USAGE;
     }
     // The replica that leads supervises; a command run for a client in a
@@ -493,26 +553,31 @@ fn answer(args: &AnswerArgs) -> u8 {
 /// The client that asked has gone.
 const CLIENT_GONE: u8 = 130;
 
-/// Records a group a client planned (`skyc run --state-dir k8s://NS`),
-/// its stream on stdin; prints its id.
+/// Records what a client planned (`skyc run|pool apply --state-dir
+/// k8s://NS`), its stream on stdin; prints what was recorded.
 fn accept(args: &AcceptArgs) -> u8 {
-    use skyc_runtime::controller::submission;
+    use skyc_runtime::controller::submission::{self, Kind};
     if let Ok(dir) = args.state.local() {
         skyc_runtime::controller::aws::client_here(&dir);
     }
+    let kind = match (args.pool, args.jobs) {
+        (true, _) => Kind::Pool,
+        (_, true) => Kind::Jobs,
+        _ => Kind::Group,
+    };
     let stdin = std::io::stdin();
     let accepted = args.state.local().and_then(|dir| match args.target {
-        Where::K8s => submission::accept(&dir, stdin.lock(), submission::on_kubernetes()),
+        Where::K8s => submission::accept(&dir, stdin.lock(), kind, submission::on_kubernetes()),
         Where::Aws => {
-            let gid = submission::accept(&dir, stdin.lock(), submission::on_aws(&dir))?;
+            let accepted = submission::accept(&dir, stdin.lock(), kind, submission::on_aws(&dir))?;
             // One machine: the supervisor runs beside the command.
             skyc_runtime::supervisor::wake(&dir).map_err(|e| format!("supervisor: {e}"))?;
-            Ok(gid)
+            Ok(accepted)
         }
     });
     match accepted {
-        Ok(gid) => {
-            outln!("{gid}");
+        Ok(accepted) => {
+            outln!("{}", accepted.answer());
             OK
         }
         Err(message) => {

@@ -9,9 +9,12 @@ use super::state::StateArgs;
 use super::target::{Jobs, ON_THIS_MACHINE, Planners, RunInput};
 use skyc_compiler::ir::{Group, Task};
 use skyc_compiler::{Compilation, Diagnostic, Rule};
+use skyc_runtime::controller::submission::{self, Accepted, Record};
+use skyc_runtime::files::Snapshots;
 use skyc_runtime::local::capacity::Demand;
-use skyc_runtime::pool::{JobSpec, PoolPlan, PoolSpec, Room};
-use skyc_runtime::store::{Backend, GroupRow, Member, NewGroup, NewTask, Store};
+use skyc_runtime::pool::admission;
+use skyc_runtime::pool::{JobSpec, PoolSpec, Room};
+use skyc_runtime::store::{Backend, GroupRow, NewGroup, NewTask, Store};
 use skyc_runtime::supervisor;
 use std::path::Path;
 use std::sync::Arc;
@@ -29,7 +32,9 @@ pub(super) struct Submission<'a> {
 }
 
 impl Submission<'_> {
-    /// Plans the jobs, shows what planning found, and records them.
+    /// Plans the jobs, shows what planning found, and records them: here,
+    /// or on the controller the state directory names (planned here
+    /// against the pool it holds).
     pub(super) fn submit(
         &self,
         mut compilation: Compilation,
@@ -43,45 +48,30 @@ impl Submission<'_> {
                 None => ON_THIS_MACHINE.into(),
             });
         }
-        let (dir, mut store) = self.state.open()?;
-        let pool = match self.pool {
-            Some(name) => {
-                let row = store
-                    .live_pool(name)
-                    .map_err(|e| e.to_string())?
-                    .ok_or_else(|| {
-                        format!(
-                            "no pool named `{name}`; `skyc pool apply -p {name} POOL.yaml` \
-                             creates it, `skyc pool status` lists the pools"
-                        )
-                    })?;
-                if row.cancel_requested {
-                    return Err(format!(
-                        "pool `{name}` is going down; it takes no more jobs"
-                    ));
-                }
-                let plan: PoolPlan =
-                    serde_json::from_str(&store.plan(row.id).map_err(|e| e.to_string())?)
-                        .map_err(|e| format!("pool `{name}`'s plan: {e}"))?;
-                Some((row, plan))
+        let remote = self.state.remote()?;
+        let pool = match (self.pool, &remote) {
+            (Some(name), Some(remote)) => Some(remote.pool(name)?),
+            (Some(name), None) => {
+                let (_, store) = self.state.open()?;
+                Some(admission::for_jobs(&store, name)?)
             }
-            None => None,
+            (None, _) => None,
         };
         let mut room = None;
-        if let Some((row, pool)) = &pool {
-            let (fit, found) = fit(group, &row.name, &pool.pool);
+        if let Some(pool) = &pool {
+            let (fit, found) = fit(group, &pool.name, &pool.plan.pool);
             room = fit;
             compilation.diagnostics.extend(found);
         }
         // On the pool's backend, else on this machine.
-        let backend = pool.as_ref().map_or(Backend::Local, |(row, _)| row.backend);
+        let backend = pool.as_ref().map_or(Backend::Local, |p| p.backend);
         let spec = |rank| JobSpec {
             room,
             rank,
             num_jobs: self.num_jobs,
         };
         let jobs = Jobs {
-            pool: pool.as_ref().map(|(_, plan)| plan),
+            pool: pool.as_ref().map(|p| &p.plan),
             num_jobs: self.num_jobs,
             spec: &spec,
         };
@@ -92,30 +82,33 @@ impl Submission<'_> {
         let name = self.run_name.unwrap_or(&group.name);
         let snapshots = run.files.digests();
         let buckets = run.files.bucket_names();
-        let jobs: Vec<(NewGroup<'_>, Option<Member>)> = plans
+        let jobs: Vec<NewGroup<'_>> = plans
             .iter()
-            .zip(0..)
-            .map(|(plan, rank)| {
-                let new = NewGroup {
-                    name,
-                    source: run.source,
-                    submitted_at_ms: run.submitted_ms,
-                    plan,
-                    backend,
-                    snapshots: &snapshots,
-                    buckets: &buckets,
-                    tasks: NewTask::of(group),
-                };
-                let member = Member {
-                    pool: pool.as_ref().map(|(row, _)| row.id),
-                    rank,
-                    num_jobs: self.num_jobs,
-                };
-                (new, Some(member))
+            .map(|plan| NewGroup {
+                name,
+                source: run.source,
+                submitted_at_ms: run.submitted_ms,
+                plan,
+                backend,
+                snapshots: &snapshots,
+                buckets: &buckets,
+                tasks: NewTask::of(group),
             })
             .collect();
-        let ids = store
-            .insert_jobs(&jobs)
+        let planned_on = pool.as_ref().map(|p| (p.id, p.name.as_str()));
+        if let Some(remote) = remote {
+            let record = Record::Jobs(submission::Jobs {
+                pool: planned_on.map(|(id, name)| (id, name.to_owned())),
+                num_jobs: self.num_jobs,
+                jobs: jobs.iter().map(submission::Submission::of).collect(),
+            });
+            return match remote.submit(&record, &Snapshots::of(run.state_dir))? {
+                Accepted::Jobs(ids) => Ok(Submitted::RemoteJobs(remote, ids)),
+                other => Err(format!("the controller {remote} answered {other:?}")),
+            };
+        }
+        let (dir, mut store) = self.state.open()?;
+        let ids = admission::record_jobs(&mut store, planned_on, self.num_jobs, jobs)
             .map_err(|e| format!("{}: {e}", dir.display()))?;
         supervisor::wake(&dir).map_err(|e| format!("supervisor: {e}"))?;
         Ok(Submitted::Jobs(dir, ids))
@@ -235,17 +228,28 @@ pub(super) fn follow(dir: &Path, ids: &[i64], state_flag: &str) -> u8 {
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         let _ = signal_hook::flag::register(signal, Arc::clone(&interrupted));
     }
-    watch(dir, ids, state_flag, &interrupted).unwrap_or_else(|message| {
+    watch(dir, ids, state_flag, Some(&interrupted)).unwrap_or_else(|message| {
         errln!("error: {message}");
         USAGE
     })
 }
 
+/// [`follow`] for a controller's client (`skyc controller follow`): the
+/// jobs go on when the client goes (its session ends the command).
+pub(super) fn follow_for_client(dir: &Path, ids: &[i64]) -> u8 {
+    watch(dir, ids, "", None).unwrap_or_else(|message| {
+        errln!("error: {message}");
+        USAGE
+    })
+}
+
+/// Follows the jobs; `interrupted` (none: a controller's client) is
+/// Ctrl-C, which cancels them.
 fn watch(
     dir: &Path,
     ids: &[i64],
     state_flag: &str,
-    interrupted: &AtomicBool,
+    interrupted: Option<&AtomicBool>,
 ) -> Result<u8, String> {
     let store = Store::open(dir).map_err(|e| e.to_string())?;
     let first = rows(&store, ids)?;
@@ -261,13 +265,18 @@ fn watch(
         .map(|p| format!(" to pool `{}`", p.name))
         .unwrap_or_default();
     errln!(
-        "skyc: {} job{} submitted{pool}: {} (Ctrl-C cancels them)",
+        "skyc: {} job{} submitted{pool}: {} ({})",
         ids.len(),
         super::report::plural(ids.len()),
         ids.iter()
             .map(i64::to_string)
             .collect::<Vec<_>>()
-            .join(", ")
+            .join(", "),
+        if interrupted.is_some() {
+            "Ctrl-C cancels them"
+        } else {
+            "Ctrl-C stops following; the jobs go on"
+        }
     );
     let mut shown: Vec<String> = vec![String::new(); ids.len()];
     let mut interrupts = 0;
@@ -291,7 +300,7 @@ fn watch(
                 .map_err(|e| e.to_string())?;
             return Ok(worst(&now));
         }
-        if interrupted.swap(false, Ordering::Relaxed) {
+        if interrupted.is_some_and(|i| i.swap(false, Ordering::Relaxed)) {
             interrupts += 1;
             if interrupts == 1 {
                 errln!("skyc: cancelling the jobs (Ctrl-C again to stop following)");

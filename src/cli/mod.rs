@@ -162,19 +162,18 @@ fn through_controller(
         | Command::Schema(_)
         | Command::Completions(_)
         | Command::Lsp(_) => None,
+        // A file is planned here, then submitted there.
+        Command::Pool(pool::Command::Apply(apply)) if apply.has_file() => None,
         Command::Logs(logs) if logs.controller() => {
             Some(remote::controller_log(remote, logs.follows()))
         }
         Command::Status(_)
         | Command::Logs(_)
         | Command::Cancel(_)
-        | Command::Pool(pool::Command::Status(_) | pool::Command::Down(_)) => {
-            Some(remote::forward(remote, args))
-        }
-        Command::Dashboard(_)
-        | Command::Pool(pool::Command::Apply(_))
-        | Command::Volume(_)
-        | Command::Storage(_) => {
+        | Command::Pool(
+            pool::Command::Status(_) | pool::Command::Down(_) | pool::Command::Apply(_),
+        ) => Some(remote::forward(remote, args)),
+        Command::Dashboard(_) | Command::Volume(_) | Command::Storage(_) => {
             let name = args
                 .iter()
                 .take_while(|a| !a.to_string_lossy().starts_with('-'))

@@ -11,6 +11,10 @@ use super::target::{self, PlannedPool, Planners, RunInput, SubmitArgs};
 use super::{input, parse_env, report};
 use serde_json::json;
 use skyc_compiler::{Diagnostic, Rule};
+use skyc_runtime::controller::remote::Remote;
+use skyc_runtime::controller::submission::{Accepted, Record, Submission};
+use skyc_runtime::files::Snapshots;
+use skyc_runtime::pool::admission::{self, Applied};
 use skyc_runtime::pool::{Pool, WorkerState};
 use skyc_runtime::store::{Backend, GroupRow, Kind, NewGroup, Store, now_ms};
 use skyc_runtime::supervisor::{self, PoolRequest};
@@ -83,6 +87,13 @@ pub(crate) struct DownArgs {
     state: StateArgs,
 }
 
+impl ApplyArgs {
+    /// Whether a pool file is applied (else the pool is resized).
+    pub(crate) fn has_file(&self) -> bool {
+        self.file.is_some()
+    }
+}
+
 pub(crate) fn run(command: &Command) -> u8 {
     let result = match command {
         Command::Apply(a) => apply(a),
@@ -115,46 +126,30 @@ fn pool_name(s: &str) -> Result<String, String> {
 }
 
 fn apply(args: &ApplyArgs) -> Result<u8, String> {
-    let planners = Planners::new(args.network, &args.submit.backends);
-    let planner = planners.of(args.target)?;
-    let (dir, mut store) = args.submit.state.open()?;
-    let live = store.live_pool(&args.pool).map_err(|e| e.to_string())?;
-    // Resizing (no file) is the pool's own target's, whatever `--target`.
-    let moved = |p: &&GroupRow| args.file.is_some() && p.backend != args.target;
-    if let Some(pool) = live.as_ref().filter(moved) {
-        return Err(format!(
-            "pool `{}` runs on the {} target; take it down first to run it elsewhere",
-            pool.name,
-            pool.backend.as_str()
-        ));
-    }
-    if let Some(pool) = live.as_ref().filter(|p| p.cancel_requested) {
-        return Err(format!(
-            "pool `{}` is going down (`skyc pool status {}`); apply it again once it is down",
-            pool.name, pool.name
-        ));
-    }
     let Some(file) = &args.file else {
-        let n = args.workers.unwrap_or(0);
-        let Some(pool) = live else {
-            errln!(
-                "error: no pool named `{}`; `skyc pool apply -p {} FILE` creates it",
-                args.pool,
-                args.pool
-            );
-            return Ok(NOT_FOUND);
-        };
-        let request = serde_json::to_string(&PoolRequest::Workers(n)).map_err(|e| e.to_string())?;
-        if !store
-            .request(pool.id, &request)
-            .map_err(|e| e.to_string())?
-        {
-            return Err(format!("pool `{}` went down meanwhile", args.pool));
-        }
-        supervisor::wake(&dir).map_err(|e| format!("supervisor: {e}"))?;
-        errln!("skyc: pool `{}` resized to {n} workers", args.pool);
-        return Ok(OK);
+        return resize(args, args.workers.unwrap_or(0));
     };
+    let remote = args.submit.state.remote()?;
+    let mut backends = args.submit.backends.clone();
+    if let Some(remote) = &remote {
+        if remote.target() != args.target.as_str() {
+            return Err(format!(
+                "the controller {remote} runs pools of --target {}, not {}",
+                remote.target(),
+                args.target.as_str()
+            ));
+        }
+        if let Some(k8s) = remote.k8s() {
+            backends.k8s.for_controller(k8s)?;
+        }
+    }
+    let planners = Planners::new(args.network, &backends);
+    let planner = planners.of(args.target)?;
+    // Said before planning, here; the controller says it of its own.
+    if remote.is_none() {
+        let (_, store) = args.submit.state.open()?;
+        admission::applicable(&store, &args.pool, args.target)?;
+    }
     let (name, mut compilation) = input::compile(file, &args.env)?;
     let color = args.submit.color.enabled();
     let show =
@@ -204,53 +199,85 @@ fn apply(args: &ApplyArgs) -> Result<u8, String> {
     let Some(json) = planned.conclude(&mut compilation, &run, show) else {
         return Ok(INVALID);
     };
-    match live {
-        Some(existing) => {
-            let request = serde_json::to_string(&PoolRequest::Apply(
-                serde_json::from_str(&json).map_err(|e| e.to_string())?,
-            ))
-            .map_err(|e| e.to_string())?;
-            // The new files are the pool's from now on: its new workers
-            // are given them (its old ones keep theirs until retired).
-            store
-                .set_snapshots(existing.id, &taken.files.digests())
-                .and_then(|()| store.set_bucket_uses(existing.id, &taken.files.bucket_names()))
-                .map_err(|e| format!("{}: {e}", dir.display()))?;
-            if !store
-                .request(existing.id, &request)
-                .map_err(|e| e.to_string())?
-            {
-                return Err(format!("pool `{}` went down meanwhile", args.pool));
+    let new = NewGroup {
+        name: &args.pool,
+        source: &name,
+        submitted_at_ms: run.submitted_ms,
+        plan: &json,
+        backend: args.target,
+        snapshots: &taken.files.digests(),
+        buckets: &taken.files.bucket_names(),
+        tasks: Vec::new(),
+    };
+    let applied = match &remote {
+        Some(remote) => {
+            // A controller SkyPilot's configuration asks for is made on
+            // the first pool that needs it, as on the first run.
+            if let Remote::Aws(aws) = remote {
+                let (user, private) = args.submit.backends.aws.ssh();
+                super::aws_controller::ensure_for_run(&aws.region, user, private)?;
             }
-            taken.recorded();
-            supervisor::wake(&dir).map_err(|e| format!("supervisor: {e}"))?;
-            errln!("skyc: pool `{}` updated ({size})", args.pool);
+            // The controller holds its own snapshots.
+            let record = Record::Pool(Submission::of(&new));
+            let accepted = remote.submit(&record, &Snapshots::of(&state_dir));
+            drop(taken);
+            match accepted? {
+                Accepted::Pool(applied) => applied,
+                other => return Err(format!("the controller {remote} answered {other:?}")),
+            }
         }
         None => {
-            let id = store
-                .insert_pool(&NewGroup {
-                    name: &args.pool,
-                    source: &name,
-                    submitted_at_ms: run.submitted_ms,
-                    plan: &json,
-                    backend: args.target,
-                    snapshots: &taken.files.digests(),
-                    buckets: &taken.files.bucket_names(),
-                    tasks: Vec::new(),
-                })
-                .map_err(|e| format!("{}: {e}", dir.display()))?
-                .ok_or_else(|| format!("a pool named `{}` was created meanwhile", args.pool))?;
+            let (dir, mut store) = args.submit.state.open()?;
+            let applied = admission::apply(&mut store, &new)
+                .map_err(|e| format!("{}: {e}", dir.display()))?;
             taken.recorded();
             supervisor::wake(&dir).map_err(|e| format!("supervisor: {e}"))?;
+            applied
+        }
+    };
+    match applied {
+        Applied::Updated(_) => errln!("skyc: pool `{}` updated ({size})", args.pool),
+        Applied::Created(id) => {
             errln!("skyc: pool `{}` created ({size}; pool {id})", args.pool);
         }
     }
-    errln!("  its workers:     skyc pool status {}", args.pool);
+    let state = super::run::state_dir_flag_of(&args.submit.state);
+    errln!("  its workers:     skyc pool status {}{state}", args.pool);
     errln!(
-        "  submit jobs:     skyc run --pool {} [--num-jobs N] JOB.yaml",
+        "  submit jobs:     skyc run --pool {} [--num-jobs N] JOB.yaml{state}",
         args.pool
     );
-    errln!("  take it down:    skyc pool down {}", args.pool);
+    errln!("  take it down:    skyc pool down {}{state}", args.pool);
+    Ok(OK)
+}
+
+/// `pool apply --workers N`: the live pool resized, whatever its target.
+fn resize(args: &ApplyArgs, n: u32) -> Result<u8, String> {
+    let (dir, mut store) = args.submit.state.open()?;
+    let live = store.live_pool(&args.pool).map_err(|e| e.to_string())?;
+    if let Some(pool) = live.as_ref().filter(|p| p.cancel_requested) {
+        return Err(format!(
+            "pool `{}` is going down (`skyc pool status {}`); apply it again once it is down",
+            pool.name, pool.name
+        ));
+    }
+    let Some(pool) = live else {
+        errln!(
+            "error: no pool named `{}`; `skyc pool apply -p {} FILE` creates it",
+            args.pool,
+            args.pool
+        );
+        return Ok(NOT_FOUND);
+    };
+    let request = serde_json::to_string(&PoolRequest::Workers(n)).map_err(|e| e.to_string())?;
+    if !store
+        .request(pool.id, &request)
+        .map_err(|e| e.to_string())?
+    {
+        return Err(format!("pool `{}` went down meanwhile", args.pool));
+    }
+    supervisor::wake(&dir).map_err(|e| format!("supervisor: {e}"))?;
+    errln!("skyc: pool `{}` resized to {n} workers", args.pool);
     Ok(OK)
 }
 

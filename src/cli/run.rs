@@ -10,7 +10,7 @@ use super::{input, parse_env, report};
 use skyc_compiler::ir::Group;
 use skyc_compiler::{Diagnostic, Rule};
 use skyc_runtime::controller::remote::Remote;
-use skyc_runtime::controller::submission::Submission;
+use skyc_runtime::controller::submission::{Accepted, Record, Submission};
 use skyc_runtime::files::Snapshots;
 use skyc_runtime::store::{Backend, NewGroup, NewTask, Store, now_ms};
 use skyc_runtime::supervisor;
@@ -108,6 +108,26 @@ pub(crate) fn run(args: &Args) -> u8 {
                 follow(args, &dir, gid)
             }
         }
+        Ok(Submitted::RemoteJobs(remote, ids)) => {
+            if args.detach {
+                for id in &ids {
+                    outln!("{id}");
+                }
+                errln!(
+                    "skyc: {} job{} submitted to the controller {remote}; `skyc status{}` lists \
+                     them",
+                    ids.len(),
+                    report::plural(ids.len()),
+                    state_dir_flag(args)
+                );
+                return OK;
+            }
+            let follow: Vec<String> = ["controller".to_owned(), "follow".to_owned()]
+                .into_iter()
+                .chain(ids.iter().map(i64::to_string))
+                .collect();
+            on_controller(&remote, &follow)
+        }
         Ok(Submitted::Remote(remote, gid)) => {
             if args.detach {
                 outln!("{gid}");
@@ -119,15 +139,20 @@ pub(crate) fn run(args: &Args) -> u8 {
                  the group goes on)"
             );
             let follow = ["logs".to_owned(), gid.to_string(), "--follow".to_owned()];
-            let (mut stdout, mut stderr) = (std::io::stdout(), std::io::stderr());
-            match remote.run(&follow, &mut stdout, &mut stderr) {
-                Ok(code) => u8::try_from(code).unwrap_or(USAGE),
-                Err(message) => {
-                    errln!("error: {message}");
-                    USAGE
-                }
-            }
+            on_controller(&remote, &follow)
         }
+        Err(message) => {
+            errln!("error: {message}");
+            USAGE
+        }
+    }
+}
+
+/// Runs `skyc ARGS` on the controller, its output here; its exit status.
+fn on_controller(remote: &Remote, args: &[String]) -> u8 {
+    let (mut stdout, mut stderr) = (std::io::stdout(), std::io::stderr());
+    match remote.run(args, &mut stdout, &mut stderr) {
+        Ok(code) => u8::try_from(code).unwrap_or(USAGE),
         Err(message) => {
             errln!("error: {message}");
             USAGE
@@ -163,6 +188,8 @@ pub(super) enum Submitted {
     Jobs(std::path::PathBuf, Vec<i64>),
     /// Recorded by a controller.
     Remote(Remote, i64),
+    /// Jobs recorded by a controller, in rank order.
+    RemoteJobs(Remote, Vec<i64>),
 }
 
 fn submit(args: &Args) -> Result<Submitted, String> {
@@ -206,12 +233,8 @@ fn submit(args: &Args) -> Result<Submitted, String> {
         return Ok(Submitted::Invalid);
     }
     let secrets = secret_values(&args.secrets, &group);
-    if remote.is_some() {
-        if args.pool.is_some() || args.num_jobs > 1 {
-            return Err("--pool and --num-jobs do not go through a controller yet: \
-                        give a local --state-dir"
-                .into());
-        }
+    // A pool's jobs run where the pool is (`jobs::Submission`).
+    if remote.is_some() && args.pool.is_none() {
         let runs = match remote.as_ref().map(Remote::target) {
             Some("aws") => Backend::Aws,
             _ => Backend::Kubernetes,
@@ -283,8 +306,8 @@ fn submit(args: &Args) -> Result<Submitted, String> {
         }
         // Planned here, where the files are; recorded and supervised
         // there.
-        let submission = Submission::of(&new);
-        let gid = remote.submit(&submission, &Snapshots::of(&state_dir));
+        let record = Record::Group(Submission::of(&new));
+        let accepted = remote.submit(&record, &Snapshots::of(&state_dir));
         // Not recorded here: the snapshots taken on this machine go with
         // `taken` (the controller holds its own), and so does a run's
         // SSH key (the controller makes its own).
@@ -296,8 +319,10 @@ fn submit(args: &Args) -> Result<Submitted, String> {
         {
             let _ = std::fs::remove_dir_all(state_dir.join("aws").join(run));
         }
-        let gid = gid?;
-        return Ok(Submitted::Remote(remote, gid));
+        return match accepted? {
+            Accepted::Group(gid) => Ok(Submitted::Remote(remote, gid)),
+            other => Err(format!("the controller {remote} answered {other:?}")),
+        };
     }
     let (dir, mut store) = args.submit.state.open()?;
     let gid = store

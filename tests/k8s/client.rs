@@ -290,7 +290,7 @@ fn cancel_and_a_client_gone_leave_nothing_running_on_the_controller() {
     ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
-        text(&out.stderr).contains("do not go through a controller yet"),
+        text(&out.stderr).contains("runs on this machine only"),
         "{}",
         text(&out.stderr)
     );
@@ -308,6 +308,181 @@ fn cancel_and_a_client_gone_leave_nothing_running_on_the_controller() {
         "{}",
         text(&out.stderr)
     );
+}
+
+const POOL: &str = "\
+name: w
+workdir: ./pooled
+setup: pip install -r requirements.txt
+pool:
+  workers: 2
+";
+
+const JOB: &str = "name: train\nrun: echo rank $SKYPILOT_JOB_RANK\n";
+
+impl Client {
+    /// The pool's workers' pods, made ready as their setup ends, until
+    /// `n` run ready; their names.
+    fn ready_workers(&self, n: usize) -> Vec<String> {
+        let mut ready = Vec::new();
+        self.wait("the workers ready", || {
+            ready = self
+                .cluster
+                .pods()
+                .into_iter()
+                .filter(|p| {
+                    p.starts_with("trainers-") && !p.contains("-skyc-") && self.cluster.running(p)
+                })
+                .collect();
+            for pod in &ready {
+                self.cluster.ready(pod);
+            }
+            let out = self.output(&["pool", "status", "--json"]);
+            let pools: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+            pools[0]["workers"]
+                .as_array()
+                .is_some_and(|w| w.iter().filter(|w| w["status"] == "READY").count() == n)
+        });
+        ready
+    }
+
+    /// The group ids `out` printed, a line each.
+    fn ids(out: &Output) -> Vec<i64> {
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout)
+            .lines()
+            .map(|l| l.trim().parse().expect("an id"))
+            .collect()
+    }
+}
+
+/// A pool applied through the controller (its workdir's bytes sent to
+/// it), ranked jobs submitted to it, detached and followed, each run
+/// once in a worker, and the pool taken down: every command the client's,
+/// the pool and its jobs the controller's.
+#[test]
+fn a_pool_and_its_jobs_go_through_the_controller() {
+    let c = Client::new("k8s-client-pool");
+    std::fs::create_dir_all(c.scratch.dir.join("pooled")).unwrap();
+    c.scratch.write("pooled/requirements.txt", "torch==2.4.0\n");
+    let pool = c.scratch.write("pool.yaml", POOL);
+    let job = c.scratch.write("job.yaml", JOB);
+    let out = c.output(&[
+        "pool",
+        "apply",
+        "-p",
+        "trainers",
+        pool.to_str().unwrap(),
+        "--target",
+        "k8s",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("pool `trainers` created"),
+        "{}",
+        text(&out.stderr)
+    );
+    // The pool's files are the controller's: its workdir's very bytes.
+    let held: Vec<PathBuf> = std::fs::read_dir(c.state.join("files"))
+        .unwrap()
+        .filter_map(|e| Some(e.ok()?.path()))
+        .filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
+        .collect();
+    assert_eq!(held.len(), 1, "{held:?}");
+    assert_eq!(
+        std::fs::read_to_string(held[0].join("requirements.txt")).unwrap(),
+        "torch==2.4.0\n"
+    );
+    let workers = c.ready_workers(2);
+    assert_eq!(workers.len(), 2, "{workers:?}");
+    // Jobs are planned here against the pool the controller holds.
+    let out = c.output(&["run", "--pool", "nope", job.to_str().unwrap(), "-d"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("no pool named `nope`"),
+        "{}",
+        text(&out.stderr)
+    );
+    let ids = Client::ids(&c.output(&[
+        "run",
+        "--pool",
+        "trainers",
+        "--num-jobs",
+        "2",
+        job.to_str().unwrap(),
+        "-d",
+    ]));
+    assert_eq!(ids.len(), 2);
+    let mut running = Vec::new();
+    c.wait("both jobs running in the workers", || {
+        running = c.cluster.running_jobs();
+        running.len() == 2
+    });
+    let ranks: Vec<&str> = running.iter().map(|(_, r)| r.as_str()).collect();
+    let mut sorted = ranks.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, ["0", "1"], "{running:?}");
+    assert_ne!(running[0].0, running[1].0, "a worker each: {running:?}");
+    for (pod, rank) in &running {
+        let id = ids[rank.parse::<usize>().unwrap()];
+        c.cluster.job_exits(pod, id, 0);
+    }
+    for id in &ids {
+        c.wait("the job ended", || {
+            !c.status(*id)["finished_at_ms"].is_null()
+        });
+        assert_eq!(c.status(*id)["status"], "SUCCEEDED");
+    }
+    // Followed through the controller until it ends: its status as it
+    // goes, its exit status the job's.
+    let follower = c
+        .skyc(&["run", "--pool", "trainers", job.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    c.wait("the third job running", || {
+        c.cluster.running_jobs().len() == 1
+    });
+    let (pod, rank) = c.cluster.running_jobs().remove(0);
+    assert_eq!(rank, "0");
+    let listed = c.output(&["status", "--json"]);
+    let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let third = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|g| g["id"].as_i64())
+        .max()
+        .unwrap();
+    assert!(!ids.contains(&third));
+    c.cluster.job_exits(&pod, third, 0);
+    let followed = follower.wait_with_output().unwrap();
+    let err = text(&followed.stderr);
+    assert_eq!(followed.status.code(), Some(0), "{err}");
+    assert!(err.contains("1 job submitted to pool `trainers`"), "{err}");
+    assert!(err.contains("SUCCEEDED"), "{err}");
+    assert_eq!(c.cluster.started_jobs(), 3, "no job started twice");
+    // Resized and taken down through it.
+    let out = c.output(&["pool", "apply", "-p", "trainers", "--workers", "1"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = c.output(&["pool", "down", "trainers"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    c.wait("the workers gone", || {
+        c.cluster.pods().iter().all(|p| !p.starts_with("trainers-"))
+    });
+    c.wait("the pool down", || {
+        let out = c.output(&["pool", "status", "--json"]);
+        text(&out.stdout).trim() == "[]"
+    });
+    let made: Vec<String> = c
+        .cluster
+        .created_pods()
+        .into_iter()
+        .filter(|p| p.starts_with("trainers-"))
+        .collect();
+    let unique: std::collections::BTreeSet<&String> = made.iter().collect();
+    assert_eq!(made.len(), unique.len(), "no pod made twice: {made:?}");
 }
 
 #[test]

@@ -1056,6 +1056,27 @@ pub fn environment(dir: &Path) -> Vec<(String, String)> {
 /// profile, found as the service's environment says (the endpoints the
 /// client reached AWS at).
 pub fn admit(dir: &Path, plan: &str) -> Result<String, String> {
+    let mut run: crate::aws::RunPlan =
+        serde_json::from_str(plan).map_err(|e| format!("the group's plan: {e}"))?;
+    make_own(dir, &mut run)?;
+    serde_json::to_string(&run).map_err(|e| e.to_string())
+}
+
+/// A pool a client planned for AWS, its workers' run made this
+/// controller's as a group's is ([`admit`]).
+pub fn admit_pool(dir: &Path, plan: &str) -> Result<String, String> {
+    let mut pool: crate::aws::PoolPlan =
+        serde_json::from_str(plan).map_err(|e| format!("the pool's plan: {e}"))?;
+    make_own(dir, &mut pool.worker)?;
+    // Each worker makes its own key (`RunPlan::for_worker`): the run's
+    // is not needed.
+    if let Some(run_dir) = pool.worker.key.parent() {
+        let _ = std::fs::remove_dir_all(run_dir);
+    }
+    serde_json::to_string(&pool).map_err(|e| e.to_string())
+}
+
+fn make_own(dir: &Path, run: &mut crate::aws::RunPlan) -> Result<(), String> {
     let env = environment(dir);
     let var = |k: &str| {
         env.iter()
@@ -1063,8 +1084,6 @@ pub fn admit(dir: &Path, plan: &str) -> Result<String, String> {
             .map(|(_, v)| v.clone())
             .or_else(|| std::env::var(k).ok())
     };
-    let mut run: crate::aws::RunPlan =
-        serde_json::from_str(plan).map_err(|e| format!("the group's plan: {e}"))?;
     let (access, _) = Access::resolve(&var, &crate::aws::credentials::files::read_file)
         .map_err(|e| e.to_string())?;
     let from = if run.private {
@@ -1072,6 +1091,5 @@ pub fn admit(dir: &Path, plan: &str) -> Result<String, String> {
     } else {
         var("SKYC_CONTROLLER_PUBLIC_IP")
     };
-    run.for_controller(dir, from.map(|ip| format!("{ip}/32")), access)?;
-    serde_json::to_string(&run).map_err(|e| e.to_string())
+    run.for_controller(dir, from.map(|ip| format!("{ip}/32")), access)
 }

@@ -17,7 +17,7 @@
 
 use super::aws::Aws;
 use super::pods::K8s;
-use super::submission::Submission;
+use super::submission::{Accepted, Record};
 use crate::files::Snapshots;
 use skyc_targets::k8s::controller::STATE_DIR;
 use std::io::Write;
@@ -125,12 +125,34 @@ impl Remote {
         }
     }
 
-    /// Submits a group planned here: the snapshots of `snapshots` the
-    /// controller does not hold are sent with it (once: a snapshot it
-    /// holds is not sent again). Answers the group's id there.
-    pub fn submit(&self, submission: &Submission, snapshots: &Snapshots) -> Result<i64, String> {
+    /// Submits what was planned here (a group, a pool file, jobs): the
+    /// snapshots of `snapshots` the controller does not hold are sent
+    /// with it (once: a snapshot it holds is not sent again). Answers what
+    /// the controller recorded.
+    pub fn submit(&self, record: &Record, snapshots: &Snapshots) -> Result<Accepted, String> {
         let mut session = self.session()?;
-        submit(session.as_mut(), self.target(), submission, snapshots).map_err(|e| self.failed(&e))
+        submit(session.as_mut(), self.target(), record, snapshots).map_err(|e| self.failed(&e))
+    }
+
+    /// The live pool `name` that takes jobs, as the controller holds it
+    /// (`skyc controller pool NAME`): what jobs are planned against here.
+    pub fn pool(&self, name: &str) -> Result<crate::pool::admission::Found, String> {
+        let mut session = self.session()?;
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let code = session
+            .exec(
+                controller_argv("pool", &[name.to_owned()]),
+                None,
+                &mut out,
+                &mut err,
+            )
+            .map_err(|e| self.failed(&e))?;
+        if code != 0 {
+            // The controller's own words: no such pool, going down.
+            return Err(refused(&err));
+        }
+        serde_json::from_slice(&out)
+            .map_err(|e| self.failed(&format!("its answer for pool `{name}`: {e}")))
     }
 
     /// The target the controller runs groups on (`k8s`, `aws`).
@@ -146,14 +168,15 @@ impl Remote {
 fn submit(
     session: &mut dyn Session,
     target: &str,
-    submission: &Submission,
+    record: &Record,
     snapshots: &Snapshots,
-) -> Result<i64, String> {
+) -> Result<Accepted, String> {
+    let named = record.snapshots();
     // Asked again once if a snapshot the controller held was collected
     // before the group that needs it was recorded.
     let mut last = String::new();
     for _ in 0..2 {
-        let asked = controller_argv("missing", &submission.snapshots);
+        let asked = controller_argv("missing", &named);
         let (mut out, mut err) = (Vec::new(), Vec::new());
         let code = session.exec(asked, None, &mut out, &mut err)?;
         if code != 0 {
@@ -162,8 +185,7 @@ fn submit(
         // Only what this group names: the answer is the controller's,
         // the paths read are this machine's.
         let answer = String::from_utf8_lossy(&out).into_owned();
-        let sending: Vec<String> = submission
-            .snapshots
+        let sending: Vec<String> = named
             .iter()
             .filter(|d| answer.split_whitespace().any(|m| m == d.as_str()))
             .cloned()
@@ -173,13 +195,13 @@ fn submit(
         // controller refused finds its input gone at its next send, and
         // ends.
         {
-            let (submission, snapshots) = (submission.clone(), snapshots.clone());
+            let (record, snapshots) = (record.clone(), snapshots.clone());
             std::thread::spawn(move || {
                 let mut chunks = Chunks {
                     to: to.clone(),
                     chunk: Vec::with_capacity(STDIN_BUFFER),
                 };
-                if let Err(e) = submission.write(&snapshots, &sending, &mut chunks) {
+                if let Err(e) = record.write(&snapshots, &sending, &mut chunks) {
                     // The session must end rather than wait for the rest:
                     // the controller would wait with it.
                     let _ = to.blocking_send(Err(format!("reading the snapshots to send: {e}")));
@@ -188,10 +210,16 @@ fn submit(
         }
         // `--target` only where it is not the default: a controller of an
         // older skyc knows its own.
-        let accept = match target {
-            "k8s" => controller_argv("accept", &[]),
-            _ => controller_argv("accept", &["--target".to_owned(), target.to_owned()]),
-        };
+        let mut args: Vec<String> = record
+            .kind()
+            .args()
+            .iter()
+            .map(|a| (*a).to_owned())
+            .collect();
+        if target != "k8s" {
+            args.extend(["--target".to_owned(), target.to_owned()]);
+        }
+        let accept = controller_argv("accept", &args);
         let (mut out, mut err) = (Vec::new(), Vec::new());
         let code = session.exec(accept, Some(input), &mut out, &mut err);
         // A refusal whose status was lost with the connection is still the
@@ -204,10 +232,14 @@ fn submit(
             }
         })?;
         if code == 0 {
-            return String::from_utf8_lossy(&out)
-                .trim()
-                .parse()
-                .map_err(|_| format!("{} answered no group id", session.name()));
+            let answer = String::from_utf8_lossy(&out);
+            return Accepted::parse(record.kind(), &answer).ok_or_else(|| {
+                format!(
+                    "{} answered `{}`, not what it recorded",
+                    session.name(),
+                    answer.trim()
+                )
+            });
         }
         last = refused(&err);
         if !last.contains("submit again") {

@@ -30,6 +30,7 @@
 //!   their engines restart them (RECOVERING) without using their restart
 //!   budget; the new attempts wait here for a place like any other.
 
+pub mod admission;
 mod autoscale;
 mod engine;
 pub mod replace;

@@ -333,6 +333,47 @@ impl FakeCluster {
         w.logs.insert(pod.to_owned(), log.to_owned());
         w.exit(pod, code);
     }
+
+    /// Pod `pod`'s readiness probe succeeds: a pool's worker has run its
+    /// setup.
+    pub fn ready(&self, pod: &str) {
+        self.fake.world().probe_succeeds(pod);
+    }
+
+    /// The jobs started in pods (a pool's, through `pods/exec`): each
+    /// one's pod and `SKYPILOT_JOB_RANK`, while it runs.
+    pub fn running_jobs(&self) -> Vec<(String, String)> {
+        let mut jobs: Vec<(String, String)> = self
+            .fake
+            .world()
+            .job_processes()
+            .into_iter()
+            .filter(|p| p.exit.is_none() && !p.vanished)
+            .map(|p| {
+                let rank = p
+                    .env
+                    .iter()
+                    .find(|(k, _)| k == "SKYPILOT_JOB_RANK")
+                    .map(|(_, v)| v.clone())
+                    .unwrap_or_default();
+                (p.pod, rank)
+            })
+            .collect();
+        jobs.sort();
+        jobs
+    }
+
+    /// How many jobs were ever started in pods.
+    pub fn started_jobs(&self) -> usize {
+        self.fake.world().job_processes().len()
+    }
+
+    /// The first attempt of job `job` (its group's id) in pod `pod` ends
+    /// with `code`.
+    pub fn job_exits(&self, pod: &str, job: i64, code: i32) {
+        let dir = crate::k8s::job_scripts::attempt_dir(job, 0);
+        self.fake.world().job_exits(pod, &dir, code);
+    }
 }
 
 impl Drop for FakeCluster {
