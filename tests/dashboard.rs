@@ -46,18 +46,24 @@ run: exec sleep 300
 }
 
 /// A `skyc dashboard` of ours, stopped on drop.
-struct Dashboard {
+pub(crate) struct Dashboard {
     child: Child,
     url: String,
-    addr: String,
-    token: String,
+    pub(crate) addr: String,
+    pub(crate) token: String,
 }
 
 impl Dashboard {
     fn start(state: &Path) -> Self {
-        let mut child = crate::support::skyc()
-            .args(["dashboard", "--port", "0", "--state-dir"])
-            .arg(state)
+        let mut cmd = crate::support::skyc();
+        cmd.args(["dashboard", "--port", "0", "--state-dir"])
+            .arg(state);
+        Self::spawned(cmd)
+    }
+
+    /// The dashboard `cmd` (`skyc dashboard ...`) serves.
+    pub(crate) fn spawned(mut cmd: Command) -> Self {
+        let mut child = cmd
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -82,7 +88,7 @@ impl Dashboard {
     }
 
     /// A request; (status, headers lowercased, body).
-    fn request(&self, method: &str, path: &str, headers: &[(&str, &str)]) -> Reply {
+    pub(crate) fn request(&self, method: &str, path: &str, headers: &[(&str, &str)]) -> Reply {
         let mut stream = TcpStream::connect(&self.addr).expect("connect");
         stream
             .set_read_timeout(Some(Duration::from_secs(20)))
@@ -120,11 +126,11 @@ impl Dashboard {
         }
     }
 
-    fn get(&self, path: &str) -> Reply {
+    pub(crate) fn get(&self, path: &str) -> Reply {
         self.request("GET", path, &[("X-Skyc-Token", &self.token.clone())])
     }
 
-    fn json(&self, path: &str) -> Value {
+    pub(crate) fn json(&self, path: &str) -> Value {
         let r = self.get(path);
         assert_eq!(r.status, 200, "{path}: {}", text(&r.body));
         serde_json::from_slice(&r.body).expect("JSON")
@@ -138,10 +144,10 @@ impl Drop for Dashboard {
     }
 }
 
-struct Reply {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
+pub(crate) struct Reply {
+    pub(crate) status: u16,
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) body: Vec<u8>,
 }
 
 impl Reply {

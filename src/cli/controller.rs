@@ -526,12 +526,14 @@ fn answer(args: &AnswerArgs) -> u8 {
         | super::Command::Pool(Pool::Status(_) | Pool::Down(_)) => true,
         // A file is planned by the client and accepted, never here.
         super::Command::Pool(Pool::Apply(apply)) => !apply.has_file(),
+        // One request of the client's dashboard, never a server here.
+        super::Command::Dashboard(dashboard) => dashboard.answers(),
         _ => false,
     };
     if !answered {
         errln!(
-            "error: only status, logs, cancel, pool status|down|apply --workers and following \
-             jobs are answered for a client"
+            "error: only status, logs, cancel, pool status|down|apply --workers, following \
+             jobs and the dashboard's requests are answered for a client"
         );
         return USAGE;
     }

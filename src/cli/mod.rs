@@ -164,6 +164,8 @@ fn through_controller(
         | Command::Lsp(_) => None,
         // A file is planned here, then submitted there.
         Command::Pool(pool::Command::Apply(apply)) if apply.has_file() => None,
+        // Served here, each request answered there.
+        Command::Dashboard(dashboard) if !dashboard.answers() => None,
         Command::Logs(logs) if logs.controller() => {
             Some(remote::controller_log(remote, logs.follows()))
         }

@@ -265,9 +265,52 @@ fn cancel_and_a_client_gone_leave_nothing_running_on_the_controller() {
     assert_eq!(again[0]["id"], gid);
     let out = c.output(&["logs", "--controller"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    // Cancelled through the controller.
-    let out = c.output(&["cancel", &gid.to_string()]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    // The dashboard served here reads the controller's state: the group
+    // listed, its nodes, its log; its cancel button cancels there.
+    c.cluster.log("s-a-0-0", "a line from the pod\n");
+    let d = crate::dashboard::Dashboard::spawned(c.skyc(&["dashboard", "--port", "0"]));
+    let list = d.json("/api/groups");
+    assert_eq!(list["groups"][0]["id"], gid, "{list:#}");
+    assert_eq!(list["groups"][0]["status"], "RUNNING", "{list:#}");
+    let one = d.json(&format!("/api/groups/{gid}"));
+    assert_eq!(one["group"]["tasks"][0]["name"], "a", "{one:#}");
+    assert_eq!(d.json("/api/pools")["pools"], Value::Array(vec![]));
+    let page = d.request("GET", &format!("/?token={}", d.token), &[]);
+    assert_eq!(page.status, 200);
+    let csp = page
+        .headers
+        .iter()
+        .find(|(k, _)| k == "content-security-policy")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
+    let nonce = csp
+        .split("'nonce-")
+        .nth(1)
+        .and_then(|n| n.split('\'').next())
+        .expect("a nonce");
+    assert!(
+        text(&page.body).contains(&format!("nonce=\"{nonce}\"")),
+        "the page's scripts carry the nonce its policy names"
+    );
+    assert_eq!(d.get("/api/groups").status, 200);
+    assert_eq!(
+        d.request("GET", "/api/groups", &[]).status,
+        401,
+        "the token is still this machine's"
+    );
+    c.wait("the pod's log through the controller", || {
+        let log = d.get(&format!("/api/groups/{gid}/log?task=0&rank=0"));
+        log.status == 200 && text(&log.body).contains("a line from the pod")
+    });
+    assert_eq!(d.get("/api/groups/999/log?task=0&rank=0").status, 404);
+    // Cancelled through the controller, by the page's button.
+    let origin = format!("http://{}", d.addr);
+    let cancel = d.request(
+        "POST",
+        &format!("/api/groups/{gid}/cancel"),
+        &[("X-Skyc-Token", &d.token), ("Origin", &origin)],
+    );
+    assert_eq!(cancel.status, 202, "{}", text(&cancel.body));
     c.wait("the group ended", || {
         !c.status(gid)["finished_at_ms"].is_null()
     });
@@ -301,7 +344,7 @@ fn cancel_and_a_client_gone_leave_nothing_running_on_the_controller() {
         "{}",
         text(&out.stderr)
     );
-    let out = c.output(&["dashboard"]);
+    let out = c.output(&["volume", "ls"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
         text(&out.stderr).contains("does not act through a controller"),

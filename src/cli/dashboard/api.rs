@@ -60,6 +60,84 @@ impl Answer {
     }
 }
 
+/// An answer as a controller writes it for its client's dashboard
+/// (`skyc dashboard --answer`): one line of JSON saying what it is, then
+/// its body's bytes.
+#[derive(Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+enum Head {
+    Html { nonce: String },
+    Json { status: u16 },
+    Bytes { headers: Vec<(String, u64)> },
+    Status { status: u16 },
+}
+
+impl Answer {
+    pub(crate) fn encode(self) -> Vec<u8> {
+        let (head, body) = match self {
+            Answer::Html { body, nonce } => (Head::Html { nonce }, body.into_bytes()),
+            Answer::Json(status, value) => (
+                Head::Json {
+                    status: status.as_u16(),
+                },
+                serde_json::to_vec(&value).unwrap_or_default(),
+            ),
+            Answer::JsonBytes(status, body) => (
+                Head::Json {
+                    status: status.as_u16(),
+                },
+                body,
+            ),
+            Answer::Bytes { body, headers } => (
+                Head::Bytes {
+                    headers: headers
+                        .into_iter()
+                        .map(|(name, value)| (name.as_str().to_owned(), value))
+                        .collect(),
+                },
+                body,
+            ),
+            Answer::Status(status, message) => (
+                Head::Status {
+                    status: status.as_u16(),
+                },
+                message.into_bytes(),
+            ),
+        };
+        let mut out = serde_json::to_vec(&head).unwrap_or_default();
+        out.push(b'\n');
+        out.extend(body);
+        out
+    }
+
+    /// [`Answer::encode`] read back; `None` when it is not one.
+    pub(crate) fn decode(bytes: &[u8]) -> Option<Self> {
+        let at = bytes.iter().position(|&b| b == b'\n')?;
+        let head: Head = serde_json::from_slice(&bytes[..at]).ok()?;
+        let body = bytes[at + 1..].to_vec();
+        let status = |code| StatusCode::from_u16(code).ok();
+        Some(match head {
+            Head::Html { nonce } => Answer::Html {
+                body: String::from_utf8(body).ok()?,
+                nonce,
+            },
+            Head::Json { status: code } => Answer::JsonBytes(status(code)?, body),
+            Head::Bytes { headers } => Answer::Bytes {
+                body,
+                headers: headers
+                    .into_iter()
+                    .map(|(name, value)| {
+                        Some((HeaderName::from_bytes(name.as_bytes()).ok()?, value))
+                    })
+                    .collect::<Option<_>>()?,
+            },
+            Head::Status { status: code } => {
+                Answer::Status(status(code)?, String::from_utf8_lossy(&body).into_owned())
+            }
+        })
+    }
+}
+
 /// The store, read-only; `None` when nothing has run in `dir` yet.
 fn open(dir: &Path) -> Result<Option<Store>, String> {
     Store::open_read_only(dir)

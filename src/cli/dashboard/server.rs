@@ -10,6 +10,7 @@ use hyper::header::{self, HeaderValue};
 use hyper::http::request::Parts;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
+use skyc_runtime::controller::remote::Remote;
 use std::convert::Infallible;
 use std::io::{self, Read};
 use std::path::PathBuf;
@@ -18,8 +19,17 @@ use std::time::Duration;
 
 /// What every request is answered from.
 pub(crate) struct Shared {
-    pub(crate) dir: PathBuf,
+    pub(crate) source: Source,
     pub(crate) token: String,
+}
+
+/// Where the views are read.
+pub(crate) enum Source {
+    /// A state directory on this machine.
+    Dir(PathBuf),
+    /// A controller's: each request answered there (`skyc dashboard
+    /// --answer`), through the controller's own session.
+    Controller(Remote),
 }
 
 /// Serves `listener` until the process ends.
@@ -152,22 +162,31 @@ fn route(shared: &Shared, parts: &Parts) -> Response<Full<Bytes>> {
         }
         Access::Refused => return plain(StatusCode::FORBIDDEN, "refused"),
     }
+    respond(match &shared.source {
+        Source::Dir(dir) => answer_for(dir, parts),
+        Source::Controller(remote) => answer_there(remote, parts),
+    })
+}
+
+/// The answer to a request the token admitted, read from the state
+/// directory `dir`.
+pub(crate) fn answer_for(dir: &std::path::Path, parts: &Parts) -> Answer {
     let path = parts.uri.path();
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
-    let answer = match (&parts.method, segments.as_slice()) {
-        (&Method::GET, [""]) => api::page(&shared.dir),
-        (&Method::GET, ["api", "groups"]) => api::groups(&shared.dir, parts),
-        (&Method::GET, ["api", "pools"]) => api::pools(&shared.dir),
+    match (&parts.method, segments.as_slice()) {
+        (&Method::GET, [""]) => api::page(dir),
+        (&Method::GET, ["api", "groups"]) => api::groups(dir, parts),
+        (&Method::GET, ["api", "pools"]) => api::pools(dir),
         (&Method::GET, ["api", "groups", id]) => match id.parse() {
-            Ok(id) => api::group(&shared.dir, id),
+            Ok(id) => api::group(dir, id),
             Err(_) => Answer::not_found(),
         },
         (&Method::GET, ["api", "groups", id, "log"]) => match id.parse() {
-            Ok(id) => api::log(&shared.dir, id, parts),
+            Ok(id) => api::log(dir, id, parts),
             Err(_) => Answer::not_found(),
         },
         (&Method::POST, ["api", "groups", id, "cancel"]) => match id.parse() {
-            Ok(id) => api::cancel(&shared.dir, id),
+            Ok(id) => api::cancel(dir, id),
             Err(_) => Answer::not_found(),
         },
         (
@@ -178,8 +197,64 @@ fn route(shared: &Shared, parts: &Parts) -> Response<Full<Bytes>> {
             Answer::Status(StatusCode::METHOD_NOT_ALLOWED, "method not allowed".into())
         }
         _ => Answer::not_found(),
-    };
-    respond(answer)
+    }
+}
+
+/// The answer the controller gives to a request the token admitted: the
+/// request's method, path and query run there as `skyc dashboard
+/// --answer` (the token, this machine's, is not sent).
+fn answer_there(remote: &Remote, parts: &Parts) -> Answer {
+    let args = vec![
+        "dashboard".to_owned(),
+        "--answer".to_owned(),
+        parts.method.as_str().to_owned(),
+        without_token(&parts.uri),
+    ];
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let failed = |why: String| Answer::Status(StatusCode::BAD_GATEWAY, why);
+    match remote.run(&args, &mut out, &mut err) {
+        Ok(0) => Answer::decode(&out)
+            .unwrap_or_else(|| failed(format!("the controller {remote} answered no view"))),
+        Ok(_) => failed(format!(
+            "the controller {remote}: {}",
+            String::from_utf8_lossy(&err).trim()
+        )),
+        Err(e) => failed(e),
+    }
+}
+
+/// A request's path and query, without its `token`.
+fn without_token(uri: &hyper::Uri) -> String {
+    let query: Vec<&str> = uri
+        .query()
+        .unwrap_or_default()
+        .split('&')
+        .filter(|kv| !kv.is_empty() && kv.split('=').next() != Some("token"))
+        .collect();
+    if query.is_empty() {
+        uri.path().to_owned()
+    } else {
+        format!("{}?{}", uri.path(), query.join("&"))
+    }
+}
+
+/// The answer to `METHOD URI` of the state directory `dir`, written to
+/// `out` as a controller's client reads it ([`Answer::decode`]).
+pub(crate) fn answer_client(
+    dir: &std::path::Path,
+    method: &str,
+    uri: &str,
+    mut out: impl io::Write,
+) -> Result<(), String> {
+    let request = Request::builder()
+        .method(method)
+        .uri(uri)
+        .body(())
+        .map_err(|e| format!("`{method} {uri}`: {e}"))?;
+    let (parts, ()) = request.into_parts();
+    out.write_all(&answer_for(dir, &parts).encode())
+        .and_then(|()| out.flush())
+        .map_err(|e| e.to_string())
 }
 
 fn respond(answer: Answer) -> Response<Full<Bytes>> {
@@ -244,6 +319,43 @@ fn with_body(status: StatusCode, content_type: &'static str, body: Bytes) -> Res
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_token_stays_here() {
+        let uri: hyper::Uri = "/api/groups/3/log?token=abc&task=0&rank=1".parse().unwrap();
+        assert_eq!(without_token(&uri), "/api/groups/3/log?task=0&rank=1");
+        let uri: hyper::Uri = "/?token=abc".parse().unwrap();
+        assert_eq!(without_token(&uri), "/");
+    }
+
+    /// What a controller writes is what its client's dashboard serves:
+    /// the same status, headers and bytes.
+    #[test]
+    fn answers_cross_whole() {
+        let answers = || {
+            [
+                Answer::Html {
+                    body: "<p>é</p>".into(),
+                    nonce: "n".into(),
+                },
+                Answer::Json(StatusCode::CONFLICT, serde_json::json!({"error": "x"})),
+                Answer::Bytes {
+                    body: vec![0, 255, b'\n'],
+                    headers: vec![(hyper::header::HeaderName::from_static("x-skyc-next"), 7)],
+                },
+                Answer::Status(StatusCode::NOT_FOUND, "not found".into()),
+            ]
+        };
+        for (here, there) in answers().into_iter().zip(answers()) {
+            let crossed = Answer::decode(&there.encode()).expect("an answer");
+            let (a, b) = (respond(here), respond(crossed));
+            assert_eq!(a.status(), b.status());
+            assert_eq!(a.headers(), b.headers());
+            assert_eq!(format!("{:?}", a.body()), format!("{:?}", b.body()));
+        }
+        assert!(Answer::decode(b"no head").is_none());
+        assert!(Answer::decode(b"{\"kind\":\"json\",\"status\":1000}\n").is_none());
+    }
 
     #[test]
     fn tokens_compare_whole() {
