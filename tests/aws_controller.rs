@@ -651,7 +651,8 @@ fn a_run_makes_the_controller_skypilots_configuration_asks_for() {
 /// A pool applied through the controller: its worker made by the
 /// controller (its key there, its SSH open to it), a job planned here
 /// against it and run in the worker after the pool's setup, its log
-/// back through the controller; then the pool down, its instance ended.
+/// back through the controller, the dashboard served here showing them;
+/// then the pool down, its instance ended.
 fn pool_through_the_controller(w: &mut World) {
     let state = format!("aws://{REGION}");
     let pool = w.s.write(
@@ -708,6 +709,20 @@ fn pool_through_the_controller(w: &mut World) {
         text(&logs.stdout),
         text(&logs.stderr)
     );
+    // The dashboard served here shows the controller's pool and job.
+    {
+        let d = crate::dashboard::Dashboard::spawned(w.skyc(&[
+            "dashboard",
+            "--port",
+            "0",
+            "--state-dir",
+            &state,
+        ]));
+        let pools = d.json("/api/pools");
+        assert_eq!(pools["pools"][0]["name"], "ctlpool", "{pools:#}");
+        let shown = d.json(&format!("/api/groups/{id}"));
+        assert_eq!(shown["group"]["status"], "SUCCEEDED", "{shown:#}");
+    }
     let out = w.following(&["pool", "down", "ctlpool", "--state-dir", &state]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let start = Instant::now();
