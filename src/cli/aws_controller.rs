@@ -154,10 +154,10 @@ pub(crate) fn ensure_for_run(region: &str, user: &str, private: bool) -> Result<
     let Some(config) = super::sky_config::jobs_controller()? else {
         return Ok(());
     };
-    for note in &config.notes {
+    let (mut wanted, notes) = config.on_aws();
+    for note in &notes {
         errln!("skyc: note: {}: jobs.controller: {note}", config.file);
     }
-    let mut wanted = config.controller;
     if let Some(other) = wanted.region.as_deref().filter(|r| *r != region) {
         errln!(
             "skyc: note: {}: jobs.controller's region is {other}; this run's controller is \

@@ -634,6 +634,58 @@ fn up(args: &UpArgs) -> u8 {
     }
 }
 
+/// How long a controller made by a run may take to lead.
+const MADE_WAIT: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// The controller SkyPilot's configuration (`jobs.controller`) asks for,
+/// made in the namespace of `k8s` by the first run (or pool) that needs
+/// one, as SkyPilot starts its jobs controller on the first managed job:
+/// when the namespace holds no controller's Deployment. Without that
+/// configuration nothing is made, and the run says how to make one.
+pub(crate) fn ensure_on_kubernetes(
+    k8s: &skyc_runtime::controller::pods::K8s,
+) -> Result<(), String> {
+    use skyc_runtime::controller::install;
+    let Some(config) = super::sky_config::jobs_controller()? else {
+        return Ok(());
+    };
+    let made = skyc_runtime::controller::with_cluster(
+        k8s.context.as_deref(),
+        Some(&k8s.namespace),
+        |client, namespace| async move {
+            if install::template(&client, &namespace).await?.is_some() {
+                return Ok(None);
+            }
+            let (wanted, notes) = config.on_kubernetes()?;
+            for note in &notes {
+                errln!("skyc: note: {}: jobs.controller: {note}", config.file);
+            }
+            errln!(
+                "skyc: no controller in {namespace}: making the one {} configures                  (jobs.controller; image {}, `skyc controller up --controller-image` for                  another)",
+                config.file,
+                wanted.image
+            );
+            let objects = controller::objects(&Controller {
+                namespace: Some(namespace.clone()),
+                ..wanted
+            })?;
+            for object in install::apply(&client, &namespace, &objects).await? {
+                errln!("skyc: applied {object}");
+            }
+            install::leader(&client, &namespace, None, MADE_WAIT)
+                .await
+                .map(Some)
+        },
+    )?;
+    if let Some(leader) = made {
+        errln!(
+            "skyc: the controller in {} leads as {leader}",
+            k8s.namespace
+        );
+    }
+    Ok(())
+}
+
 fn down(args: &DownArgs) -> u8 {
     use skyc_runtime::controller::install::{self, Down};
     if args.target == Where::Aws {

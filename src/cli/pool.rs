@@ -213,9 +213,12 @@ fn apply(args: &ApplyArgs) -> Result<u8, String> {
         Some(remote) => {
             // A controller SkyPilot's configuration asks for is made on
             // the first pool that needs it, as on the first run.
-            if let Remote::Aws(aws) = remote {
-                let (user, private) = args.submit.backends.aws.ssh();
-                super::aws_controller::ensure_for_run(&aws.region, user, private)?;
+            match remote {
+                Remote::Aws(aws) => {
+                    let (user, private) = args.submit.backends.aws.ssh();
+                    super::aws_controller::ensure_for_run(&aws.region, user, private)?;
+                }
+                Remote::K8s(k8s) => super::controller::ensure_on_kubernetes(k8s)?,
             }
             // The controller holds its own snapshots.
             let record = Record::Pool(Submission::of(&new));

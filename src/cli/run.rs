@@ -300,9 +300,12 @@ fn submit(args: &Args) -> Result<Submitted, String> {
     if let Some(remote) = remote {
         // A controller SkyPilot's configuration asks for is made on the
         // first run that needs it.
-        if let Remote::Aws(aws) = &remote {
-            let (user, private) = backends.aws.ssh();
-            super::aws_controller::ensure_for_run(&aws.region, user, private)?;
+        match &remote {
+            Remote::Aws(aws) => {
+                let (user, private) = backends.aws.ssh();
+                super::aws_controller::ensure_for_run(&aws.region, user, private)?;
+            }
+            Remote::K8s(k8s) => super::controller::ensure_on_kubernetes(k8s)?,
         }
         // Planned here, where the files are; recorded and supervised
         // there.

@@ -557,6 +557,103 @@ fn a_state_dir_that_names_no_controller_is_refused() {
     );
 }
 
+/// A run to a namespace with no controller: refused, saying how to make
+/// one, when SkyPilot's `jobs.controller` is not configured; with it, the
+/// run makes the controller it describes (its pod's CPU and memory, its
+/// claim's size and class), waits for it to lead, and submits there.
+#[test]
+fn a_run_makes_the_controller_skypilots_configuration_asks_for() {
+    let scratch = Scratch::new("k8s-client-auto");
+    let mut cluster = FakeCluster::start();
+    let kubeconfig = scratch.write("kubeconfig", &cluster.kubeconfig());
+    let file = scratch.write(
+        "g.yaml",
+        "name: auto\nexecution: parallel\n---\nname: a\nrun: echo made\n",
+    );
+    let skyc = || {
+        let mut cmd = crate::support::skyc();
+        cmd.args([
+            "run",
+            file.to_str().unwrap(),
+            "--target",
+            "k8s",
+            "-d",
+            "--state-dir",
+            STATE,
+        ])
+        .env("KUBECONFIG", &kubeconfig)
+        .env("HOME", &scratch.dir)
+        .env("XDG_STATE_HOME", scratch.dir.join("laptop"))
+        .env_remove("SKYC_STATE_DIR")
+        .env_remove("SKYPILOT_CONFIG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+        cmd
+    };
+    let refused = skyc().output().unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        text(&refused.stderr).contains("no replica leads"),
+        "{}",
+        text(&refused.stderr)
+    );
+    assert!(cluster.object("deployments", "skyc-controller").is_none());
+
+    std::fs::create_dir_all(scratch.dir.join(".sky")).unwrap();
+    scratch.write(
+        ".sky/config.yaml",
+        "jobs:\n  controller:\n    high_availability: true\n    resources:\n      \
+         cpus: 1\n      memory: 2\n      disk_size: 5\n\
+         kubernetes:\n  high_availability:\n    storage_class_name: fast\n",
+    );
+    let run = skyc().spawn().unwrap();
+    // Once its Deployment is there, the cluster starts its pod.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while cluster.object("deployments", "skyc-controller").is_none() {
+        assert!(Instant::now() < deadline, "no Deployment applied");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let state = scratch.dir.join("controller-state");
+    std::fs::create_dir_all(&state).unwrap();
+    cluster.controller(
+        "skyc-controller-5d8b-xkq2p",
+        Path::new(env!("CARGO_BIN_EXE_skyc")),
+        &state,
+    );
+    let run = run.wait_with_output().unwrap();
+    let said = text(&run.stderr);
+    assert_eq!(run.status.code(), Some(0), "{said}");
+    assert!(said.contains("making the one"), "{said}");
+    assert!(
+        said.contains("leads as skyc-controller-5d8b-xkq2p"),
+        "{said}"
+    );
+    let gid: i64 = text(&run.stdout).trim().parse().expect("a group id");
+    let deployment = cluster.object("deployments", "skyc-controller").unwrap();
+    let resources = &deployment["spec"]["template"]["spec"]["containers"][0]["resources"];
+    assert_eq!(resources["requests"]["cpu"], "1", "{resources:#}");
+    assert_eq!(resources["limits"]["memory"], "2Gi", "{resources:#}");
+    let claim = cluster
+        .object("persistentvolumeclaims", "skyc-controller-state")
+        .unwrap();
+    assert_eq!(claim["spec"]["storageClassName"], "fast", "{claim:#}");
+    assert_eq!(
+        claim["spec"]["resources"]["requests"]["storage"], "5Gi",
+        "{claim:#}"
+    );
+    // The group is the controller's; the next run finds it there and
+    // makes nothing.
+    let store = skyc_runtime::store::Store::open(&state).unwrap();
+    assert_eq!(store.group(gid).unwrap().unwrap().name, "auto");
+    let again = skyc().output().unwrap();
+    assert!(again.status.success(), "{}", text(&again.stderr));
+    assert!(
+        !text(&again.stderr).contains("making"),
+        "{}",
+        text(&again.stderr)
+    );
+}
+
 /// `controller up` applies the objects with the user's credentials and
 /// returns once a replica leads; `down` refuses while a group is live,
 /// then removes what is the controller's and keeps its state and the
