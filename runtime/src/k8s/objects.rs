@@ -13,12 +13,13 @@ use skyc_targets::k8s::names::CONTAINER;
 use skyc_targets::k8s::pods::{ATTEMPT_LABEL, NODE_INDEX_LABEL, TASK_LABEL};
 use std::collections::BTreeMap;
 
-/// The group's objects, by name.
+/// The group's objects, by name. Cloned for each pass: a pod is shared,
+/// not copied.
 #[derive(Clone, Debug, Default)]
 pub struct Objects {
     pub jobset: Option<JobSet>,
     pub jobs: BTreeMap<String, Job>,
-    pub pods: BTreeMap<String, Pod>,
+    pub pods: BTreeMap<String, std::sync::Arc<Pod>>,
     /// Kueue's Workloads of the JobSet, by name (watched by its uid once
     /// it is seen suspended).
     pub workloads: BTreeMap<String, Workload>,

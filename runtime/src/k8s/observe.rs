@@ -126,7 +126,7 @@ pub fn observe(plan: &Plan, objs: &Objects, goal: &Goal) -> Vec<Report> {
             live && objs
                 .pods
                 .get(&plan.pod_of(task, rank, attempt))
-                .is_some_and(objects::ready)
+                .is_some_and(|p| objects::ready(p))
         });
         if plan.hold && tg.want == Want::Run && all_ready {
             ready.push(Report::Ready { task, attempt });
@@ -148,7 +148,7 @@ pub fn observe(plan: &Plan, objs: &Objects, goal: &Goal) -> Vec<Report> {
                 .zip(&tg.live)
                 .filter(|(_, live)| **live)
                 .filter_map(|(rank, _)| objs.pods.get(&plan.pod_of(task, rank, attempt)))
-                .find_map(objects::unschedulable_message)
+                .find_map(|p| objects::unschedulable_message(p))
                 .map(|m| format!("Kubernetes: {}", m.trim()))
                 .or_else(|| files_waiting(plan, objs))
         };

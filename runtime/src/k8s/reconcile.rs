@@ -140,7 +140,7 @@ pub fn pods_by_task<'a>(plan: &Plan, objs: &'a Objects) -> Vec<Vec<&'a Pod>> {
     for p in objs.pods.values() {
         let task = p.metadata.labels.as_ref().and_then(|l| l.get(TASK_LABEL));
         if let Some(&i) = task.and_then(|t| index.get(t.as_str())) {
-            out[i].push(p);
+            out[i].push(&**p);
         }
     }
     out
@@ -277,7 +277,7 @@ pub fn ended(plan: &Plan, objs: &Objects, goal: &Goal) -> bool {
         return false;
     }
     if plan.hold {
-        return objs.pods.values().all(objects::pod_terminal);
+        return objs.pods.values().all(|p| objects::pod_terminal(p));
     }
     if goal.cancel || goal.end == Some(Status::Cancelled) {
         return objs.jobset.is_none() && objs.pods.is_empty();
@@ -285,7 +285,7 @@ pub fn ended(plan: &Plan, objs: &Objects, goal: &Goal) -> bool {
     objs.jobset
         .as_ref()
         .is_none_or(|j| j.terminal_state().is_some())
-        && objs.pods.values().all(objects::pod_terminal)
+        && objs.pods.values().all(|p| objects::pod_terminal(p))
 }
 
 /// A pool worker leaves nothing behind when it ends, whether retired or

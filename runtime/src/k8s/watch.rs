@@ -115,19 +115,76 @@ impl Watched for Job {
     }
 }
 
-/// What the runtime keeps of a pod: its metadata (without the field
-/// managers' records), the node it runs on, its status. Its spec (the
-/// task's scripts and environment, its volumes: most of a pod's size)
-/// is read from the plan instead, and a group of 1,000 nodes would
-/// otherwise hold 1,000 of them, and copy them at each pass.
-fn slim(mut pod: Pod) -> Pod {
-    pod.metadata.managed_fields = None;
-    pod.spec = pod.spec.map(|spec| k8s_openapi::api::core::v1::PodSpec {
-        node_name: spec.node_name,
-        ..Default::default()
-    });
-    pod
+/// What the runtime keeps of a pod, and nothing more: a group of 1,000
+/// nodes holds 1,000 of them. Of its metadata: its name, uid, version,
+/// deletion and skyc's own labels and annotations (the field managers'
+/// records, the JobSet's and Kueue's labels and the owner go); of its
+/// spec, the node it runs on (its scripts and environment, its volumes,
+/// most of a pod's size, are the plan's); of its status: its phase,
+/// address, conditions and its containers' states, without their images,
+/// ids and times.
+pub(crate) fn slim(pod: Pod) -> Pod {
+    use k8s_openapi::api::core::v1::{ContainerStatus, PodCondition, PodSpec, PodStatus};
+    let skycs = |map: Option<std::collections::BTreeMap<String, String>>| {
+        map.map(|m| {
+            m.into_iter()
+                .filter(|(k, _)| k.starts_with(SKYC_PREFIX))
+                .collect::<std::collections::BTreeMap<_, _>>()
+        })
+        .filter(|m| !m.is_empty())
+    };
+    let containers = |statuses: Option<Vec<ContainerStatus>>| {
+        statuses.map(|all| {
+            all.into_iter()
+                .map(|c| ContainerStatus {
+                    name: c.name,
+                    state: c.state,
+                    last_state: c.last_state,
+                    ready: c.ready,
+                    restart_count: c.restart_count,
+                    ..ContainerStatus::default()
+                })
+                .collect()
+        })
+    };
+    let meta = pod.metadata;
+    Pod {
+        metadata: kube::core::ObjectMeta {
+            name: meta.name,
+            uid: meta.uid,
+            resource_version: meta.resource_version,
+            deletion_timestamp: meta.deletion_timestamp,
+            labels: skycs(meta.labels),
+            annotations: skycs(meta.annotations),
+            ..Default::default()
+        },
+        spec: pod.spec.map(|spec| PodSpec {
+            node_name: spec.node_name,
+            ..Default::default()
+        }),
+        status: pod.status.map(|s| PodStatus {
+            phase: s.phase,
+            pod_ip: s.pod_ip,
+            conditions: s.conditions.map(|all| {
+                all.into_iter()
+                    .map(|c| PodCondition {
+                        type_: c.type_,
+                        status: c.status,
+                        reason: c.reason,
+                        message: c.message,
+                        ..PodCondition::default()
+                    })
+                    .collect()
+            }),
+            container_statuses: containers(s.container_statuses),
+            init_container_statuses: containers(s.init_container_statuses),
+            ..PodStatus::default()
+        }),
+    }
 }
+
+/// skyc's labels and annotations: `skyc.io/...`.
+const SKYC_PREFIX: &str = "skyc.io/";
 
 impl Watched for Pod {
     const KIND: Kind = Kind::Pod;
@@ -135,7 +192,7 @@ impl Watched for Pod {
         let obj = slim(obj);
         let name = obj.name_any();
         if newer(objs.pods.get(&name).map(|p| &p.metadata), &obj.metadata) {
-            objs.pods.insert(name, obj);
+            objs.pods.insert(name, Arc::new(obj));
         }
     }
     fn remove(objs: &mut Objects, name: &str) {

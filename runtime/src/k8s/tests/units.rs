@@ -26,9 +26,13 @@ fn objects(w: &World) -> Objects {
         );
     }
     for name in w.names("pods") {
+        // As the watcher keeps it: what the runtime reads of a pod must
+        // be what it keeps.
         o.pods.insert(
             name.clone(),
-            serde_json::from_value(w.get("pods", &name).unwrap().clone()).unwrap(),
+            std::sync::Arc::new(crate::k8s::watch::slim(
+                serde_json::from_value(w.get("pods", &name).unwrap().clone()).unwrap(),
+            )),
         );
     }
     o
