@@ -646,13 +646,29 @@ pub(crate) fn ensure_on_kubernetes(
     k8s: &skyc_runtime::controller::pods::K8s,
 ) -> Result<(), String> {
     use skyc_runtime::controller::install;
-    let Some(config) = super::sky_config::jobs_controller()? else {
-        return Ok(());
+    // Nothing configured, nothing to make: the run reaches the controller
+    // or says why not, as without this.
+    let config = match super::sky_config::jobs_controller() {
+        Ok(None) => return Ok(()),
+        config => config,
     };
     let made = skyc_runtime::controller::with_cluster(
         k8s.context.as_deref(),
         Some(&k8s.namespace),
         |client, namespace| async move {
+            // One that answers is there, whatever the configuration says
+            // (found as every client command finds it, with the client's
+            // rights).
+            if skyc_runtime::controller::pods::leader(&client, &namespace)
+                .await
+                .is_ok()
+            {
+                return Ok(None);
+            }
+            let Some(config) = config? else {
+                return Ok(None);
+            };
+            // There but not leading: the run says so, nothing is made.
             if install::template(&client, &namespace).await?.is_some() {
                 return Ok(None);
             }
@@ -661,7 +677,9 @@ pub(crate) fn ensure_on_kubernetes(
                 errln!("skyc: note: {}: jobs.controller: {note}", config.file);
             }
             errln!(
-                "skyc: no controller in {namespace}: making the one {} configures                  (jobs.controller; image {}, `skyc controller up --controller-image` for                  another)",
+                "skyc: no controller in {namespace}: making the one {} configures \
+                 (jobs.controller; image {}, `skyc controller up --controller-image` for \
+                 another)",
                 config.file,
                 wanted.image
             );

@@ -1,10 +1,12 @@
 //! The command line as a controller's client: a state directory named
-//! `k8s://NAMESPACE[@CONTEXT]` (`--state-dir` or `$SKYC_STATE_DIR`) is
-//! the controller's there (docs/controller.md). `status`, `logs`,
-//! `cancel` and `pool status|down` run on the controller as they would
-//! here (`skyc controller answer`); `run` plans here and submits there
-//! (`skyc controller accept`); `logs --controller` is the controller's
-//! own log.
+//! `k8s://NAMESPACE[@CONTEXT]` or `aws://REGION` (`--state-dir` or
+//! `$SKYC_STATE_DIR`) is the controller's there (docs/controller.md).
+//! `status`, `logs`, `cancel`, `pool status|down` and `pool apply
+//! --workers` run on the controller as they would here (`skyc controller
+//! answer`); `run`, `run --pool` and `pool apply FILE` plan here and
+//! submit there (`skyc controller accept`); `dashboard` serves here what
+//! the controller answers; `logs --controller` is the controller's own
+//! log.
 
 use super::exit::{OK, USAGE};
 use super::out::errln;

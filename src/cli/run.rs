@@ -233,6 +233,14 @@ fn submit(args: &Args) -> Result<Submitted, String> {
         return Ok(Submitted::Invalid);
     }
     let secrets = secret_values(&args.secrets, &group);
+    if remote.is_some() && args.pool.is_none() && args.num_jobs > 1 {
+        return Err(
+            "`--num-jobs` without `--pool` runs its jobs on this machine, not through a \
+                    controller: give a local --state-dir, or apply a pool there and submit \
+                    them with `--pool`"
+                .into(),
+        );
+    }
     // A pool's jobs run where the pool is (`jobs::Submission`).
     if remote.is_some() && args.pool.is_none() {
         let runs = match remote.as_ref().map(Remote::target) {

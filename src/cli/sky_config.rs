@@ -119,12 +119,18 @@ pub(crate) fn read(text: &str, file: &str) -> Result<Option<JobsController>, Str
         c.instance_type = text("instance_type")?;
         c.cpus = text("cpus")?;
         c.memory = text("memory")?;
-        if let Some(disk) = resources.get("disk_size").filter(|v| !v.is_null()) {
+        if let Some(disk) = text("disk_size")? {
+            // SkyPilot's: GB, or a size with its unit (`100GB`, `1TB`).
             c.disk_gb = Some(
-                disk.as_i64()
-                    .and_then(|d| u64::try_from(d).ok())
-                    .filter(|d| *d > 0)
-                    .ok_or_else(|| bad("resources.disk_size", "not a number of GB"))?,
+                size_gb(&disk)
+                    .filter(|gb| gb.fract() == 0.0 && *gb >= 1.0)
+                    .map(|gb| gb as u64)
+                    .ok_or_else(|| {
+                        bad(
+                            "resources.disk_size",
+                            "not a whole number of GB (`50`, `100GB`)",
+                        )
+                    })?,
             );
         }
         for key in ["accelerators", "use_spot"] {
@@ -156,7 +162,8 @@ pub(crate) fn read(text: &str, file: &str) -> Result<Option<JobsController>, Str
 }
 
 /// SkyPilot's autostop forms: a boolean, minutes (`5`, `"30m"`, `"2h"`),
-/// or `{idle_minutes, down}`.
+/// or `{idle_minutes, down, ...}`. Enabled without minutes is 0, which
+/// SkyPilot takes as one minute ([`Autostop::seconds`]).
 fn read_autostop(node: &Node) -> Result<Autostop, String> {
     let minutes = |n: &Node| -> Result<u64, String> {
         if let Some(m) = n.as_i64() {
@@ -168,13 +175,17 @@ fn read_autostop(node: &Node) -> Result<Autostop, String> {
             .ok_or_else(|| "not a time (`30m`, `2h`, minutes)".to_owned())
     };
     match &node.value {
-        Value::Null | Value::Bool(true) => Ok(Autostop::Default),
+        Value::Null => Ok(Autostop::Default),
+        Value::Bool(true) => Ok(Autostop::After {
+            minutes: 0,
+            down: false,
+        }),
         Value::Bool(false) => Ok(Autostop::Never),
-        _ if node.get("idle_minutes").is_some() || node.get("down").is_some() => {
+        Value::Map(_) => {
             let down = matches!(node.get("down").map(|d| &d.value), Some(Value::Bool(true)));
             let minutes = match node.get("idle_minutes").filter(|m| !m.is_null()) {
                 Some(m) => minutes(m).map_err(|e| format!("idle_minutes: {e}"))?,
-                None => 10,
+                None => 0,
             };
             Ok(Autostop::After { minutes, down })
         }
@@ -185,24 +196,62 @@ fn read_autostop(node: &Node) -> Result<Autostop, String> {
     }
 }
 
+impl Autostop {
+    /// The idle time, in seconds; `None`: never stopped.
+    fn seconds(&self) -> Option<u64> {
+        match self {
+            Autostop::Default => Some(10 * 60),
+            Autostop::Never => None,
+            // 0 would stop it before its first group arrives: SkyPilot
+            // makes it a minute.
+            Autostop::After { minutes, .. } => Some((*minutes).max(1).saturating_mul(60)),
+        }
+    }
+}
+
 /// SkyPilot's time in minutes: a number of minutes, or one with `m`, `h`,
 /// `d` or `w` (fractions rounded up).
 fn time_minutes(s: &str) -> Option<u64> {
     let s = s.trim().to_ascii_lowercase();
-    if s.bytes().all(|b| b.is_ascii_digit()) {
+    if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
         return s.parse().ok();
     }
-    let (number, unit) = s.split_at(s.len().checked_sub(1)?);
-    let per = match unit {
-        "m" => 1.0,
-        "h" => 60.0,
-        "d" => 24.0 * 60.0,
-        "w" => 7.0 * 24.0 * 60.0,
-        _ => return None,
-    };
+    let (number, per) = [
+        ("m", 1.0),
+        ("h", 60.0),
+        ("d", 24.0 * 60.0),
+        ("w", 7.0 * 24.0 * 60.0),
+    ]
+    .into_iter()
+    .find_map(|(unit, per)| Some((s.strip_suffix(unit)?, per)))?;
     let value: f64 = number.parse().ok()?;
     let minutes = (value * per).ceil();
     (value.is_finite() && (0.0..=u64::MAX as f64).contains(&minutes)).then_some(minutes as u64)
+}
+
+/// A size in GB as SkyPilot reads one: a number of GB, or a number with
+/// its unit (`KB` to `PB`, or `Ki` to `Pi`, any case).
+fn size_gb(s: &str) -> Option<f64> {
+    let s = s.trim().to_ascii_lowercase();
+    if let Some(gb) = amount(&s) {
+        return Some(gb);
+    }
+    let units = [
+        ("kb", -2),
+        ("ki", -2),
+        ("mb", -1),
+        ("mi", -1),
+        ("gb", 0),
+        ("gi", 0),
+        ("tb", 1),
+        ("ti", 1),
+        ("pb", 2),
+        ("pi", 2),
+    ];
+    units.into_iter().find_map(|(unit, power)| {
+        let value = amount(s.strip_suffix(unit)?)?;
+        Some(value * 1024f64.powi(power))
+    })
 }
 
 impl JobsController {
@@ -240,11 +289,10 @@ impl JobsController {
             }
         }
         self.unread_notes(&mut notes);
+        c.idle_seconds = self.autostop.seconds().unwrap_or(u64::MAX);
         match self.autostop {
-            Autostop::Default => {}
-            Autostop::Never => c.idle_seconds = u64::MAX,
-            Autostop::After { minutes, down } => {
-                c.idle_seconds = minutes.saturating_mul(60);
+            Autostop::Default | Autostop::Never => {}
+            Autostop::After { down, .. } => {
                 if down {
                     notes.push(
                         "autostop.down is not read: an idle controller is stopped, its state \
@@ -282,53 +330,75 @@ impl JobsController {
                 "its resources are on {cloud}: skyc's controller here is on Kubernetes"
             ));
         }
-        // SkyPilot's Kubernetes instance types: `4CPU--16GB`.
+        // SkyPilot's Kubernetes instance types: `4CPU--16GB[--ACC:N]`.
         let typed = self.instance_type.as_deref().map(|t| {
-            t.split_once("CPU--")
-                .and_then(|(cpus, gb)| Some((amount(cpus)?, amount(gb.strip_suffix("GB")?)?)))
-                .ok_or_else(|| {
-                    bad(
-                        "instance_type",
-                        t,
-                        "not a Kubernetes instance type (4CPU--16GB)",
-                    )
-                })
-        });
-        let cpus = match (typed.transpose()?, self.cpus.as_deref()) {
-            (Some((cpus, gb)), _) => {
-                c.memory = memory_quantity(gb);
-                Some(cpus)
+            let mut parts = t.split("--");
+            let cpus = parts.next().and_then(|p| amount(p.strip_suffix("CPU")?));
+            let gb = parts.next().and_then(|p| amount(p.strip_suffix("GB")?));
+            if parts.next().is_some() {
+                notes.push(format!(
+                    "resources.instance_type {t}: its accelerators are not read: skyc's \
+                     controller needs none"
+                ));
             }
-            (None, Some(cpus)) => Some(
+            cpus.zip(gb).ok_or_else(|| {
+                bad(
+                    "instance_type",
+                    t,
+                    "not a Kubernetes instance type (`4CPU--16GB`)",
+                )
+            })
+        });
+        let cpus = match self.cpus.as_deref() {
+            Some(cpus) => Some(
                 amount(cpus.strip_suffix('+').unwrap_or(cpus))
                     .ok_or_else(|| bad("cpus", cpus, "not a number of CPUs"))?,
             ),
-            (None, None) => None,
+            None => None,
         };
-        if let Some(cpus) = cpus {
-            c.cpu = quantity(cpus);
-        }
-        if let (Some(memory), None) = (self.memory.as_deref(), &self.instance_type) {
-            let plain = memory.strip_suffix('+').unwrap_or(memory);
-            let gb = match plain.strip_suffix('x') {
-                // Per CPU, as SkyPilot reads it.
-                Some(per) => amount(per).zip(cpus).map(|(per, cpus)| per * cpus),
-                None => amount(plain),
+        // SkyPilot fills what is not given from its own (`cpus: 4+`,
+        // `memory: 4x`): memory follows the CPUs.
+        let memory = |per_cpu_of: f64| -> Result<Option<f64>, String> {
+            match self.memory.as_deref() {
+                Some(memory) => {
+                    let plain = memory.strip_suffix('+').unwrap_or(memory);
+                    let gb = match plain.strip_suffix('x') {
+                        Some(per) => amount(per).map(|per| per * per_cpu_of),
+                        None => size_gb(plain),
+                    };
+                    gb.map(Some).ok_or_else(|| {
+                        bad("memory", memory, "not memory (`16`, `16GB`, `4x` per CPU)")
+                    })
+                }
+                None => Ok(None),
             }
-            .ok_or_else(|| {
-                bad(
-                    "memory",
-                    memory,
-                    "not GB of memory (`16`, `4x` with cpus given)",
-                )
-            })?;
+        };
+        let (cpu, gb) = match (typed.transpose()?, cpus) {
+            (Some(typed), _) => (Some(typed.0), Some(typed.1)),
+            (None, Some(cpus)) => (Some(cpus), Some(memory(cpus)?.unwrap_or(4.0 * cpus))),
+            (None, None) => {
+                let gb = memory(SKYPILOT_CPUS)?;
+                if gb.is_some() {
+                    notes.push(format!(
+                        "resources.cpus is not given: the pod's CPU is skyc's ({}), not \
+                         SkyPilot's {SKYPILOT_CPUS}",
+                        c.cpu
+                    ));
+                }
+                (None, gb)
+            }
+        };
+        if let Some(cpu) = cpu {
+            c.cpu = quantity(cpu);
+        }
+        if let Some(gb) = gb {
             c.memory = memory_quantity(gb);
         }
         if let Some(disk) = self.disk_gb {
             c.storage = format!("{disk}Gi");
         }
         self.unread_notes(&mut notes);
-        if !matches!(self.autostop, Autostop::Default | Autostop::Never) {
+        if !matches!(self.autostop, Autostop::Default) {
             notes.push(
                 "autostop is not read on Kubernetes: the controller's pod waits, small, for \
                  the next group"
@@ -345,6 +415,10 @@ impl JobsController {
         Ok((c, notes))
     }
 }
+
+/// The CPUs SkyPilot's jobs controller asks for when none are given
+/// (`cpus: 4+`), which its `memory: Nx` multiplies.
+const SKYPILOT_CPUS: f64 = 4.0;
 
 /// A positive number SkyPilot writes for CPUs or GB.
 fn amount(s: &str) -> Option<f64> {
@@ -417,12 +491,18 @@ mod tests {
         assert!(notes[0].contains("on gcp"), "{notes:?}");
         // `resources.autostop` wins over the older key, in each of its
         // forms.
+        // Enabled without minutes, or 0: SkyPilot's one minute.
         for (autostop, seconds) in [
             ("5", 300),
             ("'2h'", 7200),
             ("'1.5m'", 120),
-            ("true", 600),
-            ("{down: true}", 600),
+            ("true", 60),
+            ("{down: true}", 60),
+            ("{wait_for: jobs}", 60),
+            ("{}", 60),
+            ("0", 60),
+            // Not given there: the older key's (here `false`) decides.
+            ("null", u64::MAX),
         ] {
             let (c, _) = read(&format!(
                 "jobs:\n  controller:\n    autostop: false\n    resources:\n      \
@@ -448,9 +528,36 @@ mod tests {
             (c.cpu.as_str(), c.memory.as_str(), c.storage.as_str()),
             ("2", "8Gi", "20Gi")
         );
+
         assert_eq!(c.storage_class.as_deref(), Some("shared"));
         assert_eq!(c.image, OnKubernetes::default().image);
         assert!(notes.is_empty(), "{notes:?}");
+        // As SkyPilot fills them: CPUs alone take 4 GB each; memory with
+        // units; a disk with its unit; `Nx` alone counts SkyPilot's 4 CPUs.
+        let k8s = |resources: &str| {
+            read(&format!(
+                "jobs:\n  controller:\n    high_availability: true\n    resources:\n{resources}"
+            ))
+            .unwrap()
+            .on_kubernetes()
+            .unwrap()
+        };
+        let (c, _) = k8s("      cpus: 3\n      disk_size: 1TB\n");
+        assert_eq!(
+            (c.cpu.as_str(), c.memory.as_str(), c.storage.as_str()),
+            ("3", "12Gi", "1024Gi")
+        );
+        let (c, _) = k8s("      cpus: 1\n      memory: 2048MB\n");
+        assert_eq!(c.memory, "2Gi");
+        let (c, notes) = k8s("      memory: 2x\n");
+        assert_eq!((c.cpu.as_str(), c.memory.as_str()), ("500m", "8Gi"));
+        assert!(
+            notes[0].contains("resources.cpus is not given"),
+            "{notes:?}"
+        );
+        let (c, notes) = k8s("      instance_type: 8CPU--32GB--H100:1\n");
+        assert_eq!((c.cpu.as_str(), c.memory.as_str()), ("8", "32Gi"));
+        assert!(notes[0].contains("accelerators"), "{notes:?}");
         // SkyPilot's Kubernetes instance type; half a CPU.
         let (c, _) = read("jobs:\n  controller:\n    resources:\n      instance_type: 2CPU--3GB\n")
             .unwrap()
@@ -472,7 +579,7 @@ mod tests {
         // What cannot be read is named with its key.
         for (yaml, key) in [
             ("cpus: many", "resources.cpus"),
-            ("memory: 4x", "resources.memory"),
+            ("memory: lots", "resources.memory"),
             ("instance_type: m6i.large", "resources.instance_type"),
         ] {
             let e = read(&format!(
@@ -499,6 +606,20 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.contains("jobs.controller.resources.autostop"), "{e}");
+        for bad in ["'5é'", "'é'", "''", "'-3m'"] {
+            let e = super::read(
+                &format!("jobs:\n  controller:\n    autostop: {bad}\n"),
+                "config.yaml",
+            )
+            .unwrap_err();
+            assert!(e.contains("jobs.controller.autostop"), "{bad}: {e}");
+        }
+        let e = super::read(
+            "jobs:\n  controller:\n    resources:\n      disk_size: 1.5GB\n",
+            "config.yaml",
+        )
+        .unwrap_err();
+        assert!(e.contains("resources.disk_size"), "{e}");
         let e = super::read("jobs: [\n", "config.yaml").unwrap_err();
         assert!(e.contains("not YAML"), "{e}");
     }

@@ -311,6 +311,21 @@ fn cancel_and_a_client_gone_leave_nothing_running_on_the_controller() {
         &[("X-Skyc-Token", &d.token), ("Origin", &origin)],
     );
     assert_eq!(cancel.status, 202, "{}", text(&cancel.body));
+    // The page's token is this machine's: never in what the controller ran.
+    let execs = c.cluster.execs();
+    assert!(
+        execs
+            .iter()
+            .any(|(argv, _)| argv.iter().any(|a| a == "--answer")),
+        "the page's requests were answered there"
+    );
+    assert!(
+        execs
+            .iter()
+            .all(|(argv, input)| !argv.iter().any(|a| a.contains(&d.token))
+                && !String::from_utf8_lossy(input).contains(&d.token)),
+        "the token stays here"
+    );
     c.wait("the group ended", || {
         !c.status(gid)["finished_at_ms"].is_null()
     });
@@ -333,7 +348,7 @@ fn cancel_and_a_client_gone_leave_nothing_running_on_the_controller() {
     ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
-        text(&out.stderr).contains("runs on this machine only"),
+        text(&out.stderr).contains("without `--pool` runs its jobs on this machine"),
         "{}",
         text(&out.stderr)
     );
@@ -509,6 +524,11 @@ fn a_pool_and_its_jobs_go_through_the_controller() {
     // Resized and taken down through it.
     let out = c.output(&["pool", "apply", "-p", "trainers", "--workers", "1"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
+    c.wait("the pool resized", || {
+        let out = c.output(&["pool", "status", "--json"]);
+        let pools: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        pools[0]["target_workers"] == 1
+    });
     let out = c.output(&["pool", "down", "trainers"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     c.wait("the workers gone", || {

@@ -53,7 +53,7 @@ pub(super) const STDIN_BUFFER: usize = 64 << 10;
 /// ends with the command's status, or when the connection does, whatever
 /// is still being written: a command that stopped reading its input, or
 /// a network gone, never leaves the client waiting.
-pub(super) trait Session {
+pub(super) trait Session: Send {
     fn exec(
         &mut self,
         argv: Vec<String>,
@@ -86,6 +86,14 @@ impl Remote {
             Remote::K8s(k8s) => Some(k8s),
             Remote::Aws(_) => None,
         }
+    }
+
+    /// Reached once, for commands in a row.
+    pub fn connect(&self) -> Result<Connected, String> {
+        Ok(Connected {
+            remote: self.clone(),
+            session: Some(self.session().map_err(|e| self.failed(&e))?),
+        })
     }
 
     fn session(&self) -> Result<Box<dyn Session>, String> {
@@ -130,6 +138,7 @@ impl Remote {
     /// with it (once: a snapshot it holds is not sent again). Answers what
     /// the controller recorded.
     pub fn submit(&self, record: &Record, snapshots: &Snapshots) -> Result<Accepted, String> {
+        record.check_size()?;
         let mut session = self.session()?;
         submit(session.as_mut(), self.target(), record, snapshots).map_err(|e| self.failed(&e))
     }
@@ -149,7 +158,7 @@ impl Remote {
             .map_err(|e| self.failed(&e))?;
         if code != 0 {
             // The controller's own words: no such pool, going down.
-            return Err(refused(&err));
+            return Err(self.failed(&refused(&err)));
         }
         serde_json::from_slice(&out)
             .map_err(|e| self.failed(&format!("its answer for pool `{name}`: {e}")))
@@ -161,6 +170,42 @@ impl Remote {
             Remote::K8s(_) => "k8s",
             Remote::Aws(_) => "aws",
         }
+    }
+}
+
+/// A controller reached once, for commands in a row (a dashboard's
+/// requests): its session kept, and made again after one fails (a leader
+/// replaced, a connection lost).
+pub struct Connected {
+    remote: Remote,
+    session: Option<Box<dyn Session>>,
+}
+
+impl Connected {
+    pub fn remote(&self) -> &Remote {
+        &self.remote
+    }
+
+    /// [`Remote::run`] through the kept session.
+    pub fn run(
+        &mut self,
+        args: &[String],
+        stdout: &mut dyn Write,
+        stderr: &mut dyn Write,
+    ) -> Result<i32, String> {
+        let session = match &mut self.session {
+            Some(session) => session,
+            None => self
+                .session
+                .insert(self.remote.session().map_err(|e| self.remote.failed(&e))?),
+        };
+        let ran = session
+            .exec(answer_argv(args), None, stdout, stderr)
+            .map_err(|e| self.remote.failed(&e));
+        if ran.is_err() {
+            self.session = None;
+        }
+        ran
     }
 }
 
@@ -307,11 +352,20 @@ impl Write for Chunks {
     }
 }
 
-/// What a command that refused said, without its `error: ` prefix.
+/// What a command that refused said, without its `error: ` prefix; a
+/// command line the controller's skyc does not know is said to be that.
 fn refused(stderr: &[u8]) -> String {
     let text = String::from_utf8_lossy(stderr);
     let text = text.trim();
-    text.strip_prefix("error: ").unwrap_or(text).to_owned()
+    let said = text.strip_prefix("error: ").unwrap_or(text);
+    if said.starts_with("unrecognized subcommand") || said.starts_with("unexpected argument") {
+        let first = said.lines().next().unwrap_or_default();
+        return format!(
+            "the controller's skyc is older than this one and does not know this ({first}): \
+             `skyc controller up` updates it"
+        );
+    }
+    said.to_owned()
 }
 
 #[cfg(test)]
@@ -353,6 +407,19 @@ mod tests {
         ] {
             assert!(matches!(Remote::parse(bad), Some(Err(_))), "{bad}");
         }
+    }
+
+    /// A controller whose skyc does not know a command says so, and how
+    /// to update it, rather than its usage.
+    #[test]
+    fn an_older_controller_is_said_to_be_one() {
+        let said =
+            refused(b"error: unrecognized subcommand 'pool'\n\nUsage: skyc controller <COMMAND>\n");
+        assert!(said.contains("older than this one"), "{said}");
+        assert!(said.contains("'pool'") && !said.contains("Usage"), "{said}");
+        let said = refused(b"error: unexpected argument '--jobs' found\n");
+        assert!(said.contains("`skyc controller up` updates it"), "{said}");
+        assert_eq!(refused(b"error: no pool named `p`\n"), "no pool named `p`");
     }
 
     #[test]

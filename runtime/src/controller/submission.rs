@@ -218,6 +218,30 @@ impl Record {
         })
     }
 
+    /// Refused before anything is sent when its line is longer than a
+    /// controller reads.
+    pub fn check_size(&self) -> Result<(), String> {
+        let bytes = match self {
+            Record::Group(s) | Record::Pool(s) => serde_json::to_vec(s),
+            Record::Jobs(jobs) => serde_json::to_vec(jobs),
+        }
+        .map_err(|e| e.to_string())?
+        .len() as u64;
+        if bytes < MAX_LINE {
+            return Ok(());
+        }
+        let what = match self {
+            Record::Jobs(jobs) => format!("the plans of {} jobs", jobs.jobs.len()),
+            _ => "its plan".to_owned(),
+        };
+        Err(format!(
+            "{what} take {} MiB, more than a controller reads at once ({} MiB): submit fewer \
+             jobs at a time",
+            bytes >> 20,
+            MAX_LINE >> 20
+        ))
+    }
+
     /// Records it in the store of `dir`, by the rules a local store's
     /// are.
     fn record(&self, dir: &Path) -> Result<Accepted, String> {
@@ -229,6 +253,10 @@ impl Record {
                 .map(Accepted::Group)
                 .map_err(|e| format!("{}: {e}", dir.display())),
             Record::Pool(s) => admission::apply(store, &s.as_new()).map(Accepted::Pool),
+            // Without a pool they run on the submitting machine.
+            Record::Jobs(Jobs { pool: None, .. }) => {
+                Err("jobs without a pool do not run on a controller".into())
+            }
             Record::Jobs(jobs) => {
                 let pool = jobs.pool.as_ref().map(|(id, name)| (*id, name.as_str()));
                 let new = jobs.jobs.iter().map(Submission::as_new).collect();
@@ -763,5 +791,24 @@ mod tests {
             2,
             "the jobs planned against the live pool, only"
         );
+        // Jobs without a pool run on the submitting machine, never here.
+        let alone = send(&d, &jobs(None)).unwrap_err();
+        assert!(alone.contains("without a pool"), "{alone}");
+        // A pool going down takes no more jobs and no new plan.
+        let mut store = Store::open(&d.controller).unwrap();
+        store.request_cancel(pool).unwrap();
+        let late = send(&d, &jobs(Some((pool, "p".into())))).unwrap_err();
+        assert!(late.contains("going down"), "{late}");
+        let again = send(&d, &Record::Pool(submission("p", pool_plan(1)))).unwrap_err();
+        assert!(again.contains("going down"), "{again}");
+        // Nor does one that runs elsewhere.
+        let mut aws = submission("p", pool_plan(1));
+        aws.backend = Backend::Aws;
+        let elsewhere = send(&d, &Record::Pool(aws)).unwrap_err();
+        assert!(
+            elsewhere.contains("runs groups of --target k8s"),
+            "{elsewhere}"
+        );
+        assert_eq!(d.groups(), 2, "nothing more recorded");
     }
 }

@@ -54,14 +54,6 @@ pub fn record_jobs(
     num_jobs: u32,
     jobs: Vec<NewGroup<'_>>,
 ) -> Result<Vec<i64>, String> {
-    if let Some((id, name)) = pool {
-        let now = for_jobs(store, name)?;
-        if now.id != id {
-            return Err(format!(
-                "pool `{name}` was replaced while the jobs were planned: submit them again"
-            ));
-        }
-    }
     let jobs: Vec<(NewGroup<'_>, Option<Member>)> = jobs
         .into_iter()
         .zip(0..)
@@ -74,7 +66,21 @@ pub fn record_jobs(
             (new, Some(member))
         })
         .collect();
-    store.insert_jobs(&jobs).map_err(|e| e.to_string())
+    let Some((id, name)) = pool else {
+        return store.insert_jobs(&jobs).map_err(|e| e.to_string());
+    };
+    // Said as `run --pool` says it, when the pool is not the one planned
+    // against; checked again as they are recorded, in one transaction.
+    let now = for_jobs(store, name)?;
+    if now.id != id {
+        return Err(format!(
+            "pool `{name}` was replaced while the jobs were planned: submit them again"
+        ));
+    }
+    store
+        .insert_pool_jobs(id, &jobs)
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("pool `{name}` is going down; it takes no more jobs"))
 }
 
 /// The live pool `name` a file may be applied to on `backend` (`None`:

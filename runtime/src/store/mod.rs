@@ -338,6 +338,30 @@ impl Store {
         })
     }
 
+    /// Records jobs of the pool `pool` in one transaction, if it is live
+    /// and not going down: `None` otherwise, and nothing recorded.
+    pub fn insert_pool_jobs(
+        &mut self,
+        pool: i64,
+        jobs: &[(NewGroup<'_>, Option<Member>)],
+    ) -> Result<Option<Vec<i64>>> {
+        self.transaction(|tx| {
+            let takes: i64 = tx.0.query_row(
+                "SELECT count(*) FROM groups WHERE id = ?1 AND kind = 'pool' \
+                 AND finished_at_ms IS NULL AND cancel_requested = 0",
+                params![pool],
+                |r| r.get(0),
+            )?;
+            if takes == 0 {
+                return Ok(None);
+            }
+            jobs.iter()
+                .map(|(new, member)| tx.insert(new, Kind::Group, *member))
+                .collect::<Result<Vec<_>>>()
+                .map(Some)
+        })
+    }
+
     /// Records a new pool, unless a pool of that name is live: `None` then.
     pub fn insert_pool(&mut self, new: &NewGroup<'_>) -> Result<Option<i64>> {
         self.transaction(|tx| {

@@ -117,6 +117,12 @@ impl Answer {
         let body = bytes[at + 1..].to_vec();
         let status = |code| StatusCode::from_u16(code).ok();
         Some(match head {
+            // The nonce goes into this server's policy, the headers into
+            // its answer: only what the dashboard itself sends.
+            Head::Html { nonce } if !nonce.bytes().all(|b| b.is_ascii_hexdigit()) => return None,
+            Head::Bytes { headers } if headers.iter().any(|(n, _)| !n.starts_with("x-skyc-")) => {
+                return None;
+            }
             Head::Html { nonce } => Answer::Html {
                 body: String::from_utf8(body).ok()?,
                 nonce,

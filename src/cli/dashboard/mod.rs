@@ -69,22 +69,29 @@ fn serve(args: &Args) -> Result<(), String> {
         Some(remote) => {
             // Asked once before serving: a controller that is not there,
             // or whose skyc answers no page, is said now, not on the page.
+            let mut connected = remote.connect()?;
             let (mut out, mut err) = (Vec::new(), Vec::new());
             let asked = ["dashboard", "--answer", "GET", "/api/pools"].map(str::to_owned);
-            let code = remote.run(&asked, &mut out, &mut err)?;
+            let code = connected.run(&asked, &mut out, &mut err)?;
             if code != 0 {
                 return Err(format!(
                     "the controller {remote}: {}",
                     String::from_utf8_lossy(&err).trim()
                 ));
             }
-            server::Source::Controller(remote)
+            server::Source::Controller(std::sync::Mutex::new(connected))
         }
         None => server::Source::Dir(local_dir(args)?),
     };
     let shown = match &source {
         server::Source::Dir(dir) => dir.display().to_string(),
-        server::Source::Controller(remote) => format!("the controller {remote}"),
+        server::Source::Controller(connected) => format!(
+            "the controller {}",
+            connected
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .remote()
+        ),
     };
     let token = server::random_hex(32).map_err(|e| format!("/dev/urandom: {e}"))?;
     let listener = TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, args.port))

@@ -10,7 +10,7 @@ use hyper::header::{self, HeaderValue};
 use hyper::http::request::Parts;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use skyc_runtime::controller::remote::Remote;
+use skyc_runtime::controller::remote::Connected;
 use std::convert::Infallible;
 use std::io::{self, Read};
 use std::path::PathBuf;
@@ -28,8 +28,8 @@ pub(crate) enum Source {
     /// A state directory on this machine.
     Dir(PathBuf),
     /// A controller's: each request answered there (`skyc dashboard
-    /// --answer`), through the controller's own session.
-    Controller(Remote),
+    /// --answer`), through one session kept for them all.
+    Controller(std::sync::Mutex<Connected>),
 }
 
 /// Serves `listener` until the process ends.
@@ -164,7 +164,12 @@ fn route(shared: &Shared, parts: &Parts) -> Response<Full<Bytes>> {
     }
     respond(match &shared.source {
         Source::Dir(dir) => answer_for(dir, parts),
-        Source::Controller(remote) => answer_there(remote, parts),
+        Source::Controller(connected) => answer_there(
+            &mut connected
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+            parts,
+        ),
     })
 }
 
@@ -203,7 +208,7 @@ pub(crate) fn answer_for(dir: &std::path::Path, parts: &Parts) -> Answer {
 /// The answer the controller gives to a request the token admitted: the
 /// request's method, path and query run there as `skyc dashboard
 /// --answer` (the token, this machine's, is not sent).
-fn answer_there(remote: &Remote, parts: &Parts) -> Answer {
+fn answer_there(connected: &mut Connected, parts: &Parts) -> Answer {
     let args = vec![
         "dashboard".to_owned(),
         "--answer".to_owned(),
@@ -212,7 +217,8 @@ fn answer_there(remote: &Remote, parts: &Parts) -> Answer {
     ];
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let failed = |why: String| Answer::Status(StatusCode::BAD_GATEWAY, why);
-    match remote.run(&args, &mut out, &mut err) {
+    let remote = connected.remote().clone();
+    match connected.run(&args, &mut out, &mut err) {
         Ok(0) => Answer::decode(&out)
             .unwrap_or_else(|| failed(format!("the controller {remote} answered no view"))),
         Ok(_) => failed(format!(
@@ -336,7 +342,7 @@ mod tests {
             [
                 Answer::Html {
                     body: "<p>é</p>".into(),
-                    nonce: "n".into(),
+                    nonce: "0a1b".into(),
                 },
                 Answer::Json(StatusCode::CONFLICT, serde_json::json!({"error": "x"})),
                 Answer::Bytes {
@@ -354,6 +360,11 @@ mod tests {
             assert_eq!(format!("{:?}", a.body()), format!("{:?}", b.body()));
         }
         assert!(Answer::decode(b"no head").is_none());
+        // Only what the dashboard itself sends is served as it came.
+        assert!(Answer::decode(b"{\"kind\":\"html\",\"nonce\":\"x' 'unsafe-inline\"}\n").is_none());
+        assert!(
+            Answer::decode(b"{\"kind\":\"bytes\",\"headers\":[[\"cache-control\",1]]}\n").is_none()
+        );
         assert!(Answer::decode(b"{\"kind\":\"json\",\"status\":1000}\n").is_none());
     }
 
