@@ -118,7 +118,7 @@ fn wait(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
 }
 
 /// The child: a replica of the controller of `dir`, its client the
-/// fake's at `url`, its pods' logs streamed when `logs`, until SIGTERM.
+/// fake's at `url`, its pods' logs read when `logs`, until SIGTERM.
 fn replica(url: &str, dir: &Path, logs: bool) {
     use std::sync::Arc;
     use std::sync::atomic::AtomicBool;
@@ -139,7 +139,7 @@ fn replica(url: &str, dir: &Path, logs: bool) {
         .expect("served");
 }
 
-/// `logs`: the pods' logs streamed into the state directory (as the
+/// `logs`: the pods' logs read into the state directory (as the
 /// controller does); else not, to tell their part.
 fn memory(logs: bool) {
     let cluster = FakeCluster::start();
@@ -180,9 +180,9 @@ fn memory(logs: bool) {
     );
     let _ = child.wait();
     let how = if logs {
-        "their logs streamed"
+        "their logs read"
     } else {
-        "no logs streamed"
+        "no logs read"
     };
     println!("memory ({how}): {NODES} nodes running {running:.1?} after the group was recorded");
     println!(

@@ -16,7 +16,8 @@ use super::apply::{self, Found, Refusal};
 use super::client::{self, Cluster};
 use super::jobset::JobSet;
 use super::kueue::Workload;
-use super::logs::{self, NodeLog};
+use super::log_readers::{self, Readers, Started};
+use super::logs::NodeLog;
 use super::objects::{self, Kind};
 use super::observe::observe;
 use super::plan::Plan;
@@ -94,6 +95,9 @@ pub struct Tuning {
     pub backoff: Backoff,
     /// Follow pod logs into the state directory.
     pub logs: bool,
+    /// Pod logs followed at once by the supervisor; the others are read
+    /// in turns ([`log_readers`]).
+    pub log_streams: usize,
     /// How long past its grace a deleted pod may stay before it is
     /// deleted at once (its node does not answer).
     pub force_after: std::time::Duration,
@@ -109,6 +113,7 @@ impl Default for Tuning {
         Self {
             backoff: Backoff::default(),
             logs: true,
+            log_streams: log_readers::STREAMS,
             force_after: FORCE_AFTER,
             job_poll: JOB_POLL,
             settle_limit: SETTLE_LIMIT,
@@ -163,6 +168,7 @@ impl Kubernetes {
         let ctx = Ctx {
             state_dir,
             connect,
+            log_streams: log_readers::Budget::new(tuning.log_streams),
             tuning,
             post: outbox.post(),
         };
@@ -291,6 +297,8 @@ struct Ctx {
     connect: Connect,
     tuning: Tuning,
     post: Post,
+    /// The streams its groups' log followers share.
+    log_streams: log_readers::Budget,
 }
 
 async fn main_loop(mut rx: mpsc::UnboundedReceiver<Command>, ctx: Ctx) {
@@ -465,10 +473,8 @@ struct Group {
     finished_at: Option<Instant>,
     /// The API server, for messages.
     server: String,
-    /// Pods whose logs are followed, by uid.
-    following: BTreeSet<String>,
-    /// Their followers, which end at the end of their pod's log.
-    followers: Vec<tokio::task::JoinHandle<()>>,
+    /// Its pods' logs' readers.
+    logs: Readers,
     /// The files pod's filling, on a task of its own (it may take
     /// minutes; the group's loop goes on meanwhile), and its op.
     filling: Option<(Op, tokio::task::JoinHandle<Outcome>)>,
@@ -489,6 +495,7 @@ enum Waited {
 
 impl Group {
     fn new(plan: Plan, goal: Goal, job: Option<String>, out: Out, ctx: Arc<Ctx>) -> Self {
+        let logs = Readers::new(ctx.log_streams.clone(), ctx.tuning.backoff);
         Self {
             plan,
             goal,
@@ -503,8 +510,7 @@ impl Group {
             held: BTreeMap::new(),
             finished_at: None,
             server: String::new(),
-            following: BTreeSet::new(),
-            followers: Vec::new(),
+            logs,
             filling: None,
             wake: None,
             cluster_settled_at: None,
@@ -807,13 +813,10 @@ impl Group {
             }
         }
         let workloads = workloads.map(|(_, t)| t);
-        for t in tasks
-            .into_iter()
-            .chain(workloads)
-            .chain(std::mem::take(&mut self.followers))
-        {
+        for t in tasks.into_iter().chain(workloads) {
             t.abort();
         }
+        self.logs.abort();
         if let Some((_, fill)) = self.filling.take() {
             fill.abort();
         }
@@ -840,9 +843,8 @@ impl Group {
 
     /// The last lines of the ended pods are read (or have had their time).
     fn logs_read(&self) -> bool {
-        self.cluster_settled_at.is_some_and(|since| {
-            self.followers.iter().all(|f| f.is_finished()) || since.elapsed() >= LOG_TAIL_LIMIT
-        })
+        self.cluster_settled_at
+            .is_some_and(|since| self.logs.done() || since.elapsed() >= LOG_TAIL_LIMIT)
     }
 
     /// What an op's answer leaves to do: say a refusal, fail a refused
@@ -937,52 +939,31 @@ impl Group {
         ops
     }
 
-    /// Starts following the log of every pod that has started and is not
-    /// followed yet.
+    /// Reads the log of every pod that has started ([`Readers`]).
     fn follow_logs(&mut self, apis: &Apis, shared: &SharedRef, objs: &objects::Objects) {
-        for pod in objs.pods.values() {
-            let Some(uid) = pod.metadata.uid.clone() else {
-                continue;
-            };
-            let Some((task, rank)) = objects::node_of(&pod.metadata) else {
-                continue;
-            };
-            if !objects::started(pod) || self.following.contains(&uid) {
-                continue;
-            }
-            let attempt = objects::pod_attempt(pod).unwrap_or(0);
-            self.following.insert(uid.clone());
-            let node = NodeLog {
-                group_dir: crate::paths::group_dir(&self.ctx.state_dir, self.out.gid),
-                task: task.to_owned(),
-                rank,
-                attempt,
-                pod: pod.metadata.name.clone().unwrap_or_default(),
-                uid: uid.clone(),
-            };
-            let api = apis.pods.clone();
-            let shared = shared.clone();
-            let backoff = self.backoff();
-            self.followers.push(tokio::task::spawn_local(async move {
-                let mut failures = 0;
-                loop {
-                    let result = logs::follow(&api, &node).await;
-                    let pod_done = {
-                        let s = lock(&shared);
-                        s.objs.pods.get(&node.pod).is_none_or(|p| {
-                            p.metadata.uid.as_deref() != Some(&node.uid) || objects::pod_terminal(p)
-                        })
-                    };
-                    match result {
-                        Ok(()) if pod_done => return,
-                        Err(e) if retry::not_found(&e) => return,
-                        _ => {}
-                    }
-                    tokio::time::sleep(backoff.delay(failures)).await;
-                    failures += 1;
-                }
-            }));
-        }
+        let group_dir = crate::paths::group_dir(&self.ctx.state_dir, self.out.gid);
+        let started = objs
+            .pods
+            .values()
+            .filter(|pod| objects::started(pod))
+            .filter_map(|pod| {
+                let uid = pod.metadata.uid.clone()?;
+                let (task, rank) = objects::node_of(&pod.metadata)?;
+                Some(Started {
+                    node: NodeLog {
+                        group_dir: group_dir.clone(),
+                        task: task.to_owned(),
+                        rank,
+                        attempt: objects::pod_attempt(pod).unwrap_or(0),
+                        pod: pod.metadata.name.clone().unwrap_or_default(),
+                        uid,
+                    },
+                    rank,
+                    ended: objects::pod_terminal(pod),
+                })
+            })
+            .collect();
+        self.logs.see(&apis.pods, shared, started);
     }
 }
 

@@ -128,13 +128,14 @@ fn split(line: &str) -> (Option<Timestamp>, &str) {
 /// The most a line may grow before it is written as it is.
 const MAX_LINE: usize = 1 << 20;
 
-/// Follows one pod's log until it ends (the container ended, or the pod
-/// is gone). What arrived is written as it arrives, whole lines at a
+/// Reads one pod's log after its mark: followed until it ends (the
+/// container ended, or the pod is gone), or, not `follow`ing, what it
+/// holds now. What arrived is written as it arrives, whole lines at a
 /// time. Errors are the caller's to retry; what was written stays.
-pub async fn follow(api: &Api<Pod>, node: &NodeLog) -> Result<(), kube::Error> {
+pub async fn read(api: &Api<Pod>, node: &NodeLog, follow: bool) -> Result<(), kube::Error> {
     let params = LogParams {
         container: Some(CONTAINER.to_owned()),
-        follow: true,
+        follow,
         timestamps: true,
         since_time: node.mark(),
         ..LogParams::default()

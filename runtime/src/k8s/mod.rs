@@ -34,6 +34,7 @@ pub mod job_scripts;
 pub mod jobset;
 pub mod kueue;
 pub mod lease;
+pub mod log_readers;
 pub mod logs;
 pub mod objects;
 pub mod observe;

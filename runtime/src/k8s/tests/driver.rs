@@ -133,6 +133,7 @@ pub(super) fn tuning() -> Tuning {
             tries: 4,
         },
         logs: false,
+        log_streams: crate::k8s::log_readers::STREAMS,
         force_after: Duration::from_millis(100),
         job_poll: Duration::from_millis(20),
         settle_limit: Duration::from_secs(120),

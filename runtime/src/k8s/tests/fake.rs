@@ -116,6 +116,32 @@ impl Seen {
     }
 }
 
+/// A pod's log as the API server answers it: each line written at its
+/// own second (line `i` at [`LOG_EPOCH`] + `i` s), with its time first
+/// when `timestamps=true`, from `sinceTime` on when given (the kubelet's
+/// `>=`). What is there is answered and the answer ends, followed or
+/// not: a follower asks again, from its mark.
+fn log_answer(text: &str, query: &str) -> String {
+    let since = query_value(query, "sinceTime")
+        .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok());
+    let stamps = query_value(query, "timestamps").as_deref() == Some("true");
+    let mut out = String::new();
+    for (i, line) in text.split_inclusive('\n').enumerate() {
+        let at = k8s_openapi::jiff::Timestamp::from_second(LOG_EPOCH + i as i64).expect("a time");
+        if since.is_some_and(|since| at < since) {
+            continue;
+        }
+        if stamps {
+            out.push_str(&format!("{at} "));
+        }
+        out.push_str(line);
+    }
+    out
+}
+
+/// When the fake's pods write their first line.
+const LOG_EPOCH: i64 = 1_780_000_000;
+
 fn query_value(query: &str, key: &str) -> Option<String> {
     query.split('&').find_map(|kv| {
         let (k, v) = kv.split_once('=')?;
@@ -671,7 +697,10 @@ impl World {
             ("GET", Some(name), Some("log")) => match self.logs.get(&name) {
                 Some(text) => Response::builder()
                     .status(200)
-                    .body(FakeBody::Full(Some(Bytes::from(text.clone()))))
+                    .body(FakeBody::Full(Some(Bytes::from(log_answer(
+                        text,
+                        &seen.query,
+                    )))))
                     .expect("a response"),
                 None if self.get("pods", &name).is_some() => Response::builder()
                     .status(200)

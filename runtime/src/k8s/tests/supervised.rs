@@ -6,6 +6,7 @@
 use super::driver::{connect, insert, plan, tuning, turn};
 use super::fake::{Fake, World};
 use crate::store::Store;
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -31,6 +32,7 @@ struct Scene {
     fake: Fake,
     dir: PathBuf,
     supervisor: Option<std::thread::JoinHandle<std::io::Result<()>>>,
+    tuning: crate::k8s::Tuning,
 }
 
 impl Scene {
@@ -45,6 +47,16 @@ impl Scene {
 
     /// A scene of the group `yaml`.
     fn of(name: &str, yaml: &str, setup: impl FnOnce(&mut World)) -> Self {
+        Self::tuned(name, yaml, setup, tuning())
+    }
+
+    /// [`Scene::of`], the backend tuned so.
+    fn tuned(
+        name: &str,
+        yaml: &str,
+        setup: impl FnOnce(&mut World),
+        tuning: crate::k8s::Tuning,
+    ) -> Self {
         let dir =
             std::env::temp_dir().join(format!("skyc-supervised-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -57,15 +69,16 @@ impl Scene {
             fake,
             dir,
             supervisor: None,
+            tuning,
         };
         scene.start();
         scene
     }
 
     fn start(&mut self) {
-        let (dir, connect) = (self.dir.clone(), connect(&self.fake));
+        let (dir, connect, tuning) = (self.dir.clone(), connect(&self.fake), self.tuning);
         self.supervisor = Some(std::thread::spawn(move || {
-            crate::supervisor::serve(&dir, (connect, tuning()))
+            crate::supervisor::serve(&dir, (connect, tuning))
         }));
     }
 
@@ -171,6 +184,80 @@ fn a_group_runs_to_its_end_through_the_supervisor() {
         std::thread::sleep(Duration::from_millis(50));
     }
     supervisor.join().unwrap().unwrap();
+}
+
+/// A supervisor that may follow one log at once: rank 0's is followed,
+/// the others are read in turns; each node's log holds every line it
+/// wrote, once, when the group has ended (the last lines read after the
+/// pods ended), though the API server answered the same lines again and
+/// again.
+#[test]
+fn logs_beyond_the_streams_budget_are_read_in_turns_each_line_once() {
+    let yaml = "name: g\nexecution: parallel\n---\nname: trainer\nnum_nodes: 3\nrun: echo train\n";
+    let pods = ["g-trainer-0-0", "g-trainer-1-0", "g-trainer-2-0"];
+    let tuning = crate::k8s::Tuning {
+        logs: true,
+        log_streams: 1,
+        ..tuning()
+    };
+    let s = Scene::tuned(
+        "logs-in-turns",
+        yaml,
+        |w| {
+            for (rank, pod) in pods.iter().enumerate() {
+                w.logs
+                    .insert((*pod).to_owned(), format!("first of {rank}\n"));
+            }
+        },
+        tuning,
+    );
+    let log = |rank: u32| {
+        std::fs::read_to_string(crate::paths::log(
+            &crate::paths::group_dir(&s.dir, GID),
+            "trainer",
+            rank,
+        ))
+        .unwrap_or_default()
+    };
+    s.until("every node's first line read", |_| {
+        (0..3).all(|r| log(r) == format!("first of {r}\n"))
+    });
+    {
+        let mut w = s.fake.world();
+        for (rank, pod) in pods.iter().enumerate() {
+            w.logs.insert(
+                (*pod).to_owned(),
+                format!("first of {rank}\nlast of {rank}\n"),
+            );
+            w.exit(pod, 0);
+        }
+    }
+    s.until("the group closed", |st| {
+        st.group(GID)
+            .unwrap()
+            .is_some_and(|g| g.finished_at_ms.is_some())
+    });
+    for rank in 0..3 {
+        assert_eq!(log(rank), format!("first of {rank}\nlast of {rank}\n"));
+    }
+    // Only rank 0's log was followed; the others were read, never held.
+    let w = s.fake.world();
+    let followed: BTreeSet<String> = w
+        .requests
+        .iter()
+        .filter(|r| r.path.ends_with("/log") && r.query.contains("follow=true"))
+        .map(|r| r.path.clone())
+        .collect();
+    assert_eq!(
+        followed.into_iter().collect::<Vec<_>>(),
+        ["/api/v1/namespaces/team/pods/g-trainer-0-0/log"]
+    );
+    let read = w
+        .requests
+        .iter()
+        .filter(|r| r.path.ends_with("/log") && !r.query.contains("follow=true"))
+        .count();
+    assert!(read >= 4, "two pods, read at least twice each: {read}");
 }
 
 #[test]
