@@ -51,7 +51,8 @@ use tokio::time::Instant;
 const SETTLE_LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// How long a group whose cluster objects have settled waits for the
-/// rest of its pods' logs before it is settled all the same.
+/// rest of its pods' logs before it is settled all the same (more when
+/// many are still to be read in turns: `Readers::tail_time`).
 const LOG_TAIL_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// How often, meanwhile, the log followers are looked at.
@@ -96,8 +97,9 @@ pub struct Tuning {
     /// Follow pod logs into the state directory.
     pub logs: bool,
     /// Pod logs followed at once by the supervisor; the others are read
-    /// in turns ([`log_readers`]).
+    /// in turns ([`log_readers`]), each at most every `log_turn`.
     pub log_streams: usize,
+    pub log_turn: std::time::Duration,
     /// How long past its grace a deleted pod may stay before it is
     /// deleted at once (its node does not answer).
     pub force_after: std::time::Duration,
@@ -114,6 +116,7 @@ impl Default for Tuning {
             backoff: Backoff::default(),
             logs: true,
             log_streams: log_readers::STREAMS,
+            log_turn: log_readers::TURN,
             force_after: FORCE_AFTER,
             job_poll: JOB_POLL,
             settle_limit: SETTLE_LIMIT,
@@ -495,7 +498,11 @@ enum Waited {
 
 impl Group {
     fn new(plan: Plan, goal: Goal, job: Option<String>, out: Out, ctx: Arc<Ctx>) -> Self {
-        let logs = Readers::new(ctx.log_streams.clone(), ctx.tuning.backoff);
+        let logs = Readers::new(
+            ctx.log_streams.clone(),
+            ctx.tuning.backoff,
+            ctx.tuning.log_turn,
+        );
         Self {
             plan,
             goal,
@@ -843,8 +850,9 @@ impl Group {
 
     /// The last lines of the ended pods are read (or have had their time).
     fn logs_read(&self) -> bool {
-        self.cluster_settled_at
-            .is_some_and(|since| self.logs.done() || since.elapsed() >= LOG_TAIL_LIMIT)
+        self.cluster_settled_at.is_some_and(|since| {
+            self.logs.done() || since.elapsed() >= self.logs.tail_time(LOG_TAIL_LIMIT)
+        })
     }
 
     /// What an op's answer leaves to do: say a refusal, fail a refused
@@ -960,6 +968,7 @@ impl Group {
                     },
                     rank,
                     ended: objects::pod_terminal(pod),
+                    deleting: objects::deleting(&pod.metadata),
                 })
             })
             .collect();

@@ -4,18 +4,19 @@
 //! A followed log is a request held open to the API server: kube's
 //! client speaks HTTP/1.1, so each is a connection of its own, about
 //! 25 KiB of the supervisor's memory (hyper's buffers, the task). A
-//! supervisor follows at most [`Budget`]'s streams at once, rank 0 of
-//! each task first; the logs of the other running pods are read in
-//! turns, each to its end and closed, a few at a time ([`TURNS_AT_ONCE`]),
-//! each pod again after [`TURN`] or longer, so that a group of thousands
-//! of nodes asks the API server for no more than [`TURNS_PER_SECOND`].
-//! A pod that ended (or went) is read at once, to its end: a finished
-//! group has all of its nodes' output. A stream that ends frees its place
-//! for a pod read in turns, which is followed from where its turns left
-//! it. Either way the lines go through [`NodeLog::append`], after the
-//! pod's mark: none is written twice.
+//! supervisor follows at most [`Budget`]'s streams at once, for all its
+//! groups, first come (in one pass, rank 0 of each task first); the logs
+//! of the other running pods are read in turns, each to its end and
+//! closed ([`TURNS_AT_ONCE`] at a time, [`TURNS_PER_SECOND`] at most per
+//! group), each pod again after [`TURN`] or longer as the group grows.
+//! A pod that ended, or went, is read to its last line at once; one
+//! being deleted is read every [`URGENT`] until it has ended or gone; a
+//! finished group waits for them ([`Readers::tail_time`]). A stream that
+//! ends frees its place for a pod read in turns, which is followed from
+//! where its turns left it. Either way the lines go through
+//! [`NodeLog::append`], after the pod's mark: none is written twice.
 
-use super::logs::{self, NodeLog};
+use super::logs::{self, NodeLog, Reading};
 use super::objects;
 use super::retry;
 use super::watch::{SharedRef, lock};
@@ -28,12 +29,14 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 /// Logs followed at once by one supervisor, for all of its groups.
 pub const STREAMS: usize = 128;
 
-/// Logs read in turns at once, per group.
+/// Logs read in turns at once, per group; twice as many when pods that
+/// ended or are being deleted wait.
 pub const TURNS_AT_ONCE: usize = 8;
 
 /// The least time between two turns of one pod.
@@ -42,6 +45,13 @@ pub const TURN: Duration = Duration::from_secs(5);
 /// The most turns a group takes per second, all its pods together: its
 /// pods' turns come further apart as there are more of them.
 pub const TURNS_PER_SECOND: f64 = 10.0;
+
+/// How often a pod being deleted is read until it has ended or gone.
+pub const URGENT: Duration = Duration::from_secs(1);
+
+/// Last reads a finished group is given time for, per second, beyond
+/// its first 10 s.
+const LAST_READS_PER_SECOND: f64 = 50.0;
 
 /// The supervisor's streams: how many are open, and how many may be.
 #[derive(Clone, Debug)]
@@ -79,12 +89,21 @@ impl Drop for Place {
     }
 }
 
+/// How soon a pod read in turns is read again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Urgency {
+    /// Ended or gone: one last read, to its end.
+    Last,
+    /// Being deleted: every [`URGENT`].
+    Deleting,
+    Running,
+}
+
 /// A pod read in turns.
 struct Turn {
     node: NodeLog,
     due: Instant,
-    /// The pod ended or went: its next turn reads it to its end, its last.
-    ended: bool,
+    urgency: Urgency,
     reading: bool,
 }
 
@@ -101,27 +120,34 @@ pub struct Started {
     /// Its rank among its task's nodes: rank 0 are followed first.
     pub rank: u32,
     pub ended: bool,
+    pub deleting: bool,
 }
 
 /// The readers of one group's logs.
 pub struct Readers {
     budget: Budget,
     backoff: Backoff,
+    /// The least time between two turns of one pod ([`TURN`]).
+    turn: Duration,
     /// Pods followed, by uid, and their followers.
     following: BTreeSet<String>,
     followers: Vec<tokio::task::JoinHandle<()>>,
     turns: Rc<RefCell<Turns>>,
+    /// Wakes the task that reads in turns: a pod to read at once.
+    wake: Rc<Notify>,
     taker: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Readers {
-    pub fn new(budget: Budget, backoff: Backoff) -> Self {
+    pub fn new(budget: Budget, backoff: Backoff, turn: Duration) -> Self {
         Self {
             budget,
             backoff,
+            turn,
             following: BTreeSet::new(),
             followers: Vec::new(),
             turns: Rc::default(),
+            wake: Rc::default(),
             taker: None,
         }
     }
@@ -131,15 +157,20 @@ impl Readers {
     /// turns.
     pub fn see(&mut self, api: &Api<Pod>, shared: &SharedRef, mut started: Vec<Started>) {
         started.sort_by_key(|s| s.rank);
-        let seen: BTreeSet<&str> = started.iter().map(|s| s.node.uid.as_str()).collect();
+        let seen: BTreeSet<String> = started.iter().map(|s| s.node.uid.clone()).collect();
+        self.followers.retain(|f| !f.is_finished());
+        self.following.retain(|uid| seen.contains(uid));
+        let mut hurry = false;
         {
             let mut turns = self.turns.borrow_mut();
+            turns.done.retain(|uid| seen.contains(uid));
             let now = Instant::now();
             // A pod gone from the cache is read once more, to its end.
             for (uid, turn) in &mut turns.pods {
-                if !seen.contains(uid.as_str()) && !turn.ended {
-                    turn.ended = true;
+                if !seen.contains(uid) && turn.urgency != Urgency::Last {
+                    turn.urgency = Urgency::Last;
                     turn.due = now;
+                    hurry = true;
                 }
             }
         }
@@ -149,15 +180,23 @@ impl Readers {
             if self.following.contains(&uid) || turns.done.contains(&uid) {
                 continue;
             }
-            let turn = turns.pods.get_mut(&uid);
-            // Read in turns now: a pod that ended is read to its end
-            // there, one being read is left to that read.
-            if let Some(turn) = turn {
-                if pod.ended && !turn.ended {
-                    turn.ended = true;
+            let urgency = if pod.ended {
+                Urgency::Last
+            } else if pod.deleting {
+                Urgency::Deleting
+            } else {
+                Urgency::Running
+            };
+            if let Some(turn) = turns.pods.get_mut(&uid) {
+                // Sooner than it was: read at once.
+                if urgency < turn.urgency {
+                    turn.urgency = urgency;
                     turn.due = Instant::now();
+                    hurry = true;
                 }
-                if turn.ended || turn.reading {
+                // Left to its turns: one ending is read to its end there,
+                // one being read to that read.
+                if turn.urgency != Urgency::Running || turn.reading {
                     continue;
                 }
             }
@@ -173,15 +212,18 @@ impl Readers {
                         Turn {
                             node: pod.node,
                             due: Instant::now(),
-                            ended: pod.ended,
+                            urgency,
                             reading: false,
                         },
                     );
-                    drop(turns);
-                    self.start_turns(api);
+                    hurry = true;
                 }
                 None => {}
             }
+        }
+        if hurry {
+            self.start_turns(api);
+            self.wake.notify_one();
         }
     }
 
@@ -193,7 +235,7 @@ impl Readers {
             let _place = place;
             let mut failures = 0;
             loop {
-                let result = logs::read(&api, &node, true).await;
+                let result = logs::read(&api, &node, Reading::Follow).await;
                 let pod_done = {
                     let s = lock(&shared);
                     s.objs.pods.get(&node.pod).is_none_or(|p| {
@@ -211,13 +253,15 @@ impl Readers {
         }));
     }
 
-    /// The task that reads the pods in turns, once there are some.
+    /// The task that reads the pods in turns, unless it runs.
     fn start_turns(&mut self, api: &Api<Pod>) {
         if self.taker.as_ref().is_some_and(|t| !t.is_finished()) {
             return;
         }
-        let (api, turns) = (api.clone(), self.turns.clone());
-        self.taker = Some(tokio::task::spawn_local(take_turns(api, turns)));
+        let (api, turns, wake) = (api.clone(), self.turns.clone(), self.wake.clone());
+        self.taker = Some(tokio::task::spawn_local(take_turns(
+            api, turns, wake, self.turn,
+        )));
     }
 
     /// Every log read to its end: the followers done, no pod left to read
@@ -229,6 +273,13 @@ impl Readers {
             && self.turns.borrow().pods.is_empty()
     }
 
+    /// How long a finished group may wait for its last lines: 10 s, and
+    /// more for many pods still to read in turns.
+    pub fn tail_time(&self, at_least: Duration) -> Duration {
+        let left = self.turns.borrow().pods.len() as f64;
+        at_least + Duration::from_secs_f64(left / LAST_READS_PER_SECOND)
+    }
+
     /// Stops every reader (the group is let go).
     pub fn abort(&mut self) {
         for f in self.followers.drain(..).chain(self.taker.take()) {
@@ -237,12 +288,19 @@ impl Readers {
     }
 }
 
-/// Reads the pods in turns, as they come due, a few at a time, until none
-/// is left to read.
-async fn take_turns(api: Api<Pod>, turns: Rc<RefCell<Turns>>) {
+impl Drop for Readers {
+    fn drop(&mut self) {
+        self.abort();
+    }
+}
+
+/// Reads the pods in turns, as they come due, a few at a time and no
+/// faster than [`TURNS_PER_SECOND`] (but pods that ended or are being
+/// deleted), until none is left to read.
+async fn take_turns(api: Api<Pod>, turns: Rc<RefCell<Turns>>, wake: Rc<Notify>, turn: Duration) {
     loop {
         let now = Instant::now();
-        let due: Vec<(String, NodeLog, bool)> = {
+        let (due, next) = {
             let mut t = turns.borrow_mut();
             if t.pods.is_empty() {
                 return;
@@ -252,60 +310,84 @@ async fn take_turns(api: Api<Pod>, turns: Rc<RefCell<Turns>>) {
                 .iter()
                 .filter(|(_, turn)| turn.due <= now && !turn.reading)
                 .collect();
-            // Ended pods first: their output is what a finished group
-            // waits for.
-            due.sort_by_key(|(_, turn)| (!turn.ended, turn.due));
-            let picked: Vec<(String, NodeLog, bool)> = due
+            due.sort_by_key(|(_, turn)| (turn.urgency, turn.due));
+            let urgent = due.iter().any(|(_, t)| t.urgency != Urgency::Running);
+            let at_once = if urgent {
+                2 * TURNS_AT_ONCE
+            } else {
+                TURNS_AT_ONCE
+            };
+            let picked: Vec<(String, NodeLog, Urgency)> = due
                 .into_iter()
-                .take(TURNS_AT_ONCE)
-                .map(|(uid, turn)| (uid.clone(), turn.node.clone(), turn.ended))
+                .take(at_once)
+                .map(|(uid, turn)| (uid.clone(), turn.node.clone(), turn.urgency))
                 .collect();
             for (uid, _, _) in &picked {
                 if let Some(turn) = t.pods.get_mut(uid) {
                     turn.reading = true;
                 }
             }
-            picked
+            let next = t.pods.values().map(|t| t.due).min();
+            (picked, next)
         };
         if due.is_empty() {
-            let next = turns
-                .borrow()
-                .pods
-                .values()
-                .map(|t| t.due)
-                .min()
-                .unwrap_or(now + TURN);
-            tokio::time::sleep_until(next.max(now + Duration::from_millis(50))).await;
+            let until = next
+                .unwrap_or(now + turn)
+                .max(now + Duration::from_millis(50));
+            tokio::select! {
+                () = tokio::time::sleep_until(until) => {}
+                () = wake.notified() => {}
+            }
             continue;
         }
-        let read = futures::future::join_all(due.into_iter().map(|(uid, node, ended)| {
+        let running = due
+            .iter()
+            .filter(|(_, _, u)| *u == Urgency::Running)
+            .count();
+        let read = futures::future::join_all(due.into_iter().map(|(uid, node, urgency)| {
             let api = api.clone();
             async move {
-                let result = logs::read(&api, &node, false).await;
-                (uid, ended, result)
+                let how = if urgency == Urgency::Last {
+                    Reading::Last
+                } else {
+                    Reading::Now
+                };
+                let result = logs::read(&api, &node, how).await;
+                (uid, urgency, result)
             }
         }))
         .await;
-        let mut t = turns.borrow_mut();
-        let every = Duration::from_secs_f64(t.pods.len() as f64 / TURNS_PER_SECOND).max(TURN);
-        let now = Instant::now();
-        for (uid, ended, result) in read {
-            let gone = matches!(&result, Err(e) if retry::not_found(e));
-            // Read to its end after it ended (or it is gone): done.
-            if (ended && result.is_ok()) || gone {
-                t.pods.remove(&uid);
-                t.done.insert(uid);
-                continue;
+        {
+            let mut t = turns.borrow_mut();
+            let every = Duration::from_secs_f64(t.pods.len() as f64 / TURNS_PER_SECOND).max(turn);
+            let now = Instant::now();
+            for (uid, was, result) in read {
+                let gone = matches!(&result, Err(e) if retry::not_found(e));
+                // Read to its end after it ended (or it is gone): done.
+                if (was == Urgency::Last && result.is_ok()) || gone {
+                    t.pods.remove(&uid);
+                    t.done.insert(uid);
+                    continue;
+                }
+                if let Some(turn) = t.pods.get_mut(&uid) {
+                    turn.reading = false;
+                    turn.due = match turn.urgency {
+                        // Ended while being read (then at once), or being
+                        // deleted, or its last read failed: again soon.
+                        Urgency::Last if was != Urgency::Last => now,
+                        Urgency::Last | Urgency::Deleting => now + URGENT,
+                        Urgency::Running => now + every,
+                    };
+                }
             }
-            if let Some(turn) = t.pods.get_mut(&uid) {
-                turn.reading = false;
-                turn.due = match (turn.ended, ended) {
-                    // It ended while being read: read it again at once.
-                    (true, false) => now,
-                    // Its last read failed: again soon.
-                    (true, true) => now + TURN,
-                    _ => now + every,
-                };
+        }
+        // The group's pace: the running pods just read use up its turns
+        // for a while, unless a pod that ended or is being deleted waits.
+        let pace = Duration::from_secs_f64(running as f64 / TURNS_PER_SECOND);
+        if !pace.is_zero() {
+            tokio::select! {
+                () = tokio::time::sleep(pace) => {}
+                () = wake.notified() => {}
             }
         }
     }

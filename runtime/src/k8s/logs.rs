@@ -3,8 +3,8 @@
 //! `skyc logs` reads a Kubernetes group like a local one, and a pod's
 //! output outlives the pod.
 //!
-//! Each pod's log is followed from its start (`follow`, with
-//! timestamps). The timestamp of the last line written is kept per pod
+//! Each pod's log is read from its start, with timestamps: followed,
+//! or read in turns ([`super::log_readers`]). The timestamp of the last line written is kept per pod
 //! (`logs/.k8s/<pod uid>`), so a new supervisor resumes after it
 //! (`sinceTime`, then skipping lines up to that instant) instead of
 //! writing the pod's output twice.
@@ -128,16 +128,31 @@ fn split(line: &str) -> (Option<Timestamp>, &str) {
 /// The most a line may grow before it is written as it is.
 const MAX_LINE: usize = 1 << 20;
 
-/// Reads one pod's log after its mark: followed until it ends (the
-/// container ended, or the pod is gone), or, not `follow`ing, what it
-/// holds now. What arrived is written as it arrives, whole lines at a
-/// time. Errors are the caller's to retry; what was written stays.
-pub async fn read(api: &Api<Pod>, node: &NodeLog, follow: bool) -> Result<(), kube::Error> {
+/// How a log is read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reading {
+    /// Followed until it ends (the container ended, or the pod is gone).
+    Follow,
+    /// What it holds now, but a line still being written: the next read
+    /// has it whole.
+    Now,
+    /// What it holds now, to its last byte: the pod has ended.
+    Last,
+}
+
+/// Reads one pod's log after its mark, as `how` says. What arrived is
+/// written as it arrives, whole lines at a time. Errors are the caller's
+/// to retry; what was written stays.
+pub async fn read(api: &Api<Pod>, node: &NodeLog, how: Reading) -> Result<(), kube::Error> {
     let params = LogParams {
         container: Some(CONTAINER.to_owned()),
-        follow,
+        follow: how == Reading::Follow,
         timestamps: true,
-        since_time: node.mark(),
+        // kube sends whole seconds, rounded: from the mark's own second,
+        // whose lines up to the mark are not written again.
+        since_time: node
+            .mark()
+            .and_then(|m| Timestamp::from_second(m.as_second()).ok()),
         ..LogParams::default()
     };
     let reader = api.log_stream(&node.pod, &params).await?;
@@ -146,7 +161,14 @@ pub async fn read(api: &Api<Pod>, node: &NodeLog, follow: bool) -> Result<(), ku
     loop {
         let chunk = reader.fill_buf().await.map_err(kube::Error::ReadEvents)?;
         if chunk.is_empty() {
-            if !pending.is_empty() {
+            if how == Reading::Now {
+                let whole = pending
+                    .iter()
+                    .rposition(|&b| b == b'\n')
+                    .map_or(0, |p| p + 1);
+                pending.truncate(whole);
+            }
+            if !pending.is_empty() && pending.last() != Some(&b'\n') {
                 pending.push(b'\n');
             }
             let all = pending.len();

@@ -121,8 +121,9 @@ impl Watched for Job {
 /// records, the JobSet's and Kueue's labels and the owner go); of its
 /// spec, the node it runs on (its scripts and environment, its volumes,
 /// most of a pod's size, are the plan's); of its status: its phase,
-/// address, conditions and its containers' states, without their images,
-/// ids and times.
+/// address, its conditions' type, status, reason and message, and its
+/// containers' names, states, readiness and restarts (not their images,
+/// image ids or start).
 pub(crate) fn slim(pod: Pod) -> Pod {
     use k8s_openapi::api::core::v1::{ContainerStatus, PodCondition, PodSpec, PodStatus};
     let skycs = |map: Option<std::collections::BTreeMap<String, String>>| {

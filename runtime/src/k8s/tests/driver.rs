@@ -134,6 +134,7 @@ pub(super) fn tuning() -> Tuning {
         },
         logs: false,
         log_streams: crate::k8s::log_readers::STREAMS,
+        log_turn: crate::k8s::log_readers::TURN,
         force_after: Duration::from_millis(100),
         job_poll: Duration::from_millis(20),
         settle_limit: Duration::from_secs(120),

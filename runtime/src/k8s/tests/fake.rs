@@ -117,17 +117,20 @@ impl Seen {
 }
 
 /// A pod's log as the API server answers it: each line written at its
-/// own second (line `i` at [`LOG_EPOCH`] + `i` s), with its time first
-/// when `timestamps=true`, from `sinceTime` on when given (the kubelet's
-/// `>=`). What is there is answered and the answer ends, followed or
-/// not: a follower asks again, from its mark.
+/// own instant (line `i` at [`LOG_EPOCH`] + `i` × 300 ms, so lines share
+/// seconds, as a busy pod's do), with its time first when
+/// `timestamps=true`, from `sinceTime` on when given (the kubelet's `>=`,
+/// of a whole second). What is there is answered and the answer ends,
+/// followed or not: a follower asks again, from its mark. A last line
+/// without its newline is one still being written.
 fn log_answer(text: &str, query: &str) -> String {
     let since = query_value(query, "sinceTime")
         .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok());
     let stamps = query_value(query, "timestamps").as_deref() == Some("true");
     let mut out = String::new();
     for (i, line) in text.split_inclusive('\n').enumerate() {
-        let at = k8s_openapi::jiff::Timestamp::from_second(LOG_EPOCH + i as i64).expect("a time");
+        let at = k8s_openapi::jiff::Timestamp::from_millisecond(LOG_EPOCH * 1000 + i as i64 * 300)
+            .expect("a time");
         if since.is_some_and(|since| at < since) {
             continue;
         }

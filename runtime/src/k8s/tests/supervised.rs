@@ -187,10 +187,11 @@ fn a_group_runs_to_its_end_through_the_supervisor() {
 }
 
 /// A supervisor that may follow one log at once: rank 0's is followed,
-/// the others are read in turns; each node's log holds every line it
-/// wrote, once, when the group has ended (the last lines read after the
-/// pods ended), though the API server answered the same lines again and
-/// again.
+/// the others are read in turns (a minute apart); each node's log holds
+/// every line it wrote, once and whole, when the group has ended: the
+/// last lines read as soon as the pods ended (not at their next turn), a
+/// line still being written read when whole, though the API server
+/// answered the same lines again and again and from whole seconds.
 #[test]
 fn logs_beyond_the_streams_budget_are_read_in_turns_each_line_once() {
     let yaml = "name: g\nexecution: parallel\n---\nname: trainer\nnum_nodes: 3\nrun: echo train\n";
@@ -198,6 +199,7 @@ fn logs_beyond_the_streams_budget_are_read_in_turns_each_line_once() {
     let tuning = crate::k8s::Tuning {
         logs: true,
         log_streams: 1,
+        log_turn: Duration::from_secs(60),
         ..tuning()
     };
     let s = Scene::tuned(
@@ -205,8 +207,13 @@ fn logs_beyond_the_streams_budget_are_read_in_turns_each_line_once() {
         yaml,
         |w| {
             for (rank, pod) in pods.iter().enumerate() {
-                w.logs
-                    .insert((*pod).to_owned(), format!("first of {rank}\n"));
+                // A line still being written (but rank 0's, followed: a
+                // follower writes what it has when its answer ends).
+                let half = if rank == 0 { "" } else { "half" };
+                w.logs.insert(
+                    (*pod).to_owned(),
+                    format!("zero\none\nfirst of {rank}\n{half}"),
+                );
             }
         },
         tuning,
@@ -220,14 +227,19 @@ fn logs_beyond_the_streams_budget_are_read_in_turns_each_line_once() {
         .unwrap_or_default()
     };
     s.until("every node's first line read", |_| {
-        (0..3).all(|r| log(r) == format!("first of {r}\n"))
+        (0..3).all(|r| log(r) == format!("zero\none\nfirst of {r}\n"))
     });
+    // Past the turns' pace: the reader waits for the next turn, a minute
+    // away, when the pods end. The mark is now at 0.6 s past a second
+    // (the fake's lines come 300 ms apart), the next line in the same
+    // second.
+    std::thread::sleep(Duration::from_millis(600));
     {
         let mut w = s.fake.world();
         for (rank, pod) in pods.iter().enumerate() {
             w.logs.insert(
                 (*pod).to_owned(),
-                format!("first of {rank}\nlast of {rank}\n"),
+                format!("zero\none\nfirst of {rank}\nhalf and whole\nlast of {rank}\n"),
             );
             w.exit(pod, 0);
         }
@@ -238,7 +250,10 @@ fn logs_beyond_the_streams_budget_are_read_in_turns_each_line_once() {
             .is_some_and(|g| g.finished_at_ms.is_some())
     });
     for rank in 0..3 {
-        assert_eq!(log(rank), format!("first of {rank}\nlast of {rank}\n"));
+        assert_eq!(
+            log(rank),
+            format!("zero\none\nfirst of {rank}\nhalf and whole\nlast of {rank}\n")
+        );
     }
     // Only rank 0's log was followed; the others were read, never held.
     let w = s.fake.world();
