@@ -577,6 +577,21 @@ fn a_state_dir_that_names_no_controller_is_refused() {
     );
 }
 
+/// Once the controller's Deployment is applied, its pod `pod` starts (as
+/// the cluster's Deployment controller would start it), its claim a
+/// directory of the test: answered.
+fn start_when_deployed(cluster: &mut FakeCluster, scratch: &Scratch, pod: &str) -> PathBuf {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while cluster.object("deployments", "skyc-controller").is_none() {
+        assert!(Instant::now() < deadline, "no Deployment applied");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let state = scratch.dir.join("controller-state");
+    std::fs::create_dir_all(&state).unwrap();
+    cluster.controller(pod, Path::new(env!("CARGO_BIN_EXE_skyc")), &state);
+    state
+}
+
 /// A run to a namespace with no controller: refused, saying how to make
 /// one, when SkyPilot's `jobs.controller` is not configured; with it, the
 /// run makes the controller it describes (its pod's CPU and memory, its
@@ -627,19 +642,7 @@ fn a_run_makes_the_controller_skypilots_configuration_asks_for() {
          kubernetes:\n  high_availability:\n    storage_class_name: fast\n",
     );
     let run = skyc().spawn().unwrap();
-    // Once its Deployment is there, the cluster starts its pod.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while cluster.object("deployments", "skyc-controller").is_none() {
-        assert!(Instant::now() < deadline, "no Deployment applied");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let state = scratch.dir.join("controller-state");
-    std::fs::create_dir_all(&state).unwrap();
-    cluster.controller(
-        "skyc-controller-5d8b-xkq2p",
-        Path::new(env!("CARGO_BIN_EXE_skyc")),
-        &state,
-    );
+    let state = start_when_deployed(&mut cluster, &scratch, "skyc-controller-5d8b-xkq2p");
     let run = run.wait_with_output().unwrap();
     let said = text(&run.stderr);
     assert_eq!(run.status.code(), Some(0), "{said}");
@@ -702,19 +705,7 @@ fn up_waits_for_a_leader_and_down_refuses_while_a_group_is_live() {
     .stderr(Stdio::piped())
     .spawn()
     .unwrap();
-    // Once its Deployment is there, the cluster starts its pod.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while cluster.object("deployments", "skyc-controller").is_none() {
-        assert!(Instant::now() < deadline, "no Deployment applied");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let state = scratch.dir.join("controller-state");
-    std::fs::create_dir_all(&state).unwrap();
-    cluster.controller(
-        "skyc-controller-7f9c-abcde",
-        Path::new(env!("CARGO_BIN_EXE_skyc")),
-        &state,
-    );
+    let state = start_when_deployed(&mut cluster, &scratch, "skyc-controller-7f9c-abcde");
     let up = up.wait_with_output().unwrap();
     let said = text(&up.stderr);
     assert_eq!(up.status.code(), Some(0), "{said}");
