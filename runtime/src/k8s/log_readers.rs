@@ -5,7 +5,10 @@
 //! client speaks HTTP/1.1, so each is a connection of its own, about
 //! 25 KiB of the supervisor's memory (hyper's buffers, the task). A
 //! supervisor follows at most [`Budget`]'s streams at once, for all its
-//! groups, first come (in one pass, rank 0 of each task first); the logs
+//! groups, first come (in one pass, rank 0 of each task first), and the
+//! rank 0 of a task may take one of [`RANK0_RESERVE`] more: a group that
+//! starts while others hold every place still has its first node's log
+//! as it is written. The logs
 //! of the other running pods are read in turns, each to its end and
 //! closed ([`TURNS_AT_ONCE`] at a time, [`TURNS_PER_SECOND`] at most per
 //! group), each pod again after [`TURN`] or longer as the group grows.
@@ -34,6 +37,9 @@ use tokio::time::Instant;
 
 /// Logs followed at once by one supervisor, for all of its groups.
 pub const STREAMS: usize = 128;
+
+/// Places beyond [`STREAMS`] that only a task's rank 0 may take.
+pub const RANK0_RESERVE: usize = 32;
 
 /// Logs read in turns at once, per group; twice as many when pods that
 /// ended or are being deleted wait.
@@ -68,11 +74,17 @@ impl Budget {
         }
     }
 
-    /// A place for one more stream, held until the guard goes.
-    fn take(&self) -> Option<Place> {
+    /// A place for one more stream, held until the guard goes; a task's
+    /// rank 0 may take one of the reserve's too.
+    fn take(&self, rank: u32) -> Option<Place> {
+        let most = if rank == 0 {
+            self.most + RANK0_RESERVE.min(self.most)
+        } else {
+            self.most
+        };
         self.open
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |open| {
-                (open < self.most).then_some(open + 1)
+                (open < most).then_some(open + 1)
             })
             .ok()
             .map(|_| Place(self.open.clone()))
@@ -200,7 +212,7 @@ impl Readers {
                     continue;
                 }
             }
-            match self.budget.take() {
+            match self.budget.take(pod.rank) {
                 Some(place) => {
                     turns.pods.remove(&uid);
                     drop(turns);
@@ -390,5 +402,28 @@ async fn take_turns(api: Api<Pod>, turns: Rc<RefCell<Turns>>, wake: Rc<Notify>, 
                 () = wake.notified() => {}
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Places are taken up to the budget, and given back with their
+    /// guard; a task's rank 0 still finds one in the reserve when every
+    /// other place is taken, and only then is refused.
+    #[test]
+    fn rank_0_finds_a_place_when_the_others_are_taken() {
+        let budget = Budget::new(2);
+        let (a, b) = (budget.take(3).unwrap(), budget.take(0).unwrap());
+        assert!(budget.take(1).is_none(), "the budget is spent");
+        let reserved = [budget.take(0).unwrap(), budget.take(0).unwrap()];
+        assert!(budget.take(0).is_none(), "and so is the reserve");
+        drop(reserved);
+        drop(a);
+        assert!(budget.take(1).is_some(), "given back with the guard");
+        drop(b);
+        // No reserve beyond a budget of none (logs are off then).
+        assert!(Budget::new(0).take(0).is_none());
     }
 }
