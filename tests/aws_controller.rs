@@ -312,6 +312,18 @@ fn group_name() -> String {
     format!("ctl{}", std::process::id())
 }
 
+/// A group of one task in the test's region, of the test's name, that
+/// runs `run`, written to `file`.
+fn one_task(w: &World, file: &str, run: &str) -> PathBuf {
+    w.s.write(
+        file,
+        &format!(
+            "name: {}\nresources: {{infra: aws/{REGION}}}\nrun: {run}\n",
+            group_name()
+        ),
+    )
+}
+
 fn group_of(statuses: &Value, gid: i64) -> Value {
     statuses
         .as_array()
@@ -527,13 +539,7 @@ fn the_controller_supervises_a_group_stops_when_idle_and_comes_back_with_its_sta
     );
 
     // The next submission starts it again, and its state is there.
-    let second = w.s.write(
-        "second.yaml",
-        &format!(
-            "name: {}\nresources: {{infra: aws/{REGION}}}\nrun: echo again\n",
-            group_name()
-        ),
-    );
+    let second = one_task(&w, "second.yaml", "echo again");
     let out = w.submit(&second);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(
@@ -602,13 +608,7 @@ fn a_run_makes_the_controller_skypilots_configuration_asks_for() {
     let Some(mut w) = World::new("aws-controller-auto") else {
         return;
     };
-    let group = w.s.write(
-        "one.yaml",
-        &format!(
-            "name: {}\nresources: {{infra: aws/{REGION}}}\nrun: echo made\n",
-            group_name()
-        ),
-    );
+    let group = one_task(&w, "one.yaml", "echo made");
     let refused = w.submit(&group);
     assert_eq!(refused.status.code(), Some(2), "{}", text(&refused.stderr));
     assert!(

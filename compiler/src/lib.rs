@@ -29,4 +29,4 @@ pub use diagnostic::{Diagnostic, Diagnostics, Fix, Label, MAX_DIAGNOSTICS, Sever
 pub use rule::Rule;
 pub use schema::editor_schema;
 pub use source::{Position, Source, Span};
-pub use units::parse_volume_size;
+pub use units::{parse_cpus, parse_disk_size, parse_memory, parse_volume_size};

@@ -65,7 +65,7 @@ pub(crate) fn parse_duration(text: &str) -> Option<u64> {
 }
 
 /// `cpus`: a positive number, or `N+`.
-pub(crate) fn parse_cpus(text: &str) -> Result<Quantity, String> {
+pub fn parse_cpus(text: &str) -> Result<Quantity, String> {
     let (number, at_least) = match text.strip_suffix('+') {
         Some(n) => (n, true),
         None => (text, false),
@@ -91,7 +91,7 @@ const MEMORY_UNITS: [(&str, f64); 10] = [
 
 /// `memory`: GB (binary, as SkyPilot computes it), with an optional unit
 /// (`kb ki mb mi gb gi tb ti pb pi`, any case) and an optional `+`.
-pub(crate) fn parse_memory(text: &str, allow_zero: bool) -> Result<Quantity, String> {
+pub fn parse_memory(text: &str, allow_zero: bool) -> Result<Quantity, String> {
     let (body, at_least) = match text.strip_suffix('+') {
         Some(b) => (b, true),
         None => (text, false),
@@ -163,7 +163,7 @@ pub fn parse_volume_size(text: &str) -> Result<u64, String> {
 
 /// `disk_size`: whole GB, from an integer or `^[0-9]+(unit)?$` (the schema
 /// has checked the form).
-pub(crate) fn parse_disk_size(text: &str) -> Result<u64, String> {
+pub fn parse_disk_size(text: &str) -> Result<u64, String> {
     let bytes = size_bytes(text)?;
     if !bytes.is_multiple_of(1 << 30) {
         return Err(format!("`{text}` is not a whole number of GB"));

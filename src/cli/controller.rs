@@ -634,6 +634,19 @@ fn up(args: &UpArgs) -> u8 {
     }
 }
 
+/// The controller `remote` names, made first when SkyPilot's
+/// configuration asks for one and none is there (on AWS reached as the
+/// run reaches its nodes: `aws`'s SSH options).
+pub(crate) fn ensure(remote: &Remote, aws: &super::aws::AwsArgs) -> Result<(), String> {
+    match remote {
+        Remote::Aws(on_aws) => {
+            let (user, private) = aws.ssh();
+            super::aws_controller::ensure_for_run(&on_aws.region, user, private)
+        }
+        Remote::K8s(k8s) => ensure_on_kubernetes(k8s),
+    }
+}
+
 /// How long a controller made by a run may take to lead.
 const MADE_WAIT: std::time::Duration = std::time::Duration::from_secs(300);
 
@@ -642,9 +655,7 @@ const MADE_WAIT: std::time::Duration = std::time::Duration::from_secs(300);
 /// one, as SkyPilot starts its jobs controller on the first managed job:
 /// when the namespace holds no controller's Deployment. Without that
 /// configuration nothing is made, and the run says how to make one.
-pub(crate) fn ensure_on_kubernetes(
-    k8s: &skyc_runtime::controller::pods::K8s,
-) -> Result<(), String> {
+fn ensure_on_kubernetes(k8s: &skyc_runtime::controller::pods::K8s) -> Result<(), String> {
     use skyc_runtime::controller::install;
     // Nothing configured, nothing to make: the run reaches the controller
     // or says why not, as without this.

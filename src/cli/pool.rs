@@ -11,7 +11,6 @@ use super::target::{self, PlannedPool, Planners, RunInput, SubmitArgs};
 use super::{input, parse_env, report};
 use serde_json::json;
 use skyc_compiler::{Diagnostic, Rule};
-use skyc_runtime::controller::remote::Remote;
 use skyc_runtime::controller::submission::{Accepted, Record, Submission};
 use skyc_runtime::files::Snapshots;
 use skyc_runtime::pool::admission::{self, Applied};
@@ -213,13 +212,7 @@ fn apply(args: &ApplyArgs) -> Result<u8, String> {
         Some(remote) => {
             // A controller SkyPilot's configuration asks for is made on
             // the first pool that needs it, as on the first run.
-            match remote {
-                Remote::Aws(aws) => {
-                    let (user, private) = args.submit.backends.aws.ssh();
-                    super::aws_controller::ensure_for_run(&aws.region, user, private)?;
-                }
-                Remote::K8s(k8s) => super::controller::ensure_on_kubernetes(k8s)?,
-            }
+            super::controller::ensure(remote, &args.submit.backends.aws)?;
             // The controller holds its own snapshots.
             let record = Record::Pool(Submission::of(&new));
             let accepted = remote.submit(&record, &Snapshots::of(&state_dir));
@@ -258,11 +251,8 @@ fn apply(args: &ApplyArgs) -> Result<u8, String> {
 fn resize(args: &ApplyArgs, n: u32) -> Result<u8, String> {
     let (dir, mut store) = args.submit.state.open()?;
     let live = store.live_pool(&args.pool).map_err(|e| e.to_string())?;
-    if let Some(pool) = live.as_ref().filter(|p| p.cancel_requested) {
-        return Err(format!(
-            "pool `{}` is going down (`skyc pool status {}`); apply it again once it is down",
-            pool.name, pool.name
-        ));
+    if let Some(pool) = &live {
+        admission::not_going_down(pool)?;
     }
     let Some(pool) = live else {
         errln!(

@@ -308,13 +308,7 @@ fn submit(args: &Args) -> Result<Submitted, String> {
     if let Some(remote) = remote {
         // A controller SkyPilot's configuration asks for is made on the
         // first run that needs it.
-        match &remote {
-            Remote::Aws(aws) => {
-                let (user, private) = backends.aws.ssh();
-                super::aws_controller::ensure_for_run(&aws.region, user, private)?;
-            }
-            Remote::K8s(k8s) => super::controller::ensure_on_kubernetes(k8s)?,
-        }
+        super::controller::ensure(&remote, &backends.aws)?;
         // Planned here, where the files are; recorded and supervised
         // there.
         let record = Record::Group(Submission::of(&new));

@@ -122,15 +122,8 @@ pub(crate) fn read(text: &str, file: &str) -> Result<Option<JobsController>, Str
         if let Some(disk) = text("disk_size")? {
             // SkyPilot's: GB, or a size with its unit (`100GB`, `1TB`).
             c.disk_gb = Some(
-                size_gb(&disk)
-                    .filter(|gb| gb.fract() == 0.0 && *gb >= 1.0)
-                    .map(|gb| gb as u64)
-                    .ok_or_else(|| {
-                        bad(
-                            "resources.disk_size",
-                            "not a whole number of GB (`50`, `100GB`)",
-                        )
-                    })?,
+                skyc_compiler::parse_disk_size(&disk)
+                    .map_err(|e| bad("resources.disk_size", &e))?,
             );
         }
         for key in ["accelerators", "use_spot"] {
@@ -200,7 +193,7 @@ impl Autostop {
     /// The idle time, in seconds; `None`: never stopped.
     fn seconds(&self) -> Option<u64> {
         match self {
-            Autostop::Default => Some(10 * 60),
+            Autostop::Default => Some(skyc_targets::cloud::controller::DEFAULT_IDLE_SECONDS),
             Autostop::Never => None,
             // 0 would stop it before its first group arrives: SkyPilot
             // makes it a minute.
@@ -227,31 +220,6 @@ fn time_minutes(s: &str) -> Option<u64> {
     let value: f64 = number.parse().ok()?;
     let minutes = (value * per).ceil();
     (value.is_finite() && (0.0..=u64::MAX as f64).contains(&minutes)).then_some(minutes as u64)
-}
-
-/// A size in GB as SkyPilot reads one: a number of GB, or a number with
-/// its unit (`KB` to `PB`, or `Ki` to `Pi`, any case).
-fn size_gb(s: &str) -> Option<f64> {
-    let s = s.trim().to_ascii_lowercase();
-    if let Some(gb) = amount(&s) {
-        return Some(gb);
-    }
-    let units = [
-        ("kb", -2),
-        ("ki", -2),
-        ("mb", -1),
-        ("mi", -1),
-        ("gb", 0),
-        ("gi", 0),
-        ("tb", 1),
-        ("ti", 1),
-        ("pb", 2),
-        ("pi", 2),
-    ];
-    units.into_iter().find_map(|(unit, power)| {
-        let value = amount(s.strip_suffix(unit)?)?;
-        Some(value * 1024f64.powi(power))
-    })
 }
 
 impl JobsController {
@@ -333,8 +301,8 @@ impl JobsController {
         // SkyPilot's Kubernetes instance types: `4CPU--16GB[--ACC:N]`.
         let typed = self.instance_type.as_deref().map(|t| {
             let mut parts = t.split("--");
-            let cpus = parts.next().and_then(|p| amount(p.strip_suffix("CPU")?));
-            let gb = parts.next().and_then(|p| amount(p.strip_suffix("GB")?));
+            let cpus = parts.next().and_then(|p| cpus_of(p.strip_suffix("CPU")?));
+            let gb = parts.next().and_then(|p| memory_gb(p.strip_suffix("GB")?));
             if parts.next().is_some() {
                 notes.push(format!(
                     "resources.instance_type {t}: its accelerators are not read: skyc's \
@@ -350,10 +318,9 @@ impl JobsController {
             })
         });
         let cpus = match self.cpus.as_deref() {
-            Some(cpus) => Some(
-                amount(cpus.strip_suffix('+').unwrap_or(cpus))
-                    .ok_or_else(|| bad("cpus", cpus, "not a number of CPUs"))?,
-            ),
+            Some(cpus) => {
+                Some(cpus_of(cpus).ok_or_else(|| bad("cpus", cpus, "not a number of CPUs"))?)
+            }
             None => None,
         };
         // SkyPilot fills what is not given from its own (`cpus: 4+`,
@@ -363,8 +330,8 @@ impl JobsController {
                 Some(memory) => {
                     let plain = memory.strip_suffix('+').unwrap_or(memory);
                     let gb = match plain.strip_suffix('x') {
-                        Some(per) => amount(per).map(|per| per * per_cpu_of),
-                        None => size_gb(plain),
+                        Some(per) => memory_gb(per).map(|per| per * per_cpu_of),
+                        None => memory_gb(plain),
                     };
                     gb.map(Some).ok_or_else(|| {
                         bad("memory", memory, "not memory (`16`, `16GB`, `4x` per CPU)")
@@ -420,12 +387,16 @@ impl JobsController {
 /// (`cpus: 4+`), which its `memory: Nx` multiplies.
 const SKYPILOT_CPUS: f64 = 4.0;
 
-/// A positive number SkyPilot writes for CPUs or GB.
-fn amount(s: &str) -> Option<f64> {
-    s.trim()
-        .parse::<f64>()
+/// CPUs as SkyPilot reads them (`2`, `2+`: at least is as many).
+fn cpus_of(s: &str) -> Option<f64> {
+    skyc_compiler::parse_cpus(s.trim()).ok().map(|q| q.value)
+}
+
+/// GB of memory as SkyPilot reads them (`16`, `16GB`, `512Mi`).
+fn memory_gb(s: &str) -> Option<f64> {
+    skyc_compiler::parse_memory(s.trim(), false)
         .ok()
-        .filter(|n| n.is_finite() && *n > 0.0)
+        .map(|q| q.value)
 }
 
 /// A Kubernetes quantity of `gb` of memory: GiB, else MiB (rounded up).

@@ -109,6 +109,15 @@ impl Client {
         text(&out.stdout).trim().parse().expect("a group id")
     }
 
+    /// The snapshots the controller holds.
+    fn snapshots(&self) -> Vec<PathBuf> {
+        std::fs::read_dir(self.state.join("files"))
+            .unwrap()
+            .filter_map(|e| Some(e.ok()?.path()))
+            .filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
+            .collect()
+    }
+
     /// The processes that run a client's command on the controller.
     fn answering(&self) -> usize {
         let me = env!("CARGO_BIN_EXE_skyc");
@@ -138,11 +147,7 @@ fn a_group_submitted_through_the_controller_ends_as_the_engine_decides_without_i
     // controller recorded the group, and holds the workdir's bytes.
     let status = c.status(gid);
     assert_eq!(status["name"], "g", "{status:#}");
-    let files: Vec<PathBuf> = std::fs::read_dir(c.state.join("files"))
-        .unwrap()
-        .filter_map(|e| Some(e.ok()?.path()))
-        .filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
-        .collect();
+    let files = c.snapshots();
     assert_eq!(files.len(), 1, "{files:?}");
     assert_eq!(
         std::fs::read_to_string(files[0].join("train.py")).unwrap(),
@@ -441,11 +446,7 @@ fn a_pool_and_its_jobs_go_through_the_controller() {
         text(&out.stderr)
     );
     // The pool's files are the controller's: its workdir's very bytes.
-    let held: Vec<PathBuf> = std::fs::read_dir(c.state.join("files"))
-        .unwrap()
-        .filter_map(|e| Some(e.ok()?.path()))
-        .filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
-        .collect();
+    let held = c.snapshots();
     assert_eq!(held.len(), 1, "{held:?}");
     assert_eq!(
         std::fs::read_to_string(held[0].join("requirements.txt")).unwrap(),

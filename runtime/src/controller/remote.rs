@@ -92,7 +92,7 @@ impl Remote {
     pub fn connect(&self) -> Result<Connected, String> {
         Ok(Connected {
             remote: self.clone(),
-            session: Some(self.session().map_err(|e| self.failed(&e))?),
+            session: Some(self.session()?),
         })
     }
 
@@ -112,10 +112,7 @@ impl Remote {
         stdout: &mut dyn Write,
         stderr: &mut dyn Write,
     ) -> Result<i32, String> {
-        let mut session = self.session()?;
-        session
-            .exec(answer_argv(args), None, stdout, stderr)
-            .map_err(|e| self.failed(&e))
+        self.connect()?.run(args, stdout, stderr)
     }
 
     /// The controller's own log, written to `out`; followed while it runs
@@ -195,9 +192,7 @@ impl Connected {
     ) -> Result<i32, String> {
         let session = match &mut self.session {
             Some(session) => session,
-            None => self
-                .session
-                .insert(self.remote.session().map_err(|e| self.remote.failed(&e))?),
+            None => self.session.insert(self.remote.session()?),
         };
         let ran = session
             .exec(answer_argv(args), None, stdout, stderr)

@@ -966,7 +966,6 @@ impl Group {
                         pod: pod.metadata.name.clone().unwrap_or_default(),
                         uid,
                     },
-                    rank,
                     ended: objects::pod_terminal(pod),
                     deleting: objects::deleting(&pod.metadata),
                 })

@@ -128,9 +128,8 @@ struct Turns {
 
 /// A started pod, as a pass sees it.
 pub struct Started {
+    /// Its log; rank 0 of each task is followed first.
     pub node: NodeLog,
-    /// Its rank among its task's nodes: rank 0 are followed first.
-    pub rank: u32,
     pub ended: bool,
     pub deleting: bool,
 }
@@ -168,7 +167,7 @@ impl Readers {
     /// in turns that went): each followed while a place is free, else in
     /// turns.
     pub fn see(&mut self, api: &Api<Pod>, shared: &SharedRef, mut started: Vec<Started>) {
-        started.sort_by_key(|s| s.rank);
+        started.sort_by_key(|s| s.node.rank);
         let seen: BTreeSet<String> = started.iter().map(|s| s.node.uid.clone()).collect();
         self.followers.retain(|f| !f.is_finished());
         self.following.retain(|uid| seen.contains(uid));
@@ -212,7 +211,7 @@ impl Readers {
                     continue;
                 }
             }
-            match self.budget.take(pod.rank) {
+            match self.budget.take(pod.node.rank) {
                 Some(place) => {
                     turns.pods.remove(&uid);
                     drop(turns);

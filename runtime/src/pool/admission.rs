@@ -95,13 +95,21 @@ pub fn applicable(store: &Store, name: &str, backend: Backend) -> Result<Option<
             pool.backend.as_str()
         ));
     }
-    if let Some(pool) = live.as_ref().filter(|p| p.cancel_requested) {
+    if let Some(pool) = &live {
+        not_going_down(pool)?;
+    }
+    Ok(live)
+}
+
+/// Refuses a pool going down: it is applied again once it is down.
+pub fn not_going_down(pool: &GroupRow) -> Result<(), String> {
+    if pool.cancel_requested {
         return Err(format!(
             "pool `{}` is going down (`skyc pool status {}`); apply it again once it is down",
             pool.name, pool.name
         ));
     }
-    Ok(live)
+    Ok(())
 }
 
 /// What applying a pool file did.

@@ -65,7 +65,7 @@ pub(crate) fn run(args: &Args) -> u8 {
 }
 
 fn serve(args: &Args) -> Result<(), String> {
-    let source = match args.state.remote()? {
+    let (source, shown) = match args.state.remote()? {
         Some(remote) => {
             // Asked once before serving: a controller that is not there,
             // or whose skyc answers no page, is said now, not on the page.
@@ -79,19 +79,16 @@ fn serve(args: &Args) -> Result<(), String> {
                     String::from_utf8_lossy(&err).trim()
                 ));
             }
-            server::Source::Controller(std::sync::Mutex::new(connected))
+            (
+                server::Source::Controller(std::sync::Mutex::new(connected)),
+                format!("the controller {remote}"),
+            )
         }
-        None => server::Source::Dir(local_dir(args)?),
-    };
-    let shown = match &source {
-        server::Source::Dir(dir) => dir.display().to_string(),
-        server::Source::Controller(connected) => format!(
-            "the controller {}",
-            connected
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .remote()
-        ),
+        None => {
+            let dir = local_dir(args)?;
+            let shown = dir.display().to_string();
+            (server::Source::Dir(dir), shown)
+        }
     };
     let token = server::random_hex(32).map_err(|e| format!("/dev/urandom: {e}"))?;
     let listener = TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, args.port))
